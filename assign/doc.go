@@ -1,0 +1,9 @@
+// Package assign holds slicerd's data model and its sharding algorithms.
+//
+// An application key hashes to a 63-bit slice key (see HashKey). An
+// Assignment partitions the slice-key space [0, 2^63) into contiguous slices,
+// each served by a set of tasks, and carries a monotonic generation. The
+// functions that produce assignments are pure: state in, a new assignment
+// out. Nothing in this package opens a socket, starts a goroutine or reads a
+// clock, so every decision can be replayed and tested from a script.
+package assign

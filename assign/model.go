@@ -1,0 +1,129 @@
+package assign
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Task is one server process of a job, as the assignment records it.
+type Task struct {
+	// Name identifies the task within its job; it is stable across restarts.
+	Name string
+	// Addr is where clients reach the task (host:port); informational for
+	// slicerd, used by Clerks to route.
+	Addr string
+}
+
+// Slice is the half-open slice-key range [Start, End) and the tasks that
+// serve it. Tasks holds task names in ascending order, without duplicates.
+type Slice struct {
+	Start SliceKey
+	End   SliceKey
+	Tasks []string
+}
+
+// Width is the number of slice keys in the slice.
+func (s Slice) Width() uint64 { return s.End - s.Start }
+
+// Assignment maps every slice key of one job to a set of tasks.
+//
+// Slices are sorted by Start and tile [0, KeySpaceEnd) exactly: no gap, no
+// overlap. Tasks lists every task that some slice names, sorted by Name.
+type Assignment struct {
+	Job        string
+	Generation uint64
+	Tasks      []Task
+	Slices     []Slice
+}
+
+// Clone returns a deep copy of a.
+func (a *Assignment) Clone() *Assignment {
+	if a == nil {
+		return nil
+	}
+	c := &Assignment{Job: a.Job, Generation: a.Generation, Tasks: slices.Clone(a.Tasks)}
+	c.Slices = make([]Slice, len(a.Slices))
+	for i, s := range a.Slices {
+		c.Slices[i] = Slice{Start: s.Start, End: s.End, Tasks: slices.Clone(s.Tasks)}
+	}
+	return c
+}
+
+// Find returns the index of the slice that contains k. The assignment must
+// be valid and k < KeySpaceEnd.
+func (a *Assignment) Find(k SliceKey) int {
+	// The first slice whose End is above k contains it.
+	lo, hi := 0, len(a.Slices)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if a.Slices[m].End <= k {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// TaskIndex returns the position of the named task in a.Tasks.
+func (a *Assignment) TaskIndex(name string) (int, bool) {
+	return slices.BinarySearchFunc(a.Tasks, name, func(t Task, n string) int {
+		return strings.Compare(t.Name, n)
+	})
+}
+
+// Validate reports whether a is a well-formed assignment: a valid job name,
+// a non-zero generation, slices that tile [0, KeySpaceEnd) with no gap or
+// overlap, each naming at least one task, in order and without duplicates,
+// and every named task listed once in Tasks.
+func (a *Assignment) Validate() error {
+	if a == nil {
+		return fmt.Errorf("%w: nil", ErrInvalidAssignment)
+	}
+	if err := ValidateJobName(a.Job); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidAssignment, err)
+	}
+	if a.Generation == 0 {
+		return fmt.Errorf("%w: job %q: generation 0 is reserved for \"no assignment\"", ErrInvalidAssignment, a.Job)
+	}
+	for i, t := range a.Tasks {
+		if err := ValidateTaskName(t.Name); err != nil {
+			return fmt.Errorf("%w: job %q: task %d: %w", ErrInvalidAssignment, a.Job, i, err)
+		}
+		if i > 0 && a.Tasks[i-1].Name >= t.Name {
+			return fmt.Errorf("%w: job %q: tasks not sorted or duplicated at %q", ErrInvalidAssignment, a.Job, t.Name)
+		}
+	}
+	if len(a.Slices) == 0 {
+		return fmt.Errorf("%w: job %q: no slices", ErrInvalidAssignment, a.Job)
+	}
+	var next SliceKey
+	for i, s := range a.Slices {
+		switch {
+		case s.Start > next:
+			return fmt.Errorf("%w: job %q: gap [%#x, %#x) before slice %d", ErrInvalidAssignment, a.Job, next, s.Start, i)
+		case s.Start < next:
+			return fmt.Errorf("%w: job %q: slice %d starts at %#x, overlapping the previous slice that ends at %#x", ErrInvalidAssignment, a.Job, i, s.Start, next)
+		case s.End <= s.Start:
+			return fmt.Errorf("%w: job %q: slice %d is empty or inverted [%#x, %#x)", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
+		case s.End > KeySpaceEnd:
+			return fmt.Errorf("%w: job %q: slice %d ends at %#x, past the key space end %#x", ErrInvalidAssignment, a.Job, i, s.End, KeySpaceEnd)
+		case len(s.Tasks) == 0:
+			return fmt.Errorf("%w: job %q: slice %d [%#x, %#x) has no task", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
+		}
+		for j, name := range s.Tasks {
+			if j > 0 && s.Tasks[j-1] >= name {
+				return fmt.Errorf("%w: job %q: slice %d: tasks not sorted or duplicated at %q", ErrInvalidAssignment, a.Job, i, name)
+			}
+			if _, ok := a.TaskIndex(name); !ok {
+				return fmt.Errorf("%w: job %q: slice %d names unknown task %q", ErrInvalidAssignment, a.Job, i, name)
+			}
+		}
+		next = s.End
+	}
+	if next != KeySpaceEnd {
+		return fmt.Errorf("%w: job %q: gap [%#x, %#x) at the end of the key space", ErrInvalidAssignment, a.Job, next, KeySpaceEnd)
+	}
+	return nil
+}

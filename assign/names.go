@@ -1,0 +1,48 @@
+package assign
+
+import "fmt"
+
+// Limits on names. They keep names safe in serf tags (512 bytes in all),
+// file paths, logs and URLs.
+const (
+	MaxJobNameLen  = 63
+	MaxTaskNameLen = 128
+)
+
+// ValidateJobName accepts 1–63 characters of lower-case letters, digits,
+// '-', '_' and '.', starting with a letter or digit.
+func ValidateJobName(name string) error {
+	if err := validateName("job", name, MaxJobNameLen, false); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ValidateTaskName accepts 1–128 characters of letters, digits, '-', '_',
+// '.' and ':', starting with a letter or digit.
+func ValidateTaskName(name string) error {
+	return validateName("task", name, MaxTaskNameLen, true)
+}
+
+func validateName(kind, name string, max int, upperAndColon bool) error {
+	if name == "" {
+		return fmt.Errorf("%w: %s name is empty", ErrInvalidName, kind)
+	}
+	if len(name) > max {
+		return fmt.Errorf("%w: %s name %.20q… is %d bytes long; the limit is %d", ErrInvalidName, kind, name, len(name), max)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' ||
+			i > 0 && (c == '-' || c == '_' || c == '.') ||
+			upperAndColon && (c >= 'A' && c <= 'Z' || i > 0 && c == ':')
+		if !ok {
+			allowed := "lower-case letters, digits, '-', '_' and '.'"
+			if upperAndColon {
+				allowed = "letters, digits, '-', '_', '.' and ':'"
+			}
+			return fmt.Errorf("%w: %s name %q has %q at byte %d; use %s, starting with a letter or digit", ErrInvalidName, kind, name, c, i, allowed)
+		}
+	}
+	return nil
+}
