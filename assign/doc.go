@@ -6,4 +6,11 @@
 // functions that produce assignments are pure: state in, a new assignment
 // out. Nothing in this package opens a socket, starts a goroutine or reads a
 // clock, so every decision can be replayed and tested from a script.
+//
+// Initial splits the key space evenly among a job's first tasks. Rebalance
+// turns the previous assignment and the live tasks into the next one,
+// moving as few keys as it can and recording every move with its reason;
+// Churn measures how much of the key space a change makes tasks load anew.
+// MarshalBinary and UnmarshalAssignment store assignments compactly. See
+// README.md for a diagram and the phases of the algorithm.
 package assign

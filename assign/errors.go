@@ -10,4 +10,5 @@ var (
 	ErrInvalidName       = errors.New("assign: invalid name")
 	ErrNoTasks           = errors.New("assign: no live tasks")
 	ErrCorruptEncoding   = errors.New("assign: corrupt assignment encoding")
+	ErrInvalidAddr       = errors.New("assign: invalid task address")
 )

@@ -1,0 +1,450 @@
+package assign
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"strings"
+)
+
+// MoveKind says what a Move did to the assignment.
+type MoveKind uint8
+
+// Kinds of moves.
+const (
+	// Reassign hands [Start, End) from task From to task To.
+	Reassign MoveKind = iota + 1
+	// AddReplica adds task To to the tasks serving [Start, End).
+	AddReplica
+	// RemoveReplica removes task From from the tasks serving [Start, End).
+	RemoveReplica
+	// Split cuts the slice [Start, End) in two without moving keys.
+	Split
+	// Merge joins the adjacent slices covering [Start, End), which are
+	// served by the same tasks, into one. No key moves.
+	Merge
+)
+
+var moveKindNames = [...]string{
+	Reassign:      "reassign",
+	AddReplica:    "add-replica",
+	RemoveReplica: "remove-replica",
+	Split:         "split",
+	Merge:         "merge",
+}
+
+func (k MoveKind) String() string {
+	if int(k) < len(moveKindNames) && moveKindNames[k] != "" {
+		return moveKindNames[k]
+	}
+	return fmt.Sprintf("MoveKind(%d)", uint8(k))
+}
+
+// Move is one step of a rebalancing decision, recorded with its reason so
+// logs can explain why a key range changed hands.
+type Move struct {
+	Kind   MoveKind
+	Start  SliceKey
+	End    SliceKey
+	From   string // task losing the range; empty for AddReplica, Split and Merge
+	To     string // task gaining the range; empty for RemoveReplica, Split and Merge
+	Reason string
+}
+
+// String renders the move for logs, e.g.
+// "reassign [0x0, 0x2aaaaaaaaaaaaaaa) b -> a: task "b" left the job".
+func (m Move) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s [%#x, %#x)", m.Kind, m.Start, m.End)
+	switch {
+	case m.From != "" && m.To != "":
+		fmt.Fprintf(&b, " %s -> %s", m.From, m.To)
+	case m.From != "":
+		fmt.Fprintf(&b, " -%s", m.From)
+	case m.To != "":
+		fmt.Fprintf(&b, " +%s", m.To)
+	}
+	if m.Reason != "" {
+		b.WriteString(": ")
+		b.WriteString(m.Reason)
+	}
+	return b.String()
+}
+
+// Decision describes how Rebalance got from the previous assignment to the
+// next one.
+type Decision struct {
+	// Changed is false when the next assignment maps every key to the same
+	// tasks at the same addresses, with the same slices, as the previous
+	// one; callers then keep the previous generation instead of committing.
+	Changed bool
+	// Churn is Churn(prev, next): the fraction of the key space that gained
+	// a task.
+	Churn float64
+	// Moves lists every step in the order it was taken.
+	Moves []Move
+}
+
+// Rebalance computes the next assignment of a job from the previous one and
+// the tasks that are live now. Its generation is prev.Generation+1.
+//
+// It follows the phases of Slicer's weighted-move algorithm that do not need
+// load measurements, weighing every key the same:
+//
+//  1. Slices lose departed tasks; each gets a least-loaded live task per task
+//     it lost. Nothing else moves.
+//  2. Slices below min(MinRedundancy, live tasks) gain least-loaded tasks;
+//     slices above MaxRedundancy shed their most-loaded ones.
+//  3. Each task that holds no slice takes its fair share of load from the
+//     most-loaded tasks, splitting at most one slice to take no more.
+//  4. Adjacent slices served by the same tasks merge.
+//
+// When no task of prev is live, the result is an even split as Initial
+// builds it. Rebalance is deterministic: the order of live does not matter.
+func Rebalance(prev *Assignment, live []Task, cfg Config) (*Assignment, Decision, error) {
+	if prev == nil {
+		return nil, Decision{}, fmt.Errorf("rebalance: %w: no previous assignment; build a job's first assignment with Initial", ErrInvalidAssignment)
+	}
+	if err := prev.Validate(); err != nil {
+		return nil, Decision{}, fmt.Errorf("rebalance: previous assignment: %w", err)
+	}
+	if prev.Generation == math.MaxUint64 {
+		return nil, Decision{}, fmt.Errorf("rebalance: %w: job %q: generation %d cannot be incremented; recreate the job", ErrInvalidAssignment, prev.Job, prev.Generation)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, Decision{}, fmt.Errorf("rebalance job %q: %w", prev.Job, err)
+	}
+	tasks, err := sortedTasks(prev.Job, live)
+	if err != nil {
+		return nil, Decision{}, fmt.Errorf("rebalance: %w", err)
+	}
+
+	var next *Assignment
+	var moves []Move
+	if p := newPlanner(prev, tasks, cfg); p != nil {
+		p.replaceDeparted()
+		p.enforceRedundancy()
+		p.placeJoined()
+		p.mergeAdjacent()
+		next = p.assignment(prev.Job, prev.Generation+1)
+		moves = p.moves
+	} else {
+		next = evenSplit(prev.Job, prev.Generation+1, tasks, cfg)
+		for _, s := range next.Slices {
+			for _, t := range s.Tasks {
+				moves = append(moves, Move{Kind: Reassign, Start: s.Start, End: s.End, To: t,
+					Reason: "no task of the previous assignment is live; splitting the key space evenly"})
+			}
+		}
+	}
+	d := Decision{Changed: !Equal(prev, next), Moves: moves}
+	if d.Changed {
+		d.Churn = Churn(prev, next)
+	}
+	return next, d, nil
+}
+
+// wslice is a slice under construction: tasks are ids into planner.live,
+// ascending, so id order is name order.
+type wslice struct {
+	start, end SliceKey
+	tasks      []int32
+}
+
+func (s *wslice) has(t int32) bool {
+	_, ok := slices.BinarySearch(s.tasks, t)
+	return ok
+}
+
+// departure is a departed task that slice number slice has lost.
+type departure struct {
+	slice int
+	name  string
+}
+
+// planner holds the assignment being built and each live task's load.
+type planner struct {
+	cfg        Config
+	live       []Task
+	slices     []wslice
+	departures []departure
+	load       []uint64 // by task id; see sliceLoad
+	least      *taskHeap
+	most       *taskHeap
+	moves      []Move
+}
+
+// sliceLoad is the load a task carries for serving s. With no measurements
+// every key weighs the same, so it is the slice's width, carried in full by
+// each task that serves it. This is the one place that defines load: the
+// phases only add, subtract and compare what it returns.
+func sliceLoad(s *wslice) uint64 { return s.end - s.start }
+
+// newPlanner converts prev to task ids of live (sorted). It returns nil when
+// no task of prev is live.
+func newPlanner(prev *Assignment, live []Task, cfg Config) *planner {
+	// Map prev's task table onto live by merging the two sorted lists.
+	toLive := make([]int32, len(prev.Tasks))
+	anyLive := false
+	for i, j := 0, 0; i < len(prev.Tasks); i++ {
+		for j < len(live) && live[j].Name < prev.Tasks[i].Name {
+			j++
+		}
+		toLive[i] = -1
+		if j < len(live) && live[j].Name == prev.Tasks[i].Name {
+			toLive[i] = int32(j)
+			anyLive = true
+		}
+	}
+	if !anyLive {
+		return nil
+	}
+
+	p := &planner{cfg: cfg, live: live, load: make([]uint64, len(live))}
+	total := 0
+	for _, s := range prev.Slices {
+		total += len(s.Tasks)
+	}
+	arena := make([]int32, 0, total)
+	p.slices = make([]wslice, len(prev.Slices))
+	for si, s := range prev.Slices {
+		off := len(arena)
+		for _, name := range s.Tasks {
+			i, _ := prev.TaskIndex(name) // prev is valid: every name is listed
+			if t := toLive[i]; t >= 0 {
+				arena = append(arena, t)
+			} else {
+				p.departures = append(p.departures, departure{slice: si, name: name})
+			}
+		}
+		// A full-capacity window: growing one slice's list reallocates it
+		// instead of overwriting its neighbour's.
+		ws := wslice{start: s.Start, end: s.End, tasks: arena[off:len(arena):len(arena)]}
+		p.slices[si] = ws
+		for _, t := range ws.tasks {
+			p.load[t] += sliceLoad(&ws)
+		}
+	}
+	p.least = newTaskHeap(p.load, false)
+	p.most = newTaskHeap(p.load, true)
+	return p
+}
+
+func (p *planner) setLoad(t int32, l uint64) {
+	p.load[t] = l
+	p.least.fix(t)
+	p.most.fix(t)
+}
+
+// addTask makes task t serve slice si.
+func (p *planner) addTask(si int, t int32) {
+	s := &p.slices[si]
+	i, _ := slices.BinarySearch(s.tasks, t)
+	s.tasks = slices.Insert(s.tasks, i, t)
+	p.setLoad(t, p.load[t]+sliceLoad(s))
+}
+
+// removeTask stops task t serving slice si.
+func (p *planner) removeTask(si int, t int32) {
+	s := &p.slices[si]
+	i, _ := slices.BinarySearch(s.tasks, t)
+	s.tasks = slices.Delete(s.tasks, i, i+1)
+	p.setLoad(t, p.load[t]-sliceLoad(s))
+}
+
+func (p *planner) move(kind MoveKind, s *wslice, from, to int32, reason string) {
+	m := Move{Kind: kind, Start: s.start, End: s.end, Reason: reason}
+	if from >= 0 {
+		m.From = p.live[from].Name
+	}
+	if to >= 0 {
+		m.To = p.live[to].Name
+	}
+	p.moves = append(p.moves, m)
+}
+
+// replaceDeparted is phase 1: every slice that lost a departed task gets the
+// least-loaded live task it lacks in its place, unless every live task
+// already serves it.
+func (p *planner) replaceDeparted() {
+	for _, d := range p.departures {
+		s := &p.slices[d.slice]
+		t := p.least.bestExcept(s.tasks)
+		if t < 0 {
+			p.moves = append(p.moves, Move{Kind: RemoveReplica, Start: s.start, End: s.end, From: d.name,
+				Reason: fmt.Sprintf("task %q left the job and every live task already serves the slice", d.name)})
+			continue
+		}
+		p.addTask(d.slice, t)
+		p.moves = append(p.moves, Move{Kind: Reassign, Start: s.start, End: s.end, From: d.name, To: p.live[t].Name,
+			Reason: fmt.Sprintf("task %q left the job", d.name)})
+	}
+}
+
+// enforceRedundancy is phase 2: bring every slice within
+// [min(MinRedundancy, live tasks), MaxRedundancy] tasks.
+func (p *planner) enforceRedundancy() {
+	want := min(p.cfg.MinRedundancy, len(p.live))
+	for si := range p.slices {
+		s := &p.slices[si]
+		for len(s.tasks) < want {
+			t := p.least.bestExcept(s.tasks)
+			reason := fmt.Sprintf("slice has %d tasks, below the minimum redundancy %d", len(s.tasks), want)
+			p.addTask(si, t)
+			p.move(AddReplica, s, -1, t, reason)
+		}
+		for len(s.tasks) > p.cfg.MaxRedundancy {
+			t := s.tasks[0]
+			for _, u := range s.tasks[1:] {
+				if p.load[u] > p.load[t] {
+					t = u
+				}
+			}
+			reason := fmt.Sprintf("slice has %d tasks, above the maximum redundancy %d", len(s.tasks), p.cfg.MaxRedundancy)
+			p.removeTask(si, t)
+			p.move(RemoveReplica, s, t, -1, reason)
+		}
+	}
+}
+
+// fairShare is the load every live task would carry if load were even.
+func (p *planner) fairShare() uint64 {
+	var hi, lo uint64
+	for _, l := range p.load {
+		var c uint64
+		lo, c = bits.Add64(lo, l, 0)
+		hi += c
+	}
+	// hi < len(load): each task's load is at most KeySpaceEnd = 2^63, so the
+	// sum is at most n·2^63 and hi at most n/2.
+	q, _ := bits.Div64(hi, lo, uint64(len(p.load)))
+	return q
+}
+
+// placeJoined is phase 3: each task that serves no slice (sorted by name)
+// takes its fair share from the most-loaded tasks, one slice at a time,
+// splitting the last slice so that it takes exactly its share.
+func (p *planner) placeJoined() {
+	held := make([]bool, len(p.live))
+	for i := range p.slices {
+		for _, t := range p.slices[i].tasks {
+			held[t] = true
+		}
+	}
+	target := p.fairShare()
+	for n := range int32(len(p.live)) {
+		if held[n] {
+			continue
+		}
+		for p.load[n] < target {
+			t := p.most.top()
+			if p.load[t] <= target {
+				break // unreachable: someone is above the mean while n is below
+			}
+			need := target - p.load[n]
+			si := p.donorSlice(t, n, need)
+			if si < 0 {
+				break // unreachable: t carries more than n, so it serves a slice n does not
+			}
+			reason := fmt.Sprintf("task %q joined; moving it toward its fair share", p.live[n].Name)
+			if sliceLoad(&p.slices[si]) > need {
+				p.split(si, p.slices[si].end-need)
+				si++
+			}
+			p.removeTask(si, t)
+			p.addTask(si, n)
+			p.move(Reassign, &p.slices[si], t, n, reason)
+		}
+	}
+}
+
+// donorSlice picks the slice that task n takes from task t: among slices
+// served by t and not by n, the smallest that covers need, else the largest;
+// ties go to the lower key. It returns -1 if there is none.
+func (p *planner) donorSlice(t, n int32, need uint64) int {
+	cover, largest := -1, -1
+	for i := range p.slices {
+		s := &p.slices[i]
+		if !s.has(t) || s.has(n) {
+			continue
+		}
+		l := sliceLoad(s)
+		if l >= need && (cover < 0 || l < sliceLoad(&p.slices[cover])) {
+			cover = i
+		}
+		if largest < 0 || l > sliceLoad(&p.slices[largest]) {
+			largest = i
+		}
+	}
+	if cover >= 0 {
+		return cover
+	}
+	return largest
+}
+
+// split cuts slice si at key at into [start, at) and [at, end), both served
+// by the same tasks. Loads do not change.
+func (p *planner) split(si int, at SliceKey) {
+	s := p.slices[si]
+	p.moves = append(p.moves, Move{Kind: Split, Start: s.start, End: s.end,
+		Reason: fmt.Sprintf("split at %#x to move only part of the slice", at)})
+	upper := wslice{start: at, end: s.end, tasks: slices.Clone(s.tasks)}
+	p.slices[si].end = at
+	p.slices = slices.Insert(p.slices, si+1, upper)
+}
+
+// mergeAdjacent is phase 4: runs of adjacent slices served by the same
+// tasks become one slice.
+func (p *planner) mergeAdjacent() {
+	out := p.slices[:1]
+	runStart := 0 // index in p.slices of the first slice merged into out's last
+	for i := 1; i <= len(p.slices); i++ {
+		if i < len(p.slices) && slices.Equal(out[len(out)-1].tasks, p.slices[i].tasks) {
+			out[len(out)-1].end = p.slices[i].end
+			continue
+		}
+		if i-runStart > 1 {
+			last := out[len(out)-1]
+			p.moves = append(p.moves, Move{Kind: Merge, Start: last.start, End: last.end,
+				Reason: fmt.Sprintf("%d adjacent slices are served by the same tasks", i-runStart)})
+		}
+		if i < len(p.slices) {
+			out = append(out, p.slices[i])
+			runStart = i
+		}
+	}
+	clear(p.slices[len(out):])
+	p.slices = out
+}
+
+// assignment is phase 5: the result, listing every live task that serves a
+// slice with the address it has now.
+func (p *planner) assignment(job string, gen uint64) *Assignment {
+	used := make([]bool, len(p.live))
+	total := 0
+	for i := range p.slices {
+		total += len(p.slices[i].tasks)
+		for _, t := range p.slices[i].tasks {
+			used[t] = true
+		}
+	}
+	a := &Assignment{Job: job, Generation: gen, Slices: make([]Slice, len(p.slices))}
+	for t, u := range used {
+		if u {
+			a.Tasks = append(a.Tasks, p.live[t])
+		}
+	}
+	names := make([]string, total)
+	off := 0
+	for i := range p.slices {
+		s := &p.slices[i]
+		ts := names[off : off+len(s.tasks) : off+len(s.tasks)]
+		for j, t := range s.tasks {
+			ts[j] = p.live[t].Name
+		}
+		off += len(s.tasks)
+		a.Slices[i] = Slice{Start: s.start, End: s.end, Tasks: ts}
+	}
+	return a
+}

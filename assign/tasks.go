@@ -1,0 +1,34 @@
+package assign
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// MaxTaskAddrLen bounds a task's address. host:port with the longest DNS
+// name fits with room to spare; the bound keeps encodings small and lets a
+// decoder refuse absurd lengths before allocating.
+const MaxTaskAddrLen = 1024
+
+// sortedTasks validates the live tasks of a job and returns them sorted by
+// name, as a copy: callers may pass tasks in any order and keep their slice.
+func sortedTasks(job string, tasks []Task) ([]Task, error) {
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("%w: job %q has no live task to assign keys to; start at least one task", ErrNoTasks, job)
+	}
+	out := slices.Clone(tasks)
+	slices.SortFunc(out, func(a, b Task) int { return strings.Compare(a.Name, b.Name) })
+	for i, t := range out {
+		if err := ValidateTaskName(t.Name); err != nil {
+			return nil, fmt.Errorf("job %q: %w", job, err)
+		}
+		if len(t.Addr) > MaxTaskAddrLen {
+			return nil, fmt.Errorf("%w: job %q: task %q has a %d-byte address; the limit is %d", ErrInvalidAddr, job, t.Name, len(t.Addr), MaxTaskAddrLen)
+		}
+		if i > 0 && out[i-1].Name == t.Name {
+			return nil, fmt.Errorf("%w: job %q: task %q is listed twice; task names must be unique within a job", ErrInvalidName, job, t.Name)
+		}
+	}
+	return out, nil
+}
