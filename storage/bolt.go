@@ -1,0 +1,439 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+// BoltOptions configures OpenBolt.
+type BoltOptions struct {
+	// LockTimeout is how long to wait for another process to release the
+	// data file before failing with ErrLocked. Zero means 1s.
+	LockTimeout time.Duration
+	// ReadOnly opens the file with a shared lock and refuses writes.
+	// Several read-only openers may share a file; none may share it with
+	// a writer.
+	ReadOnly bool
+	// Logger receives open and conflict events; nil discards them.
+	Logger *slog.Logger
+}
+
+const defaultLockTimeout = time.Second
+
+// Bolt is a Store in a single bbolt file. Commits are serialised by bbolt's
+// single writer and synced to disk before they return.
+type Bolt struct {
+	db       *bbolt.DB
+	path     string
+	readOnly bool
+	log      *slog.Logger
+	closed   atomic.Bool
+}
+
+var _ Store = (*Bolt)(nil)
+
+// OpenDataDir creates dir (mode 0700) if it is missing and opens the data
+// file DataFileName in it.
+func OpenDataDir(dir string, opts BoltOptions) (*Bolt, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: data dir is empty; set --data-dir", ErrInvalid)
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("storage: create data dir %s: %w; make it a directory slicerd's user can write, or choose another --data-dir", dir, err)
+		}
+	}
+	return OpenBolt(filepath.Join(dir, DataFileName), opts)
+}
+
+// OpenBolt opens the bbolt data file at path, creating it (mode 0600) with
+// the current format unless opts.ReadOnly. A file it cannot read fails with
+// ErrCorrupt or ErrNewerFormat and is left untouched.
+func OpenBolt(path string, opts BoltOptions) (*Bolt, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%w: data file path is empty", ErrInvalid)
+	}
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = defaultLockTimeout
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("path", path)
+
+	if err := checkPath(path, opts.ReadOnly); err != nil {
+		return nil, err
+	}
+	db, err := openBolt(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bolt{db: db, path: path, readOnly: opts.ReadOnly, log: log}
+	version, err := b.prepare()
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	log.Info("storage opened", "format_version", version, "read_only", opts.ReadOnly)
+	return b, nil
+}
+
+// checkPath turns the common set-up mistakes into errors that say what to
+// do, before bbolt produces a terser one.
+func checkPath(path string, readOnly bool) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.IsDir():
+		return fmt.Errorf("storage: data file %s is a directory; remove it or choose another --data-dir", path)
+	case err == nil && !fi.Mode().IsRegular():
+		return fmt.Errorf("storage: data file %s is not a regular file (%s); remove it or choose another --data-dir", path, fi.Mode().Type())
+	case errors.Is(err, fs.ErrNotExist) && readOnly:
+		return fmt.Errorf("storage: data file %s: %w; a read-only open needs an existing data file: start slicerd once without read-only, or fix --data-dir", path, err)
+	case err == nil && fi.Size() == 0 && readOnly:
+		return fmt.Errorf("storage: data file %s is empty; a read-only open needs an initialised data file: start slicerd once without read-only, or fix --data-dir", path)
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("storage: data file %s: %w; check that --data-dir exists, is a directory, and is accessible to slicerd's user", path, err)
+	}
+	return nil
+}
+
+// openBolt opens the file with bbolt, classifying failures and recovering
+// from bbolt panicking (or faulting on a truncated memory map) on a
+// damaged file.
+func openBolt(path string, opts BoltOptions) (db *bbolt.DB, err error) {
+	var (
+		file    *os.File
+		openErr error
+		size    int64 = -1
+	)
+	openFile := func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		file, openErr = os.OpenFile(name, flag, perm)
+		if openErr == nil {
+			if fi, err := file.Stat(); err == nil {
+				size = fi.Size()
+			}
+		}
+		return file, openErr
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			if file != nil {
+				// Releases the lock; the memory map of the damaged file leaks.
+				_ = file.Close()
+			}
+			db, err = nil, corruptFile(path, fmt.Errorf("bbolt panicked reading it: %v", r))
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+
+	db, err = bbolt.Open(path, 0o600, &bbolt.Options{
+		Timeout:  opts.LockTimeout,
+		ReadOnly: opts.ReadOnly,
+		OpenFile: openFile,
+	})
+	if err == nil {
+		return db, nil
+	}
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: data file %s is in use by another slicerd process (waited %v); stop it or choose another --data-dir", ErrLocked, path, opts.LockTimeout)
+	case openErr != nil:
+		return nil, fmt.Errorf("storage: open data file %s: %w; check that its directory exists and that slicerd's user may read and write it, or choose another --data-dir", path, err)
+	case size > 0 && !errors.As(err, &errno):
+		// Content errors (bad magic, checksum, bbolt version, too short)
+		// carry no errno; I/O errors do. An empty file is a new one: bbolt
+		// initialises it.
+		return nil, corruptFile(path, err)
+	}
+	return nil, fmt.Errorf("storage: open data file %s: %w; check the disk and the file's permissions", path, err)
+}
+
+// corruptFile wraps a reason the file at path cannot be used.
+func corruptFile(path string, reason error) error {
+	return fmt.Errorf("%w: data file %s cannot be read: %w; slicerd left it untouched: restore it from a backup, or move it aside to start with an empty store", ErrCorrupt, path, reason)
+}
+
+// prepare checks the file's size and format version and, for a writable
+// fresh file, writes the schema. It returns the format version.
+func (b *Bolt) prepare() (uint64, error) {
+	var (
+		version uint64
+		fresh   bool
+	)
+	err := b.view(func(tx *bbolt.Tx) error {
+		// Pages below the high-water mark must lie inside the file: reading
+		// a page past its end would fault.
+		fi, err := os.Stat(b.path)
+		if err != nil {
+			return err
+		}
+		if fi.Size() < tx.Size() {
+			return errCorruptValue{fmt.Errorf("it is truncated: %d bytes long, but its pages reach %d bytes", fi.Size(), tx.Size())}
+		}
+		version, fresh, err = readFormat(tx)
+		if err != nil {
+			return errCorruptValue{err}
+		}
+		return nil
+	})
+	switch {
+	case err != nil:
+		return 0, b.fileError(err)
+	case version > FormatVersion:
+		return 0, fmt.Errorf("%w: data file %s was written by a newer slicerd (format %d, this binary reads up to %d); upgrade slicerd",
+			ErrNewerFormat, b.path, version, FormatVersion)
+	case b.readOnly && fresh:
+		// An empty file: reads find nothing.
+		return 0, nil
+	case b.readOnly && version < FormatVersion:
+		return 0, fmt.Errorf("%w: data file %s has format %d; open it once without read-only to upgrade it to format %d",
+			ErrReadOnly, b.path, version, FormatVersion)
+	case b.readOnly, version == FormatVersion:
+		// Nothing to write: opening never touches a current file.
+		return version, nil
+	}
+	err = b.update(func(tx *bbolt.Tx) error {
+		if fresh {
+			b.log.Info("creating a new data file", "format_version", FormatVersion)
+			return createSchema(tx)
+		}
+		if version < FormatVersion {
+			b.log.Info("upgrading data file", "from", version, "to", FormatVersion)
+			if err := migrate(tx, version); err != nil {
+				return errCorruptValue{err}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, b.fileError(err)
+	}
+	return FormatVersion, nil
+}
+
+// Path returns the data file's path.
+func (b *Bolt) Path() string { return b.path }
+
+// Load implements Store.
+func (b *Bolt) Load(ctx context.Context, job string) (Record, error) {
+	if err := b.check(ctx, "load", job); err != nil {
+		return Record{}, err
+	}
+	// Copy the values out and decode after the transaction: a long read
+	// transaction would hold up a commit that needs to grow the file.
+	var raw rawRecord
+	err := b.view(func(tx *bbolt.Tx) error {
+		raw = readRaw(tx, job)
+		return nil
+	})
+	if err != nil {
+		return Record{}, b.opError("load", job, err)
+	}
+	var rec Record
+	if raw.found {
+		rec, err = decodeRecord(job, raw.cur, raw.prev, raw.cfg)
+	} else {
+		err = ErrNotFound
+	}
+	if errors.Is(err, ErrNotFound) {
+		return Record{}, fmt.Errorf("%w: load job %q: no assignment or config is stored for it", ErrNotFound, job)
+	}
+	if err != nil {
+		return Record{}, b.opError("load", job, err)
+	}
+	return rec, nil
+}
+
+// Commit implements Store.
+func (b *Bolt) Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error {
+	if err := b.checkWrite(ctx, "commit", job); err != nil {
+		return err
+	}
+	switch {
+	case next == nil:
+		return fmt.Errorf("%w: commit job %q: the assignment is nil", ErrInvalid, job)
+	case next.Job != job:
+		return fmt.Errorf("%w: commit job %q: the assignment is for job %q", ErrInvalid, job, next.Job)
+	case next.Generation <= prevGen:
+		return fmt.Errorf("%w: commit job %q: generation %d must be above the generation it replaces, %d",
+			ErrInvalid, job, next.Generation, prevGen)
+	}
+	if err := next.Validate(); err != nil {
+		return fmt.Errorf("%w: commit job %q: %w", ErrInvalid, job, err)
+	}
+	enc, err := encodeAssignment(next)
+	if err != nil {
+		return fmt.Errorf("%w: commit job %q: %w", ErrInvalid, job, err)
+	}
+	err = b.update(func(tx *bbolt.Tx) error {
+		return writeAssignment(tx, job, prevGen, enc)
+	})
+	if err != nil {
+		var conflict conflictError
+		if errors.As(err, &conflict) {
+			b.log.Debug("commit conflict", "job", job, "stored", conflict.stored, "expected", conflict.expected)
+			return fmt.Errorf("%w: commit job %q generation %d: %v; load the job again and retry",
+				ErrConflict, job, next.Generation, conflict)
+		}
+		return b.opError("commit", job, err)
+	}
+	b.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen)
+	return nil
+}
+
+// SetConfig implements Store.
+func (b *Bolt) SetConfig(ctx context.Context, job string, cfg assign.Config) error {
+	if err := b.checkWrite(ctx, "set config", job); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: set config of job %q: %w", ErrInvalid, job, err)
+	}
+	enc, err := encodeConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("%w: set config of job %q: %w", ErrInvalid, job, err)
+	}
+	err = b.update(func(tx *bbolt.Tx) error {
+		return writeConfig(tx, job, enc)
+	})
+	if err != nil {
+		return b.opError("set config", job, err)
+	}
+	return nil
+}
+
+// Jobs implements Store.
+func (b *Bolt) Jobs(ctx context.Context) ([]string, error) {
+	if b.closed.Load() {
+		return nil, fmt.Errorf("%w: list jobs", ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("storage: list jobs: %w", err)
+	}
+	var names []string
+	err := b.view(func(tx *bbolt.Tx) error {
+		var err error
+		names, err = listJobs(tx)
+		return err
+	})
+	if err != nil {
+		return nil, b.opError("list", "", err)
+	}
+	return names, nil
+}
+
+// Close implements Store. It waits for transactions in flight; a second
+// Close returns nil.
+func (b *Bolt) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	if err := b.db.Close(); err != nil {
+		return fmt.Errorf("storage: close data file %s: %w", b.path, err)
+	}
+	b.log.Info("storage closed")
+	return nil
+}
+
+// check rejects calls on a closed store, with a done context, or for an
+// invalid job name.
+func (b *Bolt) check(ctx context.Context, op, job string) error {
+	if b.closed.Load() {
+		return fmt.Errorf("%w: %s job %q", ErrClosed, op, job)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("storage: %s job %q: %w", op, job, err)
+	}
+	if err := assign.ValidateJobName(job); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalid, op, err)
+	}
+	return nil
+}
+
+func (b *Bolt) checkWrite(ctx context.Context, op, job string) error {
+	if err := b.check(ctx, op, job); err != nil {
+		return err
+	}
+	if b.readOnly {
+		return fmt.Errorf("%w: %s job %q: data file %s was opened read-only", ErrReadOnly, op, job, b.path)
+	}
+	return nil
+}
+
+// view and update run a transaction, turning a bbolt panic or a memory
+// fault (a file damaged or truncated while open) into an error.
+func (b *Bolt) view(fn func(*bbolt.Tx) error) (err error) {
+	defer recoverPanic(&err)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return b.db.View(fn)
+}
+
+func (b *Bolt) update(fn func(*bbolt.Tx) error) (err error) {
+	defer recoverPanic(&err)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return b.db.Update(fn)
+}
+
+// errPanicked marks an error recovered from a panic.
+type errPanicked struct{ v any }
+
+func (e errPanicked) Error() string { return fmt.Sprintf("bbolt panicked reading it: %v", e.v) }
+
+func recoverPanic(err *error) {
+	if r := recover(); r != nil {
+		*err = errPanicked{r}
+	}
+}
+
+// fileError wraps an error of the whole file.
+func (b *Bolt) fileError(err error) error {
+	var (
+		cv errCorruptValue
+		pv errPanicked
+	)
+	switch {
+	case errors.As(err, &cv), errors.As(err, &pv):
+		return corruptFile(b.path, err)
+	case errors.Is(err, berrors.ErrDatabaseNotOpen):
+		return ErrClosed
+	}
+	return fmt.Errorf("storage: data file %s: %w; check the disk and the file's permissions", b.path, err)
+}
+
+// opError wraps an error of an operation on one job ("" for all jobs).
+func (b *Bolt) opError(op, job string, err error) error {
+	subject := "jobs"
+	if job != "" {
+		subject = fmt.Sprintf("job %q", job)
+	}
+	var (
+		cv errCorruptValue
+		pv errPanicked
+	)
+	switch {
+	case errors.As(err, &cv), errors.As(err, &pv):
+		return fmt.Errorf("%w: %s %s: in data file %s, %w; slicerd will not overwrite it: restore the file from a backup, or move it aside to start with an empty store",
+			ErrCorrupt, op, subject, b.path, err)
+	case errors.Is(err, berrors.ErrDatabaseNotOpen):
+		return fmt.Errorf("%w: %s %s", ErrClosed, op, subject)
+	case errors.Is(err, berrors.ErrDatabaseReadOnly):
+		return fmt.Errorf("%w: %s %s: data file %s was opened read-only", ErrReadOnly, op, subject, b.path)
+	}
+	return fmt.Errorf("storage: %s %s: data file %s: %w; check the disk (space, permissions)", op, subject, b.path, err)
+}

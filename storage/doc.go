@@ -1,0 +1,44 @@
+// Package storage keeps each job's assignment and sharding config durably,
+// so that any Assigner can carry on the decisions of the one before it and a
+// backup path can serve assignments while the Assigners are down.
+//
+// # Contract
+//
+// A Store holds, per job, a Record: the current assignment, the previous
+// one, and the job's config. Writes of assignments are conditional, which is
+// the optimistic concurrency of Slicer's assignment storage: an Assigner
+// loads the record, computes the next assignment with a higher generation,
+// and calls Commit with the generation it read (0 when nothing was stored).
+// Commit succeeds only if that generation is still the stored one; if a
+// concurrent Assigner committed first it fails with ErrConflict and changes
+// nothing, and the loser loads the winner's assignment and tries again. Two
+// Assigners that both believe they are in charge may thrash, but they never
+// diverge: generations stored for a job only grow, and each one is
+// committed exactly once.
+//
+// A failed write leaves the stored data exactly as it was. Stored data that
+// cannot be decoded is reported as ErrCorrupt, never silently replaced:
+// Commit refuses to overwrite a current or previous assignment it cannot
+// read.
+//
+// The previous assignment is kept because the step between two
+// assignments matters, not only the latest one: the slices unchanged
+// between them stay usable while an assignment changes (the bridge over a
+// transition), what moved in the last step can be measured and shown, and
+// an operator looking at a bad rebalance can see what came before it. It
+// costs one extra value per job.
+//
+// Config writes are unconditional, and replace even an unreadable config
+// (that is how one is repaired); a job exists in the store once it has a
+// config or an assignment. Records returned by Load are the caller's to
+// modify.
+//
+// # Implementations
+//
+// Bolt keeps everything in one bbolt file (see schema.go for the layout and
+// encodings, and FormatVersion for upgrades). bbolt locks the file, so one
+// slicerd process owns a data directory; others fail with ErrLocked. The
+// interface is deliberately small so that stores backed by other
+// transactional key-value systems (such as etcd, with a compare-and-swap on
+// the current key's revision) can implement the same contract.
+package storage

@@ -1,0 +1,459 @@
+package storage
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/bbolt"
+)
+
+// shortLock keeps lock-conflict tests quick.
+const shortLock = 100 * time.Millisecond
+
+func TestDataDirErrors(t *testing.T) {
+	tmp := t.TempDir()
+	file := writeFile(t, tmp, "plain", []byte("not a directory"))
+	tests := []struct {
+		name string
+		open func() (*Bolt, error)
+		want []string
+	}{
+		{"data dir is a file", func() (*Bolt, error) { return OpenDataDir(file, BoltOptions{}) },
+			[]string{file, "--data-dir"}},
+		{"data dir under a file", func() (*Bolt, error) { return OpenDataDir(filepath.Join(file, "sub"), BoltOptions{}) },
+			[]string{filepath.Join(file, "sub"), "--data-dir"}},
+		{"data file under a file", func() (*Bolt, error) { return OpenBolt(filepath.Join(file, "x.db"), BoltOptions{}) },
+			[]string{filepath.Join(file, "x.db"), "--data-dir"}},
+		{"data file in a missing dir", func() (*Bolt, error) { return OpenBolt(filepath.Join(tmp, "missing", "x.db"), BoltOptions{}) },
+			[]string{filepath.Join(tmp, "missing", "x.db"), "directory exists"}},
+		{"data file is a directory", func() (*Bolt, error) { return OpenBolt(tmp, BoltOptions{}) },
+			[]string{tmp, "is a directory"}},
+		{"empty data dir", func() (*Bolt, error) { return OpenDataDir("", BoltOptions{}) },
+			[]string{"--data-dir"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := tt.open()
+			if err == nil {
+				b.Close()
+				t.Fatal("open succeeded")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	if got, err := os.ReadFile(file); err != nil || string(got) != "not a directory" {
+		t.Fatalf("the plain file was touched: %q, %v", got, err)
+	}
+}
+
+func TestDataDirPermissions(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root ignores directory permissions; TestDataDirErrors covers unusable paths")
+	}
+	dir := filepath.Join(t.TempDir(), "locked")
+	if err := os.Mkdir(dir, 0o000); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(dir, 0o700) })
+	_, err := OpenDataDir(dir, BoltOptions{})
+	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "--data-dir") {
+		t.Fatalf("open in an inaccessible dir: %v", err)
+	}
+}
+
+func TestOpenDataDirCreatesDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	b, err := OpenDataDir(dir, BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	fi, err := os.Stat(dir)
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("data dir: %v, %v; want mode 0700", fi.Mode(), err)
+	}
+	if b.Path() != filepath.Join(dir, DataFileName) {
+		t.Fatalf("Path = %s", b.Path())
+	}
+}
+
+func TestLockedInProcess(t *testing.T) {
+	s := openTest(t)
+	for _, ro := range []bool{false, true} {
+		start := time.Now()
+		_, err := OpenBolt(s.Path(), BoltOptions{LockTimeout: shortLock, ReadOnly: ro})
+		want := fmt.Sprintf("data file %s is in use by another slicerd process", s.Path())
+		if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--data-dir") {
+			t.Fatalf("second open (read-only %v): %v, want ErrLocked", ro, err)
+		}
+		t.Logf("gave up after %v", time.Since(start))
+	}
+	// The failed opens did not disturb the first.
+	mustCommit(t, s, "j", 0, testAssignment("j", 1, 1, 1))
+	s = reopen(t, s, BoltOptions{})
+	mustLoad(t, s, "j")
+}
+
+const helperEnv = "SLICERD_STORAGE_HELPER_PATH"
+
+// runHelperProcess holds the data file named by helperEnv open until its
+// stdin closes. It runs in a child process started by TestLockedAcrossProcesses.
+func runHelperProcess() int {
+	b, err := OpenBolt(os.Getenv(helperEnv), BoltOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("open")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	if err := b.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// TestLockedAcrossProcesses checks that a slicerd in another process holds
+// the file the same way a second opener in this process does.
+func TestLockedAcrossProcesses(t *testing.T) {
+	s := openTest(t)
+	mustCommit(t, s, "j", 0, testAssignment("j", 1, 1, 1))
+	path := s.Path()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+path)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "open\n" {
+		t.Fatalf("helper process: %q, %v; stderr: %s", line, err, stderr.String())
+	}
+
+	for _, ro := range []bool{false, true} {
+		_, err := OpenBolt(path, BoltOptions{LockTimeout: shortLock, ReadOnly: ro})
+		if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "in use by another slicerd process") {
+			t.Fatalf("open (read-only %v) while another process holds the file: %v, want ErrLocked", ro, err)
+		}
+	}
+
+	_ = stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("helper process: %v; stderr: %s", err, stderr.String())
+	}
+	b, err := OpenBolt(path, BoltOptions{LockTimeout: shortLock})
+	if err != nil {
+		t.Fatalf("open after the other process exited: %v", err)
+	}
+	defer b.Close()
+	mustLoad(t, b, "j")
+}
+
+// validFile returns the bytes of a data file holding a few jobs, and the
+// size its pages use (bbolt grows files ahead of use).
+func validFile(t *testing.T) ([]byte, int) {
+	t.Helper()
+	s := openTest(t)
+	for i := range 4 {
+		job := fmt.Sprintf("job-%d", i)
+		mustCommit(t, s, job, 0, testAssignment(job, 1, 20, 10))
+		mustCommit(t, s, job, 1, testAssignment(job, 2, 20, 10))
+	}
+	var hwm int64
+	if err := s.db.View(func(tx *bbolt.Tx) error { hwm = tx.Size(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return readFile(t, s.Path()), int(hwm)
+}
+
+func TestCorruptFile(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	garbage := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	valid, used := validFile(t)
+	pageSize := os.Getpagesize()
+	if len(valid) < 8*pageSize {
+		t.Fatalf("test file is only %d bytes", len(valid))
+	}
+	flipped := func(off int) []byte {
+		b := append([]byte(nil), valid...)
+		for i := off; i < off+64; i++ {
+			b[i] ^= 0xa5
+		}
+		return b
+	}
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"short garbage", garbage(100)},
+		{"garbage", garbage(64 << 10)},
+		{"text", []byte(strings.Repeat("this is not a database\n", 2000))},
+		{"zeros", make([]byte, 32<<10)},
+		{"truncated to one page", valid[:pageSize]},
+		{"truncated after the meta pages", valid[:2*pageSize+100]},
+		{"truncated to half", valid[:len(valid)/2]},
+		{"last used byte missing", valid[:used-1]},
+		{"both meta pages damaged", append(flipped(0)[:pageSize], flipped(pageSize)[pageSize:]...)},
+	}
+	for _, tt := range tests {
+		for _, ro := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/read-only=%v", tt.name, ro), func(t *testing.T) {
+				path := writeFile(t, t.TempDir(), DataFileName, tt.data)
+				b, err := OpenBolt(path, BoltOptions{ReadOnly: ro, LockTimeout: shortLock})
+				if err == nil {
+					b.Close()
+					t.Fatal("open succeeded")
+				}
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "untouched") {
+					t.Fatalf("open: %v, want ErrCorrupt naming the file", err)
+				}
+				t.Log(err)
+				assertUnchanged(t, path, tt.data)
+				// Nothing is left holding the file.
+				if err := os.Rename(path, path+".bad"); err != nil {
+					t.Fatal(err)
+				}
+				b, err = OpenBolt(path, BoltOptions{LockTimeout: shortLock})
+				if err != nil {
+					t.Fatalf("fresh open after moving the bad file aside: %v", err)
+				}
+				b.Close()
+			})
+		}
+	}
+}
+
+func TestReadOnlyEmptyFile(t *testing.T) {
+	path := writeFile(t, t.TempDir(), DataFileName, nil)
+	_, err := OpenBolt(path, BoltOptions{ReadOnly: true})
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("read-only open of an empty file: %v", err)
+	}
+}
+
+func TestEmptyFileIsNew(t *testing.T) {
+	// An empty file is what a crash while creating the store leaves.
+	path := writeFile(t, t.TempDir(), DataFileName, nil)
+	b, err := OpenBolt(path, BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	mustCommit(t, b, "j", 0, testAssignment("j", 1, 1, 1))
+}
+
+// rawUpdate changes a closed data file with bbolt directly.
+func rawUpdate(t *testing.T, path string, fn func(tx *bbolt.Tx) error) {
+	t.Helper()
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Update(fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNotSlicerdFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "other.db")
+	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		_, err := tx.CreateBucket([]byte("something-else"))
+		return err
+	})
+	before := readFile(t, path)
+	_, err := OpenBolt(path, BoltOptions{})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "not a slicerd data file") {
+		t.Fatalf("open of a foreign bbolt file: %v", err)
+	}
+	assertUnchanged(t, path, before)
+}
+
+func TestNewerFormat(t *testing.T) {
+	s := openTest(t)
+	path := s.Path()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyFormatVersion, encodeFormatVersion(FormatVersion+1))
+	})
+	before := readFile(t, path)
+	for _, ro := range []bool{false, true} {
+		_, err := OpenBolt(path, BoltOptions{ReadOnly: ro})
+		want := fmt.Sprintf("written by a newer slicerd (format %d, this binary reads up to %d); upgrade slicerd", FormatVersion+1, FormatVersion)
+		if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Fatalf("open (read-only %v): %v, want ErrNewerFormat", ro, err)
+		}
+	}
+	assertUnchanged(t, path, before)
+}
+
+func TestBadFormatVersion(t *testing.T) {
+	for name, v := range map[string][]byte{
+		"missing": nil,
+		"short":   {1},
+		"zero":    encodeFormatVersion(0),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := openTest(t)
+			path := s.Path()
+			s.Close()
+			rawUpdate(t, path, func(tx *bbolt.Tx) error {
+				if v == nil {
+					return tx.Bucket(bucketMeta).Delete(keyFormatVersion)
+				}
+				return tx.Bucket(bucketMeta).Put(keyFormatVersion, v)
+			})
+			before := readFile(t, path)
+			if _, err := OpenBolt(path, BoltOptions{}); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("open: %v, want ErrCorrupt", err)
+			}
+			assertUnchanged(t, path, before)
+		})
+	}
+}
+
+// TestUndecodableValues damages one stored value of one job: Load and
+// Commit of that job fail with ErrCorrupt naming it, the file is left as it
+// was, and other jobs are unaffected.
+func TestUndecodableValues(t *testing.T) {
+	good := testAssignment("bad", 1, 2, 2)
+	goodEnc, err := good.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := testAssignment("other", 3, 2, 2).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		key     []byte
+		value   []byte
+		prevGen uint64 // the generation the committer read
+		want    string
+	}{
+		{"current garbage", keyCurrent, []byte("\xff\xff\xff garbage"), 2, "current assignment does not decode"},
+		{"current truncated", keyCurrent, goodEnc[:len(goodEnc)/2], 2, "current assignment does not decode"},
+		{"current of another job", keyCurrent, other, 2, `current assignment belongs to job "other"`},
+		{"previous garbage", keyPrevious, []byte{0}, 2, "previous assignment does not decode"},
+		{"previous not older", keyPrevious, goodEnc[:0:0], 2, "previous assignment does not decode"},
+		{"config garbage", keyConfig, []byte("{min_redundancy"), 2, "config does not decode"},
+		{"config invalid", keyConfig, []byte(`{"min_redundancy":0,"max_redundancy":1}`), 2, "config is invalid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := openTest(t)
+			mustCommit(t, s, "bad", 0, good)
+			mustCommit(t, s, "bad", 1, testAssignment("bad", 2, 3, 1))
+			mustCommit(t, s, "fine", 0, testAssignment("fine", 1, 1, 1))
+			path := s.Path()
+			s.Close()
+			rawUpdate(t, path, func(tx *bbolt.Tx) error {
+				return tx.Bucket(bucketJobs).Bucket([]byte("bad")).Put(tt.key, tt.value)
+			})
+			before := readFile(t, path)
+			s, err := OpenBolt(path, BoltOptions{})
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			defer s.Close()
+			checkCorrupt := func(op string, err error) {
+				t.Helper()
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), `job "bad"`) ||
+					!strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
+					t.Fatalf("%s: %v, want ErrCorrupt naming the job, the file and %q", op, err, tt.want)
+				}
+			}
+			_, err = s.Load(ctx, "bad")
+			checkCorrupt("Load", err)
+			checkCorrupt("Commit", s.Commit(ctx, "bad", tt.prevGen, testAssignment("bad", 3, 1, 1)))
+			assertUnchanged(t, path, before)
+			if rec := mustLoad(t, s, "fine"); rec.Generation() != 1 {
+				t.Fatalf("other job: %+v", rec)
+			}
+		})
+	}
+}
+
+func TestOrphanPrevious(t *testing.T) {
+	s := openTest(t)
+	mustCommit(t, s, "j", 0, testAssignment("j", 1, 1, 1))
+	mustCommit(t, s, "j", 1, testAssignment("j", 2, 1, 1))
+	path := s.Path()
+	s.Close()
+	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketJobs).Bucket([]byte("j")).Delete(keyCurrent)
+	})
+	s, err := OpenBolt(path, BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Load(ctx, "j"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Load: %v, want ErrCorrupt", err)
+	}
+	before := readFile(t, path)
+	if err := s.Commit(ctx, "j", 0, testAssignment("j", 3, 1, 1)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Commit: %v, want ErrCorrupt", err)
+	}
+	assertUnchanged(t, path, before)
+}
+
+func TestJobsCorrupt(t *testing.T) {
+	s := openTest(t)
+	path := s.Path()
+	s.Close()
+	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketJobs).Put([]byte("stray"), []byte("value"))
+	})
+	s, err := OpenBolt(path, BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Jobs(ctx); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "stray") {
+		t.Fatalf("Jobs: %v, want ErrCorrupt naming the stray key", err)
+	}
+}

@@ -1,0 +1,119 @@
+package storage
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+func FuzzDecodeConfig(f *testing.F) {
+	for _, s := range []string{
+		`{"min_redundancy":1,"max_redundancy":1}`,
+		`{"min_redundancy":2,"max_redundancy":64,"future":true}`,
+		`{"min_redundancy":0,"max_redundancy":1}`,
+		`{"min_redundancy":1,"max_redundancy":65}`,
+		`{"min_redundancy":1e3}`,
+		`{}`, `null`, `[]`, `"x"`, ``, `{"min_redundancy":1,"max_redundancy":1} trailing`,
+		`{"min_redundancy":-1,"max_redundancy":9223372036854775808}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cfg, err := decodeConfig(b)
+		if err != nil {
+			if cfg != (assign.Config{}) {
+				t.Fatalf("error %v with a non-zero config %+v", err, cfg)
+			}
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("decoded an invalid config %+v: %v", cfg, err)
+		}
+		enc, err := encodeConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := decodeConfig(enc)
+		if err != nil || again != cfg {
+			t.Fatalf("round trip of %+v: %+v, %v", cfg, again, err)
+		}
+	})
+}
+
+// FuzzDecodeRecord feeds arbitrary stored values to the code Load and
+// Commit use to read a job's record: it must never panic, and it either
+// fails as corrupt (or not found) or returns a record whose parts are
+// valid and consistent.
+func FuzzDecodeRecord(f *testing.F) {
+	enc := func(gen uint64, tasks int) []byte {
+		b, err := testAssignment("j", gen, tasks, 2).MarshalBinary()
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	cfg := []byte(`{"min_redundancy":1,"max_redundancy":2}`)
+	f.Add(true, true, true, enc(2, 3), enc(1, 2), cfg)
+	f.Add(true, false, false, enc(1, 1), []byte(nil), []byte(nil))
+	f.Add(false, false, true, []byte(nil), []byte(nil), cfg)
+	f.Add(true, true, false, enc(1, 2), enc(2, 3), []byte(nil))
+	f.Add(false, true, false, []byte(nil), enc(1, 1), []byte(nil))
+	f.Add(true, false, false, enc(1, 1)[:7], []byte(nil), []byte(nil))
+	f.Fuzz(func(t *testing.T, hasCur, hasPrev, hasCfg bool, cur, prev, cfgb []byte) {
+		// Stored values are never nil when present (bbolt returns a
+		// non-nil empty slice for an empty value).
+		present := func(ok bool, b []byte) []byte {
+			if !ok {
+				return nil
+			}
+			if b == nil {
+				return []byte{}
+			}
+			return b
+		}
+		rec, err := decodeRecord("j", present(hasCur, cur), present(hasPrev, prev), present(hasCfg, cfgb))
+		if err != nil {
+			var cv errCorruptValue
+			if !errors.Is(err, ErrNotFound) && !errors.As(err, &cv) {
+				t.Fatalf("error is neither not-found nor corrupt: %v", err)
+			}
+			if errors.Is(err, ErrNotFound) && (hasCur || hasCfg) {
+				t.Fatalf("not found with values present: %v", err)
+			}
+			return
+		}
+		if rec.Job != "j" || (rec.Current == nil) == hasCur || rec.Configured != hasCfg || (rec.Previous == nil) == hasPrev {
+			t.Fatalf("record does not match what is stored: %+v", rec)
+		}
+		if err := rec.Config.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []*assign.Assignment{rec.Current, rec.Previous} {
+			if a == nil {
+				continue
+			}
+			if err := a.Validate(); err != nil || a.Job != "j" {
+				t.Fatalf("decoded an invalid assignment: %v", err)
+			}
+		}
+		if rec.Previous != nil && rec.Previous.Generation >= rec.Current.Generation {
+			t.Fatalf("previous generation %d not below current %d", rec.Previous.Generation, rec.Current.Generation)
+		}
+	})
+}
+
+func FuzzDecodeFormatVersion(f *testing.F) {
+	f.Add(encodeFormatVersion(FormatVersion))
+	f.Add([]byte{})
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := decodeFormatVersion(b)
+		if err != nil {
+			return
+		}
+		if string(encodeFormatVersion(v)) != string(b) {
+			t.Fatalf("%x decoded to %d, which encodes differently", b, v)
+		}
+	})
+}

@@ -1,0 +1,293 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/bbolt"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+// The bbolt data file's schema, in one place:
+//
+//	meta/                      bucket
+//	    format_version         uint64, 8 bytes big-endian
+//	jobs/                      bucket
+//	    <job name>/            bucket, one per job
+//	        current            assignment, assign's binary codec
+//	        previous           assignment Current replaced, same codec
+//	        config             assign.Config as JSON
+//
+// Both top-level buckets are created with the format version when the file
+// is created. A job bucket exists once a config or an assignment was stored.
+
+// DataFileName is the name of the data file inside a data directory.
+const DataFileName = "slicerd.db"
+
+// FormatVersion is the schema version this binary writes and the newest it
+// reads. Bump it when the layout or an encoding changes incompatibly, and
+// teach migrate to upgrade older files.
+const FormatVersion uint64 = 1
+
+var (
+	bucketMeta       = []byte("meta")
+	keyFormatVersion = []byte("format_version")
+
+	bucketJobs  = []byte("jobs")
+	keyCurrent  = []byte("current")
+	keyPrevious = []byte("previous")
+	keyConfig   = []byte("config")
+)
+
+// encodeFormatVersion and decodeFormatVersion are the meta/format_version
+// value encoding.
+func encodeFormatVersion(v uint64) []byte {
+	return binary.BigEndian.AppendUint64(nil, v)
+}
+
+func decodeFormatVersion(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("format version is %d bytes long, want 8", len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// encodeAssignment is the current/previous value encoding.
+func encodeAssignment(a *assign.Assignment) ([]byte, error) {
+	return a.MarshalBinary()
+}
+
+// decodeAssignment decodes a current/previous value of job and checks it
+// belongs to that job. UnmarshalAssignment validates what it decodes.
+func decodeAssignment(job, key string, b []byte) (*assign.Assignment, error) {
+	a, err := assign.UnmarshalAssignment(b)
+	if err != nil {
+		return nil, fmt.Errorf("the %s assignment does not decode: %w", key, err)
+	}
+	if a.Job != job {
+		return nil, fmt.Errorf("the %s assignment belongs to job %q", key, a.Job)
+	}
+	return a, nil
+}
+
+// encodeConfig is the config value encoding.
+func encodeConfig(cfg assign.Config) ([]byte, error) {
+	return json.Marshal(cfg)
+}
+
+// decodeConfig decodes a config value and validates it. Unknown fields are
+// ignored; trailing data is not.
+func decodeConfig(b []byte) (assign.Config, error) {
+	var cfg assign.Config
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return assign.Config{}, fmt.Errorf("the config does not decode: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return assign.Config{}, fmt.Errorf("the config is invalid: %w", err)
+	}
+	return cfg, nil
+}
+
+// decodeRecord builds a job's Record from its stored values, any of which
+// may be nil. It reports ErrNotFound when there is neither an assignment
+// nor a config, and an unwrapped description of the first undecodable
+// value otherwise (callers wrap it in ErrCorrupt).
+func decodeRecord(job string, cur, prev, cfg []byte) (Record, error) {
+	rec := Record{Job: job, Config: assign.DefaultConfig()}
+	if cur == nil && cfg == nil {
+		if prev != nil {
+			return Record{}, errCorruptValue{errors.New("a previous assignment is stored without a current one")}
+		}
+		return Record{}, ErrNotFound
+	}
+	var err error
+	if cur != nil {
+		if rec.Current, err = decodeAssignment(job, "current", cur); err != nil {
+			return Record{}, errCorruptValue{err}
+		}
+	}
+	if prev != nil {
+		if cur == nil {
+			return Record{}, errCorruptValue{errors.New("a previous assignment is stored without a current one")}
+		}
+		if rec.Previous, err = decodeAssignment(job, "previous", prev); err != nil {
+			return Record{}, errCorruptValue{err}
+		}
+		if rec.Previous.Generation >= rec.Current.Generation {
+			return Record{}, errCorruptValue{fmt.Errorf("the previous generation %d is not below the current generation %d",
+				rec.Previous.Generation, rec.Current.Generation)}
+		}
+	}
+	if cfg != nil {
+		if rec.Config, err = decodeConfig(cfg); err != nil {
+			return Record{}, errCorruptValue{err}
+		}
+		rec.Configured = true
+	}
+	return rec, nil
+}
+
+// errCorruptValue marks a decoding failure so the caller can add the file
+// name and advice.
+type errCorruptValue struct{ err error }
+
+func (e errCorruptValue) Error() string { return e.err.Error() }
+func (e errCorruptValue) Unwrap() error { return e.err }
+
+// Transaction helpers. They see the raw schema; the Bolt methods add
+// locking, error wrapping and panic recovery.
+
+// readFormat reports the file's format version, or fresh when the file has
+// no slicerd data yet (a new bbolt file: no buckets at all).
+func readFormat(tx *bbolt.Tx) (version uint64, fresh bool, err error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		k, _ := tx.Cursor().First()
+		if k == nil {
+			return 0, true, nil
+		}
+		return 0, false, fmt.Errorf("it has no %q bucket but holds %q: it is not a slicerd data file", bucketMeta, k)
+	}
+	v, err := decodeFormatVersion(meta.Get(keyFormatVersion))
+	if err != nil {
+		return 0, false, err
+	}
+	if v == 0 {
+		return 0, false, fmt.Errorf("format version 0 is not a valid version")
+	}
+	if v <= FormatVersion && tx.Bucket(bucketJobs) == nil {
+		return 0, false, fmt.Errorf("the %q bucket is missing", bucketJobs)
+	}
+	return v, false, nil
+}
+
+// createSchema writes the buckets and format version of a fresh file.
+func createSchema(tx *bbolt.Tx) error {
+	meta, err := tx.CreateBucket(bucketMeta)
+	if err != nil {
+		return err
+	}
+	if err := meta.Put(keyFormatVersion, encodeFormatVersion(FormatVersion)); err != nil {
+		return err
+	}
+	_, err = tx.CreateBucket(bucketJobs)
+	return err
+}
+
+// migrate upgrades a file of an older format version to FormatVersion.
+// Version 1 is the first; there is nothing to upgrade yet.
+func migrate(tx *bbolt.Tx, from uint64) error {
+	if from != FormatVersion {
+		return fmt.Errorf("no migration from format version %d", from)
+	}
+	return nil
+}
+
+// jobBucket returns the job's bucket, nil if the job has none. The jobs
+// bucket may be missing in a fresh file opened read-only.
+func jobBucket(tx *bbolt.Tx, job string) *bbolt.Bucket {
+	jobs := tx.Bucket(bucketJobs)
+	if jobs == nil {
+		return nil
+	}
+	return jobs.Bucket([]byte(job))
+}
+
+// readRecord decodes the job's record.
+func readRecord(tx *bbolt.Tx, job string) (Record, error) {
+	b := jobBucket(tx, job)
+	if b == nil {
+		return Record{}, ErrNotFound
+	}
+	return decodeRecord(job, b.Get(keyCurrent), b.Get(keyPrevious), b.Get(keyConfig))
+}
+
+// rawRecord is a job's stored values, copied out of a transaction so they
+// can be decoded after it ends.
+type rawRecord struct {
+	found          bool
+	cur, prev, cfg []byte
+}
+
+func readRaw(tx *bbolt.Tx, job string) rawRecord {
+	b := jobBucket(tx, job)
+	if b == nil {
+		return rawRecord{}
+	}
+	return rawRecord{
+		found: true,
+		cur:   bytes.Clone(b.Get(keyCurrent)),
+		prev:  bytes.Clone(b.Get(keyPrevious)),
+		cfg:   bytes.Clone(b.Get(keyConfig)),
+	}
+}
+
+// writeAssignment makes next the job's current assignment if the stored
+// current generation is prevGen. It decodes what it is about to move or
+// overwrite first, so it never replaces a value it cannot read.
+func writeAssignment(tx *bbolt.Tx, job string, prevGen uint64, next []byte) error {
+	var cur []byte
+	if b := jobBucket(tx, job); b != nil {
+		// Decoding the whole record checks current and previous alike.
+		rec, err := readRecord(tx, job)
+		if err != nil && err != ErrNotFound {
+			return err
+		}
+		if stored := rec.Generation(); stored != prevGen {
+			return conflictError{stored: stored, expected: prevGen}
+		}
+		cur = b.Get(keyCurrent)
+	} else if prevGen != 0 {
+		return conflictError{stored: 0, expected: prevGen}
+	}
+	jobs := tx.Bucket(bucketJobs)
+	b, err := jobs.CreateBucketIfNotExists([]byte(job))
+	if err != nil {
+		return err
+	}
+	if cur != nil {
+		// Copy: cur may point into the memory map, which the commit can remap.
+		if err := b.Put(keyPrevious, bytes.Clone(cur)); err != nil {
+			return err
+		}
+	}
+	return b.Put(keyCurrent, next)
+}
+
+// conflictError carries the generations of a lost Commit.
+type conflictError struct{ stored, expected uint64 }
+
+func (e conflictError) Error() string {
+	return fmt.Sprintf("stored generation is %d, expected %d", e.stored, e.expected)
+}
+
+// writeConfig stores the job's encoded config, creating the job.
+func writeConfig(tx *bbolt.Tx, job string, cfg []byte) error {
+	b, err := tx.Bucket(bucketJobs).CreateBucketIfNotExists([]byte(job))
+	if err != nil {
+		return err
+	}
+	return b.Put(keyConfig, cfg)
+}
+
+// listJobs returns the job bucket names in key order, which for job names
+// (ASCII) is sorted order. A non-bucket key under jobs is corruption.
+func listJobs(tx *bbolt.Tx) ([]string, error) {
+	jobs := tx.Bucket(bucketJobs)
+	if jobs == nil {
+		return nil, nil
+	}
+	var names []string
+	err := jobs.ForEach(func(k, v []byte) error {
+		if v != nil {
+			return errCorruptValue{fmt.Errorf("key %q under %q is not a job bucket", k, bucketJobs)}
+		}
+		names = append(names, string(k))
+		return nil
+	})
+	return names, err
+}

@@ -1,0 +1,52 @@
+package storage
+
+import (
+	"context"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+// Record is what the store holds for one job.
+type Record struct {
+	Job string
+	// Current is the job's latest committed assignment; nil if none stored.
+	Current *assign.Assignment
+	// Previous is the assignment Current replaced; nil if none.
+	Previous *assign.Assignment
+	// Config is the job's sharding config: assign.DefaultConfig() unless
+	// one was set with SetConfig.
+	Config assign.Config
+	// Configured reports whether Config was set with SetConfig.
+	Configured bool
+}
+
+// Generation is the generation of r.Current, 0 when none is stored: the
+// value to pass as prevGen to the next Commit.
+func (r Record) Generation() uint64 {
+	if r.Current == nil {
+		return 0
+	}
+	return r.Current.Generation
+}
+
+// Store keeps each job's assignment and config. Every implementation gives
+// the same guarantees, described in the package documentation. The
+// assignments a Store returns are fresh copies the caller owns.
+type Store interface {
+	// Load returns the job's record; ErrNotFound if the store has neither
+	// an assignment nor a config for it.
+	Load(ctx context.Context, job string) (Record, error)
+	// Commit stores next as the job's current assignment (moving the old
+	// current to previous) only if the stored current generation equals
+	// prevGen (0 = nothing stored yet), next.Generation > prevGen,
+	// next.Job == job, and next.Validate() passes. Otherwise it returns
+	// ErrConflict (generation mismatch; the message gives stored vs
+	// expected) or ErrInvalid, and changes nothing.
+	Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error
+	// SetConfig validates and stores the job's config, creating the job.
+	SetConfig(ctx context.Context, job string, cfg assign.Config) error
+	// Jobs lists the names of the jobs in the store, sorted.
+	Jobs(ctx context.Context) ([]string, error)
+	// Close releases the store. Calls after Close return ErrClosed.
+	Close() error
+}
