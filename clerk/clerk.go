@@ -1,0 +1,300 @@
+package clerk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
+)
+
+// Clerk keeps a local copy of one job's assignment, streamed from slicerd,
+// and maps keys to the tasks that serve them. Lookups are safe from any
+// number of goroutines and never block on the network: a Clerk keeps
+// routing with its last assignment while slicerd is unreachable.
+type Clerk struct {
+	cfg       Config
+	log       *slog.Logger
+	client    connect.HTTPClient
+	ownClient *http.Client // set when the Clerk made client and must close it
+
+	table   atomic.Pointer[Table]
+	ready   chan struct{}
+	wake    chan struct{}
+	running atomic.Bool
+
+	// Owned by Run's goroutine: where the next round starts.
+	nextDist, nextBackup int
+}
+
+// New validates cfg and builds a Clerk without connecting; Run connects.
+func New(cfg Config) (*Clerk, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Clerk{
+		cfg:   cfg,
+		log:   cfg.Logger.With("job", cfg.Job),
+		ready: make(chan struct{}),
+		wake:  make(chan struct{}, 1),
+	}
+	c.client = cfg.HTTPClient
+	if c.client == nil {
+		c.ownClient = api.NewH2CClient()
+		c.client = c.ownClient
+	}
+	// Start at a random server so that many clients spread over the
+	// Distributors instead of all piling onto the first one.
+	c.nextDist, c.nextBackup = rand.Int(), rand.Int()
+	return c, nil
+}
+
+// AssignedTasks returns the addresses of the tasks the current assignment
+// gives key's slice to, or nil before the first assignment. It does not
+// allocate or lock. The result is shared: do not modify it.
+func (c *Clerk) AssignedTasks(key []byte) []string {
+	t := c.table.Load()
+	if t == nil {
+		return nil
+	}
+	return t.addrs[t.Lookup(assign.HashKey(key))]
+}
+
+// AssignedTasksString is AssignedTasks for a string key.
+func (c *Clerk) AssignedTasksString(key string) []string {
+	t := c.table.Load()
+	if t == nil {
+		return nil
+	}
+	return t.addrs[t.Lookup(assign.HashString(key))]
+}
+
+// AssignedTaskNames returns the names of the tasks serving key's slice, in
+// the same order as AssignedTasks, or nil before the first assignment. The
+// result is shared: do not modify it.
+func (c *Clerk) AssignedTaskNames(key []byte) []string {
+	t := c.table.Load()
+	if t == nil {
+		return nil
+	}
+	return t.Names(t.Lookup(assign.HashKey(key)))
+}
+
+// Table returns the lookup table of the current assignment, or nil.
+func (c *Clerk) Table() *Table { return c.table.Load() }
+
+// Assignment returns the current assignment, or nil. It is read-only.
+func (c *Clerk) Assignment() *assign.Assignment {
+	if t := c.table.Load(); t != nil {
+		return t.a
+	}
+	return nil
+}
+
+// Generation returns the generation of the current assignment, 0 if none.
+func (c *Clerk) Generation() uint64 {
+	if t := c.table.Load(); t != nil {
+		return t.a.Generation
+	}
+	return 0
+}
+
+// Ready is closed when the first assignment has been installed.
+func (c *Clerk) Ready() <-chan struct{} { return c.ready }
+
+// WaitReady blocks until the first assignment arrives or ctx ends, in
+// which case it returns an error wrapping ErrNoAssignment and ctx.Err().
+func (c *Clerk) WaitReady(ctx context.Context) error {
+	select {
+	case <-c.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w for job %q: %w; is slicerd reachable at the configured addresses?", ErrNoAssignment, c.cfg.Job, ctx.Err())
+	}
+}
+
+// ResolveNow ends Run's current wait between connection attempts, so a
+// change in the set of servers is acted on at once. It never blocks.
+func (c *Clerk) ResolveNow() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run keeps a WatchAssignment stream open until ctx ends, then returns nil.
+// It tries the Distributors in turn, then the Backups, and waits with
+// jittered exponential backoff after a round in which no server answered.
+// Run may be called again after it returns, but not concurrently.
+func (c *Clerk) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: job %q: Run was called twice; call it once and cancel its context to stop", ErrRunning, c.cfg.Job)
+	}
+	defer c.running.Store(false)
+	if c.ownClient != nil {
+		defer c.ownClient.CloseIdleConnections()
+	}
+	backoff := c.cfg.MinBackoff
+	failing := false
+	for {
+		dists, backups := c.resolve()
+		ok, err := c.round(ctx, dists, backups)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case ok:
+			backoff, failing = c.cfg.MinBackoff, false
+		case !failing:
+			failing = true
+			c.log.Warn("clerk: no slicerd server answered; keeping the current assignment and retrying",
+				"generation", c.Generation(), "distributors", dists, "backups", backups, "err", err)
+		default:
+			c.log.Debug("clerk: retry round failed", "backoff", backoff, "err", err)
+		}
+		// Always pause a little, even after a healthy stream, so that a
+		// server that accepts and drops streams cannot make Run spin.
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-c.wake:
+		case <-t.C:
+		}
+		t.Stop()
+		if !ok {
+			backoff = min(2*backoff, c.cfg.MaxBackoff)
+		}
+	}
+}
+
+func (c *Clerk) resolve() (dists, backups []string) {
+	if c.cfg.Resolver != nil {
+		return c.cfg.Resolver()
+	}
+	return c.cfg.Addrs, c.cfg.BackupAddrs
+}
+
+// round tries each Distributor, starting after the last one used, and then
+// each Backup, until one gives a healthy stream. It reports whether one
+// did, or else the last error.
+func (c *Clerk) round(ctx context.Context, dists, backups []string) (bool, error) {
+	var last error
+	for _, backup := range []bool{false, true} {
+		addrs, next := dists, &c.nextDist
+		if backup {
+			addrs, next = backups, &c.nextBackup
+		}
+		start := *next
+		for k := range addrs {
+			i := (start + k) % len(addrs)
+			*next = i + 1
+			ok, err := c.watch(ctx, addrs[i], backup)
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			if ok {
+				return true, nil
+			}
+			last = err
+			c.log.Debug("clerk: server did not answer", "addr", addrs[i], "backup", backup, "err", err)
+		}
+	}
+	if last == nil {
+		last = errors.New("no server address known")
+	}
+	return false, last
+}
+
+// watch runs one stream. The stream was healthy if it delivered a valid
+// assignment message or stayed open for at least MaxBackoff (a Clerk that
+// is already current receives nothing until the next generation).
+func (c *Clerk) watch(ctx context.Context, addr string, backup bool) (bool, error) {
+	var cancel context.CancelFunc
+	if backup {
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.BackupRecheck)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+
+	began := time.Now()
+	req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: c.cfg.Job, KnownGeneration: c.Generation()})
+	var stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse]
+	var err error
+	if backup {
+		stream, err = slicerv1connect.NewBackupServiceClient(c.client, api.RPCURL(addr)).WatchAssignment(ctx, req)
+	} else {
+		stream, err = slicerv1connect.NewDistributorServiceClient(c.client, api.RPCURL(addr)).WatchAssignment(ctx, req)
+	}
+	if err != nil {
+		return false, err
+	}
+	defer stream.Close()
+
+	delivered := false
+	for stream.Receive() {
+		if err := c.accept(stream.Msg().GetAssignment()); err != nil {
+			c.log.Error("clerk: server sent an assignment that is not valid; dropping the stream and trying another server",
+				"addr", addr, "backup", backup, "err", err)
+			return false, err
+		}
+		if !delivered {
+			c.log.Info("clerk: streaming assignments", "addr", addr, "backup", backup, "generation", c.Generation())
+		}
+		delivered = true
+	}
+	err = stream.Err()
+	healthy := delivered || time.Since(began) >= c.cfg.MaxBackoff
+	if healthy && ctx.Err() == nil {
+		c.log.Info("clerk: assignment stream ended; reconnecting", "addr", addr, "backup", backup, "err", err)
+	}
+	if backup && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The recheck timer ended a working Backup stream.
+		return true, nil
+	}
+	return healthy, err
+}
+
+// accept installs p if it is a valid assignment of the job newer than the
+// current one. An older or equal generation is ignored; anything invalid is
+// an error.
+func (c *Clerk) accept(p *slicerv1.Assignment) error {
+	a, err := api.FromProto(p)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errRejected, err)
+	}
+	if a.Job != c.cfg.Job {
+		return fmt.Errorf("%w: asked for job %q, got job %q", errRejected, c.cfg.Job, a.Job)
+	}
+	prev := c.table.Load()
+	if prev != nil && a.Generation <= prev.a.Generation {
+		c.log.Debug("clerk: ignoring assignment that is not newer", "generation", a.Generation, "held", prev.a.Generation)
+		return nil
+	}
+	c.table.Store(NewTable(a))
+	var old *assign.Assignment
+	if prev == nil {
+		close(c.ready)
+		c.log.Info("clerk: first assignment", "generation", a.Generation, "tasks", len(a.Tasks), "slices", len(a.Slices))
+	} else {
+		old = prev.a
+		c.log.Debug("clerk: new assignment", "generation", a.Generation, "tasks", len(a.Tasks), "slices", len(a.Slices))
+	}
+	if c.cfg.OnAssignment != nil {
+		c.cfg.OnAssignment(old, a)
+	}
+	return nil
+}

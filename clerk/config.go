@@ -1,0 +1,92 @@
+package clerk
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+// Config configures a Clerk. Start from DefaultConfig.
+type Config struct {
+	// Job is the job whose assignment the Clerk follows.
+	Job string
+	// Addrs are Distributor RPC addresses (host:port), tried in turn.
+	Addrs []string
+	// BackupAddrs are Backup Distributor addresses, tried when no
+	// Distributor answers.
+	BackupAddrs []string
+	// Resolver, when set, is called before every round of connection
+	// attempts and replaces Addrs and BackupAddrs, so the set of servers can
+	// follow membership.
+	Resolver func() (distributors, backups []string)
+	// HTTPClient carries the RPCs. Nil means an HTTP/2 cleartext (h2c)
+	// client owned by the Clerk.
+	HTTPClient connect.HTTPClient
+	// MinBackoff and MaxBackoff bound the jittered wait between rounds of
+	// connection attempts; it doubles after every round in which no server
+	// answered. Zero means the default.
+	MinBackoff, MaxBackoff time.Duration
+	// BackupRecheck is how long the Clerk streams from a Backup before it
+	// tries the Distributors again. Zero means the default.
+	BackupRecheck time.Duration
+	// OnAssignment, when set, is called after every accepted assignment,
+	// serially from Run's goroutine; prev is nil the first time. Both are
+	// read-only. A slow callback delays the next update.
+	OnAssignment func(prev, next *assign.Assignment)
+	// Logger receives state changes at info and retries at debug. Nil
+	// discards.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a configuration with working timers; fill in Job
+// and Addrs (or Resolver).
+func DefaultConfig() Config {
+	return Config{
+		MinBackoff:    100 * time.Millisecond,
+		MaxBackoff:    5 * time.Second,
+		BackupRecheck: 30 * time.Second,
+	}
+}
+
+// withDefaults fills zero timers from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MinBackoff == 0 {
+		c.MinBackoff = d.MinBackoff
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = max(d.MaxBackoff, c.MinBackoff)
+	}
+	if c.BackupRecheck == 0 {
+		c.BackupRecheck = d.BackupRecheck
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports what is wrong with c, if anything. Zero timers are
+// valid: they mean the defaults.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := assign.ValidateJobName(c.Job); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.Resolver == nil && len(c.Addrs) == 0 && len(c.BackupAddrs) == 0 {
+		return fmt.Errorf("%w: job %q: no server address; set Addrs to the slicerd Distributors' RPC addresses or set a Resolver", ErrInvalidConfig, c.Job)
+	}
+	switch {
+	case c.MinBackoff <= 0:
+		return fmt.Errorf("%w: min backoff %v must be positive; start from DefaultConfig()", ErrInvalidConfig, c.MinBackoff)
+	case c.MaxBackoff < c.MinBackoff:
+		return fmt.Errorf("%w: max backoff %v is below min backoff %v", ErrInvalidConfig, c.MaxBackoff, c.MinBackoff)
+	case c.BackupRecheck <= 0:
+		return fmt.Errorf("%w: backup recheck %v must be positive; start from DefaultConfig()", ErrInvalidConfig, c.BackupRecheck)
+	}
+	return nil
+}

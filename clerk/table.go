@@ -1,0 +1,68 @@
+package clerk
+
+import "github.com/slicerd/slicerd/assign"
+
+// Table is an immutable lookup structure over one assignment, built once per
+// generation so that every lookup is a hash and a binary search with no
+// allocation and no lock. Readers share a *Table freely.
+type Table struct {
+	a     *assign.Assignment
+	ends  []assign.SliceKey // ends[i] is the exclusive end of slice i
+	addrs [][]string        // addrs[i][j] is the address of a.Slices[i].Tasks[j]
+}
+
+// NewTable builds the lookup table of a, which must be valid (see
+// assign.Assignment.Validate) and must not change afterwards.
+func NewTable(a *assign.Assignment) *Table {
+	t := &Table{
+		a:     a,
+		ends:  make([]assign.SliceKey, len(a.Slices)),
+		addrs: make([][]string, len(a.Slices)),
+	}
+	n := 0
+	for _, s := range a.Slices {
+		n += len(s.Tasks)
+	}
+	// One backing array for all address lists; the capacity limit on each
+	// sub-slice keeps a caller's append from writing into its neighbour.
+	flat := make([]string, 0, n)
+	for i, s := range a.Slices {
+		t.ends[i] = s.End
+		from := len(flat)
+		for _, name := range s.Tasks {
+			var addr string
+			if k, ok := a.TaskIndex(name); ok {
+				addr = a.Tasks[k].Addr
+			}
+			flat = append(flat, addr)
+		}
+		t.addrs[i] = flat[from:len(flat):len(flat)]
+	}
+	return t
+}
+
+// Assignment returns the assignment the table was built from.
+func (t *Table) Assignment() *assign.Assignment { return t.a }
+
+// Lookup returns the index of the slice that contains slice key h
+// (h < assign.KeySpaceEnd), the same as t.Assignment().Find(h).
+func (t *Table) Lookup(h assign.SliceKey) int {
+	ends := t.ends
+	lo, hi := 0, len(ends)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if ends[m] <= h {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// Addrs returns the addresses of the tasks of slice i, in the order of
+// Names(i). An entry is empty when the task advertised no address.
+func (t *Table) Addrs(i int) []string { return t.addrs[i] }
+
+// Names returns the names of the tasks of slice i, sorted.
+func (t *Table) Names(i int) []string { return t.a.Slices[i].Tasks }
