@@ -1,0 +1,77 @@
+package slicelet
+
+import (
+	"fmt"
+	"log/slog"
+	"reflect"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+)
+
+// Config configures a Slicelet.
+type Config struct {
+	// Job and Task identify this server task; Task is stable across
+	// restarts of the same task.
+	Job, Task string
+	// Addr is where this task serves its clients (host:port). It is
+	// advertised in gossip and recorded in assignments, so Clerks route to
+	// it. Required.
+	Addr string
+	// GossipAddr is the IP:port this task's gossip member binds; default
+	// "127.0.0.1:0" (a free loopback port). Use a routable IP when slicerd
+	// runs on other hosts.
+	GossipAddr string
+	// Join lists slicerd gossip addresses (host:port); at least one.
+	Join []string
+	// Gossip is the base gossip configuration (profile, timers,
+	// AdvertiseAddr). The Slicelet fills in NodeName, BindAddr, Join and
+	// Self. The zero value means gossip.DefaultConfig().
+	Gossip gossip.Config
+	// Logger receives state changes; nil discards.
+	Logger *slog.Logger
+}
+
+const defaultGossipAddr = "127.0.0.1:0"
+
+// gossipConfig returns the gossip configuration the Slicelet starts with.
+func (c Config) gossipConfig(log *slog.Logger) gossip.Config {
+	g := c.Gossip
+	if reflect.ValueOf(g).IsZero() {
+		g = gossip.DefaultConfig()
+	}
+	g.NodeName = c.Job + "/" + c.Task
+	g.BindAddr = c.GossipAddr
+	if g.BindAddr == "" {
+		g.BindAddr = defaultGossipAddr
+	}
+	g.Join = c.Join
+	g.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: c.Job, Task: c.Task, RPCAddr: c.Addr}
+	if g.Logger == nil {
+		g.Logger = log
+	}
+	return g
+}
+
+// validate reports what is wrong with c, if anything. Gossip settings are
+// checked when Run starts gossip.
+func (c Config) validate() error {
+	if err := assign.ValidateJobName(c.Job); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := assign.ValidateTaskName(c.Task); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.Addr == "" {
+		return fmt.Errorf("%w: task %s/%s has no Addr; set it to the host:port clients reach this task at", ErrInvalidConfig, c.Job, c.Task)
+	}
+	if len(c.Join) == 0 {
+		return fmt.Errorf("%w: task %s/%s has nothing to join; set Join to the gossip address of at least one slicerd node", ErrInvalidConfig, c.Job, c.Task)
+	}
+	// The identity must fit in gossip tags; check it now rather than at Run.
+	self := c.gossipConfig(nil).Self
+	if _, err := self.Tags(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}

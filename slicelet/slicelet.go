@@ -1,0 +1,258 @@
+package slicelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/gossip"
+)
+
+// joinRetryInterval spaces join attempts while no slicerd node answers.
+const joinRetryInterval = time.Second
+
+// Listener learns which key ranges this task gained and lost.
+type Listener interface {
+	// OnChangedSlices is called with the ranges newly assigned to this task
+	// and those no longer assigned to it, each sorted and with adjacent
+	// ranges merged (so Tasks is nil). Calls are serial; the slices are
+	// shared between listeners and must not be modified.
+	OnChangedSlices(assigned, unassigned []assign.Slice)
+}
+
+// view is everything a lookup needs, swapped atomically per assignment.
+type view struct {
+	table *clerk.Table
+	mine  []bool         // mine[i]: slice i names this task
+	owned []assign.Slice // this task's ranges, merged
+}
+
+// Slicelet is a server task's membership in slicerd: it advertises the
+// task in gossip and follows the job's assignment to tell which keys the
+// task owns.
+type Slicelet struct {
+	cfg      Config
+	log      *slog.Logger
+	clerk    *clerk.Clerk
+	nodeName string
+
+	view    atomic.Pointer[view]
+	node    atomic.Pointer[gossip.Node]
+	ready   chan struct{}
+	joined  chan struct{}
+	started atomic.Bool
+
+	// listenMu serialises listener calls with AddListener, so every
+	// listener sees one unbroken sequence of changes.
+	listenMu  sync.Mutex
+	listeners []Listener
+}
+
+// New validates cfg and builds a Slicelet without starting anything; Run
+// starts it.
+func New(cfg Config) (*Slicelet, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Slicelet{
+		cfg:    cfg,
+		log:    cfg.Logger.With("job", cfg.Job, "task", cfg.Task),
+		ready:  make(chan struct{}),
+		joined: make(chan struct{}),
+	}
+	s.nodeName = cfg.gossipConfig(nil).NodeName
+	ccfg := clerk.DefaultConfig()
+	ccfg.Job = cfg.Job
+	ccfg.Resolver = s.resolve
+	ccfg.OnAssignment = s.install
+	ccfg.Logger = cfg.Logger.With("task", cfg.Task)
+	c, err := clerk.New(ccfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	s.clerk = c
+	return s, nil
+}
+
+// Job is the job this task belongs to.
+func (s *Slicelet) Job() string { return s.cfg.Job }
+
+// Task is this task's name.
+func (s *Slicelet) Task() string { return s.cfg.Task }
+
+// AddListener registers l. If an assignment is already held, l is first
+// called with this task's current ranges as assigned, so every listener
+// sees its changes from nothing. It must not be called from a listener.
+func (s *Slicelet) AddListener(l Listener) {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	s.listeners = append(s.listeners, l)
+	if v := s.view.Load(); v != nil && len(v.owned) > 0 {
+		l.OnChangedSlices(slices.Clone(v.owned), nil)
+	}
+}
+
+// IsAffinitizedKey reports whether the current assignment gives key's
+// slice to this task; false before the first assignment. It does not
+// allocate or lock.
+func (s *Slicelet) IsAffinitizedKey(key []byte) bool {
+	v := s.view.Load()
+	return v != nil && v.mine[v.table.Lookup(assign.HashKey(key))]
+}
+
+// IsAffinitizedKeyString is IsAffinitizedKey for a string key.
+func (s *Slicelet) IsAffinitizedKeyString(key string) bool {
+	v := s.view.Load()
+	return v != nil && v.mine[v.table.Lookup(assign.HashString(key))]
+}
+
+// Assignment returns the current assignment, or nil. It is read-only.
+func (s *Slicelet) Assignment() *assign.Assignment {
+	if v := s.view.Load(); v != nil {
+		return v.table.Assignment()
+	}
+	return nil
+}
+
+// Generation returns the current assignment's generation, 0 if none.
+func (s *Slicelet) Generation() uint64 {
+	if a := s.Assignment(); a != nil {
+		return a.Generation
+	}
+	return 0
+}
+
+// Ready is closed when the first assignment has been installed.
+func (s *Slicelet) Ready() <-chan struct{} { return s.ready }
+
+// Joined is closed when this task has joined the slicerd gossip cluster.
+func (s *Slicelet) Joined() <-chan struct{} { return s.joined }
+
+// GossipAddr is the address of this task's gossip member, "" until Run has
+// started it.
+func (s *Slicelet) GossipAddr() string {
+	if n := s.node.Load(); n != nil {
+		return n.GossipAddr()
+	}
+	return ""
+}
+
+// Run starts gossip, joins slicerd, and follows the job's assignment until
+// ctx ends. Then it leaves gossip gracefully, which tells slicerd to move
+// this task's slices away, shuts gossip down and returns nil. Serve
+// requests until Run returns, so requests routed on the old assignment
+// still land. Run may be called once.
+func (s *Slicelet) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: task %s/%s; create a new Slicelet to rejoin", ErrRunning, s.cfg.Job, s.cfg.Task)
+	}
+	node, err := gossip.Start(s.cfg.gossipConfig(s.log))
+	if err != nil {
+		return fmt.Errorf("slicelet: start gossip for task %s/%s: %w", s.cfg.Job, s.cfg.Task, err)
+	}
+	s.node.Store(node)
+	changes, unsubscribe := node.Changes()
+	defer unsubscribe()
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		err := node.RetryJoin(gctx, s.cfg.Join, joinRetryInterval)
+		if gctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("slicelet: join %v: %w", s.cfg.Join, err)
+		}
+		close(s.joined)
+		return nil
+	})
+	g.Go(func() error { return s.clerk.Run(gctx) })
+	g.Go(func() error {
+		// A membership change may bring the first Distributor; skip the
+		// Clerk's backoff rather than wait it out.
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-changes:
+				s.clerk.ResolveNow()
+			}
+		}
+	})
+	err = g.Wait()
+
+	// Leave is the drain signal. Serf bounds it by its broadcast timeout
+	// and leave propagation delay, so it needs no deadline of its own.
+	if lerr := node.Leave(context.WithoutCancel(ctx)); lerr != nil {
+		s.log.Warn("slicelet: graceful leave failed; slicerd will see this task as failed instead of drained", "err", lerr)
+		err = errors.Join(err, lerr)
+	}
+	if serr := node.Shutdown(); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// resolve lists the RPC addresses of the live Distributors and Backups
+// gossip knows.
+func (s *Slicelet) resolve() (dists, backups []string) {
+	n := s.node.Load()
+	if n == nil {
+		return nil, nil
+	}
+	for _, p := range n.Peers() {
+		if p.Status != gossip.StatusAlive || p.RPCAddr == "" {
+			continue
+		}
+		if p.Has(gossip.RoleDistributor) {
+			dists = append(dists, p.RPCAddr)
+		}
+		if p.Has(gossip.RoleBackup) {
+			backups = append(backups, p.RPCAddr)
+		}
+	}
+	return dists, backups
+}
+
+// install is the Clerk's OnAssignment: it swaps in the lookup view of next
+// and tells the listeners what changed for this task.
+func (s *Slicelet) install(_, next *assign.Assignment) {
+	t := s.clerk.Table()
+	if t == nil || t.Assignment() != next {
+		t = clerk.NewTable(next)
+	}
+	v := &view{table: t, mine: make([]bool, len(next.Slices)), owned: ownedRanges(next, s.cfg.Task)}
+	for i, sl := range next.Slices {
+		v.mine[i] = hasTask(sl.Tasks, s.cfg.Task)
+	}
+
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	var oldOwned []assign.Slice
+	if old := s.view.Swap(v); old != nil {
+		oldOwned = old.owned
+	} else {
+		close(s.ready)
+	}
+	assigned, unassigned := diffRanges(oldOwned, v.owned)
+	s.log.Debug("slicelet: assignment installed", "generation", next.Generation,
+		"owned_ranges", len(v.owned), "assigned", len(assigned), "unassigned", len(unassigned))
+	if len(assigned) == 0 && len(unassigned) == 0 {
+		return
+	}
+	for _, l := range s.listeners {
+		l.OnChangedSlices(assigned, unassigned)
+	}
+}
