@@ -1,0 +1,246 @@
+package gossip
+
+import (
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/serf"
+)
+
+// Timer profiles.
+const (
+	// ProfileLAN uses memberlist's DefaultLANConfig timers: a failed member
+	// is detected in a few seconds on a data-centre network.
+	ProfileLAN = "lan"
+	// ProfileLocal uses memberlist's DefaultLocalConfig timers, meant for
+	// loopback: shorter timeouts, fewer indirect probes.
+	ProfileLocal = "local"
+)
+
+// Config configures a gossip Node.
+type Config struct {
+	// NodeName is the member name; required and unique in the cluster.
+	NodeName string
+	// BindAddr is the IP:port gossip binds for both TCP and UDP. Port 0
+	// picks a free port; Node.GossipAddr reports it.
+	BindAddr string
+	// AdvertiseAddr, if set, is the host:port other members use to reach
+	// this node (NAT, containers). Empty advertises the bound address, or a
+	// private interface address when bound to 0.0.0.0.
+	AdvertiseAddr string
+	// Join lists existing members' gossip addresses (host:port). Start does
+	// not join; pass them to Node.Join or Node.RetryJoin.
+	Join []string
+	// Self is the identity advertised in tags (Roles, Job, Task, RPCAddr).
+	// Its Name, GossipAddr and Status are ignored.
+	Self Peer
+	// Profile selects the base timers: "lan" (default) or "local".
+	Profile string
+
+	// Timer overrides; zero keeps the profile's value.
+	ProbeInterval  time.Duration
+	ProbeTimeout   time.Duration
+	GossipInterval time.Duration
+	SuspicionMult  int
+	// ReapInterval is how often failed and left members are checked for
+	// removal; ReconnectTimeout and TombstoneTimeout are how long failed
+	// and left members stay listed (serf's defaults: 15 s, 24 h, 24 h).
+	ReapInterval     time.Duration
+	ReconnectTimeout time.Duration
+	TombstoneTimeout time.Duration
+	// DeadNodeReclaimTime is how long after a member is declared failed its
+	// name stays bound to its old address. Zero frees the name at once, so
+	// a task restarted elsewhere under the same name rejoins without delay.
+	DeadNodeReclaimTime time.Duration
+
+	// Transport replaces the real UDP/TCP transport (tests inject latency
+	// and drops with NewDelayTransport). The node owns it and shuts it down,
+	// also when Start fails. BindAddr is then not bound, only validated.
+	Transport memberlist.NodeAwareTransport
+	// Logger receives the node's logs and serf's and memberlist's, adapted
+	// to slog. Nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the configuration for a node on a LAN: the lan
+// profile, bound to 127.0.0.1:7946. NodeName and Self must still be set.
+func DefaultConfig() Config {
+	return Config{
+		BindAddr: "127.0.0.1:7946",
+		Profile:  ProfileLAN,
+	}
+}
+
+// TestConfig returns a configuration for tests on loopback: a free port on
+// 127.0.0.1 and millisecond timers, so a failed member is detected well
+// within a second. The timers follow serf's own test configuration. Self
+// still needs roles.
+func TestConfig(name string) Config {
+	return Config{
+		NodeName:         name,
+		BindAddr:         "127.0.0.1:0",
+		Profile:          ProfileLocal,
+		ProbeInterval:    50 * time.Millisecond,
+		ProbeTimeout:     25 * time.Millisecond,
+		GossipInterval:   5 * time.Millisecond,
+		SuspicionMult:    2,
+		ReapInterval:     100 * time.Millisecond,
+		ReconnectTimeout: 5 * time.Second,
+		TombstoneTimeout: 5 * time.Second,
+	}
+}
+
+// maxNodeNameLen matches serf's own node-name limit.
+const maxNodeNameLen = 128
+
+// validate checks the config and returns the advertised tags.
+func (c Config) validate() (map[string]string, error) {
+	if c.NodeName == "" {
+		return nil, fmt.Errorf("%w: node name is empty; give every member a unique name", ErrConfig)
+	}
+	if len(c.NodeName) > maxNodeNameLen || strings.ContainsFunc(c.NodeName, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return nil, fmt.Errorf("%w: node name %.40q must be 1-%d bytes without spaces or control characters", ErrConfig, c.NodeName, maxNodeNameLen)
+	}
+	if _, _, err := splitIPPort("bind address", c.BindAddr); err != nil {
+		return nil, err
+	}
+	if c.AdvertiseAddr != "" {
+		if _, port, err := splitIPPort("advertise address", c.AdvertiseAddr); err != nil {
+			return nil, err
+		} else if port == 0 {
+			return nil, fmt.Errorf("%w: advertise address %q needs a real port, not 0", ErrConfig, c.AdvertiseAddr)
+		}
+	}
+	for _, j := range c.Join {
+		if err := validateJoinAddr(j); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	switch c.Profile {
+	case "", ProfileLAN, ProfileLocal:
+	default:
+		return nil, fmt.Errorf("%w: unknown profile %q; use %q or %q", ErrConfig, c.Profile, ProfileLAN, ProfileLocal)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"probe interval", c.ProbeInterval}, {"probe timeout", c.ProbeTimeout},
+		{"gossip interval", c.GossipInterval}, {"reap interval", c.ReapInterval},
+		{"reconnect timeout", c.ReconnectTimeout}, {"tombstone timeout", c.TombstoneTimeout},
+		{"dead node reclaim time", c.DeadNodeReclaimTime},
+	} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("%w: %s is negative (%v); use zero for the profile default", ErrConfig, d.name, d.v)
+		}
+	}
+	if c.SuspicionMult < 0 {
+		return nil, fmt.Errorf("%w: suspicion multiplier is negative (%d); use zero for the profile default", ErrConfig, c.SuspicionMult)
+	}
+	tags, err := c.Self.Tags()
+	if err != nil {
+		return nil, fmt.Errorf("%w: self: %w", ErrConfig, err)
+	}
+	return tags, nil
+}
+
+// splitIPPort parses IP:port. memberlist binds IP literals only; a host
+// name would silently bind every interface.
+func splitIPPort(what, addr string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %s %q: %v; use IP:port such as 127.0.0.1:7946", ErrConfig, what, addr, err)
+	}
+	if net.ParseIP(host) == nil {
+		return "", 0, fmt.Errorf("%w: %s %q: host must be an IP address (0.0.0.0 for every interface), not %q", ErrConfig, what, addr, host)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%w: %s %q: port %q is not in 0..65535", ErrConfig, what, addr, portStr)
+	}
+	return host, port, nil
+}
+
+func validateJoinAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("join address %q: %v; use host:port of a running member's gossip endpoint", addr, err)
+	}
+	if host == "" {
+		return fmt.Errorf("join address %q has no host", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("join address %q: port %q is not in 1..65535", addr, port)
+	}
+	return nil
+}
+
+// serfConfig builds serf's configuration from a validated Config.
+func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events chan serf.Event, guard *mergeGuard) *serf.Config {
+	var ml *memberlist.Config
+	if c.Profile == ProfileLocal {
+		ml = memberlist.DefaultLocalConfig()
+	} else {
+		ml = memberlist.DefaultLANConfig()
+	}
+	host, port, _ := splitIPPort("", c.BindAddr)
+	ml.BindAddr, ml.BindPort = host, port
+	ml.AdvertiseAddr, ml.AdvertisePort = "", port
+	if c.AdvertiseAddr != "" {
+		ml.AdvertiseAddr, ml.AdvertisePort, _ = splitIPPort("", c.AdvertiseAddr)
+	}
+	if c.ProbeInterval > 0 {
+		ml.ProbeInterval = c.ProbeInterval
+	}
+	if c.ProbeTimeout > 0 {
+		ml.ProbeTimeout = c.ProbeTimeout
+	}
+	if c.GossipInterval > 0 {
+		ml.GossipInterval = c.GossipInterval
+	}
+	if c.SuspicionMult > 0 {
+		ml.SuspicionMult = c.SuspicionMult
+	}
+	// memberlist treats zero as "never reclaim"; a nanosecond is "at once".
+	ml.DeadNodeReclaimTime = max(c.DeadNodeReclaimTime, time.Nanosecond)
+	ml.Logger = log.New(&logWriter{logger: logger, component: "memberlist"}, "", 0)
+	ml.LogOutput = nil
+
+	sc := serf.DefaultConfig()
+	sc.NodeName = c.NodeName
+	sc.Tags = tags
+	sc.EventCh = events
+	sc.MemberlistConfig = ml
+	sc.Logger = log.New(&logWriter{logger: logger, component: "serf"}, "", 0)
+	sc.LogOutput = nil
+	if c.ReapInterval > 0 {
+		sc.ReapInterval = c.ReapInterval
+	}
+	if c.ReconnectTimeout > 0 {
+		sc.ReconnectTimeout = c.ReconnectTimeout
+	}
+	if c.TombstoneTimeout > 0 {
+		sc.TombstoneTimeout = c.TombstoneTimeout
+	}
+	// A leave waits for its broadcast to leave our queue (BroadcastTimeout)
+	// and then stays up to answer probes while it spreads
+	// (LeavePropagateDelay). Serf's 5 s and 1 s suit the 1 s LAN probe
+	// interval; scaling with the probe interval keeps test leaves fast.
+	sc.BroadcastTimeout = 5 * ml.ProbeInterval
+	sc.LeavePropagateDelay = ml.ProbeInterval
+	// Serf's resolution shuts serf down underneath its owner from a
+	// goroutine nobody waits for. The merge guard reports conflicts to
+	// Join instead, and memberlist keeps the first holder of a name.
+	sc.EnableNameConflictResolution = false
+	// Nothing in slicerd uses network coordinates; they only add ping cost.
+	sc.DisableCoordinates = true
+	sc.SnapshotPath = ""
+	sc.Merge = guard
+	return sc
+}

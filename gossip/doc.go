@@ -1,0 +1,77 @@
+// Package gossip is slicerd's membership layer: every slicerd node and
+// every Slicelet (the library inside a user's server task) is a member of
+// one serf cluster. Serf's failure detection is the task health signal and
+// a graceful leave is the drain signal; nothing else reports health.
+//
+// # Identity
+//
+// A member's identity is a Peer, carried in serf tags. Peer.Tags encodes
+// it and ParseMember parses it; no other code reads tags. The schema:
+//
+//	key      value                                       present
+//	-------  ------------------------------------------  ---------------------
+//	slicerd  schema version, "1"                          always
+//	roles    sorted, comma-separated roles, e.g.          always (at least one)
+//	         "assigner,backup,distributor" or "task"
+//	job      job name (assign.ValidateJobName)            task members only
+//	task     task name (assign.ValidateTaskName)          task members only
+//	rpc      host:port of the member's RPC server; for    once the member serves
+//	         a task, its serving address
+//
+// The member name and gossip address come from serf, not tags. Members
+// without the slicerd tag, or with another schema version, are not
+// slicerd's: ParseMember ignores them, and a node refuses to merge with a
+// cluster that contains them (a wrong join address must not fuse two
+// clusters). Parsing accepts only the canonical encoding of known keys and
+// ignores unknown keys, so a later version may add tags; changing or
+// removing one needs a new schema version. All tags together must fit
+// serf's 512-byte limit, which Peer.Tags checks.
+//
+// # Health
+//
+// Serf's member status is the health signal:
+//
+//	status    meaning for a task             slicerd's reading
+//	--------  -----------------------------  ---------------------------------
+//	alive     answers probes                 serving; may hold slices
+//	leaving   announced a graceful leave     draining; move its slices now
+//	left      left gracefully                drained; move its slices now
+//	failed    stopped answering probes       health lost (crash, SIGKILL,
+//	          without leaving                partition); move its slices
+//
+// A task that is killed looks failed once the others' probes and suspicion
+// time out; one that calls Node.Leave looks left as soon as the leave
+// spreads, which is why a task should leave before it stops serving.
+// Failed and left members stay listed (ReconnectTimeout, TombstoneTimeout)
+// until serf reaps them. A failed member's name is free for a new process
+// at once (DeadNodeReclaimTime), so a restarted task rejoins under its name
+// even from a new address; while the old holder is still believed alive,
+// Join reports ErrNameConflict and RetryJoin keeps trying.
+//
+// # Profiles
+//
+// Config.Profile picks memberlist's timer set: "lan" (DefaultLANConfig:
+// 1 s probes, 500 ms probe timeout, suspicion 4×; a failure is detected in
+// a few seconds) for real networks, or "local" (DefaultLocalConfig: shorter
+// timeouts, one indirect probe) for loopback. Config fields override single
+// timers. TestConfig shrinks them to milliseconds, as serf's own tests do,
+// so tests see failures well within a second. Serf's leave broadcast
+// timeout and leave propagation delay scale with the probe interval
+// (5× and 1×, serf's defaults at 1 s).
+//
+// # Lifecycle
+//
+// Start binds the gossip port and starts serf; it does not join. Join makes
+// one attempt and RetryJoin repeats until one succeeds. Changes signals
+// membership changes to subscribers, coalesced, without ever blocking serf.
+// Leave leaves gracefully; Shutdown stops everything and waits for it.
+//
+// Serf and memberlist log through the standard library; their lines are
+// adapted to the node's slog.Logger, with levels taken from the "[DEBUG]",
+// "[INFO]", "[WARN]" and "[ERR]" prefixes and a component attribute of
+// "serf" or "memberlist".
+//
+// For tests of many members on one machine, NewDelayTransport wraps a
+// member's transport to add per-link latency or drop a link, since the
+// kernel offers no netem here.
+package gossip

@@ -1,0 +1,464 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/serf/serf"
+)
+
+// eventBuffer sizes the channel serf delivers events on. Serf blocks its
+// own state updates while this channel is full, and its internal forwarder
+// only exits when it is not blocked on us, so the buffer is generous (as in
+// Consul) and the event loop never does slow work.
+const eventBuffer = 2048
+
+// errLeft reports a call that needs a member after this node left.
+var errLeft = errors.New("this node has left the cluster; start a new node to rejoin")
+
+// Node is this process's member of the slicerd gossip cluster. Start
+// creates it; Shutdown stops it. All methods are safe for concurrent use.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	serf   *serf.Serf
+	events chan serf.Event
+	guard  *mergeGuard
+	addr   string // advertised gossip address, fixed at Start
+
+	updateMu sync.Mutex // serialises UpdateSelf
+
+	mu        sync.Mutex
+	subs      map[uint64]chan struct{}
+	nextSub   uint64
+	closed    bool          // Shutdown has begun
+	leaveDone chan struct{} // non-nil once Leave started; closed when it ends
+	leaveErr  error
+
+	stop         chan struct{} // closed when Shutdown begins
+	done         chan struct{} // closed when the event loop has exited
+	wg           sync.WaitGroup
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// Start validates cfg, binds the gossip port and starts serf with this
+// node as the cluster's only member. It does not join: call Join or
+// RetryJoin with cfg.Join.
+func Start(cfg Config) (*Node, error) {
+	tags, err := cfg.validate()
+	if err != nil {
+		if cfg.Transport != nil {
+			_ = cfg.Transport.Shutdown() // the node owns it, even on failure
+		}
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{
+		cfg:    cfg,
+		log:    logger.With("node", cfg.NodeName),
+		events: make(chan serf.Event, eventBuffer),
+		guard:  &mergeGuard{name: cfg.NodeName},
+		subs:   make(map[uint64]chan struct{}),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	// Bind before creating serf: serf leaks a goroutine when its Create
+	// fails, and a taken port is the failure worth reporting cleanly.
+	transport := cfg.Transport
+	if transport == nil {
+		host, port, _ := splitIPPort("", cfg.BindAddr)
+		nt, err := bindNetTransport(host, port, n.log)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: start %s: bind %s: %w; choose a free port, or port 0 for any", cfg.NodeName, cfg.BindAddr, err)
+		}
+		transport = nt
+	}
+	sc := cfg.serfConfig(n.log, tags, n.events, n.guard)
+	sc.MemberlistConfig.Transport = transport
+	ip, port, err := transport.FinalAdvertiseAddr(sc.MemberlistConfig.AdvertiseAddr, sc.MemberlistConfig.AdvertisePort)
+	if err != nil {
+		_ = transport.Shutdown()
+		return nil, fmt.Errorf("gossip: start %s: no address to advertise: %w; set AdvertiseAddr", cfg.NodeName, err)
+	}
+	if sc.MemberlistConfig.BindPort == 0 {
+		// memberlist uses it as the default port of join addresses.
+		sc.MemberlistConfig.BindPort = port
+	}
+	s, err := serf.Create(sc)
+	if err != nil {
+		_ = transport.Shutdown() // the node owns the transport, even on failure
+		return nil, fmt.Errorf("gossip: start %s on %s: %w", cfg.NodeName, net.JoinHostPort(ip.String(), strconv.Itoa(port)), err)
+	}
+	n.serf = s
+	local := s.Memberlist().LocalNode()
+	n.addr = net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
+	n.guard.setSelf(local.Addr, local.Port)
+	go n.run()
+	n.log.Info("gossip started", "gossip_addr", n.addr, "roles", cfg.Self.Roles)
+	return n, nil
+}
+
+// run owns serf's event channel. It only signals subscribers, so serf is
+// never blocked on us for long.
+func (n *Node) run() {
+	defer close(n.done)
+	shutdown := n.serf.ShutdownCh()
+	for {
+		select {
+		case e := <-n.events:
+			n.handle(e)
+		case <-shutdown:
+			// Take what is already queued; serf's forwarder can then finish
+			// its last send into the emptied buffer and exit.
+			for {
+				select {
+				case e := <-n.events:
+					n.handle(e)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (n *Node) handle(e serf.Event) {
+	me, ok := e.(serf.MemberEvent)
+	if !ok {
+		return // user events and queries are not used
+	}
+	if n.log.Enabled(context.Background(), slog.LevelDebug) {
+		for _, m := range me.Members {
+			p, ok := ParseMember(m)
+			n.log.Debug("gossip member event", "event", me.Type.String(), "member", m.Name,
+				"status", m.Status.String(), "slicerd", ok, "roles", p.Roles, "rpc_addr", p.RPCAddr)
+		}
+	}
+	n.notify()
+}
+
+// notify wakes every subscriber without blocking: a full channel already
+// holds a pending signal, which is all a subscriber needs.
+func (n *Node) notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ch := range n.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Changes subscribes to membership changes. The channel (buffer 1) receives
+// a coalesced signal after any member joins, leaves, fails, changes its
+// tags or is reaped; the receiver then reads Peers. The returned function
+// unsubscribes; it is safe to call more than once.
+func (n *Node) Changes() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	id := n.nextSub
+	n.nextSub++
+	n.subs[id] = ch
+	n.mu.Unlock()
+	return ch, func() {
+		n.mu.Lock()
+		delete(n.subs, id)
+		n.mu.Unlock()
+	}
+}
+
+// Peers returns every slicerd member this node knows, itself included, in
+// any status, sorted by name. Members that are not slicerd's are left out.
+func (n *Node) Peers() []Peer {
+	members := n.serf.Members()
+	peers := make([]Peer, 0, len(members))
+	for _, m := range members {
+		if p, ok := ParseMember(m); ok {
+			peers = append(peers, p)
+		}
+	}
+	slices.SortFunc(peers, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
+	return peers
+}
+
+// Self returns this node's identity as the cluster sees it.
+func (n *Node) Self() Peer {
+	p, ok := ParseMember(n.serf.LocalMember())
+	if !ok {
+		// Unreachable: our own tags were validated before serf took them.
+		n.mu.Lock()
+		p = n.cfg.Self
+		n.mu.Unlock()
+		p.Name, p.GossipAddr = n.cfg.NodeName, n.addr
+	}
+	return p
+}
+
+// GossipAddr is the address other members join and probe, with the real
+// port when the config asked for port 0.
+func (n *Node) GossipAddr() string { return n.addr }
+
+// Done is closed once the node has shut down.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Join contacts the given members' gossip addresses once and merges state
+// with each that answers. It returns how many answered; the error wraps
+// ErrJoin when none did, or ErrNameConflict when a live member at another
+// address holds this node's name.
+func (n *Node) Join(addrs []string) (int, error) {
+	if len(addrs) == 0 {
+		return 0, fmt.Errorf("%w: no addresses given; pass the gossip address of at least one running member", ErrJoin)
+	}
+	for _, a := range addrs {
+		if err := validateJoinAddr(a); err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrJoin, err)
+		}
+	}
+	if n.isClosed() {
+		return 0, fmt.Errorf("gossip: join: %w", ErrClosed)
+	}
+	if n.serf.State() != serf.SerfAlive {
+		return 0, fmt.Errorf("%w: %w", ErrJoin, errLeft)
+	}
+	before := n.guard.conflicts.Load()
+	num, err := n.serf.Join(addrs, true)
+	if n.guard.conflicts.Load() != before {
+		return num, fmt.Errorf("%w: %q is held by a live member at %s; give this member a unique name, or retry if that is this task's previous run",
+			ErrNameConflict, n.cfg.NodeName, n.guard.lastConflict())
+	}
+	if err != nil {
+		if num > 0 {
+			// Joined, but serf could not queue its join broadcast; gossip
+			// spreads the membership anyway.
+			n.log.Warn("gossip join intent not broadcast", "err", err)
+			return num, nil
+		}
+		return 0, fmt.Errorf("%w: could not join any of %v (%s); check that they are running slicerd members' gossip addresses", ErrJoin, addrs, flatten(err))
+	}
+	return num, nil
+}
+
+// RetryJoin calls Join every interval until one succeeds, ctx ends or the
+// node shuts down, logging each failure at warn. Cancellation is seen
+// between attempts; one attempt can take up to the profile's TCP timeout
+// per unreachable address. A name conflict is retried too: it clears when
+// the other holder is a previous run of this task that is declared failed.
+func (n *Node) RetryJoin(ctx context.Context, addrs []string, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("%w: retry interval %v must be positive", ErrJoin, interval)
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var lastErr error = errors.New("no attempt made")
+	for attempt := 0; ; {
+		if ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-n.stop:
+				return fmt.Errorf("gossip: retry join: %w", ErrClosed)
+			case <-timer.C:
+			}
+		}
+		if ctx.Err() != nil {
+			last := strings.TrimPrefix(lastErr.Error(), ErrJoin.Error()+": ")
+			return fmt.Errorf("%w: gave up on %v after %d attempts: %w; last error: %s", ErrJoin, addrs, attempt, ctx.Err(), last)
+		}
+		attempt++
+		num, err := n.Join(addrs)
+		if err == nil {
+			n.log.Info("gossip joined", "contacted", num, "attempts", attempt)
+			return nil
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, errLeft) || (!errors.Is(err, ErrJoin) && !errors.Is(err, ErrNameConflict)) {
+			return err
+		}
+		lastErr = err
+		n.log.Warn("gossip join failed; retrying", "addrs", addrs, "attempt", attempt, "retry_in", interval, "err", err)
+		timer.Reset(interval)
+	}
+}
+
+// UpdateSelf re-advertises this node's identity (Roles, Job, Task,
+// RPCAddr; the other fields are ignored). It waits until the update is
+// broadcast or the profile's broadcast timeout passes.
+func (n *Node) UpdateSelf(p Peer) error {
+	tags, err := p.Tags()
+	if err != nil {
+		return fmt.Errorf("gossip: update self: %w", err)
+	}
+	n.updateMu.Lock()
+	defer n.updateMu.Unlock()
+	if n.isClosed() {
+		return fmt.Errorf("gossip: update self: %w", ErrClosed)
+	}
+	if n.serf.State() != serf.SerfAlive {
+		return fmt.Errorf("gossip: update self: %w", errLeft)
+	}
+	if err := n.serf.SetTags(tags); err != nil {
+		return fmt.Errorf("gossip: update self: %w", err)
+	}
+	n.mu.Lock()
+	n.cfg.Self = p
+	n.mu.Unlock()
+	return nil
+}
+
+// SetRPCAddr re-advertises this node with a new RPC address, keeping the
+// rest of its identity.
+func (n *Node) SetRPCAddr(addr string) error {
+	n.mu.Lock()
+	p := n.cfg.Self
+	n.mu.Unlock()
+	p.RPCAddr = addr
+	return n.UpdateSelf(p)
+}
+
+// Leave leaves the cluster gracefully: it broadcasts the leave and stays up
+// while it spreads, so other members record this node as left (drained)
+// rather than failed. It returns when that is done or ctx ends, whichever
+// is first; after ctx ends the leave still completes in the background and
+// Shutdown waits for it. Calling Leave again waits for the same leave.
+func (n *Node) Leave(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closed && n.leaveDone == nil {
+		n.mu.Unlock()
+		return fmt.Errorf("gossip: leave: %w", ErrClosed)
+	}
+	if n.leaveDone == nil {
+		n.leaveDone = make(chan struct{})
+		n.wg.Add(1)
+		go n.leave(n.leaveDone)
+	}
+	done := n.leaveDone
+	n.mu.Unlock()
+	select {
+	case <-done:
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.leaveErr
+	case <-ctx.Done():
+		return fmt.Errorf("gossip: leave did not finish in time (it continues until Shutdown): %w", ctx.Err())
+	}
+}
+
+func (n *Node) leave(done chan struct{}) {
+	defer n.wg.Done()
+	n.log.Info("gossip leaving")
+	err := n.serf.Leave()
+	if err != nil {
+		err = fmt.Errorf("gossip: leave: %w", err)
+	}
+	n.mu.Lock()
+	n.leaveErr = err
+	n.mu.Unlock()
+	close(done)
+	n.notify()
+}
+
+// Shutdown stops gossip without leaving: members that did not see a Leave
+// declare this node failed. It waits for a Leave in progress (memberlist
+// must not be shut down under it), then for serf and the event loop. It is
+// idempotent.
+func (n *Node) Shutdown() error {
+	n.shutdownOnce.Do(func() {
+		n.mu.Lock()
+		n.closed = true
+		n.mu.Unlock()
+		close(n.stop)
+		n.wg.Wait()
+		if err := n.serf.Shutdown(); err != nil {
+			n.shutdownErr = fmt.Errorf("gossip: shutdown: %w", err)
+		}
+		<-n.done
+		n.notify()
+		n.log.Info("gossip stopped")
+	})
+	return n.shutdownErr
+}
+
+// flatten renders memberlist's multi-errors on one line.
+func flatten(err error) string {
+	if m, ok := err.(interface{ WrappedErrors() []error }); ok && len(m.WrappedErrors()) > 0 {
+		parts := make([]string, 0, len(m.WrappedErrors()))
+		for _, e := range m.WrappedErrors() {
+			parts = append(parts, e.Error())
+		}
+		return strings.Join(parts, "; ")
+	}
+	return err.Error()
+}
+
+func (n *Node) isClosed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.closed
+}
+
+// mergeGuard is serf's merge delegate. Memberlist calls it with the remote
+// member list when joining and with each member an alive message announces,
+// the latter while holding memberlist's node lock, so it must not call
+// into serf or memberlist.
+//
+// It refuses members without slicerd's schema tag, so a wrong join address
+// (another serf cluster on the default port 7946) cannot merge clusters.
+// And it notices alive messages that claim this node's name from another
+// address: memberlist rejects those as a conflict, and Join reports it.
+type mergeGuard struct {
+	name      string
+	self      atomic.Pointer[net.TCPAddr] // nil until Start knows the bound address
+	conflicts atomic.Uint64
+	other     atomic.Pointer[string]
+}
+
+func (g *mergeGuard) setSelf(ip net.IP, port uint16) {
+	g.self.Store(&net.TCPAddr{IP: ip, Port: int(port)})
+}
+
+func (g *mergeGuard) lastConflict() string {
+	if p := g.other.Load(); p != nil {
+		return *p
+	}
+	return "another address"
+}
+
+// NotifyMerge implements serf.MergeDelegate.
+func (g *mergeGuard) NotifyMerge(members []*serf.Member) error {
+	for _, m := range members {
+		if _, ok := m.Tags[tagSchema]; !ok {
+			return fmt.Errorf("member %q at %s is not a slicerd member (no %q tag); refusing to merge gossip clusters, check the join addresses",
+				m.Name, net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port))), tagSchema)
+		}
+	}
+	// A one-member list is an alive message (or a push/pull from a lone
+	// node, which is alive too). Longer lists come from joins and may carry
+	// our previous run as dead, which memberlist resolves by refuting.
+	if len(members) != 1 {
+		return nil
+	}
+	m := members[0]
+	self := g.self.Load()
+	if m.Name != g.name || self == nil || m.Status == serf.StatusLeft {
+		return nil
+	}
+	if m.Addr.Equal(self.IP) && int(m.Port) == self.Port {
+		return nil
+	}
+	other := net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))
+	g.other.Store(&other)
+	g.conflicts.Add(1)
+	return nil
+}

@@ -1,0 +1,279 @@
+package gossip
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/serf"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+// Role is a part a gossip member plays. A slicerd node runs any of the
+// assigner, distributor and backup roles; a Slicelet advertises the task role.
+type Role string
+
+// Roles, in their canonical (sorted) order.
+const (
+	RoleAssigner    Role = "assigner"
+	RoleBackup      Role = "backup"
+	RoleDistributor Role = "distributor"
+	RoleTask        Role = "task"
+)
+
+var knownRoles = []Role{RoleAssigner, RoleBackup, RoleDistributor, RoleTask}
+
+// ParseRole parses one role name, as written in flags and tags.
+func ParseRole(s string) (Role, error) {
+	r := Role(s)
+	if !slices.Contains(knownRoles, r) {
+		return "", fmt.Errorf("%w: unknown role %q; use one of assigner, backup, distributor, task", ErrInvalidPeer, s)
+	}
+	return r, nil
+}
+
+// ParseRoles parses a comma-separated role list ("assigner,distributor")
+// into a sorted, duplicate-free slice. Spaces around names are ignored.
+func ParseRoles(s string) ([]Role, error) {
+	var roles []Role
+	for part := range strings.SplitSeq(s, ",") {
+		r, err := ParseRole(strings.TrimSpace(part))
+		if err != nil {
+			return nil, err
+		}
+		roles = append(roles, r)
+	}
+	slices.Sort(roles)
+	return slices.Compact(roles), nil
+}
+
+// Status is a member's gossip state.
+type Status int
+
+// Member states. StatusUnknown is the zero value, so an unset Status never
+// reads as alive.
+const (
+	StatusUnknown Status = iota
+	// StatusAlive: the member answers probes. For a task, it is serving.
+	StatusAlive
+	// StatusLeaving: the member announced a graceful leave.
+	StatusLeaving
+	// StatusLeft: the member left gracefully. For a task, it is drained.
+	StatusLeft
+	// StatusFailed: the member stopped answering probes without leaving
+	// (crash, SIGKILL, partition). For a task, it lost health.
+	StatusFailed
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusAlive:
+		return "alive"
+	case StatusLeaving:
+		return "leaving"
+	case StatusLeft:
+		return "left"
+	case StatusFailed:
+		return "failed"
+	default:
+		return "unknown"
+	}
+}
+
+func statusFromSerf(s serf.MemberStatus) Status {
+	switch s {
+	case serf.StatusAlive:
+		return StatusAlive
+	case serf.StatusLeaving:
+		return StatusLeaving
+	case serf.StatusLeft:
+		return StatusLeft
+	case serf.StatusFailed:
+		return StatusFailed
+	default:
+		return StatusUnknown
+	}
+}
+
+// Peer is the typed identity of a gossip member. Its serf tags are encoded by
+// Tags and parsed by ParseMember, and nowhere else.
+type Peer struct {
+	Name       string // serf member name
+	Roles      []Role // sorted, unique
+	Job        string // set for RoleTask members
+	Task       string // set for RoleTask members
+	RPCAddr    string // host:port of the member's RPC server (a task's serving address); "" while not serving
+	GossipAddr string // host:port of the member's gossip endpoint (from the member, not a tag)
+	Status     Status
+}
+
+// Has reports whether the peer plays role r.
+func (p Peer) Has(r Role) bool {
+	return slices.Contains(p.Roles, r)
+}
+
+// Tag keys and the schema version. See doc.go for the table.
+const (
+	tagSchema = "slicerd"
+	tagRoles  = "roles"
+	tagJob    = "job"
+	tagTask   = "task"
+	tagRPC    = "rpc"
+
+	schemaVersion = "1"
+)
+
+// Tags encodes the peer's identity as serf tags. Name, GossipAddr and Status
+// are not tags and are ignored. Roles may be given in any order; they are
+// encoded sorted and without duplicates.
+func (p Peer) Tags() (map[string]string, error) {
+	if len(p.Roles) == 0 {
+		return nil, fmt.Errorf("%w: no roles; a member needs at least one of assigner, backup, distributor, task", ErrInvalidPeer)
+	}
+	roles := slices.Clone(p.Roles)
+	for _, r := range roles {
+		if _, err := ParseRole(string(r)); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(roles)
+	roles = slices.Compact(roles)
+	tags := map[string]string{
+		tagSchema: schemaVersion,
+		tagRoles:  joinRoles(roles),
+	}
+	if slices.Contains(roles, RoleTask) {
+		if err := assign.ValidateJobName(p.Job); err != nil {
+			return nil, fmt.Errorf("%w: task member: %w", ErrInvalidPeer, err)
+		}
+		if err := assign.ValidateTaskName(p.Task); err != nil {
+			return nil, fmt.Errorf("%w: task member: %w", ErrInvalidPeer, err)
+		}
+		tags[tagJob] = p.Job
+		tags[tagTask] = p.Task
+	} else if p.Job != "" || p.Task != "" {
+		return nil, fmt.Errorf("%w: job %q and task %q are set but the roles %v do not include task; set both only for task members", ErrInvalidPeer, p.Job, p.Task, roles)
+	}
+	if p.RPCAddr != "" {
+		if err := validateRPCAddr(p.RPCAddr); err != nil {
+			return nil, err
+		}
+		tags[tagRPC] = p.RPCAddr
+	}
+	if n := encodedTagsLen(tags); n > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("%w: tags encode to %d bytes, above serf's limit of %d; shorten the job, task or RPC host name", ErrInvalidPeer, n, memberlist.MetaMaxSize)
+	}
+	return tags, nil
+}
+
+func joinRoles(roles []Role) string {
+	var b strings.Builder
+	for i, r := range roles {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(string(r))
+	}
+	return b.String()
+}
+
+// validateRPCAddr accepts host:port with a non-empty host and a port in
+// 1..65535: the address other members dial, so wildcards make no sense.
+func validateRPCAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: RPC address %q: %v; use host:port", ErrInvalidPeer, addr, err)
+	}
+	if host == "" || strings.ContainsFunc(host, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == ',' }) {
+		return fmt.Errorf("%w: RPC address %q has no usable host; advertise a host other members can dial, such as 10.0.0.5:8080", ErrInvalidPeer, addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%w: RPC address %q: port %q is not in 1..65535", ErrInvalidPeer, addr, port)
+	}
+	return nil
+}
+
+// encodedTagsLen is the size of the tags as serf puts them on the wire: a
+// magic byte and a msgpack map, encoded exactly as serf's encodeTags does.
+func encodedTagsLen(tags map[string]string) int {
+	var buf bytes.Buffer
+	buf.WriteByte(255) // serf's tagMagicByte
+	if err := codec.NewEncoder(&buf, &codec.MsgpackHandle{}).Encode(tags); err != nil {
+		return memberlist.MetaMaxSize + 1 // a string map always encodes; treat failure as too big
+	}
+	return buf.Len()
+}
+
+// ParseMember turns a serf member into a Peer. It returns false for members
+// that are not slicerd members (no schema tag, another schema version) or
+// whose tags are invalid; callers ignore those members.
+func ParseMember(m serf.Member) (Peer, bool) {
+	p, err := parseTags(m.Tags)
+	if err != nil {
+		return Peer{}, false
+	}
+	p.Status = statusFromSerf(m.Status)
+	if p.Status == StatusUnknown {
+		return Peer{}, false
+	}
+	p.Name = m.Name
+	if m.Addr != nil {
+		p.GossipAddr = net.JoinHostPort(m.Addr.String(), strconv.Itoa(int(m.Port)))
+	}
+	return p, true
+}
+
+// parseTags is the inverse of Peer.Tags. It accepts only the canonical
+// encoding of the keys it knows (so a valid result re-encodes identically)
+// and ignores keys it does not know, so a later schema can add tags without
+// hiding its members from older nodes. Removing or changing the meaning of
+// a tag needs a new schema version.
+func parseTags(tags map[string]string) (Peer, error) {
+	if v, ok := tags[tagSchema]; !ok {
+		return Peer{}, fmt.Errorf("%w: no %q tag; not a slicerd member", ErrInvalidPeer, tagSchema)
+	} else if v != schemaVersion {
+		return Peer{}, fmt.Errorf("%w: tag schema %q; this node understands %q", ErrInvalidPeer, v, schemaVersion)
+	}
+	var p Peer
+	rolesTag, ok := tags[tagRoles]
+	if !ok || rolesTag == "" {
+		return Peer{}, fmt.Errorf("%w: no roles", ErrInvalidPeer)
+	}
+	p.Roles = make([]Role, 0, 2)
+	for part := range strings.SplitSeq(rolesTag, ",") {
+		r, err := ParseRole(part)
+		if err != nil {
+			return Peer{}, err
+		}
+		if n := len(p.Roles); n > 0 && p.Roles[n-1] >= r {
+			return Peer{}, fmt.Errorf("%w: roles %q are not sorted and unique", ErrInvalidPeer, rolesTag)
+		}
+		p.Roles = append(p.Roles, r)
+	}
+	job, hasJob := tags[tagJob]
+	task, hasTask := tags[tagTask]
+	if p.Has(RoleTask) {
+		if err := assign.ValidateJobName(job); err != nil {
+			return Peer{}, fmt.Errorf("%w: %w", ErrInvalidPeer, err)
+		}
+		if err := assign.ValidateTaskName(task); err != nil {
+			return Peer{}, fmt.Errorf("%w: %w", ErrInvalidPeer, err)
+		}
+		p.Job, p.Task = job, task
+	} else if hasJob || hasTask {
+		return Peer{}, fmt.Errorf("%w: job or task tag on a member without the task role", ErrInvalidPeer)
+	}
+	if rpc, ok := tags[tagRPC]; ok {
+		if err := validateRPCAddr(rpc); err != nil {
+			return Peer{}, err
+		}
+		p.RPCAddr = rpc
+	}
+	return p, nil
+}
