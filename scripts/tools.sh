@@ -13,7 +13,7 @@ tools=(
   "protoc-gen-connect-go connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1"
 )
 if [ "${1:-}" = "--with-grpcurl" ]; then
-  tools+=("grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl@${GRPCURL_VERSION:-v1.8.9}")
+  tools+=("grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl@${GRPCURL_VERSION:-v1.9.3}")
 fi
 
 for t in "${tools[@]}"; do

@@ -1,0 +1,225 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/storage"
+)
+
+// Agent is one slicerd process: any of an Assigner, a Distributor and a
+// Backup (each nil when its role is off), one gossip member, one store and
+// one RPC server. New builds it without starting anything; Run runs it.
+type Agent struct {
+	cfg         Config
+	log         *slog.Logger
+	store       storage.Store
+	listener    net.Listener
+	server      *http.Server
+	health      *grpchealth.StaticChecker
+	assigner    *Assigner
+	distributor *Distributor
+	backup      *Backup
+	services    []string
+
+	stopping chan struct{}
+
+	mu   sync.Mutex
+	node *gossip.Node
+}
+
+// New validates cfg, opens the store and binds the RPC port, so that every
+// configuration or environment problem surfaces before Run.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+
+	if cfg.has(gossip.RoleAssigner) || cfg.has(gossip.RoleBackup) {
+		readOnly := !cfg.has(gossip.RoleAssigner)
+		store, err := storage.OpenDataDir(cfg.DataDir, storage.BoltOptions{ReadOnly: readOnly, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		a.store = store
+	}
+	ln, err := net.Listen("tcp", cfg.RPCAddr)
+	if err != nil {
+		a.closeStore()
+		return nil, fmt.Errorf("%w: listen on rpc address %s: %w; is another slicerd running? choose another --rpc-addr", ErrConfig, cfg.RPCAddr, err)
+	}
+	a.listener = ln
+
+	mux := http.NewServeMux()
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}
+	if cfg.has(gossip.RoleAssigner) {
+		a.assigner = newAssigner(cfg, a.store, a, a.stopping)
+		a.handle(mux, slicerv1connect.AssignerServiceName)(slicerv1connect.NewAssignerServiceHandler(a.assigner, opts...))
+		a.handle(mux, slicerv1connect.JobServiceName)(slicerv1connect.NewJobServiceHandler(a.assigner, opts...))
+	}
+	if cfg.has(gossip.RoleDistributor) {
+		a.distributor = newDistributor(cfg, a, a.stopping)
+		a.handle(mux, slicerv1connect.DistributorServiceName)(slicerv1connect.NewDistributorServiceHandler(a.distributor, opts...))
+	}
+	if cfg.has(gossip.RoleBackup) {
+		a.backup = newBackup(cfg, a.store, a.stopping)
+		a.handle(mux, slicerv1connect.BackupServiceName)(slicerv1connect.NewBackupServiceHandler(a.backup, opts...))
+	}
+	a.health = grpchealth.NewStaticChecker(a.services...)
+	mux.Handle(grpchealth.NewHandler(a.health))
+	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, a.services...)...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	a.server = &http.Server{
+		Handler:           mux,
+		Protocols:         protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),
+	}
+	return a, nil
+}
+
+func (a *Agent) handle(mux *http.ServeMux, service string) func(string, http.Handler) {
+	a.services = append(a.services, service)
+	return mux.Handle
+}
+
+// RPCAddr is the address the RPC server listens on.
+func (a *Agent) RPCAddr() string { return a.listener.Addr().String() }
+
+// GossipAddr is the bound gossip address, or "" before Run starts gossip.
+func (a *Agent) GossipAddr() string {
+	if n := a.gossipNode(); n != nil {
+		return n.GossipAddr()
+	}
+	return ""
+}
+
+func (a *Agent) gossipNode() *gossip.Node {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.node
+}
+
+// Peers implements membership for the roles.
+func (a *Agent) Peers() []gossip.Peer {
+	if n := a.gossipNode(); n != nil {
+		return n.Peers()
+	}
+	return nil
+}
+
+// Changes implements membership for the roles.
+func (a *Agent) Changes() (<-chan struct{}, func()) {
+	return a.gossipNode().Changes()
+}
+
+// Run joins gossip, serves RPCs and runs the roles until ctx ends, then
+// leaves gossip gracefully, drains RPC streams and closes the store. It
+// returns the first error that stopped it.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.closeStore()
+	advertise := a.cfg.AdvertiseRPCAddr
+	if advertise == "" {
+		advertise = a.RPCAddr()
+	}
+	gcfg := a.cfg.Gossip
+	gcfg.NodeName = a.cfg.NodeName
+	gcfg.Self = gossip.Peer{Name: a.cfg.NodeName, Roles: a.cfg.Roles, RPCAddr: advertise}
+	gcfg.Logger = a.log
+	node, err := gossip.Start(gcfg)
+	if err != nil {
+		a.listener.Close()
+		return err
+	}
+	a.mu.Lock()
+	a.node = node
+	a.mu.Unlock()
+	defer node.Shutdown()
+	a.log.Info("slicerd started", "node", a.cfg.NodeName, "roles", a.cfg.Roles,
+		"rpc_addr", a.RPCAddr(), "gossip_addr", node.GossipAddr(), "data_dir", a.cfg.DataDir)
+
+	g, gctx := errgroup.WithContext(ctx)
+	if len(gcfg.Join) > 0 {
+		g.Go(func() error {
+			if err := node.RetryJoin(gctx, gcfg.Join, a.cfg.JoinRetryInterval); err == nil {
+				a.log.Info("joined gossip", "join", gcfg.Join)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		if err := a.server.Serve(a.listener); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("rpc server: %w", err)
+		}
+		return nil
+	})
+	if a.assigner != nil {
+		g.Go(func() error { return a.assigner.Run(gctx) })
+	}
+	if a.distributor != nil {
+		g.Go(func() error { return a.distributor.Run(gctx) })
+	}
+	g.Go(func() error {
+		<-gctx.Done()
+		a.shutdown(node)
+		return nil
+	})
+	err = g.Wait()
+	a.log.Info("slicerd stopped", "node", a.cfg.NodeName)
+	return err
+}
+
+// shutdown leaves gossip first, so tasks and other nodes see a drain rather
+// than a failure, then ends streams and closes the RPC server.
+func (a *Agent) shutdown(node *gossip.Node) {
+	a.health.SetStatus("", grpchealth.StatusNotServing)
+	for _, s := range a.services {
+		a.health.SetStatus(s, grpchealth.StatusNotServing)
+	}
+	leaveCtx, cancel := context.WithTimeout(context.Background(), a.cfg.LeaveTimeout)
+	if err := node.Leave(leaveCtx); err != nil {
+		a.log.Warn("graceful gossip leave did not complete", "err", err)
+	} else {
+		a.log.Info("left gossip")
+	}
+	cancel()
+	close(a.stopping)
+	drainCtx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := a.server.Shutdown(drainCtx); err != nil {
+		a.log.Warn("rpc connections did not drain in time; closing them", "err", err)
+		a.server.Close()
+	}
+}
+
+func (a *Agent) closeStore() {
+	if a.store == nil {
+		return
+	}
+	if err := a.store.Close(); err != nil {
+		a.log.Error("closing store", "err", err)
+	}
+}

@@ -1,0 +1,349 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/storage"
+)
+
+// maxCommitAttempts bounds the read–rebase–retry loop on a conflicting
+// conditional write (another Assigner committed first).
+const maxCommitAttempts = 5
+
+// membership is the part of the gossip node the roles read.
+type membership interface {
+	Peers() []gossip.Peer
+	Changes() (<-chan struct{}, func())
+}
+
+// Assigner generates, stores and publishes assignments for every job whose
+// tasks it sees in gossip.
+type Assigner struct {
+	log      *slog.Logger
+	store    storage.Store
+	members  membership
+	delay    time.Duration
+	grace    time.Duration
+	stopping <-chan struct{}
+
+	kick chan struct{} // a job's configuration changed
+
+	mu   sync.Mutex
+	jobs map[string]*assignerJob
+}
+
+type assignerJob struct {
+	name       string
+	cfg        assign.Config
+	configured bool
+	pub        *latest
+}
+
+func newAssigner(cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
+	return &Assigner{
+		log:      cfg.Logger.With("role", "assigner"),
+		store:    store,
+		members:  members,
+		delay:    cfg.RebalanceDelay,
+		grace:    cfg.StartupGrace,
+		stopping: stopping,
+		kick:     make(chan struct{}, 1),
+		jobs:     make(map[string]*assignerJob),
+	}
+}
+
+// load carries every stored job forward: its configuration and its current
+// assignment are served at once, before any new decision.
+func (a *Assigner) load(ctx context.Context) error {
+	names, err := a.store.Jobs(ctx)
+	if err != nil {
+		return fmt.Errorf("assigner: list stored jobs: %w", err)
+	}
+	for _, name := range names {
+		if _, err := a.job(ctx, name, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// job returns the state of a job, creating it from the store (or defaults)
+// when create is set or gossip knows a task of the job. It returns
+// ErrUnknownJob when neither the store nor gossip knows the job.
+func (a *Assigner) job(ctx context.Context, name string, create bool) (*assignerJob, error) {
+	if err := assign.ValidateJobName(name); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	j, ok := a.jobs[name]
+	a.mu.Unlock()
+	if ok {
+		return j, nil
+	}
+	rec, err := a.store.Load(ctx, name)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		if !create && len(a.tasksOf(name, false)) == 0 {
+			return nil, unknownJob(name)
+		}
+		rec = storage.Record{Job: name, Config: assign.DefaultConfig()}
+	case err != nil:
+		return nil, fmt.Errorf("assigner: load job %q: %w", name, err)
+	}
+	j = &assignerJob{name: name, cfg: rec.Config, configured: rec.Configured, pub: newLatest()}
+	if rec.Current != nil {
+		j.pub.publish(rec.Current)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if existing, ok := a.jobs[name]; ok {
+		return existing, nil
+	}
+	a.jobs[name] = j
+	if rec.Current != nil {
+		a.log.Info("carrying stored assignment forward", "job", name, "generation", rec.Current.Generation,
+			"tasks", len(rec.Current.Tasks), "slices", len(rec.Current.Slices))
+	}
+	return j, nil
+}
+
+// tasksOf lists the job's tasks known to gossip, sorted by name; with
+// aliveOnly, only those that are alive (failed and leaving tasks are out).
+func (a *Assigner) tasksOf(job string, aliveOnly bool) []assign.Task {
+	var tasks []assign.Task
+	for _, p := range a.members.Peers() {
+		if !p.Has(gossip.RoleTask) || p.Job != job || (aliveOnly && p.Status != gossip.StatusAlive) {
+			continue
+		}
+		tasks = append(tasks, assign.Task{Name: p.Task, Addr: p.RPCAddr})
+	}
+	slices.SortFunc(tasks, func(x, y assign.Task) int { return strings.Compare(x.Name, y.Name) })
+	// Two live members claiming one task name: keep the first, deterministically.
+	return slices.CompactFunc(tasks, func(x, y assign.Task) bool { return x.Name == y.Name })
+}
+
+// Run reacts to membership and configuration changes until ctx ends. Each
+// burst of changes is coalesced over the rebalance delay into one decision
+// per job. Until the startup grace has passed, gossip may not yet know every
+// live task, so the stored assignments are served unchanged.
+func (a *Assigner) Run(ctx context.Context) error {
+	if err := a.load(ctx); err != nil {
+		return err
+	}
+	changes, unsubscribe := a.members.Changes()
+	defer unsubscribe()
+
+	grace := time.NewTimer(a.grace)
+	defer grace.Stop()
+	settle := time.NewTimer(0)
+	settle.Stop()
+	defer settle.Stop()
+	ready := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-grace.C:
+			ready = true
+			settle.Reset(0)
+		case <-changes:
+			if ready {
+				settle.Reset(a.delay)
+			}
+		case <-a.kick:
+			if ready {
+				settle.Reset(0)
+			}
+		case <-settle.C:
+			a.reconcileAll(ctx)
+		}
+	}
+}
+
+func (a *Assigner) reconcileAll(ctx context.Context) {
+	names := make(map[string]bool)
+	for _, p := range a.members.Peers() {
+		if p.Has(gossip.RoleTask) && p.Job != "" {
+			names[p.Job] = true
+		}
+	}
+	a.mu.Lock()
+	for name := range a.jobs {
+		names[name] = true
+	}
+	a.mu.Unlock()
+	sorted := make([]string, 0, len(names))
+	for name := range names {
+		sorted = append(sorted, name)
+	}
+	slices.Sort(sorted)
+	for _, name := range sorted {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := a.reconcile(ctx, name); err != nil {
+			a.log.Error("rebalance failed; keeping the current assignment", "job", name, "err", err)
+		}
+	}
+}
+
+// reconcile takes one decision for a job: read the assignment, compute the
+// next one from the live tasks, and store it conditionally on the one read.
+// On a conflict it re-reads the stored assignment and starts over (§4.1).
+func (a *Assigner) reconcile(ctx context.Context, name string) error {
+	j, err := a.job(ctx, name, true)
+	if err != nil {
+		return err
+	}
+	live := a.tasksOf(name, true)
+	if len(live) == 0 {
+		// Keep routing on the last assignment: clients lose nothing by it,
+		// and the next task to join takes the whole key space.
+		return nil
+	}
+	a.mu.Lock()
+	cfg := j.cfg
+	a.mu.Unlock()
+	for attempt := 1; attempt <= maxCommitAttempts; attempt++ {
+		cur := j.pub.current()
+		next, decision, err := decide(name, cur, live, cfg)
+		if err != nil {
+			return fmt.Errorf("compute assignment: %w", err)
+		}
+		if !decision.Changed {
+			return nil
+		}
+		var prevGen uint64
+		if cur != nil {
+			prevGen = cur.Generation
+		}
+		err = a.store.Commit(ctx, name, prevGen, next)
+		if errors.Is(err, storage.ErrConflict) {
+			a.log.Warn("assignment changed in the store since it was read; rebasing", "job", name, "attempt", attempt, "err", err)
+			rec, lerr := a.store.Load(ctx, name)
+			if lerr != nil {
+				return fmt.Errorf("re-read after conflict: %w", lerr)
+			}
+			if rec.Current != nil {
+				j.pub.publish(rec.Current)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("store generation %d: %w", next.Generation, err)
+		}
+		j.pub.publish(next)
+		a.log.Info("assignment committed", "job", name, "generation", next.Generation,
+			"tasks", len(next.Tasks), "slices", len(next.Slices), "churn", decision.Churn, "moves", len(decision.Moves))
+		for _, m := range decision.Moves {
+			a.log.Debug("move", "job", name, "kind", m.Kind, "start", m.Start, "end", m.End, "from", m.From, "to", m.To, "reason", m.Reason)
+		}
+		return nil
+	}
+	return fmt.Errorf("gave up after %d conflicting commits", maxCommitAttempts)
+}
+
+// decide computes the next assignment: the initial one for a job that has
+// none, otherwise a rebalance of the current one.
+func decide(job string, cur *assign.Assignment, live []assign.Task, cfg assign.Config) (*assign.Assignment, assign.Decision, error) {
+	if cur != nil {
+		return assign.Rebalance(cur, live, cfg)
+	}
+	next, err := assign.Initial(job, live, cfg)
+	if err != nil {
+		return nil, assign.Decision{}, err
+	}
+	return next, assign.Decision{Changed: true, Churn: 1}, nil
+}
+
+// WatchAssignment implements slicerv1connect.AssignerServiceHandler.
+func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[slicerv1.WatchAssignmentRequest], stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
+	j, err := a.job(ctx, req.Msg.GetJob(), false)
+	if err != nil {
+		return toConnect(err)
+	}
+	return j.pub.stream(ctx, a.stopping, req.Msg.GetKnownGeneration(), stream.Send)
+}
+
+// jobInfo describes a job for JobService.
+func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
+	a.mu.Lock()
+	cfg, configured := j.cfg, j.configured
+	a.mu.Unlock()
+	info := &slicerv1.JobInfo{Name: j.name, Config: api.ConfigToProto(cfg), Configured: configured}
+	if cur := j.pub.current(); cur != nil {
+		info.Generation = cur.Generation
+	}
+	for _, t := range a.tasksOf(j.name, true) {
+		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr})
+	}
+	return info
+}
+
+// ListJobs implements slicerv1connect.JobServiceHandler.
+func (a *Assigner) ListJobs(ctx context.Context, _ *connect.Request[slicerv1.ListJobsRequest]) (*connect.Response[slicerv1.ListJobsResponse], error) {
+	a.mu.Lock()
+	jobs := make([]*assignerJob, 0, len(a.jobs))
+	for _, j := range a.jobs {
+		jobs = append(jobs, j)
+	}
+	a.mu.Unlock()
+	slices.SortFunc(jobs, func(x, y *assignerJob) int { return strings.Compare(x.name, y.name) })
+	resp := &slicerv1.ListJobsResponse{}
+	for _, j := range jobs {
+		resp.Jobs = append(resp.Jobs, a.jobInfo(j))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// GetJob implements slicerv1connect.JobServiceHandler.
+func (a *Assigner) GetJob(ctx context.Context, req *connect.Request[slicerv1.GetJobRequest]) (*connect.Response[slicerv1.GetJobResponse], error) {
+	j, err := a.job(ctx, req.Msg.GetJob(), false)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&slicerv1.GetJobResponse{Job: a.jobInfo(j)}), nil
+}
+
+// SetJobConfig implements slicerv1connect.JobServiceHandler. The
+// configuration is validated before anything is stored, and stored before
+// the job is rebalanced under it.
+func (a *Assigner) SetJobConfig(ctx context.Context, req *connect.Request[slicerv1.SetJobConfigRequest]) (*connect.Response[slicerv1.SetJobConfigResponse], error) {
+	name := req.Msg.GetJob()
+	if err := assign.ValidateJobName(name); err != nil {
+		return nil, toConnect(err)
+	}
+	cfg, err := api.ConfigFromProto(req.Msg.GetConfig())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if err := a.store.SetConfig(ctx, name, cfg); err != nil {
+		return nil, toConnect(err)
+	}
+	j, err := a.job(ctx, name, true)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	a.mu.Lock()
+	j.cfg, j.configured = cfg, true
+	a.mu.Unlock()
+	a.log.Info("job configured", "job", name, "min_redundancy", cfg.MinRedundancy, "max_redundancy", cfg.MaxRedundancy)
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+	return connect.NewResponse(&slicerv1.SetJobConfigResponse{Job: a.jobInfo(j)}), nil
+}

@@ -1,0 +1,129 @@
+package roles
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/slicerd/slicerd/gossip"
+)
+
+// Config is everything an Agent needs, already parsed; main turns flags into it.
+type Config struct {
+	// NodeName names this node in gossip; unique in the cluster.
+	NodeName string
+	// Roles this agent runs: any of assigner, distributor and backup.
+	Roles []gossip.Role
+	// DataDir holds the embedded store (assigner and backup roles).
+	DataDir string
+	// RPCAddr is where the Connect/gRPC API listens (host:port; port 0 picks one).
+	RPCAddr string
+	// AdvertiseRPCAddr is the RPC address other members are told; default
+	// the address RPCAddr bound to.
+	AdvertiseRPCAddr string
+	// Gossip configures the serf member; NodeName, Self and Logger are
+	// filled in by the agent.
+	Gossip gossip.Config
+	// JoinRetryInterval paces attempts to join Gossip.Join.
+	JoinRetryInterval time.Duration
+
+	// RebalanceDelay coalesces a burst of membership changes into one decision.
+	RebalanceDelay time.Duration
+	// StartupGrace is how long a starting Assigner serves stored
+	// assignments unchanged while gossip learns which tasks are alive.
+	StartupGrace time.Duration
+	// BackupPollInterval paces the Backup's reads of the store for streams.
+	BackupPollInterval time.Duration
+	// PullMinBackoff and PullMaxBackoff bound a Distributor's reconnects to
+	// an Assigner.
+	PullMinBackoff, PullMaxBackoff time.Duration
+	// LeaveTimeout bounds the graceful gossip leave at shutdown, and
+	// ShutdownTimeout the drain of RPC connections after it.
+	LeaveTimeout, ShutdownTimeout time.Duration
+	// MaxRequestBytes caps a decoded RPC request.
+	MaxRequestBytes int
+
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a configuration that runs every role on one node
+// with production timers.
+func DefaultConfig() Config {
+	return Config{
+		Roles:              []gossip.Role{gossip.RoleAssigner, gossip.RoleDistributor, gossip.RoleBackup},
+		DataDir:            "slicerd-data",
+		RPCAddr:            "127.0.0.1:7070",
+		Gossip:             gossip.DefaultConfig(),
+		JoinRetryInterval:  2 * time.Second,
+		RebalanceDelay:     500 * time.Millisecond,
+		StartupGrace:       3 * time.Second,
+		BackupPollInterval: time.Second,
+		PullMinBackoff:     50 * time.Millisecond,
+		PullMaxBackoff:     2 * time.Second,
+		LeaveTimeout:       5 * time.Second,
+		ShutdownTimeout:    5 * time.Second,
+		MaxRequestBytes:    1 << 20,
+	}
+}
+
+func (c Config) has(r gossip.Role) bool { return slices.Contains(c.Roles, r) }
+
+// Validate reports the first problem with c, saying which setting to fix.
+func (c Config) Validate() error {
+	if c.NodeName == "" {
+		return fmt.Errorf("%w: node name is empty; set --node-name", ErrConfig)
+	}
+	if len(c.Roles) == 0 {
+		return fmt.Errorf("%w: no role; run at least one of assigner, distributor, backup", ErrConfig)
+	}
+	for _, r := range c.Roles {
+		switch r {
+		case gossip.RoleAssigner, gossip.RoleDistributor, gossip.RoleBackup:
+		default:
+			return fmt.Errorf("%w: role %q cannot run in slicerd; use assigner, distributor or backup", ErrConfig, r)
+		}
+	}
+	if (c.has(gossip.RoleAssigner) || c.has(gossip.RoleBackup)) && c.DataDir == "" {
+		return fmt.Errorf("%w: the assigner and backup roles need --data-dir", ErrConfig)
+	}
+	if err := ValidateHostPort("rpc address", c.RPCAddr, true); err != nil {
+		return err
+	}
+	if c.AdvertiseRPCAddr != "" {
+		if err := ValidateHostPort("advertised rpc address", c.AdvertiseRPCAddr, false); err != nil {
+			return err
+		}
+	}
+	for name, d := range map[string]time.Duration{
+		"join retry interval": c.JoinRetryInterval, "rebalance delay": c.RebalanceDelay,
+		"backup poll interval": c.BackupPollInterval, "pull min backoff": c.PullMinBackoff,
+		"pull max backoff": c.PullMaxBackoff, "leave timeout": c.LeaveTimeout, "shutdown timeout": c.ShutdownTimeout,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("%w: %s is %v; it must be positive", ErrConfig, name, d)
+		}
+	}
+	if c.StartupGrace < 0 {
+		return fmt.Errorf("%w: startup grace is %v; it must not be negative", ErrConfig, c.StartupGrace)
+	}
+	if c.MaxRequestBytes <= 0 {
+		return fmt.Errorf("%w: max request bytes must be positive", ErrConfig)
+	}
+	return nil
+}
+
+// ValidateHostPort checks a host:port setting; zeroPort allows port 0.
+func ValidateHostPort(what, addr string, zeroPort bool) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q is not host:port (%v); e.g. 127.0.0.1:7070", ErrConfig, what, addr, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || (p == 0 && !zeroPort) {
+		return fmt.Errorf("%w: %s %q has an invalid port; use 1-65535", ErrConfig, what, addr)
+	}
+	return nil
+}

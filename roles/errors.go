@@ -1,0 +1,71 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
+)
+
+var (
+	// ErrUnknownJob is returned for a job with no live task, no stored
+	// assignment and no configuration.
+	ErrUnknownJob = errors.New("roles: unknown job")
+	// ErrNoAssigner means gossip knows no live Assigner to pull a job from.
+	ErrNoAssigner = errors.New("roles: no live assigner")
+	// ErrConfig is a configuration the agent cannot run with.
+	ErrConfig = errors.New("roles: invalid configuration")
+
+	errShuttingDown = errors.New("slicerd is shutting down; reconnect to another node")
+)
+
+// codes maps package sentinels to Connect codes at the RPC edge. The first
+// match wins; anything unmatched is Internal.
+var codes = []struct {
+	err  error
+	code connect.Code
+}{
+	{ErrUnknownJob, connect.CodeNotFound},
+	{storage.ErrNotFound, connect.CodeNotFound},
+	{assign.ErrInvalidName, connect.CodeInvalidArgument},
+	{assign.ErrInvalidConfig, connect.CodeInvalidArgument},
+	{assign.ErrInvalidAssignment, connect.CodeInvalidArgument},
+	{storage.ErrInvalid, connect.CodeInvalidArgument},
+	{storage.ErrConflict, connect.CodeAborted},
+	{ErrNoAssigner, connect.CodeUnavailable},
+	{storage.ErrClosed, connect.CodeUnavailable},
+	{context.Canceled, connect.CodeCanceled},
+	{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
+}
+
+// toConnect wraps err with the Connect code its sentinel maps to; an error
+// that already carries a code keeps it.
+func toConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return connect.NewError(c.code, err)
+		}
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}
+
+func unknownJob(job string) error {
+	return fmt.Errorf("%w %q: no task of it has joined and nothing is stored for it; "+
+		"start a task whose Slicelet names this job, or create it with 'slicerd job set %s'", ErrUnknownJob, job, job)
+}
+
+// validateJob checks a job name from a request.
+func validateJob(job string) error {
+	return toConnect(assign.ValidateJobName(job))
+}

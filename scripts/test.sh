@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs slicerd's checks and tests: formatting, vet, the generated-code check,
+# and every Go test under the race detector (end-to-end tests included; they
+# build and start the real binaries). Needs only Go; the code generators are
+# installed into .bin/ by scripts/tools.sh on first use.
+#   scripts/test.sh            everything
+#   SKIP_GENCHECK=1 scripts/test.sh   skip the generated-code check (no generator build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.bin/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+if [ "${SKIP_GENCHECK:-}" != 1 ]; then
+  echo "== generated code"
+  scripts/genproto.sh --check
+fi
+
+echo "== go test -race"
+go test -race -count=1 -timeout 20m ./... 2>&1 | tee /tmp/slicerd-test.$$.log
+status=${PIPESTATUS[0]}
+passed=$(grep -c '^ok ' /tmp/slicerd-test.$$.log || true)
+failed=$(grep -c -E '^(FAIL|--- FAIL)' /tmp/slicerd-test.$$.log || true)
+rm -f /tmp/slicerd-test.$$.log
+echo "packages: $passed passed, $failed failed"
+exit "$status"
