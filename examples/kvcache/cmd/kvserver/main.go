@@ -1,0 +1,137 @@
+// Command kvserver is one task of the kvcache example: an in-memory cache
+// that serves the keys slicerd assigns to it. See ../../README.md.
+//
+//	kvserver -job kv -task kv-0 -addr 127.0.0.1:0 -join 127.0.0.1:7946
+//
+// On start it prints one line to stdout,
+//
+//	kvserver task=<task> addr=<http-addr> gossip=<gossip-addr>
+//
+// and logs to stderr. SIGINT or SIGTERM leaves gossip gracefully, so
+// slicerd moves the task's keys at once, then stops serving.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/slicerd/slicerd/examples/kvcache"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/slicelet"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kvserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	job := fs.String("job", "kv", "job the task belongs to")
+	task := fs.String("task", "kv-0", "this task's name, unique within the job")
+	addr := fs.String("addr", "127.0.0.1:0", "host:port the cache serves HTTP on (port 0 picks one)")
+	join := fs.String("join", "127.0.0.1:7946", "gossip address of a slicerd node, comma-separated for several")
+	gossipAddr := fs.String("gossip-addr", "127.0.0.1:0", "host:port this task's gossip member binds to")
+	profile := fs.String("gossip-profile", "lan", "gossip timers: lan or local (loopback and tests)")
+	logLevel := fs.String("log-level", "info", "log verbosity: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kvserver: unexpected argument %q; kvserver takes flags only\n", fs.Arg(0))
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "kvserver: invalid -log-level %q: use debug, info, warn or error\n", *logLevel)
+		return 2
+	}
+	if *profile != "lan" && *profile != "local" {
+		fmt.Fprintf(stderr, "kvserver: invalid -gossip-profile %q: use lan or local\n", *profile)
+		return 2
+	}
+	base := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := base.With("task", *task) // the Slicelet tags its own records
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvserver: listen on %s: %v; choose another -addr\n", *addr, err)
+		return 1
+	}
+	gcfg := gossip.DefaultConfig()
+	gcfg.Profile = *profile
+	var joins []string
+	for _, j := range strings.Split(*join, ",") {
+		if j = strings.TrimSpace(j); j != "" {
+			joins = append(joins, j)
+		}
+	}
+	sl, err := slicelet.New(slicelet.Config{
+		Job:        *job,
+		Task:       *task,
+		Addr:       ln.Addr().String(),
+		GossipAddr: *gossipAddr,
+		Join:       joins,
+		Gossip:     gcfg,
+		Logger:     base,
+	})
+	if err != nil {
+		ln.Close()
+		fmt.Fprintf(stderr, "kvserver: %v\n", err)
+		return 2
+	}
+	srv := &http.Server{
+		Handler:           kvcache.NewServer(sl, log),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return sl.Run(gctx) })
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		select {
+		case <-sl.Joined():
+			fmt.Fprintf(stdout, "kvserver task=%s addr=%s gossip=%s\n", *task, ln.Addr(), sl.GossipAddr())
+		case <-gctx.Done():
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		// The Slicelet leaves gossip as gctx ends; requests in flight finish.
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			srv.Close()
+		}
+		return nil
+	})
+	log.Info("kvserver starting", "job", *job, "addr", ln.Addr().String(), "join", joins)
+	if err := g.Wait(); err != nil {
+		fmt.Fprintf(stderr, "kvserver: %v\n", err)
+		return 1
+	}
+	log.Info("kvserver stopped")
+	return 0
+}

@@ -1,0 +1,180 @@
+package kvcache
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/slicelet"
+)
+
+// MaxValueBytes caps a stored value; a larger PUT body gets 413.
+const MaxValueBytes = 1 << 20
+
+// Server is one task of the cache: an http.Handler over an in-memory map
+// that serves only the keys its Slicelet is assigned. It is safe for
+// concurrent use.
+type Server struct {
+	sl  *slicelet.Slicelet
+	log *slog.Logger
+	mux *http.ServeMux
+
+	mu      sync.RWMutex
+	entries map[string]entry
+}
+
+type entry struct {
+	val []byte
+	sk  assign.SliceKey // cached so dropping a slice does not rehash every key
+}
+
+// NewServer returns a Server for the task sl runs and registers it as a
+// listener of sl, so that entries of slices moved away are dropped. A nil
+// log discards.
+func NewServer(sl *slicelet.Slicelet, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{sl: sl, log: log, mux: http.NewServeMux(), entries: make(map[string]entry)}
+	s.mux.HandleFunc("GET /kv/{key}", s.get)
+	s.mux.HandleFunc("PUT /kv/{key}", s.put)
+	s.mux.HandleFunc("DELETE /kv/{key}", s.del)
+	s.mux.HandleFunc("GET /stats", s.stats)
+	sl.AddListener(s)
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Len is the number of entries held.
+func (s *Server) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.entries)
+}
+
+// OnChangedSlices drops the entries whose keys fall in slices no longer
+// assigned to this task. It implements the Slicelet's listener.
+func (s *Server) OnChangedSlices(assigned, unassigned []assign.Slice) {
+	if len(unassigned) == 0 {
+		return
+	}
+	// The Slicelet passes them sorted; sort a copy if ever not.
+	byStart := func(a, b assign.Slice) int { return cmp.Compare(a.Start, b.Start) }
+	ranges := unassigned
+	if !slices.IsSortedFunc(ranges, byStart) {
+		ranges = slices.Clone(ranges)
+		slices.SortFunc(ranges, byStart)
+	}
+	s.mu.Lock()
+	dropped := 0
+	for k, e := range s.entries {
+		if inRanges(ranges, e.sk) {
+			delete(s.entries, k)
+			dropped++
+		}
+	}
+	left := len(s.entries)
+	s.mu.Unlock()
+	s.log.Info("slices unassigned; dropped their entries", "slices", len(unassigned), "dropped", dropped, "kept", left)
+}
+
+// inRanges reports whether k lies in one of ranges, sorted by Start.
+func inRanges(ranges []assign.Slice, k assign.SliceKey) bool {
+	// The last range starting at or below k is the only candidate.
+	i, found := slices.BinarySearchFunc(ranges, k, func(s assign.Slice, k assign.SliceKey) int {
+		return cmp.Compare(s.Start, k)
+	})
+	if !found {
+		i--
+	}
+	return i >= 0 && k < ranges[i].End
+}
+
+// misdirected answers 421 for a key this task does not own; the client
+// refreshes its assignment and retries.
+func (s *Server) misdirected(w http.ResponseWriter, key string) {
+	http.Error(w, fmt.Sprintf("kvcache: key %q is not assigned to task %s; refresh the assignment and retry at the owner", key, s.sl.Task()), http.StatusMisdirectedRequest)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	if !s.sl.IsAffinitizedKeyString(key) {
+		s.misdirected(w, key)
+		return
+	}
+	s.mu.RLock()
+	e, ok := s.entries[key]
+	s.mu.RUnlock()
+	if !ok {
+		http.Error(w, "kvcache: key not found", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Write(e.val)
+}
+
+func (s *Server) put(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	if !s.sl.IsAffinitizedKeyString(key) {
+		s.misdirected(w, key)
+		return
+	}
+	val, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxValueBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("kvcache: value larger than %d bytes; store smaller values", MaxValueBytes), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "kvcache: reading the value: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	sk := assign.HashString(key)
+	s.mu.Lock()
+	s.entries[key] = entry{val: val, sk: sk}
+	s.mu.Unlock()
+	// The slice may have moved away between the check and the store, after
+	// the listener already dropped it: check again so no orphan survives.
+	if !s.sl.IsAffinitizedKeyString(key) {
+		s.mu.Lock()
+		delete(s.entries, key)
+		s.mu.Unlock()
+		s.misdirected(w, key)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) del(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	if !s.sl.IsAffinitizedKeyString(key) {
+		s.misdirected(w, key)
+		return
+	}
+	s.mu.Lock()
+	delete(s.entries, key)
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Stats is the body of GET /stats.
+type Stats struct {
+	Task       string `json:"task"`
+	Keys       int    `json:"keys"`
+	Generation uint64 `json:"generation"`
+}
+
+func (s *Server) stats(w http.ResponseWriter, _ *http.Request) {
+	st := Stats{Task: s.sl.Task(), Keys: s.Len(), Generation: s.sl.Generation()}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(st)
+}
