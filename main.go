@@ -1,0 +1,431 @@
+// Command slicerd is an auto-sharding service: it assigns the keys of
+// sharded jobs to their live tasks, balances them, and streams the
+// assignment to clients and servers. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/urfave/cli/v2"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/roles"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// run is main without the process exit, so tests can drive the CLI.
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	if err := app.Run(args); err != nil {
+		fmt.Fprintf(stderr, "slicerd: %v\n", err)
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			return ec.ExitCode()
+		}
+		return 1
+	}
+	return 0
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "slicerd"
+	}
+	return h
+}
+
+func usageError(format string, args ...any) error {
+	return cli.Exit(fmt.Sprintf(format, args...), 2)
+}
+
+var (
+	flagLogLevel = &cli.StringFlag{
+		Name: "log-level", Value: "info", EnvVars: []string{"SLICERD_LOG_LEVEL"},
+		Usage: "log verbosity: debug, info, warn or error",
+	}
+	flagLogFormat = &cli.StringFlag{
+		Name: "log-format", Value: "text", EnvVars: []string{"SLICERD_LOG_FORMAT"},
+		Usage: "log format: text or json (one object per line)",
+	}
+	flagAddr = &cli.StringFlag{
+		Name: "addr", Value: "127.0.0.1:7070", EnvVars: []string{"SLICERD_ADDR"},
+		Usage: "RPC address of a slicerd node running the assigner role",
+	}
+)
+
+func agentFlags() []cli.Flag {
+	d := roles.DefaultConfig()
+	return []cli.Flag{
+		&cli.StringFlag{
+			Name: "role", EnvVars: []string{"SLICERD_ROLE"},
+			Usage: "roles to run, comma-separated: assigner, distributor, backup (default: all three on the embedded store)",
+		},
+		&cli.StringFlag{
+			Name: "data-dir", Value: d.DataDir, EnvVars: []string{"SLICERD_DATA_DIR"},
+			Usage: "directory of the embedded assignment store (assigner and backup roles)",
+		},
+		&cli.StringFlag{
+			Name: "rpc-addr", Value: d.RPCAddr, EnvVars: []string{"SLICERD_RPC_ADDR"},
+			Usage: "host:port the Connect/gRPC API listens on (HTTP/2 cleartext)",
+		},
+		&cli.StringFlag{
+			Name: "advertise-rpc-addr", EnvVars: []string{"SLICERD_ADVERTISE_RPC_ADDR"},
+			Usage: "RPC address other members use to reach this node (default: the bound --rpc-addr)",
+		},
+		&cli.StringFlag{
+			Name: "gossip-addr", Value: d.Gossip.BindAddr, EnvVars: []string{"SLICERD_GOSSIP_ADDR"},
+			Usage: "host:port gossip binds to, TCP and UDP",
+		},
+		&cli.StringSliceFlag{
+			Name: "join", EnvVars: []string{"SLICERD_JOIN"},
+			Usage: "gossip address of an existing member to join; repeat or comma-separate for several",
+		},
+		&cli.StringFlag{
+			Name: "node-name", Value: defaultNodeName(), EnvVars: []string{"SLICERD_NODE_NAME"},
+			Usage: "this node's unique name in gossip",
+		},
+		&cli.StringFlag{
+			Name: "gossip-profile", Value: "lan", EnvVars: []string{"SLICERD_GOSSIP_PROFILE"},
+			Usage: "gossip timers: lan (memberlist's LAN defaults) or local (shorter probe timeouts, for loopback and tests)",
+		},
+		&cli.DurationFlag{
+			Name: "rebalance-delay", Value: d.RebalanceDelay, EnvVars: []string{"SLICERD_REBALANCE_DELAY"},
+			Usage: "how long the assigner waits for membership changes to settle before deciding",
+		},
+		&cli.DurationFlag{
+			Name: "startup-grace", Value: d.StartupGrace, EnvVars: []string{"SLICERD_STARTUP_GRACE"},
+			Usage: "how long a starting assigner serves the stored assignment unchanged while gossip converges",
+		},
+		flagLogLevel,
+		flagLogFormat,
+	}
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:    "slicerd",
+		Usage:   "auto-sharding service: assigns keys to live tasks and streams the assignment to clients",
+		Version: versionString(),
+		Description: "With no command, slicerd runs a node. With no --role it runs the assigner, distributor and backup\n" +
+			"on an embedded store in --data-dir: a complete single-node service. Every flag can also be set\n" +
+			"through the SLICERD_* environment variable shown beside it.",
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		HideVersion:          true,
+		Flags:                agentFlags(),
+		Action:               runAgent,
+		EnableBashCompletion: true,
+		// run reports errors and picks the exit status; the default handler
+		// would exit the process from inside the library.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usageError("%v (see 'slicerd --help')", err)
+		},
+		Commands: []*cli.Command{
+			{
+				Name:  "version",
+				Usage: "print the version",
+				Action: func(c *cli.Context) error {
+					fmt.Fprintf(c.App.Writer, "slicerd %s\n", versionString())
+					return nil
+				},
+			},
+			jobCommand(),
+			demoCommand(),
+		},
+	}
+}
+
+func newLogger(c *cli.Context) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, usageError("invalid --log-level %q: use debug, info, warn or error", c.String("log-level"))
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.String("log-format") {
+	case "text":
+		return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts)), nil
+	}
+	return nil, usageError("invalid --log-format %q: use text or json", c.String("log-format"))
+}
+
+// agentConfig turns flags into a validated agent configuration.
+func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
+	if c.Args().Present() {
+		return roles.Config{}, usageError("unexpected argument %q; slicerd takes flags only (see 'slicerd --help')", c.Args().First())
+	}
+	cfg := roles.DefaultConfig()
+	cfg.Logger = log
+	if s := c.String("role"); s != "" {
+		cfg.Roles = nil
+		for _, part := range strings.Split(s, ",") {
+			r, err := gossip.ParseRole(strings.TrimSpace(part))
+			if err != nil || r == gossip.RoleTask {
+				return cfg, usageError("invalid --role %q: use assigner, distributor or backup, comma-separated", part)
+			}
+			cfg.Roles = append(cfg.Roles, r)
+		}
+	}
+	cfg.NodeName = c.String("node-name")
+	cfg.DataDir = c.String("data-dir")
+	cfg.RPCAddr = c.String("rpc-addr")
+	cfg.AdvertiseRPCAddr = c.String("advertise-rpc-addr")
+	cfg.RebalanceDelay = c.Duration("rebalance-delay")
+	cfg.StartupGrace = c.Duration("startup-grace")
+	cfg.Gossip.BindAddr = c.String("gossip-addr")
+	for _, j := range c.StringSlice("join") {
+		for _, addr := range strings.Split(j, ",") {
+			if addr = strings.TrimSpace(addr); addr != "" {
+				cfg.Gossip.Join = append(cfg.Gossip.Join, addr)
+			}
+		}
+	}
+	switch p := c.String("gossip-profile"); p {
+	case "lan", "local":
+		cfg.Gossip.Profile = p
+	default:
+		return cfg, usageError("invalid --gossip-profile %q: use lan or local", p)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError("%v", err)
+	}
+	return cfg, nil
+}
+
+func runAgent(c *cli.Context) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	cfg, err := agentConfig(c, log)
+	if err != nil {
+		return err
+	}
+	agent, err := roles.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext(log)
+	defer stop()
+	return agent.Run(ctx)
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM, which starts a
+// graceful shutdown; a second one exits at once.
+func signalContext(log *slog.Logger) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info("shutting down gracefully; signal again to exit at once", "signal", s.String())
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			log.Warn("exiting at once", "signal", s.String())
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}
+
+func jobCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "job",
+		Usage: "inspect and configure sharded jobs (talks to an assigner over RPC)",
+		Subcommands: []*cli.Command{
+			{
+				Name:   "list",
+				Usage:  "list known jobs",
+				Flags:  []cli.Flag{flagAddr},
+				Action: func(c *cli.Context) error { return jobList(c) },
+			},
+			{
+				Name:      "get",
+				Usage:     "show one job: configuration, generation and live tasks",
+				ArgsUsage: "JOB",
+				Flags:     []cli.Flag{flagAddr},
+				Action:    func(c *cli.Context) error { return jobGet(c) },
+			},
+			{
+				Name:      "set",
+				Usage:     "set a job's configuration (creates the job)",
+				ArgsUsage: "JOB",
+				Flags: []cli.Flag{
+					flagAddr,
+					&cli.IntFlag{Name: "min-redundancy", Value: 1, Usage: "tasks each slice is assigned to (at least 1)"},
+					&cli.IntFlag{Name: "max-redundancy", Value: 0, Usage: "most tasks a hot slice may be replicated to (default: min-redundancy)"},
+				},
+				Action: func(c *cli.Context) error { return jobSet(c) },
+			},
+			{
+				Name:      "watch",
+				Usage:     "stream a job's assignments from a distributor as they change",
+				ArgsUsage: "JOB",
+				Flags:     []cli.Flag{flagAddr},
+				Action:    func(c *cli.Context) error { return jobWatch(c) },
+			},
+		},
+	}
+}
+
+func jobArg(c *cli.Context) (string, error) {
+	if c.NArg() > 1 && strings.HasPrefix(c.Args().Get(1), "-") {
+		return "", usageError("flags go before JOB: slicerd job %s [flags] %s", c.Command.Name, c.Args().First())
+	}
+	if c.NArg() != 1 {
+		return "", usageError("job %s needs exactly one JOB argument", c.Command.Name)
+	}
+	return c.Args().First(), nil
+}
+
+func rpcError(c *cli.Context, err error) error {
+	if connect.CodeOf(err) == connect.CodeUnavailable {
+		return cli.Exit(fmt.Sprintf("cannot reach slicerd at %s: %v (is it running? set --addr)", c.String("addr"), err), 1)
+	}
+	return cli.Exit(err.Error(), 1)
+}
+
+func jobClient(c *cli.Context) slicerv1connect.JobServiceClient {
+	return slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(c.String("addr")), connect.WithGRPC())
+}
+
+func printJob(w io.Writer, j *slicerv1.JobInfo) {
+	fmt.Fprintf(w, "job %s\n  generation      %d\n  min redundancy  %d\n  max redundancy  %d\n  configured      %v\n  live tasks      %d\n",
+		j.GetName(), j.GetGeneration(), j.GetConfig().GetMinRedundancy(), j.GetConfig().GetMaxRedundancy(), j.GetConfigured(), len(j.GetLiveTasks()))
+	for _, t := range j.GetLiveTasks() {
+		fmt.Fprintf(w, "    %-20s %s\n", t.GetName(), t.GetAddress())
+	}
+}
+
+func rpcContext(c *cli.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Context, 10*time.Second)
+}
+
+func jobList(c *cli.Context) error {
+	ctx, cancel := rpcContext(c)
+	defer cancel()
+	resp, err := jobClient(c).ListJobs(ctx, connect.NewRequest(&slicerv1.ListJobsRequest{}))
+	if err != nil {
+		return rpcError(c, err)
+	}
+	fmt.Fprintf(c.App.Writer, "%-24s %10s %5s %5s %6s\n", "JOB", "GENERATION", "MIN", "MAX", "TASKS")
+	for _, j := range resp.Msg.GetJobs() {
+		fmt.Fprintf(c.App.Writer, "%-24s %10d %5d %5d %6d\n", j.GetName(), j.GetGeneration(),
+			j.GetConfig().GetMinRedundancy(), j.GetConfig().GetMaxRedundancy(), len(j.GetLiveTasks()))
+	}
+	return nil
+}
+
+func jobGet(c *cli.Context) error {
+	job, err := jobArg(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := rpcContext(c)
+	defer cancel()
+	resp, err := jobClient(c).GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
+	if err != nil {
+		return rpcError(c, err)
+	}
+	printJob(c.App.Writer, resp.Msg.GetJob())
+	return nil
+}
+
+func jobSet(c *cli.Context) error {
+	job, err := jobArg(c)
+	if err != nil {
+		return err
+	}
+	minR, maxR := c.Int("min-redundancy"), c.Int("max-redundancy")
+	if maxR == 0 {
+		maxR = minR
+	}
+	if minR < 0 || maxR < 0 {
+		return usageError("redundancy cannot be negative (got min %d, max %d)", minR, maxR)
+	}
+	ctx, cancel := rpcContext(c)
+	defer cancel()
+	resp, err := jobClient(c).SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{
+		Job:    job,
+		Config: &slicerv1.JobConfig{MinRedundancy: uint32(minR), MaxRedundancy: uint32(maxR)},
+	}))
+	if err != nil {
+		return rpcError(c, err)
+	}
+	printJob(c.App.Writer, resp.Msg.GetJob())
+	return nil
+}
+
+func jobWatch(c *cli.Context) error {
+	job, err := jobArg(c)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext(log)
+	defer stop()
+	client := slicerv1connect.NewDistributorServiceClient(api.NewH2CClient(), api.RPCURL(c.String("addr")), connect.WithGRPC())
+	stream, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job}))
+	if err != nil {
+		return rpcError(c, err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		a, err := api.FromProto(stream.Msg().GetAssignment())
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("received an invalid assignment: %v", err), 1)
+		}
+		printAssignment(c.App.Writer, a)
+	}
+	if err := stream.Err(); err != nil && ctx.Err() == nil {
+		return rpcError(c, err)
+	}
+	return nil
+}
