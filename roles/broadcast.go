@@ -19,7 +19,7 @@ type latest struct {
 	mu      sync.Mutex
 	a       *assign.Assignment
 	msg     *slicerv1.WatchAssignmentResponse // a in wire form, built once for every stream
-	err     error // terminal error for waiters that have no assignment yet
+	err     error                             // terminal error for waiters that have no assignment yet
 	changed chan struct{}
 }
 
