@@ -292,6 +292,48 @@ func (n *Node) RetryJoin(ctx context.Context, addrs []string, interval time.Dura
 	}
 }
 
+// KeepJoined keeps a joined node in touch with the cluster until ctx ends
+// or the node shuts down: every interval, if connected(Peers()) is false,
+// it joins addrs again. Serf never reconnects to a member that left
+// gracefully, so without this a task whose only slicerd node restarted
+// (leave, then start on the same address) would never find it again.
+func (n *Node) KeepJoined(ctx context.Context, addrs []string, interval time.Duration, connected func([]Peer) bool) error {
+	if interval <= 0 {
+		return fmt.Errorf("%w: rejoin interval %v must be positive", ErrJoin, interval)
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.stop:
+			return nil
+		case <-ticker.C:
+		}
+		if connected(n.Peers()) {
+			continue
+		}
+		if num, err := n.Join(addrs); err != nil {
+			n.log.Debug("gossip rejoin failed; retrying", "addrs", addrs, "retry_in", interval, "err", err)
+		} else {
+			n.log.Info("gossip rejoined after losing every server", "contacted", num)
+		}
+	}
+}
+
+// HasLiveServer reports whether peers include an alive slicerd node
+// (assigner, distributor or backup) other than the one named self.
+func HasLiveServer(self string, peers []Peer) bool {
+	for _, p := range peers {
+		if p.Name != self && p.Status == StatusAlive &&
+			(p.Has(RoleAssigner) || p.Has(RoleDistributor) || p.Has(RoleBackup)) {
+			return true
+		}
+	}
+	return false
+}
+
 // UpdateSelf re-advertises this node's identity (Roles, Job, Task,
 // RPCAddr; the other fields are ignored). It waits until the update is
 // broadcast or the profile's broadcast timeout passes.

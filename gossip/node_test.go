@@ -611,3 +611,52 @@ func TestRefusesForeignCluster(t *testing.T) {
 type discardWriter struct{}
 
 func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// A task whose only server leaves and comes back on the same address finds
+// it again: serf alone never reconnects to a member that left.
+func TestKeepJoinedFindsRestartedServer(t *testing.T) {
+	addr := freeAddr(t)
+	server := testNode(t, "server", selfAssigner, func(c *Config) { c.BindAddr = addr })
+	task := testNode(t, "task", selfTask)
+	join(t, task, server)
+	waitFor(t, "task to see the server", allAlive(task, "server"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- task.KeepJoined(ctx, []string{addr}, 20*time.Millisecond, func(peers []Peer) bool {
+			return HasLiveServer("task", peers)
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("KeepJoined: %v", err)
+		}
+	}()
+
+	if err := server.Leave(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	server.Shutdown()
+	waitFor(t, "task to see the server leave", hasStatus(task, "server", StatusLeft))
+
+	restarted := testNode(t, "server-2", selfAssigner, func(c *Config) { c.BindAddr = addr })
+	waitFor(t, "task to rejoin the restarted server", allAlive(task, "server-2"))
+	waitFor(t, "the restarted server to see the task", allAlive(restarted, "task"))
+}
+
+func TestHasLiveServer(t *testing.T) {
+	peers := []Peer{
+		{Name: "me", Roles: []Role{RoleAssigner}, Status: StatusAlive},
+		{Name: "t", Roles: []Role{RoleTask}, Status: StatusAlive},
+		{Name: "d", Roles: []Role{RoleDistributor}, Status: StatusFailed},
+	}
+	if HasLiveServer("me", peers) {
+		t.Error("only self and a failed distributor are servers, yet HasLiveServer is true")
+	}
+	peers[2].Status = StatusAlive
+	if !HasLiveServer("me", peers) {
+		t.Error("an alive distributor is not seen")
+	}
+}

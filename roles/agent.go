@@ -164,10 +164,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	if len(gcfg.Join) > 0 {
 		g.Go(func() error {
-			if err := node.RetryJoin(gctx, gcfg.Join, a.cfg.JoinRetryInterval); err == nil {
-				a.log.Info("joined gossip", "join", gcfg.Join)
+			if err := node.RetryJoin(gctx, gcfg.Join, a.cfg.JoinRetryInterval); err != nil {
+				if gctx.Err() == nil {
+					a.log.Error("gave up joining gossip", "join", gcfg.Join, "err", err)
+				}
+				return nil
 			}
-			return nil
+			a.log.Info("joined gossip", "join", gcfg.Join)
+			return node.KeepJoined(gctx, gcfg.Join, a.cfg.JoinRetryInterval, func(peers []gossip.Peer) bool {
+				return gossip.HasLiveServer(a.cfg.NodeName, peers)
+			})
 		})
 	}
 	g.Go(func() error {

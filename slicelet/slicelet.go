@@ -176,7 +176,9 @@ func (s *Slicelet) Run(ctx context.Context) error {
 			return fmt.Errorf("slicelet: join %v: %w", s.cfg.Join, err)
 		}
 		close(s.joined)
-		return nil
+		return node.KeepJoined(gctx, s.cfg.Join, joinRetryInterval, func(peers []gossip.Peer) bool {
+			return gossip.HasLiveServer(node.Self().Name, peers)
+		})
 	})
 	g.Go(func() error { return s.clerk.Run(gctx) })
 	g.Go(func() error {
