@@ -93,11 +93,12 @@ type Decision struct {
 // load measurements, weighing every key the same:
 //
 //  1. Slices lose departed tasks; each gets a least-loaded live task per task
-//     it lost. Nothing else moves.
+//     it lost, split when that task needs only part of it to reach its fair
+//     share. Nothing else moves.
 //  2. Slices below min(MinRedundancy, live tasks) gain least-loaded tasks;
 //     slices above MaxRedundancy shed their most-loaded ones.
 //  3. Each task that holds no slice takes its fair share of load from the
-//     most-loaded tasks, splitting at most one slice to take no more.
+//     most-loaded tasks, each giving only what it holds above its own share.
 //  4. Adjacent slices served by the same tasks merge.
 //
 // When no task of prev is live, the result is an even split as Initial
@@ -264,21 +265,72 @@ func (p *planner) move(kind MoveKind, s *wslice, from, to int32, reason string) 
 	p.moves = append(p.moves, m)
 }
 
-// replaceDeparted is phase 1: every slice that lost a departed task gets the
-// least-loaded live task it lacks in its place, unless every live task
-// already serves it.
+// minSplitWidth keeps phase 1 from cutting slivers: a survivor that needs
+// less than this to reach its fair share takes the whole orphaned slice.
+const minSplitWidth = KeySpaceEnd >> 20
+
+// replaceDeparted is phase 1: every slice that lost departed tasks gets as
+// many live tasks it lacks in their place, least-loaded first, unless every
+// live task already serves it. A slice larger than what the least-loaded
+// task needs to reach its fair share is split, so the orphaned keys spread
+// over the survivors instead of piling onto one. Only orphaned keys move.
 func (p *planner) replaceDeparted() {
+	if len(p.departures) == 0 {
+		return
+	}
+	// The fair share once the orphaned replicas are placed.
+	var hi, lo uint64
 	for _, d := range p.departures {
-		s := &p.slices[d.slice]
+		var c uint64
+		lo, c = bits.Add64(lo, sliceLoad(&p.slices[d.slice]), 0)
+		hi += c
+	}
+	target := p.fairShareWith(hi, lo)
+
+	// Group by slice, then fill from the highest slice down: a split only
+	// shifts the indices of slices above it, which are done by then.
+	lost := make(map[int][]string)
+	var order []int
+	for _, d := range p.departures {
+		if _, ok := lost[d.slice]; !ok {
+			order = append(order, d.slice)
+		}
+		lost[d.slice] = append(lost[d.slice], d.name)
+	}
+	slices.Sort(order)
+	for i := len(order) - 1; i >= 0; i-- {
+		p.fillOrphaned(order[i], lost[order[i]], target)
+	}
+}
+
+// fillOrphaned gives slice si one live task for each departed name, leaving
+// the slice to be split when the chosen task needs only part of it.
+func (p *planner) fillOrphaned(si int, departed []string, target uint64) {
+	for k, name := range departed {
+		s := &p.slices[si]
 		t := p.least.bestExcept(s.tasks)
 		if t < 0 {
-			p.moves = append(p.moves, Move{Kind: RemoveReplica, Start: s.start, End: s.end, From: d.name,
-				Reason: fmt.Sprintf("task %q left the job and every live task already serves the slice", d.name)})
-			continue
+			for _, rest := range departed[k:] {
+				p.moves = append(p.moves, Move{Kind: RemoveReplica, Start: s.start, End: s.end, From: rest,
+					Reason: fmt.Sprintf("task %q left the job and every live task already serves the slice", rest)})
+			}
+			return
 		}
-		p.addTask(d.slice, t)
-		p.moves = append(p.moves, Move{Kind: Reassign, Start: s.start, End: s.end, From: d.name, To: p.live[t].Name,
-			Reason: fmt.Sprintf("task %q left the job", d.name)})
+		split := false
+		if p.load[t] < target {
+			if need := target - p.load[t]; need >= minSplitWidth && need < sliceLoad(s) {
+				p.split(si, s.start+need)
+				s, split = &p.slices[si], true
+			}
+		}
+		// t takes the slice, or its lower part [start, start+need).
+		p.addTask(si, t)
+		p.moves = append(p.moves, Move{Kind: Reassign, Start: s.start, End: s.end, From: name, To: p.live[t].Name,
+			Reason: fmt.Sprintf("task %q left the job", name)})
+		if split {
+			// The upper part still lacks every departed task from this one on.
+			p.fillOrphaned(si+1, departed[k:], target)
+		}
 	}
 }
 
@@ -309,17 +361,25 @@ func (p *planner) enforceRedundancy() {
 }
 
 // fairShare is the load every live task would carry if load were even.
-func (p *planner) fairShare() uint64 {
-	var hi, lo uint64
+func (p *planner) fairShare() uint64 { return p.fairShareWith(0, 0) }
+
+// fairShareWith is fairShare with extra load, the 128-bit number
+// extraHi·2^64 + extraLo, still to be placed.
+func (p *planner) fairShareWith(extraHi, extraLo uint64) uint64 {
+	hi, lo := extraHi, extraLo
 	for _, l := range p.load {
 		var c uint64
 		lo, c = bits.Add64(lo, l, 0)
 		hi += c
 	}
-	// hi < len(load): each task's load is at most KeySpaceEnd = 2^63, so the
-	// sum is at most n·2^63 and hi at most n/2.
-	q, _ := bits.Div64(hi, lo, uint64(len(p.load)))
-	return q
+	// No task carries more than the whole key space, so neither can the
+	// share; this also keeps the quotient within 64 bits.
+	n := uint64(len(p.load))
+	if hi >= n {
+		return KeySpaceEnd
+	}
+	q, _ := bits.Div64(hi, lo, n)
+	return min(q, KeySpaceEnd)
 }
 
 // placeJoined is phase 3: each task that serves no slice (sorted by name)
@@ -342,7 +402,9 @@ func (p *planner) placeJoined() {
 			if p.load[t] <= target {
 				break // unreachable: someone is above the mean while n is below
 			}
-			need := target - p.load[n]
+			// Take no more than t has above its own fair share, so a
+			// donor never ends up below the joiner it feeds.
+			need := min(target-p.load[n], p.load[t]-target)
 			si := p.donorSlice(t, n, need)
 			if si < 0 {
 				break // unreachable: t carries more than n, so it serves a slice n does not

@@ -133,12 +133,19 @@ func TestJoinTakesExactlyItsShare(t *testing.T) {
 	if want := float64(share) / float64(KeySpaceEnd); d.Churn != want {
 		t.Errorf("churn %v, want %v", d.Churn, want)
 	}
+	// Each donor gives only what it holds above its own share, so all four
+	// end within rounding of a quarter.
+	for name, w := range widths(next) {
+		if diff := int64(w - share); diff < -4 || diff > 4 {
+			t.Errorf("%s serves %#x, want %#x", name, w, share)
+		}
+	}
 	kinds := make([]MoveKind, len(d.Moves))
 	for i, m := range d.Moves {
 		kinds[i] = m.Kind
 	}
-	if !slices.Equal(kinds, []MoveKind{Split, Reassign}) {
-		t.Errorf("moves %v, want a split and a reassign", d.Moves)
+	if !slices.Equal(kinds, []MoveKind{Split, Reassign, Split, Reassign, Split, Reassign}) {
+		t.Errorf("moves %v, want a split and a reassign from each donor", d.Moves)
 	}
 }
 
