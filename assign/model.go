@@ -98,6 +98,12 @@ func (a *Assignment) Validate() error {
 	if len(a.Slices) == 0 {
 		return fmt.Errorf("%w: job %q: no slices", ErrInvalidAssignment, a.Job)
 	}
+	// One hash lookup per slice task is several times faster than a binary
+	// search of string comparisons over the task table.
+	known := make(map[string]struct{}, len(a.Tasks))
+	for _, t := range a.Tasks {
+		known[t.Name] = struct{}{}
+	}
 	var next SliceKey
 	for i, s := range a.Slices {
 		switch {
@@ -116,7 +122,7 @@ func (a *Assignment) Validate() error {
 			if j > 0 && s.Tasks[j-1] >= name {
 				return fmt.Errorf("%w: job %q: slice %d: tasks not sorted or duplicated at %q", ErrInvalidAssignment, a.Job, i, name)
 			}
-			if _, ok := a.TaskIndex(name); !ok {
+			if _, ok := known[name]; !ok {
 				return fmt.Errorf("%w: job %q: slice %d names unknown task %q", ErrInvalidAssignment, a.Job, i, name)
 			}
 		}
