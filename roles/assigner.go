@@ -151,29 +151,46 @@ func (a *Assigner) Run(ctx context.Context) error {
 	settle := time.NewTimer(0)
 	settle.Stop()
 	defer settle.Stop()
-	ready := false
+	// armed: a decision is scheduled. The first change of a burst arms the
+	// timer and later ones ride along, so a steady trickle of gossip
+	// updates cannot postpone a decision for longer than the delay.
+	ready, armed := false, false
+	arm := func(d time.Duration) {
+		if ready {
+			settle.Reset(d)
+			armed = true
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-grace.C:
 			ready = true
-			settle.Reset(0)
+			arm(0)
 		case <-changes:
-			if ready {
-				settle.Reset(a.delay)
+			if !armed {
+				arm(a.delay)
 			}
 		case <-a.kick:
-			if ready {
-				settle.Reset(0)
-			}
+			arm(0)
 		case <-settle.C:
-			a.reconcileAll(ctx)
+			armed = false
+			if !a.reconcileAll(ctx) {
+				// A failed decision (say, a store error) is retried
+				// without waiting for another membership change.
+				arm(max(a.delay, retryDelay))
+			}
 		}
 	}
 }
 
-func (a *Assigner) reconcileAll(ctx context.Context) {
+// retryDelay paces retries of a failed decision.
+const retryDelay = time.Second
+
+// reconcileAll takes a decision for every known job and reports whether
+// all of them succeeded.
+func (a *Assigner) reconcileAll(ctx context.Context) bool {
 	names := make(map[string]bool)
 	for _, p := range a.members.Peers() {
 		if p.Has(gossip.RoleTask) && p.Job != "" {
@@ -190,14 +207,17 @@ func (a *Assigner) reconcileAll(ctx context.Context) {
 		sorted = append(sorted, name)
 	}
 	slices.Sort(sorted)
+	ok := true
 	for _, name := range sorted {
 		if ctx.Err() != nil {
-			return
+			return true
 		}
 		if err := a.reconcile(ctx, name); err != nil {
-			a.log.Error("rebalance failed; keeping the current assignment", "job", name, "err", err)
+			a.log.Error("rebalance failed; keeping the current assignment and retrying", "job", name, "err", err)
+			ok = false
 		}
 	}
+	return ok
 }
 
 // reconcile takes one decision for a job: read the assignment, compute the
