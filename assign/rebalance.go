@@ -265,9 +265,16 @@ func (p *planner) move(kind MoveKind, s *wslice, from, to int32, reason string) 
 	p.moves = append(p.moves, m)
 }
 
-// minSplitWidth keeps phase 1 from cutting slivers: a survivor that needs
-// less than this to reach its fair share takes the whole orphaned slice.
-const minSplitWidth = KeySpaceEnd >> 20
+// Moving keys in pieces spreads them evenly, but in a large job every
+// task is only slightly off its fair share and exact pieces would be
+// slivers. So a piece is at least 1/maxSpread of what is being moved (an
+// orphaned slice, a joiner's share) and at least minSplitWidth keys:
+// one move touches at most about maxSpread tasks, and a task left a little
+// below its share is picked first by the next move.
+const (
+	maxSpread     = 8
+	minSplitWidth = KeySpaceEnd >> 20
+)
 
 // replaceDeparted is phase 1: every slice that lost departed tasks gets as
 // many live tasks it lacks in their place, least-loaded first, unless every
@@ -306,6 +313,10 @@ func (p *planner) replaceDeparted() {
 // fillOrphaned gives slice si one live task for each departed name, leaving
 // the slice to be split when the chosen task needs only part of it.
 func (p *planner) fillOrphaned(si int, departed []string, target uint64) {
+	p.fillPieces(si, departed, target, max(minSplitWidth, sliceLoad(&p.slices[si])/maxSpread))
+}
+
+func (p *planner) fillPieces(si int, departed []string, target, minPiece uint64) {
 	for k, name := range departed {
 		s := &p.slices[si]
 		t := p.least.bestExcept(s.tasks)
@@ -318,8 +329,8 @@ func (p *planner) fillOrphaned(si int, departed []string, target uint64) {
 		}
 		split := false
 		if p.load[t] < target {
-			if need := target - p.load[t]; need >= minSplitWidth && need < sliceLoad(s) {
-				p.split(si, s.start+need)
+			if piece := max(target-p.load[t], minPiece); piece < sliceLoad(s) {
+				p.split(si, s.start+piece)
 				s, split = &p.slices[si], true
 			}
 		}
@@ -329,7 +340,7 @@ func (p *planner) fillOrphaned(si int, departed []string, target uint64) {
 			Reason: fmt.Sprintf("task %q left the job", name)})
 		if split {
 			// The upper part still lacks every departed task from this one on.
-			p.fillOrphaned(si+1, departed[k:], target)
+			p.fillPieces(si+1, departed[k:], target, minPiece)
 		}
 	}
 }
@@ -402,9 +413,10 @@ func (p *planner) placeJoined() {
 			if p.load[t] <= target {
 				break // unreachable: someone is above the mean while n is below
 			}
-			// Take no more than t has above its own fair share, so a
-			// donor never ends up below the joiner it feeds.
-			need := min(target-p.load[n], p.load[t]-target)
+			// Take what t holds above its own fair share, so donors are
+			// not emptied to feed the joiner, but no less than a
+			// maxSpread-th of the joiner's share (see maxSpread).
+			need := min(target-p.load[n], max(p.load[t]-target, target/maxSpread, minSplitWidth))
 			si := p.donorSlice(t, n, need)
 			if si < 0 {
 				break // unreachable: t carries more than n, so it serves a slice n does not

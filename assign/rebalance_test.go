@@ -367,3 +367,46 @@ func TestRebalanceReasons(t *testing.T) {
 		}
 	}
 }
+
+// In a large job every task is only slightly off its share, so placing
+// keys exactly would cut one sliver per task. A death or a join must touch
+// only a handful of slices, and still leave the job close to even.
+func TestLargeJobMovesInFewPieces(t *testing.T) {
+	const n = 1000
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%04d", i)
+	}
+	live := namedTasks(names...)
+	prev, err := Initial("big", live, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		name string
+		live []Task
+	}{
+		{"death", live[1:]},
+		{"join", append(slices.Clone(live[1:]), Task{Name: "t9999", Addr: "10.0.9.9:7000"})},
+	} {
+		next, d, err := Rebalance(prev, step.live, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if grown := len(next.Slices) - len(prev.Slices); grown > 2*maxSpread {
+			t.Errorf("%s: %d slices became %d", step.name, len(prev.Slices), len(next.Slices))
+		}
+		if d.Churn > 1.0/float64(n-1)+1e-9 {
+			t.Errorf("%s: churn %.6f, more than one task's share", step.name, d.Churn)
+		}
+		w := widths(next)
+		var most uint64
+		for _, x := range w {
+			most = max(most, x)
+		}
+		if mean := float64(KeySpaceEnd) / float64(len(step.live)); float64(most)/mean > 1.2 {
+			t.Errorf("%s: max/mean width %.3f", step.name, float64(most)/mean)
+		}
+		prev = next
+	}
+}
