@@ -372,7 +372,7 @@ func TestRebalanceReasons(t *testing.T) {
 // keys exactly would cut one sliver per task. A death or a join must touch
 // only a handful of slices, and still leave the job close to even.
 func TestLargeJobMovesInFewPieces(t *testing.T) {
-	const n = 1000
+	const n = 200
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("t%04d", i)
