@@ -393,7 +393,7 @@ func TestLargeJobMovesInFewPieces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if grown := len(next.Slices) - len(prev.Slices); grown > 2*maxSpread {
+		if grown := len(next.Slices) - len(prev.Slices); grown > 16 {
 			t.Errorf("%s: %d slices became %d", step.name, len(prev.Slices), len(next.Slices))
 		}
 		if d.Churn > 1.0/float64(n-1)+1e-9 {
