@@ -1,0 +1,147 @@
+package assign
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrInvalidLoad marks load measurements that cannot be used.
+var ErrInvalidLoad = errors.New("assign: invalid load")
+
+// MaxLoad bounds one measurement. Anything above it is a broken reporter,
+// not a hot key, and would drown every real signal if folded in.
+const MaxLoad = 1e15
+
+// LoadEntry says the keys in [Start, End) generated Load units of load
+// (requests, CPU seconds, bytes: any additive metric) in one measurement
+// window. Within an entry, load is taken as spread evenly over its keys.
+type LoadEntry struct {
+	Start, End SliceKey
+	Load       float64
+}
+
+// Load is a job's measured load over one window: entries sorted by Start
+// and not overlapping. Keys no entry covers carry no load. A single hot
+// application key is an entry of width one.
+type Load []LoadEntry
+
+// Validate checks that l is sorted, non-overlapping, inside the key space,
+// and that every value is finite, non-negative and at most MaxLoad.
+func (l Load) Validate() error {
+	var prevEnd SliceKey
+	for i, e := range l {
+		switch {
+		case e.End <= e.Start:
+			return fmt.Errorf("%w: entry %d [%#x, %#x) is empty or inverted", ErrInvalidLoad, i, e.Start, e.End)
+		case e.End > KeySpaceEnd:
+			return fmt.Errorf("%w: entry %d ends at %#x, past the key space end %#x", ErrInvalidLoad, i, e.End, KeySpaceEnd)
+		case i > 0 && e.Start < prevEnd:
+			return fmt.Errorf("%w: entry %d starts at %#x, inside or before the previous entry ending at %#x; sort and merge entries", ErrInvalidLoad, i, e.Start, prevEnd)
+		}
+		if err := ValidateLoadValue(e.Load); err != nil {
+			return fmt.Errorf("entry %d [%#x, %#x): %w", i, e.Start, e.End, err)
+		}
+		prevEnd = e.End
+	}
+	return nil
+}
+
+// ValidateLoadValue accepts a finite value in [0, MaxLoad].
+func ValidateLoadValue(v float64) error {
+	switch {
+	case math.IsNaN(v):
+		return fmt.Errorf("%w: load is NaN", ErrInvalidLoad)
+	case math.IsInf(v, 0):
+		return fmt.Errorf("%w: load is infinite", ErrInvalidLoad)
+	case v < 0:
+		return fmt.Errorf("%w: load %g is negative", ErrInvalidLoad, v)
+	case v > MaxLoad:
+		return fmt.Errorf("%w: load %g is above the limit %g", ErrInvalidLoad, v, MaxLoad)
+	}
+	return nil
+}
+
+// Total is the load of the whole key space.
+func (l Load) Total() float64 {
+	var sum float64
+	for _, e := range l {
+		sum += e.Load
+	}
+	return sum
+}
+
+// In is the load of the keys in [start, end): every entry overlapping the
+// range contributes in proportion to the overlap.
+func (l Load) In(start, end SliceKey) float64 {
+	// The first entry ending after start.
+	lo, hi := 0, len(l)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if l[m].End <= start {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	var sum float64
+	for i := lo; i < len(l) && l[i].Start < end; i++ {
+		e := l[i]
+		a, b := max(e.Start, start), min(e.End, end)
+		if a >= b {
+			continue
+		}
+		if a == e.Start && b == e.End {
+			sum += e.Load
+		} else {
+			sum += e.Load * float64(b-a) / float64(e.End-e.Start)
+		}
+	}
+	return sum
+}
+
+// TaskLoads returns the load each task of a carries under l, indexed like
+// a.Tasks. A slice's load is shared evenly among the tasks serving it.
+func TaskLoads(a *Assignment, l Load) []float64 {
+	loads := make([]float64, len(a.Tasks))
+	for _, s := range a.Slices {
+		if len(s.Tasks) == 0 {
+			continue
+		}
+		share := l.In(s.Start, s.End) / float64(len(s.Tasks))
+		for _, name := range s.Tasks {
+			if i, ok := a.TaskIndex(name); ok {
+				loads[i] += share
+			}
+		}
+	}
+	return loads
+}
+
+// Imbalance is the load of the most loaded task of a over the mean task
+// load: 1 is perfectly even. With no load at all it is 1.
+func Imbalance(a *Assignment, l Load) float64 {
+	loads := TaskLoads(a, l)
+	if len(loads) == 0 {
+		return 1
+	}
+	var sum, most float64
+	for _, x := range loads {
+		sum += x
+		most = max(most, x)
+	}
+	if sum == 0 {
+		return 1
+	}
+	return most / (sum / float64(len(loads)))
+}
+
+// Algorithm is a sharding policy. Decide takes the previous assignment (nil
+// for a job that has none), the live tasks, the load measured under prev
+// and the job's configuration, and returns the next assignment (generation
+// prev's + 1, or 1) with a record of what moved and why. Implementations
+// are pure and deterministic.
+type Algorithm interface {
+	Name() string
+	Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error)
+}
