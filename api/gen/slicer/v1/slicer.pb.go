@@ -805,6 +805,209 @@ func (x *SetJobConfigResponse) GetJob() *JobInfo {
 	return nil
 }
 
+// SliceLoad is the load measured on the keys [start, end) over one window.
+type SliceLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Start uint64                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	// Exclusive; at most 2^63.
+	End uint64 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	// Finite, non-negative and at most 1e15, in the job's own unit
+	// (requests, CPU seconds, bytes: any additive metric).
+	Load          float64 `protobuf:"fixed64,3,opt,name=load,proto3" json:"load,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SliceLoad) Reset() {
+	*x = SliceLoad{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SliceLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SliceLoad) ProtoMessage() {}
+
+func (x *SliceLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SliceLoad.ProtoReflect.Descriptor instead.
+func (*SliceLoad) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SliceLoad) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *SliceLoad) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *SliceLoad) GetLoad() float64 {
+	if x != nil {
+		return x.Load
+	}
+	return 0
+}
+
+type ReportLoadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reporting task's job and name, as it advertises them in gossip.
+	Job  string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Task string `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	// Generation of the assignment the loads were measured under; slices
+	// follows that generation's slices.
+	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Length of the measurement window. Positive and finite.
+	WindowSeconds float64 `protobuf:"fixed64,4,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
+	// Load measured on the keys this task owns, one entry per slice of that
+	// generation that received load: sorted by start, not overlapping, inside
+	// [0, 2^63).
+	Slices []*SliceLoad `protobuf:"bytes,5,rep,name=slices,proto3" json:"slices,omitempty"`
+	// Load for keys this task does not own (misrouted requests), counted
+	// separately rather than lost.
+	UnownedLoad float64 `protobuf:"fixed64,6,opt,name=unowned_load,json=unownedLoad,proto3" json:"unowned_load,omitempty"`
+	// Load reports the task rejected as invalid (NaN, infinite, negative or
+	// too large costs) since its last report.
+	RejectedReports uint64 `protobuf:"varint,7,opt,name=rejected_reports,json=rejectedReports,proto3" json:"rejected_reports,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReportLoadRequest) Reset() {
+	*x = ReportLoadRequest{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportLoadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportLoadRequest) ProtoMessage() {}
+
+func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportLoadRequest.ProtoReflect.Descriptor instead.
+func (*ReportLoadRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReportLoadRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ReportLoadRequest) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *ReportLoadRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ReportLoadRequest) GetWindowSeconds() float64 {
+	if x != nil {
+		return x.WindowSeconds
+	}
+	return 0
+}
+
+func (x *ReportLoadRequest) GetSlices() []*SliceLoad {
+	if x != nil {
+		return x.Slices
+	}
+	return nil
+}
+
+func (x *ReportLoadRequest) GetUnownedLoad() float64 {
+	if x != nil {
+		return x.UnownedLoad
+	}
+	return 0
+}
+
+func (x *ReportLoadRequest) GetRejectedReports() uint64 {
+	if x != nil {
+		return x.RejectedReports
+	}
+	return 0
+}
+
+type ReportLoadResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportLoadResponse) Reset() {
+	*x = ReportLoadResponse{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportLoadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportLoadResponse) ProtoMessage() {}
+
+func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
+func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
+}
+
 var File_slicer_v1_slicer_proto protoreflect.FileDescriptor
 
 const file_slicer_v1_slicer_proto_rawDesc = "" +
@@ -863,7 +1066,22 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12,\n" +
 	"\x06config\x18\x02 \x01(\v2\x14.slicer.v1.JobConfigR\x06config\"<\n" +
 	"\x14SetJobConfigResponse\x12$\n" +
-	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job2\xc9\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job\"G\n" +
+	"\tSliceLoad\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
+	"\x04load\x18\x03 \x01(\x01R\x04load\"\xfc\x01\n" +
+	"\x11ReportLoadRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x12%\n" +
+	"\x0ewindow_seconds\x18\x04 \x01(\x01R\rwindowSeconds\x12,\n" +
+	"\x06slices\x18\x05 \x03(\v2\x14.slicer.v1.SliceLoadR\x06slices\x12!\n" +
+	"\funowned_load\x18\x06 \x01(\x01R\vunownedLoad\x12)\n" +
+	"\x10rejected_reports\x18\a \x01(\x04R\x0frejectedReports\"\x14\n" +
+	"\x12ReportLoadResponse2\xc9\x01\n" +
 	"\x12DistributorService\x12Z\n" +
 	"\x0fWatchAssignment\x12!.slicer.v1.WatchAssignmentRequest\x1a\".slicer.v1.WatchAssignmentResponse0\x01\x12W\n" +
 	"\rGetAssignment\x12\x1f.slicer.v1.GetAssignmentRequest\x1a .slicer.v1.GetAssignmentResponse\"\x03\x90\x02\x012\xc4\x01\n" +
@@ -876,7 +1094,10 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"JobService\x12H\n" +
 	"\bListJobs\x12\x1a.slicer.v1.ListJobsRequest\x1a\x1b.slicer.v1.ListJobsResponse\"\x03\x90\x02\x01\x12B\n" +
 	"\x06GetJob\x12\x18.slicer.v1.GetJobRequest\x1a\x19.slicer.v1.GetJobResponse\"\x03\x90\x02\x01\x12T\n" +
-	"\fSetJobConfig\x12\x1e.slicer.v1.SetJobConfigRequest\x1a\x1f.slicer.v1.SetJobConfigResponse\"\x03\x90\x02\x02B7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
+	"\fSetJobConfig\x12\x1e.slicer.v1.SetJobConfigRequest\x1a\x1f.slicer.v1.SetJobConfigResponse\"\x03\x90\x02\x022X\n" +
+	"\vLoadService\x12I\n" +
+	"\n" +
+	"ReportLoad\x12\x1c.slicer.v1.ReportLoadRequest\x1a\x1d.slicer.v1.ReportLoadResponseB7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
 
 var (
 	file_slicer_v1_slicer_proto_rawDescOnce sync.Once
@@ -890,7 +1111,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 	return file_slicer_v1_slicer_proto_rawDescData
 }
 
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*Task)(nil),                    // 0: slicer.v1.Task
 	(*Slice)(nil),                   // 1: slicer.v1.Slice
@@ -907,6 +1128,9 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*GetJobResponse)(nil),          // 12: slicer.v1.GetJobResponse
 	(*SetJobConfigRequest)(nil),     // 13: slicer.v1.SetJobConfigRequest
 	(*SetJobConfigResponse)(nil),    // 14: slicer.v1.SetJobConfigResponse
+	(*SliceLoad)(nil),               // 15: slicer.v1.SliceLoad
+	(*ReportLoadRequest)(nil),       // 16: slicer.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),      // 17: slicer.v1.ReportLoadResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	0,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
@@ -919,27 +1143,30 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	8,  // 7: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
 	3,  // 8: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
 	8,  // 9: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
-	4,  // 10: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	6,  // 11: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	4,  // 12: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	6,  // 13: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	4,  // 14: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	9,  // 15: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	11, // 16: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	13, // 17: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	5,  // 18: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	7,  // 19: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	5,  // 20: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	7,  // 21: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	5,  // 22: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	10, // 23: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	12, // 24: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	14, // 25: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	18, // [18:26] is the sub-list for method output_type
-	10, // [10:18] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	15, // 10: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
+	4,  // 11: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	6,  // 12: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	4,  // 13: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	6,  // 14: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	4,  // 15: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	9,  // 16: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	11, // 17: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	13, // 18: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	16, // 19: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	5,  // 20: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	7,  // 21: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	5,  // 22: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	7,  // 23: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	5,  // 24: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	10, // 25: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	12, // 26: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	14, // 27: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	17, // 28: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	20, // [20:29] is the sub-list for method output_type
+	11, // [11:20] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
@@ -953,9 +1180,9 @@ func file_slicer_v1_slicer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_slicer_v1_slicer_proto_goTypes,
 		DependencyIndexes: file_slicer_v1_slicer_proto_depIdxs,

@@ -32,6 +32,8 @@ const (
 	AssignerServiceName = "slicer.v1.AssignerService"
 	// JobServiceName is the fully-qualified name of the JobService service.
 	JobServiceName = "slicer.v1.JobService"
+	// LoadServiceName is the fully-qualified name of the LoadService service.
+	LoadServiceName = "slicer.v1.LoadService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -63,6 +65,8 @@ const (
 	JobServiceGetJobProcedure = "/slicer.v1.JobService/GetJob"
 	// JobServiceSetJobConfigProcedure is the fully-qualified name of the JobService's SetJobConfig RPC.
 	JobServiceSetJobConfigProcedure = "/slicer.v1.JobService/SetJobConfig"
+	// LoadServiceReportLoadProcedure is the fully-qualified name of the LoadService's ReportLoad RPC.
+	LoadServiceReportLoadProcedure = "/slicer.v1.LoadService/ReportLoad"
 )
 
 // DistributorServiceClient is a client for the slicer.v1.DistributorService service.
@@ -473,4 +477,80 @@ func (UnimplementedJobServiceHandler) GetJob(context.Context, *connect.Request[v
 
 func (UnimplementedJobServiceHandler) SetJobConfig(context.Context, *connect.Request[v1.SetJobConfigRequest]) (*connect.Response[v1.SetJobConfigResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.JobService.SetJobConfig is not implemented"))
+}
+
+// LoadServiceClient is a client for the slicer.v1.LoadService service.
+type LoadServiceClient interface {
+	// ReportLoad replaces the task's previous report. A malformed report
+	// fails with INVALID_ARGUMENT; a report from a task gossip does not list
+	// as an alive member of the job fails with FAILED_PRECONDITION.
+	ReportLoad(context.Context, *connect.Request[v1.ReportLoadRequest]) (*connect.Response[v1.ReportLoadResponse], error)
+}
+
+// NewLoadServiceClient constructs a client for the slicer.v1.LoadService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewLoadServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) LoadServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	loadServiceMethods := v1.File_slicer_v1_slicer_proto.Services().ByName("LoadService").Methods()
+	return &loadServiceClient{
+		reportLoad: connect.NewClient[v1.ReportLoadRequest, v1.ReportLoadResponse](
+			httpClient,
+			baseURL+LoadServiceReportLoadProcedure,
+			connect.WithSchema(loadServiceMethods.ByName("ReportLoad")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// loadServiceClient implements LoadServiceClient.
+type loadServiceClient struct {
+	reportLoad *connect.Client[v1.ReportLoadRequest, v1.ReportLoadResponse]
+}
+
+// ReportLoad calls slicer.v1.LoadService.ReportLoad.
+func (c *loadServiceClient) ReportLoad(ctx context.Context, req *connect.Request[v1.ReportLoadRequest]) (*connect.Response[v1.ReportLoadResponse], error) {
+	return c.reportLoad.CallUnary(ctx, req)
+}
+
+// LoadServiceHandler is an implementation of the slicer.v1.LoadService service.
+type LoadServiceHandler interface {
+	// ReportLoad replaces the task's previous report. A malformed report
+	// fails with INVALID_ARGUMENT; a report from a task gossip does not list
+	// as an alive member of the job fails with FAILED_PRECONDITION.
+	ReportLoad(context.Context, *connect.Request[v1.ReportLoadRequest]) (*connect.Response[v1.ReportLoadResponse], error)
+}
+
+// NewLoadServiceHandler builds an HTTP handler from the service implementation. It returns the path
+// on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewLoadServiceHandler(svc LoadServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	loadServiceMethods := v1.File_slicer_v1_slicer_proto.Services().ByName("LoadService").Methods()
+	loadServiceReportLoadHandler := connect.NewUnaryHandler(
+		LoadServiceReportLoadProcedure,
+		svc.ReportLoad,
+		connect.WithSchema(loadServiceMethods.ByName("ReportLoad")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/slicer.v1.LoadService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case LoadServiceReportLoadProcedure:
+			loadServiceReportLoadHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedLoadServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedLoadServiceHandler struct{}
+
+func (UnimplementedLoadServiceHandler) ReportLoad(context.Context, *connect.Request[v1.ReportLoadRequest]) (*connect.Response[v1.ReportLoadResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.LoadService.ReportLoad is not implemented"))
 }
