@@ -1,0 +1,112 @@
+package assign
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrUnknownAlgorithm marks an algorithm name AlgorithmByName does not know.
+var ErrUnknownAlgorithm = errors.New("assign: unknown algorithm")
+
+// Names of the algorithms AlgorithmByName knows.
+const (
+	AlgorithmWeightedMove   = "weighted-move"
+	AlgorithmStatic         = "static"
+	AlgorithmConsistentHash = "consistent-hash"
+)
+
+// AlgorithmNames lists every name AlgorithmByName accepts.
+func AlgorithmNames() []string {
+	return []string{AlgorithmWeightedMove, AlgorithmStatic, AlgorithmConsistentHash}
+}
+
+// AlgorithmByName returns the algorithm called name.
+func AlgorithmByName(name string) (Algorithm, error) {
+	switch name {
+	case AlgorithmWeightedMove:
+		return NewWeightedMove(), nil
+	case AlgorithmStatic:
+		return NewStatic(), nil
+	case AlgorithmConsistentHash:
+		return NewConsistentHash(), nil
+	}
+	return nil, fmt.Errorf("%w: %q; use one of %q", ErrUnknownAlgorithm, name, AlgorithmNames())
+}
+
+// prepare validates the inputs every Decide shares and returns the live
+// tasks sorted by name and the next generation.
+func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config) ([]Task, uint64, error) {
+	if err := ValidateJobName(job); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", op, err)
+	}
+	gen := uint64(1)
+	if prev != nil {
+		if err := prev.Validate(); err != nil {
+			return nil, 0, fmt.Errorf("%s: previous assignment: %w", op, err)
+		}
+		if prev.Job != job {
+			return nil, 0, fmt.Errorf("%s: %w: the previous assignment is of job %q, not %q", op, ErrInvalidAssignment, prev.Job, job)
+		}
+		if prev.Generation == math.MaxUint64 {
+			return nil, 0, fmt.Errorf("%s: %w: job %q: generation %d cannot be incremented; recreate the job", op, ErrInvalidAssignment, job, prev.Generation)
+		}
+		gen = prev.Generation + 1
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, 0, fmt.Errorf("%s job %q: %w", op, job, err)
+	}
+	if err := load.Validate(); err != nil {
+		return nil, 0, fmt.Errorf("%s job %q: %w", op, job, err)
+	}
+	tasks, err := sortedTasks(job, live)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", op, err)
+	}
+	return tasks, gen, nil
+}
+
+// decision records the outcome of going from prev to next.
+func decision(prev, next *Assignment, moves []Move) Decision {
+	d := Decision{Changed: !Equal(prev, next), Moves: moves}
+	if d.Changed {
+		d.Churn = Churn(prev, next)
+	}
+	return d
+}
+
+// evenSplitMoves records an even split built from scratch.
+func evenSplitMoves(a *Assignment, reason string) []Move {
+	var moves []Move
+	for _, s := range a.Slices {
+		for _, t := range s.Tasks {
+			moves = append(moves, Move{Kind: Reassign, Start: s.Start, End: s.End, To: t, Reason: reason})
+		}
+	}
+	return moves
+}
+
+// Static is the baseline that ignores load: the key space is cut evenly
+// over the live tasks in name order, as Initial does, every decision. It
+// moves nothing while the tasks stay the same.
+type Static struct{}
+
+// NewStatic returns the static baseline.
+func NewStatic() Algorithm { return Static{} }
+
+// Name is "static".
+func (Static) Name() string { return AlgorithmStatic }
+
+// Decide splits the key space evenly over live, ignoring prev and load.
+func (Static) Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
+	tasks, gen, err := prepare("static", job, prev, live, load, cfg)
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	next := evenSplit(job, gen, tasks, cfg)
+	var moves []Move
+	if prev == nil || !Equal(prev, next) {
+		moves = evenSplitMoves(next, "the live tasks changed; splitting the key space evenly")
+	}
+	return next, decision(prev, next, moves), nil
+}
