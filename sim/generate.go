@@ -1,0 +1,251 @@
+package sim
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Workload names the generator knows.
+const (
+	// WorkloadPowerLaw is the load of the Slicer paper's reaction-time
+	// experiment (§5.2.3): 100 keys with weights 1/rank^1.5, 8,000 units a
+	// window, whose hottest keys move to other keys every few windows.
+	WorkloadPowerLaw = "power-law"
+	// WorkloadZipf samples 1,000 requests a window over 10,000 keys with
+	// Zipf exponent 1.1: a long tail of cold keys, a few hot ones.
+	WorkloadZipf = "zipf"
+	// WorkloadDiurnal has 20 keys whose loads follow sine waves with a
+	// period of 24 windows, each shifted in phase, so the hot spot travels.
+	WorkloadDiurnal = "diurnal"
+	// WorkloadFailures is power-law while tasks fail and come back: every
+	// few windows one task leaves and rejoins three windows later.
+	WorkloadFailures = "failures"
+)
+
+// Workloads lists the generator's workloads in a stable order.
+func Workloads() []string {
+	return []string{WorkloadPowerLaw, WorkloadZipf, WorkloadDiurnal, WorkloadFailures}
+}
+
+// Generator limits keep a mistyped flag from writing a huge file.
+const (
+	MaxGenWindows = 100_000
+	MaxGenTasks   = 10_000
+	MaxGenKeys    = 1_000_000
+)
+
+// Tunables of the workloads.
+const (
+	powerLawExponent   = 1.5
+	powerLawTotal      = 8000.0
+	powerLawShiftEvery = 4 // windows between shifts of the hot keys
+	zipfExponent       = 1.1
+	zipfRequests       = 1000
+	diurnalPeriod      = 24
+	failureEvery       = 5 // windows between task failures
+	failureDownFor     = 3 // windows a failed task stays away
+)
+
+// GenConfig says what trace to generate.
+type GenConfig struct {
+	Workload string
+	Windows  int
+	Seed     uint64
+	Tasks    int
+	// Keys overrides the workload's number of keys (0 keeps its default).
+	Keys int
+}
+
+func (c GenConfig) validate() (GenConfig, error) {
+	if !slices.Contains(Workloads(), c.Workload) {
+		return c, fmt.Errorf("%w: unknown workload %q; use one of %s", ErrInvalidConfig, c.Workload, strings.Join(Workloads(), ", "))
+	}
+	if c.Windows < 1 || c.Windows > MaxGenWindows {
+		return c, fmt.Errorf("%w: %d windows; use 1 to %d", ErrInvalidConfig, c.Windows, MaxGenWindows)
+	}
+	if c.Tasks < 1 || c.Tasks > MaxGenTasks {
+		return c, fmt.Errorf("%w: %d tasks; use 1 to %d", ErrInvalidConfig, c.Tasks, MaxGenTasks)
+	}
+	if c.Keys < 0 || c.Keys > MaxGenKeys {
+		return c, fmt.Errorf("%w: %d keys; use 1 to %d, or 0 for the workload's default", ErrInvalidConfig, c.Keys, MaxGenKeys)
+	}
+	if c.Keys == 0 {
+		switch c.Workload {
+		case WorkloadZipf:
+			c.Keys = 10_000
+		case WorkloadDiurnal:
+			c.Keys = 20
+		default:
+			c.Keys = 100
+		}
+	}
+	return c, nil
+}
+
+// Generate writes a trace of cfg's workload to w. The same configuration
+// always produces the same bytes.
+func Generate(w io.Writer, cfg GenConfig) error {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return err
+	}
+	g := &generator{
+		cfg: cfg,
+		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		bw:  bufio.NewWriter(w),
+	}
+	switch cfg.Workload {
+	case WorkloadPowerLaw:
+		g.powerLaw(false)
+	case WorkloadFailures:
+		g.powerLaw(true)
+	case WorkloadZipf:
+		g.zipf()
+	case WorkloadDiurnal:
+		g.diurnal()
+	}
+	return g.bw.Flush()
+}
+
+type generator struct {
+	cfg GenConfig
+	rng *rand.Rand
+	bw  *bufio.Writer
+	buf []byte
+}
+
+func (g *generator) taskNames() []string {
+	names := make([]string, g.cfg.Tasks)
+	for i := range names {
+		names[i] = "t" + strconv.Itoa(i)
+	}
+	return names
+}
+
+func (g *generator) tasksLine(window int, tasks []string) {
+	b := g.buf[:0]
+	b = append(b, `{"window":`...)
+	b = strconv.AppendInt(b, int64(window), 10)
+	b = append(b, `,"tasks":[`...)
+	for i, t := range tasks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, t)
+	}
+	b = append(b, "]}\n"...)
+	g.buf = b
+	g.bw.Write(b)
+}
+
+// loadLine writes one key's load, rounded to three decimals to keep
+// traces small. Keys are plain ASCII, where Go and JSON quoting agree.
+func (g *generator) loadLine(window int, key string, load float64) {
+	b := g.buf[:0]
+	b = append(b, `{"window":`...)
+	b = strconv.AppendInt(b, int64(window), 10)
+	b = append(b, `,"key":`...)
+	b = strconv.AppendQuote(b, key)
+	b = append(b, `,"load":`...)
+	b = strconv.AppendFloat(b, math.Round(load*1000)/1000, 'f', -1, 64)
+	b = append(b, "}\n"...)
+	g.buf = b
+	g.bw.Write(b)
+}
+
+// noise is a multiplicative jitter in [1-f, 1+f).
+func (g *generator) noise(f float64) float64 { return 1 - f + 2*f*g.rng.Float64() }
+
+func (g *generator) powerLaw(failures bool) {
+	n := g.cfg.Keys
+	weights := make([]float64, n)
+	var sum float64
+	for r := range weights {
+		weights[r] = 1 / math.Pow(float64(r+1), powerLawExponent)
+		sum += weights[r]
+	}
+	all := g.taskNames()
+	down := map[string]int{} // failed task -> window it comes back
+	loads := make([]float64, n)
+	var rankOf []int // key index -> rank
+	for w := range g.cfg.Windows {
+		if w == 0 {
+			g.tasksLine(0, all)
+		} else if failures {
+			changed := false
+			for t, back := range down {
+				if back == w {
+					delete(down, t)
+					changed = true
+				}
+			}
+			if w%failureEvery == 2 && g.cfg.Tasks-len(down) > 2 {
+				var up []string
+				for _, t := range all {
+					if _, ok := down[t]; !ok {
+						up = append(up, t)
+					}
+				}
+				down[up[g.rng.IntN(len(up))]] = w + failureDownFor
+				changed = true
+			}
+			if changed {
+				var live []string
+				for _, t := range all {
+					if _, ok := down[t]; !ok {
+						live = append(live, t)
+					}
+				}
+				g.tasksLine(w, live)
+			}
+		}
+		if w%powerLawShiftEvery == 0 {
+			rankOf = g.rng.Perm(n)
+		}
+		for k := range loads {
+			loads[k] = powerLawTotal * weights[rankOf[k]] / sum * g.noise(0.05)
+		}
+		for k, l := range loads {
+			g.loadLine(w, "key:"+strconv.Itoa(k), l)
+		}
+	}
+}
+
+func (g *generator) zipf() {
+	z := rand.NewZipf(g.rng, zipfExponent, 1, uint64(g.cfg.Keys-1))
+	counts := make([]int, g.cfg.Keys)
+	g.tasksLine(0, g.taskNames())
+	for w := range g.cfg.Windows {
+		clear(counts)
+		for range zipfRequests {
+			counts[z.Uint64()]++
+		}
+		for k, c := range counts {
+			if c > 0 {
+				g.loadLine(w, "user:"+strconv.Itoa(k), float64(c))
+			}
+		}
+	}
+}
+
+func (g *generator) diurnal() {
+	n := g.cfg.Keys
+	base := make([]float64, n)
+	for k := range base {
+		base[k] = 100 * (0.5 + g.rng.Float64())
+	}
+	g.tasksLine(0, g.taskNames())
+	for w := range g.cfg.Windows {
+		for k := range n {
+			phase := 2 * math.Pi * float64(k) / float64(n)
+			l := base[k] * (1 + 0.8*math.Sin(2*math.Pi*float64(w)/diurnalPeriod+phase)) * g.noise(0.05)
+			g.loadLine(w, "region:"+strconv.Itoa(k), l)
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package sim
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+// DefaultJob is the job name a replay uses when Config.Job is empty.
+const DefaultJob = "sim"
+
+// Config says how to replay a trace.
+type Config struct {
+	// Algorithm takes one decision per window. Required.
+	Algorithm assign.Algorithm
+	// Job is the job name passed to the algorithm (default DefaultJob).
+	Job string
+	// Assign is the job's sharding configuration; the zero value means
+	// assign.DefaultConfig().
+	Assign assign.Config
+	// Now reads the clock that times each decision (default time.Now).
+	// Tests inject a fixed clock to make the output reproducible.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Algorithm == nil {
+		return c, fmt.Errorf("%w: no algorithm; pick one with assign.AlgorithmByName", ErrInvalidConfig)
+	}
+	if c.Job == "" {
+		c.Job = DefaultJob
+	}
+	if err := assign.ValidateJobName(c.Job); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.Assign == (assign.Config{}) {
+		c.Assign = assign.DefaultConfig()
+	}
+	if err := c.Assign.Validate(); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}
+
+// SliceOut is one slice of an assignment as a replay prints it: bounds in
+// hex ("0x..."), since slice keys exceed what JSON numbers carry exactly.
+type SliceOut struct {
+	Start string   `json:"start"`
+	End   string   `json:"end"`
+	Tasks []string `json:"tasks"`
+}
+
+// WindowResult is the decision taken for one window and how good it is.
+type WindowResult struct {
+	Window     uint64  `json:"window"`
+	Generation uint64  `json:"generation"`
+	Imbalance  float64 `json:"imbalance"`
+	Churn      float64 `json:"churn"`
+	Slices     int     `json:"slices"`
+	ComputeMS  float64 `json:"compute_ms"`
+	// Tasks are the assignment's tasks: the ones Imbalance averages over.
+	Tasks      []string   `json:"tasks"`
+	Assignment []SliceOut `json:"assignment"`
+}
+
+// Summary aggregates a replay. MeanChurn averages over the decisions that
+// had a previous assignment (every window but the first); the others
+// average over every window.
+type Summary struct {
+	Summary           bool    `json:"summary"`
+	Algorithm         string  `json:"algorithm"`
+	Windows           int     `json:"windows"`
+	MeanImbalance     float64 `json:"mean_imbalance"`
+	MaxImbalance      float64 `json:"max_imbalance"`
+	MeanChurn         float64 `json:"mean_churn"`
+	MeanSlicesPerTask float64 `json:"mean_slices_per_task"`
+}
+
+// Simulator takes one decision per window, keeping the assignment between
+// windows. It is not safe for concurrent use.
+type Simulator struct {
+	cfg  Config
+	prev *assign.Assignment
+
+	windows                  int
+	sumImb, maxImb, sumChurn float64
+	sumSlicesPerTask         float64
+}
+
+// NewSimulator returns a Simulator with no assignment yet.
+func NewSimulator(cfg Config) (*Simulator, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Simulator{cfg: cfg}, nil
+}
+
+// Assignment returns the latest assignment (nil before the first Step).
+func (s *Simulator) Assignment() *assign.Assignment { return s.prev }
+
+// Step decides the assignment for window w from the previous one, w's live
+// tasks and w's load, and measures it against that same load. When the
+// algorithm changes nothing the previous assignment, and its generation,
+// stay in force, as they would in an assigner.
+func (s *Simulator) Step(w *Window) (WindowResult, error) {
+	load, err := w.Load()
+	if err != nil {
+		return WindowResult{}, err
+	}
+	live := w.LiveTasks()
+	start := s.cfg.Now()
+	next, _, err := s.cfg.Algorithm.Decide(s.cfg.Job, s.prev, live, load, s.cfg.Assign)
+	elapsed := s.cfg.Now().Sub(start)
+	name := s.cfg.Algorithm.Name()
+	if err != nil {
+		return WindowResult{}, fmt.Errorf("%w: %s: window %d: %w", ErrAlgorithm, name, w.Number, err)
+	}
+	if s.prev != nil && next != nil && assign.Equal(s.prev, next) {
+		next = s.prev
+	}
+	if err := next.Validate(); err != nil {
+		return WindowResult{}, fmt.Errorf("%w: %s: window %d: returned an invalid assignment: %w", ErrAlgorithm, name, w.Number, err)
+	}
+	var churn float64
+	if s.prev != nil {
+		churn = assign.Churn(s.prev, next)
+	}
+	res := WindowResult{
+		Window:     w.Number,
+		Generation: next.Generation,
+		Imbalance:  assign.Imbalance(next, load),
+		Churn:      churn,
+		Slices:     len(next.Slices),
+		ComputeMS:  float64(elapsed.Microseconds()) / 1000,
+		Tasks:      make([]string, len(next.Tasks)),
+		Assignment: make([]SliceOut, len(next.Slices)),
+	}
+	for i, t := range next.Tasks {
+		res.Tasks[i] = t.Name
+	}
+	for i, sl := range next.Slices {
+		res.Assignment[i] = SliceOut{Start: fmt.Sprintf("%#x", sl.Start), End: fmt.Sprintf("%#x", sl.End), Tasks: sl.Tasks}
+	}
+	s.windows++
+	s.sumImb += res.Imbalance
+	s.maxImb = max(s.maxImb, res.Imbalance)
+	if s.prev != nil {
+		s.sumChurn += churn
+	}
+	s.sumSlicesPerTask += float64(len(next.Slices)) / float64(len(live))
+	s.prev = next
+	return res, nil
+}
+
+// Summary aggregates the windows stepped so far.
+func (s *Simulator) Summary() Summary {
+	sum := Summary{Summary: true, Algorithm: s.cfg.Algorithm.Name(), Windows: s.windows, MaxImbalance: s.maxImb}
+	if s.windows > 0 {
+		n := float64(s.windows)
+		sum.MeanImbalance = s.sumImb / n
+		sum.MeanSlicesPerTask = s.sumSlicesPerTask / n
+	}
+	if s.windows > 1 {
+		sum.MeanChurn = s.sumChurn / float64(s.windows-1)
+	}
+	return sum
+}
+
+// Replay reads the trace in r window by window, takes one decision per
+// window and writes one JSON line per window to w, then a summary line.
+// Output for the windows before a bad line is written before the error is
+// returned; a *TraceError says where the trace is wrong.
+func Replay(r io.Reader, w io.Writer, cfg Config) (Summary, error) {
+	sim, err := NewSimulator(cfg)
+	if err != nil {
+		return Summary{}, err
+	}
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	tr := NewReader(r)
+	for {
+		win, err := tr.ReadWindow()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil {
+			var res WindowResult
+			res, err = sim.Step(win)
+			if err == nil {
+				err = enc.Encode(res)
+			}
+		}
+		if err != nil {
+			if ferr := bw.Flush(); ferr != nil {
+				return Summary{}, errors.Join(err, ferr)
+			}
+			return Summary{}, err
+		}
+	}
+	if sim.windows == 0 {
+		return Summary{}, fmt.Errorf("%w: no windows; a trace needs at least one {\"window\":W,\"tasks\":[...]} line", ErrInvalidTrace)
+	}
+	sum := sim.Summary()
+	if err := enc.Encode(sum); err != nil {
+		return sum, err
+	}
+	return sum, bw.Flush()
+}

@@ -1,0 +1,289 @@
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+// Sentinel errors. Callers match them with errors.Is.
+var (
+	// ErrInvalidTrace marks a trace that cannot be replayed; the wrapped
+	// *TraceError says on which line and why.
+	ErrInvalidTrace = errors.New("sim: invalid trace")
+	// ErrInvalidConfig marks a replay or generator configuration that
+	// cannot be used.
+	ErrInvalidConfig = errors.New("sim: invalid configuration")
+	// ErrAlgorithm marks an algorithm that failed or returned an
+	// assignment that does not validate.
+	ErrAlgorithm = errors.New("sim: algorithm failed")
+)
+
+// MaxLineLen bounds one trace line, so a corrupt file cannot make the
+// parser buffer without limit.
+const MaxLineLen = 1 << 20
+
+// lineFormat is the help every syntax error carries.
+const lineFormat = `a line is {"window":W,"tasks":["t0",...]} or {"window":W,"key":"K","load":L}`
+
+// TraceError is a problem at one line of a trace.
+type TraceError struct {
+	Line int
+	Err  error
+}
+
+func (e *TraceError) Error() string {
+	return fmt.Sprintf("sim: trace line %d: %v", e.Line, e.Err)
+}
+
+// Unwrap lets errors.Is match both ErrInvalidTrace and the cause (for
+// example assign.ErrInvalidLoad).
+func (e *TraceError) Unwrap() []error { return []error{ErrInvalidTrace, e.Err} }
+
+// Record is one line of a trace: either a tasks line (Tasks non-nil), which
+// sets the live tasks from Window on, or a load line, which says Key
+// generated Load units of load in Window.
+type Record struct {
+	Line   int
+	Window uint64
+	Tasks  []string
+	Key    string
+	Load   float64
+}
+
+// IsTasks reports whether r is a tasks line.
+func (r *Record) IsTasks() bool { return r.Tasks != nil }
+
+// KeyLoad is the load one application key generated in a window.
+type KeyLoad struct {
+	Key  string
+	Load float64
+}
+
+// Window is everything a trace says about one measurement window.
+type Window struct {
+	Number uint64
+	// Tasks are the live task names, from this window's tasks line or the
+	// latest one before it, in trace order.
+	Tasks []string
+	// Keys are the window's load lines in trace order; a key may repeat,
+	// and its loads then add up.
+	Keys []KeyLoad
+}
+
+// LiveTasks returns the window's tasks as the assignment model names them;
+// in a simulation a task's address is its name.
+func (w *Window) LiveTasks() []assign.Task {
+	tasks := make([]assign.Task, len(w.Tasks))
+	for i, name := range w.Tasks {
+		tasks[i] = assign.Task{Name: name, Addr: name}
+	}
+	return tasks
+}
+
+// Load returns the window's load as Slicelets would report it: one entry of
+// width one per slice key, sorted, loads of equal slice keys added up.
+func (w *Window) Load() (assign.Load, error) {
+	byKey := make(map[assign.SliceKey]float64, len(w.Keys))
+	for _, kl := range w.Keys {
+		byKey[assign.HashString(kl.Key)] += kl.Load
+	}
+	load := make(assign.Load, 0, len(byKey))
+	for k, v := range byKey {
+		load = append(load, assign.LoadEntry{Start: k, End: k + 1, Load: v})
+	}
+	slices.SortFunc(load, func(a, b assign.LoadEntry) int { return cmp.Compare(a.Start, b.Start) })
+	if err := load.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: window %d: %w; keep each key's load in a window at most %g", ErrInvalidTrace, w.Number, err, assign.MaxLoad)
+	}
+	return load, nil
+}
+
+// Reader parses a trace one line at a time, checking each line as it goes:
+// memory stays bounded by one line and, for ReadWindow, one window.
+type Reader struct {
+	sc   *bufio.Scanner
+	line int
+
+	started   bool
+	window    uint64
+	tasksLine int // line of the current window's tasks line, 0 if none
+	loadSeen  bool
+	everTasks bool
+	live      []string // tasks in force for the window ReadWindow builds
+	pending   *Record
+	err       error // sticky: ReadWindow stops at the first bad line
+}
+
+// NewReader returns a Reader of the trace in r.
+func NewReader(r io.Reader) *Reader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), MaxLineLen)
+	return &Reader{sc: sc}
+}
+
+// traceLine is the JSON shape of a line. Pointers tell absent from zero.
+type traceLine struct {
+	Window *json.RawMessage `json:"window"`
+	Tasks  *[]string        `json:"tasks"`
+	Key    *string          `json:"key"`
+	Load   *float64         `json:"load"`
+}
+
+// Next returns the next record, or io.EOF after the last one. Any other
+// error is a *TraceError wrapping ErrInvalidTrace (or the reader's error).
+func (r *Reader) Next() (Record, error) {
+	for {
+		if !r.sc.Scan() {
+			err := r.sc.Err()
+			if err == nil {
+				return Record{}, io.EOF
+			}
+			if errors.Is(err, bufio.ErrTooLong) {
+				return Record{}, r.fail(r.line+1, fmt.Errorf("line is longer than %d bytes; split the trace into more lines", MaxLineLen))
+			}
+			return Record{}, fmt.Errorf("sim: reading trace after line %d: %w", r.line, err)
+		}
+		r.line++
+		b := bytes.TrimSpace(r.sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		return r.parse(b)
+	}
+}
+
+func (r *Reader) fail(line int, err error) error {
+	return &TraceError{Line: line, Err: err}
+}
+
+func (r *Reader) parse(b []byte) (Record, error) {
+	var tl traceLine
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tl); err != nil {
+		return Record{}, r.fail(r.line, fmt.Errorf("%v; %s", err, lineFormat))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Record{}, r.fail(r.line, fmt.Errorf("unexpected data after the JSON object; put one object on each line"))
+	}
+	if tl.Window == nil {
+		return Record{}, r.fail(r.line, fmt.Errorf("missing \"window\"; %s", lineFormat))
+	}
+	w, err := strconv.ParseUint(string(*tl.Window), 10, 64)
+	if err != nil {
+		return Record{}, r.fail(r.line, fmt.Errorf("window %s is not a non-negative integer", *tl.Window))
+	}
+	if r.started && w < r.window {
+		return Record{}, r.fail(r.line, fmt.Errorf("window %d comes after window %d; windows must not decrease", w, r.window))
+	}
+	if !r.started || w > r.window {
+		r.started, r.window, r.tasksLine, r.loadSeen = true, w, 0, false
+	}
+	rec := Record{Line: r.line, Window: w}
+	switch {
+	case tl.Tasks != nil:
+		if tl.Key != nil || tl.Load != nil {
+			return Record{}, r.fail(r.line, fmt.Errorf("a tasks line has no \"key\" or \"load\"; put them on lines of their own"))
+		}
+		if r.tasksLine != 0 {
+			return Record{}, r.fail(r.line, fmt.Errorf("window %d already has a tasks line (line %d); give one task set per window", w, r.tasksLine))
+		}
+		if r.loadSeen {
+			return Record{}, r.fail(r.line, fmt.Errorf("tasks line for window %d comes after that window's load lines; put it first", w))
+		}
+		tasks := *tl.Tasks
+		if len(tasks) == 0 {
+			return Record{}, r.fail(r.line, fmt.Errorf("empty task list; a window needs at least one live task"))
+		}
+		seen := make(map[string]struct{}, len(tasks))
+		for i, name := range tasks {
+			if err := assign.ValidateTaskName(name); err != nil {
+				return Record{}, r.fail(r.line, fmt.Errorf("task %d: %w", i, err))
+			}
+			if _, dup := seen[name]; dup {
+				return Record{}, r.fail(r.line, fmt.Errorf("task %q is listed twice; list each task once", name))
+			}
+			seen[name] = struct{}{}
+		}
+		r.tasksLine, r.everTasks = r.line, true
+		rec.Tasks = tasks
+	case tl.Key != nil:
+		if *tl.Key == "" {
+			return Record{}, r.fail(r.line, fmt.Errorf("empty key; name the application key that generated the load"))
+		}
+		if tl.Load == nil {
+			return Record{}, r.fail(r.line, fmt.Errorf("key %q has no \"load\"", *tl.Key))
+		}
+		if err := assign.ValidateLoadValue(*tl.Load); err != nil {
+			return Record{}, r.fail(r.line, fmt.Errorf("key %q: %w", *tl.Key, err))
+		}
+		if !r.everTasks {
+			return Record{}, r.fail(r.line, fmt.Errorf("load line before any tasks line; start the trace with {\"window\":%d,\"tasks\":[...]}", w))
+		}
+		r.loadSeen = true
+		rec.Key, rec.Load = *tl.Key, *tl.Load
+	case tl.Load != nil:
+		return Record{}, r.fail(r.line, fmt.Errorf("load line has no \"key\"; name the application key"))
+	default:
+		return Record{}, r.fail(r.line, fmt.Errorf("line has neither \"tasks\" nor \"key\"; %s", lineFormat))
+	}
+	return rec, nil
+}
+
+// ReadWindow returns the next window with its live tasks and load lines, or
+// io.EOF after the last one. Windows the trace does not mention are
+// skipped, not returned empty.
+func (r *Reader) ReadWindow() (*Window, error) {
+	var first Record
+	switch {
+	case r.err != nil:
+		return nil, r.err
+	case r.pending != nil:
+		first, r.pending = *r.pending, nil
+	default:
+		rec, err := r.Next()
+		if err != nil {
+			if err != io.EOF {
+				r.err = err
+			}
+			return nil, err
+		}
+		first = rec
+	}
+	w := &Window{Number: first.Window}
+	add := func(rec Record) {
+		if rec.IsTasks() {
+			r.live = rec.Tasks
+			return
+		}
+		w.Keys = append(w.Keys, KeyLoad{Key: rec.Key, Load: rec.Load})
+	}
+	add(first)
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			// A window cut short by a bad line is not simulated.
+			r.err = err
+			return nil, err
+		}
+		if rec.Window != w.Number {
+			r.pending = &rec
+			break
+		}
+		add(rec)
+	}
+	w.Tasks = r.live
+	return w, nil
+}

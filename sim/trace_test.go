@@ -1,0 +1,198 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+func readAll(t testing.TB, trace string) ([]*Window, error) {
+	t.Helper()
+	r := NewReader(strings.NewReader(trace))
+	var ws []*Window
+	for {
+		w, err := r.ReadWindow()
+		if err == io.EOF {
+			return ws, nil
+		}
+		if err != nil {
+			return ws, err
+		}
+		ws = append(ws, w)
+	}
+}
+
+func TestParseTraceAccepts(t *testing.T) {
+	trace := `{"window":0,"tasks":["t0","t1"]}
+{"window":0,"key":"user:1","load":2.5}
+
+  {"window":0,"key":"user:2","load":0}
+{"window":0,"key":"user:1","load":1}
+{"window":3,"key":"user:3","load":1e3}
+{"window":5,"tasks":["t1","t2","T3:x"]}
+{"window":5,"key":"ü","load":4}
+{"window":7,"tasks":["t9"]}
+`
+	ws, err := readAll(t, trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Window{
+		{Number: 0, Tasks: []string{"t0", "t1"}, Keys: []KeyLoad{{"user:1", 2.5}, {"user:2", 0}, {"user:1", 1}}},
+		{Number: 3, Tasks: []string{"t0", "t1"}, Keys: []KeyLoad{{"user:3", 1000}}},
+		{Number: 5, Tasks: []string{"t1", "t2", "T3:x"}, Keys: []KeyLoad{{"ü", 4}}},
+		{Number: 7, Tasks: []string{"t9"}},
+	}
+	if len(ws) != len(want) {
+		t.Fatalf("got %d windows, want %d", len(ws), len(want))
+	}
+	for i, w := range ws {
+		if w.Number != want[i].Number || !slices.Equal(w.Tasks, want[i].Tasks) || !slices.Equal(w.Keys, want[i].Keys) {
+			t.Errorf("window %d = %+v, want %+v", i, *w, want[i])
+		}
+	}
+	// Equal keys merge into one entry of width one.
+	load, err := ws[0].Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(load) != 2 || load.Total() != 3.5 {
+		t.Fatalf("load = %+v, want two entries totalling 3.5", load)
+	}
+	k := assign.HashString("user:1")
+	if got := load.In(k, k+1); got != 3.5 {
+		t.Errorf("load of user:1 = %g, want 3.5", got)
+	}
+	if live := ws[2].LiveTasks(); live[2] != (assign.Task{Name: "T3:x", Addr: "T3:x"}) {
+		t.Errorf("LiveTasks = %+v", live)
+	}
+}
+
+func TestParseTraceRejects(t *testing.T) {
+	long := `{"window":0,"key":"` + strings.Repeat("k", MaxLineLen) + `","load":1}`
+	for _, tc := range []struct {
+		name, trace string
+		line        int
+		msg         string
+	}{
+		{"not json", "nope", 1, "invalid character"},
+		{"array", `[1]`, 1, "cannot unmarshal"},
+		{"null", `null`, 1, `missing "window"`},
+		{"unknown field", `{"window":0,"tasks":["a"],"extra":1}`, 1, `unknown field "extra"`},
+		{"trailing data", `{"window":0,"tasks":["a"]} {}`, 1, "after the JSON object"},
+		{"no window", `{"tasks":["a"]}`, 1, `missing "window"`},
+		{"negative window", `{"window":-1,"tasks":["a"]}`, 1, "not a non-negative integer"},
+		{"fractional window", `{"window":1.5,"tasks":["a"]}`, 1, "not a non-negative integer"},
+		{"string window", `{"window":"1","tasks":["a"]}`, 1, "window"},
+		{"decreasing window", "{\"window\":2,\"tasks\":[\"a\"]}\n{\"window\":1,\"key\":\"k\",\"load\":1}", 2, "windows must not decrease"},
+		{"load before tasks", `{"window":0,"key":"k","load":1}`, 1, "before any tasks line"},
+		{"empty tasks", `{"window":0,"tasks":[]}`, 1, "at least one live task"},
+		{"bad task name", `{"window":0,"tasks":["a","-b"]}`, 1, "task 1"},
+		{"duplicate task", `{"window":0,"tasks":["a","b","a"]}`, 1, `"a" is listed twice`},
+		{"two tasks lines", "{\"window\":0,\"tasks\":[\"a\"]}\n\n{\"window\":0,\"tasks\":[\"b\"]}", 3, "already has a tasks line (line 1)"},
+		{"tasks after load", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":1,\"key\":\"k\",\"load\":1}\n{\"window\":1,\"tasks\":[\"b\"]}", 3, "after that window's load lines"},
+		{"tasks with key", `{"window":0,"tasks":["a"],"key":"k"}`, 1, `no "key" or "load"`},
+		{"empty key", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"\",\"load\":1}", 2, "empty key"},
+		{"no load", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\"}", 2, `has no "load"`},
+		{"load without key", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"load\":1}", 2, `no "key"`},
+		{"negative load", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\",\"load\":-1}", 2, "negative"},
+		{"huge load", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\",\"load\":1e300}", 2, "above the limit"},
+		{"neither", `{"window":0}`, 1, `neither "tasks" nor "key"`},
+		{"line too long", "{\"window\":0,\"tasks\":[\"a\"]}\n" + long, 2, "longer than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := readAll(t, tc.trace)
+			var te *TraceError
+			if !errors.As(err, &te) || !errors.Is(err, ErrInvalidTrace) {
+				t.Fatalf("err = %v, want a *TraceError", err)
+			}
+			if te.Line != tc.line {
+				t.Errorf("line = %d, want %d (%v)", te.Line, tc.line, err)
+			}
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("err = %q, want it to mention %q", err, tc.msg)
+			}
+		})
+	}
+}
+
+func TestLoadLimitAfterMerging(t *testing.T) {
+	ws, err := readAll(t, "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\",\"load\":1e15}\n{\"window\":0,\"key\":\"k\",\"load\":1e15}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws[0].Load(); !errors.Is(err, assign.ErrInvalidLoad) || !errors.Is(err, ErrInvalidTrace) {
+		t.Fatalf("Load = %v, want ErrInvalidLoad and ErrInvalidTrace", err)
+	}
+}
+
+// FuzzParseTrace checks that no input panics, every error names a line
+// that exists, and whatever parses obeys the trace rules.
+func FuzzParseTrace(f *testing.F) {
+	f.Add([]byte("{\"window\":0,\"tasks\":[\"t0\",\"t1\"]}\n{\"window\":0,\"key\":\"a\",\"load\":1}\n"))
+	f.Add([]byte("{\"window\":0,\"tasks\":[\"t0\"]}\n{\"window\":2,\"tasks\":[\"t1\"]}\n{\"window\":2,\"key\":\"a\",\"load\":0.5}\n"))
+	f.Add([]byte(`{"window":1,"key":"a","load":1}`))
+	f.Add([]byte(`{"window":-1}`))
+	f.Add([]byte("\n\n{}\n"))
+	if b, err := os.ReadFile("testdata/diurnal.jsonl"); err == nil {
+		f.Add(b[:min(len(b), 4096)])
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		lines := bytes.Count(data, []byte("\n")) + 1
+		ws, err := readAll(t, string(data))
+		if err != nil {
+			var te *TraceError
+			if !errors.As(err, &te) {
+				t.Fatalf("error is not a *TraceError: %v", err)
+			}
+			if te.Line < 1 || te.Line > lines {
+				t.Fatalf("error names line %d of %d: %v", te.Line, lines, err)
+			}
+		}
+		for i, w := range ws {
+			if i > 0 && w.Number <= ws[i-1].Number {
+				t.Fatalf("window %d follows window %d", w.Number, ws[i-1].Number)
+			}
+			if len(w.Tasks) == 0 && len(w.Keys) > 0 {
+				t.Fatalf("window %d has load but no tasks", w.Number)
+			}
+			for _, name := range w.Tasks {
+				if assign.ValidateTaskName(name) != nil {
+					t.Fatalf("invalid task %q accepted", name)
+				}
+			}
+			for _, kl := range w.Keys {
+				if kl.Key == "" || assign.ValidateLoadValue(kl.Load) != nil {
+					t.Fatalf("bad key load %+v accepted", kl)
+				}
+			}
+		}
+	})
+}
+
+func BenchmarkParseTrace(b *testing.B) {
+	data, err := os.ReadFile("testdata/power-law.jsonl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r := NewReader(bytes.NewReader(data))
+		for {
+			_, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
