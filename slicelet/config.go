@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"time"
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
@@ -28,11 +29,17 @@ type Config struct {
 	// AdvertiseAddr). The Slicelet fills in NodeName, BindAddr, Join and
 	// Self. The zero value means gossip.DefaultConfig().
 	Gossip gossip.Config
+	// LoadWindow is how often the Slicelet sends the load measured through
+	// ReportLoad to an Assigner; 0 means DefaultLoadWindow.
+	LoadWindow time.Duration
 	// Logger receives state changes; nil discards.
 	Logger *slog.Logger
 }
 
 const defaultGossipAddr = "127.0.0.1:0"
+
+// DefaultLoadWindow is the load measurement window when Config.LoadWindow is 0.
+const DefaultLoadWindow = 10 * time.Second
 
 // gossipConfig returns the gossip configuration the Slicelet starts with.
 func (c Config) gossipConfig(log *slog.Logger) gossip.Config {
@@ -64,6 +71,9 @@ func (c Config) validate() error {
 	}
 	if c.Addr == "" {
 		return fmt.Errorf("%w: task %s/%s has no Addr; set it to the host:port clients reach this task at", ErrInvalidConfig, c.Job, c.Task)
+	}
+	if c.LoadWindow < 0 {
+		return fmt.Errorf("%w: task %s/%s has load window %v; set a positive LoadWindow, or 0 for the default %v", ErrInvalidConfig, c.Job, c.Task, c.LoadWindow, DefaultLoadWindow)
 	}
 	if len(c.Join) == 0 {
 		return fmt.Errorf("%w: task %s/%s has nothing to join; set Join to the gossip address of at least one slicerd node", ErrInvalidConfig, c.Job, c.Task)

@@ -12,6 +12,12 @@
 //     to this task?) without allocating or locking;
 //   - tells Listeners which key ranges the task gained and lost, so it can
 //     prefetch and drop state.
+//   - measures load (paper §4.4): ReportLoad adds a cost to the slice a key
+//     hashes into, without allocating or locking, and HTTPMiddleware and
+//     Interceptor count one unit per request; once per Config.LoadWindow
+//     the Slicelet sends the window's per-slice load to the live Assigner
+//     with the lowest name, keeping it (decayed) for the next report when
+//     no Assigner answers.
 //
 // Like the Clerk, a Slicelet keeps its last assignment while slicerd is
 // unreachable. Assignment distribution is asynchronous: two tasks may

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
@@ -34,6 +36,7 @@ type view struct {
 	table *clerk.Table
 	mine  []bool         // mine[i]: slice i names this task
 	owned []assign.Slice // this task's ranges, merged
+	load  []loadCell     // load[i]: load measured on slice i in this window
 }
 
 // Slicelet is a server task's membership in slicerd: it advertises the
@@ -51,6 +54,9 @@ type Slicelet struct {
 	joined  chan struct{}
 	started atomic.Bool
 
+	load       loadState
+	httpClient *http.Client // load reports to the Assigner
+
 	// listenMu serialises listener calls with AddListener, so every
 	// listener sees one unbroken sequence of changes.
 	listenMu  sync.Mutex
@@ -66,11 +72,15 @@ func New(cfg Config) (*Slicelet, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.LoadWindow == 0 {
+		cfg.LoadWindow = DefaultLoadWindow
+	}
 	s := &Slicelet{
-		cfg:    cfg,
-		log:    cfg.Logger.With("job", cfg.Job, "task", cfg.Task),
-		ready:  make(chan struct{}),
-		joined: make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger.With("job", cfg.Job, "task", cfg.Task),
+		ready:      make(chan struct{}),
+		joined:     make(chan struct{}),
+		httpClient: api.NewH2CClient(),
 	}
 	s.nodeName = cfg.gossipConfig(nil).NodeName
 	ccfg := clerk.DefaultConfig()
@@ -182,6 +192,10 @@ func (s *Slicelet) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return s.clerk.Run(gctx) })
 	g.Go(func() error {
+		s.reportLoop(gctx)
+		return nil
+	})
+	g.Go(func() error {
 		// A membership change may bring the first Distributor; skip the
 		// Clerk's backoff rather than wait it out.
 		for {
@@ -194,6 +208,7 @@ func (s *Slicelet) Run(ctx context.Context) error {
 		}
 	})
 	err = g.Wait()
+	s.httpClient.CloseIdleConnections()
 
 	// Leave is the drain signal. Serf bounds it by its broadcast timeout
 	// and leave propagation delay, so it needs no deadline of its own.
@@ -235,7 +250,8 @@ func (s *Slicelet) install(_, next *assign.Assignment) {
 	if t == nil || t.Assignment() != next {
 		t = clerk.NewTable(next)
 	}
-	v := &view{table: t, mine: make([]bool, len(next.Slices)), owned: ownedRanges(next, s.cfg.Task)}
+	v := &view{table: t, mine: make([]bool, len(next.Slices)), owned: ownedRanges(next, s.cfg.Task),
+		load: make([]loadCell, len(next.Slices))}
 	for i, sl := range next.Slices {
 		v.mine[i] = hasTask(sl.Tasks, s.cfg.Task)
 	}
@@ -245,6 +261,7 @@ func (s *Slicelet) install(_, next *assign.Assignment) {
 	var oldOwned []assign.Slice
 	if old := s.view.Swap(v); old != nil {
 		oldOwned = old.owned
+		s.retire(old)
 	} else {
 		close(s.ready)
 	}

@@ -1,0 +1,340 @@
+package slicelet
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+)
+
+// atomicFloat is a float64 that many goroutines add to without a lock.
+type atomicFloat struct{ bits atomic.Uint64 }
+
+func (f *atomicFloat) add(x float64) {
+	for {
+		old := f.bits.Load()
+		if f.bits.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+x)) {
+			return
+		}
+	}
+}
+
+// take returns the value and resets it to zero in one step, so no
+// concurrent add is lost between the read and the reset.
+func (f *atomicFloat) take() float64 { return math.Float64frombits(f.bits.Swap(0)) }
+
+// loadCell is one slice's accumulator, padded to a cache line so that
+// requests for neighbouring slices do not contend.
+type loadCell struct {
+	atomicFloat
+	_ [56]byte
+}
+
+// maxPendingEntries bounds the load kept across failed reports. Past it
+// the oldest measurements are dropped rather than grow without bound.
+const maxPendingEntries = 1 << 16
+
+// pendingDecay scales the load kept from a window whose report failed, so
+// that an Assigner that has been unreachable for long gets mostly recent
+// load once it answers.
+const pendingDecay = 0.5
+
+// loadState is the reporter's side of load accounting: what earlier
+// assignments and failed reports left over for the next report.
+type loadState struct {
+	mu          sync.Mutex
+	carry       assign.Load // owned load of assignments replaced in this window
+	start       time.Time   // when the current window began
+	client      slicerv1connect.LoadServiceClient
+	clientAddr  string
+	unowned     atomicFloat // load on keys the current assignment does not give this task
+	rejected    atomic.Uint64
+	reportsSent atomic.Uint64
+}
+
+// ReportLoad adds cost units of load (requests, CPU time, bytes: any
+// additive metric the job balances on) to key. It neither allocates nor
+// locks. Load on keys the current assignment does not give this task is
+// counted separately as unowned. A cost that is NaN, infinite, negative or
+// above assign.MaxLoad is rejected with an error wrapping
+// assign.ErrInvalidLoad and counted in the next report.
+func (s *Slicelet) ReportLoad(key []byte, cost float64) error {
+	if !(cost >= 0 && cost <= assign.MaxLoad) {
+		return s.rejectCost(cost)
+	}
+	s.addLoad(assign.HashKey(key), cost)
+	return nil
+}
+
+// ReportLoadString is ReportLoad for a string key.
+func (s *Slicelet) ReportLoadString(key string, cost float64) error {
+	if !(cost >= 0 && cost <= assign.MaxLoad) {
+		return s.rejectCost(cost)
+	}
+	s.addLoad(assign.HashString(key), cost)
+	return nil
+}
+
+func (s *Slicelet) rejectCost(cost float64) error {
+	s.load.rejected.Add(1)
+	if err := assign.ValidateLoadValue(cost); err != nil {
+		return fmt.Errorf("slicelet: report load: %w; report a finite cost between 0 and %g", err, float64(assign.MaxLoad))
+	}
+	return nil
+}
+
+func (s *Slicelet) addLoad(h assign.SliceKey, cost float64) {
+	if v := s.view.Load(); v != nil {
+		if i := v.table.Lookup(h); v.mine[i] {
+			v.load[i].add(cost)
+			return
+		}
+	}
+	s.load.unowned.add(cost)
+}
+
+// drainOwned empties v's accumulators into load entries, one per owned
+// slice that received load.
+func drainOwned(v *view, into assign.Load) assign.Load {
+	a := v.table.Assignment()
+	for i := range v.load {
+		if !v.mine[i] {
+			continue
+		}
+		if x := v.load[i].take(); x > 0 {
+			into = append(into, assign.LoadEntry{Start: a.Slices[i].Start, End: a.Slices[i].End, Load: x})
+		}
+	}
+	return into
+}
+
+// retire keeps the load measured under a replaced view for the next
+// report. Called by install after the swap; an add that loaded old just
+// before the swap and lands after this drain is lost, which is a few
+// requests at most.
+func (s *Slicelet) retire(old *view) {
+	if old == nil {
+		return
+	}
+	l := drainOwned(old, nil)
+	if len(l) == 0 {
+		return
+	}
+	s.load.mu.Lock()
+	defer s.load.mu.Unlock()
+	s.load.carry = mergeLoads(s.load.carry, l)
+	if len(s.load.carry) > maxPendingEntries {
+		s.log.Warn("slicelet: dropping unreported load; too many assignment changes since the last report")
+		s.load.carry = nil
+	}
+}
+
+// RejectedLoadReports counts the ReportLoad calls rejected since the last
+// report was sent.
+func (s *Slicelet) RejectedLoadReports() uint64 { return s.load.rejected.Load() }
+
+// LoadReportsSent counts the load reports an Assigner accepted.
+func (s *Slicelet) LoadReportsSent() uint64 { return s.load.reportsSent.Load() }
+
+// collect closes the current window: it takes everything measured since
+// the last successful report and resets the accumulators.
+func (s *Slicelet) collect(now time.Time) *windowReport {
+	s.load.mu.Lock()
+	defer s.load.mu.Unlock()
+	r := &windowReport{}
+	var cur assign.Load
+	if v := s.view.Load(); v != nil {
+		r.generation = v.table.Assignment().Generation
+		cur = drainOwned(v, nil)
+	}
+	r.load = mergeLoads(s.load.carry, cur)
+	s.load.carry = nil
+	r.unowned = s.load.unowned.take()
+	r.rejected = s.load.rejected.Swap(0)
+	r.window = now.Sub(s.load.start).Seconds()
+	r.start = s.load.start
+	return r
+}
+
+// windowReport is one window's measurements on their way out.
+type windowReport struct {
+	generation uint64
+	start      time.Time
+	window     float64
+	load       assign.Load
+	unowned    float64
+	rejected   uint64
+}
+
+// keep puts back the measurements of a report that could not be sent,
+// decayed, so they reach the Assigner with the next report.
+func (s *Slicelet) keep(r *windowReport) {
+	for i := range r.load {
+		r.load[i].Load *= pendingDecay
+	}
+	s.load.mu.Lock()
+	defer s.load.mu.Unlock()
+	s.load.carry = mergeLoads(r.load, s.load.carry)
+	if len(s.load.carry) > maxPendingEntries {
+		s.load.carry = nil
+	}
+	s.load.unowned.add(r.unowned * pendingDecay)
+	s.load.rejected.Add(r.rejected)
+	// The window keeps its start, so the next report's rate stays honest.
+	s.load.start = r.start
+}
+
+func (r *windowReport) proto(job, task string) *slicerv1.ReportLoadRequest {
+	req := &slicerv1.ReportLoadRequest{
+		Job: job, Task: task, Generation: r.generation, WindowSeconds: r.window,
+		UnownedLoad: min(r.unowned, assign.MaxLoad), RejectedReports: r.rejected,
+		Slices: make([]*slicerv1.SliceLoad, len(r.load)),
+	}
+	for i, e := range r.load {
+		req.Slices[i] = &slicerv1.SliceLoad{Start: uint64(e.Start), End: uint64(e.End), Load: min(e.Load, assign.MaxLoad)}
+	}
+	return req
+}
+
+// assignerAddr picks the live Assigner with the lowest name, so every task
+// of a job reports to the same one while membership is stable.
+func (s *Slicelet) assignerAddr() string {
+	n := s.node.Load()
+	if n == nil {
+		return ""
+	}
+	var best gossip.Peer
+	for _, p := range n.Peers() {
+		if p.Status != gossip.StatusAlive || p.RPCAddr == "" || !p.Has(gossip.RoleAssigner) {
+			continue
+		}
+		if best.Name == "" || strings.Compare(p.Name, best.Name) < 0 {
+			best = p
+		}
+	}
+	return best.RPCAddr
+}
+
+// reportLoop sends one load report per window until ctx ends.
+func (s *Slicelet) reportLoop(ctx context.Context) {
+	s.load.mu.Lock()
+	s.load.start = time.Now()
+	s.load.mu.Unlock()
+	t := time.NewTicker(s.cfg.LoadWindow)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.reportOnce(ctx, now)
+		}
+	}
+}
+
+// reportOnce sends the window that ends now. A failure is logged and the
+// window's load is kept, decayed, for the next attempt.
+func (s *Slicelet) reportOnce(ctx context.Context, now time.Time) {
+	r := s.collect(now)
+	s.load.mu.Lock()
+	s.load.start = now
+	s.load.mu.Unlock()
+	addr := s.assignerAddr()
+	if addr == "" {
+		s.log.Debug("slicelet: no live assigner in gossip; keeping load for the next report")
+		s.keep(r)
+		return
+	}
+	client := s.loadClient(addr)
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.LoadWindow)
+	defer cancel()
+	_, err := client.ReportLoad(rctx, connect.NewRequest(r.proto(s.cfg.Job, s.cfg.Task)))
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("slicelet: load report failed; keeping the load for the next report", "assigner", addr, "err", err)
+		}
+		s.keep(r)
+		return
+	}
+	s.load.reportsSent.Add(1)
+	s.log.Debug("slicelet: load reported", "assigner", addr, "generation", r.generation,
+		"slices", len(r.load), "load", r.load.Total(), "unowned", r.unowned, "rejected", r.rejected)
+}
+
+// loadClient returns a client for the Assigner at addr, reusing the last
+// one while the Assigner stays the same.
+func (s *Slicelet) loadClient(addr string) slicerv1connect.LoadServiceClient {
+	s.load.mu.Lock()
+	defer s.load.mu.Unlock()
+	if s.load.client == nil || s.load.clientAddr != addr {
+		s.load.client = slicerv1connect.NewLoadServiceClient(s.httpClient, api.RPCURL(addr))
+		s.load.clientAddr = addr
+	}
+	return s.load.client
+}
+
+// mergeLoads adds load measurements that may overlap (replicas, or slices
+// of different generations) into one sorted, non-overlapping Load. Where
+// an entry only partly covers a piece, it contributes in proportion to
+// the overlap, as load is taken as spread evenly over an entry's keys.
+func mergeLoads(ls ...assign.Load) assign.Load {
+	var all assign.Load
+	for _, l := range ls {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	slices.SortFunc(all, func(x, y assign.LoadEntry) int {
+		switch {
+		case x.Start < y.Start:
+			return -1
+		case x.Start > y.Start:
+			return 1
+		}
+		return 0
+	})
+	points := make([]assign.SliceKey, 0, 2*len(all))
+	for _, e := range all {
+		points = append(points, e.Start, e.End)
+	}
+	slices.Sort(points)
+	points = slices.Compact(points)
+	out := make(assign.Load, 0, len(all))
+	var active []assign.LoadEntry
+	next := 0
+	for k := 0; k+1 < len(points); k++ {
+		p, q := points[k], points[k+1]
+		active = slices.DeleteFunc(active, func(e assign.LoadEntry) bool { return e.End <= p })
+		for next < len(all) && all[next].Start <= p {
+			if all[next].End > p {
+				active = append(active, all[next])
+			}
+			next++
+		}
+		var sum float64
+		for _, e := range active {
+			if e.Start == p && e.End == q {
+				sum += e.Load
+			} else {
+				sum += e.Load * (float64(q-p) / float64(e.End-e.Start))
+			}
+		}
+		if sum > 0 {
+			out = append(out, assign.LoadEntry{Start: p, End: q, Load: sum})
+		}
+	}
+	return out
+}

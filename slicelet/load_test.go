@@ -1,0 +1,333 @@
+package slicelet
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
+)
+
+func TestReportLoadValidation(t *testing.T) {
+	s := newOffline(t, "a")
+	for _, tc := range []struct {
+		cost float64
+		ok   bool
+	}{
+		{0, true},
+		{1, true},
+		{0.25, true},
+		{assign.MaxLoad, true},
+		{math.NaN(), false},
+		{math.Inf(1), false},
+		{math.Inf(-1), false},
+		{-1, false},
+		{-math.SmallestNonzeroFloat64, false},
+		{math.Nextafter(assign.MaxLoad, math.Inf(1)), false},
+	} {
+		before := s.RejectedLoadReports()
+		err1 := s.ReportLoad([]byte("k"), tc.cost)
+		err2 := s.ReportLoadString("k", tc.cost)
+		for _, err := range []error{err1, err2} {
+			if tc.ok && err != nil {
+				t.Errorf("ReportLoad(%g) = %v, want nil", tc.cost, err)
+			}
+			if !tc.ok && !errors.Is(err, assign.ErrInvalidLoad) {
+				t.Errorf("ReportLoad(%g) = %v, want ErrInvalidLoad", tc.cost, err)
+			}
+		}
+		want := before
+		if !tc.ok {
+			want += 2
+		}
+		if got := s.RejectedLoadReports(); got != want {
+			t.Errorf("ReportLoad(%g): rejected counter %d, want %d", tc.cost, got, want)
+		}
+	}
+}
+
+// expectedLoad sums costs per owned slice of a and for unowned keys.
+func expectedLoad(a *assign.Assignment, task string, keys []string, costs []float64) (owned map[int]float64, unowned float64) {
+	owned = make(map[int]float64)
+	for i, k := range keys {
+		idx := a.Find(assign.HashString(k))
+		if hasTask(a.Slices[idx].Tasks, task) {
+			owned[idx] += costs[i]
+		} else {
+			unowned += costs[i]
+		}
+	}
+	return owned, unowned
+}
+
+func near(x, y float64) bool { return math.Abs(x-y) <= 1e-9*math.Max(1, math.Abs(y)) }
+
+func TestLoadAccumulatesPerSlice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := newOffline(t, "a")
+	// Before any assignment every key is unowned.
+	if err := s.ReportLoadString("early", 3); err != nil {
+		t.Fatal(err)
+	}
+	a := gridAssignment(rng, 7, 40, []string{"a", "b", "c"})
+	s.install(nil, a)
+
+	keys := make([]string, 5000)
+	costs := make([]float64, len(keys))
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(rng.IntN(800))
+		costs[i] = float64(rng.IntN(10))
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(keys); i += 4 {
+				if err := s.ReportLoadString(keys[i], costs[i]); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	owned, unowned := expectedLoad(a, "a", keys, costs)
+	r := s.collect(time.Now())
+	if r.generation != 7 {
+		t.Errorf("generation %d, want 7", r.generation)
+	}
+	if err := r.load.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !near(r.unowned, unowned+3) {
+		t.Errorf("unowned %g, want %g", r.unowned, unowned+3)
+	}
+	var n int
+	for idx, want := range owned {
+		if want == 0 {
+			continue
+		}
+		n++
+		sl := a.Slices[idx]
+		if got := r.load.In(sl.Start, sl.End); !near(got, want) {
+			t.Errorf("slice %d [%#x, %#x): load %g, want %g", idx, sl.Start, sl.End, got, want)
+		}
+	}
+	if len(r.load) != n {
+		t.Errorf("report has %d entries, want one per owned slice with load (%d)", len(r.load), n)
+	}
+	for _, e := range r.load {
+		if !hasTask(a.Slices[a.Find(e.Start)].Tasks, "a") {
+			t.Errorf("entry [%#x, %#x) is not owned", e.Start, e.End)
+		}
+	}
+	// The window was reset.
+	if r2 := s.collect(time.Now()); len(r2.load) != 0 || r2.unowned != 0 {
+		t.Errorf("second window carries %v and unowned %g, want nothing", r2.load, r2.unowned)
+	}
+}
+
+func TestLoadSurvivesAssignmentChangeAndFailedReport(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	s := newOffline(t, "a")
+	g1 := gridAssignment(rng, 1, 20, []string{"a", "b"})
+	g2 := gridAssignment(rng, 2, 20, []string{"a", "b"})
+	keys := make([]string, 2000)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	ones := make([]float64, len(keys))
+	for i := range ones {
+		ones[i] = 1
+	}
+	s.install(nil, g1)
+	for _, k := range keys {
+		s.ReportLoadString(k, 1)
+	}
+	s.install(g1, g2)
+	for _, k := range keys {
+		s.ReportLoadString(k, 1)
+	}
+	o1, u1 := expectedLoad(g1, "a", keys, ones)
+	o2, u2 := expectedLoad(g2, "a", keys, ones)
+	var want float64
+	for _, x := range o1 {
+		want += x
+	}
+	for _, x := range o2 {
+		want += x
+	}
+	r := s.collect(time.Now())
+	if err := r.load.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if r.generation != 2 || !near(r.load.Total(), want) || !near(r.unowned, u1+u2) {
+		t.Fatalf("report gen %d total %g unowned %g, want gen 2 total %g unowned %g", r.generation, r.load.Total(), r.unowned, want, u1+u2)
+	}
+	s.ReportLoadString("x", math.NaN())
+	r.rejected = s.load.rejected.Swap(0)
+	s.keep(r)
+	r2 := s.collect(time.Now())
+	if !near(r2.load.Total(), want*pendingDecay) || !near(r2.unowned, (u1+u2)*pendingDecay) || r2.rejected != 1 {
+		t.Errorf("after a failed report: total %g unowned %g rejected %d, want %g, %g, 1",
+			r2.load.Total(), r2.unowned, r2.rejected, want*pendingDecay, (u1+u2)*pendingDecay)
+	}
+}
+
+func TestMergeLoads(t *testing.T) {
+	e := func(s, e assign.SliceKey, l float64) assign.LoadEntry {
+		return assign.LoadEntry{Start: s, End: e, Load: l}
+	}
+	got := mergeLoads(
+		assign.Load{e(0, 10, 10), e(10, 20, 4)},
+		assign.Load{e(5, 15, 2), e(30, 40, 0)},
+		assign.Load{e(0, 10, 1)},
+	)
+	want := assign.Load{e(0, 5, 5.5), e(5, 10, 6.5), e(10, 15, 3), e(15, 20, 2)}
+	if len(got) != len(want) {
+		t.Fatalf("merge = %v, want %v", got, want)
+	}
+	for i := range got {
+		if got[i].Start != want[i].Start || got[i].End != want[i].End || !near(got[i].Load, want[i].Load) {
+			t.Fatalf("merge = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestReportLoadDoesNotAllocate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	s := newOffline(t, "a")
+	s.install(nil, gridAssignment(rng, 1, 64, []string{"a", "b"}))
+	key := []byte("user:42")
+	if n := testing.AllocsPerRun(1000, func() {
+		s.ReportLoad(key, 1)
+		s.ReportLoadString("user:43", 2)
+	}); n != 0 {
+		t.Errorf("ReportLoad allocates %v times per call", n)
+	}
+}
+
+func benchSlicelet(b *testing.B) (*Slicelet, [][]byte) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	s := newOffline(b, "a")
+	s.install(nil, gridAssignment(rng, 1, 256, []string{"a", "b", "c"}))
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = []byte("user:" + strconv.Itoa(i))
+	}
+	return s, keys
+}
+
+func BenchmarkReportLoad(b *testing.B) {
+	s, keys := benchSlicelet(b)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		s.ReportLoad(keys[i&1023], 1)
+		i++
+	}
+}
+
+func BenchmarkReportLoadParallel(b *testing.B) {
+	s, keys := benchSlicelet(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := rand.IntN(1024)
+		for pb.Next() {
+			s.ReportLoad(keys[i&1023], 1)
+			i++
+		}
+	})
+}
+
+func TestHTTPMiddlewareCountsRequests(t *testing.T) {
+	s := newOffline(t, "a")
+	served := 0
+	h := HTTPMiddleware(s, func(r *http.Request) string { return r.URL.Query().Get("k") },
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++ }))
+	for range 5 {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/?k=x", nil))
+	}
+	if r := s.collect(time.Now()); served != 5 || r.unowned != 5 {
+		t.Errorf("served %d, counted %g; want 5 and 5", served, r.unowned)
+	}
+}
+
+type testDistributor struct {
+	slicerv1connect.UnimplementedDistributorServiceHandler
+}
+
+func (testDistributor) GetAssignment(context.Context, *connect.Request[slicerv1.GetAssignmentRequest]) (*connect.Response[slicerv1.GetAssignmentResponse], error) {
+	return connect.NewResponse(&slicerv1.GetAssignmentResponse{}), nil
+}
+
+func (testDistributor) WatchAssignment(_ context.Context, _ *connect.Request[slicerv1.WatchAssignmentRequest], st *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
+	return st.Send(&slicerv1.WatchAssignmentResponse{})
+}
+
+func TestInterceptorCountsRequests(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	s := newOffline(t, "a")
+	a := gridAssignment(rng, 1, 16, []string{"a", "b"})
+	s.install(nil, a)
+	var keys []string
+	key := func(r connect.AnyRequest) string {
+		k := r.Header().Get("Slice-Key")
+		if m, ok := r.Any().(*slicerv1.GetAssignmentRequest); ok {
+			k = m.GetJob()
+		}
+		keys = append(keys, k)
+		return k
+	}
+	mux := http.NewServeMux()
+	mux.Handle(slicerv1connect.NewDistributorServiceHandler(testDistributor{}, connect.WithInterceptors(Interceptor(s, key))))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	client := slicerv1connect.NewDistributorServiceClient(srv.Client(), srv.URL)
+	ctx := context.Background()
+	for range 3 {
+		if _, err := client.GetAssignment(ctx, connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "unary"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "j"})
+		req.Header().Set("Slice-Key", "stream")
+		st, err := client.WatchAssignment(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for st.Receive() {
+		}
+		if err := st.Err(); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+	}
+	srv.Client().CloseIdleConnections()
+	if len(keys) != 5 || keys[0] != "unary" || keys[4] != "stream" {
+		t.Fatalf("key function saw %q, want 3 unary and 2 stream keys", keys)
+	}
+	r := s.collect(time.Now())
+	var want float64
+	for _, k := range keys {
+		if !hasTask(a.Slices[a.Find(assign.HashString(k))].Tasks, "a") {
+			want++
+		}
+	}
+	if r.load.Total()+r.unowned != 5 || r.unowned != want {
+		t.Errorf("counted %g owned and %g unowned, want 5 in all and %g unowned", r.load.Total(), r.unowned, want)
+	}
+}
