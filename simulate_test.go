@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/slicerd/slicerd/sim"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(append([]string{"slicerd"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestTraceGenerateAndSimulate(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.jsonl")
+	if code, _, stderr := runCLI(t, "trace", "generate", "--workload", "failures", "--windows", "12", "--seed", "5", "--tasks", "4", "--out", trace); code != 0 {
+		t.Fatalf("trace generate: exit %d: %s", code, stderr)
+	}
+	// Without --out the same trace goes to stdout.
+	code, stdout, stderr := runCLI(t, "trace", "generate", "--workload", "failures", "--windows", "12", "--seed", "5", "--tasks", "4")
+	if want, _ := os.ReadFile(trace); code != 0 || stdout != string(want) {
+		t.Fatalf("trace generate to stdout: exit %d, %d bytes vs %d in --out: %s", code, len(stdout), len(want), stderr)
+	}
+
+	results := filepath.Join(dir, "results.jsonl")
+	for _, algo := range []string{"weighted-move", "static", "consistent-hash"} {
+		code, stdout, stderr := runCLI(t, "simulate", "--trace", trace, "--algo", algo, "--min-redundancy", "1", "--max-redundancy", "2")
+		if code != 0 {
+			t.Fatalf("simulate --algo %s: exit %d: %s", algo, code, stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(stdout), "\n")
+		if len(lines) != 13 {
+			t.Fatalf("simulate --algo %s: %d lines, want 12 windows and a summary", algo, len(lines))
+		}
+		var w sim.WindowResult
+		if err := json.Unmarshal([]byte(lines[0]), &w); err != nil || w.Generation != 1 || len(w.Assignment) == 0 {
+			t.Errorf("first line %q: %v", lines[0], err)
+		}
+		var s sim.Summary
+		if err := json.Unmarshal([]byte(lines[12]), &s); err != nil || !s.Summary || s.Algorithm != algo || s.Windows != 12 || s.MeanImbalance < 1 {
+			t.Errorf("summary %q: %v", lines[12], err)
+		}
+	}
+	code, stdout, stderr = runCLI(t, "simulate", "--trace", trace, "--out", results)
+	if code != 0 || stdout != "" {
+		t.Fatalf("simulate --out: exit %d, stdout %q: %s", code, stdout, stderr)
+	}
+	if b, err := os.ReadFile(results); err != nil || !strings.Contains(string(b), `"summary":true,"algorithm":"weighted-move"`) {
+		t.Fatalf("results file: %v\n%s", err, b)
+	}
+}
+
+func TestSimulateErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.jsonl")
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(good, []byte("{\"window\":0,\"tasks\":[\"a\",\"b\"]}\n{\"window\":0,\"key\":\"k\",\"load\":1}\n"), 0o644)
+	os.WriteFile(bad, []byte("{\"window\":0,\"tasks\":[\"a\",\"b\"]}\n{\"window\":0,\"key\":\"k\",\"load\":1}\n{\"window\":1,\"key\":\"k\",\"lode\":1}\n"), 0o644)
+	out := filepath.Join(dir, "out.jsonl")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no trace flag", []string{"simulate"}, 2, "needs --trace"},
+		{"unknown algo", []string{"simulate", "--trace", good, "--algo", "round-robin"}, 2, "invalid --algo"},
+		{"unknown flag", []string{"simulate", "--trace", good, "--bogus"}, 2, "flag provided but not defined"},
+		{"zero redundancy", []string{"simulate", "--trace", good, "--min-redundancy", "0"}, 2, "min redundancy"},
+		{"max below min", []string{"simulate", "--trace", good, "--min-redundancy", "2", "--max-redundancy", "1"}, 2, "below min"},
+		{"bad job", []string{"simulate", "--trace", good, "--job", "Bad"}, 2, "invalid --job"},
+		{"argument", []string{"simulate", "--trace", good, "extra"}, 2, "unexpected argument"},
+		{"missing file", []string{"simulate", "--trace", filepath.Join(dir, "none.jsonl")}, 1, "cannot read the trace"},
+		{"malformed trace", []string{"simulate", "--trace", bad, "--out", out}, 1, `line 3: json: unknown field "lode"`},
+		{"generate without workload", []string{"trace", "generate"}, 2, "needs --workload"},
+		{"generate unknown workload", []string{"trace", "generate", "--workload", "spiky"}, 2, `unknown workload "spiky"`},
+		{"generate zero windows", []string{"trace", "generate", "--workload", "zipf", "--windows", "0"}, 2, "--windows 0"},
+		{"generate zero tasks", []string{"trace", "generate", "--workload", "zipf", "--tasks", "0"}, 2, "0 tasks"},
+		{"generate bad flag", []string{"trace", "generate", "--windows", "many"}, 2, "invalid value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.msg) {
+				t.Errorf("exit %d, stderr %q; want exit %d mentioning %q", code, stderr, tc.code, tc.msg)
+			}
+		})
+	}
+	// A failed run leaves no partial --out file behind.
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("--out exists after a failed run: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("temporary files left behind: %v", entries)
+	}
+}
