@@ -1,26 +1,94 @@
 package assign
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // MaxRedundancyLimit bounds how many tasks may serve one slice.
 const MaxRedundancyLimit = 64
 
+// MaxSlicesPerTaskLimit bounds the slice-count targets: more slices than
+// this per task only make assignments large without balancing any better.
+const MaxSlicesPerTaskLimit = 10000
+
+// Defaults of the weighted-move constants, from the Slicer paper (§4.4.1).
+const (
+	DefaultMinSlicesPerTask = 50
+	DefaultMaxSlicesPerTask = 150
+	DefaultMergeChurn       = 0.01
+	DefaultMoveChurn        = 0.09
+	DefaultMergeLoadFactor  = 1.0
+	DefaultSplitLoadFactor  = 2.0
+)
+
 // Config is a job's sharding configuration.
+//
+// Every field but the redundancies may be zero in a stored configuration,
+// meaning its default: configurations stored before a field existed keep
+// working and pick up the default.
 type Config struct {
 	// MinRedundancy is the number of tasks every slice is assigned to, when
 	// that many tasks are live.
 	MinRedundancy int `json:"min_redundancy"`
 	// MaxRedundancy caps the tasks a hot slice may be replicated to.
 	MaxRedundancy int `json:"max_redundancy"`
+
+	// MinSlicesPerTask: weighted-move merges cold slices only while the job
+	// has more than this many slices per live task.
+	MinSlicesPerTask int `json:"min_slices_per_task,omitempty"`
+	// MaxSlicesPerTask: weighted-move splits hot slices only while the job
+	// has fewer than this many slices per live task.
+	MaxSlicesPerTask int `json:"max_slices_per_task,omitempty"`
+	// MergeChurn is the fraction of the key space merging may move in one
+	// decision.
+	MergeChurn float64 `json:"merge_churn,omitempty"`
+	// MoveChurn is the fraction of the key space the greedy moves may move
+	// in one decision.
+	MoveChurn float64 `json:"move_churn,omitempty"`
+	// MergeLoadFactor: two adjacent slices merge only if their combined load
+	// is below this times the mean slice load.
+	MergeLoadFactor float64 `json:"merge_load_factor,omitempty"`
+	// SplitLoadFactor: a slice splits when its load is at least this times
+	// the mean slice load.
+	SplitLoadFactor float64 `json:"split_load_factor,omitempty"`
+	// SuppressBelow, in load units, skips merging, moving and splitting
+	// while the hottest task's load is below it: an idle job is not worth
+	// churning. Zero never suppresses.
+	SuppressBelow float64 `json:"suppress_below,omitempty"`
 }
 
 // DefaultConfig returns the configuration a job gets when nobody set one:
-// every key on exactly one task.
+// every key on exactly one task, and the paper's weighted-move constants.
 func DefaultConfig() Config {
-	return Config{MinRedundancy: 1, MaxRedundancy: 1}
+	return Config{MinRedundancy: 1, MaxRedundancy: 1}.WithDefaults()
 }
 
-// Validate checks 1 <= MinRedundancy <= MaxRedundancy <= MaxRedundancyLimit.
+// WithDefaults returns c with every zero tuning field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.MinSlicesPerTask == 0 {
+		c.MinSlicesPerTask = DefaultMinSlicesPerTask
+	}
+	if c.MaxSlicesPerTask == 0 {
+		c.MaxSlicesPerTask = max(DefaultMaxSlicesPerTask, c.MinSlicesPerTask)
+	}
+	if c.MergeChurn == 0 {
+		c.MergeChurn = DefaultMergeChurn
+	}
+	if c.MoveChurn == 0 {
+		c.MoveChurn = DefaultMoveChurn
+	}
+	if c.MergeLoadFactor == 0 {
+		c.MergeLoadFactor = DefaultMergeLoadFactor
+	}
+	if c.SplitLoadFactor == 0 {
+		c.SplitLoadFactor = DefaultSplitLoadFactor
+	}
+	return c
+}
+
+// Validate checks 1 <= MinRedundancy <= MaxRedundancy <= MaxRedundancyLimit
+// and that every tuning field is zero (default) or in range.
 func (c Config) Validate() error {
 	switch {
 	case c.MinRedundancy < 1:
@@ -29,6 +97,30 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max redundancy %d is below min redundancy %d", ErrInvalidConfig, c.MaxRedundancy, c.MinRedundancy)
 	case c.MaxRedundancy > MaxRedundancyLimit:
 		return fmt.Errorf("%w: max redundancy %d is above the limit of %d", ErrInvalidConfig, c.MaxRedundancy, MaxRedundancyLimit)
+	case c.MinSlicesPerTask < 0 || c.MinSlicesPerTask > MaxSlicesPerTaskLimit:
+		return fmt.Errorf("%w: min slices per task %d is outside [0, %d]; use 0 for the default %d", ErrInvalidConfig, c.MinSlicesPerTask, MaxSlicesPerTaskLimit, DefaultMinSlicesPerTask)
+	case c.MaxSlicesPerTask < 0 || c.MaxSlicesPerTask > MaxSlicesPerTaskLimit:
+		return fmt.Errorf("%w: max slices per task %d is outside [0, %d]; use 0 for the default %d", ErrInvalidConfig, c.MaxSlicesPerTask, MaxSlicesPerTaskLimit, DefaultMaxSlicesPerTask)
+	}
+	if d := c.WithDefaults(); d.MaxSlicesPerTask < d.MinSlicesPerTask {
+		return fmt.Errorf("%w: max slices per task %d is below min slices per task %d", ErrInvalidConfig, d.MaxSlicesPerTask, d.MinSlicesPerTask)
+	}
+	for _, f := range []struct {
+		name     string
+		v, limit float64
+	}{
+		{"merge churn", c.MergeChurn, 1},
+		{"move churn", c.MoveChurn, 1},
+		{"merge load factor", c.MergeLoadFactor, 1e6},
+		{"split load factor", c.SplitLoadFactor, 1e6},
+		{"suppress below", c.SuppressBelow, MaxLoad},
+	} {
+		if math.IsNaN(f.v) || f.v < 0 || f.v > f.limit {
+			return fmt.Errorf("%w: %s is %g; it must be in [0, %g], 0 meaning the default", ErrInvalidConfig, f.name, f.v, f.limit)
+		}
+	}
+	if c.SplitLoadFactor != 0 && c.SplitLoadFactor <= 1 {
+		return fmt.Errorf("%w: split load factor %g must be above 1, or a split slice would split again at once", ErrInvalidConfig, c.SplitLoadFactor)
 	}
 	return nil
 }

@@ -6,17 +6,17 @@ import "slices"
 // ties broken by name (task ids follow name order). The planner keeps one
 // of each so "least-loaded task not in this slice" and "most-loaded task"
 // cost O(log n) even at thousands of tasks.
-type taskHeap struct {
-	load     []uint64 // shared with the planner, indexed by task id
-	items    []int32  // heap of task ids
-	pos      []int32  // pos[task] is the task's index in items
+type taskHeap[L uint64 | float64] struct {
+	load     []L     // shared with the planner, indexed by task id
+	items    []int32 // heap of task ids
+	pos      []int32 // pos[task] is the task's index in items
 	most     bool
 	frontier []int32 // scratch for bestExcept
 }
 
-func newTaskHeap(load []uint64, most bool) *taskHeap {
+func newTaskHeap[L uint64 | float64](load []L, most bool) *taskHeap[L] {
 	n := len(load)
-	h := &taskHeap{load: load, items: make([]int32, n), pos: make([]int32, n), most: most}
+	h := &taskHeap[L]{load: load, items: make([]int32, n), pos: make([]int32, n), most: most}
 	for i := range n {
 		h.items[i] = int32(i)
 		h.pos[i] = int32(i)
@@ -28,7 +28,7 @@ func newTaskHeap(load []uint64, most bool) *taskHeap {
 }
 
 // before reports whether task a ranks ahead of task b.
-func (h *taskHeap) before(a, b int32) bool {
+func (h *taskHeap[L]) before(a, b int32) bool {
 	la, lb := h.load[a], h.load[b]
 	if la != lb {
 		return (la < lb) != h.most
@@ -36,13 +36,13 @@ func (h *taskHeap) before(a, b int32) bool {
 	return a < b
 }
 
-func (h *taskHeap) swap(i, j int) {
+func (h *taskHeap[L]) swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
 	h.pos[h.items[i]] = int32(i)
 	h.pos[h.items[j]] = int32(j)
 }
 
-func (h *taskHeap) up(i int) {
+func (h *taskHeap[L]) up(i int) {
 	for i > 0 {
 		p := (i - 1) / 2
 		if !h.before(h.items[i], h.items[p]) {
@@ -53,7 +53,7 @@ func (h *taskHeap) up(i int) {
 	}
 }
 
-func (h *taskHeap) down(i int) bool {
+func (h *taskHeap[L]) down(i int) bool {
 	start := i
 	n := len(h.items)
 	for {
@@ -74,7 +74,7 @@ func (h *taskHeap) down(i int) bool {
 }
 
 // fix restores the heap after task t's load changed.
-func (h *taskHeap) fix(t int32) {
+func (h *taskHeap[L]) fix(t int32) {
 	i := int(h.pos[t])
 	if !h.down(i) {
 		h.up(i)
@@ -82,13 +82,13 @@ func (h *taskHeap) fix(t int32) {
 }
 
 // top returns the first task in heap order.
-func (h *taskHeap) top() int32 { return h.items[0] }
+func (h *taskHeap[L]) top() int32 { return h.items[0] }
 
 // bestExcept returns the first task in heap order that is not in excl
 // (sorted ascending), or -1 if every task is excluded. It walks the heap
 // best-first without mutating it; the walk visits at most 2·len(excl)+1
 // nodes because only excluded nodes are expanded.
-func (h *taskHeap) bestExcept(excl []int32) int32 {
+func (h *taskHeap[L]) bestExcept(excl []int32) int32 {
 	if len(h.items) == 0 {
 		return -1
 	}

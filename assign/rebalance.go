@@ -171,8 +171,8 @@ type planner struct {
 	slices     []wslice
 	departures []departure
 	load       []uint64 // by task id; see sliceLoad
-	least      *taskHeap
-	most       *taskHeap
+	least      *taskHeap[uint64]
+	most       *taskHeap[uint64]
 	moves      []Move
 }
 
@@ -209,11 +209,16 @@ func newPlanner(prev *Assignment, live []Task, cfg Config) *planner {
 	}
 	arena := make([]int32, 0, total)
 	p.slices = make([]wslice, len(prev.Slices))
+	// One hash lookup per slice task, not a binary search of string
+	// comparisons: large jobs have a million slice tasks.
+	idOf := make(map[string]int32, len(prev.Tasks))
+	for i, t := range prev.Tasks {
+		idOf[t.Name] = toLive[i]
+	}
 	for si, s := range prev.Slices {
 		off := len(arena)
 		for _, name := range s.Tasks {
-			i, _ := prev.TaskIndex(name) // prev is valid: every name is listed
-			if t := toLive[i]; t >= 0 {
+			if t := idOf[name]; t >= 0 { // prev is valid: every name is listed
 				arena = append(arena, t)
 			} else {
 				p.departures = append(p.departures, departure{slice: si, name: name})

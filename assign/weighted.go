@@ -1,6 +1,40 @@
 package assign
 
-// WeightedMove is Slicer's weighted-move algorithm (OSDI '16, §4.4.1).
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// WeightedMove is Slicer's weighted-move algorithm (OSDI '16, §4.4.1), in
+// five phases:
+//
+//  1. Keys of departed tasks go to the least-loaded live tasks, and tasks
+//     that hold nothing take their fair share (the membership phases of
+//     Rebalance, which weigh every key the same).
+//  2. Every slice gets between min(MinRedundancy, live tasks) and
+//     MaxRedundancy tasks.
+//  3. While the job has more than MinSlicesPerTask slices per task,
+//     adjacent cold slices merge: their combined load is below
+//     MergeLoadFactor times the mean slice load, the tasks taking the keys
+//     stay at or below the hottest task's load, and at most MergeChurn of
+//     the key space moves.
+//  4. Greedy moves off the hottest task: for each of its slices, reassign
+//     it to the coldest task, replicate it to the coldest task (below
+//     MaxRedundancy), or drop the hottest task's replica (above
+//     MinRedundancy). The move that lowers the hottest task's load most per
+//     key churned is applied, repeatedly, until MoveChurn of the key space
+//     has moved or no move helps.
+//  5. While the job has fewer than MaxSlicesPerTask slices per task, slices
+//     with at least SplitLoadFactor times the mean slice load split at their
+//     load median.
+//
+// Phases 3 to 5 use the measured load of each slice, shared evenly among
+// its tasks, and are skipped while the hottest task's load is below
+// SuppressBelow. With no load at all they are replaced by merging adjacent
+// slices served by the same tasks, so WeightedMove then decides exactly as
+// Rebalance does.
 type WeightedMove struct{}
 
 // NewWeightedMove returns the weighted-move algorithm.
@@ -9,7 +43,9 @@ func NewWeightedMove() Algorithm { return WeightedMove{} }
 // Name is "weighted-move".
 func (WeightedMove) Name() string { return AlgorithmWeightedMove }
 
-// Decide computes the next assignment.
+// Decide computes the next assignment from prev, the live tasks and the
+// load measured under prev. Without prev, or when no task of prev is live,
+// the key space is split evenly.
 func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
 	tasks, gen, err := prepare("weighted-move", job, prev, live, load, cfg)
 	if err != nil {
@@ -19,5 +55,476 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 		next := evenSplit(job, gen, tasks, cfg)
 		return next, decision(nil, next, evenSplitMoves(next, "the job has no assignment yet; splitting the key space evenly")), nil
 	}
-	return Rebalance(prev, tasks, cfg)
+	cfg = cfg.WithDefaults()
+	p := newPlanner(prev, tasks, cfg)
+	if p == nil {
+		next := evenSplit(job, gen, tasks, cfg)
+		return next, decision(prev, next, evenSplitMoves(next, "no task of the previous assignment is live; splitting the key space evenly")), nil
+	}
+	p.replaceDeparted()
+	p.enforceRedundancy()
+	p.placeJoined()
+	if load.Total() == 0 {
+		p.mergeAdjacent()
+	} else {
+		w := newWeigher(p, load)
+		if w.hottest() >= cfg.SuppressBelow {
+			w.merge()
+			w.moveGreedy()
+			w.split()
+		}
+		p.slices = w.sl
+	}
+	next := p.assignment(job, gen)
+	return next, decision(prev, next, p.moves), nil
+}
+
+// weigher runs phases 3 to 5 over the planner's slices with measured load.
+type weigher struct {
+	p     *planner
+	cfg   Config
+	load  Load
+	sl    []wslice
+	sload []float64 // by slice, parallel to sl
+	tload []float64 // by task id
+	total float64
+	// moveChurn is the key churn phase 4 spent, in keys; tests read it.
+	moveChurn uint64
+}
+
+func newWeigher(p *planner, load Load) *weigher {
+	w := &weigher{p: p, cfg: p.cfg, load: load, sl: p.slices, tload: make([]float64, len(p.live))}
+	w.sload = measure(w.sl, load)
+	for i := range w.sl {
+		w.total += w.sload[i]
+		share := w.sload[i] / float64(len(w.sl[i].tasks))
+		for _, t := range w.sl[i].tasks {
+			w.tload[t] += share
+		}
+	}
+	return w
+}
+
+// measure returns the load of each slice of sl (sorted, tiling) under
+// load, in one sweep over both.
+func measure(sl []wslice, load Load) []float64 {
+	out := make([]float64, len(sl))
+	j := 0
+	for i := range sl {
+		s := &sl[i]
+		for j < len(load) && load[j].End <= s.start {
+			j++
+		}
+		var sum float64
+		for k := j; k < len(load) && load[k].Start < s.end; k++ {
+			e := &load[k]
+			a, b := max(e.Start, s.start), min(e.End, s.end)
+			if a == e.Start && b == e.End {
+				sum += e.Load
+			} else if a < b {
+				sum += e.Load * float64(b-a) / float64(e.End-e.Start)
+			}
+		}
+		out[i] = sum
+	}
+	return out
+}
+
+func (w *weigher) hottest() float64 {
+	var m float64
+	for _, l := range w.tload {
+		m = max(m, l)
+	}
+	return m
+}
+
+// share is the load task t carries for a slice of load l and tasks ts.
+func share(t int32, l float64, ts []int32) float64 {
+	if _, ok := slices.BinarySearch(ts, t); ok {
+		return l / float64(len(ts))
+	}
+	return 0
+}
+
+// keys converts a fraction of the key space into a number of keys.
+func keys(frac float64) uint64 {
+	if frac >= 1 {
+		return KeySpaceEnd
+	}
+	return uint64(frac * float64(KeySpaceEnd))
+}
+
+// merge is phase 3. One pass over the slices in key order joins each slice
+// to its left neighbour when both are cold; the joined slice keeps the
+// task set that moves fewer keys.
+func (w *weigher) merge() {
+	floor := w.cfg.MinSlicesPerTask * len(w.p.live)
+	if len(w.sl) <= floor || len(w.sl) < 2 {
+		return
+	}
+	ceiling := w.hottest()
+	budget := keys(w.cfg.MergeChurn)
+	var spent uint64
+	count := len(w.sl)
+	out, outLoad := w.sl[:1], w.sload[:1]
+	for i := 1; i < len(w.sl); i++ {
+		a, b := &out[len(out)-1], w.sl[i]
+		la, lb := outLoad[len(out)-1], w.sload[i]
+		if count > floor && la+lb < w.cfg.MergeLoadFactor*w.total/float64(count) {
+			if tasks, cost, ok := w.mergeTasks(a, la, &b, lb, ceiling, budget-spent); ok {
+				w.recordMerge(a, la, &b, lb, tasks)
+				spent += cost
+				a.end = b.end
+				a.tasks = tasks
+				outLoad[len(out)-1] = la + lb
+				count--
+				continue
+			}
+		}
+		out = append(out, b)
+		outLoad = append(outLoad, lb)
+	}
+	clear(w.sl[len(out):])
+	w.sl, w.sload = out, outLoad
+}
+
+// mergeTasks picks the tasks to serve the union of adjacent slices a and b:
+// a's or b's, whichever moves fewer keys (a's on a tie), provided the keys
+// moved fit the budget and no task ends above ceiling.
+func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceiling float64, budget uint64) ([]int32, uint64, bool) {
+	type option struct {
+		tasks []int32
+		cost  uint64
+	}
+	opts := [2]option{{a.tasks, 0}, {b.tasks, 0}}
+	if !subsetIDs(a.tasks, b.tasks) {
+		opts[0].cost = b.end - b.start
+	}
+	if !subsetIDs(b.tasks, a.tasks) {
+		opts[1].cost = a.end - a.start
+	}
+	if opts[1].cost < opts[0].cost {
+		opts[0], opts[1] = opts[1], opts[0]
+	}
+	for _, o := range opts {
+		if o.cost > budget {
+			continue
+		}
+		ok := true
+		for _, t := range o.tasks {
+			l := w.tload[t] - share(t, la, a.tasks) - share(t, lb, b.tasks) + (la+lb)/float64(len(o.tasks))
+			if l > ceiling {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return o.tasks, o.cost, true
+		}
+	}
+	return nil, 0, false
+}
+
+// recordMerge updates task loads for merging a and b into one slice served
+// by tasks, and records the moves.
+func (w *weigher) recordMerge(a *wslice, la float64, b *wslice, lb float64, tasks []int32) {
+	for _, t := range a.tasks {
+		w.tload[t] -= la / float64(len(a.tasks))
+	}
+	for _, t := range b.tasks {
+		w.tload[t] -= lb / float64(len(b.tasks))
+	}
+	for _, t := range tasks {
+		w.tload[t] += (la + lb) / float64(len(tasks))
+	}
+	reason := "merging adjacent cold slices: the job has more slices than it needs"
+	w.p.recordChange(a.start, a.end, a.tasks, tasks, reason)
+	w.p.recordChange(b.start, b.end, b.tasks, tasks, reason)
+	w.p.moves = append(w.p.moves, Move{Kind: Merge, Start: a.start, End: b.end, Reason: reason})
+}
+
+// recordChange records the moves that take [start, end) from tasks from to
+// tasks to: a reassignment per task swapped, then added or removed replicas.
+func (p *planner) recordChange(start, end SliceKey, from, to []int32, reason string) {
+	var gone, came []int32
+	for _, t := range from {
+		if !slices.Contains(to, t) {
+			gone = append(gone, t)
+		}
+	}
+	for _, t := range to {
+		if !slices.Contains(from, t) {
+			came = append(came, t)
+		}
+	}
+	for len(gone) > 0 && len(came) > 0 {
+		p.moves = append(p.moves, Move{Kind: Reassign, Start: start, End: end, From: p.live[gone[0]].Name, To: p.live[came[0]].Name, Reason: reason})
+		gone, came = gone[1:], came[1:]
+	}
+	for _, t := range came {
+		p.moves = append(p.moves, Move{Kind: AddReplica, Start: start, End: end, To: p.live[t].Name, Reason: reason})
+	}
+	for _, t := range gone {
+		p.moves = append(p.moves, Move{Kind: RemoveReplica, Start: start, End: end, From: p.live[t].Name, Reason: reason})
+	}
+}
+
+// subsetIDs reports whether every id in a (sorted) is in b (sorted).
+func subsetIDs(a, b []int32) bool {
+	j := 0
+	for _, x := range a {
+		for j < len(b) && b[j] < x {
+			j++
+		}
+		if j == len(b) || b[j] != x {
+			return false
+		}
+		j++
+	}
+	return true
+}
+
+// zeroCost stands in for the churn of a move that moves no key, so that
+// ranking by gain per key churned still orders free moves by gain. It is a
+// fraction of one key.
+const zeroCost = 0.5
+
+// candidate is a move phase 4 considers.
+type candidate struct {
+	kind  MoveKind
+	slice int32
+	to    int32 // the coldest task, for Reassign and AddReplica
+	gain  float64
+	cost  uint64
+	score float64
+}
+
+// moveGreedy is phase 4.
+func (w *weigher) moveGreedy() {
+	n := len(w.p.live)
+	if n < 2 {
+		return
+	}
+	owned := make([][]int32, n) // slice indices per task
+	for i := range w.sl {
+		for _, t := range w.sl[i].tasks {
+			owned[t] = append(owned[t], int32(i))
+		}
+	}
+	hot := newTaskHeap(w.tload, true)
+	cold := newTaskHeap(w.tload, false)
+	budget := keys(w.cfg.MoveChurn)
+	minR := min(w.cfg.MinRedundancy, n)
+	// Every applied move lowers the sorted vector of task loads, so the
+	// loop ends; the cap only bounds time when gains become tiny.
+	for iter := 0; w.moveChurn < budget && iter < 4*len(w.sl)+n; iter++ {
+		h := hot.top()
+		lh := w.tload[h]
+		if lh <= 0 {
+			return
+		}
+		// Gains below this are rounding noise, not progress.
+		floor := lh * 1e-9
+		best := candidate{}
+		consider := func(c candidate) {
+			if c.gain <= floor {
+				return
+			}
+			c.score = c.gain / max(float64(c.cost), zeroCost)
+			if best.kind == 0 || c.score > best.score {
+				best = c
+			}
+		}
+		for _, si := range owned[h] {
+			s := &w.sl[si]
+			l := w.sload[si]
+			if l == 0 {
+				continue
+			}
+			r := len(s.tasks)
+			sh := l / float64(r)
+			width := s.end - s.start
+			if c := cold.bestExcept(s.tasks); c >= 0 {
+				lc := w.tload[c]
+				consider(candidate{kind: Reassign, slice: si, to: c, cost: width,
+					gain: lh - max(lh-sh, lc+sh)})
+				if r < w.cfg.MaxRedundancy {
+					ns := l / float64(r+1)
+					consider(candidate{kind: AddReplica, slice: si, to: c, cost: width,
+						gain: lh - max(lh-sh+ns, lc+ns)})
+				}
+			}
+			if r > minR {
+				ns := l / float64(r-1)
+				peak := lh - sh
+				for _, t := range s.tasks {
+					if t != h {
+						peak = max(peak, w.tload[t]-sh+ns)
+					}
+				}
+				consider(candidate{kind: RemoveReplica, slice: si, to: -1, gain: lh - peak})
+			}
+		}
+		if best.kind == 0 {
+			return
+		}
+		w.apply(best, h, owned, hot, cold)
+	}
+}
+
+// apply carries out a phase-4 move of slice c.slice off task h.
+func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot, cold *taskHeap[float64]) {
+	s := &w.sl[c.slice]
+	l := w.sload[c.slice]
+	r := len(s.tasks)
+	sh := l / float64(r)
+	reason := fmt.Sprintf("task %q is the hottest (load %.4g); gain %.4g per key moved", w.p.live[h].Name, w.tload[h], c.score)
+	fix := func(t int32) { hot.fix(t); cold.fix(t) }
+	switch c.kind {
+	case Reassign:
+		s.tasks = slices.Delete(s.tasks, index(s.tasks, h), index(s.tasks, h)+1)
+		s.tasks = insertID(s.tasks, c.to)
+		w.tload[h] -= sh
+		w.tload[c.to] += sh
+		removeSlice(owned, h, c.slice)
+		owned[c.to] = append(owned[c.to], c.slice)
+		fix(h)
+		fix(c.to)
+		w.p.move(Reassign, s, h, c.to, reason)
+	case AddReplica:
+		ns := l / float64(r+1)
+		for _, t := range s.tasks {
+			w.tload[t] += ns - sh
+			fix(t)
+		}
+		s.tasks = insertID(s.tasks, c.to)
+		w.tload[c.to] += ns
+		owned[c.to] = append(owned[c.to], c.slice)
+		fix(c.to)
+		w.p.move(AddReplica, s, -1, c.to, reason)
+	case RemoveReplica:
+		ns := l / float64(r-1)
+		s.tasks = slices.Delete(s.tasks, index(s.tasks, h), index(s.tasks, h)+1)
+		w.tload[h] -= sh
+		fix(h)
+		for _, t := range s.tasks {
+			w.tload[t] += ns - sh
+			fix(t)
+		}
+		removeSlice(owned, h, c.slice)
+		w.p.move(RemoveReplica, s, h, -1, reason)
+	}
+	w.moveChurn += c.cost
+}
+
+func index(ts []int32, t int32) int {
+	i, _ := slices.BinarySearch(ts, t)
+	return i
+}
+
+// insertID adds t to the sorted ids ts, reallocating: slices' task lists
+// share backing arrays.
+func insertID(ts []int32, t int32) []int32 {
+	i := index(ts, t)
+	out := make([]int32, 0, len(ts)+1)
+	out = append(out, ts[:i]...)
+	out = append(out, t)
+	return append(out, ts[i:]...)
+}
+
+func removeSlice(owned [][]int32, t, si int32) {
+	if i := slices.Index(owned[t], si); i >= 0 {
+		owned[t] = slices.Delete(owned[t], i, i+1)
+	}
+}
+
+// split is phase 5: the hottest slices at or above SplitLoadFactor times
+// the mean slice load split at their load median, as many as fit below
+// MaxSlicesPerTask slices per task.
+func (w *weigher) split() {
+	room := w.cfg.MaxSlicesPerTask*len(w.p.live) - len(w.sl)
+	if room <= 0 || w.total == 0 {
+		return
+	}
+	threshold := w.cfg.SplitLoadFactor * w.total / float64(len(w.sl))
+	var hot []int
+	for i := range w.sl {
+		if w.sload[i] >= threshold && w.sl[i].end-w.sl[i].start >= 2 {
+			hot = append(hot, i)
+		}
+	}
+	if len(hot) == 0 {
+		return
+	}
+	if len(hot) > room {
+		slices.SortFunc(hot, func(a, b int) int {
+			if c := cmp.Compare(w.sload[b], w.sload[a]); c != 0 {
+				return c
+			}
+			return cmp.Compare(a, b)
+		})
+		hot = hot[:room]
+		slices.Sort(hot)
+	}
+	reason := fmt.Sprintf("slice load is at least %g times the mean slice load %.4g; split at the load median", w.cfg.SplitLoadFactor, w.total/float64(len(w.sl)))
+	// Widen in place from the back: every slice moves up by the number of
+	// splits below it. The halves share a task list; nothing edits it
+	// after this phase.
+	base := len(w.p.moves)
+	old := len(w.sl)
+	w.sl = slices.Grow(w.sl, len(hot))[:old+len(hot)]
+	w.sload = slices.Grow(w.sload, len(hot))[:old+len(hot)]
+	dst := len(w.sl) - 1
+	for i, k := old-1, len(hot)-1; i >= 0 && k >= 0; i-- {
+		s, l := w.sl[i], w.sload[i]
+		if hot[k] != i {
+			w.sl[dst], w.sload[dst] = s, l
+			dst--
+			continue
+		}
+		k--
+		at := medianKey(w.load, s.start, s.end, l)
+		w.p.moves = append(w.p.moves, Move{Kind: Split, Start: s.start, End: s.end, Reason: reason})
+		lower := w.load.In(s.start, at)
+		w.sl[dst], w.sload[dst] = wslice{start: at, end: s.end, tasks: s.tasks}, max(l-lower, 0)
+		w.sl[dst-1], w.sload[dst-1] = wslice{start: s.start, end: at, tasks: s.tasks}, lower
+		dst -= 2
+	}
+	slices.Reverse(w.p.moves[base:]) // recorded from the top down
+}
+
+// medianKey is the key that cuts [start, end), of load total, into two
+// halves of equal load, taking load as even within each entry; it falls
+// back to the midpoint when the median is an end of the range.
+func medianKey(load Load, start, end SliceKey, total float64) SliceKey {
+	mid := start + (end-start)/2
+	if total <= 0 {
+		return mid
+	}
+	i, _ := slices.BinarySearchFunc(load, start, func(e LoadEntry, k SliceKey) int {
+		if e.End <= k {
+			return -1
+		}
+		return 1
+	})
+	half := total / 2
+	var sum float64
+	for ; i < len(load) && load[i].Start < end; i++ {
+		e := &load[i]
+		a, b := max(e.Start, start), min(e.End, end)
+		if a >= b {
+			continue
+		}
+		part := e.Load * float64(b-a) / float64(e.End-e.Start)
+		if sum+part >= half && part > 0 {
+			frac := (half - sum) / part
+			at := a + SliceKey(math.Round(frac*float64(b-a)))
+			if at <= start || at >= end {
+				return mid
+			}
+			return at
+		}
+		sum += part
+	}
+	return mid
 }
