@@ -73,6 +73,7 @@ func New(cfg Config) (*Agent, error) {
 		a.assigner = newAssigner(cfg, a.store, a, a.stopping)
 		a.handle(mux, slicerv1connect.AssignerServiceName)(slicerv1connect.NewAssignerServiceHandler(a.assigner, opts...))
 		a.handle(mux, slicerv1connect.JobServiceName)(slicerv1connect.NewJobServiceHandler(a.assigner, opts...))
+		a.handle(mux, slicerv1connect.LoadServiceName)(slicerv1connect.NewLoadServiceHandler(a.assigner, opts...))
 	}
 	if cfg.has(gossip.RoleDistributor) {
 		a.distributor = newDistributor(cfg, a, a.stopping)

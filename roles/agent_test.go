@@ -376,7 +376,8 @@ func TestReflectionAndHealth(t *testing.T) {
 	}
 	for _, want := range []string{
 		slicerv1connect.DistributorServiceName, slicerv1connect.BackupServiceName,
-		slicerv1connect.AssignerServiceName, slicerv1connect.JobServiceName, grpchealth.HealthV1ServiceName,
+		slicerv1connect.AssignerServiceName, slicerv1connect.JobServiceName, slicerv1connect.LoadServiceName,
+		grpchealth.HealthV1ServiceName,
 	} {
 		if !slices.Contains(got, want) {
 			t.Errorf("reflection lists %v, missing %s", got, want)

@@ -41,6 +41,8 @@ type Assigner struct {
 
 	kick chan struct{} // a job's configuration changed
 
+	loads *loads // tasks' latest load reports; see load.go
+
 	mu   sync.Mutex
 	jobs map[string]*assignerJob
 }
@@ -62,6 +64,7 @@ func newAssigner(cfg Config, store storage.Store, members membership, stopping <
 		stopping: stopping,
 		kick:     make(chan struct{}, 1),
 		jobs:     make(map[string]*assignerJob),
+		loads:    newLoads(cfg.LoadHalfLife),
 	}
 }
 
@@ -169,6 +172,7 @@ func (a *Assigner) Run(ctx context.Context) error {
 			ready = true
 			arm(0)
 		case <-changes:
+			a.pruneLoads()
 			if !armed {
 				arm(a.delay)
 			}

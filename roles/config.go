@@ -43,6 +43,9 @@ type Config struct {
 	// LeaveTimeout bounds the graceful gossip leave at shutdown, and
 	// ShutdownTimeout the drain of RPC connections after it.
 	LeaveTimeout, ShutdownTimeout time.Duration
+	// LoadHalfLife is how fast a task's load report fades once its next
+	// report is overdue; 0 keeps stale reports at full weight.
+	LoadHalfLife time.Duration
 	// MaxRequestBytes caps a decoded RPC request.
 	MaxRequestBytes int
 
@@ -65,6 +68,7 @@ func DefaultConfig() Config {
 		PullMaxBackoff:     2 * time.Second,
 		LeaveTimeout:       5 * time.Second,
 		ShutdownTimeout:    5 * time.Second,
+		LoadHalfLife:       10 * time.Second,
 		MaxRequestBytes:    1 << 20,
 	}
 }
@@ -108,6 +112,9 @@ func (c Config) Validate() error {
 	}
 	if c.StartupGrace < 0 {
 		return fmt.Errorf("%w: startup grace is %v; it must not be negative", ErrConfig, c.StartupGrace)
+	}
+	if c.LoadHalfLife < 0 {
+		return fmt.Errorf("%w: load half-life is %v; it must not be negative", ErrConfig, c.LoadHalfLife)
 	}
 	if c.MaxRequestBytes <= 0 {
 		return fmt.Errorf("%w: max request bytes must be positive", ErrConfig)

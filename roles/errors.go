@@ -17,6 +17,9 @@ var (
 	ErrUnknownJob = errors.New("roles: unknown job")
 	// ErrNoAssigner means gossip knows no live Assigner to pull a job from.
 	ErrNoAssigner = errors.New("roles: no live assigner")
+	// ErrNotMember rejects a load report from a task that gossip does not
+	// list as an alive member of the job.
+	ErrNotMember = errors.New("roles: task not a live member of the job")
 	// ErrConfig is a configuration the agent cannot run with.
 	ErrConfig = errors.New("roles: invalid configuration")
 
@@ -34,6 +37,8 @@ var codes = []struct {
 	{assign.ErrInvalidName, connect.CodeInvalidArgument},
 	{assign.ErrInvalidConfig, connect.CodeInvalidArgument},
 	{assign.ErrInvalidAssignment, connect.CodeInvalidArgument},
+	{assign.ErrInvalidLoad, connect.CodeInvalidArgument},
+	{ErrNotMember, connect.CodeFailedPrecondition},
 	{storage.ErrInvalid, connect.CodeInvalidArgument},
 	{storage.ErrConflict, connect.CodeAborted},
 	{ErrNoAssigner, connect.CodeUnavailable},

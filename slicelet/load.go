@@ -251,6 +251,13 @@ func (s *Slicelet) reportOnce(ctx context.Context, now time.Time) {
 	s.load.mu.Lock()
 	s.load.start = now
 	s.load.mu.Unlock()
+	select {
+	case <-s.joined:
+	default:
+		// The Assigner would refuse a task gossip has not seen yet.
+		s.keep(r)
+		return
+	}
 	addr := s.assignerAddr()
 	if addr == "" {
 		s.log.Debug("slicelet: no live assigner in gossip; keeping load for the next report")

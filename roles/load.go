@@ -1,0 +1,251 @@
+package roles
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+)
+
+// A report's window must lie in [minWindowSeconds, maxWindowSeconds]: a
+// millisecond keeps rates finite, a day is far beyond any sane window.
+const (
+	minWindowSeconds = 1e-3
+	maxWindowSeconds = 86400
+)
+
+// loadReport is one task's latest load report, as a rate per second.
+type loadReport struct {
+	generation uint64
+	window     time.Duration
+	rate       assign.Load // load per second, sorted and non-overlapping
+	unowned    float64     // unowned load per second
+	at         time.Time   // when the report arrived
+}
+
+// loads holds, per job, the latest report of each task.
+type loads struct {
+	halfLife time.Duration
+	now      func() time.Time
+
+	mu   sync.Mutex
+	jobs map[string]map[string]*loadReport // job → task → report
+}
+
+func newLoads(halfLife time.Duration) *loads {
+	return &loads{halfLife: halfLife, now: time.Now, jobs: make(map[string]map[string]*loadReport)}
+}
+
+// loadFromProto validates a report and converts it to load per second.
+func loadFromProto(m *slicerv1.ReportLoadRequest) (*loadReport, error) {
+	if err := assign.ValidateJobName(m.GetJob()); err != nil {
+		return nil, err
+	}
+	if err := assign.ValidateTaskName(m.GetTask()); err != nil {
+		return nil, err
+	}
+	w := m.GetWindowSeconds()
+	if !(w >= minWindowSeconds && w <= maxWindowSeconds) { // also rejects NaN
+		return nil, fmt.Errorf("%w: window_seconds %g is not in [%g, %d]; report the length of the measurement window in seconds",
+			assign.ErrInvalidLoad, w, minWindowSeconds, maxWindowSeconds)
+	}
+	if err := assign.ValidateLoadValue(m.GetUnownedLoad()); err != nil {
+		return nil, fmt.Errorf("unowned_load: %w", err)
+	}
+	l := make(assign.Load, len(m.GetSlices()))
+	for i, s := range m.GetSlices() {
+		l[i] = assign.LoadEntry{Start: assign.SliceKey(s.GetStart()), End: assign.SliceKey(s.GetEnd()), Load: s.GetLoad()}
+	}
+	if err := l.Validate(); err != nil {
+		return nil, fmt.Errorf("slices: %w", err)
+	}
+	for i := range l {
+		l[i].Load /= w
+	}
+	return &loadReport{
+		generation: m.GetGeneration(),
+		window:     time.Duration(w * float64(time.Second)),
+		rate:       l,
+		unowned:    m.GetUnownedLoad() / w,
+	}, nil
+}
+
+// ReportLoad implements slicerv1connect.LoadServiceHandler: it validates
+// the report, checks that gossip lists the task as an alive member of the
+// job, and replaces the task's previous report. It does not trigger a
+// decision; the load is read at the next one.
+func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
+	m := req.Msg
+	r, err := loadFromProto(m)
+	if err != nil {
+		return nil, toConnect(fmt.Errorf("report load from %s/%s: %w", m.GetJob(), m.GetTask(), err))
+	}
+	live := a.liveTaskNames(m.GetJob())
+	if _, ok := slices.BinarySearch(live, m.GetTask()); !ok {
+		return nil, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
+			"start the task's Slicelet (it joins gossip before reporting) or wait until gossip has seen it join",
+			ErrNotMember, m.GetTask(), m.GetJob()))
+	}
+	a.loads.put(m.GetJob(), m.GetTask(), r, live)
+	a.log.Debug("load report", "job", m.GetJob(), "task", m.GetTask(), "generation", r.generation,
+		"window", r.window, "slices", len(r.rate), "rate", r.rate.Total(), "unowned_rate", r.unowned,
+		"rejected_reports", m.GetRejectedReports())
+	return connect.NewResponse(&slicerv1.ReportLoadResponse{}), nil
+}
+
+// liveTaskNames lists the names of the job's alive tasks, sorted.
+func (a *Assigner) liveTaskNames(job string) []string {
+	tasks := a.tasksOf(job, true)
+	names := make([]string, len(tasks))
+	for i, t := range tasks {
+		names[i] = t.Name
+	}
+	return names
+}
+
+// put stores r as task's latest report and drops the reports of tasks
+// no longer in live (sorted).
+func (l *loads) put(job, task string, r *loadReport, live []string) {
+	r.at = l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	reps := l.jobs[job]
+	if reps == nil {
+		reps = make(map[string]*loadReport)
+		l.jobs[job] = reps
+	}
+	reps[task] = r
+	prune(reps, live)
+}
+
+// prune drops the reports of tasks not in live (sorted).
+func prune(reps map[string]*loadReport, live []string) {
+	for name := range reps {
+		if _, ok := slices.BinarySearch(live, name); !ok {
+			delete(reps, name)
+		}
+	}
+}
+
+// pruneLoads drops the reports of every task that has left its job, so
+// memory follows membership.
+func (a *Assigner) pruneLoads() {
+	alive := make(map[string][]string)
+	for _, p := range a.members.Peers() {
+		if p.Has(gossip.RoleTask) && p.Status == gossip.StatusAlive {
+			alive[p.Job] = append(alive[p.Job], p.Task)
+		}
+	}
+	a.loads.mu.Lock()
+	defer a.loads.mu.Unlock()
+	for job, reps := range a.loads.jobs {
+		live := alive[job]
+		slices.Sort(live)
+		prune(reps, live)
+		if len(reps) == 0 {
+			delete(a.loads.jobs, job)
+		}
+	}
+}
+
+// jobLoad merges the latest reports of the job's live tasks into one load
+// (per second). Ranges several tasks report (replicas, or tasks measuring
+// under different generations) add up. A report is taken at full weight
+// until its window has passed again (the next report is due), then
+// decays with the configured half-life, so a task that stopped reporting
+// fades out instead of pinning its last load.
+func (a *Assigner) jobLoad(job string) assign.Load {
+	live := a.liveTaskNames(job)
+	a.loads.mu.Lock()
+	reps := a.loads.jobs[job]
+	prune(reps, live)
+	now := a.loads.now()
+	var parts []assign.Load
+	for _, r := range reps {
+		w := a.loads.weight(r, now)
+		if w == 1 {
+			parts = append(parts, r.rate)
+			continue
+		}
+		scaled := slices.Clone(r.rate)
+		for i := range scaled {
+			scaled[i].Load *= w
+		}
+		parts = append(parts, scaled)
+	}
+	a.loads.mu.Unlock()
+	return mergeLoads(parts...)
+}
+
+// weight is how much r still counts at now: 1 until one window past its
+// arrival, then halving every half-life.
+func (l *loads) weight(r *loadReport, now time.Time) float64 {
+	stale := now.Sub(r.at) - r.window
+	if stale <= 0 || l.halfLife <= 0 {
+		return 1
+	}
+	return math.Exp2(-float64(stale) / float64(l.halfLife))
+}
+
+// mergeLoads adds possibly overlapping loads into one sorted,
+// non-overlapping Load. An entry that only partly covers a piece
+// contributes in proportion to the overlap (load is taken as spread evenly
+// over an entry's keys). Sums are capped at assign.MaxLoad so the result
+// always validates.
+func mergeLoads(ls ...assign.Load) assign.Load {
+	var all assign.Load
+	for _, l := range ls {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	slices.SortFunc(all, func(x, y assign.LoadEntry) int {
+		switch {
+		case x.Start < y.Start:
+			return -1
+		case x.Start > y.Start:
+			return 1
+		}
+		return 0
+	})
+	points := make([]assign.SliceKey, 0, 2*len(all))
+	for _, e := range all {
+		points = append(points, e.Start, e.End)
+	}
+	slices.Sort(points)
+	points = slices.Compact(points)
+	out := make(assign.Load, 0, len(all))
+	var active []assign.LoadEntry
+	next := 0
+	for k := 0; k+1 < len(points); k++ {
+		p, q := points[k], points[k+1]
+		active = slices.DeleteFunc(active, func(e assign.LoadEntry) bool { return e.End <= p })
+		for next < len(all) && all[next].Start <= p {
+			if all[next].End > p {
+				active = append(active, all[next])
+			}
+			next++
+		}
+		var sum float64
+		for _, e := range active {
+			if e.Start == p && e.End == q {
+				sum += e.Load
+			} else {
+				sum += e.Load * (float64(q-p) / float64(e.End-e.Start))
+			}
+		}
+		if sum > 0 {
+			out = append(out, assign.LoadEntry{Start: p, End: q, Load: min(sum, assign.MaxLoad)})
+		}
+	}
+	return out
+}
