@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -441,5 +442,28 @@ func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
 		!near(s.MeanSlicesPerTask, sumSPT/n) {
 		t.Errorf("summary %+v; recomputed mean imbalance %v, max %v, mean churn %v, slices per task %v",
 			s, sumImb/n, maxImb, sumChurn/(n-1), sumSPT/n)
+	}
+}
+
+// BenchmarkReplay times a whole replay of the power-law trace: parsing,
+// building each window's load, the decision and the metrics.
+func BenchmarkReplay(b *testing.B) {
+	data, err := os.ReadFile("testdata/power-law.jsonl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range assign.AlgorithmNames() {
+		algo, err := assign.AlgorithmByName(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Replay(bytes.NewReader(data), io.Discard, Config{Algorithm: algo, Assign: assign.Config{MinRedundancy: 1, MaxRedundancy: 2}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

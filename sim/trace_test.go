@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -143,7 +144,26 @@ func FuzzParseTrace(f *testing.F) {
 	if b, err := os.ReadFile("testdata/diurnal.jsonl"); err == nil {
 		f.Add(b[:min(len(b), 4096)])
 	}
+	f.Add([]byte(`{"window":01,"key":"a","load":1}` + "\n" + `{"window":1,"key":"a\"b","load":+1}` + "\n" + `{"window":1,"key":"a","load":1.}`))
+	f.Add([]byte(`{"window":1,"key":"","load":-0}` + "\n" + `{"window":1,"key":"x","load":1e400}` + "\n" + `{"window":99999999999999999999,"key":"x","load":1E+2}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The fast path agrees with encoding/json wherever it answers.
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			line = bytes.TrimSpace(line)
+			fast, ok := decodeLoadLineFast(line)
+			if !ok {
+				continue
+			}
+			slow, err := decodeLineJSON(line)
+			if err != nil {
+				t.Fatalf("fast path accepted %q, encoding/json says %v", line, err)
+			}
+			if slow.Tasks != nil || slow.Window == nil || slow.Key == nil || slow.Load == nil ||
+				string(*slow.Window) != string(*fast.Window) || *slow.Key != *fast.Key ||
+				math.Float64bits(*slow.Load) != math.Float64bits(*fast.Load) {
+				t.Fatalf("%q: fast path read %s %q %v, encoding/json %+v", line, *fast.Window, *fast.Key, *fast.Load, slow)
+			}
+		}
 		lines := bytes.Count(data, []byte("\n")) + 1
 		ws, err := readAll(t, string(data))
 		if err != nil {
