@@ -408,7 +408,12 @@ func (d *demo) stopTask(name string) {
 }
 
 func (d *demo) shutdown() {
-	for _, name := range slices.Sorted(maps.Keys(d.tasks)) {
+	// Stop every task at once: each waits for its gossip leave to spread.
+	names := slices.Sorted(maps.Keys(d.tasks))
+	for _, name := range names {
+		d.tasks[name].stop()
+	}
+	for _, name := range names {
 		d.stopTask(name)
 	}
 	if d.stopClerk != nil {

@@ -17,6 +17,11 @@ type logWriter struct {
 
 func (w *logWriter) Write(p []byte) (int, error) {
 	level, rest := parseLogLevel(p)
+	if level == slog.LevelError && bytes.Contains(rest, closedConn) {
+		// memberlist's last sends race its own shutdown; that is expected
+		// while a node stops, not an error to page anyone about.
+		level = slog.LevelDebug
+	}
 	ctx := context.Background()
 	if !w.logger.Enabled(ctx, level) {
 		return len(p), nil
@@ -25,6 +30,8 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	w.logger.Log(ctx, level, msg, "component", component)
 	return len(p), nil
 }
+
+var closedConn = []byte("use of closed network connection")
 
 // parseLogLevel splits off a leading "[LEVEL]". Lines without one log at
 // Info with their whole text.

@@ -66,6 +66,8 @@ func TestLogWriter(t *testing.T) {
 		{"[BOGUS] serf: x", "serf", slog.LevelInfo, "serf", "[BOGUS] serf: x"},
 		{"[WARN]", "serf", slog.LevelWarn, "serf", "(empty log line)"},
 		{"[INFO] serfdom: not a prefix", "memberlist", slog.LevelInfo, "memberlist", "serfdom: not a prefix"},
+		{"[ERR] memberlist: Failed to send gossip to 127.0.0.1:7946: write udp 127.0.0.1:1->127.0.0.1:7946: use of closed network connection", "memberlist",
+			slog.LevelDebug, "memberlist", "Failed to send gossip to 127.0.0.1:7946: write udp 127.0.0.1:1->127.0.0.1:7946: use of closed network connection"},
 	} {
 		rec := &recorder{level: slog.LevelDebug}
 		lg := log.New(&logWriter{logger: slog.New(rec), component: tc.fallback}, "", 0)
