@@ -104,9 +104,5 @@ func (Static) Decide(job string, prev *Assignment, live []Task, load Load, cfg C
 		return nil, Decision{}, err
 	}
 	next := evenSplit(job, gen, tasks, cfg)
-	var moves []Move
-	if prev == nil || !Equal(prev, next) {
-		moves = evenSplitMoves(next, "the live tasks changed; splitting the key space evenly")
-	}
-	return next, decision(prev, next, moves), nil
+	return next, decision(prev, next, diffMoves(prev, next, "splitting the key space evenly over the live tasks")), nil
 }

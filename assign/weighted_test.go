@@ -1,6 +1,7 @@
 package assign
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -97,5 +98,183 @@ func TestWeightedMoveReducesImbalance(t *testing.T) {
 				t.Logf("imbalance %g -> %g, %d slices", before, after, len(a.Slices))
 			}
 		})
+	}
+}
+
+// With no load, WeightedMove decides exactly as Rebalance on membership
+// changes.
+func TestWeightedMoveWithoutLoadIsRebalance(t *testing.T) {
+	all := testTasks(10)
+	for _, r := range []int{1, 2} {
+		cfg := Config{MinRedundancy: r, MaxRedundancy: r + 1}
+		prev, err := Initial("j", all[:5], cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, live := range [][]Task{all[:6], all[1:6], all[1:9], all[3:4], all, all[:2]} {
+			want, wd, err := Rebalance(prev, live, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, gd := mustDecide(t, NewWeightedMove(), prev, live, nil, cfg)
+			if !Equal(got, want) || !slices.Equal(gd.Moves, wd.Moves) || gd.Churn != wd.Churn || gd.Changed != wd.Changed {
+				t.Fatalf("r=%d, %d live: weighted-move without load differs from Rebalance", r, len(live))
+			}
+			prev = got
+		}
+	}
+}
+
+// runPhases runs WeightedMove's phases on prev by hand so tests can see
+// inside phase 4.
+func runPhases(prev *Assignment, live []Task, load Load, cfg Config) *weigher {
+	cfg = cfg.WithDefaults()
+	p := newPlanner(prev, live, cfg)
+	p.replaceDeparted()
+	p.enforceRedundancy()
+	p.placeJoined()
+	w := newWeigher(p, load)
+	w.merge()
+	w.moveGreedy()
+	return w
+}
+
+func TestWeightedMoveChurnBudget(t *testing.T) {
+	for _, budget := range []float64{0.001, 0.01, 0.09, 0.3} {
+		rng := rand.New(rand.NewPCG(11, uint64(budget*1000)))
+		tasks := testTasks(16)
+		cfg := Config{MinRedundancy: 1, MaxRedundancy: 2, MoveChurn: budget}
+		prev := scattered(rng, tasks, 60, 1)
+		load := powerLoad(rng, 2000, 1.1)
+		var widest uint64
+		for _, s := range prev.Slices {
+			widest = max(widest, s.Width())
+		}
+		w := runPhases(prev, tasks, load, cfg)
+		if lim := keys(budget) + widest; w.moveChurn > lim {
+			t.Errorf("budget %g: phase 4 moved %d keys, above the budget plus one slice (%d)", budget, w.moveChurn, lim)
+		}
+		if w.moveChurn == 0 {
+			t.Errorf("budget %g: phase 4 moved nothing on a skewed load", budget)
+		}
+		next, d := mustDecide(t, NewWeightedMove(), prev, tasks, load, cfg)
+		if lim := budget + cfg.WithDefaults().MergeChurn + float64(widest)/float64(KeySpaceEnd); d.Churn > lim {
+			t.Errorf("budget %g: decision churn %g above %g", budget, d.Churn, lim)
+		}
+		if Imbalance(next, load) > Imbalance(prev, load) {
+			t.Errorf("budget %g: imbalance rose %g -> %g", budget, Imbalance(prev, load), Imbalance(next, load))
+		}
+	}
+}
+
+func TestWeightedMoveSliceCountStaysInRange(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 13))
+	tasks := testTasks(10)
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 2}
+	d := cfg.WithDefaults()
+	lo, hi := d.MinSlicesPerTask*len(tasks), d.MaxSlicesPerTask*len(tasks)
+	load := powerLoad(rng, 5000, 1.3)
+	// From inside the range it stays inside; from above, merging (bounded
+	// by MergeChurn and by the hottest task's load) only brings it down.
+	for _, start := range []*Assignment{scattered(rng, tasks, 100, 1), scattered(rng, tasks, 170, 1)} {
+		a := start
+		in := func(a *Assignment) bool { return len(a.Slices) >= lo && len(a.Slices) <= hi }
+		reached := in(a)
+		for step := range 20 {
+			next, _ := mustDecide(t, NewWeightedMove(), a, tasks, load, cfg)
+			if reached && !in(next) {
+				t.Fatalf("step %d: %d slices, outside [%d, %d] after reaching it", step, len(next.Slices), lo, hi)
+			}
+			if len(a.Slices) > hi && len(next.Slices) > len(a.Slices) {
+				t.Fatalf("step %d: %d slices grew to %d while above %d", step, len(a.Slices), len(next.Slices), hi)
+			}
+			reached = reached || in(next)
+			a = next
+		}
+		if len(start.Slices) > hi && len(a.Slices) >= len(start.Slices) {
+			t.Errorf("from %d slices: merging never reduced the count", len(start.Slices))
+		}
+	}
+}
+
+func TestWeightedMoveSuppression(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 17))
+	tasks := testTasks(8)
+	prev := scattered(rng, tasks, 80, 1)
+	load := powerLoad(rng, 1000, 1.2)
+	hottest := slices.Max(TaskLoads(prev, load))
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 2, SuppressBelow: hottest * 1.01}
+	next, d := mustDecide(t, NewWeightedMove(), prev, tasks, load, cfg)
+	if d.Changed || len(d.Moves) != 0 || !Equal(prev, next) {
+		t.Fatalf("hottest load %g below SuppressBelow %g, yet %d moves", hottest, cfg.SuppressBelow, len(d.Moves))
+	}
+	cfg.SuppressBelow = hottest * 0.99
+	if _, d := mustDecide(t, NewWeightedMove(), prev, tasks, load, cfg); !d.Changed {
+		t.Fatalf("hottest load %g above SuppressBelow %g, yet nothing moved", hottest, cfg.SuppressBelow)
+	}
+}
+
+// A single hot key is replicated up to MaxRedundancy and split off from
+// its neighbours.
+func TestWeightedMoveHotKey(t *testing.T) {
+	tasks := testTasks(4)
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 3}
+	a, _ := mustDecide(t, NewWeightedMove(), nil, tasks, nil, cfg)
+	hot := KeySpaceEnd/8 + 12345
+	load := Load{{Start: 0, End: hot, Load: 100}, {Start: hot, End: hot + 1, Load: 300}, {Start: hot + 1, End: KeySpaceEnd, Load: 100}}
+	before := Imbalance(a, load)
+	for range 10 {
+		a, _ = mustDecide(t, NewWeightedMove(), a, tasks, load, cfg)
+	}
+	s := a.Slices[a.Find(hot)]
+	if len(s.Tasks) < 2 {
+		t.Errorf("hot key's slice %v has %d tasks, want it replicated", s, len(s.Tasks))
+	}
+	if after := Imbalance(a, load); after >= before {
+		t.Errorf("imbalance %g -> %g", before, after)
+	}
+}
+
+func TestMedianKey(t *testing.T) {
+	l := Load{{Start: 0, End: 100, Load: 10}, {Start: 100, End: 200, Load: 30}}
+	if got := medianKey(l, 0, 200, 40); got < 125 || got > 135 {
+		t.Errorf("medianKey = %d, want about 133", got)
+	}
+	if got := medianKey(nil, 0, 200, 0); got != 100 {
+		t.Errorf("no load: medianKey = %d, want the midpoint 100", got)
+	}
+	// All load on the first key: the cut isolates it.
+	one := Load{{Start: 0, End: 1, Load: 5}}
+	if got := medianKey(one, 0, 200, 5); got != 1 {
+		t.Errorf("hot first key: medianKey = %d, want 1 (the key alone)", got)
+	}
+}
+
+func TestConfigDefaultsAndValidate(t *testing.T) {
+	old := Config{MinRedundancy: 1, MaxRedundancy: 2}
+	if err := old.Validate(); err != nil {
+		t.Fatalf("a config without tuning fields is rejected: %v", err)
+	}
+	d := old.WithDefaults()
+	if d.MinSlicesPerTask != 50 || d.MaxSlicesPerTask != 150 || d.MergeChurn != 0.01 || d.MoveChurn != 0.09 || d.SplitLoadFactor != 2 || d.MergeLoadFactor != 1 || d.SuppressBelow != 0 {
+		t.Errorf("defaults = %+v", d)
+	}
+	if DefaultConfig() != (Config{MinRedundancy: 1, MaxRedundancy: 1}).WithDefaults() {
+		t.Errorf("DefaultConfig = %+v", DefaultConfig())
+	}
+	for name, c := range map[string]Config{
+		"negative churn":    {MinRedundancy: 1, MaxRedundancy: 1, MoveChurn: -0.1},
+		"churn above 1":     {MinRedundancy: 1, MaxRedundancy: 1, MergeChurn: 2},
+		"nan factor":        {MinRedundancy: 1, MaxRedundancy: 1, SplitLoadFactor: math.NaN()},
+		"split factor 1":    {MinRedundancy: 1, MaxRedundancy: 1, SplitLoadFactor: 1},
+		"max below min":     {MinRedundancy: 1, MaxRedundancy: 1, MinSlicesPerTask: 100, MaxSlicesPerTask: 60},
+		"negative slices":   {MinRedundancy: 1, MaxRedundancy: 1, MinSlicesPerTask: -1},
+		"too many slices":   {MinRedundancy: 1, MaxRedundancy: 1, MaxSlicesPerTask: MaxSlicesPerTaskLimit + 1},
+		"negative suppress": {MinRedundancy: 1, MaxRedundancy: 1, SuppressBelow: -1},
+		"infinite suppress": {MinRedundancy: 1, MaxRedundancy: 1, SuppressBelow: math.Inf(1)},
+	} {
+		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: Validate = %v, want ErrInvalidConfig", name, err)
+		}
 	}
 }

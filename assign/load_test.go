@@ -1,0 +1,143 @@
+package assign
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+)
+
+func near(a, b float64) bool {
+	return math.Abs(a-b) <= 1e-9*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+}
+
+func TestLoadIn(t *testing.T) {
+	l := Load{
+		{Start: 0, End: 100, Load: 10},
+		{Start: 200, End: 300, Load: 50},
+		{Start: 300, End: 301, Load: 7}, // one hot key
+		{Start: KeySpaceEnd - 10, End: KeySpaceEnd, Load: 1},
+	}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		start, end SliceKey
+		want       float64
+	}{
+		{0, KeySpaceEnd, 68},
+		{0, 100, 10},
+		{0, 50, 5},       // half of the first entry
+		{90, 210, 1 + 5}, // tails of two entries
+		{100, 200, 0},    // a gap
+		{250, 301, 25 + 7},
+		{300, 301, 7},
+		{301, 400, 0},
+		{150, 160, 0},
+		{KeySpaceEnd - 5, KeySpaceEnd, 0.5},
+		{10, 11, 0.1},
+	} {
+		if got := l.In(tc.start, tc.end); !near(got, tc.want) {
+			t.Errorf("In(%d, %d) = %g, want %g", tc.start, tc.end, got, tc.want)
+		}
+	}
+	if got := l.Total(); got != 68 {
+		t.Errorf("Total = %g, want 68", got)
+	}
+	if got := (Load(nil)).In(0, KeySpaceEnd); got != 0 {
+		t.Errorf("empty load In = %g", got)
+	}
+}
+
+func TestLoadValidateRejects(t *testing.T) {
+	for name, l := range map[string]Load{
+		"nan":      {{Start: 0, End: 1, Load: math.NaN()}},
+		"inf":      {{Start: 0, End: 1, Load: math.Inf(1)}},
+		"neg inf":  {{Start: 0, End: 1, Load: math.Inf(-1)}},
+		"negative": {{Start: 0, End: 1, Load: -1}},
+		"huge":     {{Start: 0, End: 1, Load: MaxLoad * 2}},
+		"empty":    {{Start: 5, End: 5, Load: 1}},
+		"inverted": {{Start: 6, End: 5, Load: 1}},
+		"past end": {{Start: 0, End: KeySpaceEnd + 1, Load: 1}},
+		"unsorted": {{Start: 10, End: 20, Load: 1}, {Start: 0, End: 5, Load: 1}},
+		"overlap":  {{Start: 0, End: 20, Load: 1}, {Start: 10, End: 30, Load: 1}},
+	} {
+		if err := l.Validate(); !errors.Is(err, ErrInvalidLoad) {
+			t.Errorf("%s: Validate = %v, want ErrInvalidLoad", name, err)
+		}
+	}
+	ok := Load{{Start: 0, End: 10, Load: 0}, {Start: 10, End: 20, Load: MaxLoad}, {Start: 30, End: KeySpaceEnd, Load: 1}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("valid load rejected: %v", err)
+	}
+}
+
+func TestImbalance(t *testing.T) {
+	a := &Assignment{Job: "j", Generation: 1,
+		Tasks: []Task{{Name: "a"}, {Name: "b"}, {Name: "c"}},
+		Slices: []Slice{
+			{Start: 0, End: 100, Tasks: []string{"a"}},
+			{Start: 100, End: 200, Tasks: []string{"b", "c"}},
+			{Start: 200, End: KeySpaceEnd, Tasks: []string{"c"}},
+		}}
+	if got := Imbalance(a, nil); got != 1 {
+		t.Errorf("no load: Imbalance = %g, want 1", got)
+	}
+	// a carries 60, b 10, c 10 + 20: mean 100/3.
+	l := Load{{Start: 0, End: 100, Load: 60}, {Start: 100, End: 200, Load: 20}, {Start: 200, End: 300, Load: 20}}
+	loads := TaskLoads(a, l)
+	for i, want := range []float64{60, 10, 30} {
+		if !near(loads[i], want) {
+			t.Errorf("TaskLoads[%d] = %g, want %g", i, loads[i], want)
+		}
+	}
+	if got := Imbalance(a, l); !near(got, 60/(100.0/3)) {
+		t.Errorf("Imbalance = %g, want %g", got, 60/(100.0/3))
+	}
+	even := Load{{Start: 0, End: 100, Load: 20}, {Start: 100, End: 200, Load: 40}}
+	if got := Imbalance(a, even); !near(got, 1) {
+		t.Errorf("even: Imbalance = %g, want 1", got)
+	}
+}
+
+// FuzzLoadValidate decodes entries of 24 bytes (start, end, load bits) and
+// checks that whatever Validate accepts behaves: In never exceeds Total,
+// is additive, and is never negative or NaN.
+func FuzzLoadValidate(f *testing.F) {
+	entry := func(start, end uint64, load float64) []byte {
+		b := binary.LittleEndian.AppendUint64(nil, start)
+		b = binary.LittleEndian.AppendUint64(b, end)
+		return binary.LittleEndian.AppendUint64(b, math.Float64bits(load))
+	}
+	f.Add(entry(0, KeySpaceEnd, 1))
+	f.Add(append(entry(0, 10, 3), entry(10, 11, 1e9)...))
+	f.Add(append(entry(10, 20, 1), entry(0, 5, 1)...))
+	f.Add(entry(0, 1, math.NaN()))
+	f.Add(entry(5, 5, 1))
+	f.Add(append(entry(0, 100, 5), entry(50, 200, 5)...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var l Load
+		for ; len(b) >= 24; b = b[24:] {
+			l = append(l, LoadEntry{
+				Start: binary.LittleEndian.Uint64(b),
+				End:   binary.LittleEndian.Uint64(b[8:]),
+				Load:  math.Float64frombits(binary.LittleEndian.Uint64(b[16:])),
+			})
+		}
+		if err := l.Validate(); err != nil {
+			if !errors.Is(err, ErrInvalidLoad) {
+				t.Fatalf("Validate error %v is not ErrInvalidLoad", err)
+			}
+			return
+		}
+		total := l.Total()
+		all := l.In(0, KeySpaceEnd)
+		if math.IsNaN(all) || all < 0 || !near(all, total) {
+			t.Fatalf("In(whole key space) = %g, Total = %g", all, total)
+		}
+		mid := KeySpaceEnd / 3
+		if lo, hi := l.In(0, mid), l.In(mid, KeySpaceEnd); lo < 0 || hi < 0 || !near(lo+hi, total) {
+			t.Fatalf("In halves %g + %g != Total %g", lo, hi, total)
+		}
+	})
+}
