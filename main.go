@@ -537,12 +537,8 @@ func runTraceGenerate(c *cli.Context) error {
 		Workload: c.String("workload"), Windows: c.Int("windows"), Seed: c.Uint64("seed"),
 		Tasks: c.Int("tasks"), Keys: c.Int("keys"),
 	}
-	// Check the flags before creating --out.
-	if err := sim.Generate(io.Discard, sim.GenConfig{Workload: cfg.Workload, Windows: 1, Tasks: cfg.Tasks, Keys: cfg.Keys}); err != nil {
-		return usageError("%v", err)
-	}
-	if cfg.Windows < 1 || cfg.Windows > sim.MaxGenWindows {
-		return usageError("invalid --windows %d: use 1 to %d", cfg.Windows, sim.MaxGenWindows)
+	if err := cfg.Validate(); err != nil {
+		return usageError("invalid flags: %v", err)
 	}
 	return writeOutput(c, func(w io.Writer) error { return sim.Generate(w, cfg) })
 }

@@ -82,7 +82,7 @@ func TestSimulateErrors(t *testing.T) {
 		{"malformed trace", []string{"simulate", "--trace", bad, "--out", out}, 1, `line 3: json: unknown field "lode"`},
 		{"generate without workload", []string{"trace", "generate"}, 2, "needs --workload"},
 		{"generate unknown workload", []string{"trace", "generate", "--workload", "spiky"}, 2, `unknown workload "spiky"`},
-		{"generate zero windows", []string{"trace", "generate", "--workload", "zipf", "--windows", "0"}, 2, "--windows 0"},
+		{"generate zero windows", []string{"trace", "generate", "--workload", "zipf", "--windows", "0"}, 2, "0 windows"},
 		{"generate zero tasks", []string{"trace", "generate", "--workload", "zipf", "--tasks", "0"}, 2, "0 tasks"},
 		{"generate bad flag", []string{"trace", "generate", "--windows", "many"}, 2, "invalid value"},
 	} {

@@ -62,19 +62,25 @@ type GenConfig struct {
 	Keys int
 }
 
-func (c GenConfig) validate() (GenConfig, error) {
+// Validate checks the workload name and that windows, tasks and keys are
+// within the generator's limits.
+func (c GenConfig) Validate() error {
 	if !slices.Contains(Workloads(), c.Workload) {
-		return c, fmt.Errorf("%w: unknown workload %q; use one of %s", ErrInvalidConfig, c.Workload, strings.Join(Workloads(), ", "))
+		return fmt.Errorf("%w: unknown workload %q; use one of %s", ErrInvalidConfig, c.Workload, strings.Join(Workloads(), ", "))
 	}
 	if c.Windows < 1 || c.Windows > MaxGenWindows {
-		return c, fmt.Errorf("%w: %d windows; use 1 to %d", ErrInvalidConfig, c.Windows, MaxGenWindows)
+		return fmt.Errorf("%w: %d windows; use 1 to %d", ErrInvalidConfig, c.Windows, MaxGenWindows)
 	}
 	if c.Tasks < 1 || c.Tasks > MaxGenTasks {
-		return c, fmt.Errorf("%w: %d tasks; use 1 to %d", ErrInvalidConfig, c.Tasks, MaxGenTasks)
+		return fmt.Errorf("%w: %d tasks; use 1 to %d", ErrInvalidConfig, c.Tasks, MaxGenTasks)
 	}
 	if c.Keys < 0 || c.Keys > MaxGenKeys {
-		return c, fmt.Errorf("%w: %d keys; use 1 to %d, or 0 for the workload's default", ErrInvalidConfig, c.Keys, MaxGenKeys)
+		return fmt.Errorf("%w: %d keys; use 1 to %d, or 0 for the workload's default", ErrInvalidConfig, c.Keys, MaxGenKeys)
 	}
+	return nil
+}
+
+func (c GenConfig) withDefaults() GenConfig {
 	if c.Keys == 0 {
 		switch c.Workload {
 		case WorkloadZipf:
@@ -85,16 +91,16 @@ func (c GenConfig) validate() (GenConfig, error) {
 			c.Keys = 100
 		}
 	}
-	return c, nil
+	return c
 }
 
 // Generate writes a trace of cfg's workload to w. The same configuration
 // always produces the same bytes.
 func Generate(w io.Writer, cfg GenConfig) error {
-	cfg, err := cfg.validate()
-	if err != nil {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	cfg = cfg.withDefaults()
 	g := &generator{
 		cfg: cfg,
 		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
