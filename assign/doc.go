@@ -11,6 +11,12 @@
 // turns the previous assignment and the live tasks into the next one,
 // moving as few keys as it can and recording every move with its reason;
 // Churn measures how much of the key space a change makes tasks load anew.
-// MarshalBinary and UnmarshalAssignment store assignments compactly. See
-// README.md for a diagram and the phases of the algorithm.
+// MarshalBinary and UnmarshalAssignment store assignments compactly.
+//
+// Algorithm is a load-aware sharding policy: the previous assignment, the
+// live tasks and the load measured under it in, the next assignment out.
+// WeightedMove is Slicer's weighted-move algorithm; Static and
+// ConsistentHash are baselines to compare it with. AlgorithmByName picks
+// one by name. See README.md for diagrams and docs/algorithm.md for the
+// definitions and phases.
 package assign

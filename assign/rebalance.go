@@ -185,6 +185,12 @@ func sliceLoad(s *wslice) uint64 { return s.end - s.start }
 // newPlanner converts prev to task ids of live (sorted). It returns nil when
 // no task of prev is live.
 func newPlanner(prev *Assignment, live []Task, cfg Config) *planner {
+	return newPlannerRoom(prev, live, cfg, 0)
+}
+
+// newPlannerRoom is newPlanner with room for extra slices, so that phases
+// which split many slices do not copy them all to grow.
+func newPlannerRoom(prev *Assignment, live []Task, cfg Config, extra int) *planner {
 	// Map prev's task table onto live by merging the two sorted lists.
 	toLive := make([]int32, len(prev.Tasks))
 	anyLive := false
@@ -208,7 +214,7 @@ func newPlanner(prev *Assignment, live []Task, cfg Config) *planner {
 		total += len(s.Tasks)
 	}
 	arena := make([]int32, 0, total)
-	p.slices = make([]wslice, len(prev.Slices))
+	p.slices = make([]wslice, len(prev.Slices), len(prev.Slices)+extra)
 	// One hash lookup per slice task, not a binary search of string
 	// comparisons: large jobs have a million slice tasks.
 	idOf := make(map[string]int32, len(prev.Tasks))

@@ -56,7 +56,9 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 		return next, decision(nil, next, evenSplitMoves(next, "the job has no assignment yet; splitting the key space evenly")), nil
 	}
 	cfg = cfg.WithDefaults()
-	p := newPlanner(prev, tasks, cfg)
+	// Room for what phase 5 may add, up to half the slices again.
+	room := min(max(cfg.MaxSlicesPerTask*len(tasks)-len(prev.Slices), 0), len(prev.Slices)/2)
+	p := newPlannerRoom(prev, tasks, cfg, room)
 	if p == nil {
 		next := evenSplit(job, gen, tasks, cfg)
 		return next, decision(prev, next, evenSplitMoves(next, "no task of the previous assignment is live; splitting the key space evenly")), nil

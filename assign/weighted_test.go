@@ -74,7 +74,7 @@ func mustDecide(t testing.TB, alg Algorithm, prev *Assignment, live []Task, load
 }
 
 func TestWeightedMoveReducesImbalance(t *testing.T) {
-	for _, r := range []int{1, 2} {
+	for _, r := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("redundancy%d", r), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(r)))
 			tasks := testTasks(20)
