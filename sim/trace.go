@@ -77,6 +77,8 @@ type Window struct {
 	// Keys are the window's load lines in trace order; a key may repeat,
 	// and its loads then add up.
 	Keys []KeyLoad
+	// FirstLine and LastLine are where the window's lines are in the trace.
+	FirstLine, LastLine int
 }
 
 // LiveTasks returns the window's tasks as the assignment model names them;
@@ -102,7 +104,8 @@ func (w *Window) Load() (assign.Load, error) {
 	}
 	slices.SortFunc(load, func(a, b assign.LoadEntry) int { return cmp.Compare(a.Start, b.Start) })
 	if err := load.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: window %d: %w; keep each key's load in a window at most %g", ErrInvalidTrace, w.Number, err, assign.MaxLoad)
+		return nil, &TraceError{Line: w.LastLine, Err: fmt.Errorf("window %d (lines %d to %d): %w; keep the load of each key in a window at most %g",
+			w.Number, w.FirstLine, w.LastLine, err, assign.MaxLoad)}
 	}
 	return load, nil
 }
@@ -354,8 +357,9 @@ func (r *Reader) ReadWindow() (*Window, error) {
 		}
 		first = rec
 	}
-	w := &Window{Number: first.Window}
+	w := &Window{Number: first.Window, FirstLine: first.Line}
 	add := func(rec Record) {
+		w.LastLine = rec.Line
 		if rec.IsTasks() {
 			r.live = rec.Tasks
 			return

@@ -54,6 +54,9 @@ func TestParseTraceAccepts(t *testing.T) {
 		t.Fatalf("got %d windows, want %d", len(ws), len(want))
 	}
 	for i, w := range ws {
+		if i == 0 && (w.FirstLine != 1 || w.LastLine != 5) {
+			t.Errorf("window 0 spans lines %d to %d, want 1 to 5", w.FirstLine, w.LastLine)
+		}
 		if w.Number != want[i].Number || !slices.Equal(w.Tasks, want[i].Tasks) || !slices.Equal(w.Keys, want[i].Keys) {
 			t.Errorf("window %d = %+v, want %+v", i, *w, want[i])
 		}
@@ -128,8 +131,10 @@ func TestLoadLimitAfterMerging(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ws[0].Load(); !errors.Is(err, assign.ErrInvalidLoad) || !errors.Is(err, ErrInvalidTrace) {
-		t.Fatalf("Load = %v, want ErrInvalidLoad and ErrInvalidTrace", err)
+	_, err = ws[0].Load()
+	var te *TraceError
+	if !errors.Is(err, assign.ErrInvalidLoad) || !errors.As(err, &te) || te.Line != 3 || !strings.Contains(err.Error(), "lines 1 to 3") {
+		t.Fatalf("Load = %v, want a TraceError at line 3 wrapping ErrInvalidLoad", err)
 	}
 }
 
