@@ -351,7 +351,13 @@ func (n *Node) UpdateSelf(p Peer) error {
 		return fmt.Errorf("gossip: update self: %w", errLeft)
 	}
 	if err := n.serf.SetTags(tags); err != nil {
-		return fmt.Errorf("gossip: update self: %w", err)
+		// The new tags are already this node's state; the timeout only
+		// says the first broadcast was slow. Gossip and state sync still
+		// carry them, so this is not a failed update.
+		if !strings.Contains(err.Error(), "timeout waiting for update broadcast") {
+			return fmt.Errorf("gossip: update self: %w", err)
+		}
+		n.log.Warn("gossip: tag update not yet broadcast; it will spread with regular gossip", "err", err)
 	}
 	n.mu.Lock()
 	n.cfg.Self = p

@@ -101,7 +101,11 @@ func taskMember(t *testing.T, job, task, join string) *gossip.Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Shutdown() })
-	if _, err := n.Join([]string{join}); err != nil {
+	// Retried: on a loaded machine one join can exceed the test profile's
+	// short TCP timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.RetryJoin(ctx, []string{join}, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	return n
