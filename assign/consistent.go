@@ -40,8 +40,9 @@ const (
 // 5% of the mean), within [16, 400]; a new task starts with 100. No state is
 // kept beside the assignment: a task's current count is read back from prev
 // as the first node number whose position prev does not give to the task.
-// A node that lands inside one of its own task's arcs changes nothing, so a
-// count read back too high describes the same ring.
+// With redundancy 1 a node inside one of its own task's arcs changes
+// nothing, so a count read back too high describes the same ring; with more
+// replicas it may shift a few of them.
 type ConsistentHash struct{}
 
 // NewConsistentHash returns the consistent-hashing baseline.
@@ -166,8 +167,11 @@ func ringAssignment(job string, gen uint64, live []Task, counts []int, r int) *A
 	// On equal positions the first node owns the key; drop the rest.
 	ring = slices.CompactFunc(ring, func(a, b vnode) bool { return a.pos == b.pos })
 
+	// owners fills scratch with the sorted tasks of node j and its
+	// successors; add copies it only when it starts a new slice.
+	scratch := make([]int32, 0, r)
 	owners := func(j int) []int32 {
-		ts := make([]int32, 0, r)
+		ts := scratch[:0]
 		for k := 0; len(ts) < r && k < len(ring); k++ {
 			t := ring[(j+k)%len(ring)].task
 			if !slices.Contains(ts, t) {
@@ -186,10 +190,10 @@ func ringAssignment(job string, gen uint64, live []Task, counts []int, r int) *A
 			sl[n-1].end = end
 			return
 		}
-		sl = append(sl, wslice{start: start, end: end, tasks: ts})
+		sl = append(sl, wslice{start: start, end: end, tasks: slices.Clone(ts)})
 	}
 	// Node j owns (pos[j-1], pos[j]]; node 0 also owns the wrap-around.
-	first := owners(0)
+	first := slices.Clone(owners(0))
 	add(0, ring[0].pos+1, first)
 	for j := 1; j < len(ring); j++ {
 		add(ring[j-1].pos+1, ring[j].pos+1, owners(j))
