@@ -90,6 +90,7 @@ type weigher struct {
 	sload []float64 // by slice, parallel to sl
 	tload []float64 // by task id
 	total float64
+	held  []int32 // slices per task id, during phase 3
 	// moveChurn is the key churn phase 4 spent, in keys; tests read it.
 	moveChurn uint64
 }
@@ -165,6 +166,14 @@ func (w *weigher) merge() {
 		return
 	}
 	ceiling := w.hottest()
+	// Slices per task: a merge must not take a task's last slice, or the
+	// next decision would treat the task as new and hand it keys again.
+	w.held = make([]int32, len(w.p.live))
+	for i := range w.sl {
+		for _, t := range w.sl[i].tasks {
+			w.held[t]++
+		}
+	}
 	budget := keys(w.cfg.MergeChurn)
 	var spent uint64
 	count := len(w.sl)
@@ -209,7 +218,7 @@ func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceili
 		opts[0], opts[1] = opts[1], opts[0]
 	}
 	for _, o := range opts {
-		if o.cost > budget {
+		if o.cost > budget || w.strands(a, b, o.tasks) {
 			continue
 		}
 		ok := true
@@ -227,6 +236,29 @@ func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceili
 	return nil, 0, false
 }
 
+// strands reports whether serving a and b by tasks would leave a task of
+// a or b with no slice at all.
+func (w *weigher) strands(a, b *wslice, tasks []int32) bool {
+	for _, s := range [2]*wslice{a, b} {
+		for _, t := range s.tasks {
+			if _, kept := slices.BinarySearch(tasks, t); kept {
+				continue
+			}
+			n := w.held[t]
+			if a.has(t) {
+				n--
+			}
+			if b.has(t) {
+				n--
+			}
+			if n <= 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // recordMerge updates task loads for merging a and b into one slice served
 // by tasks, and records the moves.
 func (w *weigher) recordMerge(a *wslice, la float64, b *wslice, lb float64, tasks []int32) {
@@ -238,6 +270,14 @@ func (w *weigher) recordMerge(a *wslice, la float64, b *wslice, lb float64, task
 	}
 	for _, t := range tasks {
 		w.tload[t] += (la + lb) / float64(len(tasks))
+	}
+	for _, s := range [2]*wslice{a, b} {
+		for _, t := range s.tasks {
+			w.held[t]--
+		}
+	}
+	for _, t := range tasks {
+		w.held[t]++
 	}
 	reason := "merging adjacent cold slices: the job has more slices than it needs"
 	w.p.recordChange(a.start, a.end, a.tasks, tasks, reason)
@@ -337,6 +377,9 @@ func (w *weigher) moveGreedy() {
 				best = c
 			}
 		}
+		// Moving or dropping a task's last slice would make it look new
+		// to the next decision, which would hand it keys again.
+		last := len(owned[h]) <= 1
 		for _, si := range owned[h] {
 			s := &w.sl[si]
 			l := w.sload[si]
@@ -348,15 +391,17 @@ func (w *weigher) moveGreedy() {
 			width := s.end - s.start
 			if c := cold.bestExcept(s.tasks); c >= 0 {
 				lc := w.tload[c]
-				consider(candidate{kind: Reassign, slice: si, to: c, cost: width,
-					gain: lh - max(lh-sh, lc+sh)})
+				if !last {
+					consider(candidate{kind: Reassign, slice: si, to: c, cost: width,
+						gain: lh - max(lh-sh, lc+sh)})
+				}
 				if r < w.cfg.MaxRedundancy {
 					ns := l / float64(r+1)
 					consider(candidate{kind: AddReplica, slice: si, to: c, cost: width,
 						gain: lh - max(lh-sh+ns, lc+ns)})
 				}
 			}
-			if r > minR {
+			if r > minR && !last {
 				ns := l / float64(r-1)
 				peak := lh - sh
 				for _, t := range s.tasks {

@@ -84,6 +84,9 @@ func TestWeightedMoveReducesImbalance(t *testing.T) {
 			before := Imbalance(a, load)
 			for range 10 {
 				next, d := mustDecide(t, NewWeightedMove(), a, tasks, load, cfg)
+				if len(next.Tasks) != len(tasks) {
+					t.Fatalf("%d of %d tasks serve a slice: a task lost its last slice", len(next.Tasks), len(tasks))
+				}
 				if after := Imbalance(next, load); after > Imbalance(a, load)+1e-9 {
 					t.Fatalf("imbalance rose from %g to %g", Imbalance(a, load), after)
 				}
@@ -226,6 +229,9 @@ func TestWeightedMoveHotKey(t *testing.T) {
 	for range 10 {
 		a, _ = mustDecide(t, NewWeightedMove(), a, tasks, load, cfg)
 	}
+	if len(a.Tasks) != len(tasks) {
+		t.Errorf("%d of %d tasks serve a slice: a task lost its last slice", len(a.Tasks), len(tasks))
+	}
 	s := a.Slices[a.Find(hot)]
 	if len(s.Tasks) < 2 {
 		t.Errorf("hot key's slice %v has %d tasks, want it replicated", s, len(s.Tasks))
@@ -276,5 +282,25 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: Validate = %v, want ErrInvalidConfig", name, err)
 		}
+	}
+}
+
+// Merging never takes a task's last slice: the next decision would see the
+// task as new and hand it keys again.
+func TestWeightedMoveMergeKeepsEveryTask(t *testing.T) {
+	tasks := []Task{{Name: "a"}, {Name: "b"}}
+	prev := &Assignment{Job: "j", Generation: 1, Tasks: tasks, Slices: []Slice{
+		{Start: 0, End: 10, Tasks: []string{"a"}},
+		{Start: 10, End: 20, Tasks: []string{"b"}},
+		{Start: 20, End: KeySpaceEnd, Tasks: []string{"a"}},
+	}}
+	load := Load{{Start: 20, End: KeySpaceEnd, Load: 10}}
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 1, MinSlicesPerTask: 1, MaxSlicesPerTask: 1}
+	next, d := mustDecide(t, NewWeightedMove(), prev, tasks, load, cfg)
+	if len(next.Tasks) != 2 {
+		t.Fatalf("a task lost its last slice: %v", d.Moves)
+	}
+	if len(next.Slices) != 2 {
+		t.Errorf("%d slices, want the two cold ones merged: %v", len(next.Slices), next.Slices)
 	}
 }
