@@ -1,6 +1,7 @@
 package assign
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -303,4 +304,37 @@ func TestWeightedMoveMergeKeepsEveryTask(t *testing.T) {
 	if len(next.Slices) != 2 {
 		t.Errorf("%d slices, want the two cold ones merged: %v", len(next.Slices), next.Slices)
 	}
+}
+
+// FuzzConfig decodes a stored JSON config; whatever Validate accepts must
+// keep valid once defaulted, and every algorithm must decide with it.
+func FuzzConfig(f *testing.F) {
+	f.Add([]byte(`{"min_redundancy":1,"max_redundancy":1}`))
+	f.Add([]byte(`{"min_redundancy":2,"max_redundancy":3,"move_churn":0.5,"suppress_below":10}`))
+	f.Add([]byte(`{"min_redundancy":1,"max_redundancy":2,"min_slices_per_task":3,"max_slices_per_task":4,"split_load_factor":1.5}`))
+	f.Add([]byte(`{"min_redundancy":1,"max_redundancy":1,"merge_load_factor":-1}`))
+	tasks := testTasks(5)
+	load := powerLoad(rand.New(rand.NewPCG(1, 2)), 64, 1.2)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var cfg Config
+		if json.Unmarshal(b, &cfg) != nil {
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate error %v is not ErrInvalidConfig", err)
+			}
+			return
+		}
+		if err := cfg.WithDefaults().Validate(); err != nil {
+			t.Fatalf("defaults of a valid config are invalid: %v", err)
+		}
+		if cfg.MaxRedundancy > 8 {
+			return // keeps each run fast; redundancy is not what is fuzzed
+		}
+		for _, alg := range algorithms() {
+			a, _ := mustDecide(t, alg, nil, tasks, nil, cfg)
+			mustDecide(t, alg, a, tasks[1:], load, cfg)
+		}
+	})
 }
