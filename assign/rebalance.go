@@ -72,8 +72,8 @@ func (m Move) String() string {
 	return b.String()
 }
 
-// Decision describes how Rebalance got from the previous assignment to the
-// next one.
+// Decision describes how Rebalance or an Algorithm got from the previous
+// assignment to the next one.
 type Decision struct {
 	// Changed is false when the next assignment maps every key to the same
 	// tasks at the same addresses, with the same slices, as the previous
@@ -178,8 +178,9 @@ type planner struct {
 
 // sliceLoad is the load a task carries for serving s. With no measurements
 // every key weighs the same, so it is the slice's width, carried in full by
-// each task that serves it. This is the one place that defines load: the
-// phases only add, subtract and compare what it returns.
+// each task that serves it. This is the one place that defines load for
+// the membership phases: they only add, subtract and compare what it
+// returns. WeightedMove's later phases use measured load instead (weigher).
 func sliceLoad(s *wslice) uint64 { return s.end - s.start }
 
 // newPlanner converts prev to task ids of live (sorted). It returns nil when
