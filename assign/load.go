@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // ErrInvalidLoad marks load measurements that cannot be used.
@@ -144,4 +145,59 @@ func Imbalance(a *Assignment, l Load) float64 {
 type Algorithm interface {
 	Name() string
 	Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error)
+}
+
+// MergeLoads adds possibly overlapping loads into one sorted,
+// non-overlapping Load. An entry that only partly covers a piece
+// contributes in proportion to the overlap (load is taken as spread evenly
+// over an entry's keys). Sums are capped at MaxLoad so the result
+// always validates.
+func MergeLoads(ls ...Load) Load {
+	var all Load
+	for _, l := range ls {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	slices.SortFunc(all, func(x, y LoadEntry) int {
+		switch {
+		case x.Start < y.Start:
+			return -1
+		case x.Start > y.Start:
+			return 1
+		}
+		return 0
+	})
+	points := make([]SliceKey, 0, 2*len(all))
+	for _, e := range all {
+		points = append(points, e.Start, e.End)
+	}
+	slices.Sort(points)
+	points = slices.Compact(points)
+	out := make(Load, 0, len(all))
+	var active []LoadEntry
+	next := 0
+	for k := 0; k+1 < len(points); k++ {
+		p, q := points[k], points[k+1]
+		active = slices.DeleteFunc(active, func(e LoadEntry) bool { return e.End <= p })
+		for next < len(all) && all[next].Start <= p {
+			if all[next].End > p {
+				active = append(active, all[next])
+			}
+			next++
+		}
+		var sum float64
+		for _, e := range active {
+			if e.Start == p && e.End == q {
+				sum += e.Load
+			} else {
+				sum += e.Load * (float64(q-p) / float64(e.End-e.Start))
+			}
+		}
+		if sum > 0 {
+			out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad)})
+		}
+	}
+	return out
 }

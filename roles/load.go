@@ -182,7 +182,7 @@ func (a *Assigner) jobLoad(job string) assign.Load {
 		parts = append(parts, scaled)
 	}
 	a.loads.mu.Unlock()
-	return mergeLoads(parts...)
+	return assign.MergeLoads(parts...)
 }
 
 // weight is how much r still counts at now: 1 until one window past its
@@ -193,59 +193,4 @@ func (l *loads) weight(r *loadReport, now time.Time) float64 {
 		return 1
 	}
 	return math.Exp2(-float64(stale) / float64(l.halfLife))
-}
-
-// mergeLoads adds possibly overlapping loads into one sorted,
-// non-overlapping Load. An entry that only partly covers a piece
-// contributes in proportion to the overlap (load is taken as spread evenly
-// over an entry's keys). Sums are capped at assign.MaxLoad so the result
-// always validates.
-func mergeLoads(ls ...assign.Load) assign.Load {
-	var all assign.Load
-	for _, l := range ls {
-		all = append(all, l...)
-	}
-	if len(all) == 0 {
-		return nil
-	}
-	slices.SortFunc(all, func(x, y assign.LoadEntry) int {
-		switch {
-		case x.Start < y.Start:
-			return -1
-		case x.Start > y.Start:
-			return 1
-		}
-		return 0
-	})
-	points := make([]assign.SliceKey, 0, 2*len(all))
-	for _, e := range all {
-		points = append(points, e.Start, e.End)
-	}
-	slices.Sort(points)
-	points = slices.Compact(points)
-	out := make(assign.Load, 0, len(all))
-	var active []assign.LoadEntry
-	next := 0
-	for k := 0; k+1 < len(points); k++ {
-		p, q := points[k], points[k+1]
-		active = slices.DeleteFunc(active, func(e assign.LoadEntry) bool { return e.End <= p })
-		for next < len(all) && all[next].Start <= p {
-			if all[next].End > p {
-				active = append(active, all[next])
-			}
-			next++
-		}
-		var sum float64
-		for _, e := range active {
-			if e.Start == p && e.End == q {
-				sum += e.Load
-			} else {
-				sum += e.Load * (float64(q-p) / float64(e.End-e.Start))
-			}
-		}
-		if sum > 0 {
-			out = append(out, assign.LoadEntry{Start: p, End: q, Load: min(sum, assign.MaxLoad)})
-		}
-	}
-	return out
 }

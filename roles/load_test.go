@@ -256,7 +256,7 @@ func FuzzReportLoadRequest(f *testing.F) {
 			}
 			return
 		}
-		if err := mergeLoads(r.rate, r.rate).Validate(); err != nil {
+		if err := assign.MergeLoads(r.rate, r.rate).Validate(); err != nil {
 			t.Fatalf("accepted report merges into invalid load: %v", err)
 		}
 	})

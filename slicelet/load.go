@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -134,7 +133,7 @@ func (s *Slicelet) retire(old *view) {
 	}
 	s.load.mu.Lock()
 	defer s.load.mu.Unlock()
-	s.load.carry = mergeLoads(s.load.carry, l)
+	s.load.carry = assign.MergeLoads(s.load.carry, l)
 	if len(s.load.carry) > maxPendingEntries {
 		s.log.Warn("slicelet: dropping unreported load; too many assignment changes since the last report")
 		s.load.carry = nil
@@ -159,7 +158,7 @@ func (s *Slicelet) collect(now time.Time) *windowReport {
 		r.generation = v.table.Assignment().Generation
 		cur = drainOwned(v, nil)
 	}
-	r.load = mergeLoads(s.load.carry, cur)
+	r.load = assign.MergeLoads(s.load.carry, cur)
 	s.load.carry = nil
 	r.unowned = s.load.unowned.take()
 	r.rejected = s.load.rejected.Swap(0)
@@ -186,7 +185,7 @@ func (s *Slicelet) keep(r *windowReport) {
 	}
 	s.load.mu.Lock()
 	defer s.load.mu.Unlock()
-	s.load.carry = mergeLoads(r.load, s.load.carry)
+	s.load.carry = assign.MergeLoads(r.load, s.load.carry)
 	if len(s.load.carry) > maxPendingEntries {
 		s.load.carry = nil
 	}
@@ -290,58 +289,4 @@ func (s *Slicelet) loadClient(addr string) slicerv1connect.LoadServiceClient {
 		s.load.clientAddr = addr
 	}
 	return s.load.client
-}
-
-// mergeLoads adds load measurements that may overlap (replicas, or slices
-// of different generations) into one sorted, non-overlapping Load. Where
-// an entry only partly covers a piece, it contributes in proportion to
-// the overlap, as load is taken as spread evenly over an entry's keys.
-func mergeLoads(ls ...assign.Load) assign.Load {
-	var all assign.Load
-	for _, l := range ls {
-		all = append(all, l...)
-	}
-	if len(all) == 0 {
-		return nil
-	}
-	slices.SortFunc(all, func(x, y assign.LoadEntry) int {
-		switch {
-		case x.Start < y.Start:
-			return -1
-		case x.Start > y.Start:
-			return 1
-		}
-		return 0
-	})
-	points := make([]assign.SliceKey, 0, 2*len(all))
-	for _, e := range all {
-		points = append(points, e.Start, e.End)
-	}
-	slices.Sort(points)
-	points = slices.Compact(points)
-	out := make(assign.Load, 0, len(all))
-	var active []assign.LoadEntry
-	next := 0
-	for k := 0; k+1 < len(points); k++ {
-		p, q := points[k], points[k+1]
-		active = slices.DeleteFunc(active, func(e assign.LoadEntry) bool { return e.End <= p })
-		for next < len(all) && all[next].Start <= p {
-			if all[next].End > p {
-				active = append(active, all[next])
-			}
-			next++
-		}
-		var sum float64
-		for _, e := range active {
-			if e.Start == p && e.End == q {
-				sum += e.Load
-			} else {
-				sum += e.Load * (float64(q-p) / float64(e.End-e.Start))
-			}
-		}
-		if sum > 0 {
-			out = append(out, assign.LoadEntry{Start: p, End: q, Load: sum})
-		}
-	}
-	return out
 }

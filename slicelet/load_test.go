@@ -190,7 +190,7 @@ func TestMergeLoads(t *testing.T) {
 	e := func(s, e assign.SliceKey, l float64) assign.LoadEntry {
 		return assign.LoadEntry{Start: s, End: e, Load: l}
 	}
-	got := mergeLoads(
+	got := assign.MergeLoads(
 		assign.Load{e(0, 10, 10), e(10, 20, 4)},
 		assign.Load{e(5, 15, 2), e(30, 40, 0)},
 		assign.Load{e(0, 10, 1)},
