@@ -1,6 +1,9 @@
 package assign
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // Churn is the fraction of the key space, in [0, 1] and weighted by slice
 // width, whose tasks in next include a task that did not serve the key in
@@ -14,28 +17,38 @@ func Churn(prev, next *Assignment) float64 {
 		return 1
 	}
 	var moved uint64
-	i, j := 0, 0
-	for i < len(prev.Slices) && j < len(next.Slices) {
-		ps, ns := &prev.Slices[i], &next.Slices[j]
-		lo, hi := max(ps.Start, ns.Start), min(ps.End, ns.End)
-		if hi > lo && !subset(ns.Tasks, ps.Tasks) {
+	overlaps(prev.Slices, next.Slices, func(ps, ns *Slice, lo, hi SliceKey) {
+		if !subset(ns.Tasks, ps.Tasks) {
 			moved += hi - lo
 		}
+	})
+	return float64(moved) / float64(KeySpaceEnd)
+}
+
+// overlaps calls visit for every non-empty range [lo, hi) where a slice
+// of a meets a slice of b, in key order. Both lists must be sorted and
+// contiguous.
+func overlaps(a, b []Slice, visit func(sa, sb *Slice, lo, hi SliceKey)) {
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		sa, sb := &a[i], &b[j]
+		if lo, hi := max(sa.Start, sb.Start), min(sa.End, sb.End); hi > lo {
+			visit(sa, sb, lo, hi)
+		}
 		switch {
-		case ps.End < ns.End:
+		case sa.End < sb.End:
 			i++
-		case ps.End > ns.End:
+		case sa.End > sb.End:
 			j++
 		default:
 			i++
 			j++
 		}
 	}
-	return float64(moved) / float64(KeySpaceEnd)
 }
 
-// subset reports whether every name in a (sorted) is in b (sorted).
-func subset(a, b []string) bool {
+// subset reports whether every element of a (sorted) is in b (sorted).
+func subset[T cmp.Ordered](a, b []T) bool {
 	j := 0
 	for _, x := range a {
 		for j < len(b) && b[j] < x {

@@ -215,11 +215,8 @@ func diffMoves(prev, next *Assignment, reason string) []Move {
 		}
 		return moves
 	}
-	i, j := 0, 0
-	for i < len(prev.Slices) && j < len(next.Slices) {
-		ps, ns := &prev.Slices[i], &next.Slices[j]
-		lo, hi := max(ps.Start, ns.Start), min(ps.End, ns.End)
-		if hi > lo && !slices.Equal(ps.Tasks, ns.Tasks) {
+	overlaps(prev.Slices, next.Slices, func(ps, ns *Slice, lo, hi SliceKey) {
+		if !slices.Equal(ps.Tasks, ns.Tasks) {
 			var gone, came []string
 			for _, t := range ps.Tasks {
 				if _, ok := slices.BinarySearch(ns.Tasks, t); !ok {
@@ -241,15 +238,6 @@ func diffMoves(prev, next *Assignment, reason string) []Move {
 				moves = append(moves, Move{Kind: RemoveReplica, Start: lo, End: hi, From: t, Reason: reason})
 			}
 		}
-		switch {
-		case ps.End < ns.End:
-			i++
-		case ps.End > ns.End:
-			j++
-		default:
-			i++
-			j++
-		}
-	}
+	})
 	return moves
 }

@@ -208,10 +208,10 @@ func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceili
 		cost  uint64
 	}
 	opts := [2]option{{a.tasks, 0}, {b.tasks, 0}}
-	if !subsetIDs(a.tasks, b.tasks) {
+	if !subset(a.tasks, b.tasks) {
 		opts[0].cost = b.end - b.start
 	}
-	if !subsetIDs(b.tasks, a.tasks) {
+	if !subset(b.tasks, a.tasks) {
 		opts[1].cost = a.end - a.start
 	}
 	if opts[1].cost < opts[0].cost {
@@ -309,21 +309,6 @@ func (p *planner) recordChange(start, end SliceKey, from, to []int32, reason str
 	for _, t := range gone {
 		p.moves = append(p.moves, Move{Kind: RemoveReplica, Start: start, End: end, From: p.live[t].Name, Reason: reason})
 	}
-}
-
-// subsetIDs reports whether every id in a (sorted) is in b (sorted).
-func subsetIDs(a, b []int32) bool {
-	j := 0
-	for _, x := range a {
-		for j < len(b) && b[j] < x {
-			j++
-		}
-		if j == len(b) || b[j] != x {
-			return false
-		}
-		j++
-	}
-	return true
 }
 
 // zeroCost stands in for the churn of a move that moves no key, so that
