@@ -331,3 +331,50 @@ func TestInterceptorCountsRequests(t *testing.T) {
 		t.Errorf("counted %g owned and %g unowned, want 5 in all and %g unowned", r.load.Total(), r.unowned, want)
 	}
 }
+
+// TestInterceptorCountsStreamMessages checks that a client stream of n
+// messages counts n units on the key of its headers, and a stream that
+// sends nothing counts none.
+func TestInterceptorCountsStreamMessages(t *testing.T) {
+	s := newOffline(t, "a")
+	calls := 0
+	key := func(r connect.AnyRequest) string {
+		calls++
+		return r.Header().Get("Slice-Key")
+	}
+	const procedure = "/slicelet.test.v1.Test/Upload"
+	received := 0
+	handler := connect.NewClientStreamHandler(procedure,
+		func(_ context.Context, st *connect.ClientStream[slicerv1.GetAssignmentRequest]) (*connect.Response[slicerv1.GetAssignmentResponse], error) {
+			for st.Receive() {
+				received++
+			}
+			return connect.NewResponse(&slicerv1.GetAssignmentResponse{}), st.Err()
+		}, connect.WithInterceptors(Interceptor(s, key)))
+	mux := http.NewServeMux()
+	mux.Handle(procedure, handler)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	client := connect.NewClient[slicerv1.GetAssignmentRequest, slicerv1.GetAssignmentResponse](srv.Client(), srv.URL+procedure)
+	ctx := context.Background()
+	for _, n := range []int{7, 0, 3} {
+		st := client.CallClientStream(ctx)
+		st.RequestHeader().Set("Slice-Key", "hot")
+		for range n {
+			if err := st.Send(&slicerv1.GetAssignmentRequest{Job: "j"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := st.CloseAndReceive(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Client().CloseIdleConnections()
+	r := s.collect(time.Now())
+	if received != 10 || r.unowned != 10 {
+		t.Errorf("handler received %d messages, load counted %g; want 10 and 10", received, r.unowned)
+	}
+	if calls != 2 {
+		t.Errorf("key function called %d times, want once per stream that carried messages (2)", calls)
+	}
+}

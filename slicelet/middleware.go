@@ -19,12 +19,14 @@ func HTTPMiddleware(s *Slicelet, key func(*http.Request) string, next http.Handl
 }
 
 // Interceptor returns a Connect handler interceptor that counts one unit
-// of load per unary request, and one per streaming call, on the key that
-// key extracts. For a streaming call the request passed to key carries
-// the call's request headers and no message (Connect does not expose the
-// stream's messages before the handler reads them), so streaming
-// procedures should carry their routing key in a header. Client-side
-// calls pass through untouched.
+// of load per unary request and, on streaming calls, one per message the
+// handler receives, on the key that key extracts. A long-lived stream thus
+// weighs as much as the messages it carries rather than as one request.
+// For a streaming call the request passed to key carries the call's
+// request headers and no message (Connect does not expose the stream's
+// messages before the handler reads them), so streaming procedures should
+// carry their routing key in a header; key is called once per stream, at
+// its first message. Client-side calls pass through untouched.
 func Interceptor(s *Slicelet, key func(connect.AnyRequest) string) connect.Interceptor {
 	return &interceptor{s: s, key: key}
 }
@@ -49,11 +51,30 @@ func (i *interceptor) WrapStreamingClient(next connect.StreamingClientFunc) conn
 
 func (i *interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		return next(ctx, &countingConn{StreamingHandlerConn: conn, i: i})
+	}
+}
+
+// countingConn counts one unit of load per message received on a stream.
+// A handler receives from one goroutine, so key needs no lock.
+type countingConn struct {
+	connect.StreamingHandlerConn
+	i       *interceptor
+	key     string
+	haveKey bool
+}
+
+func (c *countingConn) Receive(msg any) error {
+	if err := c.StreamingHandlerConn.Receive(msg); err != nil {
+		return err
+	}
+	if !c.haveKey {
 		req := connect.NewRequest[struct{}](nil)
-		for k, v := range conn.RequestHeader() {
+		for k, v := range c.RequestHeader() {
 			req.Header()[k] = v
 		}
-		_ = i.s.ReportLoadString(i.key(req), 1)
-		return next(ctx, conn)
+		c.key, c.haveKey = c.i.key(req), true
 	}
+	_ = c.i.s.ReportLoadString(c.key, 1)
+	return nil
 }
