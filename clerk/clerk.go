@@ -80,6 +80,49 @@ func (c *Clerk) AssignedTasksString(key string) []string {
 	return t.addrs[t.Lookup(assign.HashString(key))]
 }
 
+// PickTask returns the address of one of the tasks serving key's slice,
+// chosen uniformly at random on every call, so that the requests for a key
+// that slicerd replicated to several tasks share those tasks' load rather
+// than all going to the first. Tasks without an address are skipped. ok
+// is false before the first assignment or when no task of the slice has
+// an address. It does not allocate or lock.
+func (c *Clerk) PickTask(key []byte) (addr string, ok bool) {
+	t := c.table.Load()
+	if t == nil {
+		return "", false
+	}
+	return pick(t.addrs[t.Lookup(assign.HashKey(key))])
+}
+
+// PickTaskString is PickTask for a string key.
+func (c *Clerk) PickTaskString(key string) (addr string, ok bool) {
+	t := c.table.Load()
+	if t == nil {
+		return "", false
+	}
+	return pick(t.addrs[t.Lookup(assign.HashString(key))])
+}
+
+// pick chooses one non-empty address uniformly at random. The runtime's
+// per-thread generator behind math/rand/v2 needs no lock, so concurrent
+// callers do not contend.
+func pick(addrs []string) (string, bool) {
+	n := uint32(len(addrs))
+	switch n {
+	case 0:
+		return "", false
+	case 1:
+		return addrs[0], addrs[0] != ""
+	}
+	from := rand.Uint32N(n)
+	for k := range n {
+		if a := addrs[(from+k)%n]; a != "" {
+			return a, true
+		}
+	}
+	return "", false
+}
+
 // AssignedTaskNames returns the names of the tasks serving key's slice, in
 // the same order as AssignedTasks, or nil before the first assignment. The
 // result is shared: do not modify it.

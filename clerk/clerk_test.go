@@ -423,6 +423,8 @@ func TestLookupDoesNotAllocate(t *testing.T) {
 		"AssignedTasks":       func() { sink += len(c.AssignedTasks(key)) },
 		"AssignedTasksString": func() { sink += len(c.AssignedTasksString(skey)) },
 		"AssignedTaskNames":   func() { sink += len(c.AssignedTaskNames(key)) },
+		"PickTask":            func() { a, _ := c.PickTask(key); sink += len(a) },
+		"PickTaskString":      func() { a, _ := c.PickTaskString(skey); sink += len(a) },
 	} {
 		if n := testing.AllocsPerRun(1000, f); n != 0 {
 			t.Errorf("%s allocates %v times per call, want 0", name, n)
@@ -509,6 +511,84 @@ func BenchmarkAssignedTasksParallel(b *testing.B) {
 		var sink, i int
 		for pb.Next() {
 			sink += len(c.AssignedTasks(keys[i&1023]))
+			i++
+		}
+		_ = sink
+	})
+}
+
+// TestPickTaskSpreadsOverReplicas checks that PickTask picks every replica
+// of a key's slice about equally often and nothing else, so replication
+// shares a hot key's load.
+func TestPickTaskSpreadsOverReplicas(t *testing.T) {
+	srv := newServer(t)
+	c := start(t, testConfig(srv.Addr()))
+	if _, ok := c.PickTaskString("k"); ok {
+		t.Fatal("PickTask answered before the first assignment")
+	}
+	a := &assign.Assignment{Job: job, Generation: 1,
+		Tasks: []assign.Task{{Name: "a", Addr: "10.0.0.1:1"}, {Name: "b", Addr: "10.0.0.2:1"}, {Name: "c", Addr: "10.0.0.3:1"}, {Name: "d"}},
+		Slices: []assign.Slice{
+			{Start: 0, End: assign.KeySpaceEnd / 2, Tasks: []string{"a", "b", "c"}},
+			{Start: assign.KeySpaceEnd / 2, End: assign.KeySpaceEnd, Tasks: []string{"c", "d"}},
+		},
+	}
+	srv.Publish(a)
+	waitGen(t, c, 1)
+	const n = 30000
+	for _, key := range []string{"user:1", "user:2", "user:3", "user:4"} {
+		want := c.AssignedTasksString(key)
+		got := map[string]int{}
+		for range n {
+			addr, ok := c.PickTaskString(key)
+			if !ok {
+				t.Fatalf("PickTaskString(%q) found no task", key)
+			}
+			got[addr]++
+		}
+		if pb, _ := c.PickTask([]byte(key)); !slices.Contains(want, pb) {
+			t.Errorf("PickTask(%q) = %q, not one of %v", key, pb, want)
+		}
+		var live []string
+		for _, w := range want {
+			if w != "" {
+				live = append(live, w)
+			}
+		}
+		if len(got) != len(live) {
+			t.Fatalf("key %q: picked %v, want each of %q", key, got, live)
+		}
+		for _, w := range live {
+			// Binomial with n/len(live) expected; a third off is far
+			// beyond chance.
+			if share := float64(got[w]) * float64(len(live)) / n; share < 0.67 || share > 1.33 {
+				t.Errorf("key %q: %s picked %d times of %d, want about %d", key, w, got[w], n, n/len(live))
+			}
+		}
+	}
+}
+
+func BenchmarkPickTask(b *testing.B) {
+	c, keys := benchClerk(b)
+	b.ReportAllocs()
+	var sink int
+	i := 0
+	for b.Loop() {
+		a, _ := c.PickTask(keys[i&1023])
+		sink += len(a)
+		i++
+	}
+	_ = sink
+}
+
+func BenchmarkPickTaskParallel(b *testing.B) {
+	c, keys := benchClerk(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var sink, i int
+		for pb.Next() {
+			a, _ := c.PickTask(keys[i&1023])
+			sink += len(a)
 			i++
 		}
 		_ = sink

@@ -7,7 +7,8 @@
 // immutable lookup Table behind an atomic pointer. AssignedTasks hashes the
 // key (assign.HashKey), binary-searches the slice ends and returns the
 // slice's task addresses: tens of nanoseconds, no allocation, no lock, no
-// network.
+// network. PickTask returns one of them at random, which spreads the
+// requests for a key slicerd replicated over all of its replicas.
 //
 // Failures only delay updates (paper §4.3). When a stream breaks, Run tries
 // the next Distributor, then the Backup Distributors, with jittered
@@ -26,8 +27,9 @@
 //	if err != nil { ... }
 //	go c.Run(ctx)
 //	if err := c.WaitReady(ctx); err != nil { ... }
-//	for _, addr := range c.AssignedTasksString(userID) {
-//		// send the request to addr; fall back to the next on error
+//	if addr, ok := c.PickTaskString(userID); ok {
+//		// send the request to addr; on error, try another of
+//		// c.AssignedTasksString(userID)
 //	}
 //
 // Package clerktest provides an in-process Distributor for testing code
