@@ -46,20 +46,19 @@ func NewClient(c *clerk.Clerk, hc *http.Client) *Client {
 	return &Client{clerk: c, hc: hc}
 }
 
-// Owner returns the address of the task the key routes to.
+// Owner returns the address of a task the key routes to. When slicerd
+// replicated the key's slice, it is one of the replicas at random, so that
+// reads share a hot key's load.
 func (c *Client) Owner(key string) (addr string, ok bool) {
-	tasks := c.clerk.AssignedTasksString(key)
-	if len(tasks) == 0 {
-		return "", false
-	}
-	return tasks[0], true
+	return c.clerk.PickTaskString(key)
 }
 
-// Get returns the value of key and whether it was present.
+// Get returns the value of key and whether it was present, reading from
+// one of the tasks that serve it.
 func (c *Client) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	var val []byte
 	found := false
-	err := c.do(ctx, http.MethodGet, key, nil, func(resp *http.Response) error {
+	err := c.do(ctx, http.MethodGet, key, nil, false, func(resp *http.Response) error {
 		switch resp.StatusCode {
 		case http.StatusOK:
 			b, err := io.ReadAll(io.LimitReader(resp.Body, MaxValueBytes+1))
@@ -76,14 +75,15 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	return val, found, err
 }
 
-// Put stores val under key.
+// Put stores val under key on every task that serves it, so a read from
+// any replica finds it.
 func (c *Client) Put(ctx context.Context, key string, val []byte) error {
-	return c.do(ctx, http.MethodPut, key, val, expectNoContent)
+	return c.do(ctx, http.MethodPut, key, val, true, expectNoContent)
 }
 
-// Delete removes key.
+// Delete removes key from every task that serves it.
 func (c *Client) Delete(ctx context.Context, key string) error {
-	return c.do(ctx, http.MethodDelete, key, nil, expectNoContent)
+	return c.do(ctx, http.MethodDelete, key, nil, true, expectNoContent)
 }
 
 func expectNoContent(resp *http.Response) error {
@@ -104,9 +104,11 @@ type retryable struct{ err error }
 func (r retryable) Error() string { return r.err.Error() }
 func (r retryable) Unwrap() error { return r.err }
 
-// do sends one request to the key's owner, retrying with backoff while the
-// owner refuses the key (421), cannot be reached, or is not yet known.
-func (c *Client) do(ctx context.Context, method, key string, body []byte, handle func(*http.Response) error) error {
+// do sends the request to one of the key's tasks, or to all of them when
+// all is set (writes, which are idempotent and so safe to repeat on every
+// replica), retrying with backoff while a task refuses the key (421),
+// cannot be reached, or is not yet known.
+func (c *Client) do(ctx context.Context, method, key string, body []byte, all bool, handle func(*http.Response) error) error {
 	select {
 	case <-c.clerk.Ready():
 	case <-ctx.Done():
@@ -115,7 +117,14 @@ func (c *Client) do(ctx context.Context, method, key string, body []byte, handle
 	backoff := firstBackoff
 	var last error
 	for attempt := 1; ; attempt++ {
-		err := c.once(ctx, method, key, body, handle)
+		var err error
+		if all {
+			err = c.toAll(ctx, method, key, body, handle)
+		} else if addr, ok := c.Owner(key); ok {
+			err = c.once(ctx, addr, method, key, body, handle)
+		} else {
+			err = retryable{errors.New("the assignment names no task for it")}
+		}
 		var r retryable
 		if !errors.As(err, &r) {
 			return err
@@ -136,11 +145,27 @@ func (c *Client) do(ctx context.Context, method, key string, body []byte, handle
 	return fmt.Errorf("%w: %s %q gave up after %d attempts (last: %w); slicerd may still be moving the key, retry later", ErrNoOwner, method, key, maxAttempts, last)
 }
 
-func (c *Client) once(ctx context.Context, method, key string, body []byte, handle func(*http.Response) error) error {
-	addr, ok := c.Owner(key)
-	if !ok {
+// toAll sends the request to every task of the key's slice in turn and
+// stops at the first failure.
+func (c *Client) toAll(ctx context.Context, method, key string, body []byte, handle func(*http.Response) error) error {
+	addrs := c.clerk.AssignedTasksString(key)
+	sent := false
+	for _, addr := range addrs {
+		if addr == "" {
+			continue
+		}
+		if err := c.once(ctx, addr, method, key, body, handle); err != nil {
+			return err
+		}
+		sent = true
+	}
+	if !sent {
 		return retryable{errors.New("the assignment names no task for it")}
 	}
+	return nil
+}
+
+func (c *Client) once(ctx context.Context, addr, method, key string, body []byte, handle func(*http.Response) error) error {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)

@@ -14,11 +14,16 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"go.uber.org/goleak"
 
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
@@ -48,6 +53,7 @@ type task struct {
 	sl     *slicelet.Slicelet
 	server *Server
 	http   *httptest.Server
+	hits   atomic.Int64 // key requests served
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -130,7 +136,12 @@ func (c *cluster) startTask(name string) *task {
 		c.tb.Fatal(err)
 	}
 	t := &task{name: name, sl: sl, server: NewServer(sl, nil), http: ts, done: make(chan error, 1)}
-	ts.Config.Handler = t.server
+	ts.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/kv/") {
+			t.hits.Add(1)
+		}
+		t.server.ServeHTTP(w, r)
+	})
 	ts.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
@@ -347,6 +358,65 @@ func TestCacheRoutesMovesAndRefuses(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestReplicatedKeysShareReads replicates every slice to two tasks and
+// checks that writes reach both replicas while reads spread over them.
+func TestReplicatedKeysShareReads(t *testing.T) {
+	c := newCluster(t)
+	for i := range 3 {
+		c.startTask(fmt.Sprintf("kv-%d", i))
+	}
+	c.waitSettled(testKeys(1))
+	jobs := slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(c.agent.RPCAddr()))
+	ctx := context.Background()
+	if _, err := jobs.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{
+		Job: testJob, Config: &slicerv1.JobConfig{MinRedundancy: 2, MaxRedundancy: 2},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	keys := testKeys(20)
+	waitFor(t, "every key on two tasks whose Slicelets agree", func() bool {
+		for _, k := range keys {
+			names := c.clerk.AssignedTaskNames([]byte(k))
+			if len(names) != 2 {
+				return false
+			}
+			for name, tk := range c.tasks {
+				if tk.sl.IsAffinitizedKeyString(k) != slices.Contains(names, name) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	for _, k := range keys {
+		if err := c.client.Put(ctx, k, value(k)); err != nil {
+			t.Fatalf("put %s: %v", k, err)
+		}
+		for _, name := range c.clerk.AssignedTaskNames([]byte(k)) {
+			if !c.tasks[name].server.has(k) {
+				t.Errorf("key %s: replica %s does not hold it after a put", k, name)
+			}
+		}
+	}
+	const reads = 200
+	k := keys[0]
+	before := map[string]int64{}
+	for name, tk := range c.tasks {
+		before[name] = tk.hits.Load()
+	}
+	for range reads {
+		if v, ok, err := c.client.Get(ctx, k); err != nil || !ok || !bytes.Equal(v, value(k)) {
+			t.Fatalf("get %s = %q, %v, %v; want the value put", k, v, ok, err)
+		}
+	}
+	for _, name := range c.clerk.AssignedTaskNames([]byte(k)) {
+		// Each replica expects reads/2; a 30/70 split is far beyond chance.
+		if got := c.tasks[name].hits.Load() - before[name]; got < reads*3/10 {
+			t.Errorf("replica %s served %d of %d reads of %s; reads should spread over both replicas", name, got, reads, k)
+		}
+	}
 }
 
 func TestServerLimitsAndMissingKeys(t *testing.T) {

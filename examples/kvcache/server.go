@@ -19,8 +19,8 @@ import (
 const MaxValueBytes = 1 << 20
 
 // Server is one task of the cache: an http.Handler over an in-memory map
-// that serves only the keys its Slicelet is assigned. It is safe for
-// concurrent use.
+// that serves only the keys its Slicelet is assigned, and counts one unit
+// of load per key request through it. It is safe for concurrent use.
 type Server struct {
 	sl  *slicelet.Slicelet
 	log *slog.Logger
@@ -43,9 +43,14 @@ func NewServer(sl *slicelet.Slicelet, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{sl: sl, log: log, mux: http.NewServeMux(), entries: make(map[string]entry)}
-	s.mux.HandleFunc("GET /kv/{key}", s.get)
-	s.mux.HandleFunc("PUT /kv/{key}", s.put)
-	s.mux.HandleFunc("DELETE /kv/{key}", s.del)
+	// Every key request counts one unit of load on its key, which the
+	// Slicelet reports to slicerd so hot keys get spread out.
+	count := func(h http.HandlerFunc) http.Handler {
+		return slicelet.HTTPMiddleware(sl, func(r *http.Request) string { return r.PathValue("key") }, h)
+	}
+	s.mux.Handle("GET /kv/{key}", count(s.get))
+	s.mux.Handle("PUT /kv/{key}", count(s.put))
+	s.mux.Handle("DELETE /kv/{key}", count(s.del))
 	s.mux.HandleFunc("GET /stats", s.stats)
 	sl.AddListener(s)
 	return s

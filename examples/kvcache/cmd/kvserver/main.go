@@ -47,6 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	gossipAddr := fs.String("gossip-addr", "127.0.0.1:0", "host:port this task's gossip member binds to")
 	profile := fs.String("gossip-profile", "lan", "gossip timers: lan or local (loopback and tests)")
 	logLevel := fs.String("log-level", "info", "log verbosity: debug, info, warn or error")
+	loadWindow := fs.Duration("load-window", slicelet.DefaultLoadWindow, "how often the task reports the load it measured (one unit per key request) to slicerd")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -57,6 +58,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(stderr, "kvserver: invalid -log-level %q: use debug, info, warn or error\n", *logLevel)
+		return 2
+	}
+	if *loadWindow <= 0 {
+		fmt.Fprintf(stderr, "kvserver: invalid -load-window %v: use a positive duration such as 10s\n", *loadWindow)
 		return 2
 	}
 	if *profile != "lan" && *profile != "local" {
@@ -86,6 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		GossipAddr: *gossipAddr,
 		Join:       joins,
 		Gossip:     gcfg,
+		LoadWindow: *loadWindow,
 		Logger:     base,
 	})
 	if err != nil {

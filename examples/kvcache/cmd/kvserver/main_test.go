@@ -13,6 +13,7 @@ func TestRejectsBadFlags(t *testing.T) {
 	}{
 		{[]string{"-gossip-profile", "wan"}, "invalid -gossip-profile"},
 		{[]string{"-log-level", "loud"}, "invalid -log-level"},
+		{[]string{"-load-window", "0s"}, "invalid -load-window"},
 		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"-nope"}, "flag provided but not defined"},
 		{[]string{"-task", "bad name"}, "kvserver:"},
