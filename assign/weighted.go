@@ -51,18 +51,23 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	if err != nil {
 		return nil, Decision{}, err
 	}
+	var base []Move
+	from := prev
 	if prev == nil {
-		next := evenSplit(job, gen, tasks, cfg)
-		return next, decision(nil, next, evenSplitMoves(next, "the job has no assignment yet; splitting the key space evenly")), nil
+		from = evenSplit(job, gen, tasks, cfg)
+		base = evenSplitMoves(from, "the job has no assignment yet; splitting the key space evenly")
+	} else if !anyLive(prev, tasks) {
+		from = evenSplit(job, gen, tasks, cfg)
+		base = evenSplitMoves(from, "no task of the previous assignment is live; splitting the key space evenly")
 	}
+	if from != prev && load.Total() == 0 {
+		return from, decision(prev, from, base), nil
+	}
+	// With load, a fresh even split is balanced at once rather than one
+	// decision later: the phases below run on it as on any assignment.
 	cfg = cfg.WithDefaults()
-	// Room for what phase 5 may add, up to half the slices again.
-	room := min(max(cfg.MaxSlicesPerTask*len(tasks)-len(prev.Slices), 0), len(prev.Slices)/2)
-	p := newPlannerRoom(prev, tasks, cfg, room)
-	if p == nil {
-		next := evenSplit(job, gen, tasks, cfg)
-		return next, decision(prev, next, evenSplitMoves(next, "no task of the previous assignment is live; splitting the key space evenly")), nil
-	}
+	p := newPlanner(from, tasks, cfg)
+	p.moves = base
 	p.replaceDeparted()
 	p.enforceRedundancy()
 	p.placeJoined()
@@ -71,6 +76,11 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	} else {
 		w := newWeigher(p, load)
 		if w.hottest() >= cfg.SuppressBelow {
+			if len(w.sl) < cfg.MinSlicesPerTask*len(tasks) {
+				// Too coarse to move load in small steps (a fresh even
+				// split, say): refine first, which moves no key.
+				w.split()
+			}
 			w.merge()
 			w.moveGreedy()
 			w.split()
@@ -79,6 +89,16 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	}
 	next := p.assignment(job, gen)
 	return next, decision(prev, next, p.moves), nil
+}
+
+// anyLive reports whether a task of a is among the sorted live tasks.
+func anyLive(a *Assignment, live []Task) bool {
+	for _, t := range a.Tasks {
+		if _, ok := slices.BinarySearchFunc(live, t.Name, func(l Task, name string) int { return cmp.Compare(l.Name, name) }); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // weigher runs phases 3 to 5 over the planner's slices with measured load.
@@ -398,10 +418,120 @@ func (w *weigher) moveGreedy() {
 			}
 		}
 		if best.kind == 0 {
-			return
+			if !w.makeRoom(h, owned, hot, cold, budget) {
+				return
+			}
+			continue
 		}
 		w.apply(best, h, owned, hot, cold)
 	}
+}
+
+// makeRoomTries bounds how many of the hottest task's slices makeRoom
+// considers, hottest share first.
+const makeRoomTries = 4
+
+// makeRoom is the two-step move phase 4 falls back on when no single move
+// helps: the coldest task is too warm to take a share of one of the
+// hottest task's slices without becoming the hottest itself. It first
+// sheds some of that cold task's slices to other tasks, none of which ends
+// above the hottest task's new load, then replicates (or, at
+// MaxRedundancy, reassigns) the slice to it. It reports whether it
+// changed anything; every step lowers the hottest task's load or moves
+// load between tasks below it, so phase 4 still ends.
+func (w *weigher) makeRoom(h int32, owned [][]int32, hot, cold *taskHeap[float64], budget uint64) bool {
+	lh := w.tload[h]
+	cands := slices.Clone(owned[h])
+	slices.SortFunc(cands, func(a, b int32) int {
+		return cmp.Compare(w.sload[b]/float64(len(w.sl[b].tasks)), w.sload[a]/float64(len(w.sl[a].tasks)))
+	})
+	last := len(owned[h]) <= 1
+	for _, si := range cands[:min(len(cands), makeRoomTries)] {
+		s := &w.sl[si]
+		l := w.sload[si]
+		r := len(s.tasks)
+		if l == 0 {
+			break
+		}
+		sh := l / float64(r)
+		c := cold.bestExcept(s.tasks)
+		if c < 0 {
+			continue
+		}
+		kind, ns, hNew := AddReplica, l/float64(r+1), lh-sh+l/float64(r+1)
+		if r >= w.cfg.MaxRedundancy {
+			if last {
+				continue
+			}
+			kind, ns, hNew = Reassign, sh, lh-sh
+		}
+		// Ideally c ends no higher than h will. When h serves little
+		// but this slice, that would empty c, so settle for halving the
+		// gap to h: the move still lowers the peak, and the next round
+		// moves c's remaining load on.
+		target := max(hNew-ns, (lh-ns)/2)
+		ceiling := max(hNew, target+ns) // no task ends above this
+		if target <= 0 || w.tload[c] <= target {
+			continue // a plain move would have done; nothing to gain here
+		}
+		width := s.end - s.start
+		if w.moveChurn+width > budget {
+			continue
+		}
+		need := w.tload[c] - target
+		// The cold task's slices that can go, hottest share first, each
+		// to the coldest task that does not serve it yet.
+		var shed []int32
+		var sum float64
+		mine := slices.Clone(owned[c])
+		slices.SortFunc(mine, func(a, b int32) int {
+			return cmp.Compare(w.sload[b]/float64(len(w.sl[b].tasks)), w.sload[a]/float64(len(w.sl[a].tasks)))
+		})
+		for _, ci := range mine {
+			if ci == si || len(owned[c])-len(shed) <= 1 {
+				continue
+			}
+			cs := w.sl[ci].tasks
+			csh := w.sload[ci] / float64(len(cs))
+			if csh == 0 || sum+csh > need+target { // overshooting only moves the problem
+				continue
+			}
+			shed = append(shed, ci)
+			sum += csh
+			if sum >= need {
+				break
+			}
+		}
+		if sum < need {
+			continue
+		}
+		var cost uint64 = width
+		for _, ci := range shed {
+			cost += w.sl[ci].end - w.sl[ci].start
+		}
+		if w.moveChurn+cost > budget {
+			continue
+		}
+		moved := false
+		for _, ci := range shed {
+			cs := w.sl[ci].tasks
+			csh := w.sload[ci] / float64(len(cs))
+			d := cold.bestExcept(insertID(cs, c))
+			if d < 0 || w.tload[d]+csh >= ceiling {
+				continue
+			}
+			w.apply(candidate{kind: Reassign, slice: ci, to: d, cost: w.sl[ci].end - w.sl[ci].start}, c, owned, hot, cold)
+			moved = true
+		}
+		if w.tload[c]+ns < lh {
+			w.apply(candidate{kind: kind, slice: si, to: c, cost: width}, h, owned, hot, cold)
+			return true
+		}
+		if moved {
+			return true
+		}
+	}
+	return false
 }
 
 // apply carries out a phase-4 move of slice c.slice off task h.
@@ -414,7 +544,7 @@ func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot, cold *taskHe
 	fix := func(t int32) { hot.fix(t); cold.fix(t) }
 	switch c.kind {
 	case Reassign:
-		s.tasks = slices.Delete(s.tasks, index(s.tasks, h), index(s.tasks, h)+1)
+		s.tasks = removeID(s.tasks, h)
 		s.tasks = insertID(s.tasks, c.to)
 		w.tload[h] -= sh
 		w.tload[c.to] += sh
@@ -436,7 +566,7 @@ func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot, cold *taskHe
 		w.p.move(AddReplica, s, -1, c.to, reason)
 	case RemoveReplica:
 		ns := l / float64(r-1)
-		s.tasks = slices.Delete(s.tasks, index(s.tasks, h), index(s.tasks, h)+1)
+		s.tasks = removeID(s.tasks, h)
 		w.tload[h] -= sh
 		fix(h)
 		for _, t := range s.tasks {
@@ -464,65 +594,170 @@ func insertID(ts []int32, t int32) []int32 {
 	return append(out, ts[i:]...)
 }
 
+// removeID drops t from the sorted ids ts, reallocating like insertID.
+func removeID(ts []int32, t int32) []int32 {
+	i := index(ts, t)
+	out := make([]int32, 0, len(ts)-1)
+	out = append(out, ts[:i]...)
+	return append(out, ts[i+1:]...)
+}
+
 func removeSlice(owned [][]int32, t, si int32) {
 	if i := slices.Index(owned[t], si); i >= 0 {
 		owned[t] = slices.Delete(owned[t], i, i+1)
 	}
 }
 
-// split is phase 5: the hottest slices at or above SplitLoadFactor times
-// the mean slice load split at their load median, as many as fit below
-// MaxSlicesPerTask slices per task.
+// split is phase 5. Slices with at least SplitLoadFactor times the mean
+// slice load (measured when the phase starts) split at their load median,
+// and the halves split again while they are still that hot, hottest
+// first, as long as the job stays below MaxSlicesPerTask slices per task.
+// A job with fewer than MinSlicesPerTask slices per task then has its
+// hottest (and, among equally loaded ones, widest) slices split until it
+// reaches that count: splitting moves no key, and the finer slices are
+// what later load measurements and moves work with.
 func (w *weigher) split() {
-	room := w.cfg.MaxSlicesPerTask*len(w.p.live) - len(w.sl)
-	if room <= 0 || w.total == 0 {
+	n := len(w.p.live)
+	ceiling := w.cfg.MaxSlicesPerTask * n
+	floor := min(w.cfg.MinSlicesPerTask*n, ceiling)
+	if len(w.sl) >= ceiling || w.total == 0 {
 		return
 	}
-	threshold := w.cfg.SplitLoadFactor * w.total / float64(len(w.sl))
-	var hot []int
+	mean := w.total / float64(len(w.sl))
+	threshold := w.cfg.SplitLoadFactor * mean
+	refine := len(w.sl) < floor
+	h := &pieceHeap{}
 	for i := range w.sl {
-		if w.sload[i] >= threshold && w.sl[i].end-w.sl[i].start >= 2 {
-			hot = append(hot, i)
+		if w.sl[i].end-w.sl[i].start >= 2 && (refine || w.sload[i] >= threshold) {
+			h.items = append(h.items, piece{slice: int32(i), start: w.sl[i].start, end: w.sl[i].end, load: w.sload[i]})
 		}
 	}
-	if len(hot) == 0 {
+	h.init()
+	count := len(w.sl)
+	var done []piece // final pieces of split slices
+	split := make([]bool, len(w.sl))
+	hotReason := fmt.Sprintf("slice load is at least %g times the mean slice load %.4g; split at the load median", w.cfg.SplitLoadFactor, mean)
+	refineReason := fmt.Sprintf("the job has fewer than %d slices per task; split for finer load measurements", w.cfg.MinSlicesPerTask)
+	for count < ceiling && len(h.items) > 0 {
+		top := h.items[0]
+		hot := top.load >= threshold
+		if !hot && count >= floor {
+			break
+		}
+		h.pop()
+		at := medianKey(w.load, top.start, top.end, top.load)
+		lower := min(w.load.In(top.start, at), top.load)
+		reason := refineReason
+		if hot {
+			reason = hotReason
+		}
+		w.p.moves = append(w.p.moves, Move{Kind: Split, Start: top.start, End: top.end, Reason: reason})
+		split[top.slice] = true
+		count++
+		for _, half := range [2]piece{
+			{slice: top.slice, start: top.start, end: at, load: lower},
+			{slice: top.slice, start: at, end: top.end, load: max(top.load-lower, 0)},
+		} {
+			if half.end-half.start >= 2 {
+				h.push(half)
+			} else {
+				done = append(done, half)
+			}
+		}
+	}
+	splits := count - len(w.sl)
+	if splits == 0 {
 		return
 	}
-	if len(hot) > room {
-		slices.SortFunc(hot, func(a, b int) int {
-			if c := cmp.Compare(w.sload[b], w.sload[a]); c != 0 {
-				return c
-			}
-			return cmp.Compare(a, b)
-		})
-		hot = hot[:room]
-		slices.Sort(hot)
+	for _, p := range h.items {
+		if split[p.slice] {
+			done = append(done, p)
+		}
 	}
-	reason := fmt.Sprintf("slice load is at least %g times the mean slice load %.4g; split at the load median", w.cfg.SplitLoadFactor, w.total/float64(len(w.sl)))
-	// Widen in place from the back: every slice moves up by the number of
-	// splits below it. The halves share a task list; nothing edits it
-	// after this phase.
-	base := len(w.p.moves)
-	old := len(w.sl)
-	w.sl = slices.Grow(w.sl, len(hot))[:old+len(hot)]
-	w.sload = slices.Grow(w.sload, len(hot))[:old+len(hot)]
-	dst := len(w.sl) - 1
-	for i, k := old-1, len(hot)-1; i >= 0 && k >= 0; i-- {
-		s, l := w.sl[i], w.sload[i]
-		if hot[k] != i {
-			w.sl[dst], w.sload[dst] = s, l
-			dst--
+	slices.SortFunc(done, func(a, b piece) int { return cmp.Compare(a.start, b.start) })
+	sl := make([]wslice, 0, count)
+	sload := make([]float64, 0, count)
+	j := 0
+	for i := range w.sl {
+		if !split[i] {
+			sl = append(sl, w.sl[i])
+			sload = append(sload, w.sload[i])
 			continue
 		}
-		k--
-		at := medianKey(w.load, s.start, s.end, l)
-		w.p.moves = append(w.p.moves, Move{Kind: Split, Start: s.start, End: s.end, Reason: reason})
-		lower := w.load.In(s.start, at)
-		w.sl[dst], w.sload[dst] = wslice{start: at, end: s.end, tasks: s.tasks}, max(l-lower, 0)
-		w.sl[dst-1], w.sload[dst-1] = wslice{start: s.start, end: at, tasks: s.tasks}, lower
-		dst -= 2
+		// The pieces share the task list: later edits reallocate (see
+		// insertID and removeID).
+		for ; j < len(done) && done[j].slice == int32(i); j++ {
+			sl = append(sl, wslice{start: done[j].start, end: done[j].end, tasks: w.sl[i].tasks})
+			sload = append(sload, done[j].load)
+		}
 	}
-	slices.Reverse(w.p.moves[base:]) // recorded from the top down
+	w.sl, w.sload = sl, sload
+	// Moves were recorded hottest first; list them in key order.
+	moves := w.p.moves[len(w.p.moves)-splits:]
+	slices.SortStableFunc(moves, func(a, b Move) int { return cmp.Compare(a.Start, b.Start) })
+}
+
+// piece is a part of slice number slice that phase 5 may split further.
+type piece struct {
+	slice      int32
+	start, end SliceKey
+	load       float64
+}
+
+// pieceHeap orders pieces hottest first, then widest, then by key.
+type pieceHeap struct{ items []piece }
+
+func (h *pieceHeap) before(a, b *piece) bool {
+	if a.load != b.load {
+		return a.load > b.load
+	}
+	if wa, wb := a.end-a.start, b.end-b.start; wa != wb {
+		return wa > wb
+	}
+	return a.start < b.start
+}
+
+func (h *pieceHeap) init() {
+	for i := len(h.items)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *pieceHeap) push(p piece) {
+	h.items = append(h.items, p)
+	for i := len(h.items) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.before(&h.items[i], &h.items[parent]) {
+			break
+		}
+		h.items[i], h.items[parent] = h.items[parent], h.items[i]
+		i = parent
+	}
+}
+
+func (h *pieceHeap) pop() {
+	last := len(h.items) - 1
+	h.items[0] = h.items[last]
+	h.items = h.items[:last]
+	h.down(0)
+}
+
+func (h *pieceHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h.items) {
+			return
+		}
+		c := l
+		if r := l + 1; r < len(h.items) && h.before(&h.items[r], &h.items[l]) {
+			c = r
+		}
+		if !h.before(&h.items[c], &h.items[i]) {
+			return
+		}
+		h.items[i], h.items[c] = h.items[c], h.items[i]
+		i = c
+	}
 }
 
 // medianKey is the key that cuts [start, end), of load total, into two
@@ -550,11 +785,22 @@ func medianKey(load Load, start, end SliceKey, total float64) SliceKey {
 		part := e.Load * float64(b-a) / float64(e.End-e.Start)
 		if sum+part >= half && part > 0 {
 			frac := (half - sum) / part
-			at := a + SliceKey(math.Round(frac*float64(b-a)))
-			if at <= start || at >= end {
-				return mid
+			if at := a + SliceKey(math.Round(frac*float64(b-a))); a < at && at < b {
+				return at
 			}
-			return at
+			// The median falls on an edge of a narrow entry (a single hot
+			// key, say): cut at whichever edge balances the halves better,
+			// so the key ends up alone rather than halving empty space.
+			best, bestPeak := mid, math.Inf(1)
+			for _, c := range [2]struct {
+				at    SliceKey
+				lower float64
+			}{{a, sum}, {b, sum + part}} {
+				if peak := max(c.lower, total-c.lower); start < c.at && c.at < end && peak < bestPeak {
+					best, bestPeak = c.at, peak
+				}
+			}
+			return best
 		}
 		sum += part
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/slicerd/slicerd/assign"
@@ -64,8 +65,13 @@ type WindowResult struct {
 	Generation uint64  `json:"generation"`
 	Imbalance  float64 `json:"imbalance"`
 	Churn      float64 `json:"churn"`
-	Slices     int     `json:"slices"`
-	ComputeMS  float64 `json:"compute_ms"`
+	// KeyChurn is the fraction of the window's application keys (those
+	// with a load line) whose task set gained a task: churn counted in
+	// keys rather than in hashed width. Once hot keys sit in slices of
+	// their own, moving one costs almost no width but one whole key.
+	KeyChurn  float64 `json:"key_churn"`
+	Slices    int     `json:"slices"`
+	ComputeMS float64 `json:"compute_ms"`
 	// Tasks are the assignment's tasks: the ones Imbalance averages over.
 	Tasks      []string   `json:"tasks"`
 	Assignment []SliceOut `json:"assignment"`
@@ -81,6 +87,7 @@ type Summary struct {
 	MeanImbalance     float64 `json:"mean_imbalance"`
 	MaxImbalance      float64 `json:"max_imbalance"`
 	MeanChurn         float64 `json:"mean_churn"`
+	MeanKeyChurn      float64 `json:"mean_key_churn"`
 	MeanSlicesPerTask float64 `json:"mean_slices_per_task"`
 }
 
@@ -92,6 +99,7 @@ type Simulator struct {
 
 	windows                  int
 	sumImb, maxImb, sumChurn float64
+	sumKeyChurn              float64
 	sumSlicesPerTask         float64
 }
 
@@ -130,15 +138,17 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	if err := next.Validate(); err != nil {
 		return WindowResult{}, fmt.Errorf("%w: %s: window %d: returned an invalid assignment: %w", ErrAlgorithm, name, w.Number, err)
 	}
-	var churn float64
+	var churn, keyChurn float64
 	if s.prev != nil {
 		churn = assign.Churn(s.prev, next)
+		keyChurn = keysGained(s.prev, next, load)
 	}
 	res := WindowResult{
 		Window:     w.Number,
 		Generation: next.Generation,
 		Imbalance:  assign.Imbalance(next, load),
 		Churn:      churn,
+		KeyChurn:   keyChurn,
 		Slices:     len(next.Slices),
 		ComputeMS:  float64(elapsed.Microseconds()) / 1000,
 		Tasks:      make([]string, len(next.Tasks)),
@@ -155,6 +165,7 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	s.maxImb = max(s.maxImb, res.Imbalance)
 	if s.prev != nil {
 		s.sumChurn += churn
+		s.sumKeyChurn += keyChurn
 	}
 	s.sumSlicesPerTask += float64(len(next.Slices)) / float64(len(live))
 	s.prev = next
@@ -171,8 +182,28 @@ func (s *Simulator) Summary() Summary {
 	}
 	if s.windows > 1 {
 		sum.MeanChurn = s.sumChurn / float64(s.windows-1)
+		sum.MeanKeyChurn = s.sumKeyChurn / float64(s.windows-1)
 	}
 	return sum
+}
+
+// keysGained is the fraction of the keys in load (one entry per key) whose
+// tasks under next include one they did not have under prev.
+func keysGained(prev, next *assign.Assignment, load assign.Load) float64 {
+	if len(load) == 0 {
+		return 0
+	}
+	gained := 0
+	for _, e := range load {
+		before := prev.Slices[prev.Find(e.Start)].Tasks
+		for _, t := range next.Slices[next.Find(e.Start)].Tasks {
+			if !slices.Contains(before, t) {
+				gained++
+				break
+			}
+		}
+	}
+	return float64(gained) / float64(len(load))
 }
 
 // Replay reads the trace in r window by window, takes one decision per

@@ -349,13 +349,14 @@ func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
 	}
 	var prev []outSlice
 	var prevGen uint64
-	var sumImb, maxImb, sumChurn, sumSPT float64
+	var sumImb, maxImb, sumChurn, sumKeyChurn, sumSPT float64
 	for i, line := range lines[:len(trace)] {
 		var r struct {
 			Window     uint64   `json:"window"`
 			Generation uint64   `json:"generation"`
 			Imbalance  float64  `json:"imbalance"`
 			Churn      float64  `json:"churn"`
+			KeyChurn   float64  `json:"key_churn"`
 			Slices     int      `json:"slices"`
 			ComputeMS  *float64 `json:"compute_ms"`
 			Tasks      []string `json:"tasks"`
@@ -416,9 +417,29 @@ func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
 			t.Errorf("line %d: imbalance %v, recomputed %v", i+1, r.Imbalance, imb)
 		}
 
-		churn := 0.0
+		churn, keyChurn := 0.0, 0.0
 		if i > 0 {
 			churn = sweepChurn(prev, cur)
+			// Key churn: keys are distinct after hashing in the
+			// committed traces, so count them one by one.
+			gained := 0
+			for key := range tw.loads {
+				k := assign.HashString(key)
+				find := func(a []outSlice) []string {
+					return a[sort.Search(len(a), func(j int) bool { return a[j].end > k })].tasks
+				}
+				before := find(prev)
+				for _, name := range find(cur) {
+					if !slices.Contains(before, name) {
+						gained++
+						break
+					}
+				}
+			}
+			if len(tw.loads) > 0 {
+				keyChurn = float64(gained) / float64(len(tw.loads))
+			}
+			sumKeyChurn += keyChurn
 			same := slices.EqualFunc(prev, cur, func(a, b outSlice) bool {
 				return a.start == b.start && a.end == b.end && slices.Equal(a.tasks, b.tasks)
 			})
@@ -433,6 +454,9 @@ func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
 		if !near(churn, r.Churn) {
 			t.Errorf("line %d: churn %v, recomputed %v", i+1, r.Churn, churn)
 		}
+		if !near(keyChurn, r.KeyChurn) {
+			t.Errorf("line %d: key churn %v, recomputed %v", i+1, r.KeyChurn, keyChurn)
+		}
 		sumImb += r.Imbalance
 		maxImb = max(maxImb, r.Imbalance)
 		sumSPT += float64(len(cur)) / float64(tw.live)
@@ -445,6 +469,7 @@ func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
 	n := float64(len(trace))
 	if !s.Summary || s.Algorithm != algo || s.Windows != len(trace) || !near(s.MeanImbalance, sumImb/n) ||
 		!near(s.MaxImbalance, maxImb) || (len(trace) > 1 && !near(s.MeanChurn, sumChurn/(n-1))) ||
+		(len(trace) > 1 && !near(s.MeanKeyChurn, sumKeyChurn/(n-1))) ||
 		!near(s.MeanSlicesPerTask, sumSPT/n) {
 		t.Errorf("summary %+v; recomputed mean imbalance %v, max %v, mean churn %v, slices per task %v",
 			s, sumImb/n, maxImb, sumChurn/(n-1), sumSPT/n)
