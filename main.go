@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -299,12 +300,12 @@ func jobCommand() *cli.Command {
 				Name:      "set",
 				Usage:     "set a job's configuration (creates the job)",
 				ArgsUsage: "JOB",
-				Flags: []cli.Flag{
-					flagAddr,
-					&cli.IntFlag{Name: "min-redundancy", Value: 1, Usage: "tasks each slice is assigned to (at least 1)"},
-					&cli.IntFlag{Name: "max-redundancy", Value: 0, Usage: "most tasks a hot slice may be replicated to (default: min-redundancy)"},
-				},
-				Action: func(c *cli.Context) error { return jobSet(c) },
+				Description: "Only the flags given change; every other setting keeps its stored value (for a new job,\n" +
+					"its default). A tuning flag set to 0 restores that setting's default. Invalid values are\n" +
+					"refused and nothing is stored. See docs/operations.md for what each setting does.",
+				Flags:        jobSetFlags(),
+				OnUsageError: subcommandUsageError,
+				Action:       func(c *cli.Context) error { return jobSet(c) },
 			},
 			{
 				Name:      "watch",
@@ -339,10 +340,37 @@ func jobClient(c *cli.Context) slicerv1connect.JobServiceClient {
 }
 
 func printJob(w io.Writer, j *slicerv1.JobInfo) {
+	p := j.GetConfig()
 	fmt.Fprintf(w, "job %s\n  generation      %d\n  min redundancy  %d\n  max redundancy  %d\n  configured      %v\n  live tasks      %d\n",
-		j.GetName(), j.GetGeneration(), j.GetConfig().GetMinRedundancy(), j.GetConfig().GetMaxRedundancy(), j.GetConfigured(), len(j.GetLiveTasks()))
+		j.GetName(), j.GetGeneration(), p.GetMinRedundancy(), p.GetMaxRedundancy(), j.GetConfigured(), len(j.GetLiveTasks()))
 	for _, t := range j.GetLiveTasks() {
 		fmt.Fprintf(w, "    %-20s %s\n", t.GetName(), t.GetAddress())
+	}
+	// The effective tuning: stored zeros are the defaults.
+	cfg := assign.Config{
+		MinSlicesPerTask: int(p.GetMinSlicesPerTask()), MaxSlicesPerTask: int(p.GetMaxSlicesPerTask()),
+		MergeChurn: p.GetMergeChurn(), MoveChurn: p.GetMoveChurn(),
+		MergeLoadFactor: p.GetMergeLoadFactor(), SplitLoadFactor: p.GetSplitLoadFactor(), SuppressBelow: p.GetSuppressBelow(),
+	}.WithDefaults()
+	def := assign.DefaultConfig()
+	fmt.Fprintf(w, "  tuning\n")
+	for _, f := range []struct {
+		name       string
+		value, std float64
+	}{
+		{"min slices per task", float64(cfg.MinSlicesPerTask), float64(def.MinSlicesPerTask)},
+		{"max slices per task", float64(cfg.MaxSlicesPerTask), float64(def.MaxSlicesPerTask)},
+		{"merge churn", cfg.MergeChurn, def.MergeChurn},
+		{"move churn", cfg.MoveChurn, def.MoveChurn},
+		{"merge load factor", cfg.MergeLoadFactor, def.MergeLoadFactor},
+		{"split load factor", cfg.SplitLoadFactor, def.SplitLoadFactor},
+		{"suppress below", cfg.SuppressBelow, def.SuppressBelow},
+	} {
+		note := ""
+		if f.value == f.std {
+			note = " (default)"
+		}
+		fmt.Fprintf(w, "    %-20s %g%s\n", f.name, f.value, note)
 	}
 }
 
@@ -380,28 +408,99 @@ func jobGet(c *cli.Context) error {
 	return nil
 }
 
+// jobSetFlags are the flags of 'job set': one per field of the job's
+// configuration. None has a default of its own; an absent flag keeps the
+// stored value.
+func jobSetFlags() []cli.Flag {
+	d := assign.DefaultConfig()
+	return []cli.Flag{
+		flagAddr,
+		&cli.IntFlag{Name: "min-redundancy", DefaultText: "unchanged", Usage: "tasks each slice is assigned to, when that many are live (1-64)"},
+		&cli.IntFlag{Name: "max-redundancy", DefaultText: "unchanged", Usage: "most tasks a hot slice may be replicated to (min-redundancy to 64)"},
+		&cli.IntFlag{Name: "min-slices-per-task", DefaultText: "unchanged", Usage: fmt.Sprintf("merge cold slices only while the job has more slices per task than this; 0 means %d", d.MinSlicesPerTask)},
+		&cli.IntFlag{Name: "max-slices-per-task", DefaultText: "unchanged", Usage: fmt.Sprintf("split hot slices only while the job has fewer slices per task than this; 0 means %d", d.MaxSlicesPerTask)},
+		&cli.Float64Flag{Name: "merge-churn", DefaultText: "unchanged", Usage: fmt.Sprintf("fraction of the key space merging may move per decision, 0-1; 0 means %g", d.MergeChurn)},
+		&cli.Float64Flag{Name: "move-churn", DefaultText: "unchanged", Usage: fmt.Sprintf("fraction of the key space load-balancing moves may move per decision, 0-1; 0 means %g", d.MoveChurn)},
+		&cli.Float64Flag{Name: "merge-load-factor", DefaultText: "unchanged", Usage: fmt.Sprintf("merge two adjacent slices only if their load is below this times the mean slice load; 0 means %g", d.MergeLoadFactor)},
+		&cli.Float64Flag{Name: "split-load-factor", DefaultText: "unchanged", Usage: fmt.Sprintf("split a slice whose load is at least this times the mean slice load (above 1); 0 means %g", d.SplitLoadFactor)},
+		&cli.Float64Flag{Name: "suppress-below", DefaultText: "unchanged", Usage: "leave the job alone while its hottest task's load per second is below this; 0 means never"},
+	}
+}
+
+// uintFlag reads a count flag that must fit a uint32.
+func uintFlag(c *cli.Context, name string) (uint32, error) {
+	v := c.Int(name)
+	if v < 0 {
+		return 0, usageError("invalid --%s %d: it cannot be negative", name, v)
+	}
+	if int64(v) > math.MaxUint32 {
+		return 0, usageError("invalid --%s %d: it is far above any limit; see 'slicerd job set --help'", name, v)
+	}
+	return uint32(v), nil
+}
+
+// mergeConfigFlags overlays the flags given on p, the stored configuration.
+func mergeConfigFlags(c *cli.Context, p *slicerv1.JobConfig) error {
+	counts := []struct {
+		name string
+		dst  *uint32
+	}{
+		{"min-redundancy", &p.MinRedundancy}, {"max-redundancy", &p.MaxRedundancy},
+		{"min-slices-per-task", &p.MinSlicesPerTask}, {"max-slices-per-task", &p.MaxSlicesPerTask},
+	}
+	for _, f := range counts {
+		if !c.IsSet(f.name) {
+			continue
+		}
+		v, err := uintFlag(c, f.name)
+		if err != nil {
+			return err
+		}
+		*f.dst = v
+	}
+	for _, f := range []struct {
+		name string
+		dst  *float64
+	}{
+		{"merge-churn", &p.MergeChurn}, {"move-churn", &p.MoveChurn}, {"merge-load-factor", &p.MergeLoadFactor},
+		{"split-load-factor", &p.SplitLoadFactor}, {"suppress-below", &p.SuppressBelow},
+	} {
+		if c.IsSet(f.name) {
+			*f.dst = c.Float64(f.name)
+		}
+	}
+	if c.IsSet("min-redundancy") && !c.IsSet("max-redundancy") && p.MinRedundancy > p.MaxRedundancy {
+		return usageError("--min-redundancy %d is above the job's max redundancy %d; give --max-redundancy as well", p.MinRedundancy, p.MaxRedundancy)
+	}
+	return nil
+}
+
+// jobSet reads the job's stored configuration, changes the fields whose
+// flags were given, and stores the result; the Assigner validates it.
 func jobSet(c *cli.Context) error {
 	job, err := jobArg(c)
 	if err != nil {
 		return err
 	}
-	minR, maxR := c.Int("min-redundancy"), c.Int("max-redundancy")
-	if maxR == 0 {
-		maxR = minR
-	}
-	if minR < 0 || maxR < 0 {
-		return usageError("redundancy cannot be negative (got min %d, max %d)", minR, maxR)
-	}
 	ctx, cancel := rpcContext(c)
 	defer cancel()
-	resp, err := jobClient(c).SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{
-		Job:    job,
-		Config: &slicerv1.JobConfig{MinRedundancy: uint32(minR), MaxRedundancy: uint32(maxR)},
-	}))
+	client := jobClient(c)
+	cfg := api.ConfigToProto(assign.Config{MinRedundancy: 1, MaxRedundancy: 1})
+	resp, err := client.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
+	switch {
+	case err == nil && resp.Msg.GetJob().GetConfig() != nil:
+		cfg = resp.Msg.GetJob().GetConfig()
+	case err != nil && connect.CodeOf(err) != connect.CodeNotFound:
+		return rpcError(c, err)
+	}
+	if err := mergeConfigFlags(c, cfg); err != nil {
+		return err
+	}
+	set, err := client.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: job, Config: cfg}))
 	if err != nil {
 		return rpcError(c, err)
 	}
-	printJob(c.App.Writer, resp.Msg.GetJob())
+	printJob(c.App.Writer, set.Msg.GetJob())
 	return nil
 }
 

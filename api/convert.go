@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"math"
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
@@ -51,19 +52,59 @@ func FromProto(p *slicerv1.Assignment) (*assign.Assignment, error) {
 	return a, nil
 }
 
-// ConfigToProto converts a job configuration to its wire form.
+// ConfigToProto converts a job configuration to its wire form. Tuning
+// fields keep their stored value, zero meaning the default.
 func ConfigToProto(c assign.Config) *slicerv1.JobConfig {
-	return &slicerv1.JobConfig{MinRedundancy: uint32(c.MinRedundancy), MaxRedundancy: uint32(c.MaxRedundancy)}
+	return &slicerv1.JobConfig{
+		MinRedundancy:    clampUint32(c.MinRedundancy),
+		MaxRedundancy:    clampUint32(c.MaxRedundancy),
+		MinSlicesPerTask: clampUint32(c.MinSlicesPerTask),
+		MaxSlicesPerTask: clampUint32(c.MaxSlicesPerTask),
+		MergeChurn:       c.MergeChurn,
+		MoveChurn:        c.MoveChurn,
+		MergeLoadFactor:  c.MergeLoadFactor,
+		SplitLoadFactor:  c.SplitLoadFactor,
+		SuppressBelow:    c.SuppressBelow,
+	}
+}
+
+// clampUint32 keeps an out-of-range count out of the wire form; a valid
+// configuration never has one.
+func clampUint32(n int) uint32 {
+	return uint32(min(max(n, 0), math.MaxUint32))
 }
 
 // ConfigFromProto converts and validates a wire job configuration.
 func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 	if p == nil {
-		return assign.Config{}, fmt.Errorf("%w: request has no config", assign.ErrInvalidConfig)
+		return assign.Config{}, fmt.Errorf("%w: request has no config; send at least min_redundancy and max_redundancy", assign.ErrInvalidConfig)
 	}
-	c := assign.Config{MinRedundancy: int(p.GetMinRedundancy()), MaxRedundancy: int(p.GetMaxRedundancy())}
+	// Checked before the conversion to int, which could wrap on 32-bit
+	// platforms; Validate checks everything else.
 	if p.GetMinRedundancy() > assign.MaxRedundancyLimit || p.GetMaxRedundancy() > assign.MaxRedundancyLimit {
 		return assign.Config{}, fmt.Errorf("%w: redundancy %d/%d is above the limit of %d", assign.ErrInvalidConfig, p.GetMinRedundancy(), p.GetMaxRedundancy(), assign.MaxRedundancyLimit)
 	}
-	return c, c.Validate()
+	for _, f := range []struct {
+		name string
+		v    uint32
+	}{{"min slices per task", p.GetMinSlicesPerTask()}, {"max slices per task", p.GetMaxSlicesPerTask()}} {
+		if f.v > assign.MaxSlicesPerTaskLimit {
+			return assign.Config{}, fmt.Errorf("%w: %s %d is above the limit of %d", assign.ErrInvalidConfig, f.name, f.v, assign.MaxSlicesPerTaskLimit)
+		}
+	}
+	c := assign.Config{
+		MinRedundancy:    int(p.GetMinRedundancy()),
+		MaxRedundancy:    int(p.GetMaxRedundancy()),
+		MinSlicesPerTask: int(p.GetMinSlicesPerTask()),
+		MaxSlicesPerTask: int(p.GetMaxSlicesPerTask()),
+		MergeChurn:       p.GetMergeChurn(),
+		MoveChurn:        p.GetMoveChurn(),
+		MergeLoadFactor:  p.GetMergeLoadFactor(),
+		SplitLoadFactor:  p.GetSplitLoadFactor(),
+		SuppressBelow:    p.GetSuppressBelow(),
+	}
+	if err := c.Validate(); err != nil {
+		return assign.Config{}, err
+	}
+	return c, nil
 }

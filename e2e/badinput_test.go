@@ -114,15 +114,22 @@ func TestBadInputKeepsAssignment(t *testing.T) {
 	}
 
 	// Invalid job configurations change nothing.
-	for _, args := range [][]string{
-		{"--min-redundancy", "0"},
-		{"--min-redundancy", "3", "--max-redundancy", "2"},
-		{"--min-redundancy", "1", "--max-redundancy", "1000"},
-		{"--min-redundancy", "-1"},
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--min-redundancy", "0"}, "redundancy"},
+		{[]string{"--min-redundancy", "3", "--max-redundancy", "2"}, "redundancy"},
+		{[]string{"--min-redundancy", "1", "--max-redundancy", "1000"}, "redundancy"},
+		{[]string{"--min-redundancy", "-1"}, "redundancy"},
+		{[]string{"--move-churn", "2"}, "move churn is 2"},
+		{[]string{"--split-load-factor", "0.5"}, "split load factor"},
+		{[]string{"--min-slices-per-task", "500", "--max-slices-per-task", "100"}, "below min slices per task"},
+		{[]string{"--suppress-below", "-5"}, "suppress below"},
 	} {
-		code, out := runSlicerd(t, append([]string{"job", "set", "--addr", node.rpcAddr}, append(args, "kv")...)...)
-		if code == 0 || !strings.Contains(strings.ToLower(out), "redundancy") {
-			t.Errorf("job set kv %v: exit %d, output:\n%s", args, code, out)
+		code, out := runSlicerd(t, append([]string{"job", "set", "--addr", node.rpcAddr}, append(tc.args, "kv")...)...)
+		if code == 0 || !strings.Contains(strings.ToLower(out), tc.want) {
+			t.Errorf("job set kv %v: exit %d, output:\n%s\nwant a failure mentioning %q", tc.args, code, out, tc.want)
 		}
 	}
 	code, out = runSlicerd(t, "job", "set", "--addr", node.rpcAddr, "Bad/Job")
@@ -130,7 +137,7 @@ func TestBadInputKeepsAssignment(t *testing.T) {
 		t.Errorf("job set with a bad name: exit %d, output:\n%s", code, out)
 	}
 	code, out = runSlicerd(t, "job", "get", "--addr", node.rpcAddr, "kv")
-	if code != 0 || !strings.Contains(out, "min redundancy  1") {
+	if code != 0 || !strings.Contains(out, "min redundancy  1") || !strings.Contains(out, "move churn           0.09 (default)") {
 		t.Errorf("job get kv after bad sets: exit %d, output:\n%s", code, out)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
@@ -324,6 +325,23 @@ func TestJobService(t *testing.T) {
 			t.Errorf("SetJobConfig(%q, %d, %d) = %v, want INVALID_ARGUMENT mentioning %q", tc.job, tc.min, tc.max, err, tc.want)
 		}
 	}
+	for _, tc := range []struct {
+		cfg  *slicerv1.JobConfig
+		want string
+	}{
+		{&slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1, MoveChurn: 2}, "move churn is 2"},
+		{&slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1, SplitLoadFactor: 0.5}, "split load factor"},
+		{&slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1, MinSlicesPerTask: 200, MaxSlicesPerTask: 100}, "below min slices per task"},
+		{&slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1, SuppressBelow: -1}, "suppress below"},
+	} {
+		_, err := jobs.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: tc.cfg}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("SetJobConfig(%v) = %v, want INVALID_ARGUMENT mentioning %q", tc.cfg, err, tc.want)
+		}
+	}
+	if got, err := jobs.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: "kv"})); err != nil || got.Msg.GetJob().GetConfigured() {
+		t.Errorf("after invalid configs, GetJob = %v, %v; want the job unconfigured", got, err)
+	}
 	_, err := jobs.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: "missing"}))
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("GetJob(missing) = %v, want NOT_FOUND", err)
@@ -354,6 +372,19 @@ func TestJobService(t *testing.T) {
 		t.Errorf("ListJobs = %v, %v", list.Msg.GetJobs(), err)
 	}
 
+	// Every field of the configuration round-trips through the store.
+	tuned := &slicerv1.JobConfig{
+		MinRedundancy: 2, MaxRedundancy: 3, MinSlicesPerTask: 20, MaxSlicesPerTask: 60,
+		MergeChurn: 0.02, MoveChurn: 0.2, MergeLoadFactor: 0.5, SplitLoadFactor: 3, SuppressBelow: 7.5,
+	}
+	if _, err := jobs.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: tuned})); err != nil {
+		t.Fatal(err)
+	}
+	got, err := jobs.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: "kv"}))
+	if err != nil || !proto.Equal(got.Msg.GetJob().GetConfig(), tuned) {
+		t.Errorf("GetJob config = %v, %v; want %v", got.Msg.GetJob().GetConfig(), err, tuned)
+	}
+
 	// The config survives a restart.
 	store, err := storage.OpenDataDir(dir, storage.BoltOptions{ReadOnly: true, LockTimeout: 50 * time.Millisecond})
 	if !errors.Is(err, storage.ErrLocked) {
@@ -361,6 +392,16 @@ func TestJobService(t *testing.T) {
 		if store != nil {
 			store.Close()
 		}
+	}
+	node.stop(t)
+	store, err = storage.OpenDataDir(dir, storage.BoltOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	rec, err := store.Load(ctx, "kv")
+	if want, _ := api.ConfigFromProto(tuned); err != nil || rec.Config != want || !rec.Configured {
+		t.Errorf("stored config %+v (configured %v), %v; want %+v", rec.Config, rec.Configured, err, want)
 	}
 }
 

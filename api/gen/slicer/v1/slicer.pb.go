@@ -218,7 +218,10 @@ func (x *Assignment) GetSlices() []*Slice {
 	return nil
 }
 
-// JobConfig is a job's sharding configuration.
+// JobConfig is a job's sharding configuration. Every field after the
+// redundancies tunes the weighted-move algorithm (docs/algorithm.md); 0
+// there means the default, so a configuration written before a field
+// existed keeps working.
 type JobConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Tasks each slice is assigned to, when that many are live. At least 1.
@@ -226,6 +229,27 @@ type JobConfig struct {
 	// Most tasks a hot slice may be replicated to. At least min_redundancy,
 	// at most 64.
 	MaxRedundancy uint32 `protobuf:"varint,2,opt,name=max_redundancy,json=maxRedundancy,proto3" json:"max_redundancy,omitempty"`
+	// Cold adjacent slices merge only while the job has more than this many
+	// slices per live task. At most 10000; default 50.
+	MinSlicesPerTask uint32 `protobuf:"varint,3,opt,name=min_slices_per_task,json=minSlicesPerTask,proto3" json:"min_slices_per_task,omitempty"`
+	// Hot slices split only while the job has fewer than this many slices per
+	// live task. At most 10000 and at least min_slices_per_task; default 150.
+	MaxSlicesPerTask uint32 `protobuf:"varint,4,opt,name=max_slices_per_task,json=maxSlicesPerTask,proto3" json:"max_slices_per_task,omitempty"`
+	// Fraction of the key space merging may move in one decision, in [0, 1];
+	// default 0.01.
+	MergeChurn float64 `protobuf:"fixed64,5,opt,name=merge_churn,json=mergeChurn,proto3" json:"merge_churn,omitempty"`
+	// Fraction of the key space the load-balancing moves may move in one
+	// decision, in [0, 1]; default 0.09.
+	MoveChurn float64 `protobuf:"fixed64,6,opt,name=move_churn,json=moveChurn,proto3" json:"move_churn,omitempty"`
+	// Two adjacent slices merge only if their combined load is below this
+	// times the mean slice load. In [0, 1e6]; default 1.
+	MergeLoadFactor float64 `protobuf:"fixed64,7,opt,name=merge_load_factor,json=mergeLoadFactor,proto3" json:"merge_load_factor,omitempty"`
+	// A slice splits when its load is at least this times the mean slice
+	// load. Above 1 and at most 1e6; default 2.
+	SplitLoadFactor float64 `protobuf:"fixed64,8,opt,name=split_load_factor,json=splitLoadFactor,proto3" json:"split_load_factor,omitempty"`
+	// Load per second below which the hottest task is left alone: no merge,
+	// move or split. In [0, 1e15]; 0 (the default) never suppresses.
+	SuppressBelow float64 `protobuf:"fixed64,9,opt,name=suppress_below,json=suppressBelow,proto3" json:"suppress_below,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -270,6 +294,55 @@ func (x *JobConfig) GetMinRedundancy() uint32 {
 func (x *JobConfig) GetMaxRedundancy() uint32 {
 	if x != nil {
 		return x.MaxRedundancy
+	}
+	return 0
+}
+
+func (x *JobConfig) GetMinSlicesPerTask() uint32 {
+	if x != nil {
+		return x.MinSlicesPerTask
+	}
+	return 0
+}
+
+func (x *JobConfig) GetMaxSlicesPerTask() uint32 {
+	if x != nil {
+		return x.MaxSlicesPerTask
+	}
+	return 0
+}
+
+func (x *JobConfig) GetMergeChurn() float64 {
+	if x != nil {
+		return x.MergeChurn
+	}
+	return 0
+}
+
+func (x *JobConfig) GetMoveChurn() float64 {
+	if x != nil {
+		return x.MoveChurn
+	}
+	return 0
+}
+
+func (x *JobConfig) GetMergeLoadFactor() float64 {
+	if x != nil {
+		return x.MergeLoadFactor
+	}
+	return 0
+}
+
+func (x *JobConfig) GetSplitLoadFactor() float64 {
+	if x != nil {
+		return x.SplitLoadFactor
+	}
+	return 0
+}
+
+func (x *JobConfig) GetSuppressBelow() float64 {
+	if x != nil {
+		return x.SuppressBelow
 	}
 	return 0
 }
@@ -1027,10 +1100,19 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12%\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12(\n" +
-	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\"Y\n" +
+	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\"\xf6\x02\n" +
 	"\tJobConfig\x12%\n" +
 	"\x0emin_redundancy\x18\x01 \x01(\rR\rminRedundancy\x12%\n" +
-	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\"U\n" +
+	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\x12-\n" +
+	"\x13min_slices_per_task\x18\x03 \x01(\rR\x10minSlicesPerTask\x12-\n" +
+	"\x13max_slices_per_task\x18\x04 \x01(\rR\x10maxSlicesPerTask\x12\x1f\n" +
+	"\vmerge_churn\x18\x05 \x01(\x01R\n" +
+	"mergeChurn\x12\x1d\n" +
+	"\n" +
+	"move_churn\x18\x06 \x01(\x01R\tmoveChurn\x12*\n" +
+	"\x11merge_load_factor\x18\a \x01(\x01R\x0fmergeLoadFactor\x12*\n" +
+	"\x11split_load_factor\x18\b \x01(\x01R\x0fsplitLoadFactor\x12%\n" +
+	"\x0esuppress_below\x18\t \x01(\x01R\rsuppressBelow\"U\n" +
 	"\x16WatchAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
 	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\"P\n" +

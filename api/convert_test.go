@@ -1,0 +1,109 @@
+package api
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+)
+
+func TestConfigRoundTrip(t *testing.T) {
+	for name, c := range map[string]assign.Config{
+		"defaults pinned":    assign.DefaultConfig(),
+		"zeros mean default": {MinRedundancy: 1, MaxRedundancy: 1},
+		"every field": {
+			MinRedundancy: 2, MaxRedundancy: 5, MinSlicesPerTask: 20, MaxSlicesPerTask: 300,
+			MergeChurn: 0.02, MoveChurn: 0.15, MergeLoadFactor: 0.5, SplitLoadFactor: 3, SuppressBelow: 1000,
+		},
+		"limits": {
+			MinRedundancy: assign.MaxRedundancyLimit, MaxRedundancy: assign.MaxRedundancyLimit,
+			MinSlicesPerTask: assign.MaxSlicesPerTaskLimit, MaxSlicesPerTask: assign.MaxSlicesPerTaskLimit,
+			MergeChurn: 1, MoveChurn: 1, MergeLoadFactor: 1e6, SplitLoadFactor: 1e6, SuppressBelow: assign.MaxLoad,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			// Through the wire encoding, as a client and server see it.
+			b, err := proto.Marshal(ConfigToProto(c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p slicerv1.JobConfig
+			if err := proto.Unmarshal(b, &p); err != nil {
+				t.Fatal(err)
+			}
+			got, err := ConfigFromProto(&p)
+			if err != nil {
+				t.Fatalf("ConfigFromProto: %v", err)
+			}
+			if got != c {
+				t.Errorf("round trip:\n got %+v\nwant %+v", got, c)
+			}
+		})
+	}
+}
+
+func TestConfigFromProtoRejects(t *testing.T) {
+	valid := func() *slicerv1.JobConfig { return &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 2} }
+	for name, tc := range map[string]struct {
+		edit func(*slicerv1.JobConfig)
+		want string
+	}{
+		"min redundancy 0":      {func(p *slicerv1.JobConfig) { p.MinRedundancy = 0 }, "min redundancy is 0"},
+		"max below min":         {func(p *slicerv1.JobConfig) { p.MinRedundancy = 3 }, "below min redundancy"},
+		"redundancy too high":   {func(p *slicerv1.JobConfig) { p.MaxRedundancy = 1 << 31 }, "above the limit"},
+		"min slices too high":   {func(p *slicerv1.JobConfig) { p.MinSlicesPerTask = math.MaxUint32 }, "min slices per task"},
+		"max slices too high":   {func(p *slicerv1.JobConfig) { p.MaxSlicesPerTask = 10001 }, "max slices per task"},
+		"max slices below min":  {func(p *slicerv1.JobConfig) { p.MinSlicesPerTask, p.MaxSlicesPerTask = 100, 60 }, "below min slices per task"},
+		"max slices below dflt": {func(p *slicerv1.JobConfig) { p.MaxSlicesPerTask = 10 }, "below min slices per task 50"},
+		"merge churn above 1":   {func(p *slicerv1.JobConfig) { p.MergeChurn = 1.5 }, "merge churn"},
+		"move churn negative":   {func(p *slicerv1.JobConfig) { p.MoveChurn = -0.1 }, "move churn"},
+		"move churn NaN":        {func(p *slicerv1.JobConfig) { p.MoveChurn = math.NaN() }, "move churn"},
+		"merge factor infinite": {func(p *slicerv1.JobConfig) { p.MergeLoadFactor = math.Inf(1) }, "merge load factor"},
+		"split factor at 1":     {func(p *slicerv1.JobConfig) { p.SplitLoadFactor = 1 }, "split load factor"},
+		"suppress negative":     {func(p *slicerv1.JobConfig) { p.SuppressBelow = -1 }, "suppress below"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := valid()
+			tc.edit(p)
+			_, err := ConfigFromProto(p)
+			if !errors.Is(err, assign.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ConfigFromProto(%v) = %v, want ErrInvalidConfig mentioning %q", p, err, tc.want)
+			}
+		})
+	}
+	if _, err := ConfigFromProto(nil); !errors.Is(err, assign.ErrInvalidConfig) {
+		t.Errorf("ConfigFromProto(nil) = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// FuzzConfigFromProto: whatever arrives on the wire is either rejected or
+// a configuration that validates and survives a round trip unchanged.
+func FuzzConfigFromProto(f *testing.F) {
+	f.Add(uint32(1), uint32(1), uint32(0), uint32(0), 0.0, 0.0, 0.0, 0.0, 0.0)
+	f.Add(uint32(2), uint32(3), uint32(50), uint32(150), 0.01, 0.09, 1.0, 2.0, 100.0)
+	f.Add(uint32(0), uint32(70), uint32(20000), uint32(1), -1.0, math.NaN(), math.Inf(1), 0.5, -3.0)
+	f.Fuzz(func(t *testing.T, minR, maxR, minS, maxS uint32, mergeC, moveC, mergeF, splitF, suppress float64) {
+		p := &slicerv1.JobConfig{
+			MinRedundancy: minR, MaxRedundancy: maxR, MinSlicesPerTask: minS, MaxSlicesPerTask: maxS,
+			MergeChurn: mergeC, MoveChurn: moveC, MergeLoadFactor: mergeF, SplitLoadFactor: splitF, SuppressBelow: suppress,
+		}
+		c, err := ConfigFromProto(p)
+		if err != nil {
+			if !errors.Is(err, assign.ErrInvalidConfig) {
+				t.Fatalf("error %v is not ErrInvalidConfig", err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("accepted %+v that does not validate: %v", c, err)
+		}
+		if back := ConfigToProto(c); !proto.Equal(back, p) {
+			t.Fatalf("round trip changed %v to %v", p, back)
+		}
+	})
+}
