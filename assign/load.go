@@ -101,6 +101,17 @@ func (l Load) In(start, end SliceKey) float64 {
 	return sum
 }
 
+// covers reports whether a single entry of l spans all of [start, end).
+func (l Load) covers(start, end SliceKey) bool {
+	i, _ := slices.BinarySearchFunc(l, start, func(e LoadEntry, k SliceKey) int {
+		if e.End <= k {
+			return -1
+		}
+		return 1
+	})
+	return i < len(l) && l[i].Start <= start && l[i].End >= end
+}
+
 // TaskLoads returns the load each task of a carries under l, indexed like
 // a.Tasks. A slice's load is shared evenly among the tasks serving it.
 func TaskLoads(a *Assignment, l Load) []float64 {

@@ -634,10 +634,8 @@ func (w *weigher) split() {
 	}
 	h.init()
 	count := len(w.sl)
-	var done []piece // final pieces of split slices
-	split := make([]bool, len(w.sl))
-	hotReason := fmt.Sprintf("slice load is at least %g times the mean slice load %.4g; split at the load median", w.cfg.SplitLoadFactor, mean)
-	refineReason := fmt.Sprintf("the job has fewer than %d slices per task; split for finer load measurements", w.cfg.MinSlicesPerTask)
+	var done []piece                 // final pieces of split slices
+	split := make([]int8, len(w.sl)) // 1: split while hot; 2: only to refine
 	for count < ceiling && len(h.items) > 0 {
 		top := h.items[0]
 		hot := top.load >= threshold
@@ -645,45 +643,58 @@ func (w *weigher) split() {
 			break
 		}
 		h.pop()
-		at := medianKey(w.load, top.start, top.end, top.load)
-		lower := min(w.load.In(top.start, at), top.load)
-		reason := refineReason
-		if hot {
-			reason = hotReason
+		at, lower := medianKey(w.load, top.start, top.end, top.load)
+		lower = min(lower, top.load)
+		// When one measurement covers the whole piece, its halves' loads
+		// are only the even-spread estimate: splitting them again would
+		// learn nothing until the next window measures them (the paper
+		// splits a hot slice once per decision). Refining to the minimum
+		// slice count still may.
+		final := count+1 >= floor && w.load.covers(top.start, top.end)
+		if split[top.slice] == 0 {
+			split[top.slice] = 2
 		}
-		w.p.moves = append(w.p.moves, Move{Kind: Split, Start: top.start, End: top.end, Reason: reason})
-		split[top.slice] = true
+		if hot {
+			split[top.slice] = 1
+		}
 		count++
 		for _, half := range [2]piece{
 			{slice: top.slice, start: top.start, end: at, load: lower},
 			{slice: top.slice, start: at, end: top.end, load: max(top.load-lower, 0)},
 		} {
-			if half.end-half.start >= 2 {
+			if half.end-half.start >= 2 && !final {
 				h.push(half)
 			} else {
 				done = append(done, half)
 			}
 		}
 	}
-	splits := count - len(w.sl)
-	if splits == 0 {
+	if count == len(w.sl) {
 		return
 	}
 	for _, p := range h.items {
-		if split[p.slice] {
+		if split[p.slice] != 0 {
 			done = append(done, p)
 		}
 	}
 	slices.SortFunc(done, func(a, b piece) int { return cmp.Compare(a.start, b.start) })
+	hotReason := fmt.Sprintf("slice load is at least %g times the mean slice load %.4g; split at load medians until each piece is below that or the job has %d slices per task",
+		w.cfg.SplitLoadFactor, mean, w.cfg.MaxSlicesPerTask)
+	refineReason := fmt.Sprintf("the job has fewer than %d slices per task; split for finer load measurements", w.cfg.MinSlicesPerTask)
 	sl := make([]wslice, 0, count)
 	sload := make([]float64, 0, count)
 	j := 0
 	for i := range w.sl {
-		if !split[i] {
+		if split[i] == 0 {
 			sl = append(sl, w.sl[i])
 			sload = append(sload, w.sload[i])
 			continue
 		}
+		reason := hotReason
+		if split[i] == 2 {
+			reason = refineReason
+		}
+		w.p.moves = append(w.p.moves, Move{Kind: Split, Start: w.sl[i].start, End: w.sl[i].end, Reason: reason})
 		// The pieces share the task list: later edits reallocate (see
 		// insertID and removeID).
 		for ; j < len(done) && done[j].slice == int32(i); j++ {
@@ -692,9 +703,6 @@ func (w *weigher) split() {
 		}
 	}
 	w.sl, w.sload = sl, sload
-	// Moves were recorded hottest first; list them in key order.
-	moves := w.p.moves[len(w.p.moves)-splits:]
-	slices.SortStableFunc(moves, func(a, b Move) int { return cmp.Compare(a.Start, b.Start) })
 }
 
 // piece is a part of slice number slice that phase 5 may split further.
@@ -763,10 +771,10 @@ func (h *pieceHeap) down(i int) {
 // medianKey is the key that cuts [start, end), of load total, into two
 // halves of equal load, taking load as even within each entry; it falls
 // back to the midpoint when the median is an end of the range.
-func medianKey(load Load, start, end SliceKey, total float64) SliceKey {
+func medianKey(load Load, start, end SliceKey, total float64) (SliceKey, float64) {
 	mid := start + (end-start)/2
 	if total <= 0 {
-		return mid
+		return mid, 0
 	}
 	i, _ := slices.BinarySearchFunc(load, start, func(e LoadEntry, k SliceKey) int {
 		if e.End <= k {
@@ -786,23 +794,26 @@ func medianKey(load Load, start, end SliceKey, total float64) SliceKey {
 		if sum+part >= half && part > 0 {
 			frac := (half - sum) / part
 			if at := a + SliceKey(math.Round(frac*float64(b-a))); a < at && at < b {
-				return at
+				return at, sum + e.Load*float64(at-a)/float64(e.End-e.Start)
 			}
 			// The median falls on an edge of a narrow entry (a single hot
 			// key, say): cut at whichever edge balances the halves better,
 			// so the key ends up alone rather than halving empty space.
-			best, bestPeak := mid, math.Inf(1)
+			best, bestLower, bestPeak := mid, -1.0, math.Inf(1)
 			for _, c := range [2]struct {
 				at    SliceKey
 				lower float64
 			}{{a, sum}, {b, sum + part}} {
 				if peak := max(c.lower, total-c.lower); start < c.at && c.at < end && peak < bestPeak {
-					best, bestPeak = c.at, peak
+					best, bestLower, bestPeak = c.at, c.lower, peak
 				}
 			}
-			return best
+			if bestLower < 0 {
+				return mid, load.In(start, mid)
+			}
+			return best, bestLower
 		}
 		sum += part
 	}
-	return mid
+	return mid, load.In(start, mid)
 }

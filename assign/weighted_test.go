@@ -1,6 +1,7 @@
 package assign
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -244,16 +245,33 @@ func TestWeightedMoveHotKey(t *testing.T) {
 
 func TestMedianKey(t *testing.T) {
 	l := Load{{Start: 0, End: 100, Load: 10}, {Start: 100, End: 200, Load: 30}}
-	if got := medianKey(l, 0, 200, 40); got < 125 || got > 135 {
-		t.Errorf("medianKey = %d, want about 133", got)
+	if got, lower := medianKey(l, 0, 200, 40); got < 125 || got > 135 || math.Abs(lower-l.In(0, got)) > 1e-9 {
+		t.Errorf("medianKey = %d (lower %g), want about 133 with lower %g", got, lower, l.In(0, got))
 	}
-	if got := medianKey(nil, 0, 200, 0); got != 100 {
-		t.Errorf("no load: medianKey = %d, want the midpoint 100", got)
+	if got, lower := medianKey(nil, 0, 200, 0); got != 100 || lower != 0 {
+		t.Errorf("no load: medianKey = %d, %g; want the midpoint 100, 0", got, lower)
 	}
 	// All load on the first key: the cut isolates it.
 	one := Load{{Start: 0, End: 1, Load: 5}}
-	if got := medianKey(one, 0, 200, 5); got != 1 {
-		t.Errorf("hot first key: medianKey = %d, want 1 (the key alone)", got)
+	if got, lower := medianKey(one, 0, 200, 5); got != 1 || lower != 5 {
+		t.Errorf("hot first key: medianKey = %d, %g; want 1, 5 (the key alone)", got, lower)
+	}
+	// A hot key inside the range: the cut is at one of its edges, so two
+	// splits leave it alone in a slice.
+	mid := Load{{Start: 50, End: 51, Load: 5}}
+	got, lower := medianKey(mid, 0, 200, 5)
+	if got != 50 && got != 51 {
+		t.Fatalf("hot middle key: medianKey = %d, want 50 or 51", got)
+	}
+	if lower != mid.In(0, got) {
+		t.Errorf("hot middle key: lower %g, want %g", lower, mid.In(0, got))
+	}
+	lo, hi := SliceKey(0), got
+	if got == 50 {
+		lo, hi = 50, 200
+	}
+	if again, _ := medianKey(mid, lo, hi, 5); again != 50 && again != 51 || again == lo || again == hi {
+		t.Errorf("second cut of [%d, %d) = %d, want the key's other edge", lo, hi, again)
 	}
 }
 
@@ -337,4 +355,94 @@ func FuzzConfig(f *testing.F) {
 			mustDecide(t, alg, a, tasks[1:], load, cfg)
 		}
 	})
+}
+
+// pointLoad gives each of n keys a power-law load as a width-one entry,
+// the way the simulator reports application keys.
+func pointLoad(rng *rand.Rand, n int, alpha float64) Load {
+	var l Load
+	seen := map[SliceKey]bool{}
+	for i := range n {
+		k := rng.Uint64N(KeySpaceEnd - 1)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		l = append(l, LoadEntry{Start: k, End: k + 1, Load: 1000 / math.Pow(float64(i+1), alpha)})
+	}
+	slices.SortFunc(l, func(a, b LoadEntry) int { return cmp.Compare(a.Start, b.Start) })
+	return l
+}
+
+// A job's first decision with load already balances: the even split is
+// refined to the minimum slice count, which moves no key, and the hot keys
+// are then replicated in small slices.
+func TestWeightedMoveFirstDecisionBalances(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 21))
+	tasks := testTasks(10)
+	load := pointLoad(rng, 100, 1.5)
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 10}
+	even := evenSplit("j", 1, tasks, cfg)
+	a, d := mustDecide(t, NewWeightedMove(), nil, tasks, load, cfg)
+	dc := cfg.WithDefaults()
+	if n := len(a.Slices); n < dc.MinSlicesPerTask*len(tasks) || n > dc.MaxSlicesPerTask*len(tasks) {
+		t.Errorf("%d slices, want %d to %d", n, dc.MinSlicesPerTask*len(tasks), dc.MaxSlicesPerTask*len(tasks))
+	}
+	if before, after := Imbalance(even, load), Imbalance(a, load); after > 1.2 {
+		t.Errorf("imbalance %.3f under the even split, %.3f after the first decision; want at most 1.2", before, after)
+	}
+	splits := 0
+	for _, m := range d.Moves {
+		if m.Kind == Split {
+			splits++
+			if m.Reason == "" {
+				t.Errorf("split %+v has no reason", m)
+			}
+		}
+	}
+	if splits == 0 {
+		t.Error("no split recorded")
+	}
+}
+
+// When the coldest task is too warm to take a share of the hottest task's
+// only slice, phase 4 first sheds some of its small slices to other tasks.
+func TestWeightedMoveMakesRoom(t *testing.T) {
+	tasks := testTasks(6) // t000 .. t005
+	names := func(ids ...int) []string {
+		var out []string
+		for _, i := range ids {
+			out = append(out, tasks[i].Name)
+		}
+		return out
+	}
+	// Twelve equal slices: 0 is hot on tasks 0 and 1; 1-4 (0.4 each) on
+	// task 3; 5-10 (0.9 each) two each on tasks 2, 4 and 5; 11 is cold on 0.
+	owners := [][]int{{0, 1}, {3}, {3}, {3}, {3}, {2}, {2}, {4}, {4}, {5}, {5}, {0}}
+	loads := []float64{6, 0.4, 0.4, 0.4, 0.4, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0}
+	w := KeySpaceEnd / 12
+	prev := &Assignment{Job: "j", Generation: 1, Tasks: tasks}
+	var load Load
+	for i := range owners {
+		s := Slice{Start: SliceKey(i) * w, End: SliceKey(i+1) * w, Tasks: names(owners[i]...)}
+		if i == len(owners)-1 {
+			s.End = KeySpaceEnd
+		}
+		prev.Slices = append(prev.Slices, s)
+		if loads[i] > 0 {
+			load = append(load, LoadEntry{Start: s.Start, End: s.End, Load: loads[i]})
+		}
+	}
+	// Small slice counts and a full churn budget isolate phase 4.
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 3, MinSlicesPerTask: 2, MaxSlicesPerTask: 2, MoveChurn: 1}
+	before := Imbalance(prev, load)
+	next, d := mustDecide(t, NewWeightedMove(), prev, tasks, load, cfg)
+	after := Imbalance(next, load)
+	if after >= before || after > 1.2 {
+		t.Errorf("imbalance %.3f -> %.3f; want below 1.2\nmoves: %+v", before, after, d.Moves)
+	}
+	hot := next.Slices[next.Find(0)]
+	if !slices.Contains(hot.Tasks, tasks[3].Name) {
+		t.Errorf("hot slice served by %v; want task 3, the coldest, among them", hot.Tasks)
+	}
 }
