@@ -1,0 +1,398 @@
+// Command reaction measures how fast a running slicerd cluster rebalances
+// after the hot keys shift: the live version of the Slicer paper's §5.2.3
+// experiment (Slicer's median is 480 s).
+//
+// It starts real processes on loopback: one slicerd with every role and
+// -tasks kvserver tasks that count one unit of load per request and report
+// it through their Slicelets. It sets the job's redundancy, then offers
+// power-law load (100 keys, exponent 1.5) from this process: a Clerk
+// streams the assignment from slicerd and each request goes over HTTP to
+// one of the tasks serving its key. Every -period the ranks are dealt to
+// the keys afresh, so the hot keys move, and the harness times, from the
+// driver's side, how long until max/mean load over the tasks in a trailing
+// -window falls below -threshold.
+//
+//	go run ./bench/reaction -shifts 5 -period 60s
+//
+// It prints one line per shift and the median, or with -json one JSON
+// object. The children are stopped (SIGTERM, then SIGKILL) on exit and on
+// Ctrl-C.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/slicerd/slicerd/bench/loadshift"
+	"github.com/slicerd/slicerd/clerk"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the harness's flags.
+type options struct {
+	slicerd, kvserver string
+	tasks             int
+	load              loadshift.Config
+	measure           loadshift.Measure
+	shifts            int
+	warmup            time.Duration
+	loadWindow        time.Duration
+	maxRedundancy     int
+	rebalanceInterval string
+	slicerdFlags      multiFlag
+	jsonOut           bool
+	trace             bool
+	logDir            string
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func parse(args []string, stderr io.Writer) (*options, error) {
+	o := &options{load: loadshift.DefaultConfig(), measure: loadshift.DefaultMeasure()}
+	fs := flag.NewFlagSet("reaction", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: go run ./bench/reaction [flags]\n\n"+
+			"Starts slicerd and kvserver processes on loopback, offers power-law load, shifts the hot keys\n"+
+			"every -period and prints, per shift, the time until max/mean task load falls below -threshold.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.slicerd, "slicerd", "", "slicerd binary to run (default: build it from this module)")
+	fs.StringVar(&o.kvserver, "kvserver", "", "kvserver binary to run (default: build it from this module)")
+	fs.IntVar(&o.tasks, "tasks", 10, "kvserver tasks to start")
+	fs.IntVar(&o.load.Keys, "keys", o.load.Keys, "distinct keys")
+	fs.Float64Var(&o.load.Exponent, "exponent", o.load.Exponent, "power-law exponent of key popularity")
+	fs.Float64Var(&o.load.Rate, "rate", o.load.Rate, "requests per second offered")
+	fs.IntVar(&o.load.Workers, "workers", o.load.Workers, "most requests in flight")
+	fs.Uint64Var(&o.load.Seed, "seed", o.load.Seed, "random seed of key draws and shifts")
+	fs.IntVar(&o.shifts, "shifts", 5, "hot-key shifts to measure")
+	fs.DurationVar(&o.measure.Period, "period", o.measure.Period, "time between shifts")
+	fs.IntVar(&o.measure.Window, "window", o.measure.Window, "trailing window of the imbalance, in seconds")
+	fs.Float64Var(&o.measure.Threshold, "threshold", o.measure.Threshold, "imbalance (max/mean) under which the tasks count as balanced")
+	fs.DurationVar(&o.warmup, "warmup", 30*time.Second, "load before the first shift")
+	fs.DurationVar(&o.loadWindow, "load-window", 10*time.Second, "kvserver -load-window: how often tasks report their load")
+	fs.IntVar(&o.maxRedundancy, "max-redundancy", 0, "job's max redundancy (default: -tasks)")
+	fs.StringVar(&o.rebalanceInterval, "rebalance-interval", "", "slicerd --rebalance-interval (default: slicerd's own)")
+	fs.Var(&o.slicerdFlags, "slicerd-flag", "extra flag for slicerd, e.g. -slicerd-flag=--log-level=debug (repeatable)")
+	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of text")
+	fs.BoolVar(&o.trace, "trace", false, "print every second's imbalance to stderr")
+	fs.StringVar(&o.logDir, "log-dir", "", "keep the processes' logs in this directory (default: a temporary one, removed)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q; reaction takes flags only", fs.Arg(0))
+	}
+	if o.maxRedundancy == 0 {
+		o.maxRedundancy = o.tasks
+	}
+	switch {
+	case o.tasks < 1 || o.tasks > 200:
+		return nil, fmt.Errorf("-tasks %d: use 1 to 200", o.tasks)
+	case o.shifts < 1:
+		return nil, fmt.Errorf("-shifts %d: measure at least 1", o.shifts)
+	case o.measure.Period < time.Duration(o.measure.Window+1)*time.Second:
+		return nil, fmt.Errorf("-period %v is not longer than the %d s window; make it longer", o.measure.Period, o.measure.Window)
+	case o.measure.Window < 1 || !(o.measure.Threshold >= 1):
+		return nil, fmt.Errorf("-window %d, -threshold %g: use a window of at least 1 s and a threshold of at least 1", o.measure.Window, o.measure.Threshold)
+	case o.warmup < 0 || o.loadWindow <= 0:
+		return nil, fmt.Errorf("-warmup %v, -load-window %v: use a warmup of at least 0 and a positive load window", o.warmup, o.loadWindow)
+	case o.maxRedundancy < 1 || o.maxRedundancy > o.tasks:
+		return nil, fmt.Errorf("-max-redundancy %d: use 1 to -tasks (%d)", o.maxRedundancy, o.tasks)
+	}
+	if err := o.load.Validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "reaction: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := experiment(ctx, o, stderr)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "reaction: interrupted; processes stopped")
+			return 130
+		}
+		fmt.Fprintf(stderr, "reaction: %v\n", err)
+		return 1
+	}
+	if o.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+	} else {
+		rep.print(stdout)
+	}
+	return 0
+}
+
+// report is the outcome of one experiment.
+type report struct {
+	Command  string                  `json:"command"`
+	Tasks    int                     `json:"tasks"`
+	Keys     int                     `json:"keys"`
+	Exponent float64                 `json:"exponent"`
+	Rate     float64                 `json:"rate"`
+	Period   float64                 `json:"period_s"`
+	Window   int                     `json:"window_s"`
+	Thresh   float64                 `json:"threshold"`
+	Shifts   []loadshift.ShiftResult `json:"shifts"`
+	// MedianSeconds counts a shift never balanced within its period as
+	// infinitely slow; it is null when that is the median.
+	MedianSeconds *float64 `json:"median_s"`
+	Balanced      int      `json:"balanced"`
+	Answered      uint64   `json:"answered"`
+	Failed        uint64   `json:"failed"`
+	Dropped       uint64   `json:"dropped"`
+}
+
+func (r *report) median() {
+	xs := make([]float64, len(r.Shifts))
+	r.Balanced = 0
+	for i, s := range r.Shifts {
+		xs[i] = math.Inf(1)
+		if s.Balanced {
+			xs[i] = s.ReactionSeconds
+			r.Balanced++
+		}
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n == 0 {
+		return
+	}
+	m := xs[n/2]
+	if n%2 == 0 {
+		m = (xs[n/2-1] + xs[n/2]) / 2
+	}
+	if !math.IsInf(m, 0) {
+		r.MedianSeconds = &m
+	}
+}
+
+func (r *report) print(w io.Writer) {
+	for _, s := range r.Shifts {
+		took := fmt.Sprintf("not balanced within %gs", r.Period)
+		if s.Balanced {
+			took = fmt.Sprintf("balanced after %3.0f s", s.ReactionSeconds)
+		}
+		fmt.Fprintf(w, "shift %d  hot %s  %s  (imbalance first %.2f, peak %.2f, final %.2f; generation %d -> %d)\n",
+			s.Shift, s.HotKey, took, s.FirstImbalance, s.PeakImbalance, s.FinalImbalance, s.GenerationBefore, s.GenerationAfter)
+	}
+	med := "none (most shifts never balanced)"
+	if r.MedianSeconds != nil {
+		med = fmt.Sprintf("%.0f s", *r.MedianSeconds)
+	}
+	fmt.Fprintf(w, "median %s over %d shifts, %d balanced within %gs (imbalance < %g over %d s; %d tasks, %d keys, exponent %g, %g req/s; answered %d, failed %d, dropped %d)\n",
+		med, len(r.Shifts), r.Balanced, r.Period, r.Thresh, r.Window, r.Tasks, r.Keys, r.Exponent, r.Rate, r.Answered, r.Failed, r.Dropped)
+}
+
+// experiment runs the cluster, the load and the shifts, and always stops
+// the processes it started.
+func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, error) {
+	logDir := o.logDir
+	if logDir == "" {
+		dir, err := os.MkdirTemp("", "slicerd-reaction")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		logDir = dir
+	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, fmt.Errorf("log dir: %w", err)
+	}
+	if o.slicerd == "" || o.kvserver == "" {
+		if err := build(ctx, o, logDir); err != nil {
+			return nil, err
+		}
+	}
+	var procs []*proc
+	defer func() { stopAll(procs, 10*time.Second) }()
+	say := func(format string, args ...any) { fmt.Fprintf(stderr, "reaction: "+format+"\n", args...) }
+
+	// slicerd: every role, a fresh store, loopback timers.
+	sargs := []string{"--node-name", "slicerd-0", "--data-dir", filepath.Join(logDir, "data"),
+		"--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local",
+		"--rebalance-delay", "200ms", "--startup-grace", "500ms"}
+	if o.rebalanceInterval != "" {
+		sargs = append(sargs, "--rebalance-interval", o.rebalanceInterval)
+	}
+	sargs = append(sargs, o.slicerdFlags...)
+	sd, err := startProc("slicerd", filepath.Join(logDir, "slicerd.log"), `"msg":"slicerd started"`,
+		[]string{"SLICERD_LOG_FORMAT=json"}, o.slicerd, sargs...)
+	if err != nil {
+		return nil, err
+	}
+	procs = append(procs, sd)
+	line, err := sd.waitReady(30 * time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s)", err, logDir)
+	}
+	var started struct {
+		RPC    string `json:"rpc_addr"`
+		Gossip string `json:"gossip_addr"`
+	}
+	if err := json.Unmarshal([]byte(line), &started); err != nil || started.RPC == "" || started.Gossip == "" {
+		return nil, fmt.Errorf("cannot read slicerd's addresses from %q: %v", line, err)
+	}
+	say("slicerd rpc %s gossip %s; logs in %s", started.RPC, started.Gossip, logDir)
+
+	// The job's redundancy before any task joins, so the first assignment
+	// already allows replicas.
+	jctx, jcancel := context.WithTimeout(ctx, 30*time.Second)
+	out, err := exec.CommandContext(jctx, o.slicerd, "job", "set", "--addr", started.RPC,
+		"--min-redundancy", "1", "--max-redundancy", strconv.Itoa(o.maxRedundancy), "kv").CombinedOutput()
+	jcancel()
+	if err != nil {
+		return nil, fmt.Errorf("slicerd job set: %w: %s", err, out)
+	}
+
+	for i := range o.tasks {
+		name := fmt.Sprintf("kv-%d", i)
+		p, err := startProc(name, filepath.Join(logDir, name+".log"), "kvserver task="+name, nil, o.kvserver,
+			"-job", "kv", "-task", name, "-addr", "127.0.0.1:0", "-gossip-addr", "127.0.0.1:0",
+			"-gossip-profile", "local", "-join", started.Gossip, "-load-window", o.loadWindow.String(), "-log-level", "warn")
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	for _, p := range procs[1:] {
+		if _, err := p.waitReady(30 * time.Second); err != nil {
+			return nil, fmt.Errorf("%w (%s)", err, logDir)
+		}
+	}
+
+	ck, err := clerk.New(clerk.Config{Job: "kv", Addrs: []string{started.RPC}})
+	if err != nil {
+		return nil, err
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	cdone := make(chan error, 1)
+	go func() { cdone <- ck.Run(cctx) }()
+	defer func() { ccancel(); <-cdone }()
+	if err := waitTasks(ctx, ck, o.tasks, 60*time.Second); err != nil {
+		return nil, err
+	}
+	say("assignment generation %d over %d tasks; offering %g req/s", ck.Generation(), o.tasks, o.load.Rate)
+
+	d, err := loadshift.NewDriver(o.load, ck, nil)
+	if err != nil {
+		return nil, err
+	}
+	dctx, dcancel := context.WithCancel(ctx)
+	ddone := make(chan error, 1)
+	go func() { ddone <- d.Run(dctx) }()
+	defer func() { dcancel(); <-ddone }()
+
+	m := o.measure
+	if o.trace {
+		m.OnSample = func(s loadshift.Sample) {
+			fmt.Fprintf(stderr, "  t=%3ds imbalance %5.2f generation %d tasks %d\n", s.Seconds, s.Imbalance, s.Generation, s.Tasks)
+		}
+	}
+	if err := sleep(ctx, o.warmup); err != nil {
+		return nil, err
+	}
+	rep := &report{Command: "go run ./bench/reaction " + strings.Join(os.Args[1:], " "),
+		Tasks: o.tasks, Keys: o.load.Keys, Exponent: o.load.Exponent, Rate: o.load.Rate,
+		Period: o.measure.Period.Seconds(), Window: o.measure.Window, Thresh: o.measure.Threshold}
+	for range o.shifts {
+		r, err := d.MeasureShift(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		rep.Shifts = append(rep.Shifts, r)
+		if r.Balanced {
+			say("shift %d (hot %s): balanced after %.0f s, peak imbalance %.2f", r.Shift, r.HotKey, r.ReactionSeconds, r.PeakImbalance)
+		} else {
+			say("shift %d (hot %s): not balanced within %v, final imbalance %.2f", r.Shift, r.HotKey, o.measure.Period, r.FinalImbalance)
+		}
+	}
+	rep.Answered, rep.Failed, rep.Dropped = d.Stats()
+	rep.median()
+	return rep, nil
+}
+
+// build compiles slicerd and kvserver from the module this command is in.
+func build(ctx context.Context, o *options, dir string) error {
+	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	if err != nil || root == "." || strings.TrimSpace(string(gomod)) == os.DevNull {
+		return fmt.Errorf("cannot find the slicerd module to build from (go env GOMOD: %v); run from the repository or pass -slicerd and -kvserver", err)
+	}
+	for _, b := range []struct {
+		path *string
+		name string
+		pkg  string
+	}{{&o.slicerd, "slicerd", "."}, {&o.kvserver, "kvserver", "./examples/kvcache/cmd/kvserver"}} {
+		if *b.path != "" {
+			continue
+		}
+		out := filepath.Join(dir, b.name)
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, b.pkg)
+		cmd.Dir = root
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w: %s", b.pkg, err, msg)
+		}
+		*b.path = out
+	}
+	return nil
+}
+
+// waitTasks waits until the Clerk's assignment names n tasks.
+func waitTasks(ctx context.Context, ck *clerk.Clerk, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if a := ck.Assignment(); a != nil && len(a.Tasks) == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no assignment over all %d tasks within %v (generation %d); see the logs", n, timeout, ck.Generation())
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
