@@ -128,6 +128,10 @@ func agentFlags() []cli.Flag {
 			Usage: "how long the assigner waits for membership changes to settle before deciding",
 		},
 		&cli.DurationFlag{
+			Name: "rebalance-interval", Value: d.RebalanceInterval, EnvVars: []string{"SLICERD_REBALANCE_INTERVAL"},
+			Usage: "how often the assigner rebalances each job on its tasks' reported load (0 turns load balancing off; membership changes are still handled)",
+		},
+		&cli.DurationFlag{
 			Name: "startup-grace", Value: d.StartupGrace, EnvVars: []string{"SLICERD_STARTUP_GRACE"},
 			Usage: "how long a starting assigner serves the stored assignment unchanged while gossip converges",
 		},
@@ -211,6 +215,7 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.AdvertiseRPCAddr = c.String("advertise-rpc-addr")
 	cfg.RebalanceDelay = c.Duration("rebalance-delay")
 	cfg.StartupGrace = c.Duration("startup-grace")
+	cfg.RebalanceInterval = c.Duration("rebalance-interval")
 	cfg.Gossip.BindAddr = c.String("gossip-addr")
 	for _, j := range c.StringSlice("join") {
 		for _, addr := range strings.Split(j, ",") {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/urfave/cli/v2"
 	"go.uber.org/goleak"
 
 	"github.com/slicerd/slicerd/gossip"
@@ -153,5 +154,53 @@ func TestJobSetUnreachable(t *testing.T) {
 	code, out := slicerd(t, "job", "set", "--addr", "127.0.0.1:1", "--move-churn", "0.1", "kv")
 	if code != 1 || !strings.Contains(out, "cannot reach slicerd at 127.0.0.1:1") {
 		t.Errorf("exit %d, output:\n%s", code, out)
+	}
+}
+
+// agentConfigOf parses agent flags as slicerd would, without starting it.
+func agentConfigOf(t *testing.T, env map[string]string, args ...string) (roles.Config, int, string) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var out bytes.Buffer
+	app := newApp(&out, &out)
+	var cfg roles.Config
+	app.Action = func(c *cli.Context) error {
+		var err error
+		cfg, err = agentConfig(c, nil)
+		return err
+	}
+	code := 0
+	if err := app.Run(append([]string{"slicerd"}, args...)); err != nil {
+		code = 1
+		if ec, ok := err.(cli.ExitCoder); ok {
+			code = ec.ExitCode()
+		}
+		out.WriteString(err.Error())
+	}
+	return cfg, code, out.String()
+}
+
+func TestRebalanceIntervalFlag(t *testing.T) {
+	cfg, code, out := agentConfigOf(t, nil)
+	if code != 0 || cfg.RebalanceInterval != 10*time.Second {
+		t.Errorf("default: interval %v, exit %d: %s", cfg.RebalanceInterval, code, out)
+	}
+	cfg, code, out = agentConfigOf(t, nil, "--rebalance-interval", "0")
+	if code != 0 || cfg.RebalanceInterval != 0 {
+		t.Errorf("--rebalance-interval 0: interval %v, exit %d: %s", cfg.RebalanceInterval, code, out)
+	}
+	cfg, code, out = agentConfigOf(t, map[string]string{"SLICERD_REBALANCE_INTERVAL": "3s"})
+	if code != 0 || cfg.RebalanceInterval != 3*time.Second {
+		t.Errorf("SLICERD_REBALANCE_INTERVAL=3s: interval %v, exit %d: %s", cfg.RebalanceInterval, code, out)
+	}
+	_, code, out = agentConfigOf(t, nil, "--rebalance-interval", "-1s")
+	if code != 2 || !strings.Contains(out, "rebalance interval is -1s; it must not be negative") {
+		t.Errorf("--rebalance-interval -1s: exit %d: %s", code, out)
+	}
+	_, code, out = agentConfigOf(t, nil, "--rebalance-interval", "often")
+	if code != 2 || !strings.Contains(out, "rebalance-interval") {
+		t.Errorf("--rebalance-interval often: exit %d: %s", code, out)
 	}
 }

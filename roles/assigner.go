@@ -23,6 +23,33 @@ import (
 // conditional write (another Assigner committed first).
 const maxCommitAttempts = 5
 
+// minImbalanceGain is how much a load-driven decision must lower the
+// imbalance (max/mean task load, under the measured load) to be committed.
+// Weighted-move keeps trading cold slices between merges and splits even
+// when balance cannot improve; without this, every tick would publish a
+// generation that changes nothing anyone could measure.
+const minImbalanceGain = 0.01
+
+// trigger says why a decision is taken, which decides what is worth
+// committing.
+type trigger int
+
+const (
+	// Membership or configuration changed: any change is committed, since
+	// departed tasks must lose their keys and the configuration must hold.
+	triggerChange trigger = iota
+	// The rebalance interval passed: only a change that lowers the
+	// imbalance by minImbalanceGain is committed.
+	triggerLoad
+)
+
+func (t trigger) String() string {
+	if t == triggerLoad {
+		return "load"
+	}
+	return "membership"
+}
+
 // membership is the part of the gossip node the roles read.
 type membership interface {
 	Peers() []gossip.Peer
@@ -37,6 +64,8 @@ type Assigner struct {
 	members  membership
 	delay    time.Duration
 	grace    time.Duration
+	interval time.Duration    // load-driven decisions; 0: never, and load is ignored
+	algo     assign.Algorithm // weighted-move
 	stopping <-chan struct{}
 
 	kick chan struct{} // a job's configuration changed
@@ -52,6 +81,10 @@ type assignerJob struct {
 	cfg        assign.Config
 	configured bool
 	pub        *latest
+	// committed is when this Assigner last committed an assignment of the
+	// job (zero if never); load measured before it is partly under the
+	// previous assignment. Guarded by Assigner.mu.
+	committed time.Time
 }
 
 func newAssigner(cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
@@ -61,6 +94,8 @@ func newAssigner(cfg Config, store storage.Store, members membership, stopping <
 		members:  members,
 		delay:    cfg.RebalanceDelay,
 		grace:    cfg.StartupGrace,
+		interval: cfg.RebalanceInterval,
+		algo:     assign.NewWeightedMove(),
 		stopping: stopping,
 		kick:     make(chan struct{}, 1),
 		jobs:     make(map[string]*assignerJob),
@@ -140,8 +175,10 @@ func (a *Assigner) tasksOf(job string, aliveOnly bool) []assign.Task {
 
 // Run reacts to membership and configuration changes until ctx ends. Each
 // burst of changes is coalesced over the rebalance delay into one decision
-// per job. Until the startup grace has passed, gossip may not yet know every
-// live task, so the stored assignments are served unchanged.
+// per job. Every rebalance interval, each job with load reports is
+// rebalanced on its load. Until the startup grace has passed, gossip may
+// not yet know every live task, so the stored assignments are served
+// unchanged.
 func (a *Assigner) Run(ctx context.Context) error {
 	if err := a.load(ctx); err != nil {
 		return err
@@ -151,6 +188,12 @@ func (a *Assigner) Run(ctx context.Context) error {
 
 	grace := time.NewTimer(a.grace)
 	defer grace.Stop()
+	var tick <-chan time.Time // nil, never ready, when load balancing is off
+	if a.interval > 0 {
+		ticker := time.NewTicker(a.interval)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
 	settle := time.NewTimer(0)
 	settle.Stop()
 	defer settle.Stop()
@@ -178,6 +221,11 @@ func (a *Assigner) Run(ctx context.Context) error {
 			}
 		case <-a.kick:
 			arm(0)
+		case <-tick:
+			// A pending membership decision weighs the load too.
+			if ready && !armed {
+				a.balanceAll(ctx)
+			}
 		case <-settle.C:
 			armed = false
 			if !a.reconcileAll(ctx) {
@@ -216,7 +264,7 @@ func (a *Assigner) reconcileAll(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return true
 		}
-		if err := a.reconcile(ctx, name); err != nil {
+		if err := a.reconcile(ctx, name, triggerChange); err != nil {
 			a.log.Error("rebalance failed; keeping the current assignment and retrying", "job", name, "err", err)
 			ok = false
 		}
@@ -224,10 +272,41 @@ func (a *Assigner) reconcileAll(ctx context.Context) bool {
 	return ok
 }
 
+// balanceAll takes a load-driven decision for every job with load
+// reports. A failure is logged and retried at the next tick.
+func (a *Assigner) balanceAll(ctx context.Context) {
+	for _, name := range a.loads.reportingJobs() {
+		if ctx.Err() != nil {
+			return
+		}
+		a.mu.Lock()
+		j := a.jobs[name]
+		var since time.Time
+		if j != nil {
+			since = j.committed
+		}
+		a.mu.Unlock()
+		// Load measured before the last commit was partly served under the
+		// previous assignment (a moved range shows in neither task's full
+		// window); wait for each task's next report so one decision's
+		// moves are not repeated on a half-updated picture. A task whose
+		// report is overdue does not hold this back.
+		if !a.loads.fresh(name, since) {
+			a.log.Debug("load decision waits for reports after the last commit", "job", name)
+			continue
+		}
+		if err := a.reconcile(ctx, name, triggerLoad); err != nil {
+			a.log.Error("load-driven rebalance failed; keeping the current assignment until the next interval", "job", name, "err", err)
+		}
+	}
+}
+
 // reconcile takes one decision for a job: read the assignment, compute the
-// next one from the live tasks, and store it conditionally on the one read.
-// On a conflict it re-reads the stored assignment and starts over (§4.1).
-func (a *Assigner) reconcile(ctx context.Context, name string) error {
+// next one from the live tasks and the measured load, and store it
+// conditionally on the one read. On a conflict it re-reads the stored
+// assignment and starts over (§4.1). A load-driven decision is committed
+// only when it lowers the imbalance.
+func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) error {
 	j, err := a.job(ctx, name, true)
 	if err != nil {
 		return err
@@ -241,18 +320,31 @@ func (a *Assigner) reconcile(ctx context.Context, name string) error {
 	a.mu.Lock()
 	cfg := j.cfg
 	a.mu.Unlock()
+	var load assign.Load
+	if a.interval > 0 {
+		load = a.jobLoad(name)
+	}
 	for attempt := 1; attempt <= maxCommitAttempts; attempt++ {
 		cur := j.pub.current()
-		next, decision, err := decide(name, cur, live, cfg)
+		next, decision, err := a.algo.Decide(name, cur, live, load, cfg)
 		if err != nil {
 			return fmt.Errorf("compute assignment: %w", err)
 		}
 		if !decision.Changed {
 			return nil
 		}
+		after := assign.Imbalance(next, load)
+		before := after
 		var prevGen uint64
 		if cur != nil {
 			prevGen = cur.Generation
+			before = assign.Imbalance(cur, load)
+		}
+		if why == triggerLoad && before-after < minImbalanceGain {
+			a.log.Debug("load-driven decision not committed: it would not lower the imbalance",
+				"job", name, "generation", prevGen, "imbalance_before", before, "imbalance_after", after,
+				"churn", decision.Churn, "moves", len(decision.Moves))
+			return nil
 		}
 		err = a.store.Commit(ctx, name, prevGen, next)
 		if errors.Is(err, storage.ErrConflict) {
@@ -269,28 +361,20 @@ func (a *Assigner) reconcile(ctx context.Context, name string) error {
 		if err != nil {
 			return fmt.Errorf("store generation %d: %w", next.Generation, err)
 		}
+		a.mu.Lock()
+		j.committed = a.loads.now()
+		a.mu.Unlock()
 		j.pub.publish(next)
-		a.log.Info("assignment committed", "job", name, "generation", next.Generation,
-			"tasks", len(next.Tasks), "slices", len(next.Slices), "churn", decision.Churn, "moves", len(decision.Moves))
+		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "trigger", why.String(),
+			"tasks", len(next.Tasks), "slices", len(next.Slices), "imbalance_before", before, "imbalance_after", after,
+			"load", load.Total(), "churn", decision.Churn, "moves", len(decision.Moves))
 		for _, m := range decision.Moves {
-			a.log.Debug("move", "job", name, "kind", m.Kind, "start", m.Start, "end", m.End, "from", m.From, "to", m.To, "reason", m.Reason)
+			a.log.Debug("move", "job", name, "generation", next.Generation, "kind", m.Kind, "start", m.Start, "end", m.End,
+				"from", m.From, "to", m.To, "reason", m.Reason)
 		}
 		return nil
 	}
 	return fmt.Errorf("gave up after %d conflicting commits", maxCommitAttempts)
-}
-
-// decide computes the next assignment: the initial one for a job that has
-// none, otherwise a rebalance of the current one.
-func decide(job string, cur *assign.Assignment, live []assign.Task, cfg assign.Config) (*assign.Assignment, assign.Decision, error) {
-	if cur != nil {
-		return assign.Rebalance(cur, live, cfg)
-	}
-	next, err := assign.Initial(job, live, cfg)
-	if err != nil {
-		return nil, assign.Decision{}, err
-	}
-	return next, assign.Decision{Changed: true, Churn: 1}, nil
 }
 
 // WatchAssignment implements slicerv1connect.AssignerServiceHandler.

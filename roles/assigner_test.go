@@ -59,7 +59,7 @@ func TestAssignerRebasesOnConflict(t *testing.T) {
 	}
 
 	waitFor(t, "gossip to see both tasks", func() bool { return len(a.tasksOf("kv", true)) == 2 })
-	if err := a.reconcile(ctx, "kv"); err != nil {
+	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
 		t.Fatalf("reconcile: %v", err)
 	}
 	rec, err := store.Load(ctx, "kv")

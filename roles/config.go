@@ -43,6 +43,11 @@ type Config struct {
 	// LeaveTimeout bounds the graceful gossip leave at shutdown, and
 	// ShutdownTimeout the drain of RPC connections after it.
 	LeaveTimeout, ShutdownTimeout time.Duration
+	// RebalanceInterval paces load-driven decisions: every interval, each
+	// job with load reports is rebalanced on its measured load, and the
+	// result committed when it lowers the imbalance. 0 turns load balancing
+	// off: decisions then follow membership only and ignore load.
+	RebalanceInterval time.Duration
 	// LoadHalfLife is how fast a task's load report fades once its next
 	// report is overdue; 0 keeps stale reports at full weight.
 	LoadHalfLife time.Duration
@@ -68,6 +73,7 @@ func DefaultConfig() Config {
 		PullMaxBackoff:     2 * time.Second,
 		LeaveTimeout:       5 * time.Second,
 		ShutdownTimeout:    5 * time.Second,
+		RebalanceInterval:  10 * time.Second,
 		LoadHalfLife:       10 * time.Second,
 		MaxRequestBytes:    1 << 20,
 	}
@@ -112,6 +118,9 @@ func (c Config) Validate() error {
 	}
 	if c.StartupGrace < 0 {
 		return fmt.Errorf("%w: startup grace is %v; it must not be negative", ErrConfig, c.StartupGrace)
+	}
+	if c.RebalanceInterval < 0 {
+		return fmt.Errorf("%w: rebalance interval is %v; it must not be negative (0 turns load balancing off)", ErrConfig, c.RebalanceInterval)
 	}
 	if c.LoadHalfLife < 0 {
 		return fmt.Errorf("%w: load half-life is %v; it must not be negative", ErrConfig, c.LoadHalfLife)

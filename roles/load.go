@@ -194,3 +194,33 @@ func (l *loads) weight(r *loadReport, now time.Time) float64 {
 	}
 	return math.Exp2(-float64(stale) / float64(l.halfLife))
 }
+
+// reportingJobs lists, sorted, the jobs with at least one load report.
+func (l *loads) reportingJobs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := make([]string, 0, len(l.jobs))
+	for job, reps := range l.jobs {
+		if len(reps) > 0 {
+			names = append(names, job)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// fresh reports whether every task reporting load for job has reported
+// since the time since, or is overdue (one window has passed since then
+// without its report): a decision then sees load measured under the
+// assignment committed at since.
+func (l *loads) fresh(job string, since time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	for _, r := range l.jobs[job] {
+		if !r.at.After(since) && now.Sub(since) < r.window {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,233 @@
+package roles
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
+)
+
+// skewed is a job's true load per second: 90% of it on the first sixth of
+// the key space, the rest spread over everything else. Under the initial
+// even split over three tasks, the first task carries almost all of it.
+func skewed() assign.Load {
+	hot := assign.KeySpaceEnd / 6
+	return assign.Load{{Start: 0, End: hot, Load: 900}, {Start: hot, End: assign.KeySpaceEnd, Load: 100}}
+}
+
+// reportFor is what task's Slicelet would report over a window of the given
+// length under a: the true load of each slice it serves, shared evenly
+// among the slice's tasks.
+func reportFor(a *assign.Assignment, task string, truth assign.Load, window float64) *slicerv1.ReportLoadRequest {
+	req := &slicerv1.ReportLoadRequest{Job: a.Job, Task: task, Generation: a.Generation, WindowSeconds: window}
+	for _, s := range a.Slices {
+		for _, name := range s.Tasks {
+			if name != task {
+				continue
+			}
+			if l := truth.In(s.Start, s.End) / float64(len(s.Tasks)) * window; l > 0 {
+				req.Slices = append(req.Slices, &slicerv1.SliceLoad{Start: s.Start, End: s.End, Load: l})
+			}
+		}
+	}
+	return req
+}
+
+// The periodic decision, driven by hand with a fake clock: skewed load is
+// balanced over a few decisions, each waiting for reports measured after
+// the previous commit, and a decision that would not lower the imbalance
+// is not committed.
+func TestBalanceDecisions(t *testing.T) {
+	ctx := context.Background()
+	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	cfg := testConfig(t, "n", "")
+	cfg.RebalanceInterval = time.Second
+	as := newAssigner(cfg, store, members, nil)
+	now := time.Unix(1000, 0)
+	as.loads.now = func() time.Time { return now }
+
+	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	j, err := as.job(ctx, "kv", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth := skewed()
+	reportAll := func() {
+		t.Helper()
+		now = now.Add(time.Second)
+		cur := j.pub.current()
+		for _, task := range []string{"t0", "t1", "t2"} {
+			if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(cur, task, truth, 1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	start := assign.Imbalance(j.pub.current(), truth)
+	if start < 2.5 {
+		t.Fatalf("initial imbalance %.3f; the test needs a skewed start", start)
+	}
+
+	reportAll()
+	initial := j.pub.current()
+	gen := initial.Generation
+	as.balanceAll(ctx)
+	first := j.pub.current()
+	if first.Generation == gen {
+		t.Fatalf("no load-driven decision was committed at imbalance %.3f", start)
+	}
+	if got := assign.Imbalance(first, truth); got >= start {
+		t.Fatalf("the first decision left imbalance %.3f, from %.3f", got, start)
+	}
+	if churn := assign.Churn(initial, first); churn > assign.DefaultMoveChurn+assign.DefaultMergeChurn+1e-9 {
+		t.Errorf("one decision moved %.3f of the key space", churn)
+	}
+
+	// Every report predates the commit, and none is overdue yet: no
+	// decision until the tasks report again.
+	now = now.Add(100 * time.Millisecond)
+	as.balanceAll(ctx)
+	if got := j.pub.current().Generation; got != first.Generation {
+		t.Fatalf("decided again (generation %d) on load measured before the last commit", got)
+	}
+
+	// Report and decide until the imbalance cannot be lowered any more.
+	// Every decision is committed only if it lowers the imbalance.
+	prev := assign.Imbalance(first, truth)
+	settled := false
+	for range 20 {
+		reportAll()
+		before := j.pub.current()
+		as.balanceAll(ctx)
+		after := j.pub.current()
+		if after.Generation == before.Generation {
+			settled = true
+			break
+		}
+		got := assign.Imbalance(after, truth)
+		if got > prev-minImbalanceGain+1e-9 {
+			t.Errorf("generation %d committed at imbalance %.4f after %.4f", after.Generation, got, prev)
+		}
+		prev = got
+	}
+	if !settled {
+		t.Errorf("still committing after 20 decisions at imbalance %.4f", prev)
+	}
+	if prev > 1.2 {
+		t.Errorf("settled at imbalance %.3f, want below 1.2", prev)
+	}
+	t.Logf("imbalance %.3f -> %.3f in %d generations", start, prev, j.pub.current().Generation-gen)
+}
+
+// With load balancing off, decisions ignore load: a decision on skewed load
+// that would balance it (see TestBalanceDecisions) keeps the assignment.
+func TestBalanceOff(t *testing.T) {
+	ctx := context.Background()
+	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	cfg := testConfig(t, "n", "")
+	cfg.RebalanceInterval = 0
+	as := newAssigner(cfg, store, members, nil)
+	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	j, _ := as.job(ctx, "kv", false)
+	first := j.pub.current()
+	for _, task := range []string{"t0", "t1", "t2"} {
+		if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(first, task, skewed(), 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A membership decision with nothing changed keeps the assignment.
+	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	if got := j.pub.current(); got.Generation != first.Generation {
+		t.Errorf("a decision with load balancing off moved keys for load: generation %d", got.Generation)
+	}
+}
+
+// Real agents: three tasks in gossip report skewed load over LoadService,
+// as their Slicelets would, and the Assigner's periodic decisions balance
+// it.
+func TestAssignerBalancesReportedLoad(t *testing.T) {
+	cfg := testConfig(t, "node-1", t.TempDir())
+	cfg.RebalanceInterval = 50 * time.Millisecond
+	node := startAgent(t, cfg)
+	tasks := []string{"t0", "t1", "t2"}
+	for _, name := range tasks {
+		taskMember(t, "kv", name, node.GossipAddr())
+	}
+	w := watch(t, node.RPCAddr(), "kv", false)
+	first := w.until(t, "three tasks", hasTasks(tasks...))
+	truth := skewed()
+	start := assign.Imbalance(first, truth)
+
+	// The tasks report every 20 ms what they served under the newest
+	// assignment they have seen.
+	client := reportClient(t, node)
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	latest := first
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			a := latest
+			mu.Unlock()
+			for _, task := range tasks {
+				if _, err := client.ReportLoad(ctx, connect.NewRequest(reportFor(a, task, truth, 0.02))); err != nil && ctx.Err() == nil {
+					t.Errorf("ReportLoad from %s: %v", task, err)
+				}
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+
+	balanced := w.until(t, "imbalance below 1.2", func(a *assign.Assignment) bool {
+		mu.Lock()
+		latest = a
+		mu.Unlock()
+		return assign.Imbalance(a, truth) < 1.2
+	})
+	if err := balanced.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range tasks {
+		if _, ok := balanced.TaskIndex(name); !ok {
+			t.Errorf("task %s lost every slice", name)
+		}
+	}
+	t.Logf("imbalance %.3f at generation %d -> %.3f at generation %d", start, first.Generation,
+		assign.Imbalance(balanced, truth), balanced.Generation)
+}
