@@ -296,7 +296,7 @@ func jobCommand() *cli.Command {
 			},
 			{
 				Name:      "get",
-				Usage:     "show one job: configuration, generation and live tasks",
+				Usage:     "show one job: configuration, generation, live tasks, and its load and balance as the assigner sees them",
 				ArgsUsage: "JOB",
 				Flags:     []cli.Flag{flagAddr},
 				Action:    func(c *cli.Context) error { return jobGet(c) },
@@ -377,6 +377,25 @@ func printJob(w io.Writer, j *slicerv1.JobInfo) {
 		}
 		fmt.Fprintf(w, "    %-20s %g%s\n", f.name, f.value, note)
 	}
+	printLoad(w, j)
+}
+
+// printLoad writes the Assigner's view of the job's load and balance.
+func printLoad(w io.Writer, j *slicerv1.JobInfo) {
+	if j.GetReportingTasks() == 0 {
+		fmt.Fprintf(w, "  load            no reports\n")
+		return
+	}
+	fmt.Fprintf(w, "  load            %.4g/s reported by %d tasks\n  imbalance       %.3f\n",
+		j.GetTotalLoad(), j.GetReportingTasks(), j.GetImbalance())
+	mean := j.GetTotalLoad() / float64(max(len(j.GetTaskLoads()), 1))
+	for _, tl := range j.GetTaskLoads() {
+		rel := 0.0
+		if mean > 0 {
+			rel = tl.GetLoad() / mean
+		}
+		fmt.Fprintf(w, "    %-20s %10.4g/s  %5.2f x mean\n", tl.GetTask(), tl.GetLoad(), rel)
+	}
 }
 
 func rpcContext(c *cli.Context) (context.Context, context.CancelFunc) {
@@ -390,10 +409,14 @@ func jobList(c *cli.Context) error {
 	if err != nil {
 		return rpcError(c, err)
 	}
-	fmt.Fprintf(c.App.Writer, "%-24s %10s %5s %5s %6s\n", "JOB", "GENERATION", "MIN", "MAX", "TASKS")
+	fmt.Fprintf(c.App.Writer, "%-24s %10s %5s %5s %6s %10s %9s\n", "JOB", "GENERATION", "MIN", "MAX", "TASKS", "LOAD/S", "IMBALANCE")
 	for _, j := range resp.Msg.GetJobs() {
-		fmt.Fprintf(c.App.Writer, "%-24s %10d %5d %5d %6d\n", j.GetName(), j.GetGeneration(),
-			j.GetConfig().GetMinRedundancy(), j.GetConfig().GetMaxRedundancy(), len(j.GetLiveTasks()))
+		load, imbalance := "-", "-"
+		if j.GetReportingTasks() > 0 {
+			load, imbalance = fmt.Sprintf("%.4g", j.GetTotalLoad()), fmt.Sprintf("%.3f", j.GetImbalance())
+		}
+		fmt.Fprintf(c.App.Writer, "%-24s %10d %5d %5d %6d %10s %9s\n", j.GetName(), j.GetGeneration(),
+			j.GetConfig().GetMinRedundancy(), j.GetConfig().GetMaxRedundancy(), len(j.GetLiveTasks()), load, imbalance)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.uber.org/goleak"
 
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/roles"
 )
@@ -202,5 +203,30 @@ func TestRebalanceIntervalFlag(t *testing.T) {
 	_, code, out = agentConfigOf(t, nil, "--rebalance-interval", "often")
 	if code != 2 || !strings.Contains(out, "rebalance-interval") {
 		t.Errorf("--rebalance-interval often: exit %d: %s", code, out)
+	}
+}
+
+func TestPrintJobLoad(t *testing.T) {
+	var out bytes.Buffer
+	printJob(&out, &slicerv1.JobInfo{
+		Name: "kv", Generation: 7, Config: &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 2},
+		TotalLoad: 300, Imbalance: 1.5, ReportingTasks: 2,
+		TaskLoads: []*slicerv1.TaskLoad{{Task: "kv-0", Load: 150}, {Task: "kv-1", Load: 100}, {Task: "kv-2", Load: 50}},
+	})
+	for _, want := range []string{
+		"job kv\n", "generation      7\n", "max redundancy  2\n",
+		"load            300/s reported by 2 tasks\n", "imbalance       1.500\n",
+		"    kv-0                        150/s   1.50 x mean\n",
+		"    kv-2                         50/s   0.50 x mean\n",
+		"    max slices per task  150 (default)\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("printJob output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	printJob(&out, &slicerv1.JobInfo{Name: "idle", Config: &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1}})
+	if !strings.Contains(out.String(), "load            no reports\n") || strings.Contains(out.String(), "imbalance") {
+		t.Errorf("printJob of a job without load:\n%s", out.String())
 	}
 }

@@ -392,11 +392,20 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	cfg, configured := j.cfg, j.configured
 	a.mu.Unlock()
 	info := &slicerv1.JobInfo{Name: j.name, Config: api.ConfigToProto(cfg), Configured: configured}
-	if cur := j.pub.current(); cur != nil {
-		info.Generation = cur.Generation
-	}
 	for _, t := range a.tasksOf(j.name, true) {
 		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr})
+	}
+	// The load view is what decisions see, reported even while load
+	// balancing is off so an operator can tell whether it is needed.
+	load := a.jobLoad(j.name)
+	info.TotalLoad = load.Total()
+	info.ReportingTasks = uint32(a.loads.reporting(j.name))
+	if cur := j.pub.current(); cur != nil {
+		info.Generation = cur.Generation
+		info.Imbalance = assign.Imbalance(cur, load)
+		for i, l := range assign.TaskLoads(cur, load) {
+			info.TaskLoads = append(info.TaskLoads, &slicerv1.TaskLoad{Task: cur.Tasks[i].Name, Load: l})
+		}
 	}
 	return info
 }

@@ -2,13 +2,16 @@ package roles
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/storage"
 )
@@ -230,4 +233,42 @@ func TestAssignerBalancesReportedLoad(t *testing.T) {
 	}
 	t.Logf("imbalance %.3f at generation %d -> %.3f at generation %d", start, first.Generation,
 		assign.Imbalance(balanced, truth), balanced.Generation)
+
+	// JobService shows the same balance the tasks measure: once every
+	// report is measured under the assignment being served, the view's
+	// load is the true load and its imbalance is the true imbalance.
+	hc := api.NewH2CClient()
+	t.Cleanup(hc.CloseIdleConnections)
+	jobs := slicerv1connect.NewJobServiceClient(hc, api.RPCURL(node.RPCAddr()))
+	var info *slicerv1.JobInfo
+	waitFor(t, "JobInfo to show the balanced load", func() bool {
+		resp, err := jobs.GetJob(context.Background(), connect.NewRequest(&slicerv1.GetJobRequest{Job: "kv"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info = resp.Msg.GetJob()
+		cur, err := node.assigner.job(context.Background(), "kv", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := cur.pub.current()
+		mu.Lock()
+		latest = a
+		mu.Unlock()
+		return info.GetGeneration() == a.Generation && math.Abs(info.GetTotalLoad()-truth.Total()) < 1e-6 &&
+			math.Abs(info.GetImbalance()-assign.Imbalance(a, truth)) < 1e-6
+	})
+	if info.GetReportingTasks() != 3 || info.GetImbalance() >= 1.2 || len(info.GetTaskLoads()) != 3 {
+		t.Fatalf("JobInfo %v", info)
+	}
+	var sum float64
+	for i, tl := range info.GetTaskLoads() {
+		if tl.GetTask() != tasks[i] {
+			t.Errorf("task_loads[%d] is %q, want %q", i, tl.GetTask(), tasks[i])
+		}
+		sum += tl.GetLoad()
+	}
+	if math.Abs(sum-info.GetTotalLoad()) > 1e-6 {
+		t.Errorf("task loads add up to %g, total load is %g", sum, info.GetTotalLoad())
+	}
 }

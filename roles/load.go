@@ -224,3 +224,10 @@ func (l *loads) fresh(job string, since time.Time) bool {
 	}
 	return true
 }
+
+// reporting counts the tasks with a load report for job.
+func (l *loads) reporting(job string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.jobs[job])
+}

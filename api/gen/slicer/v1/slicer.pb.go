@@ -544,9 +544,24 @@ type JobInfo struct {
 	// Generation of the stored assignment, 0 if none.
 	Generation uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	// Tasks gossip currently reports alive for the job, sorted by name.
-	LiveTasks     []*Task `protobuf:"bytes,5,rep,name=live_tasks,json=liveTasks,proto3" json:"live_tasks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LiveTasks []*Task `protobuf:"bytes,5,rep,name=live_tasks,json=liveTasks,proto3" json:"live_tasks,omitempty"`
+	// The Assigner's view of the job's load: the latest load reports of its
+	// live tasks, added up per key range, in the job's load unit per second.
+	// 0 when no task has reported load.
+	TotalLoad float64 `protobuf:"fixed64,6,opt,name=total_load,json=totalLoad,proto3" json:"total_load,omitempty"`
+	// Imbalance of the current assignment under that load: the most loaded
+	// task's load over the mean task load (docs/algorithm.md). 1 is perfectly
+	// even, and also what a job without load has; 0 when the job has no
+	// assignment yet.
+	Imbalance float64 `protobuf:"fixed64,7,opt,name=imbalance,proto3" json:"imbalance,omitempty"`
+	// Load per second of every task of the current assignment under that
+	// load, sorted by task name. A slice's load is shared evenly among the
+	// tasks serving it.
+	TaskLoads []*TaskLoad `protobuf:"bytes,8,rep,name=task_loads,json=taskLoads,proto3" json:"task_loads,omitempty"`
+	// Tasks whose load reports make up the view.
+	ReportingTasks uint32 `protobuf:"varint,9,opt,name=reporting_tasks,json=reportingTasks,proto3" json:"reporting_tasks,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JobInfo) Reset() {
@@ -614,6 +629,88 @@ func (x *JobInfo) GetLiveTasks() []*Task {
 	return nil
 }
 
+func (x *JobInfo) GetTotalLoad() float64 {
+	if x != nil {
+		return x.TotalLoad
+	}
+	return 0
+}
+
+func (x *JobInfo) GetImbalance() float64 {
+	if x != nil {
+		return x.Imbalance
+	}
+	return 0
+}
+
+func (x *JobInfo) GetTaskLoads() []*TaskLoad {
+	if x != nil {
+		return x.TaskLoads
+	}
+	return nil
+}
+
+func (x *JobInfo) GetReportingTasks() uint32 {
+	if x != nil {
+		return x.ReportingTasks
+	}
+	return 0
+}
+
+// TaskLoad is one task's share of its job's measured load.
+type TaskLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Task  string                 `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// Load per second, in the job's own unit.
+	Load          float64 `protobuf:"fixed64,2,opt,name=load,proto3" json:"load,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskLoad) Reset() {
+	*x = TaskLoad{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskLoad) ProtoMessage() {}
+
+func (x *TaskLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskLoad.ProtoReflect.Descriptor instead.
+func (*TaskLoad) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TaskLoad) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *TaskLoad) GetLoad() float64 {
+	if x != nil {
+		return x.Load
+	}
+	return 0
+}
+
 type ListJobsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -622,7 +719,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +731,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +744,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{9}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{10}
 }
 
 type ListJobsResponse struct {
@@ -659,7 +756,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +768,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +781,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{10}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListJobsResponse) GetJobs() []*JobInfo {
@@ -703,7 +800,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +812,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +825,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{11}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetJobRequest) GetJob() string {
@@ -747,7 +844,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +856,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +869,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetJobResponse) GetJob() *JobInfo {
@@ -792,7 +889,7 @@ type SetJobConfigRequest struct {
 
 func (x *SetJobConfigRequest) Reset() {
 	*x = SetJobConfigRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +901,7 @@ func (x *SetJobConfigRequest) String() string {
 func (*SetJobConfigRequest) ProtoMessage() {}
 
 func (x *SetJobConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +914,7 @@ func (x *SetJobConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetJobConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetJobConfigRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{13}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetJobConfigRequest) GetJob() string {
@@ -843,7 +940,7 @@ type SetJobConfigResponse struct {
 
 func (x *SetJobConfigResponse) Reset() {
 	*x = SetJobConfigResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +952,7 @@ func (x *SetJobConfigResponse) String() string {
 func (*SetJobConfigResponse) ProtoMessage() {}
 
 func (x *SetJobConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +965,7 @@ func (x *SetJobConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetJobConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetJobConfigResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{14}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetJobConfigResponse) GetJob() *JobInfo {
@@ -893,7 +990,7 @@ type SliceLoad struct {
 
 func (x *SliceLoad) Reset() {
 	*x = SliceLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1002,7 @@ func (x *SliceLoad) String() string {
 func (*SliceLoad) ProtoMessage() {}
 
 func (x *SliceLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1015,7 @@ func (x *SliceLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceLoad.ProtoReflect.Descriptor instead.
 func (*SliceLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SliceLoad) GetStart() uint64 {
@@ -968,7 +1065,7 @@ type ReportLoadRequest struct {
 
 func (x *ReportLoadRequest) Reset() {
 	*x = ReportLoadRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -980,7 +1077,7 @@ func (x *ReportLoadRequest) String() string {
 func (*ReportLoadRequest) ProtoMessage() {}
 
 func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -993,7 +1090,7 @@ func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadRequest.ProtoReflect.Descriptor instead.
 func (*ReportLoadRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportLoadRequest) GetJob() string {
@@ -1053,7 +1150,7 @@ type ReportLoadResponse struct {
 
 func (x *ReportLoadResponse) Reset() {
 	*x = ReportLoadResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1162,7 @@ func (x *ReportLoadResponse) String() string {
 func (*ReportLoadResponse) ProtoMessage() {}
 
 func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1175,7 @@ func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
 func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
 }
 
 var File_slicer_v1_slicer_proto protoreflect.FileDescriptor
@@ -1125,7 +1222,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x15GetAssignmentResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x15.slicer.v1.AssignmentR\n" +
-	"assignment\"\xbb\x01\n" +
+	"assignment\"\xd5\x02\n" +
 	"\aJobInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x06config\x18\x02 \x01(\v2\x14.slicer.v1.JobConfigR\x06config\x12\x1e\n" +
@@ -1136,7 +1233,16 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\x12.\n" +
 	"\n" +
-	"live_tasks\x18\x05 \x03(\v2\x0f.slicer.v1.TaskR\tliveTasks\"\x11\n" +
+	"live_tasks\x18\x05 \x03(\v2\x0f.slicer.v1.TaskR\tliveTasks\x12\x1d\n" +
+	"\n" +
+	"total_load\x18\x06 \x01(\x01R\ttotalLoad\x12\x1c\n" +
+	"\timbalance\x18\a \x01(\x01R\timbalance\x122\n" +
+	"\n" +
+	"task_loads\x18\b \x03(\v2\x13.slicer.v1.TaskLoadR\ttaskLoads\x12'\n" +
+	"\x0freporting_tasks\x18\t \x01(\rR\x0ereportingTasks\"2\n" +
+	"\bTaskLoad\x12\x12\n" +
+	"\x04task\x18\x01 \x01(\tR\x04task\x12\x12\n" +
+	"\x04load\x18\x02 \x01(\x01R\x04load\"\x11\n" +
 	"\x0fListJobsRequest\":\n" +
 	"\x10ListJobsResponse\x12&\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x12.slicer.v1.JobInfoR\x04jobs\"!\n" +
@@ -1193,7 +1299,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 	return file_slicer_v1_slicer_proto_rawDescData
 }
 
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*Task)(nil),                    // 0: slicer.v1.Task
 	(*Slice)(nil),                   // 1: slicer.v1.Slice
@@ -1204,15 +1310,16 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*GetAssignmentRequest)(nil),    // 6: slicer.v1.GetAssignmentRequest
 	(*GetAssignmentResponse)(nil),   // 7: slicer.v1.GetAssignmentResponse
 	(*JobInfo)(nil),                 // 8: slicer.v1.JobInfo
-	(*ListJobsRequest)(nil),         // 9: slicer.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 10: slicer.v1.ListJobsResponse
-	(*GetJobRequest)(nil),           // 11: slicer.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 12: slicer.v1.GetJobResponse
-	(*SetJobConfigRequest)(nil),     // 13: slicer.v1.SetJobConfigRequest
-	(*SetJobConfigResponse)(nil),    // 14: slicer.v1.SetJobConfigResponse
-	(*SliceLoad)(nil),               // 15: slicer.v1.SliceLoad
-	(*ReportLoadRequest)(nil),       // 16: slicer.v1.ReportLoadRequest
-	(*ReportLoadResponse)(nil),      // 17: slicer.v1.ReportLoadResponse
+	(*TaskLoad)(nil),                // 9: slicer.v1.TaskLoad
+	(*ListJobsRequest)(nil),         // 10: slicer.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 11: slicer.v1.ListJobsResponse
+	(*GetJobRequest)(nil),           // 12: slicer.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 13: slicer.v1.GetJobResponse
+	(*SetJobConfigRequest)(nil),     // 14: slicer.v1.SetJobConfigRequest
+	(*SetJobConfigResponse)(nil),    // 15: slicer.v1.SetJobConfigResponse
+	(*SliceLoad)(nil),               // 16: slicer.v1.SliceLoad
+	(*ReportLoadRequest)(nil),       // 17: slicer.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),      // 18: slicer.v1.ReportLoadResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	0,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
@@ -1221,34 +1328,35 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	2,  // 3: slicer.v1.GetAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
 	3,  // 4: slicer.v1.JobInfo.config:type_name -> slicer.v1.JobConfig
 	0,  // 5: slicer.v1.JobInfo.live_tasks:type_name -> slicer.v1.Task
-	8,  // 6: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
-	8,  // 7: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
-	3,  // 8: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
-	8,  // 9: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
-	15, // 10: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
-	4,  // 11: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	6,  // 12: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	4,  // 13: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	6,  // 14: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	4,  // 15: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	9,  // 16: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	11, // 17: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	13, // 18: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	16, // 19: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	5,  // 20: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	7,  // 21: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	5,  // 22: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	7,  // 23: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	5,  // 24: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	10, // 25: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	12, // 26: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	14, // 27: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	17, // 28: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	9,  // 6: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
+	8,  // 7: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
+	8,  // 8: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
+	3,  // 9: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
+	8,  // 10: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
+	16, // 11: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
+	4,  // 12: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	6,  // 13: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	4,  // 14: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	6,  // 15: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	4,  // 16: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 17: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	12, // 18: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	14, // 19: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	17, // 20: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	5,  // 21: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	7,  // 22: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	5,  // 23: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	7,  // 24: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	5,  // 25: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 26: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	13, // 27: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	15, // 28: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	18, // 29: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	21, // [21:30] is the sub-list for method output_type
+	12, // [12:21] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
@@ -1262,7 +1370,7 @@ func file_slicer_v1_slicer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   5,
 		},
