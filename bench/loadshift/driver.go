@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 )
 
@@ -142,6 +143,31 @@ func (d *Driver) Tasks() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// ExpectedImbalance is the imbalance the current assignment would give the
+// current key popularity if every replica of a key took an equal share of
+// its requests: what a perfect load measurement would predict. Comparing
+// it with the measured imbalance tells a poor assignment from poor routing.
+// ok is false before the first assignment.
+func (d *Driver) ExpectedImbalance() (float64, bool) {
+	a := d.ck.Assignment()
+	if a == nil || len(a.Tasks) == 0 {
+		return 0, false
+	}
+	perm := *d.perm.Load()
+	load := make(map[string]float64, len(a.Tasks))
+	for rank, k := range perm {
+		tasks := a.Slices[a.Find(assign.HashString(d.keys[k]))].Tasks
+		for _, t := range tasks {
+			load[t] += d.law.Share(rank) / float64(len(tasks))
+		}
+	}
+	peak := 0.0
+	for _, t := range a.Tasks {
+		peak = max(peak, load[t.Name])
+	}
+	return peak * float64(len(a.Tasks)), true // the shares sum to 1
 }
 
 // paceInterval is how often the pacer releases the requests due.

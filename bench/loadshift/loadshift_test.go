@@ -179,6 +179,10 @@ func TestDriverMetersWhatTasksAnswer(t *testing.T) {
 	if res.HotKey != d.HotKey() {
 		t.Errorf("hot key %q reported, driver has %q", res.HotKey, d.HotKey())
 	}
+	// Both tasks serve every key, so a perfect split is predicted.
+	if e, ok := d.ExpectedImbalance(); !ok || math.Abs(e-1) > 1e-9 {
+		t.Errorf("expected imbalance %g %v, want 1", e, ok)
+	}
 	answered, failed, _ := d.Stats()
 	got := d.Meter().Counts(-1, 1<<20, []string{tasks[0].Addr, tasks[1].Addr})
 	if answered == 0 || failed != 0 || int64(got[0]) != a.hits.Load() || int64(got[1]) != b.hits.Load() {

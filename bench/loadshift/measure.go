@@ -31,6 +31,9 @@ type Sample struct {
 	Imbalance  float64 `json:"imbalance"`
 	Generation uint64  `json:"generation"`
 	Tasks      int     `json:"tasks"`
+	// Expected is the imbalance the assignment of the moment would give
+	// with each replica taking an equal share (Driver.ExpectedImbalance).
+	Expected float64 `json:"expected"`
 }
 
 // ShiftResult is what one shift's observation found.
@@ -91,7 +94,8 @@ func (d *Driver) MeasureShift(ctx context.Context, m Measure) (ShiftResult, erro
 		r.FinalImbalance = x
 		r.GenerationAfter = d.ck.Generation()
 		if m.OnSample != nil {
-			m.OnSample(Sample{Seconds: k, Imbalance: x, Generation: r.GenerationAfter, Tasks: len(tasks)})
+			e, _ := d.ExpectedImbalance()
+			m.OnSample(Sample{Seconds: k, Imbalance: x, Generation: r.GenerationAfter, Tasks: len(tasks), Expected: e})
 		}
 		if !r.Balanced && x < m.Threshold {
 			r.Balanced, r.ReactionSeconds = true, float64(k)
@@ -113,7 +117,8 @@ func (d *Driver) WaitBalanced(ctx context.Context, m Measure) error {
 		}
 		x, ok := d.meter.Imbalance(k-m.Window, k, d.Tasks())
 		if m.OnSample != nil && ok {
-			m.OnSample(Sample{Seconds: k - b, Imbalance: x, Generation: d.ck.Generation(), Tasks: len(d.Tasks())})
+			e, _ := d.ExpectedImbalance()
+			m.OnSample(Sample{Seconds: k - b, Imbalance: x, Generation: d.ck.Generation(), Tasks: len(d.Tasks()), Expected: e})
 		}
 		if ok && x < m.Threshold {
 			return nil
