@@ -36,9 +36,67 @@ func (f *atomicFloat) take() float64 { return math.Float64frombits(f.bits.Swap(0
 
 // loadCell is one slice's accumulator, padded to a cache line so that
 // requests for neighbouring slices do not contend.
+//
+// Besides the slice's total it follows one candidate hot key: keys hash to
+// points, so a slice's load is not spread over its range, and a report of
+// the total alone would have the Assigner split a hot slice at the middle
+// of empty space and move a half that carries nothing. The candidate is
+// the first key seen in a window, kept for the next window while it
+// carries at least half of the slice's load; its exact load is reported
+// as its own one-key entry.
 type loadCell struct {
-	atomicFloat
-	_ [56]byte
+	atomicFloat               // all load on the slice in this window
+	hot         atomic.Uint64 // candidate key's slice key + 1; 0 for none yet
+	hotLoad     atomicFloat   // load on the candidate key alone
+	_           [40]byte
+}
+
+// add counts cost on slice key h, which lies in the cell's slice.
+func (c *loadCell) add(h assign.SliceKey, cost float64) {
+	c.atomicFloat.add(cost)
+	k := uint64(h) + 1
+	cur := c.hot.Load()
+	if cur == 0 && c.hot.CompareAndSwap(0, k) {
+		cur = k
+	}
+	if cur == k {
+		c.hotLoad.add(cost)
+	}
+}
+
+// drain takes the window's load of slice [start, end) and appends it to
+// into: the candidate key as a one-key entry, the rest spread over the
+// ranges on either side of it.
+func (c *loadCell) drain(start, end assign.SliceKey, into assign.Load) assign.Load {
+	// The key's load first: an add between the two takes then lands in
+	// the total and maybe the key's next window, never only in the key.
+	k := c.hot.Load()
+	hl := c.hotLoad.take()
+	total := c.take()
+	if k != 0 && hl < total/2 {
+		c.hot.CompareAndSwap(k, 0) // not the slice's hottest: pick afresh
+	}
+	if total <= 0 {
+		return into
+	}
+	hl = min(hl, total)
+	h := assign.SliceKey(k - 1)
+	if k == 0 || hl <= 0 || h < start || h >= end {
+		return append(into, assign.LoadEntry{Start: start, End: end, Load: total})
+	}
+	rest := total - hl
+	left, right := float64(h-start), float64(end-h-1)
+	if left > 0 && rest > 0 {
+		into = append(into, assign.LoadEntry{Start: start, End: h, Load: rest * left / (left + right)})
+	}
+	if left+right == 0 {
+		hl = total // the slice is the one key
+	}
+	into = append(into, assign.LoadEntry{Start: h, End: h + 1, Load: hl})
+	if right > 0 && rest > 0 {
+		into = append(into, assign.LoadEntry{Start: h + 1, End: end, Load: rest * right / (left + right)})
+	}
+	return into
 }
 
 // maxPendingEntries bounds the load kept across failed reports. Past it
@@ -97,23 +155,21 @@ func (s *Slicelet) rejectCost(cost float64) error {
 func (s *Slicelet) addLoad(h assign.SliceKey, cost float64) {
 	if v := s.view.Load(); v != nil {
 		if i := v.table.Lookup(h); v.mine[i] {
-			v.load[i].add(cost)
+			v.load[i].add(h, cost)
 			return
 		}
 	}
 	s.load.unowned.add(cost)
 }
 
-// drainOwned empties v's accumulators into load entries, one per owned
-// slice that received load.
+// drainOwned empties v's accumulators into load entries, sorted: for each
+// owned slice that received load, its candidate hot key and the ranges
+// around it (see loadCell).
 func drainOwned(v *view, into assign.Load) assign.Load {
 	a := v.table.Assignment()
 	for i := range v.load {
-		if !v.mine[i] {
-			continue
-		}
-		if x := v.load[i].take(); x > 0 {
-			into = append(into, assign.LoadEntry{Start: a.Slices[i].Start, End: a.Slices[i].End, Load: x})
+		if v.mine[i] {
+			into = v.load[i].drain(a.Slices[i].Start, a.Slices[i].End, into)
 		}
 	}
 	return into
