@@ -170,6 +170,21 @@ func (d *Driver) ExpectedImbalance() (float64, bool) {
 	return peak * float64(len(a.Tasks)), true // the shares sum to 1
 }
 
+// Replicas returns how many tasks serve each of the n hottest keys, in
+// rank order, under the current assignment (nil before the first).
+func (d *Driver) Replicas(n int) []int {
+	a := d.ck.Assignment()
+	if a == nil {
+		return nil
+	}
+	perm := *d.perm.Load()
+	out := make([]int, min(n, len(perm)))
+	for rank := range out {
+		out[rank] = len(a.Slices[a.Find(assign.HashString(d.keys[perm[rank]]))].Tasks)
+	}
+	return out
+}
+
 // paceInterval is how often the pacer releases the requests due.
 const paceInterval = 5 * time.Millisecond
 

@@ -34,6 +34,8 @@ type Sample struct {
 	// Expected is the imbalance the assignment of the moment would give
 	// with each replica taking an equal share (Driver.ExpectedImbalance).
 	Expected float64 `json:"expected"`
+	// HotReplicas is how many tasks serve each of the three hottest keys.
+	HotReplicas []int `json:"hot_replicas"`
 }
 
 // ShiftResult is what one shift's observation found.
@@ -95,7 +97,7 @@ func (d *Driver) MeasureShift(ctx context.Context, m Measure) (ShiftResult, erro
 		r.GenerationAfter = d.ck.Generation()
 		if m.OnSample != nil {
 			e, _ := d.ExpectedImbalance()
-			m.OnSample(Sample{Seconds: k, Imbalance: x, Generation: r.GenerationAfter, Tasks: len(tasks), Expected: e})
+			m.OnSample(Sample{Seconds: k, Imbalance: x, Generation: r.GenerationAfter, Tasks: len(tasks), Expected: e, HotReplicas: d.Replicas(3)})
 		}
 		if !r.Balanced && x < m.Threshold {
 			r.Balanced, r.ReactionSeconds = true, float64(k)
@@ -118,7 +120,7 @@ func (d *Driver) WaitBalanced(ctx context.Context, m Measure) error {
 		x, ok := d.meter.Imbalance(k-m.Window, k, d.Tasks())
 		if m.OnSample != nil && ok {
 			e, _ := d.ExpectedImbalance()
-			m.OnSample(Sample{Seconds: k - b, Imbalance: x, Generation: d.ck.Generation(), Tasks: len(d.Tasks()), Expected: e})
+			m.OnSample(Sample{Seconds: k - b, Imbalance: x, Generation: d.ck.Generation(), Tasks: len(d.Tasks()), Expected: e, HotReplicas: d.Replicas(3)})
 		}
 		if ok && x < m.Threshold {
 			return nil

@@ -318,7 +318,7 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	m := o.measure
 	if o.trace {
 		m.OnSample = func(s loadshift.Sample) {
-			fmt.Fprintf(stderr, "  t=%3ds imbalance %5.2f (assignment gives %5.2f) generation %d tasks %d\n", s.Seconds, s.Imbalance, s.Expected, s.Generation, s.Tasks)
+			fmt.Fprintf(stderr, "  t=%3ds imbalance %5.2f (assignment gives %5.2f) generation %d tasks %d hot keys on %v tasks\n", s.Seconds, s.Imbalance, s.Expected, s.Generation, s.Tasks, s.HotReplicas)
 		}
 	}
 	if err := sleep(ctx, o.warmup); err != nil {
