@@ -23,6 +23,21 @@ const (
 	// chDeadband leaves a task's count alone while its load is this close
 	// to the mean, so a steady load makes no churn.
 	chDeadband = 0.05
+	// chHotShare sizes asymmetric replication: an arc gets enough replicas
+	// that each carries at most this fraction of the mean task load from it.
+	// At one half, no single arc can by itself hold a replica above the
+	// mean, and the rest of that task's load still has room to move under
+	// vnode adaptation. Lower fractions replicate lukewarm arcs too, which
+	// costs churn and copies for little balance; at 1 a task holding one
+	// hot arc is already at the mean before its other arcs count.
+	chHotShare = 0.5
+)
+
+// Reasons recorded for the moves of a consistent-hashing decision.
+const (
+	chRingChanged = "the consistent-hashing ring changed"
+	chHotArc      = "the consistent-hashing ring changed; the arc is hot, so it is replicated beyond the minimum redundancy"
+	chCooledArc   = "the consistent-hashing ring changed; the arc cooled, so it keeps fewer replicas"
 )
 
 // ConsistentHash is load-aware consistent hashing, the Centrifuge-like
@@ -34,6 +49,13 @@ const (
 // at or after it, clockwise, and for redundancy r to the tasks of the next
 // virtual nodes until r distinct tasks are found.
 //
+// Replication is asymmetric: an arc (the keys of one virtual node) whose
+// measured load is L gets ceil(L / (chHotShare × mean task load)) tasks,
+// clamped to [MinRedundancy, MaxRedundancy]: the next distinct tasks
+// clockwise, as for the minimum. The mean is the total load over the live tasks; an
+// arc's load is shared evenly among its replicas (TaskLoads). With
+// MaxRedundancy equal to MinRedundancy every arc gets the minimum.
+//
 // The number of virtual nodes adapts to load: a task carrying more than the
 // mean load loses nodes and one carrying less gains them, in proportion to
 // how far it is from the mean (half the step per decision, nothing within
@@ -42,7 +64,15 @@ const (
 // as the first node number whose position prev does not give to the task.
 // With redundancy 1 a node inside one of its own task's arcs changes
 // nothing, so a count read back too high describes the same ring; with more
-// replicas it may shift a few of them.
+// replicas it may shift a few of them. Hot arcs carry extra replicas, so a
+// node past the real count more often lands in an arc its task serves
+// without being its node. A real node ends its arc, so a slice ends right
+// after it unless the next arc has the same tasks; a node past the count
+// never ends a slice. So in the trailing run of nodes that end no slice,
+// the count is cut at the first one inside a slice with more than the
+// minimum redundancy. A real node is cut this way only when its arc has
+// the same tasks as the next, which then takes it over; at most the
+// replicas of the arcs just before it can change.
 type ConsistentHash struct{}
 
 // NewConsistentHash returns the consistent-hashing baseline.
@@ -58,9 +88,29 @@ func (ConsistentHash) Decide(job string, prev *Assignment, live []Task, load Loa
 	if err != nil {
 		return nil, Decision{}, err
 	}
-	counts := vnodeCounts(prev, tasks, load)
-	next := ringAssignment(job, gen, tasks, counts, min(cfg.MinRedundancy, len(tasks)))
-	return next, decision(prev, next, diffMoves(prev, next, "the consistent-hashing ring changed")), nil
+	counts := vnodeCounts(prev, tasks, load, cfg.MinRedundancy)
+	base, most := min(cfg.MinRedundancy, len(tasks)), min(cfg.MaxRedundancy, len(tasks))
+	var hot float64 // arc load worth one replica; 0 replicates nothing beyond base
+	if most > base {
+		if total := load.Total(); total > 0 {
+			hot = chHotShare * total / float64(len(tasks))
+		}
+	}
+	next := ringAssignment(job, gen, tasks, counts, base, most, load, hot)
+	moves := diffMoves(prev, next, chRingChanged)
+	if most > base {
+		// Say which moves belong to arcs replicated beyond the minimum.
+		for i := range moves {
+			m := &moves[i]
+			switch {
+			case len(next.Slices[next.Find(m.Start)].Tasks) > base:
+				m.Reason = chHotArc
+			case m.Kind == RemoveReplica && prev != nil && len(prev.Slices[prev.Find(m.Start)].Tasks) > base:
+				m.Reason = chCooledArc
+			}
+		}
+	}
+	return next, decision(prev, next, moves), nil
 }
 
 // vnodePos is the ring position of task name's virtual node i.
@@ -77,8 +127,9 @@ func serves(a *Assignment, k SliceKey, name string) bool {
 	return ok
 }
 
-// vnodeCounts returns the virtual-node count of each task of live.
-func vnodeCounts(prev *Assignment, live []Task, load Load) []int {
+// vnodeCounts returns the virtual-node count of each task of live; minR is
+// the job's minimum redundancy, which tells extra replicas in prev apart.
+func vnodeCounts(prev *Assignment, live []Task, load Load, minR int) []int {
 	counts := make([]int, len(live))
 	for i := range counts {
 		counts[i] = chBaseVnodes
@@ -93,6 +144,9 @@ func vnodeCounts(prev *Assignment, live []Task, load Load) []int {
 	var sum float64
 	var known int
 	var buf []byte
+	// Slices served by more than the minimum hold extra replicas.
+	base := min(minR, len(prev.Tasks))
+	replicated := slices.ContainsFunc(prev.Slices, func(s Slice) bool { return len(s.Tasks) > base })
 	inPrev := make([]int, len(live)) // index in prev.Tasks, or -1
 	for i, t := range live {
 		inPrev[i] = -1
@@ -108,6 +162,24 @@ func vnodeCounts(prev *Assignment, live []Task, load Load) []int {
 			if !serves(prev, pos, t.Name) {
 				break
 			}
+		}
+		if replicated {
+			// Nodes past the real count end no slice: drop the trailing
+			// run of such nodes from its first one inside a replicated
+			// arc (see ConsistentHash).
+			cut := c
+			for j := c - 1; j >= 0; j-- {
+				var pos SliceKey
+				buf, pos = vnodePos(buf, t.Name, j)
+				s := &prev.Slices[prev.Find(pos)]
+				if s.End == pos+1 {
+					break
+				}
+				if len(s.Tasks) > base {
+					cut = j
+				}
+			}
+			c = cut
 		}
 		counts[i] = max(c, chMinVnodes)
 		if loads != nil {
@@ -143,8 +215,10 @@ type vnode struct {
 }
 
 // ringAssignment decodes the ring of live's virtual nodes into slices,
-// merging adjacent ones that have the same tasks.
-func ringAssignment(job string, gen uint64, live []Task, counts []int, r int) *Assignment {
+// merging adjacent ones that have the same tasks. Every arc gets base
+// tasks, or with hot > 0 one per hot units of its load under load, up to
+// most.
+func ringAssignment(job string, gen uint64, live []Task, counts []int, base, most int, load Load, hot float64) *Assignment {
 	total := 0
 	for _, c := range counts {
 		total += c
@@ -167,10 +241,18 @@ func ringAssignment(job string, gen uint64, live []Task, counts []int, r int) *A
 	// On equal positions the first node owns the key; drop the rest.
 	ring = slices.CompactFunc(ring, func(a, b vnode) bool { return a.pos == b.pos })
 
+	// replicas is the task count of an arc carrying arcLoad.
+	replicas := func(arcLoad float64) int {
+		if hot <= 0 {
+			return base
+		}
+		// Compared as floats: a huge load must not overflow the int.
+		return int(min(max(math.Ceil(arcLoad/hot), float64(base)), float64(most)))
+	}
 	// owners fills scratch with the sorted tasks of node j and its
-	// successors; add copies it only when it starts a new slice.
-	scratch := make([]int32, 0, r)
-	owners := func(j int) []int32 {
+	// successors, r of them; add copies it only when it starts a new slice.
+	scratch := make([]int32, 0, max(base, most))
+	owners := func(j, r int) []int32 {
 		ts := scratch[:0]
 		for k := 0; len(ts) < r && k < len(ring); k++ {
 			t := ring[(j+k)%len(ring)].task
@@ -193,15 +275,54 @@ func ringAssignment(job string, gen uint64, live []Task, counts []int, r int) *A
 		sl = append(sl, wslice{start: start, end: end, tasks: slices.Clone(ts)})
 	}
 	// Node j owns (pos[j-1], pos[j]]; node 0 also owns the wrap-around.
-	first := slices.Clone(owners(0))
-	add(0, ring[0].pos+1, first)
-	for j := 1; j < len(ring); j++ {
-		add(ring[j-1].pos+1, ring[j].pos+1, owners(j))
+	last := ring[len(ring)-1].pos + 1
+	r := base
+	if hot > 0 {
+		r = replicas(load.In(0, ring[0].pos+1) + load.In(last, KeySpaceEnd))
 	}
-	add(ring[len(ring)-1].pos+1, KeySpaceEnd, first)
+	first := slices.Clone(owners(0, r))
+	add(0, ring[0].pos+1, first)
+	cur := loadCursor{l: load}
+	for j := 1; j < len(ring); j++ {
+		start, end := ring[j-1].pos+1, ring[j].pos+1
+		if hot > 0 {
+			r = replicas(cur.in(start, end))
+		}
+		add(start, end, owners(j, r))
+	}
+	add(last, KeySpaceEnd, first)
 
 	p := &planner{live: live, slices: sl}
 	return p.assignment(job, gen)
+}
+
+// loadCursor sums a Load over ranges given in increasing order, in one
+// pass instead of a search per range.
+type loadCursor struct {
+	l Load
+	i int // first entry that may end after the next range starts
+}
+
+// in is l.In(start, end), for start at or after the previous call's end.
+func (c *loadCursor) in(start, end SliceKey) float64 {
+	for c.i < len(c.l) && c.l[c.i].End <= start {
+		c.i++
+	}
+	var sum float64
+	for k := c.i; k < len(c.l) && c.l[k].Start < end; k++ {
+		e := &c.l[k]
+		a, b := max(e.Start, start), min(e.End, end)
+		if a >= b {
+			continue
+		}
+		// The same arithmetic as Load.In, so the two agree exactly.
+		if a == e.Start && b == e.End {
+			sum += e.Load
+		} else {
+			sum += e.Load * float64(b-a) / float64(e.End-e.Start)
+		}
+	}
+	return sum
 }
 
 // diffMoves records what changed from prev to next as moves with reason.
