@@ -286,11 +286,9 @@ func (a *Assigner) balanceAll(ctx context.Context) {
 			since = j.committed
 		}
 		a.mu.Unlock()
-		// Load measured before the last commit was partly served under the
-		// previous assignment (a moved range shows in neither task's full
-		// window); wait for each task's next report so one decision's
-		// moves are not repeated on a half-updated picture. A task whose
-		// report is overdue does not hold this back.
+		// Decide on load measured under the assignment being served, so
+		// one decision's moves are not repeated or undone on a picture
+		// half from before it.
 		if !a.loads.fresh(name, since) {
 			a.log.Debug("load decision waits for reports after the last commit", "job", name)
 			continue

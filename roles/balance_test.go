@@ -69,16 +69,18 @@ func TestBalanceDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	truth := skewed()
-	reportAll := func() {
+	// reportWindow reports a window of the given length ending now+step.
+	reportWindow := func(step time.Duration, window float64) {
 		t.Helper()
-		now = now.Add(time.Second)
+		now = now.Add(step)
 		cur := j.pub.current()
 		for _, task := range []string{"t0", "t1", "t2"} {
-			if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(cur, task, truth, 1))); err != nil {
+			if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(cur, task, truth, window))); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
+	reportAll := func() { t.Helper(); reportWindow(time.Second, 1) }
 	start := assign.Imbalance(j.pub.current(), truth)
 	if start < 2.5 {
 		t.Fatalf("initial imbalance %.3f; the test needs a skewed start", start)
@@ -100,11 +102,17 @@ func TestBalanceDecisions(t *testing.T) {
 	}
 
 	// Every report predates the commit, and none is overdue yet: no
-	// decision until the tasks report again.
+	// decision until the tasks report a window measured after it. A
+	// window that began before the commit does not count.
 	now = now.Add(100 * time.Millisecond)
 	as.balanceAll(ctx)
 	if got := j.pub.current().Generation; got != first.Generation {
 		t.Fatalf("decided again (generation %d) on load measured before the last commit", got)
+	}
+	reportWindow(time.Second, 2)
+	as.balanceAll(ctx)
+	if got := j.pub.current().Generation; got != first.Generation {
+		t.Fatalf("decided again (generation %d) on windows that began before the last commit", got)
 	}
 
 	// Report and decide until the imbalance cannot be lowered any more.
@@ -270,5 +278,35 @@ func TestAssignerBalancesReportedLoad(t *testing.T) {
 	}
 	if math.Abs(sum-info.GetTotalLoad()) > 1e-6 {
 		t.Errorf("task loads add up to %g, total load is %g", sum, info.GetTotalLoad())
+	}
+}
+
+// A task that stops reporting holds load-driven decisions back for at most
+// two of its windows after a commit.
+func TestFreshWaitsAtMostTwoWindows(t *testing.T) {
+	l := newLoads(10 * time.Second)
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	l.put("kv", "a", &loadReport{window: time.Second}, []string{"a", "b"})
+	if !l.fresh("kv", time.Time{}) {
+		t.Error("not fresh with no commit")
+	}
+	commit := now.Add(500 * time.Millisecond)
+	for _, tc := range []struct {
+		at   time.Duration // after the commit
+		want bool
+	}{{0, false}, {time.Second, false}, {1999 * time.Millisecond, false}, {2 * time.Second, true}} {
+		now = commit.Add(tc.at)
+		if got := l.fresh("kv", commit); got != tc.want {
+			t.Errorf("%v after the commit: fresh = %v, want %v", tc.at, got, tc.want)
+		}
+	}
+	// A report whose whole window follows the commit is fresh at once.
+	now = commit.Add(1500 * time.Millisecond)
+	l.put("kv", "a", &loadReport{window: time.Second}, []string{"a", "b"})
+	l.put("kv", "b", &loadReport{window: time.Second}, []string{"a", "b"})
+	now = commit.Add(1600 * time.Millisecond)
+	if !l.fresh("kv", commit) {
+		t.Error("not fresh after every task reported a window measured after the commit")
 	}
 }

@@ -209,16 +209,21 @@ func (l *loads) reportingJobs() []string {
 	return names
 }
 
-// fresh reports whether every task reporting load for job has reported
-// since the time since, or is overdue (one window has passed since then
-// without its report): a decision then sees load measured under the
-// assignment committed at since.
+// fresh reports whether every task reporting load for job has sent a
+// report measured wholly after since, or has not managed to within two of
+// its windows (it is overdue, and its report fades anyway).
+//
+// A window that spans a commit holds load counted under the previous
+// slices: the Slicelet folds it into wide ranges, and spreading it evenly
+// over the narrower slices that replaced them would credit a hot key's
+// load to its cold neighbours, so the next decision would move the wrong
+// keys.
 func (l *loads) fresh(job string, since time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
 	for _, r := range l.jobs[job] {
-		if !r.at.After(since) && now.Sub(since) < r.window {
+		if r.at.Add(-r.window).Before(since) && now.Sub(since) < 2*r.window {
 			return false
 		}
 	}
