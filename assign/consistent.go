@@ -27,9 +27,10 @@ const (
 	// that each carries at most this fraction of the mean task load from it.
 	// At one half, no single arc can by itself hold a replica above the
 	// mean, and the rest of that task's load still has room to move under
-	// vnode adaptation. Lower fractions replicate lukewarm arcs too, which
-	// costs churn and copies for little balance; at 1 a task holding one
-	// hot arc is already at the mean before its other arcs count.
+	// vnode adaptation. Halving it replicates lukewarm arcs too: about
+	// twice the extra replicas for a smaller and uneven balance gain on
+	// the simulator's traces. At 1 a task holding one hot arc is already
+	// at the mean before its other arcs count.
 	chHotShare = 0.5
 )
 
