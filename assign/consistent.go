@@ -25,9 +25,9 @@ const (
 	chDeadband = 0.05
 	// chHotShare sizes asymmetric replication: an arc gets enough replicas
 	// that each carries at most this fraction of the mean task load from it.
-	// At one half, no single arc can by itself hold a replica above the
-	// mean, and the rest of that task's load still has room to move under
-	// vnode adaptation. Halving it replicates lukewarm arcs too: about
+	// At one half an arc puts at most half the mean on each replica (while
+	// MaxRedundancy allows), leaving the task room for its other arcs,
+	// which vnode adaptation balances. Halving it replicates lukewarm arcs too: about
 	// twice the extra replicas for a smaller and uneven balance gain on
 	// the simulator's traces. At 1 a task holding one hot arc is already
 	// at the mean before its other arcs count.
