@@ -47,7 +47,7 @@ func (t trigger) String() string {
 	if t == triggerLoad {
 		return "load"
 	}
-	return "membership"
+	return "change"
 }
 
 // membership is the part of the gossip node the roles read.

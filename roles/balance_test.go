@@ -69,18 +69,16 @@ func TestBalanceDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	truth := skewed()
-	// reportWindow reports a window of the given length ending now+step.
-	reportWindow := func(step time.Duration, window float64) {
+	reportAll := func() {
 		t.Helper()
-		now = now.Add(step)
+		now = now.Add(time.Second)
 		cur := j.pub.current()
 		for _, task := range []string{"t0", "t1", "t2"} {
-			if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(cur, task, truth, window))); err != nil {
+			if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(cur, task, truth, 1))); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	reportAll := func() { t.Helper(); reportWindow(time.Second, 1) }
 	start := assign.Imbalance(j.pub.current(), truth)
 	if start < 2.5 {
 		t.Fatalf("initial imbalance %.3f; the test needs a skewed start", start)
@@ -102,17 +100,11 @@ func TestBalanceDecisions(t *testing.T) {
 	}
 
 	// Every report predates the commit, and none is overdue yet: no
-	// decision until the tasks report a window measured after it. A
-	// window that began before the commit does not count.
+	// decision until the tasks report again.
 	now = now.Add(100 * time.Millisecond)
 	as.balanceAll(ctx)
 	if got := j.pub.current().Generation; got != first.Generation {
 		t.Fatalf("decided again (generation %d) on load measured before the last commit", got)
-	}
-	reportWindow(time.Second, 2)
-	as.balanceAll(ctx)
-	if got := j.pub.current().Generation; got != first.Generation {
-		t.Fatalf("decided again (generation %d) on windows that began before the last commit", got)
 	}
 
 	// Report and decide until the imbalance cannot be lowered any more.
@@ -282,8 +274,8 @@ func TestAssignerBalancesReportedLoad(t *testing.T) {
 }
 
 // A task that stops reporting holds load-driven decisions back for at most
-// two of its windows after a commit.
-func TestFreshWaitsAtMostTwoWindows(t *testing.T) {
+// one of its windows after a commit.
+func TestFreshWaitsAtMostOneWindow(t *testing.T) {
 	l := newLoads(10 * time.Second)
 	now := time.Unix(1000, 0)
 	l.now = func() time.Time { return now }
@@ -295,18 +287,26 @@ func TestFreshWaitsAtMostTwoWindows(t *testing.T) {
 	for _, tc := range []struct {
 		at   time.Duration // after the commit
 		want bool
-	}{{0, false}, {time.Second, false}, {1999 * time.Millisecond, false}, {2 * time.Second, true}} {
+	}{{0, false}, {999 * time.Millisecond, false}, {time.Second, true}} {
 		now = commit.Add(tc.at)
 		if got := l.fresh("kv", commit); got != tc.want {
 			t.Errorf("%v after the commit: fresh = %v, want %v", tc.at, got, tc.want)
 		}
 	}
-	// A report whose whole window follows the commit is fresh at once.
-	now = commit.Add(1500 * time.Millisecond)
-	l.put("kv", "a", &loadReport{window: time.Second}, []string{"a", "b"})
+	// Fresh at once when every reporting task has reported since the
+	// commit; a task that never reported holds nothing back.
+	commit = now
+	now = commit.Add(100 * time.Millisecond)
 	l.put("kv", "b", &loadReport{window: time.Second}, []string{"a", "b"})
-	now = commit.Add(1600 * time.Millisecond)
+	if l.fresh("kv", commit) {
+		t.Error("fresh while a has not reported since the commit")
+	}
+	l.put("kv", "a", &loadReport{window: time.Second}, []string{"a", "b"})
 	if !l.fresh("kv", commit) {
-		t.Error("not fresh after every task reported a window measured after the commit")
+		t.Error("not fresh after every task reported since the commit")
+	}
+	l.put("other", "x", &loadReport{window: time.Second}, []string{"x"})
+	if !l.fresh("idle", commit) {
+		t.Error("a job without reports is not fresh")
 	}
 }

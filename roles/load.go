@@ -209,21 +209,24 @@ func (l *loads) reportingJobs() []string {
 	return names
 }
 
-// fresh reports whether every task reporting load for job has sent a
-// report measured wholly after since, or has not managed to within two of
-// its windows (it is overdue, and its report fades anyway).
+// fresh reports whether every task reporting load for job has reported
+// since the time since, or is overdue (a window has passed since then
+// without its report).
 //
-// A window that spans a commit holds load counted under the previous
-// slices: the Slicelet folds it into wide ranges, and spreading it evenly
-// over the narrower slices that replaced them would credit a hot key's
-// load to its cold neighbours, so the next decision would move the wrong
-// keys.
+// A decision right after a commit would otherwise see, for every range it
+// moved, only the old task's report: the new task has not yet reported
+// serving it, and the old one's next report will not show it any more, so
+// the same moves could be repeated or undone on a stale picture. Waiting
+// for reports measured wholly after the commit would be more exact still,
+// but costs a second window per decision; since Slicelets report hot keys
+// as their own entries, the part of a window before the commit misleads
+// little.
 func (l *loads) fresh(job string, since time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
 	for _, r := range l.jobs[job] {
-		if r.at.Add(-r.window).Before(since) && now.Sub(since) < 2*r.window {
+		if !r.at.After(since) && now.Sub(since) < r.window {
 			return false
 		}
 	}
