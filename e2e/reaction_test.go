@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slicerd/slicerd/bench/loadshift"
+	"github.com/slicerd/slicerd/clerk"
+)
+
+// TestReactsToHotKeyShift runs slicerd and five kvserver processes that
+// report load every second, offers power-law load through a Clerk, shifts
+// the hot keys once, and checks that slicerd brings max/mean task load back
+// under 1.2. How long that takes is measured by bench/reaction, not here.
+func TestReactsToHotKeyShift(t *testing.T) {
+	const tasks = 5
+	node := startSlicerd(t, "slicerd-0", "--data-dir", t.TempDir(), "--rebalance-interval", "1s")
+	if code, out := runSlicerd(t, "job", "set", "--addr", node.rpcAddr, "--min-redundancy", "1",
+		"--max-redundancy", fmt.Sprint(tasks), "kv"); code != 0 {
+		t.Fatalf("job set exited %d: %s", code, out)
+	}
+	for i := range tasks {
+		startKVReporting(t, fmt.Sprintf("kv-%d", i), node.gossipAddr, "1s")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ck, err := clerk.New(clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cdone := make(chan error, 1)
+	go func() { cdone <- ck.Run(ctx) }()
+	defer func() { cancel(); <-cdone }()
+	eventually(t, 30*time.Second, "an assignment over all tasks", func() bool {
+		a := ck.Assignment()
+		return a != nil && len(a.Tasks) == tasks
+	})
+
+	cfg := loadshift.DefaultConfig()
+	cfg.Rate, cfg.Workers = 500, 16
+	d, err := loadshift.NewDriver(cfg, ck, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, dcancel := context.WithCancel(ctx)
+	ddone := make(chan error, 1)
+	go func() { ddone <- d.Run(dctx) }()
+	defer func() { dcancel(); <-ddone }()
+
+	m := loadshift.DefaultMeasure()
+	var trace []string
+	m.OnSample = func(s loadshift.Sample) {
+		trace = append(trace, fmt.Sprintf("%ds:%.2f/g%d", s.Seconds, s.Imbalance, s.Generation))
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 45*time.Second)
+	defer wcancel()
+	if err := d.WaitBalanced(wctx, m); err != nil {
+		t.Fatalf("load never balanced before the shift: %v; imbalance by second: %s", err, strings.Join(trace, " "))
+	}
+	trace = nil
+	m.Period, m.StopWhenBalanced = 45*time.Second, true
+	r, err := d.MeasureShift(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Balanced {
+		t.Fatalf("imbalance stayed above %g for %v after the hot keys shifted (hot key %s, generation %d -> %d); imbalance by second: %s",
+			m.Threshold, m.Period, r.HotKey, r.GenerationBefore, r.GenerationAfter, strings.Join(trace, " "))
+	}
+	answered, failed, dropped := d.Stats()
+	t.Logf("balanced %v s after the shift (first imbalance %.2f, peak %.2f; generation %d -> %d; answered %d, failed %d, dropped %d)",
+		r.ReactionSeconds, r.FirstImbalance, r.PeakImbalance, r.GenerationBefore, r.GenerationAfter, answered, failed, dropped)
+}
+
+// startKVReporting starts a kvserver task that reports its load every
+// window.
+func startKVReporting(t *testing.T, task, join, window string) *kvTask {
+	t.Helper()
+	p := start(t, task, bin.kvserver, "-job", "kv", "-task", task, "-addr", "127.0.0.1:0",
+		"-gossip-addr", "127.0.0.1:0", "-gossip-profile", "local", "-join", join, "-load-window", window)
+	line := p.waitLine(30*time.Second, "kvserver task="+task)
+	var addr string
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, "addr="); ok {
+			addr = v
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no addr in %q", line)
+	}
+	return &kvTask{proc: p, task: task, addr: addr}
+}
