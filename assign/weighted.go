@@ -66,7 +66,10 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	// With load, a fresh even split is balanced at once rather than one
 	// decision later: the phases below run on it as on any assignment.
 	cfg = cfg.WithDefaults()
-	p := newPlanner(from, tasks, cfg)
+	// Room for what phase 5 usually adds, so that it grows the slices in
+	// place rather than copying a million of them.
+	room := min(max(cfg.MaxSlicesPerTask*len(tasks)-len(from.Slices), 0), len(from.Slices)/4)
+	p := newPlannerRoom(from, tasks, cfg, room)
 	p.moves = base
 	p.replaceDeparted()
 	p.enforceRedundancy()
@@ -681,28 +684,35 @@ func (w *weigher) split() {
 	hotReason := fmt.Sprintf("slice load is at least %g times the mean slice load %.4g; split at load medians until each piece is below that or the job has %d slices per task",
 		w.cfg.SplitLoadFactor, mean, w.cfg.MaxSlicesPerTask)
 	refineReason := fmt.Sprintf("the job has fewer than %d slices per task; split for finer load measurements", w.cfg.MinSlicesPerTask)
-	sl := make([]wslice, 0, count)
-	sload := make([]float64, 0, count)
-	j := 0
-	for i := range w.sl {
+	// Widen in place from the back (when there is capacity, no copy):
+	// every slice moves up by the number of pieces added below it.
+	old := len(w.sl)
+	w.sl = slices.Grow(w.sl, count-old)[:count]
+	w.sload = slices.Grow(w.sload, count-old)[:count]
+	dst := count - 1
+	j := len(done) - 1
+	first := len(w.p.moves)
+	for i := old - 1; i >= 0; i-- {
 		if split[i] == 0 {
-			sl = append(sl, w.sl[i])
-			sload = append(sload, w.sload[i])
+			w.sl[dst], w.sload[dst] = w.sl[i], w.sload[i]
+			dst--
 			continue
 		}
+		s := w.sl[i]
 		reason := hotReason
 		if split[i] == 2 {
 			reason = refineReason
 		}
-		w.p.moves = append(w.p.moves, Move{Kind: Split, Start: w.sl[i].start, End: w.sl[i].end, Reason: reason})
+		w.p.moves = append(w.p.moves, Move{Kind: Split, Start: s.start, End: s.end, Reason: reason})
 		// The pieces share the task list: later edits reallocate (see
 		// insertID and removeID).
-		for ; j < len(done) && done[j].slice == int32(i); j++ {
-			sl = append(sl, wslice{start: done[j].start, end: done[j].end, tasks: w.sl[i].tasks})
-			sload = append(sload, done[j].load)
+		for ; j >= 0 && done[j].slice == int32(i); j-- {
+			w.sl[dst] = wslice{start: done[j].start, end: done[j].end, tasks: s.tasks}
+			w.sload[dst] = done[j].load
+			dst--
 		}
 	}
-	w.sl, w.sload = sl, sload
+	slices.Reverse(w.p.moves[first:]) // recorded from the top down
 }
 
 // piece is a part of slice number slice that phase 5 may split further.
