@@ -208,7 +208,11 @@ func TestAssignerBalancesReportedLoad(t *testing.T) {
 			a := latest
 			mu.Unlock()
 			for _, task := range tasks {
-				if _, err := client.ReportLoad(ctx, connect.NewRequest(reportFor(a, task, truth, 0.02))); err != nil && ctx.Err() == nil {
+				_, err := client.ReportLoad(ctx, connect.NewRequest(reportFor(a, task, truth, 0.02)))
+				// On a loaded machine, gossip's fast test timers can
+				// briefly suspect a task; like a Slicelet, it reports
+				// again next window.
+				if err != nil && ctx.Err() == nil && connect.CodeOf(err) != connect.CodeFailedPrecondition {
 					t.Errorf("ReportLoad from %s: %v", task, err)
 				}
 			}
@@ -219,19 +223,16 @@ func TestAssignerBalancesReportedLoad(t *testing.T) {
 		wg.Wait()
 	}()
 
-	balanced := w.until(t, "imbalance below 1.2", func(a *assign.Assignment) bool {
+	// Imbalance is over the tasks the assignment names: all three must be
+	// there (on a loaded machine gossip may briefly suspect one).
+	balanced := w.until(t, "imbalance below 1.2 over all three tasks", func(a *assign.Assignment) bool {
 		mu.Lock()
 		latest = a
 		mu.Unlock()
-		return assign.Imbalance(a, truth) < 1.2
+		return hasTasks(tasks...)(a) && assign.Imbalance(a, truth) < 1.2
 	})
 	if err := balanced.Validate(); err != nil {
 		t.Fatal(err)
-	}
-	for _, name := range tasks {
-		if _, ok := balanced.TaskIndex(name); !ok {
-			t.Errorf("task %s lost every slice", name)
-		}
 	}
 	t.Logf("imbalance %.3f at generation %d -> %.3f at generation %d", start, first.Generation,
 		assign.Imbalance(balanced, truth), balanced.Generation)
@@ -257,12 +258,10 @@ func TestAssignerBalancesReportedLoad(t *testing.T) {
 		mu.Lock()
 		latest = a
 		mu.Unlock()
-		return info.GetGeneration() == a.Generation && math.Abs(info.GetTotalLoad()-truth.Total()) < 1e-6 &&
-			math.Abs(info.GetImbalance()-assign.Imbalance(a, truth)) < 1e-6
+		return info.GetGeneration() == a.Generation && hasTasks(tasks...)(a) && info.GetReportingTasks() == 3 && len(info.GetTaskLoads()) == 3 &&
+			math.Abs(info.GetTotalLoad()-truth.Total()) < 1e-6 && math.Abs(info.GetImbalance()-assign.Imbalance(a, truth)) < 1e-6 &&
+			info.GetImbalance() < 1.2
 	})
-	if info.GetReportingTasks() != 3 || info.GetImbalance() >= 1.2 || len(info.GetTaskLoads()) != 3 {
-		t.Fatalf("JobInfo %v", info)
-	}
 	var sum float64
 	for i, tl := range info.GetTaskLoads() {
 		if tl.GetTask() != tasks[i] {
