@@ -446,3 +446,64 @@ func TestWeightedMoveMakesRoom(t *testing.T) {
 		t.Errorf("hot slice served by %v; want task 3, the coldest, among them", hot.Tasks)
 	}
 }
+
+// sliceReports is the load Slicelets report under a: one entry per slice,
+// with the slice's hottest key as an entry of its own and the rest spread
+// over the keys either side of it.
+func sliceReports(a *Assignment, truth Load) Load {
+	var l Load
+	for _, s := range a.Slices {
+		v := truth.In(s.Start, s.End)
+		if v == 0 {
+			continue
+		}
+		var hot LoadEntry
+		for _, e := range truth {
+			if e.Start >= s.Start && e.End <= s.End && e.Load > hot.Load {
+				hot = e
+			}
+		}
+		if hot.Load == 0 {
+			l = append(l, LoadEntry{Start: s.Start, End: s.End, Load: v})
+			continue
+		}
+		rest := v - hot.Load
+		if hot.Start > s.Start && hot.End < s.End {
+			rest /= 2
+		}
+		if hot.Start > s.Start && rest > 0 {
+			l = append(l, LoadEntry{Start: s.Start, End: hot.Start, Load: rest})
+		}
+		l = append(l, hot)
+		if hot.End < s.End && rest > 0 {
+			l = append(l, LoadEntry{Start: hot.End, End: s.End, Load: rest})
+		}
+	}
+	return l
+}
+
+// Under a steady load reported the way Slicelets report it, decisions
+// settle: after a few rounds nothing changes, so a steady job keeps its
+// generation and churns nothing.
+func TestWeightedMoveSettles(t *testing.T) {
+	for _, r := range []int{1, 3, 10} {
+		rng := rand.New(rand.NewPCG(21, uint64(r)))
+		tasks := testTasks(10)
+		truth := pointLoad(rng, 100, 1.5)
+		cfg := Config{MinRedundancy: 1, MaxRedundancy: r}
+		a, _ := mustDecide(t, NewWeightedMove(), nil, tasks, sliceReports(evenSplit("j", 1, tasks, cfg), truth), cfg)
+		settled := -1
+		for round := range 20 {
+			next, d := mustDecide(t, NewWeightedMove(), a, tasks, sliceReports(a, truth), cfg)
+			if d.Changed {
+				settled = -1
+			} else if settled < 0 {
+				settled = round
+			}
+			a = next
+		}
+		if settled < 0 || settled > 10 {
+			t.Errorf("max redundancy %d: still changing after 20 rounds (settled at %d)", r, settled)
+		}
+	}
+}
