@@ -38,8 +38,11 @@ type Config struct {
 
 const defaultGossipAddr = "127.0.0.1:0"
 
-// DefaultLoadWindow is the load measurement window when Config.LoadWindow is 0.
-const DefaultLoadWindow = 10 * time.Second
+// DefaultLoadWindow is the load measurement window when Config.LoadWindow
+// is 0. Five seconds lets the Assigner correct a hot-key shift within about
+// 20 s (docs/benchmarks.md): a 10 s window makes the first decision after a
+// shift see half-old load and usually needs a second one.
+const DefaultLoadWindow = 5 * time.Second
 
 // gossipConfig returns the gossip configuration the Slicelet starts with.
 func (c Config) gossipConfig(log *slog.Logger) gossip.Config {

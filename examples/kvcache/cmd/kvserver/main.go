@@ -61,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *loadWindow <= 0 {
-		fmt.Fprintf(stderr, "kvserver: invalid -load-window %v: use a positive duration such as 10s\n", *loadWindow)
+		fmt.Fprintf(stderr, "kvserver: invalid -load-window %v: use a positive duration such as 5s\n", *loadWindow)
 		return 2
 	}
 	if *profile != "lan" && *profile != "local" {
