@@ -39,6 +39,7 @@ import (
 
 	"github.com/slicerd/slicerd/bench/loadshift"
 	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/slicelet"
 )
 
 func main() {
@@ -90,7 +91,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.measure.Window, "window", o.measure.Window, "trailing window of the imbalance, in seconds")
 	fs.Float64Var(&o.measure.Threshold, "threshold", o.measure.Threshold, "imbalance (max/mean) under which the tasks count as balanced")
 	fs.DurationVar(&o.warmup, "warmup", 30*time.Second, "load before the first shift")
-	fs.DurationVar(&o.loadWindow, "load-window", 10*time.Second, "kvserver -load-window: how often tasks report their load")
+	fs.DurationVar(&o.loadWindow, "load-window", slicelet.DefaultLoadWindow, "kvserver -load-window: how often tasks report their load")
 	fs.IntVar(&o.maxRedundancy, "max-redundancy", 0, "job's max redundancy (default: -tasks)")
 	fs.StringVar(&o.rebalanceInterval, "rebalance-interval", "", "slicerd --rebalance-interval (default: slicerd's own)")
 	fs.Var(&o.slicerdFlags, "slicerd-flag", "extra flag for slicerd, e.g. -slicerd-flag=--log-level=debug (repeatable)")
