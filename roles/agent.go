@@ -54,7 +54,13 @@ func New(cfg Config) (*Agent, error) {
 
 	if cfg.has(gossip.RoleAssigner) || cfg.has(gossip.RoleBackup) {
 		readOnly := !cfg.has(gossip.RoleAssigner)
-		store, err := storage.OpenDataDir(cfg.DataDir, storage.BoltOptions{ReadOnly: readOnly, Logger: cfg.Logger})
+		var store storage.Store
+		var err error
+		if cfg.OpenStore != nil {
+			store, err = cfg.OpenStore(readOnly)
+		} else {
+			store, err = storage.OpenDataDir(cfg.DataDir, storage.BoltOptions{ReadOnly: readOnly, Logger: cfg.Logger})
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/storage"
 )
 
 // Config is everything an Agent needs, already parsed; main turns flags into it.
@@ -19,6 +20,11 @@ type Config struct {
 	Roles []gossip.Role
 	// DataDir holds the embedded store (assigner and backup roles).
 	DataDir string
+	// OpenStore, if set, opens the store of the assigner and backup roles
+	// instead of the bbolt file in DataDir; readOnly is true for an agent
+	// that only runs the backup role. The agent closes what it returns.
+	// In-process clusters use it to share one store among agents.
+	OpenStore func(readOnly bool) (storage.Store, error)
 	// RPCAddr is where the Connect/gRPC API listens (host:port; port 0 picks one).
 	RPCAddr string
 	// AdvertiseRPCAddr is the RPC address other members are told; default
