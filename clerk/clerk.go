@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/clerk/cachefile"
 )
 
 // Clerk keeps a local copy of one job's assignment, streamed from slicerd,
@@ -33,8 +35,19 @@ type Clerk struct {
 	wake    chan struct{}
 	running atomic.Bool
 
+	// cache persists accepted assignments; nil without Config.CacheFile.
+	cache *cachefile.Writer
+	// fromCache is the assignment New loaded from the cache file until Run
+	// reports it to OnAssignment; owned by Run's goroutine.
+	fromCache *assign.Assignment
+
 	// Owned by Run's goroutine: where the next round starts.
 	nextDist, nextBackup int
+	// heard is the newest generation a server has sent this process, sent
+	// as the known generation. It lags the held generation while that came
+	// from the cache file, so the first server answers with its current
+	// assignment and a store that went backwards is noticed.
+	heard uint64
 }
 
 // New validates cfg and builds a Clerk without connecting; Run connects.
@@ -57,7 +70,36 @@ func New(cfg Config) (*Clerk, error) {
 	// Start at a random server so that many clients spread over the
 	// Distributors instead of all piling onto the first one.
 	c.nextDist, c.nextBackup = rand.Int(), rand.Int()
+	if cfg.CacheFile != "" {
+		if err := cachefile.CheckWritable(cfg.CacheFile); err != nil {
+			return nil, fmt.Errorf("%w: job %q: cache file: %w", ErrInvalidConfig, cfg.Job, err)
+		}
+		c.cache = cachefile.NewWriter(cfg.CacheFile, c.loadCache(), c.log)
+	}
 	return c, nil
+}
+
+// loadCache installs the assignment in the cache file, if the file holds a
+// valid one for the job, and returns its generation (0 if none). A bad
+// file is logged and left alone: the next accepted assignment replaces it.
+func (c *Clerk) loadCache() uint64 {
+	path := c.cfg.CacheFile
+	a, err := cachefile.Read(path, c.cfg.Job)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		c.log.Info("clerk: no assignment cache file yet; waiting for slicerd", "file", path)
+		return 0
+	case err != nil:
+		c.log.Warn("clerk: ignoring the assignment cache file; starting without an assignment and fetching one from slicerd, which will overwrite the file",
+			"file", path, "err", err)
+		return 0
+	}
+	c.table.Store(NewTable(a))
+	close(c.ready)
+	c.fromCache = a
+	c.log.Info("clerk: routing on the cached assignment until slicerd answers",
+		"file", path, "generation", a.Generation, "tasks", len(a.Tasks), "slices", len(a.Slices))
+	return a.Generation
 }
 
 // AssignedTasks returns the addresses of the tasks the current assignment
@@ -188,6 +230,22 @@ func (c *Clerk) Run(ctx context.Context) error {
 	if c.ownClient != nil {
 		defer c.ownClient.CloseIdleConnections()
 	}
+	if c.cache != nil {
+		// The writer flushes the newest assignment when ctx ends; Run
+		// returns after it has.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.cache.Run(ctx)
+		}()
+		defer func() { <-done }()
+	}
+	if a := c.fromCache; a != nil {
+		c.fromCache = nil
+		if c.cfg.OnAssignment != nil && c.Assignment() == a {
+			c.cfg.OnAssignment(nil, a)
+		}
+	}
 	backoff := c.cfg.MinBackoff
 	failing := false
 	for {
@@ -274,7 +332,7 @@ func (c *Clerk) watch(ctx context.Context, addr string, backup bool) (bool, erro
 	defer cancel()
 
 	began := time.Now()
-	req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: c.cfg.Job, KnownGeneration: c.Generation()})
+	req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: c.cfg.Job, KnownGeneration: c.heard})
 	var stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse]
 	var err error
 	if backup {
@@ -322,12 +380,24 @@ func (c *Clerk) accept(p *slicerv1.Assignment) error {
 	if a.Job != c.cfg.Job {
 		return fmt.Errorf("%w: asked for job %q, got job %q", errRejected, c.cfg.Job, a.Job)
 	}
+	c.heard = max(c.heard, a.Generation)
 	prev := c.table.Load()
 	if prev != nil && a.Generation <= prev.a.Generation {
-		c.log.Debug("clerk: ignoring assignment that is not newer", "generation", a.Generation, "held", prev.a.Generation)
+		if a.Generation < prev.a.Generation {
+			// Generations only go forward, so this happens when slicerd's
+			// store was reset after this Clerk (or its cache file) saw a
+			// later one.
+			c.log.Warn("clerk: slicerd sent an older generation than the one held; keeping the held one. If slicerd's store was reset, restart this client, deleting its cache file if it has one",
+				"generation", a.Generation, "held", prev.a.Generation, "cache_file", c.cfg.CacheFile)
+		} else {
+			c.log.Debug("clerk: ignoring assignment that is not newer", "generation", a.Generation, "held", prev.a.Generation)
+		}
 		return nil
 	}
 	c.table.Store(NewTable(a))
+	if c.cache != nil {
+		c.cache.Store(a)
+	}
 	var old *assign.Assignment
 	if prev == nil {
 		close(c.ready)

@@ -33,9 +33,17 @@ type Config struct {
 	// BackupRecheck is how long the Clerk streams from a Backup before it
 	// tries the Distributors again. Zero means the default.
 	BackupRecheck time.Duration
+	// CacheFile, when set, is a file where the Clerk keeps the newest
+	// assignment it accepted, so that after a restart it routes at once,
+	// even while no slicerd server answers (see the package documentation).
+	// Its directory must exist and be writable; New checks. Empty turns the
+	// cache off. Each process needs its own file.
+	CacheFile string
 	// OnAssignment, when set, is called after every accepted assignment,
 	// serially from Run's goroutine; prev is nil the first time. Both are
-	// read-only. A slow callback delays the next update.
+	// read-only. A slow callback delays the next update. An assignment New
+	// loaded from CacheFile is reported, as (nil, cached), when Run first
+	// starts.
 	OnAssignment func(prev, next *assign.Assignment)
 	// Logger receives state changes at info and retries at debug. Nil
 	// discards.

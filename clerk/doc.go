@@ -18,11 +18,47 @@
 // Assignments for another job, malformed ones and older generations are
 // never installed.
 //
+// # Assignment cache
+//
+// With Config.CacheFile set, every accepted generation is also written to
+// that file (format in package cachefile), so a Clerk that restarts while
+// no slicerd server answers still routes: New reads the file and, if it
+// holds a valid assignment of the job, installs it at once — Ready is
+// closed, lookups answer and Generation is the cached one — before any
+// server is contacted (Slicer §4.3's service-independent mode, extended
+// to restarted clients). The writes happen on a goroutine Run owns, off
+// the lookup path and the stream; a burst of generations is written once,
+// as the newest, and the newest is flushed before Run returns. Each write
+// goes to a temporary file in the same directory, is synced, renamed over
+// the old file, and the directory is synced, so a crash leaves one whole
+// file.
+//
+// Generations only go forward. The first stream after a cache start asks
+// for the server's current assignment whatever its generation: a newer one
+// replaces the cached one; an equal one confirms it; an older one is
+// logged at warn and ignored, since it means slicerd's store was reset
+// after the cache was written. The way out is to restart the client
+// without the file (delete it), which every long-running client, cache or
+// not, needs after such a reset anyway.
+//
+// A file that is corrupt, truncated, for another job or in a newer format
+// is never routed on: New logs a warning naming the file and what is
+// wrong, leaves the file untouched (for inspection), starts empty and
+// fetches as usual; the first accepted assignment overwrites the file. A
+// missing file is normal on first start. A cache file that cannot be
+// written — its directory is missing or read-only, or the path is a
+// directory — is a configuration error from New, so the mistake is found
+// at deploy time rather than at the outage the cache was meant for; a
+// write that fails later (a full disk) is logged and retried with the next
+// generation and at shutdown, and never affects routing. Each process
+// needs its own file: two Clerks must not share one.
+//
 // Usage:
 //
 //	cfg := clerk.DefaultConfig()
 //	cfg.Job = "kv"
 //	cfg.Addrs = []string{"slicerd-1:7070", "slicerd-2:7070"}
+//	cfg.CacheFile = "/var/lib/myapp/kv.assignment" // optional
 //	c, err := clerk.New(cfg)
 //	if err != nil { ... }
 //	go c.Run(ctx)
