@@ -51,10 +51,12 @@
 // # Profiles
 //
 // Config.Profile picks memberlist's timer set: "lan" (DefaultLANConfig:
-// 1 s probes, 500 ms probe timeout, suspicion 4×; a failure is detected in
-// a few seconds) for real networks, or "local" (DefaultLocalConfig: shorter
-// timeouts, one indirect probe) for loopback. Config fields override single
-// timers. TestConfig shrinks them to milliseconds, as serf's own tests do,
+// 1 s probes, 500 ms probe timeout, suspicion 4×) for real networks, or
+// "local" (DefaultLocalConfig: shorter timeouts, one indirect probe) for
+// loopback. Config fields override single timers; DefaultConfig sets
+// 500 ms probes, a 250 ms probe timeout and suspicion 3×, so a failed
+// member is declared failed in about 2 s in a cluster of ten (see
+// DefaultConfig for the trade-off). TestConfig shrinks them to milliseconds, as serf's own tests do,
 // so tests see failures well within a second. Serf's leave broadcast
 // timeout and leave propagation delay scale with the probe interval
 // (5× and 1×, serf's defaults at 1 s).
@@ -70,6 +72,19 @@
 // adapted to the node's slog.Logger, with levels taken from the "[DEBUG]",
 // "[INFO]", "[WARN]" and "[ERR]" prefixes and a component attribute of
 // "serf" or "memberlist".
+//
+// # Proximity and the preferred Assigner
+//
+// Serf's Vivaldi network coordinates ride on the probes: every answer to a
+// probe carries the prober's peer's coordinate, and Node.RTT estimates the
+// round trip between any two members from them. Preference.Choose is the
+// one function that picks a job's preferred Assigner from the live
+// Assigners, the job's live tasks and those estimates: the Assigner with
+// the lowest median RTT to the job's tasks, kept until another is nearer
+// by a margin (20% and 1 ms by default), with ties and unknown distances
+// broken by a rendezvous hash of job and Assigner name. Assigners,
+// Distributors and Slicelets all call it (Node.PreferredAssigner), so they
+// agree whenever their gossip views do.
 //
 // For tests of many members on one machine, NewDelayTransport wraps a
 // member's transport to add per-link latency or drop a link, since the

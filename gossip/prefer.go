@@ -1,0 +1,248 @@
+package gossip
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Preference chooses each job's preferred Assigner: the one generating the
+// job's assignments (Slicer §4.1). Assigners, Distributors and Slicelets
+// all call Choose with what their own gossip member sees, so they agree
+// whenever their views agree, and the hysteresis keeps them agreeing while
+// the estimates jitter.
+//
+// The zero value of a field means DefaultPreference's.
+type Preference struct {
+	// Margin and MinGain are the hysteresis: another Assigner replaces the
+	// current choice only when its estimated RTT to the job's tasks is
+	// lower by more than Margin (a fraction of the current one's) and by
+	// more than MinGain. Defaults 0.2 and 1 ms: network coordinates jitter
+	// by a few percent and by a fraction of a millisecond on a LAN, so
+	// neither alone flips the choice, while a move to another rack or zone
+	// does.
+	Margin  float64
+	MinGain time.Duration
+	// SampleTasks bounds how many of a job's tasks are measured (default
+	// 32), so the cost does not grow with the job. The sample is the tasks
+	// with the highest rendezvous hash with the job, so every member
+	// samples the same ones and a task joining or leaving changes at most
+	// one of them.
+	SampleTasks int
+	// Recheck is how often a member holding a choice re-evaluates it while
+	// membership is quiet, since coordinates move without membership
+	// events (default 1 s).
+	Recheck time.Duration
+}
+
+// DefaultPreference returns the preference settings slicerd uses unless
+// configured otherwise.
+func DefaultPreference() Preference {
+	return Preference{Margin: 0.2, MinGain: time.Millisecond, SampleTasks: 32, Recheck: time.Second}
+}
+
+// WithDefaults fills zero fields from DefaultPreference.
+func (p Preference) WithDefaults() Preference {
+	d := DefaultPreference()
+	if p.Margin == 0 {
+		p.Margin = d.Margin
+	}
+	if p.MinGain == 0 {
+		p.MinGain = d.MinGain
+	}
+	if p.SampleTasks == 0 {
+		p.SampleTasks = d.SampleTasks
+	}
+	if p.Recheck == 0 {
+		p.Recheck = d.Recheck
+	}
+	return p
+}
+
+// Validate reports what is wrong with p, if anything. Zero fields are valid:
+// they mean the defaults.
+func (p Preference) Validate() error {
+	switch {
+	case !(p.Margin >= 0 && p.Margin < 1): // also rejects NaN
+		return fmt.Errorf("%w: preference margin %g must be in [0, 1): the fraction by which another Assigner must be nearer to take a job over", ErrConfig, p.Margin)
+	case p.MinGain < 0:
+		return fmt.Errorf("%w: preference minimum gain %v is negative; use zero for the default", ErrConfig, p.MinGain)
+	case p.SampleTasks < 0:
+		return fmt.Errorf("%w: preference task sample %d is negative; use zero for the default", ErrConfig, p.SampleTasks)
+	case p.Recheck < 0:
+		return fmt.Errorf("%w: preference recheck interval %v is negative; use zero for the default", ErrConfig, p.Recheck)
+	}
+	return nil
+}
+
+// RTTFunc estimates the round-trip time between two members by name,
+// reporting false when it has no estimate. Node.RTT is one.
+type RTTFunc func(a, b string) (time.Duration, bool)
+
+// score is one Assigner's distance to a job.
+type score struct {
+	rtt   time.Duration
+	known bool
+}
+
+// Choose returns the preferred Assigner of job among assigners (the names
+// of the live Assigners), given the names of the job's live tasks, an RTT
+// estimator (nil: nothing is known) and current, the caller's previous
+// choice ("" if none). It returns "" only when assigners is empty. It is a
+// pure function of its arguments.
+//
+// An Assigner's distance to the job is the median estimated RTT from it to
+// the job's (sampled) tasks. The median rather than the mean: a job's
+// tasks usually sit mostly in one place, and the median follows where most
+// of them are, while one far-away task or one bad estimate would drag a
+// mean towards a compromise location that is near nobody.
+//
+// current is kept while it is live and no Assigner is nearer by more than
+// the margin. Otherwise the choice is made afresh: among the Assigners the
+// nearest one does not beat by the margin (all of them when no distance is
+// known, as for a job without tasks or before coordinates converge), the
+// one with the highest rendezvous hash of job and Assigner name. That
+// spreads jobs evenly over equally near Assigners and moves as few jobs
+// as possible when one comes or goes. Assigners with no known distance are
+// left out when some are known, and never replace a live current choice.
+func (p Preference) Choose(job string, assigners, tasks []string, rtt RTTFunc, current string) string {
+	if len(assigners) == 0 {
+		return ""
+	}
+	p = p.WithDefaults()
+	var sampleBuf [64]string
+	sample := sampleTasks(job, tasks, p.SampleTasks, sampleBuf[:0])
+	var scoreBuf [8]score
+	scores := scoreBuf[:0]
+	var rttBuf [64]time.Duration
+	best := -1
+	cur := -1
+	for i, a := range assigners {
+		s := distance(a, sample, rtt, rttBuf[:0])
+		scores = append(scores, s)
+		if s.known && (best < 0 || s.rtt < scores[best].rtt) {
+			best = i
+		}
+		if a == current {
+			cur = i
+		}
+	}
+	if cur >= 0 && (best < 0 || !scores[cur].known || !p.beats(scores[best].rtt, scores[cur].rtt)) {
+		return current
+	}
+	var pick string
+	var pickHash uint64
+	for i, a := range assigners {
+		if best >= 0 && (!scores[i].known || p.beats(scores[best].rtt, scores[i].rtt)) {
+			continue
+		}
+		if h := rendezvous(job, a); pick == "" || h > pickHash || (h == pickHash && a < pick) {
+			pick, pickHash = a, h
+		}
+	}
+	return pick
+}
+
+// beats reports whether an Assigner at distance c is nearer than one at x
+// by more than the hysteresis.
+func (p Preference) beats(c, x time.Duration) bool {
+	return float64(c) < float64(x)*(1-p.Margin) && x-c > p.MinGain
+}
+
+// distance is the median RTT from assigner to the tasks whose estimate is
+// known; buf is scratch space.
+func distance(assigner string, tasks []string, rtt RTTFunc, buf []time.Duration) score {
+	if rtt == nil {
+		return score{}
+	}
+	for _, t := range tasks {
+		if d, ok := rtt(assigner, t); ok {
+			buf = append(buf, d)
+		}
+	}
+	if len(buf) == 0 {
+		return score{}
+	}
+	slices.Sort(buf)
+	n := len(buf)
+	if n%2 == 1 {
+		return score{rtt: buf[n/2], known: true}
+	}
+	return score{rtt: buf[n/2-1] + (buf[n/2]-buf[n/2-1])/2, known: true}
+}
+
+// sampleTasks returns tasks if there are at most limit of them, else the
+// limit tasks with the highest rendezvous hash with job, appended to buf.
+// It keeps the best so far in a sorted window: after the first few tasks a
+// new one rarely enters it, so the cost is about one hash per task.
+func sampleTasks(job string, tasks []string, limit int, buf []string) []string {
+	if len(tasks) <= limit {
+		return tasks
+	}
+	type hashed struct {
+		h    uint64
+		name string
+	}
+	var topBuf [64]hashed
+	top := topBuf[:0] // sorted by descending hash, then name
+	less := func(x, y hashed) bool { return x.h > y.h || (x.h == y.h && x.name < y.name) }
+	for _, t := range tasks {
+		x := hashed{rendezvous(job, t), t}
+		if len(top) == limit && !less(x, top[limit-1]) {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(top, x, func(e, x hashed) int {
+			if less(e, x) {
+				return -1
+			}
+			return 1
+		})
+		if len(top) == limit {
+			top = top[:limit-1]
+		}
+		top = slices.Insert(top, i, x)
+	}
+	for _, x := range top {
+		buf = append(buf, x.name)
+	}
+	return buf
+}
+
+// rendezvous is the highest-random-weight hash of a job and a member name.
+func rendezvous(job, name string) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.WriteString(job)
+	_, _ = d.Write([]byte{0})
+	_, _ = d.WriteString(name)
+	return d.Sum64()
+}
+
+// Preferred applies Choose to a membership view: the live Assigners that
+// advertise an RPC address, and the job's live tasks. It returns the
+// chosen Assigner's Peer, or false when no Assigner is live.
+func (p Preference) Preferred(job string, peers []Peer, rtt RTTFunc, current string) (Peer, bool) {
+	var assignerBuf [8]string
+	assigners := assignerBuf[:0]
+	var tasks []string
+	for _, m := range peers {
+		if m.Status != StatusAlive {
+			continue
+		}
+		if m.Has(RoleAssigner) && m.RPCAddr != "" {
+			assigners = append(assigners, m.Name)
+		}
+		if m.Has(RoleTask) && m.Job == job {
+			tasks = append(tasks, m.Name)
+		}
+	}
+	name := p.Choose(job, assigners, tasks, rtt, current)
+	for _, m := range peers {
+		if m.Name == name && name != "" {
+			return m, true
+		}
+	}
+	return Peer{}, false
+}

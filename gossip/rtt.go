@@ -1,0 +1,45 @@
+package gossip
+
+import (
+	"time"
+
+	"github.com/hashicorp/serf/coordinate"
+)
+
+// RTT estimates the round-trip time between the members named a and b
+// from serf's Vivaldi network coordinates, as this node last saw them
+// (its own is current; another member's is the one it sent with its last
+// answer to this node's probe). It reports false when either coordinate
+// is not known yet: a member this node has not probed since it joined.
+// Coordinates settle over a few dozen probes of each member.
+func (n *Node) RTT(a, b string) (time.Duration, bool) {
+	ca, ok := n.coordinate(a)
+	if !ok {
+		return 0, false
+	}
+	cb, ok := n.coordinate(b)
+	if !ok || !ca.IsCompatibleWith(cb) {
+		return 0, false
+	}
+	return ca.DistanceTo(cb), true
+}
+
+func (n *Node) coordinate(name string) (*coordinate.Coordinate, bool) {
+	if name == n.cfg.NodeName {
+		c, err := n.serf.GetCoordinate()
+		return c, err == nil && c != nil
+	}
+	c, ok := n.serf.GetCachedCoordinate(name)
+	return c, ok && c != nil
+}
+
+// Preference returns the node's preference settings, defaults filled in.
+func (n *Node) Preference() Preference { return n.cfg.Preference.WithDefaults() }
+
+// PreferredAssigner returns job's preferred Assigner as this node sees it:
+// Preference.Choose over the live Assigners and the job's live tasks, with
+// this node's RTT estimates. current is the caller's previous choice for
+// the job ("" if none). It returns false when no Assigner is live.
+func (n *Node) PreferredAssigner(job, current string) (Peer, bool) {
+	return n.Preference().Preferred(job, n.Peers(), n.RTT, current)
+}

@@ -1,0 +1,54 @@
+package gossip
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// Vivaldi coordinates learn injected latency: with two Assigners, one near
+// a task and one far from it, every member's estimates come to rank them
+// the same way and the near one is preferred everywhere.
+func TestRTTFollowsInjectedLatency(t *testing.T) {
+	var mu sync.Mutex
+	region := map[string]string{} // gossip address → region
+	delay := func(from, to string) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		if region[from] == region[to] {
+			return 500 * time.Microsecond
+		}
+		return 15 * time.Millisecond
+	}
+	place := func(n *Node, r string) {
+		mu.Lock()
+		region[n.GossipAddr()] = r
+		mu.Unlock()
+	}
+	nearA := delayedNode(t, "near", Peer{Roles: []Role{RoleAssigner}, RPCAddr: "127.0.0.1:7001"}, delay)
+	farA := delayedNode(t, "far", Peer{Roles: []Role{RoleAssigner}, RPCAddr: "127.0.0.1:7002"}, delay)
+	task := delayedNode(t, "kv/t0", Peer{Roles: []Role{RoleTask}, Job: "kv", Task: "t0", RPCAddr: "127.0.0.1:9000"}, delay)
+	place(nearA, "east")
+	place(task, "east")
+	place(farA, "west")
+	join(t, farA, nearA)
+	join(t, task, nearA)
+
+	if _, ok := nearA.RTT("near", "nobody"); ok {
+		t.Error("an RTT estimate for an unknown member")
+	}
+	for _, n := range []*Node{nearA, farA, task} {
+		waitFor(t, n.Self().Name+" to estimate the near Assigner nearer by the margin", func() bool {
+			dn, ok1 := n.RTT("near", "kv/t0")
+			df, ok2 := n.RTT("far", "kv/t0")
+			return ok1 && ok2 && DefaultPreference().beats(dn, df)
+		})
+		p, ok := n.PreferredAssigner("kv", "far")
+		if !ok || p.Name != "near" {
+			t.Errorf("%s prefers %+v for kv", n.Self().Name, p)
+		}
+		dn, _ := n.RTT("near", "kv/t0")
+		df, _ := n.RTT("far", "kv/t0")
+		t.Logf("%s estimates near–task %v, far–task %v (injected round trips 1ms and 30ms)", n.Self().Name, dn, df)
+	}
+}
