@@ -3,6 +3,7 @@ package gossip
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -245,4 +246,65 @@ func (p Preference) Preferred(job string, peers []Peer, rtt RTTFunc, current str
 		}
 	}
 	return Peer{}, false
+}
+
+// Choices is one observer's memory of the Assigner it prefers for each job:
+// the current choice that Choose keeps under its hysteresis. It forgets
+// every choice whenever the set of live Assigners changes, so that after an
+// Assigner joins, leaves, fails or comes back from a partition, every
+// observer chooses afresh from the same inputs and they agree again, even
+// if their earlier histories differed. The zero value is ready to use and
+// it is safe for concurrent use.
+type Choices struct {
+	mu   sync.Mutex
+	set  []string          // live Assigners when the remembered choices were made, sorted
+	prev map[string]string // job → chosen Assigner
+}
+
+// Preferred returns job's preferred Assigner among peers, remembering it
+// as the current choice for the next call. It returns false when no
+// Assigner is live.
+func (c *Choices) Preferred(p Preference, job string, peers []Peer, rtt RTTFunc) (Peer, bool) {
+	var assignerBuf [8]string
+	assigners := assignerBuf[:0]
+	for _, m := range peers {
+		if m.Status == StatusAlive && m.Has(RoleAssigner) && m.RPCAddr != "" {
+			assigners = append(assigners, m.Name)
+		}
+	}
+	slices.Sort(assigners)
+	c.mu.Lock()
+	if !slices.Equal(assigners, c.set) {
+		c.set = slices.Clone(assigners)
+		clear(c.prev)
+	}
+	current := c.prev[job]
+	c.mu.Unlock()
+	chosen, ok := p.Preferred(job, peers, rtt, current)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.prev == nil {
+		c.prev = make(map[string]string)
+	}
+	if ok {
+		c.prev[job] = chosen.Name
+	} else {
+		delete(c.prev, job)
+	}
+	return chosen, ok
+}
+
+// Current returns the remembered choice for job, "" if none.
+func (c *Choices) Current(job string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.prev[job]
+}
+
+// Forget drops the remembered choice for job, so the next call chooses
+// afresh, as an observer without history would.
+func (c *Choices) Forget(job string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.prev, job)
 }

@@ -269,3 +269,37 @@ func BenchmarkChoose(b *testing.B) {
 		b.Run(fmt.Sprintf("assigners=%d/tasks=%d", c.assigners, c.tasks), func(b *testing.B) { benchChoose(b, c.assigners, c.tasks) })
 	}
 }
+
+// Two observers with different histories disagree while the Assigners are
+// within the margin of each other, and agree again once the set of live
+// Assigners changes (here: one comes back from a partition).
+func TestChoicesForgetOnAssignerSetChange(t *testing.T) {
+	ms := time.Millisecond
+	p := DefaultPreference()
+	peer := func(name string, s Status) Peer {
+		return Peer{Name: name, Roles: []Role{RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: s}
+	}
+	task := Peer{Name: "kv/t0", Roles: []Role{RoleTask}, Job: "kv", Task: "t0", Status: StatusAlive}
+	tb := near(map[string]time.Duration{"a1": 5 * ms, "a2": 5200 * time.Microsecond}, "kv/t0")
+	var x, y Choices
+	// Partitioned: each sees only itself, and keeps itself.
+	if got, _ := x.Preferred(p, "kv", []Peer{peer("a1", StatusAlive), peer("a2", StatusFailed), task}, tb.rtt); got.Name != "a1" {
+		t.Fatalf("x chose %s", got.Name)
+	}
+	if got, _ := y.Preferred(p, "kv", []Peer{peer("a1", StatusFailed), peer("a2", StatusAlive), task}, tb.rtt); got.Name != "a2" {
+		t.Fatalf("y chose %s", got.Name)
+	}
+	healed := []Peer{peer("a1", StatusAlive), peer("a2", StatusAlive), task}
+	gx, _ := x.Preferred(p, "kv", healed, tb.rtt)
+	gy, _ := y.Preferred(p, "kv", healed, tb.rtt)
+	if gx.Name != gy.Name {
+		t.Fatalf("after healing x prefers %s and y prefers %s", gx.Name, gy.Name)
+	}
+	if x.Current("kv") != gx.Name {
+		t.Errorf("Current = %q, want %q", x.Current("kv"), gx.Name)
+	}
+	x.Forget("kv")
+	if x.Current("kv") != "" {
+		t.Error("Forget kept the choice")
+	}
+}
