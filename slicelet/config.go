@@ -32,6 +32,14 @@ type Config struct {
 	// LoadWindow is how often the Slicelet sends the load measured through
 	// ReportLoad to an Assigner; 0 means DefaultLoadWindow.
 	LoadWindow time.Duration
+	// CacheFile, when set, is a file where the Slicelet keeps the newest
+	// assignment it accepted. A Slicelet that restarts with a valid cache
+	// file treats the cached assignment as current — IsAffinitizedKey
+	// answers from it and listeners are told the cached ranges — until it
+	// hears a newer generation (see the package documentation). Its
+	// directory must exist and be writable; New checks. Empty turns the
+	// cache off. Each task needs its own file.
+	CacheFile string
 	// Logger receives state changes; nil discards.
 	Logger *slog.Logger
 }

@@ -24,6 +24,34 @@
 // briefly both believe they own a key, so a task that needs exclusive
 // ownership must not rely on IsAffinitizedKey alone.
 //
+// # Assignment cache
+//
+// With Config.CacheFile set, the Slicelet keeps the newest assignment it
+// accepted in that file, in the background (format and write protocol in
+// clerk/cachefile; behaviour as for clerk.Config.CacheFile). A Slicelet
+// that restarts with a valid cache file is Ready from New: it answers
+// IsAffinitizedKey from the cached assignment and a listener added with
+// AddListener is told the cached ranges, before gossip starts and before
+// any Distributor answers; it treats those slices as owned until it hears
+// a newer generation, which the first stream asks for straight away.
+//
+// That matches Slicer's affinity semantics (§4.2, §4.5).
+// IsAffinitizedKey was always a possibly stale answer, since assignments
+// reach tasks and clients asynchronously. While slicerd is down, the job's
+// clients route by the last generation they heard — in memory, or from
+// their own cache files after a restart — which is the generation the task
+// cached too, so a task that claims its cached slices agrees with the
+// requests it is sent; one that claimed nothing would turn all of them
+// away. While slicerd is up, the cached answer lasts one round trip to a
+// Distributor, like a task that never restarted but is a generation
+// behind. The cache never moves a slice; only slicerd assigns. An
+// application that needs exclusive ownership must not rely on
+// IsAffinitizedKey alone, with or without the cache. A bad cache file is
+// logged and ignored (the task starts owning nothing), a newer generation
+// from slicerd always replaces the cached one, an older one never does
+// (see the clerk package documentation for the store-reset case), and an
+// unwritable cache path makes New fail.
+//
 // Usage:
 //
 //	sl, err := slicelet.New(slicelet.Config{
@@ -32,6 +60,7 @@
 //		Addr: "10.0.0.5:8080",            // where clients reach this task
 //		GossipAddr: "10.0.0.5:7947",      // this task's gossip endpoint
 //		Join: []string{"10.0.0.1:7946"},  // slicerd's gossip address
+//		CacheFile: "/var/lib/kv/assignment", // optional: route through restarts
 //	})
 //	if err != nil { ... }
 //	sl.AddListener(cache) // OnChangedSlices(assigned, unassigned []assign.Slice)

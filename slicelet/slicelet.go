@@ -87,12 +87,17 @@ func New(cfg Config) (*Slicelet, error) {
 	ccfg.Job = cfg.Job
 	ccfg.Resolver = s.resolve
 	ccfg.OnAssignment = s.install
+	ccfg.CacheFile = cfg.CacheFile
 	ccfg.Logger = cfg.Logger.With("task", cfg.Task)
 	c, err := clerk.New(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	s.clerk = c
+	if a := c.Assignment(); a != nil {
+		// Loaded from the cache file: answer from it before Run.
+		s.install(nil, a)
+	}
 	return s, nil
 }
 
@@ -246,6 +251,9 @@ func (s *Slicelet) resolve() (dists, backups []string) {
 // install is the Clerk's OnAssignment: it swaps in the lookup view of next
 // and tells the listeners what changed for this task.
 func (s *Slicelet) install(_, next *assign.Assignment) {
+	if v := s.view.Load(); v != nil && v.table.Assignment() == next {
+		return // the cached assignment New installed, reported again by Run
+	}
 	t := s.clerk.Table()
 	if t == nil || t.Assignment() != next {
 		t = clerk.NewTable(next)
