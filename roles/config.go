@@ -43,6 +43,10 @@ type Config struct {
 	StartupGrace time.Duration
 	// BackupPollInterval paces the Backup's reads of the store for streams.
 	BackupPollInterval time.Duration
+	// StandbyPollInterval paces an Assigner's reads of the store for the
+	// jobs it serves but another Assigner generates, when the store cannot
+	// report changes itself (storage.Watcher).
+	StandbyPollInterval time.Duration
 	// PullMinBackoff and PullMaxBackoff bound a Distributor's reconnects to
 	// an Assigner.
 	PullMinBackoff, PullMaxBackoff time.Duration
@@ -67,21 +71,22 @@ type Config struct {
 // with production timers.
 func DefaultConfig() Config {
 	return Config{
-		Roles:              []gossip.Role{gossip.RoleAssigner, gossip.RoleDistributor, gossip.RoleBackup},
-		DataDir:            "slicerd-data",
-		RPCAddr:            "127.0.0.1:7070",
-		Gossip:             gossip.DefaultConfig(),
-		JoinRetryInterval:  2 * time.Second,
-		RebalanceDelay:     500 * time.Millisecond,
-		StartupGrace:       3 * time.Second,
-		BackupPollInterval: time.Second,
-		PullMinBackoff:     50 * time.Millisecond,
-		PullMaxBackoff:     2 * time.Second,
-		LeaveTimeout:       5 * time.Second,
-		ShutdownTimeout:    5 * time.Second,
-		RebalanceInterval:  10 * time.Second,
-		LoadHalfLife:       10 * time.Second,
-		MaxRequestBytes:    1 << 20,
+		Roles:               []gossip.Role{gossip.RoleAssigner, gossip.RoleDistributor, gossip.RoleBackup},
+		DataDir:             "slicerd-data",
+		RPCAddr:             "127.0.0.1:7070",
+		Gossip:              gossip.DefaultConfig(),
+		JoinRetryInterval:   2 * time.Second,
+		RebalanceDelay:      500 * time.Millisecond,
+		StartupGrace:        3 * time.Second,
+		BackupPollInterval:  time.Second,
+		StandbyPollInterval: 500 * time.Millisecond,
+		PullMinBackoff:      50 * time.Millisecond,
+		PullMaxBackoff:      2 * time.Second,
+		LeaveTimeout:        5 * time.Second,
+		ShutdownTimeout:     5 * time.Second,
+		RebalanceInterval:   10 * time.Second,
+		LoadHalfLife:        10 * time.Second,
+		MaxRequestBytes:     1 << 20,
 	}
 }
 
@@ -115,7 +120,8 @@ func (c Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"join retry interval": c.JoinRetryInterval, "rebalance delay": c.RebalanceDelay,
-		"backup poll interval": c.BackupPollInterval, "pull min backoff": c.PullMinBackoff,
+		"backup poll interval": c.BackupPollInterval, "standby poll interval": c.StandbyPollInterval,
+		"pull min backoff": c.PullMinBackoff,
 		"pull max backoff": c.PullMaxBackoff, "leave timeout": c.LeaveTimeout, "shutdown timeout": c.ShutdownTimeout,
 	} {
 		if d <= 0 {
