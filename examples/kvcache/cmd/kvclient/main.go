@@ -2,7 +2,7 @@
 // then shows, every interval, which task owns how many of them. See
 // ../../README.md.
 //
-//	kvclient -job kv -distributor 127.0.0.1:7070 -keys 1000 -interval 1s
+//	kvclient -job kv -distributor 127.0.0.1:7070 -keys 1000 -interval 1s [-cache-file kv.client.cache]
 package main
 
 import (
@@ -39,6 +39,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	nkeys := fs.Int("keys", 1000, "how many keys to write")
 	interval := fs.Duration("interval", time.Second, "how often to report key ownership")
 	logLevel := fs.String("log-level", "warn", "log verbosity: debug, info, warn or error")
+	cacheFile := fs.String("cache-file", "", "file to keep the job's assignment in, so a restart routes at once even while slicerd is down (empty: no cache)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -62,7 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			addrs = append(addrs, a)
 		}
 	}
-	ck, err := clerk.New(clerk.Config{Job: *job, Addrs: addrs, Logger: log})
+	ck, err := clerk.New(clerk.Config{Job: *job, Addrs: addrs, CacheFile: *cacheFile, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "kvclient: %v\n", err)
 		return 2

@@ -17,6 +17,7 @@ func TestRejectsBadFlags(t *testing.T) {
 		{[]string{"-job", "Bad Job"}, "kvclient:"},
 		{[]string{"-distributor", ""}, "no server address"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"-cache-file", "/nonexistent-dir/kv.cache"}, "cache file"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(tc.args, &out, &errOut); code != 2 {

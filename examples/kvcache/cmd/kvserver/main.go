@@ -1,7 +1,7 @@
 // Command kvserver is one task of the kvcache example: an in-memory cache
 // that serves the keys slicerd assigns to it. See ../../README.md.
 //
-//	kvserver -job kv -task kv-0 -addr 127.0.0.1:0 -join 127.0.0.1:7946
+//	kvserver -job kv -task kv-0 -addr 127.0.0.1:0 -join 127.0.0.1:7946 [-cache-file kv-0.cache]
 //
 // On start it prints one line to stdout,
 //
@@ -47,6 +47,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	gossipAddr := fs.String("gossip-addr", "127.0.0.1:0", "host:port this task's gossip member binds to")
 	profile := fs.String("gossip-profile", "lan", "gossip timers: lan or local (loopback and tests)")
 	logLevel := fs.String("log-level", "info", "log verbosity: debug, info, warn or error")
+	cacheFile := fs.String("cache-file", "", "file to keep the job's assignment in, so a restart owns its cached keys at once even while slicerd is down (empty: no cache)")
 	loadWindow := fs.Duration("load-window", slicelet.DefaultLoadWindow, "how often the task reports the load it measured (one unit per key request) to slicerd")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -92,6 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Join:       joins,
 		Gossip:     gcfg,
 		LoadWindow: *loadWindow,
+		CacheFile:  *cacheFile,
 		Logger:     base,
 	})
 	if err != nil {

@@ -18,6 +18,7 @@ func TestRejectsBadFlags(t *testing.T) {
 		{[]string{"-nope"}, "flag provided but not defined"},
 		{[]string{"-task", "bad name"}, "kvserver:"},
 		{[]string{"-join", ""}, "nothing to join"},
+		{[]string{"-cache-file", "/nonexistent-dir/kv-0.cache"}, "cache file"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(tc.args, &out, &errOut); code != 2 {
