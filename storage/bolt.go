@@ -265,17 +265,8 @@ func (b *Bolt) Commit(ctx context.Context, job string, prevGen uint64, next *ass
 	if err := b.checkWrite(ctx, "commit", job); err != nil {
 		return err
 	}
-	switch {
-	case next == nil:
-		return fmt.Errorf("%w: commit job %q: the assignment is nil", ErrInvalid, job)
-	case next.Job != job:
-		return fmt.Errorf("%w: commit job %q: the assignment is for job %q", ErrInvalid, job, next.Job)
-	case next.Generation <= prevGen:
-		return fmt.Errorf("%w: commit job %q: generation %d must be above the generation it replaces, %d",
-			ErrInvalid, job, next.Generation, prevGen)
-	}
-	if err := next.Validate(); err != nil {
-		return fmt.Errorf("%w: commit job %q: %w", ErrInvalid, job, err)
+	if err := CheckCommit(job, prevGen, next); err != nil {
+		return err
 	}
 	enc, err := encodeAssignment(next)
 	if err != nil {
@@ -288,8 +279,7 @@ func (b *Bolt) Commit(ctx context.Context, job string, prevGen uint64, next *ass
 		var conflict conflictError
 		if errors.As(err, &conflict) {
 			b.log.Debug("commit conflict", "job", job, "stored", conflict.stored, "expected", conflict.expected)
-			return fmt.Errorf("%w: commit job %q generation %d: %v; load the job again and retry",
-				ErrConflict, job, next.Generation, conflict)
+			return Conflict(job, next.Generation, conflict.stored, conflict.expected)
 		}
 		return b.opError("commit", job, err)
 	}

@@ -24,4 +24,7 @@ var (
 	ErrReadOnly = errors.New("storage: read-only store")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("storage: store closed")
+	// ErrUnavailable: a networked store's servers did not answer in time.
+	// Nothing is known to have changed; retry later (it is not a conflict).
+	ErrUnavailable = errors.New("storage: store unavailable")
 )

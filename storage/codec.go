@@ -1,0 +1,67 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+// The value encodings and argument checks every Store shares, exported so
+// that stores outside this package (such as etcdstore) write the same bytes
+// and enforce the same contract as Bolt.
+
+// EncodeAssignment encodes a current or previous assignment value.
+func EncodeAssignment(a *assign.Assignment) ([]byte, error) { return encodeAssignment(a) }
+
+// EncodeConfig encodes a config value.
+func EncodeConfig(cfg assign.Config) ([]byte, error) { return encodeConfig(cfg) }
+
+// EncodeFormatVersion and DecodeFormatVersion are the format version value
+// encoding.
+func EncodeFormatVersion(v uint64) []byte { return encodeFormatVersion(v) }
+
+// DecodeFormatVersion decodes a format version value.
+func DecodeFormatVersion(b []byte) (uint64, error) { return decodeFormatVersion(b) }
+
+// DecodeRecord builds job's Record from its stored values, any of which may
+// be nil (absent). It returns an error matching ErrNotFound when there is
+// neither an assignment nor a config, and one matching ErrCorrupt that
+// describes the first value it cannot use otherwise; the caller adds where
+// the value is stored.
+func DecodeRecord(job string, cur, prev, cfg []byte) (Record, error) {
+	rec, err := decodeRecord(job, cur, prev, cfg)
+	var cv errCorruptValue
+	if errors.As(err, &cv) {
+		return Record{}, fmt.Errorf("%w: %w", ErrCorrupt, cv.err)
+	}
+	return rec, err
+}
+
+// CheckCommit validates Commit's arguments: ErrInvalid unless next is a
+// valid assignment of job with a generation above prevGen.
+func CheckCommit(job string, prevGen uint64, next *assign.Assignment) error {
+	if err := assign.ValidateJobName(job); err != nil {
+		return fmt.Errorf("%w: commit: %w", ErrInvalid, err)
+	}
+	switch {
+	case next == nil:
+		return fmt.Errorf("%w: commit job %q: the assignment is nil", ErrInvalid, job)
+	case next.Job != job:
+		return fmt.Errorf("%w: commit job %q: the assignment is for job %q", ErrInvalid, job, next.Job)
+	case next.Generation <= prevGen:
+		return fmt.Errorf("%w: commit job %q: generation %d must be above the generation it replaces, %d",
+			ErrInvalid, job, next.Generation, prevGen)
+	}
+	if err := next.Validate(); err != nil {
+		return fmt.Errorf("%w: commit job %q: %w", ErrInvalid, job, err)
+	}
+	return nil
+}
+
+// Conflict is the error of a Commit of job at generation next that expected
+// the stored generation to be expected but found stored.
+func Conflict(job string, next, stored, expected uint64) error {
+	return fmt.Errorf("%w: commit job %q generation %d: %v; load the job again and retry",
+		ErrConflict, job, next, conflictError{stored: stored, expected: expected})
+}

@@ -1,0 +1,23 @@
+package storage_test
+
+import (
+	"testing"
+
+	"github.com/slicerd/slicerd/storage"
+	"github.com/slicerd/slicerd/storage/storagetest"
+)
+
+// TestBoltContract holds Bolt to the contract every Store keeps. bbolt
+// locks its file to one opener, so the suite's racing committers share one
+// Bolt.
+func TestBoltContract(t *testing.T) {
+	storagetest.Run(t, storagetest.Opener{
+		Open: func(t *testing.T) storage.Store {
+			b, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
+			if err != nil {
+				t.Fatalf("OpenDataDir: %v", err)
+			}
+			return b
+		},
+	})
+}

@@ -1,0 +1,25 @@
+// Package etcdstore is a storage.Store in etcd, for deployments where
+// several slicerd nodes must share one assignment store: more than one
+// Assigner (a standby ready to take over), or a Backup on another machine
+// than the Assigner. It keeps the same contract as the bbolt store, and the
+// shared suite in storage/storagetest holds both to it.
+//
+// Commit is one etcd transaction: it applies only if the job's current and
+// previous keys still have the mod revisions Commit read (an absent key has
+// revision 0), and it moves current to previous in the same transaction.
+// So of two Assigners committing on the same generation, exactly one wins
+// and the other gets storage.ErrConflict with the stored generation. Before
+// writing, Commit decodes what it would move or replace, so an unreadable
+// value is reported as storage.ErrCorrupt and left as it is.
+//
+// Load reads a job's keys with one range request, at one revision. An etcd
+// that does not answer within the request timeout yields
+// storage.ErrUnavailable, never storage.ErrConflict, so an Assigner retries
+// its commit instead of rebasing on a state it never saw.
+//
+// Watch (storage.Watcher) follows commits with an etcd watch, so a Backup
+// streams a new assignment as soon as it is committed, without polling.
+//
+// The key layout is in schema.go; the values use the bbolt store's
+// encodings.
+package etcdstore

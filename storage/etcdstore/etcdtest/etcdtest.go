@@ -1,0 +1,137 @@
+// Package etcdtest runs a real single-member etcd server in the test's
+// process, on loopback with free ports and a temporary data directory, so
+// that tests of the etcd store (and of anything built on it) need no etcd
+// binary and download nothing. It is for tests only.
+package etcdtest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// startTimeout bounds how long a server may take to become ready.
+const startTimeout = 30 * time.Second
+
+// Server is an embedded etcd server. Stop and Restart keep its data
+// directory and ports, so a test can take etcd away and bring the same data
+// back.
+type Server struct {
+	t          testing.TB
+	dir        string
+	clientURL  url.URL
+	peerURL    url.URL
+	maxRequest uint
+
+	mu   sync.Mutex
+	etcd *embed.Etcd
+}
+
+// Option adjusts a Server before it starts.
+type Option func(*Server)
+
+// MaxRequestBytes sets the server's request size limit (etcd's
+// --max-request-bytes; default 1.5 MiB).
+func MaxRequestBytes(n uint) Option { return func(s *Server) { s.maxRequest = n } }
+
+// Start starts a server and stops it at the end of the test.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	s := &Server{
+		t:         t,
+		dir:       t.TempDir(),
+		clientURL: url.URL{Scheme: "http", Host: freeAddr(t)},
+		peerURL:   url.URL{Scheme: "http", Host: freeAddr(t)},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := s.start(); err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Endpoint is the server's client address, host:port.
+func (s *Server) Endpoint() string { return s.clientURL.Host }
+
+// ClientURL is the server's client URL, http://host:port.
+func (s *Server) ClientURL() string { return s.clientURL.String() }
+
+// Dir is the server's data directory.
+func (s *Server) Dir() string { return s.dir }
+
+// Stop stops the server, keeping its data; stopping a stopped server does
+// nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.etcd == nil {
+		return
+	}
+	s.etcd.Close()
+	s.etcd = nil
+}
+
+// Restart starts a stopped server again on the same data and ports.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("etcdtest: restart: %v", err)
+	}
+}
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.etcd != nil {
+		return fmt.Errorf("server at %s is already running", s.clientURL.Host)
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "etcdtest"
+	cfg.Dir = s.dir
+	cfg.ListenClientUrls = []url.URL{s.clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{s.clientURL}
+	cfg.ListenPeerUrls = []url.URL{s.peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{s.peerURL}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	if s.maxRequest > 0 {
+		cfg.MaxRequestBytes = s.maxRequest
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("start etcd in %s on %s: %w", s.dir, s.clientURL.Host, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return fmt.Errorf("etcd on %s failed to start: %w", s.clientURL.Host, err)
+	case <-time.After(startTimeout):
+		e.Close()
+		return fmt.Errorf("etcd on %s not ready within %v", s.clientURL.Host, startTimeout)
+	}
+	s.etcd = e
+	return nil
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago. etcd needs the ports up front (they name the member), so they cannot
+// be chosen by binding port 0.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("etcdtest: find a free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

@@ -1,0 +1,77 @@
+package etcdstore
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+// The key layout under a store's prefix, in one place:
+//
+//	<prefix>meta/format_version     uint64, 8 bytes big-endian
+//	<prefix>jobs/<job>/current      assignment, assign's binary codec
+//	<prefix>jobs/<job>/previous     assignment current replaced, same codec
+//	<prefix>jobs/<job>/config       assign.Config as JSON
+//
+// The values are encoded exactly as in the bbolt file (storage.Encode*).
+// Job names cannot contain '/', so a job's keys are exactly those under
+// <prefix>jobs/<job>/. A job exists once one of its keys does.
+
+// DefaultPrefix is the key namespace used when Options.Prefix is empty.
+const DefaultPrefix = "/slicerd/"
+
+// FormatVersion is the layout version this binary writes and the newest it
+// reads. Bump it when the layout or an encoding changes incompatibly.
+const FormatVersion uint64 = 1
+
+const (
+	leafCurrent  = "current"
+	leafPrevious = "previous"
+	leafConfig   = "config"
+)
+
+// keys builds the keys of one prefix.
+type keys struct{ prefix string }
+
+func (k keys) meta() string               { return k.prefix + "meta/format_version" }
+func (k keys) jobs() string               { return k.prefix + "jobs/" }
+func (k keys) job(job string) string      { return k.jobs() + job + "/" }
+func (k keys) current(job string) string  { return k.job(job) + leafCurrent }
+func (k keys) previous(job string) string { return k.job(job) + leafPrevious }
+func (k keys) config(job string) string   { return k.job(job) + leafConfig }
+
+// jobOf returns the job a key under jobs() belongs to, and its leaf.
+func (k keys) jobOf(key []byte) (job, leaf string, err error) {
+	rest, ok := strings.CutPrefix(string(key), k.jobs())
+	if !ok {
+		return "", "", fmt.Errorf("key %q is not under %q", key, k.jobs())
+	}
+	job, leaf, ok = strings.Cut(rest, "/")
+	if !ok || assign.ValidateJobName(job) != nil {
+		return "", "", fmt.Errorf("key %q under %q does not name a job", key, k.jobs())
+	}
+	return job, leaf, nil
+}
+
+// normalizePrefix applies the default and ends the prefix with '/', so
+// that one prefix is never a prefix of another's keys.
+func normalizePrefix(p string) (string, error) {
+	if p == "" {
+		return DefaultPrefix, nil
+	}
+	if strings.ContainsAny(p, "\x00\n") || strings.TrimSpace(p) != p {
+		return "", fmt.Errorf("prefix %q contains a NUL, a newline or surrounding spaces", p)
+	}
+	if !strings.HasSuffix(p, "/") {
+		p += "/"
+	}
+	return p, nil
+}
+
+// sortedJobs returns the distinct names in names, sorted.
+func sortedJobs(names []string) []string {
+	slices.Sort(names)
+	return slices.Compact(names)
+}

@@ -1,0 +1,462 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
+)
+
+// Options configures Open.
+type Options struct {
+	// Endpoints are etcd client addresses, host:port or http://host:port.
+	Endpoints []string
+	// Prefix namespaces every key; default DefaultPrefix. Stores with
+	// different prefixes share an etcd cluster without seeing each other.
+	Prefix string
+	// DialTimeout bounds Open's first round trip to etcd; default 5s.
+	DialTimeout time.Duration
+	// RequestTimeout bounds each call that has no earlier deadline, so a
+	// call fails with storage.ErrUnavailable rather than hang while etcd
+	// is down; default 5s.
+	RequestTimeout time.Duration
+	// Logger receives open, close and watch events; nil discards them.
+	Logger *slog.Logger
+	// ReadOnly refuses writes with storage.ErrReadOnly.
+	ReadOnly bool
+}
+
+const (
+	defaultDialTimeout    = 5 * time.Second
+	defaultRequestTimeout = 5 * time.Second
+	// maxCallBytes lifts the client's own message limits so that etcd's
+	// --max-request-bytes is the one that applies, with its clear error.
+	maxCallBytes = 256 << 20
+	// maxCommitAttempts bounds Commit's retries when its transaction lost
+	// to a change that left the stored generation as it was.
+	maxCommitAttempts = 3
+)
+
+// Store is a storage.Store in etcd. Several Stores, in one process or
+// many, may share a prefix: every Commit is one etcd transaction that
+// applies only if the job's current and previous keys are still the ones
+// it read, so the contract's conditional commit holds across them.
+type Store struct {
+	cli        *clientv3.Client
+	keys       keys
+	endpoints  string
+	readOnly   bool
+	reqTimeout time.Duration
+	log        *slog.Logger
+
+	closed   atomic.Bool
+	mu       sync.Mutex // orders closing against watchers.Add
+	closing  chan struct{}
+	watchers sync.WaitGroup
+}
+
+var (
+	_ storage.Store   = (*Store)(nil)
+	_ storage.Watcher = (*Store)(nil)
+)
+
+// Open connects to etcd and checks the store's format version, creating it
+// under an empty prefix unless opts.ReadOnly. It fails within
+// opts.DialTimeout when etcd cannot be reached, naming the endpoints.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if len(opts.Endpoints) == 0 {
+		return nil, fmt.Errorf("%w: no etcd endpoints; give them as --store etcd://host:2379[,host2:2379][/prefix]", storage.ErrInvalid)
+	}
+	for _, e := range opts.Endpoints {
+		if strings.TrimSpace(e) == "" {
+			return nil, fmt.Errorf("%w: empty etcd endpoint in %q; give them as --store etcd://host:2379[,host2:2379][/prefix]", storage.ErrInvalid, opts.Endpoints)
+		}
+	}
+	prefix, err := normalizePrefix(opts.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcd key %v", storage.ErrInvalid, err)
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = defaultDialTimeout
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = defaultRequestTimeout
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	endpoints := strings.Join(opts.Endpoints, ",")
+	log = log.With("etcd", endpoints, "prefix", prefix)
+
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:          opts.Endpoints,
+		DialTimeout:        opts.DialTimeout,
+		MaxCallSendMsgSize: maxCallBytes,
+		MaxCallRecvMsgSize: maxCallBytes,
+		Logger:             zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcd endpoints %s: %w; check --store", storage.ErrInvalid, endpoints, err)
+	}
+	s := &Store{
+		cli:        cli,
+		keys:       keys{prefix: prefix},
+		endpoints:  endpoints,
+		readOnly:   opts.ReadOnly,
+		reqTimeout: opts.RequestTimeout,
+		log:        log,
+		closing:    make(chan struct{}),
+	}
+	version, err := s.prepare(ctx, opts.DialTimeout)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	log.Info("storage opened", "format_version", version, "read_only", opts.ReadOnly)
+	return s, nil
+}
+
+// prepare reads the format version, writing it if the prefix is new and
+// the store writable. The first read doubles as the reachability check.
+func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64, error) {
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	resp, err := s.cli.Get(dctx, s.keys.meta())
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("storage: open etcd at %s: %w", s.endpoints, ctx.Err())
+		}
+		return 0, fmt.Errorf("%w: cannot reach etcd at %s within %v: %v; check --store and that etcd is running and reachable from this host",
+			storage.ErrUnavailable, s.endpoints, dialTimeout, err)
+	}
+	if len(resp.Kvs) == 0 {
+		if s.readOnly {
+			// Nothing stored under the prefix yet: reads find nothing.
+			return 0, nil
+		}
+		// Create it unless a concurrent opener just did; read what won.
+		tresp, err := s.cli.Txn(dctx).
+			If(clientv3.Compare(clientv3.CreateRevision(s.keys.meta()), "=", 0)).
+			Then(clientv3.OpPut(s.keys.meta(), string(storage.EncodeFormatVersion(FormatVersion)))).
+			Else(clientv3.OpGet(s.keys.meta())).
+			Commit()
+		if err != nil {
+			return 0, s.opError(ctx, "open", "", err)
+		}
+		if tresp.Succeeded {
+			s.log.Info("created a new store under the prefix", "format_version", FormatVersion)
+			return FormatVersion, nil
+		}
+		resp = (*clientv3.GetResponse)(tresp.Responses[0].GetResponseRange())
+	}
+	v, err := storage.DecodeFormatVersion(resp.Kvs[0].Value)
+	if err == nil && v == 0 {
+		err = errors.New("format version 0 is not a valid version")
+	}
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%w: etcd key %s at %s: %w; slicerd left it untouched: fix or delete it (etcdctl), or choose another prefix in --store",
+			storage.ErrCorrupt, s.keys.meta(), s.endpoints, err)
+	case v > FormatVersion:
+		return 0, fmt.Errorf("%w: the store under %s at %s was written by a newer slicerd (format %d, this binary reads up to %d); upgrade slicerd",
+			storage.ErrNewerFormat, s.keys.prefix, s.endpoints, v, FormatVersion)
+	}
+	return v, nil
+}
+
+// Prefix returns the store's key prefix, ending in '/'.
+func (s *Store) Prefix() string { return s.keys.prefix }
+
+// Load implements storage.Store. It reads the job's keys with one range
+// request, so current, previous and config come from one revision.
+func (s *Store) Load(ctx context.Context, job string) (storage.Record, error) {
+	if err := s.check(ctx, "load", job); err != nil {
+		return storage.Record{}, err
+	}
+	rctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.keys.job(job), clientv3.WithPrefix())
+	if err != nil {
+		return storage.Record{}, s.opError(ctx, "load", job, err)
+	}
+	raw := s.split(job, resp.Kvs)
+	rec, err := storage.DecodeRecord(job, raw.value(raw.cur), raw.value(raw.prev), raw.value(raw.cfg))
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		return storage.Record{}, fmt.Errorf("%w: load job %q: no assignment or config is stored for it", storage.ErrNotFound, job)
+	case err != nil:
+		return storage.Record{}, s.corrupt("load", job, err)
+	}
+	return rec, nil
+}
+
+// Commit implements storage.Store. It reads the job's keys, checks the
+// stored generation and that the record decodes, then writes with one
+// transaction that applies only if the current and previous keys are still
+// at the revisions it read, moving current to previous.
+func (s *Store) Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error {
+	if err := s.checkWrite(ctx, "commit", job); err != nil {
+		return err
+	}
+	if err := storage.CheckCommit(job, prevGen, next); err != nil {
+		return err
+	}
+	enc, err := storage.EncodeAssignment(next)
+	if err != nil {
+		return fmt.Errorf("%w: commit job %q: %w", storage.ErrInvalid, job, err)
+	}
+	rctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.keys.job(job), clientv3.WithPrefix())
+	if err != nil {
+		return s.opError(ctx, "commit", job, err)
+	}
+	kvs := resp.Kvs
+	for attempt := 1; ; attempt++ {
+		raw := s.split(job, kvs)
+		rec, err := storage.DecodeRecord(job, raw.value(raw.cur), raw.value(raw.prev), raw.value(raw.cfg))
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+			return s.corrupt("commit", job, err)
+		}
+		if stored := rec.Generation(); stored != prevGen {
+			s.log.Debug("commit conflict", "job", job, "stored", stored, "expected", prevGen)
+			return storage.Conflict(job, next.Generation, stored, prevGen)
+		}
+		if attempt > maxCommitAttempts {
+			return fmt.Errorf("%w: commit job %q generation %d: its stored keys kept changing while generation %d stayed; load the job again and retry",
+				storage.ErrConflict, job, next.Generation, prevGen)
+		}
+		ops := make([]clientv3.Op, 0, 2)
+		if raw.cur != nil {
+			ops = append(ops, clientv3.OpPut(s.keys.previous(job), string(raw.cur.Value)))
+		}
+		ops = append(ops, clientv3.OpPut(s.keys.current(job), string(enc)))
+		tresp, err := s.cli.Txn(rctx).
+			If(
+				clientv3.Compare(clientv3.ModRevision(s.keys.current(job)), "=", raw.rev(raw.cur)),
+				clientv3.Compare(clientv3.ModRevision(s.keys.previous(job)), "=", raw.rev(raw.prev)),
+			).
+			Then(ops...).
+			Else(clientv3.OpGet(s.keys.job(job), clientv3.WithPrefix())).
+			Commit()
+		if err != nil {
+			return s.opError(ctx, "commit", job, err)
+		}
+		if tresp.Succeeded {
+			s.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen, "revision", tresp.Header.Revision)
+			return nil
+		}
+		// Another writer changed the keys between the read and the
+		// transaction: judge again against what it wrote.
+		kvs = tresp.Responses[0].GetResponseRange().Kvs
+	}
+}
+
+// SetConfig implements storage.Store. Config writes are unconditional.
+func (s *Store) SetConfig(ctx context.Context, job string, cfg assign.Config) error {
+	if err := s.checkWrite(ctx, "set config", job); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: set config of job %q: %w", storage.ErrInvalid, job, err)
+	}
+	enc, err := storage.EncodeConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("%w: set config of job %q: %w", storage.ErrInvalid, job, err)
+	}
+	rctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	if _, err := s.cli.Put(rctx, s.keys.config(job), string(enc)); err != nil {
+		return s.opError(ctx, "set config", job, err)
+	}
+	return nil
+}
+
+// Jobs implements storage.Store.
+func (s *Store) Jobs(ctx context.Context) ([]string, error) {
+	if s.closed.Load() {
+		return nil, fmt.Errorf("%w: list jobs", storage.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("storage: list jobs: %w", err)
+	}
+	rctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	names, _, err := s.jobs(rctx, s.keys.jobs())
+	if err != nil {
+		var corrupt errCorruptKey
+		if errors.As(err, &corrupt) {
+			return nil, s.corrupt("list", "", fmt.Errorf("%w: %w", storage.ErrCorrupt, err))
+		}
+		return nil, s.opError(ctx, "list", "", err)
+	}
+	return names, nil
+}
+
+// jobs lists the sorted job names under prefix (all jobs, or one job's
+// keys) and the revision it read at.
+func (s *Store) jobs(ctx context.Context, prefix string) ([]string, int64, error) {
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, 0, err
+	}
+	names := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		job, _, err := s.keys.jobOf(kv.Key)
+		if err != nil {
+			return nil, 0, errCorruptKey{err}
+		}
+		names = append(names, job)
+	}
+	return sortedJobs(names), resp.Header.Revision, nil
+}
+
+// errCorruptKey marks a key in the jobs namespace that names no job.
+type errCorruptKey struct{ err error }
+
+func (e errCorruptKey) Error() string { return e.err.Error() }
+func (e errCorruptKey) Unwrap() error { return e.err }
+
+// Close implements storage.Store: it ends watches, waits for them and
+// closes the client. A second Close returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed.Swap(true) {
+		s.mu.Unlock()
+		return nil
+	}
+	close(s.closing)
+	s.mu.Unlock()
+	s.watchers.Wait()
+	if err := s.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("storage: close etcd client for %s: %w", s.endpoints, err)
+	}
+	s.log.Info("storage closed")
+	return nil
+}
+
+// rawRecord is a job's keys as read from etcd; nil when absent.
+type rawRecord struct{ cur, prev, cfg *mvccpb.KeyValue }
+
+func (rawRecord) value(kv *mvccpb.KeyValue) []byte {
+	if kv == nil {
+		return nil
+	}
+	return kv.Value
+}
+
+// rev is the key's mod revision, 0 when absent: an absent key compares
+// equal to 0, so the transaction also catches a key appearing.
+func (rawRecord) rev(kv *mvccpb.KeyValue) int64 {
+	if kv == nil {
+		return 0
+	}
+	return kv.ModRevision
+}
+
+// split sorts a job's keys into a rawRecord. Other leaves are ignored, as
+// Bolt ignores other keys in a job's bucket.
+func (s *Store) split(job string, kvs []*mvccpb.KeyValue) rawRecord {
+	var r rawRecord
+	for _, kv := range kvs {
+		switch string(kv.Key) {
+		case s.keys.current(job):
+			r.cur = kv
+		case s.keys.previous(job):
+			r.prev = kv
+		case s.keys.config(job):
+			r.cfg = kv
+		}
+	}
+	return r
+}
+
+// withTimeout bounds a call by the request timeout.
+func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.reqTimeout)
+}
+
+// check rejects calls on a closed store, with a done context, or for an
+// invalid job name.
+func (s *Store) check(ctx context.Context, op, job string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%w: %s job %q", storage.ErrClosed, op, job)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("storage: %s job %q: %w", op, job, err)
+	}
+	if err := assign.ValidateJobName(job); err != nil {
+		return fmt.Errorf("%w: %s: %w", storage.ErrInvalid, op, err)
+	}
+	return nil
+}
+
+func (s *Store) checkWrite(ctx context.Context, op, job string) error {
+	if err := s.check(ctx, op, job); err != nil {
+		return err
+	}
+	if s.readOnly {
+		return fmt.Errorf("%w: %s job %q: the etcd store at %s was opened read-only (a backup-only agent never writes)",
+			storage.ErrReadOnly, op, job, s.endpoints)
+	}
+	return nil
+}
+
+func subject(job string) string {
+	if job == "" {
+		return "jobs"
+	}
+	return fmt.Sprintf("job %q", job)
+}
+
+// corrupt wraps a storage.ErrCorrupt decoding error with where the data is
+// and what to do.
+func (s *Store) corrupt(op, job string, err error) error {
+	where := s.keys.jobs()
+	if job != "" {
+		where = s.keys.job(job)
+	}
+	return fmt.Errorf("storage: %s %s: in etcd at %s under %s: %w; slicerd will not overwrite it: fix or delete those keys (etcdctl), or restore etcd from a snapshot",
+		op, subject(job), s.endpoints, where, err)
+}
+
+// opError classifies an etcd client error. An etcd that does not answer is
+// storage.ErrUnavailable, never storage.ErrConflict: nothing is known to
+// have changed, so the caller retries rather than rebasing.
+func (s *Store) opError(ctx context.Context, op, job string, err error) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%w: %s %s", storage.ErrClosed, op, subject(job))
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("storage: %s %s: %w", op, subject(job), ctx.Err())
+	}
+	code := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	switch {
+	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrGRPCRequestTooLarge), code == codes.ResourceExhausted:
+		return fmt.Errorf("storage: %s %s: etcd at %s refused the request as too large: %w; raise etcd's --max-request-bytes",
+			op, subject(job), s.endpoints, err)
+	case errors.Is(err, context.DeadlineExceeded), code == codes.DeadlineExceeded, code == codes.Unavailable:
+		return fmt.Errorf("%w: %s %s: etcd at %s did not answer within %v: %w; check that etcd is running and reachable",
+			storage.ErrUnavailable, op, subject(job), s.endpoints, s.reqTimeout, err)
+	}
+	return fmt.Errorf("storage: %s %s: etcd at %s: %w", op, subject(job), s.endpoints, err)
+}

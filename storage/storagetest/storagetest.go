@@ -1,0 +1,589 @@
+// Package storagetest is the contract every storage.Store keeps, as a test
+// suite: each implementation runs it from its own tests, so the bbolt and
+// etcd stores are held to the same guarantees (see the storage package
+// documentation). It is for tests only.
+package storagetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
+)
+
+// Opener opens the stores the suite runs against.
+type Opener struct {
+	// Open returns a new, empty store. The suite closes it, and may close
+	// it twice: a second Close must return nil.
+	Open func(t *testing.T) storage.Store
+	// Peer returns another client of the data s holds, as a second process
+	// would open it. Nil when an implementation allows a single client
+	// (bbolt locks its file): the suite then shares s.
+	Peer func(t *testing.T, s storage.Store) storage.Store
+}
+
+// watchTimeout guards a wait for a watch notification, so that a broken
+// Watcher fails the test instead of hanging it. It is no performance claim.
+const watchTimeout = 30 * time.Second
+
+// Run runs the contract suite as subtests of t.
+func Run(t *testing.T, o Opener) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Opener)
+	}{
+		{"RoundTrip", testRoundTrip},
+		{"LoadNotFound", testLoadNotFound},
+		{"PreviousKept", testPreviousKept},
+		{"CommitConflict", testCommitConflict},
+		{"CommitInvalid", testCommitInvalid},
+		{"SetConfig", testSetConfig},
+		{"SetConfigInvalid", testSetConfigInvalid},
+		{"JobsSorted", testJobsSorted},
+		{"FreshCopies", testFreshCopies},
+		{"Closed", testClosed},
+		{"CanceledContext", testCanceledContext},
+		{"ConcurrentCommitters", testConcurrentCommitters},
+		{"Watch", testWatch},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, o) })
+	}
+}
+
+// Assignment builds a valid assignment of job with nTasks tasks and
+// nTasks*slicesPerTask equal slices; every fifth slice has two tasks.
+func Assignment(job string, gen uint64, nTasks, slicesPerTask int) *assign.Assignment {
+	return assignment(job, gen, nTasks, slicesPerTask, "task")
+}
+
+// assignment is Assignment with task names starting with prefix, so that
+// tests can tell assignments of one generation apart.
+func assignment(job string, gen uint64, nTasks, slicesPerTask int, prefix string) *assign.Assignment {
+	a := &assign.Assignment{Job: job, Generation: gen}
+	for i := range nTasks {
+		a.Tasks = append(a.Tasks, assign.Task{
+			Name: fmt.Sprintf("%s-%04d", prefix, i),
+			Addr: fmt.Sprintf("10.0.%d.%d:7070", i/256, i%256),
+		})
+	}
+	n := nTasks * slicesPerTask
+	width := assign.KeySpaceEnd / assign.SliceKey(n)
+	for i := range n {
+		s := assign.Slice{Start: assign.SliceKey(i) * width, End: assign.SliceKey(i+1) * width}
+		if i == n-1 {
+			s.End = assign.KeySpaceEnd
+		}
+		t := i % nTasks
+		s.Tasks = []string{a.Tasks[t].Name}
+		if i%5 == 0 && nTasks > 1 {
+			u := (t + 1) % nTasks
+			s.Tasks = []string{a.Tasks[min(t, u)].Name, a.Tasks[max(t, u)].Name}
+		}
+		a.Slices = append(a.Slices, s)
+	}
+	if err := a.Validate(); err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// Same reports whether a and b are the same assignment, generation included.
+func Same(a, b *assign.Assignment) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Generation == b.Generation && assign.Equal(a, b)
+}
+
+func open(t *testing.T, o Opener) storage.Store {
+	t.Helper()
+	s := o.Open(t)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// peer returns a second client of s's data, or s itself.
+func peer(t *testing.T, o Opener, s storage.Store) storage.Store {
+	t.Helper()
+	if o.Peer == nil {
+		return s
+	}
+	p := o.Peer(t, s)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func mustCommit(t *testing.T, s storage.Store, job string, prevGen uint64, a *assign.Assignment) {
+	t.Helper()
+	if err := s.Commit(context.Background(), job, prevGen, a); err != nil {
+		t.Fatalf("Commit(%q, %d, gen %d): %v", job, prevGen, a.Generation, err)
+	}
+}
+
+func mustLoad(t *testing.T, s storage.Store, job string) storage.Record {
+	t.Helper()
+	rec, err := s.Load(context.Background(), job)
+	if err != nil {
+		t.Fatalf("Load(%q): %v", job, err)
+	}
+	return rec
+}
+
+func mustSetConfig(t *testing.T, s storage.Store, job string, cfg assign.Config) {
+	t.Helper()
+	if err := s.SetConfig(context.Background(), job, cfg); err != nil {
+		t.Fatalf("SetConfig(%q): %v", job, err)
+	}
+}
+
+// snapshot is everything a store holds, to check a failed write changed
+// nothing.
+type snapshot map[string]storage.Record
+
+func snap(t *testing.T, s storage.Store) snapshot {
+	t.Helper()
+	jobs, err := s.Jobs(context.Background())
+	if err != nil {
+		t.Fatalf("Jobs: %v", err)
+	}
+	m := snapshot{}
+	for _, j := range jobs {
+		m[j] = mustLoad(t, s, j)
+	}
+	return m
+}
+
+func assertUnchanged(t *testing.T, s storage.Store, before snapshot) {
+	t.Helper()
+	after := snap(t, s)
+	if len(after) != len(before) {
+		t.Fatalf("jobs changed: %d before, %d after", len(before), len(after))
+	}
+	for j, b := range before {
+		a, ok := after[j]
+		if !ok || !Same(a.Current, b.Current) || !Same(a.Previous, b.Previous) || a.Config != b.Config || a.Configured != b.Configured {
+			t.Fatalf("job %q changed: before %+v, after %+v", j, b, a)
+		}
+	}
+}
+
+func testRoundTrip(t *testing.T, o Opener) {
+	ctx := context.Background()
+	s := open(t, o)
+	cfg := assign.Config{MinRedundancy: 2, MaxRedundancy: 5}
+	mustSetConfig(t, s, "web", cfg)
+	rec := mustLoad(t, s, "web")
+	if rec.Current != nil || rec.Previous != nil || !rec.Configured || rec.Config != cfg || rec.Job != "web" || rec.Generation() != 0 {
+		t.Fatalf("config-only record: %+v", rec)
+	}
+	a := Assignment("web", 1, 5, 3)
+	mustCommit(t, s, "web", 0, a)
+	rec = mustLoad(t, s, "web")
+	if !Same(rec.Current, a) || rec.Previous != nil || rec.Config != cfg || !rec.Configured {
+		t.Fatalf("after commit: %+v", rec)
+	}
+	// A job with an assignment but no config gets the default config.
+	mustCommit(t, s, "api", 0, Assignment("api", 7, 2, 1))
+	rec = mustLoad(t, s, "api")
+	if rec.Configured || rec.Config != assign.DefaultConfig() || rec.Generation() != 7 || rec.Job != "api" {
+		t.Fatalf("unconfigured record: %+v", rec)
+	}
+	jobs, err := s.Jobs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"api", "web"}; !slices.Equal(jobs, want) {
+		t.Fatalf("Jobs = %q, want %q", jobs, want)
+	}
+}
+
+func testLoadNotFound(t *testing.T, o Opener) {
+	s := open(t, o)
+	_, err := s.Load(context.Background(), "nope")
+	if !errors.Is(err, storage.ErrNotFound) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("Load of a missing job: %v, want ErrNotFound naming it", err)
+	}
+	jobs, err := s.Jobs(context.Background())
+	if err != nil || len(jobs) != 0 {
+		t.Fatalf("Jobs of an empty store = %q, %v", jobs, err)
+	}
+	if _, err := s.Load(context.Background(), "Bad Name"); !errors.Is(err, storage.ErrInvalid) {
+		t.Fatalf("Load with an invalid name: %v, want ErrInvalid", err)
+	}
+}
+
+func testPreviousKept(t *testing.T, o Opener) {
+	s := open(t, o)
+	var gens []*assign.Assignment
+	for g := uint64(1); g <= 4; g++ {
+		a := Assignment("j", g*10, int(g), 2)
+		var prev uint64
+		if len(gens) > 0 {
+			prev = gens[len(gens)-1].Generation
+		}
+		mustCommit(t, s, "j", prev, a)
+		gens = append(gens, a)
+		rec := mustLoad(t, s, "j")
+		if !Same(rec.Current, a) {
+			t.Fatalf("gen %d: current %+v", a.Generation, rec.Current)
+		}
+		if len(gens) > 1 && !Same(rec.Previous, gens[len(gens)-2]) {
+			t.Fatalf("gen %d: previous is not the assignment it replaced", a.Generation)
+		}
+	}
+}
+
+func testCommitConflict(t *testing.T, o Opener) {
+	ctx := context.Background()
+	s := open(t, o)
+	mustCommit(t, s, "j", 0, Assignment("j", 1, 2, 1))
+	mustCommit(t, s, "j", 1, Assignment("j", 2, 3, 1))
+	before := snap(t, s)
+	for _, tt := range []struct {
+		name          string
+		prevGen, next uint64
+		want          string
+	}{
+		{"stale", 1, 3, "stored generation is 2, expected 1"},
+		{"zero when one is stored", 0, 3, "stored generation is 2, expected 0"},
+		{"ahead of the store", 5, 6, "stored generation is 2, expected 5"},
+	} {
+		err := s.Commit(ctx, "j", tt.prevGen, Assignment("j", tt.next, 4, 1))
+		if !errors.Is(err, storage.ErrConflict) || !strings.Contains(err.Error(), tt.want) {
+			t.Fatalf("%s: Commit: %v, want ErrConflict with %q", tt.name, err, tt.want)
+		}
+		assertUnchanged(t, s, before)
+	}
+	// A job that does not exist yet conflicts with any prevGen but 0.
+	err := s.Commit(ctx, "new", 4, Assignment("new", 5, 1, 1))
+	if !errors.Is(err, storage.ErrConflict) || !strings.Contains(err.Error(), "stored generation is 0, expected 4") {
+		t.Fatalf("Commit to a missing job with prevGen 4: %v", err)
+	}
+	assertUnchanged(t, s, before)
+}
+
+func testCommitInvalid(t *testing.T, o Opener) {
+	s := open(t, o)
+	mustCommit(t, s, "j", 0, Assignment("j", 1, 2, 1))
+	gap := Assignment("j", 2, 2, 2)
+	gap.Slices[1].Start++
+	zero := Assignment("j", 1, 1, 1)
+	zero.Generation = 0
+	before := snap(t, s)
+	for _, tt := range []struct {
+		name    string
+		job     string
+		prevGen uint64
+		next    *assign.Assignment
+		want    string
+	}{
+		{"bad job name", "Bad Name", 0, Assignment("j", 2, 1, 1), "job name"},
+		{"empty job name", "", 0, Assignment("j", 2, 1, 1), "job name is empty"},
+		{"nil", "j", 1, nil, "nil"},
+		{"other job", "j", 1, Assignment("k", 2, 1, 1), `for job "k"`},
+		{"same generation", "j", 1, Assignment("j", 1, 1, 1), "must be above"},
+		{"older generation", "j", 2, Assignment("j", 1, 1, 1), "must be above"},
+		{"generation zero", "j", 0, zero, "must be above"},
+		{"invalid assignment", "j", 1, gap, "gap"},
+	} {
+		err := s.Commit(context.Background(), tt.job, tt.prevGen, tt.next)
+		if !errors.Is(err, storage.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+			t.Fatalf("%s: Commit: %v, want ErrInvalid with %q", tt.name, err, tt.want)
+		}
+		assertUnchanged(t, s, before)
+	}
+}
+
+// testSetConfig: config writes are unconditional, create the job and leave
+// its assignments alone.
+func testSetConfig(t *testing.T, o Opener) {
+	s := open(t, o)
+	a1, a2 := Assignment("j", 1, 2, 1), Assignment("j", 2, 3, 1)
+	mustCommit(t, s, "j", 0, a1)
+	mustCommit(t, s, "j", 1, a2)
+	for _, cfg := range []assign.Config{{MinRedundancy: 1, MaxRedundancy: 3}, {MinRedundancy: 2, MaxRedundancy: 2}} {
+		mustSetConfig(t, s, "j", cfg)
+		rec := mustLoad(t, s, "j")
+		if rec.Config != cfg || !rec.Configured || !Same(rec.Current, a2) || !Same(rec.Previous, a1) {
+			t.Fatalf("after SetConfig(%+v): %+v", cfg, rec)
+		}
+	}
+	// A later commit keeps the config.
+	mustCommit(t, s, "j", 2, Assignment("j", 3, 1, 1))
+	if rec := mustLoad(t, s, "j"); rec.Config != (assign.Config{MinRedundancy: 2, MaxRedundancy: 2}) {
+		t.Fatalf("commit changed the config: %+v", rec.Config)
+	}
+}
+
+func testSetConfigInvalid(t *testing.T, o Opener) {
+	s := open(t, o)
+	before := snap(t, s)
+	for _, tc := range []struct {
+		job string
+		cfg assign.Config
+	}{
+		{"j", assign.Config{MinRedundancy: 0, MaxRedundancy: 1}},
+		{"j", assign.Config{MinRedundancy: 3, MaxRedundancy: 2}},
+		{"j", assign.Config{MinRedundancy: 1, MaxRedundancy: assign.MaxRedundancyLimit + 1}},
+		{"-j", assign.DefaultConfig()},
+	} {
+		if err := s.SetConfig(context.Background(), tc.job, tc.cfg); !errors.Is(err, storage.ErrInvalid) {
+			t.Errorf("SetConfig(%q, %+v) = %v, want ErrInvalid", tc.job, tc.cfg, err)
+		}
+	}
+	assertUnchanged(t, s, before)
+}
+
+func testJobsSorted(t *testing.T, o Opener) {
+	s := open(t, o)
+	names := []string{"web", "a-b", "a", "a.b", "a_b", "api", "0", "b9", "b10"}
+	for i, n := range names {
+		if i%2 == 0 {
+			mustSetConfig(t, s, n, assign.DefaultConfig())
+		} else {
+			mustCommit(t, s, n, 0, Assignment(n, 1, 1, 1))
+		}
+	}
+	mustSetConfig(t, s, "api", assign.DefaultConfig()) // a job with both
+	jobs, err := s.Jobs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(names)
+	slices.Sort(want)
+	if !slices.Equal(jobs, want) {
+		t.Fatalf("Jobs = %q, want %q", jobs, want)
+	}
+}
+
+// testFreshCopies: neither the caller's assignment nor a loaded record is
+// shared with the store.
+func testFreshCopies(t *testing.T, o Opener) {
+	s := open(t, o)
+	a := Assignment("j", 1, 3, 2)
+	want := a.Clone()
+	mustCommit(t, s, "j", 0, a)
+	a.Slices[0].Tasks[0] = "mutated-after-commit"
+	a.Tasks[0].Addr = "mutated"
+	rec := mustLoad(t, s, "j")
+	if !Same(rec.Current, want) {
+		t.Fatal("mutating a committed assignment changed the store")
+	}
+	rec.Current.Slices[0].Tasks[0] = "mutated-after-load"
+	rec.Current.Tasks = nil
+	if got := mustLoad(t, s, "j"); !Same(got.Current, want) {
+		t.Fatal("mutating a loaded record changed the store")
+	}
+}
+
+func testClosed(t *testing.T, o Opener) {
+	ctx := context.Background()
+	s := open(t, o)
+	mustCommit(t, s, "j", 0, Assignment("j", 1, 1, 1))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.Load(ctx, "j"); !errors.Is(err, storage.ErrClosed) {
+		t.Errorf("Load after Close: %v", err)
+	}
+	if err := s.Commit(ctx, "j", 1, Assignment("j", 2, 1, 1)); !errors.Is(err, storage.ErrClosed) {
+		t.Errorf("Commit after Close: %v", err)
+	}
+	if err := s.SetConfig(ctx, "j", assign.DefaultConfig()); !errors.Is(err, storage.ErrClosed) {
+		t.Errorf("SetConfig after Close: %v", err)
+	}
+	if _, err := s.Jobs(ctx); !errors.Is(err, storage.ErrClosed) {
+		t.Errorf("Jobs after Close: %v", err)
+	}
+	if w, ok := s.(storage.Watcher); ok {
+		if _, open := <-w.Watch(ctx, ""); open {
+			t.Error("Watch after Close delivered a name")
+		}
+	}
+}
+
+func testCanceledContext(t *testing.T, o Opener) {
+	s := open(t, o)
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Load(cctx, "j"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Load: %v", err)
+	}
+	if err := s.Commit(cctx, "j", 0, Assignment("j", 1, 1, 1)); !errors.Is(err, context.Canceled) || errors.Is(err, storage.ErrConflict) {
+		t.Errorf("Commit: %v", err)
+	}
+	if err := s.SetConfig(cctx, "j", assign.DefaultConfig()); !errors.Is(err, context.Canceled) {
+		t.Errorf("SetConfig: %v", err)
+	}
+	if _, err := s.Load(context.Background(), "j"); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("a canceled write stored something: %v", err)
+	}
+}
+
+// testConcurrentCommitters races Assigners on two clients of one store (or
+// one shared client): every generation is committed exactly once, each
+// committer sees generations only grow, and whatever any committer loads at
+// a generation is the assignment that won it, with the previous one
+// behind it.
+func testConcurrentCommitters(t *testing.T, o Opener) {
+	ctx := context.Background()
+	s := open(t, o)
+	clients := []storage.Store{s, peer(t, o, s)}
+	const (
+		committers = 6
+		target     = 40
+	)
+	type seen struct{ cur, prev *assign.Assignment }
+	var (
+		mu       sync.Mutex
+		winners  = map[uint64]*assign.Assignment{}
+		wins     = map[uint64]int{}
+		observed []seen
+		wg       sync.WaitGroup
+		errs     = make(chan error, committers)
+	)
+	for c := range committers {
+		store := clients[c%len(clients)]
+		wg.Go(func() {
+			var last uint64
+			for {
+				rec, err := store.Load(ctx, "j")
+				if err != nil && !errors.Is(err, storage.ErrNotFound) {
+					errs <- err
+					return
+				}
+				gen := rec.Generation()
+				if gen < last {
+					errs <- fmt.Errorf("committer %d saw generation %d after %d", c, gen, last)
+					return
+				}
+				last = gen
+				mu.Lock()
+				observed = append(observed, seen{rec.Current, rec.Previous})
+				mu.Unlock()
+				if gen >= target {
+					return
+				}
+				next := assignment("j", gen+1, 1+c%3, 1, fmt.Sprintf("c%d-g%d", c, gen+1))
+				err = store.Commit(ctx, "j", gen, next)
+				switch {
+				case err == nil:
+					mu.Lock()
+					wins[gen+1]++
+					winners[gen+1] = next
+					mu.Unlock()
+				case !errors.Is(err, storage.ErrConflict):
+					errs <- fmt.Errorf("committer %d: %w", c, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for g := uint64(1); g <= target; g++ {
+		if wins[g] != 1 {
+			t.Errorf("generation %d committed %d times, want once", g, wins[g])
+		}
+	}
+	if len(wins) != target {
+		t.Errorf("%d generations committed, want %d", len(wins), target)
+	}
+	for _, o := range observed {
+		if o.cur == nil {
+			continue
+		}
+		if w := winners[o.cur.Generation]; !Same(o.cur, w) {
+			t.Errorf("loaded generation %d is not the assignment that won it", o.cur.Generation)
+		}
+		if o.cur.Generation > 1 && !Same(o.prev, winners[o.cur.Generation-1]) {
+			t.Errorf("previous of generation %d is not the winner of %d", o.cur.Generation, o.cur.Generation-1)
+		}
+	}
+	for _, c := range clients {
+		rec := mustLoad(t, c, "j")
+		if !Same(rec.Current, winners[target]) || !Same(rec.Previous, winners[target-1]) {
+			t.Fatalf("final record: current %d previous %d, not the last two winners", rec.Generation(), rec.Previous.Generation)
+		}
+	}
+}
+
+// testWatch runs when the store is a storage.Watcher: commits and config
+// writes, through either client, are delivered by name.
+func testWatch(t *testing.T, o Opener) {
+	s := open(t, o)
+	w, ok := s.(storage.Watcher)
+	if !ok {
+		t.Skip("the store does not implement storage.Watcher")
+	}
+	p := peer(t, o, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	all := w.Watch(ctx, "")
+	onlyB := w.Watch(ctx, "b")
+
+	mustCommit(t, p, "a", 0, Assignment("a", 1, 1, 1))
+	if got := next(t, all); got != "a" {
+		t.Fatalf("watch of every job delivered %q, want a", got)
+	}
+	mustSetConfig(t, p, "b", assign.DefaultConfig())
+	if got := next(t, all); got != "b" {
+		t.Fatalf("watch of every job delivered %q, want b", got)
+	}
+	// The watch of b skipped a's commit.
+	if got := next(t, onlyB); got != "b" {
+		t.Fatalf("watch of b delivered %q, want b", got)
+	}
+	mustCommit(t, s, "b", 0, Assignment("b", 1, 1, 1))
+	if got := next(t, onlyB); got != "b" {
+		t.Fatalf("watch of b delivered %q, want b", got)
+	}
+	if rec := mustLoad(t, s, "b"); rec.Generation() != 1 {
+		t.Fatalf("after the notification, b is at generation %d", rec.Generation())
+	}
+	cancel()
+	for range all {
+	}
+	for range onlyB {
+	}
+
+	// Closing the store ends a watch.
+	last := w.Watch(context.Background(), "")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range last {
+	}
+}
+
+func next(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case name, ok := <-ch:
+		if !ok {
+			t.Fatal("watch closed")
+		}
+		return name
+	case <-time.After(watchTimeout):
+		t.Fatalf("no watch notification within %v", watchTimeout)
+		return ""
+	}
+}
