@@ -73,6 +73,13 @@ type Properties struct {
 	Spread float64
 	// WorstSpread is the same for the worst frontend.
 	WorstSpread int
+	// Failover is how unevenly a failed backend's connections land on the
+	// others when every frontend that used it takes the next backend in its
+	// preference order (its subset for k = N) instead: the most extra
+	// connections one surviving backend gets, divided by the even share
+	// ceil(connections of the failed one / (N-1)). The worst of backends 0,
+	// N/2 and N-1 failing. 1 is ideal.
+	Failover float64
 }
 
 // Measure computes the properties of f in scenario s. It needs
@@ -108,7 +115,37 @@ func Measure(f Func, s Scenario) Properties {
 		p.WorstSpread = max(p.WorstSpread, w)
 	}
 	p.Spread = float64(total) / float64(m)
+	p.Failover = Failover(f, m, n, k, base)
 	return p
+}
+
+// Failover returns Properties.Failover for frontends 0..m-1 whose subsets
+// are base.
+func Failover(f Func, m, n, k int, base [][]int) float64 {
+	orders := Subsets(f, m, n, n)
+	worst := 0.0
+	for _, failed := range []int{0, n / 2, n - 1} {
+		extra := make([]int, n)
+		lost := 0
+		for i, sub := range base {
+			if !slices.Contains(sub, failed) {
+				continue
+			}
+			lost++
+			for _, b := range orders[i] {
+				if b != failed && !slices.Contains(sub, b) {
+					extra[b]++
+					break
+				}
+			}
+		}
+		if lost == 0 {
+			continue
+		}
+		even := (lost + n - 2) / (n - 1)
+		worst = max(worst, float64(slices.Max(extra))/float64(even))
+	}
+	return worst
 }
 
 // Subsets returns the subsets of frontends 0..m-1.

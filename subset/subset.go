@@ -22,8 +22,8 @@ var lotRowFrontend = [LotSize]uint8{0, 8, 2, 4, 6, 1, 9, 5, 3, 7}
 var lotStartRow = [LotSize]uint8{0, 5, 2, 8, 3, 7, 4, 9, 1, 6}
 
 // maxStackLots is how many backend lots Rocksteadier handles without
-// allocating scratch space (n ≤ 640 backends); beyond that it allocates.
-const maxStackLots = 64
+// allocating scratch space (n ≤ 160 backends); beyond that it allocates.
+const maxStackLots = 16
 
 // Rocksteadier returns the indices (0..n-1) of the k backends that frontend
 // number frontend connects to, in preference order: the first index is the

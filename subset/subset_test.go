@@ -305,3 +305,24 @@ func TestMeasureHelpers(t *testing.T) {
 		t.Errorf("SpreadOf = %d, want 1", got)
 	}
 }
+
+// When a backend fails and its frontends each take the next backend in
+// their preference order, Rocksteadier's frontends scatter over the
+// survivors about as well as random subsetting's do, and far better than
+// Ringsteady's, whose frontends with the same start all move to the same
+// next backend.
+func TestFailoverSpreads(t *testing.T) {
+	var rock, ring, rnd float64
+	grid := Grid()
+	for _, s := range grid {
+		m, n, k := s.Frontends, s.Backends, s.SubsetSize
+		rock += Failover(Rocksteadier, m, n, k, Subsets(Rocksteadier, m, n, k))
+		ring += Failover(Ringsteady, m, n, k, Subsets(Ringsteady, m, n, k))
+		rnd += Failover(Random, m, n, k, Subsets(Random, m, n, k))
+	}
+	g := float64(len(grid))
+	rock, ring, rnd = rock/g, ring/g, rnd/g
+	if rock > rnd || rock*1.5 > ring {
+		t.Errorf("mean failover concentration: rocksteadier %.2f, random %.2f, ringsteady %.2f; want rocksteadier at most random's and under 2/3 of ringsteady's", rock, rnd, ring)
+	}
+}

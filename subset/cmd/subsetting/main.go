@@ -64,15 +64,15 @@ func report(w *bufio.Writer) {
 
 	fmt.Fprintln(w, "### Summary over the grid (mean / worst)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| algorithm | utilization | diversity | add backend N | remove backend N−1 | remove backend N/2 (renumbers) | k → k+1 | add a frontend | spread |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| algorithm | utilization | diversity | add backend N | remove backend N−1 | remove backend N/2 (renumbers) | k → k+1 | add a frontend | spread | failover |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	var minAdd, minRemove stat
 	for _, r := range results[0] {
 		minAdd.add(1 / float64(r.s.Backends+1))
 		minRemove.add(1 / float64(r.s.Backends))
 	}
 	for i, a := range algs {
-		var u, d, add, rm, mid, ks, fe, sp stat
+		var u, d, add, rm, mid, ks, fe, sp, fo stat
 		worstSpread := 0
 		for _, r := range results[i] {
 			u.add(r.p.Utilization)
@@ -83,13 +83,14 @@ func report(w *bufio.Writer) {
 			ks.add(r.p.SubsetSizeChurn)
 			fe.add(r.p.FrontendChurn)
 			sp.add(r.p.Spread)
+			fo.add(r.p.Failover)
 			worstSpread = max(worstSpread, r.p.WorstSpread)
 		}
-		fmt.Fprintf(w, "| %s | %.3f / %.3f | %.3f / %.3f | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %d |\n",
+		fmt.Fprintf(w, "| %s | %.3f / %.3f | %.3f / %.3f | %s / %s | %s / %s | %s / %s | %s / %s | %s / %s | %.2f / %d | %.2f / %.2f |\n",
 			a.Name, u.mean(), u.lo, d.mean(), d.lo, pct(add.mean()), pct(add.hi), pct(rm.mean()), pct(rm.hi),
-			pct(mid.mean()), pct(mid.hi), pct(ks.mean()), pct(ks.hi), pct(fe.mean()), pct(fe.hi), sp.mean(), worstSpread)
+			pct(mid.mean()), pct(mid.hi), pct(ks.mean()), pct(ks.hi), pct(fe.mean()), pct(fe.hi), sp.mean(), worstSpread, fo.mean(), fo.hi)
 	}
-	fmt.Fprintf(w, "| *least possible* | 1 | 1 | %s / %s | %s / %s | %s / %s | 0%% | 0%% | 1 |\n\n",
+	fmt.Fprintf(w, "| *least possible* | 1 | 1 | %s / %s | %s / %s | %s / %s | 0%% | 0%% | 1 | 1 |\n\n",
 		pct(minAdd.mean()), pct(minAdd.hi), pct(minRemove.mean()), pct(minRemove.hi), pct(minRemove.mean()), pct(minRemove.hi))
 
 	fmt.Fprintln(w, "### Connection balance by frontends per backend (achievable utilization, mean / worst)")
@@ -153,8 +154,8 @@ func report(w *bufio.Writer) {
 
 	fmt.Fprintln(w, "### Selected scenarios")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| M | N | k | algorithm | utilization | diversity | add backend | remove last | remove middle | k → k+1 | spread (mean / worst) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| M | N | k | algorithm | utilization | diversity | add backend | remove last | remove middle | k → k+1 | spread (mean / worst) | failover |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, s := range []subset.Scenario{
 		{Frontends: 100, Backends: 5, SubsetSize: 2},
 		{Frontends: 1000, Backends: 12, SubsetSize: 3},
@@ -165,10 +166,10 @@ func report(w *bufio.Writer) {
 	} {
 		for _, a := range algs {
 			p := subset.Measure(a.Subset, s)
-			fmt.Fprintf(w, "| %d | %d | %d | %s | %.3f | %.3f | %s | %s | %s | %s | %.2f / %d |\n",
+			fmt.Fprintf(w, "| %d | %d | %d | %s | %.3f | %.3f | %s | %s | %s | %s | %.2f / %d | %.2f |\n",
 				s.Frontends, s.Backends, s.SubsetSize, a.Name, p.Utilization, p.Diversity,
 				pct(p.BackendAddChurn), pct(p.BackendRemoveChurn), pct(p.BackendRemoveMiddleChurn),
-				pct(p.SubsetSizeChurn), p.Spread, p.WorstSpread)
+				pct(p.SubsetSizeChurn), p.Spread, p.WorstSpread, p.Failover)
 		}
 	}
 }
