@@ -100,6 +100,12 @@ func agentFlags() []cli.Flag {
 			Usage: "directory of the embedded assignment store (assigner and backup roles)",
 		},
 		&cli.StringFlag{
+			Name: "store", Value: "bolt", EnvVars: []string{"SLICERD_STORE"},
+			Usage: "assignment store of the assigner and backup roles: bolt (a file in --data-dir, for one node) or " +
+				"etcd://host:2379[,host2:2379][/prefix] to share one store among several assigners and backups " +
+				"(keys under the prefix, default /slicerd/)",
+		},
+		&cli.StringFlag{
 			Name: "rpc-addr", Value: d.RPCAddr, EnvVars: []string{"SLICERD_RPC_ADDR"},
 			Usage: "host:port the Connect/gRPC API listens on (HTTP/2 cleartext)",
 		},
@@ -211,6 +217,7 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	}
 	cfg.NodeName = c.String("node-name")
 	cfg.DataDir = c.String("data-dir")
+	cfg.Store = c.String("store")
 	cfg.RPCAddr = c.String("rpc-addr")
 	cfg.AdvertiseRPCAddr = c.String("advertise-rpc-addr")
 	cfg.RebalanceDelay = c.Duration("rebalance-delay")

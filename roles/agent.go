@@ -53,14 +53,8 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
 
 	if cfg.has(gossip.RoleAssigner) || cfg.has(gossip.RoleBackup) {
-		readOnly := !cfg.has(gossip.RoleAssigner)
-		var store storage.Store
-		var err error
-		if cfg.OpenStore != nil {
-			store, err = cfg.OpenStore(readOnly)
-		} else {
-			store, err = storage.OpenDataDir(cfg.DataDir, storage.BoltOptions{ReadOnly: readOnly, Logger: cfg.Logger})
-		}
+		// A backup-only agent opens the store read-only.
+		store, err := openStore(cfg, !cfg.has(gossip.RoleAssigner))
 		if err != nil {
 			return nil, err
 		}
@@ -166,7 +160,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Unlock()
 	defer node.Shutdown()
 	a.log.Info("slicerd started", "node", a.cfg.NodeName, "roles", a.cfg.Roles,
-		"rpc_addr", a.RPCAddr(), "gossip_addr", node.GossipAddr(), "data_dir", a.cfg.DataDir)
+		"rpc_addr", a.RPCAddr(), "gossip_addr", node.GossipAddr(), "data_dir", a.cfg.DataDir, "store", a.cfg.Store)
 
 	g, gctx := errgroup.WithContext(ctx)
 	if len(gcfg.Join) > 0 {

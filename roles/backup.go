@@ -3,6 +3,7 @@ package roles
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -16,7 +17,12 @@ import (
 // Backup is the Backup Distributor (paper §4.3): the read API served
 // straight from the assignment store. It is deliberately small and shares
 // no logic with the Assigner or Distributor, so a fault in theirs cannot
-// take it down too. Streams poll the store.
+// take it down too. Streams follow the store's commits when it offers a
+// watch (storage.Watcher: etcd) and poll it otherwise (bbolt).
+//
+// A job the store does not hold is NotFound, "no stored assignment yet":
+// a Backup on an empty store answers that for every job, safely, until an
+// Assigner commits one.
 type Backup struct {
 	log      *slog.Logger
 	store    storage.Store
@@ -25,7 +31,26 @@ type Backup struct {
 }
 
 func newBackup(cfg Config, store storage.Store, stopping <-chan struct{}) *Backup {
-	return &Backup{log: cfg.Logger.With("role", "backup"), store: store, poll: cfg.BackupPollInterval, stopping: stopping}
+	b := &Backup{log: cfg.Logger.With("role", "backup"), store: store, poll: cfg.BackupPollInterval, stopping: stopping}
+	b.logJobs()
+	return b
+}
+
+// logJobs says at start what the backup has to serve, and warns when that
+// is nothing yet.
+func (b *Backup) logJobs() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	jobs, err := b.store.Jobs(ctx)
+	switch {
+	case err != nil:
+		b.log.Warn("cannot list the store's jobs; the backup will answer from the store once it can read it", "err", err)
+	case len(jobs) == 0:
+		b.log.Warn("store has no jobs yet; the backup answers NotFound (no stored assignment yet) for every job until an assigner commits one")
+	default:
+		_, watched := b.store.(storage.Watcher)
+		b.log.Info("backup serving stored jobs", "jobs", len(jobs), "follows_commits", watched)
+	}
 }
 
 func (b *Backup) read(ctx context.Context, job string) (*slicerv1.Assignment, error) {
@@ -34,7 +59,7 @@ func (b *Backup) read(ctx context.Context, job string) (*slicerv1.Assignment, er
 	}
 	rec, err := b.store.Load(ctx, job)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, toConnect(unknownJob(job))
+		return nil, toConnect(fmt.Errorf("%w %q: it has no stored assignment yet; the backup serves only what an assigner has committed to the store", ErrUnknownJob, job))
 	}
 	if err != nil {
 		return nil, toConnect(err)
@@ -56,11 +81,27 @@ func (b *Backup) GetAssignment(ctx context.Context, req *connect.Request[slicerv
 
 // WatchAssignment implements slicerv1connect.BackupServiceHandler.
 func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slicerv1.WatchAssignmentRequest], stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
+	job := req.Msg.GetJob()
+	if err := validateJob(job); err != nil {
+		return err
+	}
 	known := req.Msg.GetKnownGeneration()
-	ticker := time.NewTicker(b.poll)
-	defer ticker.Stop()
+	// Start following before the first read, so no commit falls between.
+	var (
+		changed <-chan string
+		tick    <-chan time.Time
+	)
+	if w, ok := b.store.(storage.Watcher); ok {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		changed = w.Watch(wctx, job)
+	} else {
+		ticker := time.NewTicker(b.poll)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
 	for {
-		a, err := b.read(ctx, req.Msg.GetJob())
+		a, err := b.read(ctx, job)
 		if err != nil {
 			return err
 		}
@@ -75,7 +116,14 @@ func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slice
 			return nil
 		case <-b.stopping:
 			return connect.NewError(connect.CodeUnavailable, errShuttingDown)
-		case <-ticker.C:
+		case <-tick:
+		case _, ok := <-changed:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return connect.NewError(connect.CodeUnavailable, errShuttingDown)
+			}
 		}
 	}
 }

@@ -20,6 +20,10 @@ type Config struct {
 	Roles []gossip.Role
 	// DataDir holds the embedded store (assigner and backup roles).
 	DataDir string
+	// Store selects the assignment store: "" or "bolt" = the bbolt file in
+	// DataDir (default), etcd://host:2379,host2:2379[/prefix] = etcd, under
+	// the key prefix (default /slicerd/). See ParseStore.
+	Store string
 	// OpenStore, if set, opens the store of the assigner and backup roles
 	// instead of the bbolt file in DataDir; readOnly is true for an agent
 	// that only runs the backup role. The agent closes what it returns.
@@ -107,8 +111,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: role %q cannot run in slicerd; use assigner, distributor or backup", ErrConfig, r)
 		}
 	}
-	if (c.has(gossip.RoleAssigner) || c.has(gossip.RoleBackup)) && c.DataDir == "" {
-		return fmt.Errorf("%w: the assigner and backup roles need --data-dir", ErrConfig)
+	store, err := ParseStore(c.Store)
+	if err != nil {
+		return err
+	}
+	if (c.has(gossip.RoleAssigner) || c.has(gossip.RoleBackup)) && c.DataDir == "" && !store.Etcd && c.OpenStore == nil {
+		return fmt.Errorf("%w: the assigner and backup roles need --data-dir (or an etcd --store)", ErrConfig)
 	}
 	if err := ValidateHostPort("rpc address", c.RPCAddr, true); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,8 +142,8 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("storage: open etcd at %s: %w", s.endpoints, ctx.Err())
 		}
-		return 0, fmt.Errorf("%w: cannot reach etcd at %s within %v: %v; check --store and that etcd is running and reachable from this host",
-			storage.ErrUnavailable, s.endpoints, dialTimeout, err)
+		return 0, fmt.Errorf("%w: cannot reach etcd at %s within %v: %v (%s); check --store and that etcd is running and reachable from this host",
+			storage.ErrUnavailable, s.endpoints, dialTimeout, err, probe(s.cli.Endpoints(), dialTimeout))
 	}
 	if len(resp.Kvs) == 0 {
 		if s.readOnly {
@@ -459,4 +460,25 @@ func (s *Store) opError(ctx context.Context, op, job string, err error) error {
 			storage.ErrUnavailable, op, subject(job), s.endpoints, s.reqTimeout, err)
 	}
 	return fmt.Errorf("storage: %s %s: etcd at %s: %w", op, subject(job), s.endpoints, err)
+}
+
+// probe says what a plain TCP connection to each endpoint finds, to tell a
+// refused or unroutable address from a listener that is not answering as
+// etcd.
+func probe(endpoints []string, timeout time.Duration) string {
+	var found []string
+	for _, e := range endpoints {
+		host := e
+		if i := strings.Index(host, "://"); i >= 0 {
+			host = host[i+3:]
+		}
+		conn, err := net.DialTimeout("tcp", host, min(timeout, time.Second))
+		if err != nil {
+			found = append(found, err.Error())
+			continue
+		}
+		conn.Close()
+		found = append(found, host+" accepts TCP connections but did not answer as etcd (is it etcd's client port? does it need TLS?)")
+	}
+	return strings.Join(found, "; ")
 }

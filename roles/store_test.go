@@ -1,0 +1,131 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/storage"
+	"github.com/slicerd/slicerd/storage/etcdstore"
+	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
+	"github.com/slicerd/slicerd/storage/storagetest"
+)
+
+func TestParseStore(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want StoreSpec
+	}{
+		{"", StoreSpec{}},
+		{"bolt", StoreSpec{}},
+		{"etcd://127.0.0.1:2379", StoreSpec{Etcd: true, Endpoints: []string{"127.0.0.1:2379"}}},
+		{"etcd://a:2379,b:2380/", StoreSpec{Etcd: true, Endpoints: []string{"a:2379", "b:2380"}}},
+		{"etcd://a:2379,[::1]:2379/slicerd/prod", StoreSpec{Etcd: true, Endpoints: []string{"a:2379", "[::1]:2379"}, Prefix: "/slicerd/prod"}},
+	} {
+		got, err := ParseStore(tc.spec)
+		if err != nil || got.Etcd != tc.want.Etcd || !slices.Equal(got.Endpoints, tc.want.Endpoints) || got.Prefix != tc.want.Prefix {
+			t.Errorf("ParseStore(%q) = %+v, %v; want %+v", tc.spec, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ spec, want string }{
+		{"etc://a:2379", `scheme "etc"`},
+		{"file:///tmp/x", `scheme "file"`},
+		{"etcd", "neither bolt nor an etcd:// address"},
+		{"etcd://", "names no etcd host"},
+		{"etcd:///prefix", "names no etcd host"},
+		{"etcd://a:2379,,b:2379", "empty etcd host"},
+		{"etcd://a", `"a" in store "etcd://a" is not host:port`},
+		{"etcd://:2379", "is not host:port"},
+		{"etcd://a:0", "invalid port"},
+		{"etcd://a:65536", "invalid port"},
+		{"etcd://a:port", "invalid port"},
+		{"etcd://a:2379/pre fix", "prefix with spaces"},
+	} {
+		_, err := ParseStore(tc.spec)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseStore(%q) = %v, want ErrConfig with %q", tc.spec, err, tc.want)
+		}
+	}
+}
+
+func TestValidateStore(t *testing.T) {
+	cfg := testConfig(t, "n", "")
+	cfg.Store = "etcd://127.0.0.1:2379"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("an etcd store needs no data dir: %v", err)
+	}
+	cfg.Store = "bolt"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--data-dir") {
+		t.Errorf("bolt store without a data dir: %v", err)
+	}
+	cfg.Store = "etcd://a:99999"
+	if err := cfg.Validate(); !errors.Is(err, ErrConfig) {
+		t.Errorf("bad store: %v, want ErrConfig", err)
+	}
+}
+
+// TestAgentsShareEtcdStore: an Assigner and a Backup on another node share
+// one etcd store; the backup opens it read-only and streams each commit.
+func TestAgentsShareEtcdStore(t *testing.T) {
+	srv := etcdtest.Start(t)
+	spec := "etcd://" + srv.Endpoint() + "/roles-test"
+
+	acfg := testConfig(t, "assigner-1", "", gossip.RoleAssigner)
+	acfg.Store = spec
+	assigner := startAgent(t, acfg)
+	bcfg := testConfig(t, "backup-1", "", gossip.RoleBackup)
+	bcfg.Store = spec
+	bcfg.BackupPollInterval = 1 << 40 // only the watch can deliver
+	backup := startAgent(t, bcfg)
+
+	if _, ok := backup.store.(*etcdstore.Store); !ok {
+		t.Fatalf("backup store is %T, want *etcdstore.Store", backup.store)
+	}
+	err := backup.store.Commit(context.Background(), "kv", 0, storagetest.Assignment("kv", 1, 1, 1))
+	if !errors.Is(err, storage.ErrReadOnly) {
+		t.Fatalf("the backup-only agent's store accepted a commit: %v", err)
+	}
+
+	taskMember(t, "kv", "t0", assigner.GossipAddr())
+	// The job is not stored until the assigner commits its first
+	// assignment; the backup then streams it.
+	bcli := slicerv1connect.NewBackupServiceClient(api.NewH2CClient(), api.RPCURL(backup.RPCAddr()))
+	waitFor(t, "the first commit", func() bool {
+		_, err := bcli.GetAssignment(context.Background(), connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "kv"}))
+		return err == nil
+	})
+	bk := watch(t, backup.RPCAddr(), "kv", true)
+	bk.until(t, "backup serving t0", hasTasks("t0"))
+	taskMember(t, "kv", "t1", assigner.GossipAddr())
+	bk.until(t, "backup following the commit of t1", hasTasks("t0", "t1"))
+}
+
+// TestBackupEmptyStore: a Backup on a store with no jobs answers NotFound
+// "no stored assignment yet" for every job.
+func TestBackupEmptyStore(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cfg := testConfig(t, "backup-1", "", gossip.RoleBackup)
+	cfg.Store = "etcd://" + srv.Endpoint() + "/empty"
+	backup := startAgent(t, cfg)
+	client := slicerv1connect.NewBackupServiceClient(api.NewH2CClient(), api.RPCURL(backup.RPCAddr()))
+	_, err := client.GetAssignment(context.Background(), connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "kv"}))
+	if connect.CodeOf(err) != connect.CodeNotFound || !strings.Contains(err.Error(), "no stored assignment yet") {
+		t.Fatalf("GetAssignment on an empty store: %v, want NotFound saying no stored assignment yet", err)
+	}
+	stream, err := client.WatchAssignment(context.Background(), connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if stream.Receive() || connect.CodeOf(stream.Err()) != connect.CodeNotFound {
+		t.Fatalf("WatchAssignment on an empty store: %v, want NotFound", stream.Err())
+	}
+}
