@@ -129,6 +129,20 @@ func agentFlags() []cli.Flag {
 			Name: "gossip-profile", Value: "lan", EnvVars: []string{"SLICERD_GOSSIP_PROFILE"},
 			Usage: "gossip timers: lan (memberlist's LAN defaults) or local (shorter probe timeouts, for loopback and tests)",
 		},
+		&cli.Float64Flag{
+			Name: "preference-margin", Value: d.Gossip.Preference.WithDefaults().Margin, EnvVars: []string{"SLICERD_PREFERENCE_MARGIN"},
+			Usage: "hysteresis of the preferred assigner: another assigner takes a job over only when its estimated round trip " +
+				"to the job's tasks is lower by more than this fraction (and by --preference-min-gain); use the same value on every node",
+		},
+		&cli.DurationFlag{
+			Name: "preference-min-gain", Value: d.Gossip.Preference.WithDefaults().MinGain, EnvVars: []string{"SLICERD_PREFERENCE_MIN_GAIN"},
+			Usage: "hysteresis of the preferred assigner: the least round-trip improvement that moves a job to another assigner",
+		},
+		&cli.DurationFlag{
+			Name: "gossip-delay", EnvVars: []string{"SLICERD_GOSSIP_DELAY"},
+			Usage: "testing aid: delay everything this node sends over gossip by this long, so that it looks far away " +
+				"to network-proximity estimates (0 = off; leave it off in production)",
+		},
 		&cli.DurationFlag{
 			Name: "rebalance-delay", Value: d.RebalanceDelay, EnvVars: []string{"SLICERD_REBALANCE_DELAY"},
 			Usage: "how long the assigner waits for membership changes to settle before deciding",
@@ -231,6 +245,9 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 			}
 		}
 	}
+	cfg.Gossip.SendDelay = c.Duration("gossip-delay")
+	cfg.Gossip.Preference.Margin = c.Float64("preference-margin")
+	cfg.Gossip.Preference.MinGain = c.Duration("preference-min-gain")
 	switch p := c.String("gossip-profile"); p {
 	case "lan", "local":
 		cfg.Gossip.Profile = p

@@ -64,6 +64,13 @@ type Config struct {
 	// zero fields take DefaultPreference's.
 	Preference Preference
 
+	// SendDelay, when positive, holds back everything this member sends
+	// over gossip by that long, so that its network coordinate, and every
+	// round-trip estimate to it, moves away from the others'. It is a
+	// testing aid for proximity on one machine (slicerd --gossip-delay);
+	// leave it zero in production.
+	SendDelay time.Duration
+
 	// Transport replaces the real UDP/TCP transport (tests inject latency
 	// and drops with NewDelayTransport). The node owns it and shuts it down,
 	// also when Start fails. BindAddr is then not bound, only validated.
@@ -130,6 +137,9 @@ const maxNodeNameLen = 128
 func (c Config) validate() (map[string]string, error) {
 	if c.NodeName == "" {
 		return nil, fmt.Errorf("%w: node name is empty; give every member a unique name", ErrConfig)
+	}
+	if c.SendDelay < 0 || c.SendDelay > time.Minute {
+		return nil, fmt.Errorf("%w: send delay %v must be between 0 and 1m", ErrConfig, c.SendDelay)
 	}
 	if len(c.NodeName) > maxNodeNameLen || strings.ContainsFunc(c.NodeName, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 		return nil, fmt.Errorf("%w: node name %.40q must be 1-%d bytes without spaces or control characters", ErrConfig, c.NodeName, maxNodeNameLen)

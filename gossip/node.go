@@ -86,6 +86,9 @@ func Start(cfg Config) (*Node, error) {
 		}
 		transport = nt
 	}
+	if d := cfg.SendDelay; d > 0 {
+		transport = NewDelayTransport(transport, func(string, string) time.Duration { return d })
+	}
 	sc := cfg.serfConfig(n.log, tags, n.events, n.guard)
 	sc.MemberlistConfig.Transport = transport
 	ip, port, err := transport.FinalAdvertiseAddr(sc.MemberlistConfig.AdvertiseAddr, sc.MemberlistConfig.AdvertisePort)
