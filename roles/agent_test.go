@@ -287,7 +287,7 @@ func TestDistributorPullsFromAssigner(t *testing.T) {
 	}
 
 	waitFor(t, "distributor to see the assigner", func() bool {
-		_, ok := distributor.distributor.assigner()
+		_, ok := distributor.distributor.assigner("kv")
 		return ok
 	})
 	w := watch(t, distributor.RPCAddr(), "kv", false)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -41,11 +42,18 @@ const (
 	// The rebalance interval passed: only a change that lowers the
 	// imbalance by minImbalanceGain is committed.
 	triggerLoad
+	// This Assigner has become the job's preferred one: a new generation
+	// is committed even when nothing else changes, so the hand-over is
+	// visible and a stale Assigner's next write conflicts.
+	triggerTakeover
 )
 
 func (t trigger) String() string {
-	if t == triggerLoad {
+	switch t {
+	case triggerLoad:
 		return "load"
+	case triggerTakeover:
+		return "takeover"
 	}
 	return "change"
 }
@@ -56,17 +64,25 @@ type membership interface {
 	Changes() (<-chan struct{}, func())
 }
 
-// Assigner generates, stores and publishes assignments for every job whose
-// tasks it sees in gossip.
+// Assigner generates, stores and publishes assignments for the jobs it is
+// the preferred Assigner of (see gossip.Preference), and serves every
+// other job it knows from the store, forwarding writes to that job's
+// preferred Assigner.
 type Assigner struct {
-	log      *slog.Logger
-	store    storage.Store
-	members  membership
-	delay    time.Duration
-	grace    time.Duration
-	interval time.Duration    // load-driven decisions; 0: never, and load is ignored
-	algo     assign.Algorithm // weighted-move
-	stopping <-chan struct{}
+	log        *slog.Logger
+	self       string // this node's gossip name
+	store      storage.Store
+	members    membership
+	rtt        gossip.RTTFunc // nil when membership estimates no distances
+	pref       gossip.Preference
+	choices    gossip.Choices // this Assigner's preferred Assigner per job
+	poll       time.Duration  // standby store reads, when the store cannot watch
+	httpClient *http.Client   // forwarded writes
+	delay      time.Duration
+	grace      time.Duration
+	interval   time.Duration    // load-driven decisions; 0: never, and load is ignored
+	algo       assign.Algorithm // weighted-move
+	stopping   <-chan struct{}
 
 	kick chan struct{} // a job's configuration changed
 
@@ -85,22 +101,35 @@ type assignerJob struct {
 	// job (zero if never); load measured before it is partly under the
 	// previous assignment. Guarded by Assigner.mu.
 	committed time.Time
+	// leading: this Assigner is the job's preferred one and has taken it
+	// over. own is the generation it last committed. Guarded by
+	// Assigner.mu.
+	leading bool
+	own     uint64
 }
 
 func newAssigner(cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
-	return &Assigner{
-		log:      cfg.Logger.With("role", "assigner"),
-		store:    store,
-		members:  members,
-		delay:    cfg.RebalanceDelay,
-		grace:    cfg.StartupGrace,
-		interval: cfg.RebalanceInterval,
-		algo:     assign.NewWeightedMove(),
-		stopping: stopping,
-		kick:     make(chan struct{}, 1),
-		jobs:     make(map[string]*assignerJob),
-		loads:    newLoads(cfg.LoadHalfLife),
+	a := &Assigner{
+		log:        cfg.Logger.With("role", "assigner"),
+		self:       cfg.NodeName,
+		store:      store,
+		members:    members,
+		pref:       cfg.Gossip.Preference.WithDefaults(),
+		poll:       cfg.StandbyPollInterval,
+		httpClient: api.NewH2CClient(),
+		delay:      cfg.RebalanceDelay,
+		grace:      cfg.StartupGrace,
+		interval:   cfg.RebalanceInterval,
+		algo:       assign.NewWeightedMove(),
+		stopping:   stopping,
+		kick:       make(chan struct{}, 1),
+		jobs:       make(map[string]*assignerJob),
+		loads:      newLoads(cfg.LoadHalfLife),
 	}
+	if p, ok := members.(proximity); ok {
+		a.rtt = p.RTT
+	}
+	return a
 }
 
 // load carries every stored job forward: its configuration and its current
@@ -179,12 +208,39 @@ func (a *Assigner) tasksOf(job string, aliveOnly bool) []assign.Task {
 // rebalanced on its load. Until the startup grace has passed, gossip may
 // not yet know every live task, so the stored assignments are served
 // unchanged.
+//
+// Only the jobs this Assigner is preferred for are decided on. Preferences
+// are re-evaluated at every membership change and every Preference.Recheck
+// (coordinates move without membership events); a job this Assigner has
+// become preferred for is taken over at once, without waiting for the
+// rebalance delay. Every job's stored record is followed, through the
+// store's watch when it has one and by polling otherwise.
 func (a *Assigner) Run(ctx context.Context) error {
+	defer a.httpClient.CloseIdleConnections()
 	if err := a.load(ctx); err != nil {
 		return err
 	}
 	changes, unsubscribe := a.members.Changes()
 	defer unsubscribe()
+	recheck := time.NewTicker(a.pref.Recheck)
+	defer recheck.Stop()
+	var watched <-chan string // store changes; nil when the store cannot watch
+	var poll <-chan time.Time // nil while the store watches
+	var pollTicker *time.Ticker
+	defer func() {
+		if pollTicker != nil {
+			pollTicker.Stop()
+		}
+	}()
+	startPoll := func() {
+		pollTicker = time.NewTicker(a.poll)
+		poll = pollTicker.C
+	}
+	if w, ok := a.store.(storeWatcher); ok {
+		watched = w.Watch(ctx, "")
+	} else {
+		startPoll()
+	}
 
 	grace := time.NewTimer(a.grace)
 	defer grace.Stop()
@@ -213,12 +269,31 @@ func (a *Assigner) Run(ctx context.Context) error {
 			return nil
 		case <-grace.C:
 			ready = true
+			a.evaluate(ctx, ready)
 			arm(0)
 		case <-changes:
 			a.pruneLoads()
+			a.evaluate(ctx, ready)
 			if !armed {
 				arm(a.delay)
 			}
+		case <-recheck.C:
+			a.evaluate(ctx, ready)
+		case name, ok := <-watched:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				a.log.Warn("the store's watch ended; polling it instead", "interval", a.poll)
+				watched = nil
+				startPoll()
+				continue
+			}
+			if err := a.refresh(ctx, name); err != nil && ctx.Err() == nil {
+				a.log.Warn("reading a changed job from the store failed", "job", name, "err", err)
+			}
+		case <-poll:
+			a.refreshAll(ctx)
 		case <-a.kick:
 			arm(0)
 		case <-tick:
@@ -243,26 +318,13 @@ const retryDelay = time.Second
 // reconcileAll takes a decision for every known job and reports whether
 // all of them succeeded.
 func (a *Assigner) reconcileAll(ctx context.Context) bool {
-	names := make(map[string]bool)
-	for _, p := range a.members.Peers() {
-		if p.Has(gossip.RoleTask) && p.Job != "" {
-			names[p.Job] = true
-		}
-	}
-	a.mu.Lock()
-	for name := range a.jobs {
-		names[name] = true
-	}
-	a.mu.Unlock()
-	sorted := make([]string, 0, len(names))
-	for name := range names {
-		sorted = append(sorted, name)
-	}
-	slices.Sort(sorted)
 	ok := true
-	for _, name := range sorted {
+	for _, name := range a.jobNames() {
 		if ctx.Err() != nil {
 			return true
+		}
+		if _, self := a.preferred(name); !self {
+			continue
 		}
 		if err := a.reconcile(ctx, name, triggerChange); err != nil {
 			a.log.Error("rebalance failed; keeping the current assignment and retrying", "job", name, "err", err)
@@ -278,6 +340,9 @@ func (a *Assigner) balanceAll(ctx context.Context) {
 	for _, name := range a.loads.reportingJobs() {
 		if ctx.Err() != nil {
 			return
+		}
+		if _, self := a.preferred(name); !self {
+			continue
 		}
 		a.mu.Lock()
 		j := a.jobs[name]
@@ -310,7 +375,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		return err
 	}
 	live := a.tasksOf(name, true)
-	if len(live) == 0 {
+	if len(live) == 0 && (why != triggerTakeover || j.pub.current() == nil) {
 		// Keep routing on the last assignment: clients lose nothing by it,
 		// and the next task to join takes the whole key space.
 		return nil
@@ -324,12 +389,18 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 	}
 	for attempt := 1; attempt <= maxCommitAttempts; attempt++ {
 		cur := j.pub.current()
-		next, decision, err := a.algo.Decide(name, cur, live, load, cfg)
-		if err != nil {
-			return fmt.Errorf("compute assignment: %w", err)
-		}
-		if !decision.Changed {
-			return nil
+		var next *assign.Assignment
+		var decision assign.Decision
+		if len(live) == 0 {
+			next = takeoverAssignment(cur) // only a takeover gets here
+		} else {
+			next, decision, err = a.algo.Decide(name, cur, live, load, cfg)
+			if err != nil {
+				return fmt.Errorf("compute assignment: %w", err)
+			}
+			if !decision.Changed && why != triggerTakeover {
+				return nil
+			}
 		}
 		after := assign.Imbalance(next, load)
 		before := after
@@ -347,6 +418,13 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		err = a.store.Commit(ctx, name, prevGen, next)
 		if errors.Is(err, storage.ErrConflict) {
 			a.log.Warn("assignment changed in the store since it was read; rebasing", "job", name, "attempt", attempt, "err", err)
+			a.mu.Lock()
+			leading := j.leading
+			a.mu.Unlock()
+			if leading {
+				// Another Assigner generates this job too; see refresh.
+				a.choices.Forget(name)
+			}
 			rec, lerr := a.store.Load(ctx, name)
 			if lerr != nil {
 				return fmt.Errorf("re-read after conflict: %w", lerr)
@@ -361,6 +439,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		}
 		a.mu.Lock()
 		j.committed = a.loads.now()
+		j.own = next.Generation
 		a.mu.Unlock()
 		j.pub.publish(next)
 		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "trigger", why.String(),
@@ -440,6 +519,9 @@ func (a *Assigner) SetJobConfig(ctx context.Context, req *connect.Request[slicer
 	name := req.Msg.GetJob()
 	if err := assign.ValidateJobName(name); err != nil {
 		return nil, toConnect(err)
+	}
+	if p, forward := a.forwardTo(name, req.Header()); forward {
+		return a.forwardConfig(ctx, p, req)
 	}
 	cfg, err := api.ConfigFromProto(req.Msg.GetConfig())
 	if err != nil {

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,11 +18,16 @@ import (
 )
 
 // Distributor fans assignments out to subscribers. It pulls a job from the
-// job's Assigner on the first request for it (paper §4.2), caches the newest
-// generation, and pushes every new one to all of the job's streams.
+// job's preferred Assigner on the first request for it (paper §4.2), caches
+// the newest generation, and pushes every new one to all of the job's
+// streams. When the job's preferred Assigner changes, the pull moves to the
+// new one.
 type Distributor struct {
 	log        *slog.Logger
 	members    membership
+	rtt        gossip.RTTFunc // nil when membership estimates no distances
+	pref       gossip.Preference
+	choices    gossip.Choices
 	httpClient *http.Client
 	minBackoff time.Duration
 	maxBackoff time.Duration
@@ -33,69 +36,111 @@ type Distributor struct {
 	mu     sync.Mutex
 	runCtx context.Context // set by Run; pulls live as long as it
 	pulls  sync.WaitGroup
-	jobs   map[string]*latest
+	jobs   map[string]*distJob
+}
+
+// distJob is one job's cache and the stream that fills it.
+type distJob struct {
+	l *latest
+	// from is the Assigner the pull streams from, "" between streams;
+	// cancel ends that stream. Guarded by Distributor.mu.
+	from   string
+	cancel context.CancelFunc
 }
 
 func newDistributor(cfg Config, members membership, stopping <-chan struct{}) *Distributor {
-	return &Distributor{
+	d := &Distributor{
 		log:        cfg.Logger.With("role", "distributor"),
 		members:    members,
+		pref:       cfg.Gossip.Preference.WithDefaults(),
 		httpClient: api.NewH2CClient(),
 		minBackoff: cfg.PullMinBackoff,
 		maxBackoff: cfg.PullMaxBackoff,
 		stopping:   stopping,
-		jobs:       make(map[string]*latest),
+		jobs:       make(map[string]*distJob),
 	}
+	if p, ok := members.(proximity); ok {
+		d.rtt = p.RTT
+	}
+	return d
 }
 
-// Run owns the pulls: it lets handlers start them and, when ctx ends,
-// waits for every one to stop.
+// Run owns the pulls: it lets handlers start them, moves each to its job's
+// preferred Assigner whenever that changes (at membership changes and every
+// Preference.Recheck, as coordinates move), and, when ctx ends, waits for
+// every pull to stop.
 func (d *Distributor) Run(ctx context.Context) error {
 	d.mu.Lock()
 	d.runCtx = ctx
 	d.mu.Unlock()
-	<-ctx.Done()
-	d.pulls.Wait()
-	d.httpClient.CloseIdleConnections()
-	return nil
+	changes, unsubscribe := d.members.Changes()
+	defer unsubscribe()
+	recheck := time.NewTicker(d.pref.Recheck)
+	defer recheck.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			d.pulls.Wait()
+			d.httpClient.CloseIdleConnections()
+			return nil
+		case <-changes:
+			d.follow()
+		case <-recheck.C:
+			d.follow()
+		}
+	}
+}
+
+// follow ends every stream that is not from its job's preferred Assigner;
+// its pull reconnects to the preferred one at once.
+func (d *Distributor) follow() {
+	peers := d.members.Peers()
+	d.mu.Lock()
+	names := make([]string, 0, len(d.jobs))
+	for name := range d.jobs {
+		names = append(names, name)
+	}
+	d.mu.Unlock()
+	for _, name := range names {
+		p, ok := d.choices.Preferred(d.pref, name, peers, d.rtt)
+		d.mu.Lock()
+		if j := d.jobs[name]; ok && j != nil && j.from != "" && j.from != p.Name && j.cancel != nil {
+			d.log.Info("the job's preferred assigner changed; moving the pull", "job", name, "from", j.from, "to", p.Name)
+			j.cancel()
+			j.cancel = nil
+		}
+		d.mu.Unlock()
+	}
 }
 
 // job returns the cache of a job, starting its pull on first use.
 func (d *Distributor) job(name string) (*latest, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if l, ok := d.jobs[name]; ok {
-		return l, nil
+	if j, ok := d.jobs[name]; ok {
+		return j.l, nil
 	}
 	if d.runCtx == nil || d.runCtx.Err() != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, errShuttingDown)
 	}
-	l := newLatest()
-	d.jobs[name] = l
+	j := &distJob{l: newLatest()}
+	d.jobs[name] = j
 	ctx := d.runCtx
-	d.pulls.Go(func() { d.pull(ctx, name, l) })
-	return l, nil
+	d.pulls.Go(func() { d.pull(ctx, name, j) })
+	return j.l, nil
 }
 
-// assigner picks the Assigner to pull from: the alive Assigner that sorts
-// first by name, so every Distributor asks the same one.
-func (d *Distributor) assigner() (string, bool) {
-	var candidates []gossip.Peer
-	for _, p := range d.members.Peers() {
-		if p.Has(gossip.RoleAssigner) && p.Status == gossip.StatusAlive && p.RPCAddr != "" {
-			candidates = append(candidates, p)
-		}
-	}
-	if len(candidates) == 0 {
-		return "", false
-	}
-	slices.SortFunc(candidates, func(x, y gossip.Peer) int { return strings.Compare(x.Name, y.Name) })
-	return candidates[0].RPCAddr, true
+// assigner picks the Assigner to pull a job from: its preferred Assigner,
+// chosen by the same function every Assigner and Slicelet uses.
+func (d *Distributor) assigner(job string) (gossip.Peer, bool) {
+	return d.choices.Preferred(d.pref, job, d.members.Peers(), d.rtt)
 }
 
-// pull keeps a stream open to the job's Assigner until ctx ends or the
-// Assigner says the job does not exist.
-func (d *Distributor) pull(ctx context.Context, job string, l *latest) {
+// pull keeps a stream open to the job's preferred Assigner until ctx ends
+// or the Assigner says the job does not exist. A stream ended because the
+// preference moved reconnects at once.
+func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
+	l := dj.l
 	backoff := d.minBackoff
 	wait := func() bool {
 		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
@@ -109,7 +154,8 @@ func (d *Distributor) pull(ctx context.Context, job string, l *latest) {
 		}
 	}
 	for ctx.Err() == nil {
-		addr, ok := d.assigner()
+		p, ok := d.assigner(job)
+		addr := p.RPCAddr
 		if !ok {
 			if l.current() == nil {
 				l.fail(connect.NewError(connect.CodeUnavailable, ErrNoAssigner))
@@ -125,7 +171,11 @@ func (d *Distributor) pull(ctx context.Context, job string, l *latest) {
 			known = cur.Generation
 		}
 		client := slicerv1connect.NewAssignerServiceClient(d.httpClient, api.RPCURL(addr))
-		stream, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job, KnownGeneration: known}))
+		sctx, cancel := context.WithCancel(ctx)
+		d.mu.Lock()
+		dj.from, dj.cancel = p.Name, cancel
+		d.mu.Unlock()
+		stream, err := client.WatchAssignment(sctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job, KnownGeneration: known}))
 		if err == nil {
 			for stream.Receive() {
 				a, err := api.FromProto(stream.Msg().GetAssignment())
@@ -141,8 +191,17 @@ func (d *Distributor) pull(ctx context.Context, job string, l *latest) {
 			err = stream.Err()
 			stream.Close()
 		}
+		moved := sctx.Err() != nil
+		cancel()
+		d.mu.Lock()
+		dj.from, dj.cancel = "", nil
+		d.mu.Unlock()
 		if ctx.Err() != nil {
 			return
+		}
+		if moved {
+			backoff = d.minBackoff
+			continue
 		}
 		if connect.CodeOf(err) == connect.CodeNotFound && l.current() == nil {
 			// Forget the job so a later request asks again; the waiting
@@ -153,7 +212,7 @@ func (d *Distributor) pull(ctx context.Context, job string, l *latest) {
 			l.fail(err)
 			return
 		}
-		d.log.Warn("assignment stream from assigner ended; reconnecting", "job", job, "assigner", addr, "err", err)
+		d.log.Warn("assignment stream from assigner ended; reconnecting", "job", job, "assigner", p.Name, "addr", addr, "err", err)
 		if !wait() {
 			return
 		}

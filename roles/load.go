@@ -88,6 +88,9 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	if err != nil {
 		return nil, toConnect(fmt.Errorf("report load from %s/%s: %w", m.GetJob(), m.GetTask(), err))
 	}
+	if p, forward := a.forwardTo(m.GetJob(), req.Header()); forward {
+		return a.forwardLoad(ctx, p, req)
+	}
 	live := a.liveTaskNames(m.GetJob())
 	if _, ok := slices.BinarySearch(live, m.GetTask()); !ok {
 		return nil, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
