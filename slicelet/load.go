@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,6 +118,7 @@ type loadState struct {
 	unowned     atomicFloat // load on keys the current assignment does not give this task
 	rejected    atomic.Uint64
 	reportsSent atomic.Uint64
+	choices     gossip.Choices // the job's preferred Assigner, with hysteresis
 }
 
 // ReportLoad adds cost units of load (requests, CPU time, bytes: any
@@ -263,23 +263,20 @@ func (r *windowReport) proto(job, task string) *slicerv1.ReportLoadRequest {
 	return req
 }
 
-// assignerAddr picks the live Assigner with the lowest name, so every task
-// of a job reports to the same one while membership is stable.
+// assignerAddr returns the RPC address of the job's preferred Assigner, as
+// every Assigner and Distributor chooses it (gossip.Preference): load
+// reports go to the Assigner that generates the job's assignments. "" when
+// gossip knows no live Assigner.
 func (s *Slicelet) assignerAddr() string {
 	n := s.node.Load()
 	if n == nil {
 		return ""
 	}
-	var best gossip.Peer
-	for _, p := range n.Peers() {
-		if p.Status != gossip.StatusAlive || p.RPCAddr == "" || !p.Has(gossip.RoleAssigner) {
-			continue
-		}
-		if best.Name == "" || strings.Compare(p.Name, best.Name) < 0 {
-			best = p
-		}
+	p, ok := s.load.choices.Preferred(n.Preference(), s.cfg.Job, n.Peers(), n.RTT)
+	if !ok {
+		return ""
 	}
-	return best.RPCAddr
+	return p.RPCAddr
 }
 
 // reportLoop sends one load report per window until ctx ends.
