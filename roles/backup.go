@@ -61,6 +61,10 @@ func (b *Backup) read(ctx context.Context, job string) (*slicerv1.Assignment, er
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, toConnect(fmt.Errorf("%w %q: it has no stored assignment yet; the backup serves only what an assigner has committed to the store", ErrUnknownJob, job))
 	}
+	if errors.Is(err, storage.ErrUnavailable) {
+		// A shared store that does not answer: clients should try elsewhere.
+		return nil, connect.NewError(connect.CodeUnavailable, err)
+	}
 	if err != nil {
 		return nil, toConnect(err)
 	}
