@@ -1,0 +1,295 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
+)
+
+// farDelay is the latency added to everything the "far" Assigner sends over
+// gossip, so its network coordinate lands far from the job's tasks.
+const farDelay = "40ms"
+
+// haCluster is a job of three example tasks served by two Assigners on a
+// shared etcd store (one near the tasks, one far), two Distributors and a
+// Backup, all separate processes.
+type haCluster struct {
+	etcd       *etcdtest.Server
+	near, far  *slicerdNode
+	dists      []*slicerdNode
+	backup     *slicerdNode
+	tasks      map[string]*kvTask
+	taskAddrs  map[string]bool
+	storeFlag  string
+	seedGossip string
+}
+
+func startHACluster(t *testing.T) *haCluster {
+	t.Helper()
+	h := &haCluster{etcd: etcdtest.Start(t), tasks: map[string]*kvTask{}, taskAddrs: map[string]bool{}}
+	h.storeFlag = "etcd://" + h.etcd.Endpoint() + "/slicerd-e2e/"
+	h.near = startSlicerd(t, "assigner-near", "--role", "assigner", "--store", h.storeFlag, "--data-dir", t.TempDir())
+	h.seedGossip = h.near.gossipAddr
+	h.far = startSlicerd(t, "assigner-far", "--role", "assigner", "--store", h.storeFlag, "--data-dir", t.TempDir(),
+		"--gossip-delay", farDelay, "--join", h.seedGossip)
+	for i := range 2 {
+		h.dists = append(h.dists, startSlicerd(t, fmt.Sprintf("distributor-%d", i), "--role", "distributor", "--join", h.seedGossip))
+	}
+	h.backup = startSlicerd(t, "backup-0", "--role", "backup", "--store", h.storeFlag, "--data-dir", t.TempDir(),
+		"--join", h.seedGossip)
+	for i := range 3 {
+		name := fmt.Sprintf("kv-%d", i)
+		task := startKV(t, name, h.seedGossip)
+		h.tasks[name] = task
+		h.taskAddrs[task.addr] = true
+	}
+	return h
+}
+
+// logBuffer is a slog destination the test can search.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) contains(substrs ...string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, line := range strings.Split(b.buf.String(), "\n") {
+		all := true
+		for _, s := range substrs {
+			all = all && strings.Contains(line, s)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// router is a Clerk routing keys continuously, counting per phase the
+// lookups that returned at least one live task.
+type router struct {
+	t      *testing.T
+	c      *clerk.Clerk
+	logs   *logBuffer
+	cancel context.CancelFunc
+	done   chan struct{}
+	live   map[string]bool
+
+	ok, total atomic.Int64
+}
+
+func startRouter(t *testing.T, h *haCluster, cacheFile string) *router {
+	t.Helper()
+	logs := &logBuffer{}
+	cfg := clerk.DefaultConfig()
+	cfg.Job = "kv"
+	for _, d := range h.dists {
+		cfg.Addrs = append(cfg.Addrs, d.rpcAddr)
+	}
+	cfg.BackupAddrs = []string{h.backup.rpcAddr}
+	cfg.CacheFile = cacheFile
+	cfg.MinBackoff, cfg.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
+	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c, err := clerk.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &router{t: t, c: c, logs: logs, cancel: cancel, done: make(chan struct{}), live: h.taskAddrs}
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		if err := c.Run(ctx); err != nil && ctx.Err() == nil {
+			t.Errorf("clerk run: %v", err)
+		}
+	}()
+	go func() {
+		defer close(r.done)
+		defer func() { <-runDone }()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				r.lookup()
+			}
+		}
+	}()
+	return r
+}
+
+func (r *router) lookup() {
+	key := fmt.Sprintf("user:%d", rand.IntN(10000))
+	r.total.Add(1)
+	for _, addr := range r.c.AssignedTasksString(key) {
+		if r.live[addr] {
+			r.ok.Add(1)
+			return
+		}
+	}
+}
+
+// phase resets the counters and returns a func reporting the phase's
+// fraction of lookups that reached a live task.
+func (r *router) phase() func(name string) float64 {
+	r.ok.Store(0)
+	r.total.Store(0)
+	return func(name string) float64 {
+		ok, total := r.ok.Load(), r.total.Load()
+		frac := 0.0
+		if total > 0 {
+			frac = float64(ok) / float64(total)
+		}
+		r.t.Logf("phase %s: %d of %d lookups returned a live task (%.4f%%)", name, ok, total, 100*frac)
+		if total == 0 || ok != total {
+			r.t.Errorf("phase %s: %d of %d lookups returned a live task; want all", name, ok, total)
+		}
+		return frac
+	}
+}
+
+func (r *router) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// TestClientsSurviveControlPlaneLoss runs the issue's four phases against
+// real processes: the preferred Assigner is SIGKILLed (the far one takes
+// over), then every Assigner and Distributor (the Backup serves), then
+// every slicerd process (the client routes on what it has), and finally
+// the client restarts while slicerd is down (it routes from its persisted
+// copy). Every phase must route every lookup to a live task.
+func TestClientsSurviveControlPlaneLoss(t *testing.T) {
+	h := startHACluster(t)
+	cache := filepath.Join(t.TempDir(), "kv.assignment")
+	r := startRouter(t, h, cache)
+	defer func() { r.stop() }()
+
+	eventually(t, 60*time.Second, "an assignment over all three tasks", func() bool {
+		a := r.c.Assignment()
+		return a != nil && len(a.Tasks) == 3
+	})
+	// Until network coordinates settle, either Assigner may lead; then the
+	// near one must take the job and keep it.
+	eventually(t, 30*time.Second, "the near assigner to lead job kv", func() bool {
+		return h.near.hasLine(`"job":"kv"`, `"msg":"took over job as its preferred assigner"`)
+	})
+	led := r.c.Generation()
+	eventually(t, 10*time.Second, "the client to see the near assigner's generation", func() bool {
+		return r.c.Generation() >= lastCommitted(h.near)
+	})
+	time.Sleep(2 * time.Second)
+	if g := lastCommitted(h.far); g > lastCommitted(h.near) {
+		t.Fatalf("the far assigner committed generation %d after the near one led job kv (from %d):\n%s", g, led, h.far.output())
+	}
+
+	// (a) The preferred Assigner dies.
+	done := r.phase()
+	before := r.c.Generation()
+	killed := time.Now()
+	h.near.signal(syscall.SIGKILL)
+	h.near.wait(10 * time.Second)
+	eventually(t, 30*time.Second, "a new generation after the near assigner was killed", func() bool {
+		return r.c.Generation() > before
+	})
+	t.Logf("failover: kill to first new generation seen by the client: %v", time.Since(killed).Round(time.Millisecond))
+	if !h.far.hasLine(`"msg":"took over job as its preferred assigner"`, `"job":"kv"`) {
+		t.Errorf("the far assigner did not log its takeover:\n%s", h.far.output())
+	}
+	time.Sleep(time.Second) // route for a while on the new generation
+	done("a: preferred assigner killed")
+
+	// (b) Every Assigner and Distributor dies; the Backup serves.
+	done = r.phase()
+	for _, n := range append([]*slicerdNode{h.far}, h.dists...) {
+		n.signal(syscall.SIGKILL)
+	}
+	for _, n := range append([]*slicerdNode{h.far}, h.dists...) {
+		n.wait(10 * time.Second)
+	}
+	// A client starting now, without a cache, can only get the assignment
+	// from the Backup.
+	fresh := startRouter(t, h, "")
+	eventually(t, 30*time.Second, "a new client to get the assignment from the backup", func() bool {
+		return fresh.logs.contains(`"backup":true`, `streaming assignments`)
+	})
+	freshDone := fresh.phase()
+	time.Sleep(time.Second)
+	freshDone("b: new client served by the backup")
+	fresh.stop()
+	done("b: assigners and distributors killed")
+
+	// (c) Every slicerd process is gone.
+	done = r.phase()
+	h.backup.signal(syscall.SIGKILL)
+	h.backup.wait(10 * time.Second)
+	time.Sleep(2 * time.Second)
+	done("c: every slicerd process killed")
+
+	// (d) The client restarts while slicerd is down.
+	gen := r.c.Generation()
+	r.stop()
+	r = startRouter(t, h, cache)
+	done = r.phase()
+	if g := r.c.Generation(); g != gen {
+		t.Errorf("restarted client starts at generation %d; want %d from its cache file", g, gen)
+	}
+	time.Sleep(2 * time.Second)
+	done("d: client restarted while slicerd is down")
+}
+
+// hasLine reports whether one line of the process's output holds every one
+// of substrs.
+func (p *proc) hasLine(substrs ...string) bool {
+	for _, line := range strings.Split(p.output(), "\n") {
+		all := true
+		for _, s := range substrs {
+			all = all && strings.Contains(line, s)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// lastCommitted is the highest generation the process logged committing for
+// job kv; 0 if none.
+func lastCommitted(p *slicerdNode) uint64 {
+	var last uint64
+	for _, line := range strings.Split(p.output(), "\n") {
+		if !strings.Contains(line, `"msg":"assignment committed"`) || !strings.Contains(line, `"job":"kv"`) {
+			continue
+		}
+		var rec struct {
+			Generation uint64 `json:"generation"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			last = max(last, rec.Generation)
+		}
+	}
+	return last
+}
