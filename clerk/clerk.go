@@ -8,6 +8,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +22,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk/cachefile"
+	"github.com/slicerd/slicerd/subset"
 )
 
 // Clerk keeps a local copy of one job's assignment, streamed from slicerd,
@@ -41,7 +46,12 @@ type Clerk struct {
 	// reports it to OnAssignment; owned by Run's goroutine.
 	fromCache *assign.Assignment
 
-	// Owned by Run's goroutine: where the next round starts.
+	// frontend is this client's number for subsetting.
+	frontend uint64
+
+	// Owned by Run's goroutine: where the next round starts among the
+	// Distributors outside the subset (all of them without subsetting)
+	// and among the Backups.
 	nextDist, nextBackup int
 	// heard is the newest generation a server has sent this process, sent
 	// as the known generation. It lags the held generation while that came
@@ -70,6 +80,15 @@ func New(cfg Config) (*Clerk, error) {
 	// Start at a random server so that many clients spread over the
 	// Distributors instead of all piling onto the first one.
 	c.nextDist, c.nextBackup = rand.Int(), rand.Int()
+	if cfg.Frontend != nil {
+		c.frontend = *cfg.Frontend
+	} else {
+		id := cfg.ID
+		if id == "" {
+			id = defaultID()
+		}
+		c.frontend = subset.FrontendIndex(id)
+	}
 	if cfg.CacheFile != "" {
 		if err := cachefile.CheckWritable(cfg.CacheFile); err != nil {
 			return nil, fmt.Errorf("%w: job %q: cache file: %w", ErrInvalidConfig, cfg.Job, err)
@@ -210,7 +229,9 @@ func (c *Clerk) WaitReady(ctx context.Context) error {
 }
 
 // ResolveNow ends Run's current wait between connection attempts, so a
-// change in the set of servers is acted on at once. It never blocks.
+// change in the set of servers is acted on at once; with subsetting, it
+// also makes an open stream move when the change alters this client's
+// subset and the stream is not on its first choice. It never blocks.
 func (c *Clerk) ResolveNow() {
 	select {
 	case c.wake <- struct{}{}:
@@ -219,9 +240,10 @@ func (c *Clerk) ResolveNow() {
 }
 
 // Run keeps a WatchAssignment stream open until ctx ends, then returns nil.
-// It tries the Distributors in turn, then the Backups, and waits with
-// jittered exponential backoff after a round in which no server answered.
-// Run may be called again after it returns, but not concurrently.
+// It tries its preferred Distributors (see Config.SubsetSize), then the
+// other Distributors, then the Backups, and waits with jittered
+// exponential backoff after a round in which no server answered. Run may
+// be called again after it returns, but not concurrently.
 func (c *Clerk) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: job %q: Run was called twice; call it once and cancel its context to stop", ErrRunning, c.cfg.Job)
@@ -288,30 +310,23 @@ func (c *Clerk) resolve() (dists, backups []string) {
 	return c.cfg.Addrs, c.cfg.BackupAddrs
 }
 
-// round tries each Distributor, starting after the last one used, and then
-// each Backup, until one gives a healthy stream. It reports whether one
-// did, or else the last error.
+// round tries the servers in the order plan gives until one gives a
+// healthy stream. It reports whether one did, or else the last error.
 func (c *Clerk) round(ctx context.Context, dists, backups []string) (bool, error) {
 	var last error
-	for _, backup := range []bool{false, true} {
-		addrs, next := dists, &c.nextDist
-		if backup {
-			addrs, next = backups, &c.nextBackup
+	for _, t := range c.plan(dists, backups) {
+		if t.cursor != nil {
+			*t.cursor = t.after
 		}
-		start := *next
-		for k := range addrs {
-			i := (start + k) % len(addrs)
-			*next = i + 1
-			ok, err := c.watch(ctx, addrs[i], backup)
-			if ctx.Err() != nil {
-				return false, nil
-			}
-			if ok {
-				return true, nil
-			}
-			last = err
-			c.log.Debug("clerk: server did not answer", "addr", addrs[i], "backup", backup, "err", err)
+		ok, err := c.watch(ctx, t)
+		if ctx.Err() != nil {
+			return false, nil
 		}
+		if ok {
+			return true, nil
+		}
+		last = err
+		c.log.Debug("clerk: server did not answer", "addr", t.addr, "backup", t.backup, "err", err)
 	}
 	if last == nil {
 		last = errors.New("no server address known")
@@ -319,17 +334,118 @@ func (c *Clerk) round(ctx context.Context, dists, backups []string) (bool, error
 	return false, last
 }
 
+// target is one server a round tries.
+type target struct {
+	addr     string
+	backup   bool     // a Backup Distributor
+	fallback bool     // not a preferred server: end the stream after BackupRecheck
+	pref     []string // the preferred Distributors when the round was planned
+	cursor   *int     // rotation cursor to set to after when this is tried
+	after    int
+}
+
+// preferred returns this client's subset of dists in preference order,
+// and the other Distributors (sorted); without subsetting it returns nil
+// and dists.
+func (c *Clerk) preferred(dists []string) (pref, rest []string) {
+	k := c.cfg.SubsetSize
+	if k <= 0 || len(dists) == 0 {
+		return nil, dists
+	}
+	// Every client sorts the same way, so equal frontends agree.
+	sorted := slices.Clone(dists)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	picked := subset.Rocksteadier(c.frontend, len(sorted), k)
+	in := make([]bool, len(sorted))
+	for _, i := range picked {
+		in[i] = true
+		pref = append(pref, sorted[i])
+	}
+	for i, a := range sorted {
+		if !in[i] {
+			rest = append(rest, a)
+		}
+	}
+	return pref, rest
+}
+
+// plan orders one round's attempts: with subsetting, the Distributors of
+// this client's subset in preference order, then the other Distributors,
+// then the Backups; without, every Distributor then every Backup. The
+// non-preferred groups are rotated, starting after the server last tried,
+// so that clients that fall back spread out.
+func (c *Clerk) plan(dists, backups []string) []target {
+	pref, rest := c.preferred(dists)
+	out := make([]target, 0, len(dists)+len(backups))
+	for _, a := range pref {
+		out = append(out, target{addr: a, pref: pref})
+	}
+	rotate := func(addrs []string, cursor *int, backup, fallback bool) {
+		start := *cursor
+		for k := range addrs {
+			i := (start + k) % len(addrs)
+			out = append(out, target{addr: addrs[i], backup: backup, fallback: fallback, pref: pref, cursor: cursor, after: i + 1})
+		}
+	}
+	rotate(rest, &c.nextDist, false, len(pref) > 0)
+	rotate(backups, &c.nextBackup, true, true)
+	return out
+}
+
+// watchSubset ends the stream on t (by cancel) when ResolveNow reports a
+// change of servers that changes this client's subset and leaves t.addr
+// other than its first choice, so a client that planned on a partial
+// view of the Distributors moves to its subset without waiting for the
+// stream to end. It returns when ctx ends.
+func (c *Clerk) watchSubset(ctx context.Context, t target, cancel context.CancelFunc, moved *atomic.Bool) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		}
+		dists, _ := c.resolve()
+		pref, _ := c.preferred(dists)
+		if slices.Equal(pref, t.pref) || (len(pref) > 0 && pref[0] == t.addr) {
+			continue
+		}
+		c.log.Info("clerk: the Distributors changed; moving the stream to this client's subset", "addr", t.addr, "subset", pref)
+		moved.Store(true)
+		cancel()
+		return
+	}
+}
+
+// defaultID is hostname:pid, which tells apart the processes of one host.
+func defaultID() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
 // watch runs one stream. The stream was healthy if it delivered a valid
 // assignment message or stayed open for at least MaxBackoff (a Clerk that
-// is already current receives nothing until the next generation).
-func (c *Clerk) watch(ctx context.Context, addr string, backup bool) (bool, error) {
+// is already current receives nothing until the next generation). A
+// stream on a fallback server ends after BackupRecheck.
+func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
+	addr, backup := t.addr, t.backup
 	var cancel context.CancelFunc
-	if backup {
+	if t.fallback {
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.BackupRecheck)
 	} else {
 		ctx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
+	var moved atomic.Bool
+	if c.cfg.SubsetSize > 0 {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { c.watchSubset(ctx, t, cancel, &moved) })
+		defer cancel() // runs before wg.Wait: stops watchSubset
+	}
 
 	began := time.Now()
 	req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: c.cfg.Job, KnownGeneration: c.heard})
@@ -341,7 +457,7 @@ func (c *Clerk) watch(ctx context.Context, addr string, backup bool) (bool, erro
 		stream, err = slicerv1connect.NewDistributorServiceClient(c.client, api.RPCURL(addr)).WatchAssignment(ctx, req)
 	}
 	if err != nil {
-		return false, err
+		return moved.Load(), err
 	}
 	defer stream.Close()
 
@@ -353,17 +469,17 @@ func (c *Clerk) watch(ctx context.Context, addr string, backup bool) (bool, erro
 			return false, err
 		}
 		if !delivered {
-			c.log.Info("clerk: streaming assignments", "addr", addr, "backup", backup, "generation", c.Generation())
+			c.log.Info("clerk: streaming assignments", "addr", addr, "backup", backup, "fallback", t.fallback, "generation", c.Generation())
 		}
 		delivered = true
 	}
 	err = stream.Err()
-	healthy := delivered || time.Since(began) >= c.cfg.MaxBackoff
+	healthy := delivered || time.Since(began) >= c.cfg.MaxBackoff || moved.Load()
 	if healthy && ctx.Err() == nil {
 		c.log.Info("clerk: assignment stream ended; reconnecting", "addr", addr, "backup", backup, "err", err)
 	}
-	if backup && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		// The recheck timer ended a working Backup stream.
+	if t.fallback && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The recheck timer ended a working fallback stream.
 		return true, nil
 	}
 	return healthy, err

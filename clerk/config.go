@@ -20,8 +20,9 @@ type Config struct {
 	// Distributor answers.
 	BackupAddrs []string
 	// Resolver, when set, is called before every round of connection
-	// attempts and replaces Addrs and BackupAddrs, so the set of servers can
-	// follow membership.
+	// attempts, and after ResolveNow while a stream is open, and replaces
+	// Addrs and BackupAddrs, so the set of servers can follow membership.
+	// It is called from Run's goroutines, never concurrently.
 	Resolver func() (distributors, backups []string)
 	// HTTPClient carries the RPCs. Nil means an HTTP/2 cleartext (h2c)
 	// client owned by the Clerk.
@@ -30,9 +31,29 @@ type Config struct {
 	// connection attempts; it doubles after every round in which no server
 	// answered. Zero means the default.
 	MinBackoff, MaxBackoff time.Duration
-	// BackupRecheck is how long the Clerk streams from a Backup before it
-	// tries the Distributors again. Zero means the default.
+	// BackupRecheck is how long the Clerk streams from a Backup, or from a
+	// Distributor outside its subset, before it tries its preferred
+	// Distributors again. Zero means the default.
 	BackupRecheck time.Duration
+	// SubsetSize is how many Distributors the Clerk prefers (subsetting):
+	// it streams from the SubsetSize Distributors subset.Rocksteadier
+	// chooses for it, in Rocksteadier's order, and only when none of them
+	// answers from the other Distributors, then from the Backups. That
+	// spreads many clients evenly over the Distributors while each client
+	// keeps to a few. DefaultConfig sets DefaultSubsetSize; 0 means no
+	// subsetting: every Distributor is tried in turn, starting at a random
+	// one.
+	SubsetSize int
+	// ID identifies this client to subsetting: its frontend number is
+	// subset.FrontendIndex(ID), so a client that restarts with the same ID
+	// prefers the same Distributors. Empty means hostname:pid (unique per
+	// process, not stable across restarts). Ignored when Frontend is set.
+	ID string
+	// Frontend, when set, is this client's frontend number for subsetting,
+	// used instead of a hash of ID. Set it when the clients are numbered
+	// 0..M-1, which balances them over the Distributors better than a hash
+	// does; a Slicelet sets its task number (subset.TaskNumber).
+	Frontend *uint64
 	// CacheFile, when set, is a file where the Clerk keeps the newest
 	// assignment it accepted, so that after a restart it routes at once,
 	// even while no slicerd server answers (see the package documentation).
@@ -50,13 +71,18 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns a configuration with working timers; fill in Job
-// and Addrs (or Resolver).
+// DefaultSubsetSize is the number of Distributors a Clerk started from
+// DefaultConfig prefers.
+const DefaultSubsetSize = 3
+
+// DefaultConfig returns a configuration with working timers and
+// subsetting; fill in Job and Addrs (or Resolver).
 func DefaultConfig() Config {
 	return Config{
 		MinBackoff:    100 * time.Millisecond,
 		MaxBackoff:    5 * time.Second,
 		BackupRecheck: 30 * time.Second,
+		SubsetSize:    DefaultSubsetSize,
 	}
 }
 
@@ -95,6 +121,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max backoff %v is below min backoff %v", ErrInvalidConfig, c.MaxBackoff, c.MinBackoff)
 	case c.BackupRecheck <= 0:
 		return fmt.Errorf("%w: backup recheck %v must be positive; start from DefaultConfig()", ErrInvalidConfig, c.BackupRecheck)
+	case c.SubsetSize < 0:
+		return fmt.Errorf("%w: subset size %d is negative; use 0 for all Distributors or DefaultSubsetSize (%d)", ErrInvalidConfig, c.SubsetSize, DefaultSubsetSize)
 	}
 	return nil
 }

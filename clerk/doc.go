@@ -18,6 +18,20 @@
 // Assignments for another job, malformed ones and older generations are
 // never installed.
 //
+// # Subsetting
+//
+// A Clerk from DefaultConfig prefers DefaultSubsetSize (3) Distributors:
+// the ones subset.Rocksteadier picks for its frontend number among the
+// configured or resolved Distributors sorted by address. It streams from
+// the first that answers, in Rocksteadier's order; when none of them
+// does, from the other Distributors, then from the Backups, and a stream
+// outside the subset is ended every BackupRecheck to try the subset
+// again. The frontend number is subset.FrontendIndex(Config.ID), with ID
+// defaulting to hostname:pid, or Config.Frontend when the clients are
+// numbered (a Slicelet uses its task number). Many clients so spread
+// evenly over the Distributors, each holding connections to few of them.
+// SubsetSize 0 tries every Distributor in turn from a random start.
+//
 // # Assignment cache
 //
 // With Config.CacheFile set, every accepted generation is also written to

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
 )
 
@@ -40,11 +41,26 @@ type Config struct {
 	// directory must exist and be writable; New checks. Empty turns the
 	// cache off. Each task needs its own file.
 	CacheFile string
+	// SubsetSize is how many Distributors the Slicelet prefers: it streams
+	// from the SubsetSize live Distributors subset.Rocksteadier picks for
+	// this task, in that order, and only when none answers from the
+	// others, then from the Backups (see clerk.Config.SubsetSize). The
+	// task's frontend number is its task number (subset.TaskNumber, "kv-7"
+	// is 7), or a hash of job/task for a name that does not end in digits.
+	// DefaultConfig sets clerk.DefaultSubsetSize; 0 means all
+	// Distributors, tried in turn.
+	SubsetSize int
 	// Logger receives state changes; nil discards.
 	Logger *slog.Logger
 }
 
 const defaultGossipAddr = "127.0.0.1:0"
+
+// DefaultConfig returns a configuration with the recommended defaults; fill
+// in Job, Task, Addr and Join.
+func DefaultConfig() Config {
+	return Config{LoadWindow: DefaultLoadWindow, SubsetSize: clerk.DefaultSubsetSize}
+}
 
 // DefaultLoadWindow is the load measurement window when Config.LoadWindow
 // is 0. Five seconds lets the Assigner correct a hot-key shift within about
@@ -82,6 +98,9 @@ func (c Config) validate() error {
 	}
 	if c.Addr == "" {
 		return fmt.Errorf("%w: task %s/%s has no Addr; set it to the host:port clients reach this task at", ErrInvalidConfig, c.Job, c.Task)
+	}
+	if c.SubsetSize < 0 {
+		return fmt.Errorf("%w: task %s/%s has subset size %d; use 0 for all Distributors or clerk.DefaultSubsetSize (%d)", ErrInvalidConfig, c.Job, c.Task, c.SubsetSize, clerk.DefaultSubsetSize)
 	}
 	if c.LoadWindow < 0 {
 		return fmt.Errorf("%w: task %s/%s has load window %v; set a positive LoadWindow, or 0 for the default %v", ErrInvalidConfig, c.Job, c.Task, c.LoadWindow, DefaultLoadWindow)

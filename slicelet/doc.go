@@ -7,7 +7,10 @@
 //     drain signal;
 //   - follows the job's assignment through an internal Clerk whose servers
 //     are the Distributors (and, as a fallback, the Backups) that gossip
-//     reports alive, so the task needs no slicerd RPC address;
+//     reports alive, so the task needs no slicerd RPC address; with
+//     Config.SubsetSize (DefaultConfig sets 3) it prefers the few
+//     Distributors subset.Rocksteadier picks for its task number, so a
+//     job's tasks spread evenly over them;
 //   - answers IsAffinitizedKey (does the current assignment give this key
 //     to this task?) without allocating or locking;
 //   - tells Listeners which key ranges the task gained and lost, so it can

@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/subset"
 )
 
 // joinRetryInterval spaces join attempts while no slicerd node answers.
@@ -88,6 +89,12 @@ func New(cfg Config) (*Slicelet, error) {
 	ccfg.Resolver = s.resolve
 	ccfg.OnAssignment = s.install
 	ccfg.CacheFile = cfg.CacheFile
+	ccfg.SubsetSize = cfg.SubsetSize
+	frontend, ok := subset.TaskNumber(cfg.Task)
+	if !ok {
+		frontend = subset.FrontendIndex(cfg.Job + "/" + cfg.Task)
+	}
+	ccfg.Frontend = &frontend
 	ccfg.Logger = cfg.Logger.With("task", cfg.Task)
 	c, err := clerk.New(ccfg)
 	if err != nil {

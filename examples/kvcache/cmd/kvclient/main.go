@@ -63,7 +63,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			addrs = append(addrs, a)
 		}
 	}
-	ck, err := clerk.New(clerk.Config{Job: *job, Addrs: addrs, CacheFile: *cacheFile, Logger: log})
+	cfg := clerk.DefaultConfig()
+	cfg.Job, cfg.Addrs, cfg.CacheFile, cfg.Logger = *job, addrs, *cacheFile, log
+	ck, err := clerk.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvclient: %v\n", err)
 		return 2

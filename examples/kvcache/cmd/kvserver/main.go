@@ -85,17 +85,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			joins = append(joins, j)
 		}
 	}
-	sl, err := slicelet.New(slicelet.Config{
-		Job:        *job,
-		Task:       *task,
-		Addr:       ln.Addr().String(),
-		GossipAddr: *gossipAddr,
-		Join:       joins,
-		Gossip:     gcfg,
-		LoadWindow: *loadWindow,
-		CacheFile:  *cacheFile,
-		Logger:     base,
-	})
+	cfg := slicelet.DefaultConfig()
+	cfg.Job, cfg.Task, cfg.Addr = *job, *task, ln.Addr().String()
+	cfg.GossipAddr, cfg.Join, cfg.Gossip = *gossipAddr, joins, gcfg
+	cfg.LoadWindow, cfg.CacheFile, cfg.Logger = *loadWindow, *cacheFile, base
+	sl, err := slicelet.New(cfg)
 	if err != nil {
 		ln.Close()
 		fmt.Fprintf(stderr, "kvserver: %v\n", err)
