@@ -129,3 +129,34 @@ func TestBackupEmptyStore(t *testing.T) {
 		t.Fatalf("WatchAssignment on an empty store: %v, want NotFound", stream.Err())
 	}
 }
+
+// FuzzParseStore: any spec parses or is refused with ErrConfig, and a
+// parsed etcd spec names only valid host:port endpoints and survives being
+// written back and parsed again.
+func FuzzParseStore(f *testing.F) {
+	for _, s := range []string{"", "bolt", "etcd://127.0.0.1:2379", "etcd://a:1,b:2/p/q", "etcd://[::1]:2379/", "etcd://", "x://y"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		got, err := ParseStore(spec)
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("ParseStore(%q) error %v is not ErrConfig", spec, err)
+			}
+			return
+		}
+		if !got.Etcd {
+			if got.Endpoints != nil || got.Prefix != "" {
+				t.Fatalf("ParseStore(%q) = %+v: a bolt spec with etcd fields", spec, got)
+			}
+			return
+		}
+		if len(got.Endpoints) == 0 {
+			t.Fatalf("ParseStore(%q) = %+v: no endpoints", spec, got)
+		}
+		again, err := ParseStore("etcd://" + strings.Join(got.Endpoints, ",") + got.Prefix)
+		if err != nil || !slices.Equal(again.Endpoints, got.Endpoints) || again.Prefix != got.Prefix {
+			t.Fatalf("ParseStore(%q) = %+v, but its rewrite parses as %+v, %v", spec, got, again, err)
+		}
+	})
+}

@@ -21,13 +21,7 @@ import (
 	"github.com/slicerd/slicerd/storage/storagetest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// Started once per process by packages etcd links in.
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-		goleak.IgnoreAnyFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
-	)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var ctx = context.Background()
 
