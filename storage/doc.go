@@ -37,8 +37,15 @@
 //
 // Bolt keeps everything in one bbolt file (see schema.go for the layout and
 // encodings, and FormatVersion for upgrades). bbolt locks the file, so one
-// slicerd process owns a data directory; others fail with ErrLocked. The
-// interface is deliberately small so that stores backed by other
-// transactional key-value systems (such as etcd, with a compare-and-swap on
-// the current key's revision) can implement the same contract.
+// slicerd process owns a data directory; others fail with ErrLocked.
+// Package etcdstore keeps the same records in etcd, shared by processes on
+// several machines, with Commit as one transaction on the revisions of the
+// job's keys. Both are held to this contract by the suite in
+// storage/storagetest, and stores outside this package reuse Bolt's value
+// encodings and argument checks through codec.go.
+//
+// A store that can report commits as they happen implements Watcher (etcd
+// does). Bolt does not: it could, since the file lock makes the one Bolt in
+// a process the only writer, but that process's own Assigner is then the
+// only committer, so there is no one to tell.
 package storage
