@@ -338,6 +338,10 @@ func TestEtcdDownMidRun(t *testing.T) {
 		t.Fatalf("Jobs while etcd is down: %v, want ErrUnavailable", err)
 	}
 
+	// A watch started while etcd is down cannot know where to start: once
+	// etcd is back it delivers every job it watches.
+	late := s.Watch(wctx, "")
+
 	srv.Restart()
 	var rec storage.Record
 	waitFor(t, "the store to answer after etcd restarted", func() bool {
@@ -362,6 +366,14 @@ func TestEtcdDownMidRun(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the watch delivered nothing after etcd came back")
+	}
+	select {
+	case name := <-late:
+		if name != "j" {
+			t.Fatalf("watch started while etcd was down delivered %q, want j", name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watch started while etcd was down delivered nothing after it came back")
 	}
 	if rec := mustLoad(t, s, "j"); !storagetest.Same(rec.Current, a2) || !storagetest.Same(rec.Previous, a1) {
 		t.Fatalf("final record: %+v", rec)

@@ -20,8 +20,10 @@ const (
 // Watch returns, so a change committed after that is never missed; when
 // etcd drops the watch (history compacted, leader lost) it restarts at the
 // latest revision and delivers every watched job, since it cannot tell
-// which changed. The goroutine behind it ends when ctx ends or the store
-// is closed, and Close waits for it.
+// which changed. Pinning the start is one read, so Watch itself may take up
+// to the request timeout when etcd does not answer; the watch then starts
+// with such a full delivery once etcd is back. The goroutine behind it ends
+// when ctx ends or the store is closed, and Close waits for it.
 func (s *Store) Watch(ctx context.Context, job string) <-chan string {
 	out := make(chan string)
 	if job != "" && assign.ValidateJobName(job) != nil {
