@@ -253,14 +253,19 @@ func (c *Clerk) Run(ctx context.Context) error {
 		defer c.ownClient.CloseIdleConnections()
 	}
 	if c.cache != nil {
-		// The writer flushes the newest assignment when ctx ends; Run
-		// returns after it has.
+		// The writer stops, flushing the newest assignment, once ctx has
+		// ended and the stream has returned (so nothing accepted after
+		// its last write is lost); Run returns after it has.
+		wctx, stopWriter := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			c.cache.Run(ctx)
+			c.cache.Run(wctx)
 		}()
-		defer func() { <-done }()
+		defer func() {
+			stopWriter()
+			<-done
+		}()
 	}
 	if a := c.fromCache; a != nil {
 		c.fromCache = nil
