@@ -86,26 +86,28 @@ type Config struct {
 // Its failure-detection timers are faster than memberlist's LAN defaults
 // (1 s probes, 500 ms probe timeout, suspicion 4×), because a failed
 // Assigner's jobs wait for its detection before another Assigner takes
-// them over. A member that stops answering is suspected at its next probe
-// (within about one probe interval, since every member probes one other
-// per interval) and declared failed when one other member has confirmed
-// the suspicion and the suspicion timeout has passed: SuspicionMult ×
-// max(1, log10(members)) × ProbeInterval, so 1.5 s up to 10 members and
-// 3 s at 100, against 4 s and 8 s with memberlist's defaults. Together
-// with the Assigner's takeover, a job has a new Assigner about 2–2.5 s
-// after its old one died in a cluster of ten. The price is twice the probe
-// traffic (a small UDP packet pair per member every 500 ms) and less slack
-// for a member paused by a GC or an overloaded host before it is
-// suspected; an alive member refutes a suspicion as soon as it hears of
-// it, so a short pause costs at most a needless hand-over. A 250 ms probe
-// timeout is still a hundred times a data-centre round trip; across
-// regions use larger values.
+// them over. A member that stops answering is suspected once a probe of it
+// fails (every member probes one other per interval, in turn, so that
+// takes one to a few probe intervals) and declared failed when one other
+// member has confirmed the suspicion and the suspicion timeout has passed:
+// SuspicionMult × max(1, log10(members)) × ProbeInterval, so 1.2 s up to
+// 10 members and 2.4 s at 100, against 4 s and 8 s with memberlist's
+// defaults. With the Assigner's immediate takeover, a job gets a new
+// generation from another Assigner typically 1.5–3 s after its Assigner
+// was killed (docs/operations.md has measured figures). The price is 2.5
+// times the probe traffic (a small UDP packet pair per member every
+// 400 ms) and less slack for a member paused by a GC or an overloaded host
+// before it is suspected; an alive member refutes a suspicion as soon as
+// it hears of it, so a short pause costs at most a needless hand-over.
+// A 200 ms probe timeout (memberlist's own for its local profile) is still
+// a hundred times a data-centre round trip; across regions use larger
+// values.
 func DefaultConfig() Config {
 	return Config{
 		BindAddr:      "127.0.0.1:7946",
 		Profile:       ProfileLAN,
-		ProbeInterval: 500 * time.Millisecond,
-		ProbeTimeout:  250 * time.Millisecond,
+		ProbeInterval: 400 * time.Millisecond,
+		ProbeTimeout:  200 * time.Millisecond,
 		SuspicionMult: 3,
 	}
 }

@@ -54,9 +54,10 @@
 // 1 s probes, 500 ms probe timeout, suspicion 4×) for real networks, or
 // "local" (DefaultLocalConfig: shorter timeouts, one indirect probe) for
 // loopback. Config fields override single timers; DefaultConfig sets
-// 500 ms probes, a 250 ms probe timeout and suspicion 3×, so a failed
-// member is declared failed in about 2 s in a cluster of ten (see
-// DefaultConfig for the trade-off). TestConfig shrinks them to milliseconds, as serf's own tests do,
+// 400 ms probes, a 200 ms probe timeout and suspicion 3×, so a failed
+// member is declared failed in about 1.5–2.5 s in a cluster of ten (see
+// DefaultConfig for the trade-off). TestConfig shrinks them to
+// milliseconds, as serf's own tests do,
 // so tests see failures well within a second. Serf's leave broadcast
 // timeout and leave propagation delay scale with the probe interval
 // (5× and 1×, serf's defaults at 1 s).

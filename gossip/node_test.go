@@ -437,7 +437,7 @@ func TestDefaultConfig(t *testing.T) {
 		t.Errorf("DefaultConfig with a name and roles does not validate: %v", err)
 	}
 	sc := c.serfConfig(slog.New(slog.DiscardHandler), nil, nil, &mergeGuard{})
-	if sc.MemberlistConfig.ProbeInterval != 500*time.Millisecond || sc.MemberlistConfig.ProbeTimeout != 250*time.Millisecond ||
+	if sc.MemberlistConfig.ProbeInterval != 400*time.Millisecond || sc.MemberlistConfig.ProbeTimeout != 200*time.Millisecond ||
 		sc.MemberlistConfig.SuspicionMult != 3 || sc.MemberlistConfig.BindPort != 7946 ||
 		sc.EnableNameConflictResolution || sc.SnapshotPath != "" || sc.DisableCoordinates {
 		t.Errorf("lan serf config: %+v / %+v", sc, sc.MemberlistConfig)

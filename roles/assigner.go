@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -78,6 +79,7 @@ type Assigner struct {
 	choices    gossip.Choices // this Assigner's preferred Assigner per job
 	poll       time.Duration  // standby store reads, when the store cannot watch
 	httpClient *http.Client   // forwarded writes
+	forwarded  atomic.Uint64  // writes forwarded to the preferred Assigner
 	delay      time.Duration
 	grace      time.Duration
 	interval   time.Duration    // load-driven decisions; 0: never, and load is ignored

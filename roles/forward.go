@@ -28,6 +28,9 @@ func (a *Assigner) forwardTo(job string, h http.Header) (gossip.Peer, bool) {
 		return gossip.Peer{}, false
 	}
 	p, self := a.preferred(job)
+	if !self {
+		a.forwarded.Add(1)
+	}
 	return p, !self
 }
 

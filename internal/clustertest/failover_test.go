@@ -1,0 +1,251 @@
+package clustertest_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/internal/clustertest"
+)
+
+// placeNear puts the named members 0.5 ms apart (one way); every other
+// link keeps the cluster's default latency.
+func placeNear(c *clustertest.Cluster, members ...string) {
+	for i, a := range members {
+		for _, b := range members[i+1:] {
+			c.SetLatency(a, b, 500*time.Microsecond)
+		}
+	}
+}
+
+func taskNames(job string, n int) []string {
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("%s/t%d", job, i))
+	}
+	return names
+}
+
+// pull makes an agent's Distributor pull job, as a subscriber would.
+func pull(t *testing.T, a *clustertest.Agent, job string) {
+	t.Helper()
+	client := slicerv1connect.NewDistributorServiceClient(api.NewH2CClient(), api.RPCURL(a.RPCAddr()))
+	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
+	defer cancel()
+	if _, err := client.GetAssignment(ctx, connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: job})); err != nil {
+		t.Fatalf("GetAssignment(%s) from %s: %v", job, a.Name, err)
+	}
+}
+
+func reporting(t *testing.T, a *clustertest.Agent, job string) uint32 {
+	t.Helper()
+	client := slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(a.RPCAddr()))
+	resp, err := client.GetJob(context.Background(), connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
+	if err != nil {
+		t.Fatalf("GetJob(%s) from %s: %v", job, a.Name, err)
+	}
+	return resp.Msg.GetJob().GetReportingTasks()
+}
+
+// The Assigner near a job's tasks becomes its preferred Assigner and is
+// the one generating it; both Distributors pull from it and the Slicelets
+// report load to it. When the latencies swap, so does the preference, and
+// the pulls follow.
+func TestNearAssignerIsPreferred(t *testing.T) {
+	c := clustertest.New(t, clustertest.Options{Latency: 10 * time.Millisecond})
+	east := c.StartAgent("east")
+	west := c.StartAgent("west")
+	tasks := taskNames("kv", 3)
+	placeNear(c, append([]string{"east"}, tasks...)...)
+	var slicelets []*clustertest.Task
+	for i := range tasks {
+		slicelets = append(slicelets, c.StartTask("kv", fmt.Sprintf("t%d", i)))
+	}
+
+	c.WaitPreferred("kv", "east")
+	pull(t, east, "kv")
+	pull(t, west, "kv")
+	clustertest.WaitFor(t, "both distributors to pull kv from east", func() bool {
+		return east.PullsFrom("kv") == "east" && west.PullsFrom("kv") == "east"
+	})
+	for _, cm := range c.Commits("kv") {
+		if cm.Agent != "east" && cm.Generation > 1 {
+			t.Logf("west committed generation %d before the coordinates settled", cm.Generation)
+		}
+	}
+
+	// The Slicelets report to east directly: west forwards nothing while
+	// every task sends two more reports.
+	clustertest.WaitFor(t, "east to hold load reports from all three tasks", func() bool { return reporting(t, east, "kv") == 3 })
+	forwarded := west.ForwardedWrites()
+	sent := make([]uint64, len(slicelets))
+	for i, s := range slicelets {
+		sent[i] = s.LoadReportsSent()
+	}
+	clustertest.WaitFor(t, "every task to send two more load reports", func() bool {
+		for i, s := range slicelets {
+			if s.LoadReportsSent() < sent[i]+2 {
+				return false
+			}
+		}
+		return true
+	})
+	if got := west.ForwardedWrites(); got != forwarded {
+		t.Errorf("west forwarded %d writes while east was preferred; the Slicelets should report to east", got-forwarded)
+	}
+
+	// Move the tasks next to west.
+	for _, task := range tasks {
+		c.SetLatency("east", task, 10*time.Millisecond)
+	}
+	placeNear(c, append([]string{"west"}, tasks...)...)
+	c.WaitPreferred("kv", "west")
+	clustertest.WaitFor(t, "both distributors to pull kv from west", func() bool {
+		return east.PullsFrom("kv") == "west" && west.PullsFrom("kv") == "west"
+	})
+	c.CheckHistory("kv")
+}
+
+// Killing the preferred Assigner hands its job to the other, which
+// publishes a takeover generation that a Clerk receives. The time from the
+// kill to the new generation is logged, with the test's fast gossip timers
+// and with slicerd's default ones.
+func TestKillPreferredFailsOver(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		defaults bool
+	}{{"test timers", false}, {"default timers", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clustertest.New(t, clustertest.Options{Latency: 5 * time.Millisecond, DefaultTimers: tc.defaults})
+			east := c.StartAgent("east")
+			c.StartAgent("west")
+			tasks := taskNames("kv", 3)
+			placeNear(c, append([]string{"east"}, tasks...)...)
+			for i := range tasks {
+				c.StartTask("kv", fmt.Sprintf("t%d", i))
+			}
+			c.WaitPreferred("kv", "east")
+			cl := c.StartClerk("kv")
+			before := c.Record("kv").Generation()
+			clustertest.WaitFor(t, "the clerk to see the current generation", func() bool { return cl.Generation() >= before })
+
+			killed := time.Now()
+			east.Kill()
+			took := time.Since(killed)
+			next := c.WaitGeneration("kv", before+1)
+			stored := time.Since(killed)
+			clustertest.WaitFor(t, "the clerk to see the takeover generation", func() bool { return cl.Generation() >= next.Generation })
+			seen := time.Since(killed)
+			var first clustertest.Commit
+			for _, cm := range c.Commits("kv") {
+				if cm.At.After(killed) {
+					first = cm
+					break
+				}
+			}
+			if first.Agent != "west" {
+				t.Errorf("generation %d after the kill was committed by %q, want west", first.Generation, first.Agent)
+			}
+			c.WaitPreferred("kv", "west")
+			t.Logf("kill -> first new generation (%d, by %s) committed after %v, stored-read after %v, at the clerk after %v (stopping the killed agent took %v)",
+				first.Generation, first.Agent, first.At.Sub(killed), stored, seen, took)
+			c.CheckHistory("kv")
+		})
+	}
+}
+
+// Two Assigners cut off from each other both believe they are preferred
+// and both commit; the store's conditional commits keep one history, in
+// which no generation goes backwards or is lost. After healing they agree
+// on one preferred Assigner again.
+func TestPartitionedAssignersConverge(t *testing.T) {
+	c := clustertest.New(t, storeOptions(t))
+	c.StartAgent("a1")
+	c.StartAgent("a2")
+	for i := range 4 {
+		c.StartTask("kv", fmt.Sprintf("t%d", i))
+	}
+	first := c.WaitConverged("kv")
+	t.Logf("before the partition %s generates kv", first)
+	start := len(c.Commits("kv"))
+
+	// Each Assigner keeps two tasks on its side.
+	c.Partition([]string{"a1", "kv/t0", "kv/t1"}, []string{"a2", "kv/t2", "kv/t3"})
+	clustertest.WaitFor(t, "both assigners to generate kv and commit during the partition", func() bool {
+		by := map[string]bool{}
+		for _, cm := range c.Commits("kv")[start:] {
+			by[cm.Agent] = true
+		}
+		return by["a1"] && by["a2"] && slices.Equal(c.Leaders("kv"), []string{"a1", "a2"})
+	})
+	during := c.Commits("kv")[start:]
+	for _, cm := range during {
+		t.Logf("during the partition: generation %d by %s on %d, tasks %v", cm.Generation, cm.Agent, cm.PrevGen, cm.Tasks)
+	}
+
+	c.Heal()
+	winner := c.WaitConverged("kv")
+	want := []string{"t0", "t1", "t2", "t3"}
+	clustertest.WaitFor(t, "the converged assignment to name all four tasks", func() bool {
+		cur := c.Record("kv").Current
+		var names []string
+		for _, task := range cur.Tasks {
+			names = append(names, task.Name)
+		}
+		return slices.Equal(names, want)
+	})
+	t.Logf("after healing %s generates kv, at generation %d", winner, c.Record("kv").Generation())
+	c.CheckHistory("kv")
+}
+
+// With two Assigners about equally near the job's tasks (10 ms and 11 ms
+// one way: a difference beyond the preference's minimum gain but within
+// its margin) and every packet's delay jittering by ±20%, the preference
+// settles once the coordinates are known and then never moves.
+func TestNoFlappingUnderJitter(t *testing.T) {
+	c := clustertest.New(t, clustertest.Options{Latency: 10 * time.Millisecond})
+	c.StartAgent("a1")
+	c.StartAgent("a2")
+	tasks := taskNames("kv", 3)
+	for _, task := range tasks {
+		c.SetLatency("a2", task, 11*time.Millisecond)
+	}
+	for i := range tasks {
+		c.StartTask("kv", fmt.Sprintf("t%d", i))
+	}
+	c.WaitCoordinates()
+	c.SetJitter(0.2)
+	chosen := c.WaitConverged("kv")
+	commits := len(c.Commits("kv"))
+
+	// 200 observations 20 ms apart: 40 probe rounds of the test timers,
+	// each refreshing some coordinates.
+	changes := 0
+	for range 200 {
+		time.Sleep(20 * time.Millisecond)
+		for _, n := range c.Running() {
+			if got := c.Agent(n).PreferredAssigner("kv"); got != chosen {
+				changes++
+				t.Logf("%s now prefers %s, not %s", n, got, chosen)
+			}
+		}
+		if leaders := c.Leaders("kv"); !slices.Equal(leaders, []string{chosen}) {
+			changes++
+			t.Logf("assigners generating kv: %v", leaders)
+		}
+	}
+	if changes != 0 {
+		t.Errorf("the preference moved %d times under jitter within the margin", changes)
+	}
+	if extra := len(c.Commits("kv")) - commits; extra != 0 {
+		t.Errorf("%d generations committed while nothing changed but the jitter", extra)
+	}
+	c.CheckHistory("kv")
+}

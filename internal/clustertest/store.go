@@ -1,0 +1,135 @@
+package clustertest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
+)
+
+// shared wraps the cluster's store for one agent: the agent's Close leaves
+// it open for the others (the cluster closes it at the end of the test),
+// and a store that can watch keeps that ability.
+func shared(s storage.Store) storage.Store {
+	if w, ok := s.(watcher); ok {
+		return sharedWatcher{sharedStore{s}, w}
+	}
+	return sharedStore{s}
+}
+
+type watcher interface {
+	Watch(ctx context.Context, job string) <-chan string
+}
+
+type sharedStore struct{ storage.Store }
+
+// Close does nothing: the store outlives the agent.
+func (sharedStore) Close() error { return nil }
+
+type sharedWatcher struct {
+	sharedStore
+	w watcher
+}
+
+func (s sharedWatcher) Watch(ctx context.Context, job string) <-chan string {
+	return s.w.Watch(ctx, job)
+}
+
+func isNotFound(err error) bool { return errors.Is(err, storage.ErrNotFound) }
+
+// Commit is one successful conditional commit, as the committing agent's
+// store reported it.
+type Commit struct {
+	Agent      string
+	Job        string
+	PrevGen    uint64
+	Generation uint64
+	Tasks      []string
+	At         time.Time
+}
+
+// recording wraps an agent's store and logs every successful commit.
+type recording struct {
+	storage.Store
+	agent string
+	c     *Cluster
+}
+
+func (r recording) Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error {
+	err := r.Store.Commit(ctx, job, prevGen, next)
+	if err == nil {
+		names := make([]string, len(next.Tasks))
+		for i, t := range next.Tasks {
+			names[i] = t.Name
+		}
+		r.c.mu.Lock()
+		r.c.commits = append(r.c.commits, Commit{Agent: r.agent, Job: job, PrevGen: prevGen, Generation: next.Generation, Tasks: names, At: time.Now()})
+		r.c.mu.Unlock()
+	}
+	return err
+}
+
+type recordingWatcher struct {
+	recording
+	w watcher
+}
+
+func (r recordingWatcher) Watch(ctx context.Context, job string) <-chan string {
+	return r.w.Watch(ctx, job)
+}
+
+// record wraps an agent's store so its commits are logged, keeping a
+// store's ability to watch.
+func (c *Cluster) record(agent string, s storage.Store) storage.Store {
+	r := recording{Store: s, agent: agent, c: c}
+	if w, ok := s.(watcher); ok {
+		return recordingWatcher{r, w}
+	}
+	return r
+}
+
+// Commits returns every successful commit of job by any agent, in the
+// order they returned.
+func (c *Cluster) Commits(job string) []Commit {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Commit
+	for _, cm := range c.commits {
+		if cm.Job == job {
+			out = append(out, cm)
+		}
+	}
+	return out
+}
+
+// CheckHistory fails the test unless job's commits form one chain: every
+// generation committed exactly once, each on top of the one before it, so
+// the stored generation never went backwards and no commit was lost; and
+// the store holds the last of them.
+func (c *Cluster) CheckHistory(job string) {
+	c.t.Helper()
+	commits := c.Commits(job)
+	sorted := slices.Clone(commits)
+	slices.SortFunc(sorted, func(x, y Commit) int { return cmp.Compare(x.Generation, y.Generation) })
+	for i, cm := range sorted {
+		if i > 0 && cm.Generation == sorted[i-1].Generation {
+			c.t.Errorf("generation %d of %s committed twice: by %s and by %s", cm.Generation, job, sorted[i-1].Agent, cm.Agent)
+		}
+		if i > 0 && cm.PrevGen != sorted[i-1].Generation {
+			c.t.Errorf("generation %d of %s (by %s) was committed on generation %d, but the one before it is %d: a commit was lost",
+				cm.Generation, job, cm.Agent, cm.PrevGen, sorted[i-1].Generation)
+		}
+	}
+	if len(sorted) == 0 {
+		return
+	}
+	last := sorted[len(sorted)-1]
+	rec := c.Record(job)
+	if rec.Current == nil || rec.Current.Generation != last.Generation {
+		c.t.Errorf("the store holds generation %d of %s, but the last commit was %d", rec.Generation(), job, last.Generation)
+	}
+}
