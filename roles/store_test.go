@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -159,4 +160,42 @@ func FuzzParseStore(f *testing.F) {
 			t.Fatalf("ParseStore(%q) = %+v, but its rewrite parses as %+v, %v", spec, got, again, err)
 		}
 	})
+}
+
+// TestBackupEtcdDown: while its etcd store does not answer, a Backup
+// answers UNAVAILABLE, so clients try elsewhere; it serves again once etcd
+// is back.
+func TestBackupEtcdDown(t *testing.T) {
+	srv := etcdtest.Start(t)
+	open := func(readOnly bool) (storage.Store, error) {
+		return etcdstore.Open(context.Background(), etcdstore.Options{
+			Endpoints: []string{srv.Endpoint()}, Prefix: "/down", ReadOnly: readOnly,
+			RequestTimeout: 300 * time.Millisecond,
+		})
+	}
+	writer, err := open(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	if err := writer.Commit(context.Background(), "kv", 0, storagetest.Assignment("kv", 1, 2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, "backup-1", "", gossip.RoleBackup)
+	cfg.OpenStore = open
+	backup := startAgent(t, cfg)
+	client := slicerv1connect.NewBackupServiceClient(api.NewH2CClient(), api.RPCURL(backup.RPCAddr()))
+	get := func() error {
+		_, err := client.GetAssignment(context.Background(), connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "kv"}))
+		return err
+	}
+	if err := get(); err != nil {
+		t.Fatalf("GetAssignment: %v", err)
+	}
+	srv.Stop()
+	if err := get(); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "store unavailable") {
+		t.Fatalf("GetAssignment while etcd is down: %v, want UNAVAILABLE", err)
+	}
+	srv.Restart()
+	waitFor(t, "the backup to serve again", func() bool { return get() == nil })
 }
