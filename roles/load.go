@@ -81,7 +81,8 @@ func loadFromProto(m *slicerv1.ReportLoadRequest) (*loadReport, error) {
 // ReportLoad implements slicerv1connect.LoadServiceHandler: it validates
 // the report, checks that gossip lists the task as an alive member of the
 // job, and replaces the task's previous report. It does not trigger a
-// decision; the load is read at the next one.
+// decision; the load is read at the next one. A report for a job another
+// Assigner is preferred for is forwarded to that Assigner.
 func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
 	m := req.Msg
 	r, err := loadFromProto(m)

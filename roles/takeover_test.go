@@ -1,0 +1,138 @@
+package roles
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/storage"
+)
+
+func tmpStore(t *testing.T) storage.Store {
+	t.Helper()
+	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
+}
+
+// A takeover continues from the stored assignment, whoever committed it,
+// and commits the next generation at once: unchanged when every task is
+// alive, without the dead tasks otherwise.
+func TestTakeoverCommitsNextGeneration(t *testing.T) {
+	ctx := context.Background()
+	store := tmpStore(t)
+	stored, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:10"}, {Name: "t1", Addr: "127.0.0.1:11"}}, assign.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored.Generation = 5
+	if err := store.Commit(ctx, "kv", 0, stored); err != nil {
+		t.Fatal(err)
+	}
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1")
+	for i := range members.peers {
+		members.peers[i].RPCAddr = stored.Tasks[i].Addr
+	}
+	a := newAssigner(testConfig(t, "a1", ""), store, members, nil)
+
+	a.takeover(ctx, "kv")
+	rec, err := store.Load(ctx, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Current.Generation != 6 || !sameRouting(rec.Current, stored) {
+		t.Fatalf("takeover stored generation %d %v, want generation 6 with the stored slices %v", rec.Current.Generation, rec.Current.Slices, stored.Slices)
+	}
+	j, _ := a.job(ctx, "kv", false)
+	if !j.leading || j.own != 6 {
+		t.Errorf("after the takeover leading=%v own=%d", j.leading, j.own)
+	}
+
+	// Another Assigner takes over with t1 dead.
+	members.set("kv", "t0")
+	members.peers[0].RPCAddr = "127.0.0.1:10"
+	b := newAssigner(testConfig(t, "a2", ""), store, members, nil)
+	b.takeover(ctx, "kv")
+	rec, _ = store.Load(ctx, "kv")
+	if rec.Current.Generation != 7 || len(rec.Current.Tasks) != 1 || rec.Current.Tasks[0].Name != "t0" {
+		t.Fatalf("takeover with t1 dead stored generation %d tasks %v", rec.Current.Generation, taskNames(rec.Current))
+	}
+	// The first Assigner's next read shows it someone else committed.
+	if err := a.refresh(ctx, "kv"); err != nil {
+		t.Fatal(err)
+	}
+	if got := j.pub.current().Generation; got != 7 {
+		t.Errorf("after refresh the first assigner serves generation %d, want 7", got)
+	}
+}
+
+func sameRouting(a, b *assign.Assignment) bool {
+	x, y := a.Clone(), b.Clone()
+	x.Generation, y.Generation = 0, 0
+	return assign.Equal(x, y)
+}
+
+// A write for a job another Assigner is preferred for is forwarded to it;
+// when that Assigner cannot be reached the caller gets UNAVAILABLE saying
+// so, and a request that was already forwarded is never forwarded again.
+func TestForwardToUnreachablePreferred(t *testing.T) {
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+
+	// Pick a name the rendezvous hash prefers over a1 for kv: with no
+	// distances known, that is how the preference is made.
+	other := ""
+	for _, name := range []string{"a0", "a2", "a3", "a4", "a5", "a6"} {
+		if gossip.DefaultPreference().Choose("kv", []string{"a1", name}, nil, nil, "") == name {
+			other = name
+			break
+		}
+	}
+	if other == "" {
+		t.Fatal("no candidate name wins the rendezvous against a1")
+	}
+	members := &fakeMembers{}
+	members.set("kv", "t0")
+	members.peers = append(members.peers,
+		gossip.Peer{Name: "a1", Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive},
+		gossip.Peer{Name: other, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: dead, Status: gossip.StatusAlive})
+	a := newAssigner(testConfig(t, "a1", ""), tmpStore(t), members, nil)
+	defer a.httpClient.CloseIdleConnections()
+
+	report := &slicerv1.ReportLoadRequest{Job: "kv", Task: "t0", WindowSeconds: 1}
+	_, err = a.ReportLoad(ctx, connect.NewRequest(report))
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), other) || !strings.Contains(err.Error(), "cannot be reached") {
+		t.Errorf("ReportLoad to an unreachable preferred assigner = %v, want UNAVAILABLE naming %s", err, other)
+	}
+	_, err = a.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1}}))
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("SetJobConfig to an unreachable preferred assigner = %v, want UNAVAILABLE", err)
+	}
+	if a.forwarded.Load() != 2 {
+		t.Errorf("%d writes counted as forwarded, want 2", a.forwarded.Load())
+	}
+
+	fwd := connect.NewRequest(report)
+	fwd.Header().Set(ForwardedHeader, other)
+	if _, err := a.ReportLoad(ctx, fwd); err != nil {
+		t.Errorf("a forwarded report was not taken where it landed: %v", err)
+	}
+	if a.loads.reporting("kv") != 1 {
+		t.Error("the forwarded report was not recorded")
+	}
+}
