@@ -452,6 +452,12 @@ func (s *Store) opError(ctx context.Context, op, job string, err error) error {
 		code = ee.Code()
 	}
 	switch {
+	case errors.Is(err, rpctypes.ErrNoSpace), errors.Is(err, rpctypes.ErrGRPCNoSpace):
+		return fmt.Errorf("storage: %s %s: etcd at %s is out of space and accepts no writes: %w; compact and defragment etcd and disarm its NOSPACE alarm (etcdctl alarm disarm), and run it with --auto-compaction-retention",
+			op, subject(job), s.endpoints, err)
+	case errors.Is(err, rpctypes.ErrTooManyRequests), errors.Is(err, rpctypes.ErrGRPCRequestTooManyRequests):
+		return fmt.Errorf("%w: %s %s: etcd at %s is overloaded: %w; retry later",
+			storage.ErrUnavailable, op, subject(job), s.endpoints, err)
 	case errors.Is(err, rpctypes.ErrRequestTooLarge), errors.Is(err, rpctypes.ErrGRPCRequestTooLarge), code == codes.ResourceExhausted:
 		return fmt.Errorf("storage: %s %s: etcd at %s refused the request as too large: %w; raise etcd's --max-request-bytes",
 			op, subject(job), s.endpoints, err)

@@ -389,6 +389,7 @@ func TestRequestTooLarge(t *testing.T) {
 	if err == nil || errors.Is(err, storage.ErrConflict) || !strings.Contains(err.Error(), "--max-request-bytes") {
 		t.Fatalf("Commit of a large assignment: %v, want an error naming --max-request-bytes", err)
 	}
+	t.Logf("Commit of a large assignment: %v", err)
 }
 
 func mustLoad(t *testing.T, s storage.Store, job string) storage.Record {
@@ -410,5 +411,25 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestOutOfSpace: an etcd past its quota refuses writes; Commit says so and
+// what to do, not a conflict, and reads still work.
+func TestOutOfSpace(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.QuotaBackendBytes(4<<20))
+	s := openAt(t, srv, etcdstore.Options{})
+	a := storagetest.Assignment("big", 1, 100, 100)
+	var err error
+	for gen := uint64(1); gen < 1000 && err == nil; gen++ {
+		a.Generation = gen
+		err = s.Commit(ctx, "big", gen-1, a)
+	}
+	if err == nil || errors.Is(err, storage.ErrConflict) || !strings.Contains(err.Error(), "out of space") {
+		t.Fatalf("Commit past the quota: %v, want an out of space error", err)
+	}
+	t.Logf("Commit past the quota: %v", err)
+	if _, err := s.Load(ctx, "big"); err != nil {
+		t.Fatalf("Load past the quota: %v", err)
 	}
 }

@@ -28,6 +28,7 @@ type Server struct {
 	clientURL  url.URL
 	peerURL    url.URL
 	maxRequest uint
+	quota      int64
 
 	mu   sync.Mutex
 	etcd *embed.Etcd
@@ -39,6 +40,10 @@ type Option func(*Server)
 // MaxRequestBytes sets the server's request size limit (etcd's
 // --max-request-bytes; default 1.5 MiB).
 func MaxRequestBytes(n uint) Option { return func(s *Server) { s.maxRequest = n } }
+
+// QuotaBackendBytes sets the server's database size limit (etcd's
+// --quota-backend-bytes; default 2 GiB), past which it refuses writes.
+func QuotaBackendBytes(n int64) Option { return func(s *Server) { s.quota = n } }
 
 // Start starts a server and stops it at the end of the test.
 func Start(t testing.TB, opts ...Option) *Server {
@@ -105,6 +110,9 @@ func (s *Server) start() error {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	if s.maxRequest > 0 {
 		cfg.MaxRequestBytes = s.maxRequest
+	}
+	if s.quota > 0 {
+		cfg.QuotaBackendBytes = s.quota
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
