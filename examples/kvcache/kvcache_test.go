@@ -58,13 +58,24 @@ type task struct {
 	done   chan error
 }
 
+// testGossip is gossip.TestConfig with the default failure-detection
+// timers. These tests stop tasks only gracefully, which gossip reports at
+// once; millisecond probe timeouts would add nothing but live tasks
+// marked failed on a busy machine, and keys moving under the tests' feet.
+func testGossip(name string) gossip.Config {
+	g := gossip.TestConfig(name)
+	d := gossip.DefaultConfig()
+	g.ProbeInterval, g.ProbeTimeout, g.SuspicionMult = d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult
+	return g
+}
+
 func newCluster(tb testing.TB) *cluster {
 	tb.Helper()
 	cfg := roles.DefaultConfig()
 	cfg.NodeName = "slicerd-0"
 	cfg.DataDir = tb.TempDir()
 	cfg.RPCAddr = "127.0.0.1:0"
-	cfg.Gossip = gossip.TestConfig(cfg.NodeName)
+	cfg.Gossip = testGossip(cfg.NodeName)
 	cfg.RebalanceDelay = 50 * time.Millisecond
 	cfg.StartupGrace = 100 * time.Millisecond
 	cfg.JoinRetryInterval = 50 * time.Millisecond
@@ -122,7 +133,7 @@ func (c *cluster) close() {
 func (c *cluster) startTask(name string) *task {
 	c.tb.Helper()
 	ts := httptest.NewUnstartedServer(nil)
-	gcfg := gossip.TestConfig(name)
+	gcfg := testGossip(name)
 	sl, err := slicelet.New(slicelet.Config{
 		Job:        testJob,
 		Task:       name,
