@@ -43,9 +43,14 @@ type Distributor struct {
 type distJob struct {
 	l *latest
 	// from is the Assigner the pull streams from, "" between streams;
-	// cancel ends that stream. Guarded by Distributor.mu.
+	// cancel ends that stream; tried is the Assigner the pull last tried.
+	// Guarded by Distributor.mu.
 	from   string
 	cancel context.CancelFunc
+	tried  string
+	// retry wakes a pull waiting out its backoff when the job's preferred
+	// Assigner changes: the new one is likely up.
+	retry chan struct{}
 }
 
 func newDistributor(cfg Config, members membership, stopping <-chan struct{}) *Distributor {
@@ -104,10 +109,18 @@ func (d *Distributor) follow() {
 	for _, name := range names {
 		p, ok := d.choices.Preferred(d.pref, name, peers, d.rtt)
 		d.mu.Lock()
-		if j := d.jobs[name]; ok && j != nil && j.from != "" && j.from != p.Name && j.cancel != nil {
+		j := d.jobs[name]
+		switch {
+		case !ok || j == nil:
+		case j.from != "" && j.from != p.Name && j.cancel != nil:
 			d.log.Info("the job's preferred assigner changed; moving the pull", "job", name, "from", j.from, "to", p.Name)
 			j.cancel()
 			j.cancel = nil
+		case j.from == "" && j.tried != p.Name:
+			select {
+			case j.retry <- struct{}{}:
+			default:
+			}
 		}
 		d.mu.Unlock()
 	}
@@ -123,7 +136,7 @@ func (d *Distributor) job(name string) (*latest, error) {
 	if d.runCtx == nil || d.runCtx.Err() != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, errShuttingDown)
 	}
-	j := &distJob{l: newLatest()}
+	j := &distJob{l: newLatest(), retry: make(chan struct{}, 1)}
 	d.jobs[name] = j
 	ctx := d.runCtx
 	d.pulls.Go(func() { d.pull(ctx, name, j) })
@@ -151,6 +164,9 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 			return false
 		case <-t.C:
 			return true
+		case <-dj.retry:
+			backoff = d.minBackoff
+			return true
 		}
 	}
 	for ctx.Err() == nil {
@@ -173,7 +189,7 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 		client := slicerv1connect.NewAssignerServiceClient(d.httpClient, api.RPCURL(addr))
 		sctx, cancel := context.WithCancel(ctx)
 		d.mu.Lock()
-		dj.from, dj.cancel = p.Name, cancel
+		dj.from, dj.cancel, dj.tried = p.Name, cancel, p.Name
 		d.mu.Unlock()
 		stream, err := client.WatchAssignment(sctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job, KnownGeneration: known}))
 		if err == nil {

@@ -53,9 +53,10 @@ type Options struct {
 	// (SetLatency). Default 0.
 	Latency time.Duration
 	// DefaultTimers gives every member slicerd's production failure
-	// detection (gossip.DefaultConfig) and the agents its rebalance delay
-	// and standby poll interval (roles.DefaultConfig), so a test measures
-	// what an operator would see. Otherwise members use fast test timers.
+	// detection (gossip.DefaultConfig), the agents its rebalance delay,
+	// standby poll interval and pull backoff (roles.DefaultConfig) and
+	// Clerks their default backoff, so a test measures what an operator
+	// would see. Otherwise members use fast test timers.
 	DefaultTimers bool
 }
 
@@ -295,6 +296,7 @@ func (c *Cluster) StartAgent(name string, rs ...gossip.Role) *Agent {
 	if c.opts.DefaultTimers {
 		d := roles.DefaultConfig()
 		cfg.RebalanceDelay, cfg.StandbyPollInterval = d.RebalanceDelay, d.StandbyPollInterval
+		cfg.PullMinBackoff, cfg.PullMaxBackoff = d.PullMinBackoff, d.PullMaxBackoff
 	}
 	cfg.Gossip = c.gossipConfig(name)
 	if c.opts.Configure != nil {
@@ -476,8 +478,10 @@ func (c *Cluster) StartClerk(job string) *clerk.Clerk {
 	c.t.Helper()
 	cfg := clerk.DefaultConfig()
 	cfg.Job = job
-	cfg.MinBackoff = 10 * time.Millisecond
-	cfg.MaxBackoff = 100 * time.Millisecond
+	if !c.opts.DefaultTimers {
+		cfg.MinBackoff = 10 * time.Millisecond
+		cfg.MaxBackoff = 100 * time.Millisecond
+	}
 	cfg.Logger = c.log.With("clerk", job)
 	cfg.Resolver = func() (dists, backups []string) {
 		c.mu.Lock()
