@@ -246,6 +246,9 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 		}
 	}
 	cfg.Gossip.SendDelay = c.Duration("gossip-delay")
+	if d := cfg.Gossip.SendDelay; d < 0 || d > time.Minute {
+		return cfg, usageError("invalid --gossip-delay %v: use a duration from 0 (off) to 1m", d)
+	}
 	cfg.Gossip.Preference.Margin = c.Float64("preference-margin")
 	cfg.Gossip.Preference.MinGain = c.Duration("preference-min-gain")
 	switch p := c.String("gossip-profile"); p {
