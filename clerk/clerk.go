@@ -77,8 +77,8 @@ func New(cfg Config) (*Clerk, error) {
 		c.ownClient = api.NewH2CClient()
 		c.client = c.ownClient
 	}
-	// Start at a random server so that many clients spread over the
-	// Distributors instead of all piling onto the first one.
+	// Rotations start at a random server so that clients that are not
+	// steered by subsetting spread out instead of piling onto the first.
 	c.nextDist, c.nextBackup = rand.Int(), rand.Int()
 	if cfg.Frontend != nil {
 		c.frontend = *cfg.Frontend
