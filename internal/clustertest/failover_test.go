@@ -249,3 +249,40 @@ func TestNoFlappingUnderJitter(t *testing.T) {
 	}
 	c.CheckHistory("kv")
 }
+
+// A preferred Assigner that stops gracefully hands its job over as soon as
+// its leave spreads; restarted under its name, it becomes preferred again
+// once its startup grace has passed and gossip has measured it near.
+func TestGracefulStopAndRestart(t *testing.T) {
+	c := clustertest.New(t, clustertest.Options{Latency: 10 * time.Millisecond})
+	east := c.StartAgent("east")
+	c.StartAgent("west")
+	tasks := taskNames("kv", 2)
+	placeNear(c, append([]string{"east"}, tasks...)...)
+	for i := range tasks {
+		c.StartTask("kv", fmt.Sprintf("t%d", i))
+	}
+	c.WaitPreferred("kv", "east")
+	cl := c.StartClerk("kv")
+
+	before := c.Record("kv").Generation()
+	stopped := time.Now()
+	east.Stop()
+	next := c.WaitGeneration("kv", before+1)
+	for _, cm := range c.Commits("kv") {
+		if cm.Generation == before+1 {
+			t.Logf("graceful stop -> generation %d committed by %s %v after the stop began", cm.Generation, cm.Agent, cm.At.Sub(stopped))
+		}
+	}
+	c.WaitPreferred("kv", "west")
+	clustertest.WaitFor(t, "the clerk to see west's generation", func() bool { return cl.Generation() >= next.Generation })
+
+	east.Restart()
+	c.WaitPreferred("kv", "east")
+	for _, cm := range c.Commits("kv") {
+		if cm.At.After(stopped) && cm.Agent == "east" {
+			t.Logf("restarted east committed generation %d", cm.Generation)
+		}
+	}
+	c.CheckHistory("kv")
+}
