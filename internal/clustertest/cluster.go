@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -45,7 +46,8 @@ type Options struct {
 	// temporary directory.
 	Store storage.Store
 	// OpenStore, if set, opens one agent's own store (the agent closes it),
-	// for stores that many clients share, such as etcd.
+	// for stores that many clients share, such as etcd, or a store of its
+	// own in Cluster.DataDir(node), which is kept across restarts.
 	OpenStore func(node string) (storage.Store, error)
 	// Configure adjusts each agent's configuration before it starts.
 	Configure func(*roles.Config)
@@ -66,6 +68,7 @@ type Cluster struct {
 	opts  Options
 	store storage.Store
 	log   *slog.Logger
+	dir   string // agents' data directories, one per name
 
 	mu       sync.Mutex
 	names    map[string]string           // gossip address → member name
@@ -86,7 +89,7 @@ type Cluster struct {
 func New(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	c := &Cluster{
-		t: t, opts: opts, log: logger(t),
+		t: t, opts: opts, log: logger(t), dir: t.TempDir(),
 		names:    make(map[string]string),
 		latency:  make(map[[2]string]time.Duration),
 		fallback: opts.Latency,
@@ -281,7 +284,7 @@ func (c *Cluster) StartAgent(name string, rs ...gossip.Role) *Agent {
 	cfg := roles.DefaultConfig()
 	cfg.NodeName = name
 	cfg.Roles = rs
-	cfg.DataDir = "unused" // the store is opened by OpenStore
+	cfg.DataDir = c.DataDir(name) // the store itself comes from OpenStore
 	cfg.RPCAddr = "127.0.0.1:0"
 	cfg.JoinRetryInterval = 50 * time.Millisecond
 	cfg.RebalanceDelay = 20 * time.Millisecond
@@ -338,6 +341,12 @@ func (c *Cluster) start(a *Agent, transport memberlist.NodeAwareTransport) {
 	a.Agent, a.cancel, a.done, a.alive = ra, cancel, done, true
 	a.mu.Unlock()
 	WaitFor(c.t, "agent "+a.Name+" to start gossip", func() bool { return ra.GossipAddr() != "" })
+}
+
+// DataDir is the data directory of the agent named node. It survives
+// Restart; the harness removes it at the end of the test.
+func (c *Cluster) DataDir(node string) string {
+	return filepath.Join(c.dir, node)
 }
 
 // Agent returns the agent named name, or nil.
