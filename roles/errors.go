@@ -43,6 +43,7 @@ var codes = []struct {
 	{storage.ErrConflict, connect.CodeAborted},
 	{ErrNoAssigner, connect.CodeUnavailable},
 	{storage.ErrClosed, connect.CodeUnavailable},
+	{storage.ErrUnavailable, connect.CodeUnavailable},
 	{context.Canceled, connect.CodeCanceled},
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
 }
