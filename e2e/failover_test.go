@@ -49,6 +49,9 @@ func TestAssignerFailover(t *testing.T) {
 		d := time.Since(killed)
 		took = append(took, d)
 		t.Logf("round %d: kill to first new generation seen by the client: %v", round, d.Round(time.Millisecond))
+		if os.Getenv("SLICERD_FAILOVER_DEBUG") != "" {
+			t.Logf("killed at %s; far assigner:\n%s", killed.UTC().Format(time.RFC3339Nano), h.far.output())
+		}
 		h.near.wait(10 * time.Second)
 		done("failover round " + strconv.Itoa(round))
 		if round < rounds {

@@ -97,6 +97,7 @@ type router struct {
 	live   map[string]bool
 
 	ok, total atomic.Int64
+	miss      atomic.Pointer[string] // the first lookup of the phase that reached no live task
 }
 
 func startRouter(t *testing.T, h *haCluster, cacheFile string) *router {
@@ -144,12 +145,15 @@ func startRouter(t *testing.T, h *haCluster, cacheFile string) *router {
 func (r *router) lookup() {
 	key := fmt.Sprintf("user:%d", rand.IntN(10000))
 	r.total.Add(1)
-	for _, addr := range r.c.AssignedTasksString(key) {
+	addrs := r.c.AssignedTasksString(key)
+	for _, addr := range addrs {
 		if r.live[addr] {
 			r.ok.Add(1)
 			return
 		}
 	}
+	miss := fmt.Sprintf("key %s at generation %d went to %v", key, r.c.Generation(), addrs)
+	r.miss.CompareAndSwap(nil, &miss)
 }
 
 // phase resets the counters and returns a func reporting the phase's
@@ -157,6 +161,7 @@ func (r *router) lookup() {
 func (r *router) phase() func(name string) float64 {
 	r.ok.Store(0)
 	r.total.Store(0)
+	r.miss.Store(nil)
 	return func(name string) float64 {
 		ok, total := r.ok.Load(), r.total.Load()
 		frac := 0.0
@@ -165,7 +170,11 @@ func (r *router) phase() func(name string) float64 {
 		}
 		r.t.Logf("phase %s: %d of %d lookups returned a live task (%.4f%%)", name, ok, total, 100*frac)
 		if total == 0 || ok != total {
-			r.t.Errorf("phase %s: %d of %d lookups returned a live task; want all", name, ok, total)
+			miss := "no lookup ran"
+			if m := r.miss.Load(); m != nil {
+				miss = "first miss: " + *m
+			}
+			r.t.Errorf("phase %s: %d of %d lookups returned a live task; want all (%s; live tasks %v)", name, ok, total, miss, r.live)
 		}
 		return frac
 	}
