@@ -90,6 +90,10 @@ type Assigner struct {
 
 	loads *loads // tasks' latest load reports; see load.go
 
+	// adoptions and orphans are guarded by mu; see adopt.
+	adoptions map[string]time.Time // job → when its adoption lapses
+	orphans   map[string]time.Time // job → since when its assignment is out of date
+
 	mu   sync.Mutex
 	jobs map[string]*assignerJob
 }
@@ -126,6 +130,8 @@ func newAssigner(cfg Config, store storage.Store, members membership, stopping <
 		stopping:   stopping,
 		kick:       make(chan struct{}, 1),
 		jobs:       make(map[string]*assignerJob),
+		adoptions:  make(map[string]time.Time),
+		orphans:    make(map[string]time.Time),
 		loads:      newLoads(cfg.LoadHalfLife),
 	}
 	if p, ok := members.(proximity); ok {
@@ -297,6 +303,7 @@ func (a *Assigner) Run(ctx context.Context) error {
 		case <-poll:
 			a.refreshAll(ctx)
 		case <-a.kick:
+			a.evaluate(ctx, ready)
 			arm(0)
 		case <-tick:
 			// A pending membership decision weighs the load too.

@@ -24,7 +24,10 @@ const ForwardedHeader = "Slicerd-Forwarded-By"
 // whether that is another one: writes (load reports, configuration) are
 // taken by the job's preferred Assigner.
 func (a *Assigner) forwardTo(job string, h http.Header) (gossip.Peer, bool) {
-	if h.Get(ForwardedHeader) != "" {
+	if from := h.Get(ForwardedHeader); from != "" {
+		if _, self := a.preferred(job); !self {
+			a.adopt(job, "assigner "+from+" forwards the job's writes here")
+		}
 		return gossip.Peer{}, false
 	}
 	p, self := a.preferred(job)

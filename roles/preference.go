@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/slicerd/slicerd/assign"
@@ -35,12 +36,124 @@ type storeWatcher interface {
 // preferred returns the job's preferred Assigner as this Assigner sees it,
 // and whether that is this one. With no live Assigner in view (gossip not
 // started, or a membership without Assigners in tests) it acts alone.
+//
+// A job this Assigner has adopted (see adopt) is its own while the
+// adoption lasts, whatever its estimates say.
 func (a *Assigner) preferred(job string) (gossip.Peer, bool) {
 	p, ok := a.choices.Preferred(a.pref, job, a.members.Peers(), a.rtt)
 	if !ok {
 		return gossip.Peer{Name: a.self}, true
 	}
+	if p.Name != a.self && a.adopted(job) {
+		return gossip.Peer{Name: a.self}, true
+	}
 	return p, p.Name == a.self
+}
+
+// preferredName is the job's preferred Assigner as this Assigner last
+// chose it, adoption included; "" if it has not chosen.
+func (a *Assigner) preferredName(job string) string {
+	if a.adopted(job) {
+		return a.self
+	}
+	return a.choices.Current(job)
+}
+
+// adoptFor is how long an adoption lasts unless renewed: ten rechecks, so
+// a steady flow of forwarded writes or a lasting orphan keeps it, while
+// an Assigner whose estimates later agree with everyone's hands the job
+// back soon after the disagreement ends.
+func (a *Assigner) adoptFor() time.Duration { return 10 * a.pref.Recheck }
+
+// orphanAfter is how long a job's stored assignment may route keys to a
+// dead task before an Assigner that is not its preferred one adopts it:
+// long enough for the preferred Assigner to see the same membership
+// change and decide (its gossip view may lag by a probe or two), short
+// enough that a job nobody generates is repaired.
+func (a *Assigner) orphanAfter() time.Duration { return 10*a.pref.Recheck + 10*a.delay }
+
+// Observers whose RTT estimates contradict each other (each finding the
+// other nearer by more than the margin, as a small cluster's coordinates
+// can for a while) may each prefer the other Assigner, and then nobody
+// generates the job. Two signals break the tie, both safe because commits
+// are conditional: a write forwarded here means its sender prefers this
+// Assigner; and a job whose stored assignment still routes keys to a dead
+// task after orphanAfter has no working preferred Assigner. In either case
+// this Assigner adopts the job: it treats itself as preferred for adoptFor
+// (renewed while the signal lasts) and takes the job over. If another
+// Assigner generates it too, their commits conflict and each chooses
+// afresh (refresh); an adoption that is no longer renewed lapses.
+func (a *Assigner) adopt(job, why string) {
+	a.mu.Lock()
+	renewing := a.adoptions[job].After(time.Now())
+	a.adoptions[job] = time.Now().Add(a.adoptFor())
+	a.mu.Unlock()
+	if !renewing {
+		a.log.Warn("adopting the job: another assigner is preferred in this assigner's view, but "+why, "job", job,
+			"for", a.adoptFor())
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (a *Assigner) adopted(job string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	until, ok := a.adoptions[job]
+	if ok && !until.After(time.Now()) {
+		delete(a.adoptions, job)
+		return false
+	}
+	return ok
+}
+
+// watchOrphan adopts job when its stored assignment has routed keys to a
+// dead task for orphanAfter while another Assigner is preferred.
+func (a *Assigner) watchOrphan(job string) {
+	stale := a.outOfDate(job)
+	a.mu.Lock()
+	since, seen := a.orphans[job]
+	switch {
+	case !stale:
+		delete(a.orphans, job)
+	case !seen:
+		a.orphans[job] = time.Now()
+	}
+	a.mu.Unlock()
+	if stale && seen && time.Since(since) >= a.orphanAfter() {
+		a.adopt(job, "the job's stored assignment has routed keys to a dead task for "+time.Since(since).Round(time.Millisecond).String())
+	}
+}
+
+// outOfDate reports whether the job has live tasks and its served
+// assignment is missing or routes keys to a task that is not alive (or
+// not at that address any more): the changes that must not wait. A new
+// task without slices yet only waits for balance, and does not count.
+func (a *Assigner) outOfDate(job string) bool {
+	live := a.tasksOf(job, true)
+	if len(live) == 0 {
+		return false
+	}
+	a.mu.Lock()
+	j := a.jobs[job]
+	a.mu.Unlock()
+	if j == nil {
+		return true
+	}
+	cur := j.pub.current()
+	if cur == nil {
+		return true
+	}
+	byName := func(x, y assign.Task) int { return strings.Compare(x.Name, y.Name) }
+	for _, t := range cur.Tasks {
+		i, ok := slices.BinarySearchFunc(live, t, byName)
+		if !ok || live[i].Addr != t.Addr {
+			return true
+		}
+	}
+	return false
 }
 
 // jobNames lists, sorted, the jobs this Assigner knows: those with a task
@@ -88,6 +201,9 @@ func (a *Assigner) evaluate(ctx context.Context, ready bool) {
 			a.log.Info("another assigner is preferred for the job; serving it from the store", "job", name, "preferred", p.Name)
 		case self && !leading && ready:
 			a.takeover(ctx, name)
+		}
+		if !self && ready {
+			a.watchOrphan(name)
 		}
 	}
 }
@@ -195,7 +311,7 @@ func takeoverAssignment(cur *assign.Assignment) *assign.Assignment {
 func (a *Agent) PreferredAssigner(job string) string {
 	switch {
 	case a.assigner != nil:
-		return a.assigner.choices.Current(job)
+		return a.assigner.preferredName(job)
 	case a.distributor != nil:
 		return a.distributor.choices.Current(job)
 	}

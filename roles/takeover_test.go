@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -134,5 +135,60 @@ func TestForwardToUnreachablePreferred(t *testing.T) {
 	}
 	if a.loads.reporting("kv") != 1 {
 		t.Error("the forwarded report was not recorded")
+	}
+	// The sender prefers a1: a1 adopts the job, so that views that
+	// disagree the other way round cannot leave it without an Assigner.
+	if _, self := a.preferred("kv"); !self {
+		t.Error("a write forwarded here did not make this assigner adopt the job")
+	}
+	if got := a.preferredName("kv"); got != "a1" {
+		t.Errorf("preferredName = %q after adopting, want a1", got)
+	}
+}
+
+// A standby Assigner adopts a job whose stored assignment keeps routing
+// keys to a dead task: its preferred Assigner is not doing its work.
+func TestStandbyAdoptsOrphanedJob(t *testing.T) {
+	ctx := context.Background()
+	store := tmpStore(t)
+	stored, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:10"}, {Name: "t1", Addr: "127.0.0.1:11"}}, assign.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Commit(ctx, "kv", 0, stored); err != nil {
+		t.Fatal(err)
+	}
+	other := ""
+	for _, name := range []string{"a0", "a2", "a3", "a4", "a5", "a6"} {
+		if gossip.DefaultPreference().Choose("kv", []string{"a1", name}, nil, nil, "") == name {
+			other = name
+			break
+		}
+	}
+	members := &fakeMembers{}
+	members.set("kv", "t0") // t1 is dead, yet still in the stored assignment
+	members.peers[0].RPCAddr = "127.0.0.1:10"
+	members.peers = append(members.peers,
+		gossip.Peer{Name: "a1", Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive},
+		gossip.Peer{Name: other, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:2", Status: gossip.StatusAlive})
+	cfg := testConfig(t, "a1", "")
+	cfg.RebalanceDelay = time.Millisecond
+	cfg.Gossip.Preference.Recheck = time.Millisecond
+	a := newAssigner(cfg, store, members, nil)
+	defer a.httpClient.CloseIdleConnections()
+	if err := a.load(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	a.evaluate(ctx, true) // notices the orphan
+	if a.adopted("kv") {
+		t.Fatal("adopted at once; the preferred assigner gets orphanAfter to act")
+	}
+	time.Sleep(a.orphanAfter())
+	a.evaluate(ctx, true) // adopts
+	a.evaluate(ctx, true) // takes over
+	rec, _ := store.Load(ctx, "kv")
+	if rec.Current.Generation != 2 || len(rec.Current.Tasks) != 1 {
+		t.Fatalf("after adopting, the store holds generation %d with tasks %v; want generation 2 without t1", rec.Current.Generation, taskNames(rec.Current))
 	}
 }

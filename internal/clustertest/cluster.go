@@ -645,3 +645,33 @@ func (c *Cluster) WaitCoordinates() {
 		return true
 	})
 }
+
+// WaitStable waits until every running agent has preferred the same
+// Assigner for job, and it alone has generated the job, for d without a
+// break (network coordinates take a while to settle), and returns its
+// name.
+func (c *Cluster) WaitStable(job string, d time.Duration) string {
+	c.t.Helper()
+	var name string
+	var since time.Time
+	WaitFor(c.t, fmt.Sprintf("the agents to agree on one preferred assigner for job %s for %v", job, d), func() bool {
+		cur := ""
+		for _, n := range c.Running() {
+			got := c.Agent(n).PreferredAssigner(job)
+			if got == "" || (cur != "" && got != cur) {
+				cur = ""
+				break
+			}
+			cur = got
+		}
+		if cur == "" || !slices.Equal(c.Leaders(job), []string{cur}) {
+			name = ""
+			return false
+		}
+		if cur != name {
+			name, since = cur, time.Now()
+		}
+		return time.Since(since) >= d
+	})
+	return name
+}
