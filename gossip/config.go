@@ -113,16 +113,17 @@ func DefaultConfig() Config {
 }
 
 // TestConfig returns a configuration for tests on loopback: a free port on
-// 127.0.0.1 and millisecond timers, so a failed member is detected well
-// within a second. The timers follow serf's own test configuration. Self
-// still needs roles.
+// 127.0.0.1 and short timers, so a failed member is detected within about
+// a second. The probe timeout (100 ms) leaves room for a process stalled
+// by the race detector on a busy two-core machine: shorter ones had live
+// members declared failed mid-test. Self still needs roles.
 func TestConfig(name string) Config {
 	return Config{
 		NodeName:         name,
 		BindAddr:         "127.0.0.1:0",
 		Profile:          ProfileLocal,
-		ProbeInterval:    50 * time.Millisecond,
-		ProbeTimeout:     25 * time.Millisecond,
+		ProbeInterval:    150 * time.Millisecond,
+		ProbeTimeout:     100 * time.Millisecond,
 		GossipInterval:   5 * time.Millisecond,
 		SuspicionMult:    2,
 		ReapInterval:     100 * time.Millisecond,

@@ -445,8 +445,8 @@ func TestDefaultConfig(t *testing.T) {
 	tc := TestConfig("t")
 	tc.Self = selfBackup
 	sc = tc.serfConfig(slog.New(slog.DiscardHandler), nil, nil, &mergeGuard{})
-	if sc.MemberlistConfig.ProbeInterval != 50*time.Millisecond || sc.MemberlistConfig.TCPTimeout != time.Second ||
-		sc.MemberlistConfig.SuspicionMult != 2 || sc.LeavePropagateDelay != 50*time.Millisecond {
+	if sc.MemberlistConfig.ProbeInterval != 150*time.Millisecond || sc.MemberlistConfig.TCPTimeout != time.Second ||
+		sc.MemberlistConfig.SuspicionMult != 2 || sc.LeavePropagateDelay != 150*time.Millisecond {
 		t.Errorf("test serf config: %+v / %+v", sc, sc.MemberlistConfig)
 	}
 }
