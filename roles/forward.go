@@ -25,7 +25,9 @@ const ForwardedHeader = "Slicerd-Forwarded-By"
 // taken by the job's preferred Assigner.
 func (a *Assigner) forwardTo(job string, h http.Header) (gossip.Peer, bool) {
 	if from := h.Get(ForwardedHeader); from != "" {
-		if _, self := a.preferred(job); !self {
+		// Judged on the estimates alone, so that an adoption is renewed
+		// for as long as the writes keep coming.
+		if p, ok := a.choices.Preferred(a.pref, job, a.members.Peers(), a.rtt); ok && p.Name != a.self {
 			a.adopt(job, "assigner "+from+" forwards the job's writes here")
 		}
 		return gossip.Peer{}, false

@@ -167,10 +167,16 @@ func TestKillPreferredFailsOver(t *testing.T) {
 // which no generation goes backwards or is lost. After healing they agree
 // on one preferred Assigner again.
 func TestPartitionedAssignersConverge(t *testing.T) {
-	c := clustertest.New(t, storeOptions(t))
+	opts := storeOptions(t)
+	opts.Latency = 10 * time.Millisecond
+	c := clustertest.New(t, opts)
 	c.StartAgent("a1")
 	c.StartAgent("a2")
-	for i := range 4 {
+	tasks := taskNames("kv", 4)
+	// a1 is clearly the nearest, so that every node's estimates agree
+	// once the partition heals.
+	placeNear(c, append([]string{"a1"}, tasks...)...)
+	for i := range tasks {
 		c.StartTask("kv", fmt.Sprintf("t%d", i))
 	}
 	first := c.WaitConverged("kv")
@@ -192,6 +198,7 @@ func TestPartitionedAssignersConverge(t *testing.T) {
 	}
 
 	c.Heal()
+	c.WaitPreferred("kv", "a1")
 	winner := c.WaitConverged("kv")
 	want := []string{"t0", "t1", "t2", "t3"}
 	clustertest.WaitFor(t, "the converged assignment to name all four tasks", func() bool {
@@ -206,29 +213,35 @@ func TestPartitionedAssignersConverge(t *testing.T) {
 	c.CheckHistory("kv")
 }
 
-// With two Assigners about equally near the job's tasks (10 ms and 11 ms
-// one way: a difference beyond the preference's minimum gain but within
-// its margin) and every packet's delay jittering by ±20%, the preference
-// settles and then never moves, although the jitter often makes the
-// farther Assigner's estimate the lower one. The nearer Assigner is the
-// one the rendezvous hash picks among near-ties, so that a membership
-// blip on a loaded machine (which makes every node choose afresh) lands
-// on the same choice and only the hysteresis is under test.
+// With one Assigner nearer the job's tasks (15 ms one way against 30 ms)
+// and every packet's delay jittering by ±30%, the preference settles and
+// then never moves and nothing is committed, over 20 probe intervals in
+// which every node refreshes its coordinates many times. (The hysteresis
+// between Assigners within the margin of each other is tested on the
+// preference function itself, TestChooseNoFlapping in gossip: on a
+// five-member loopback cluster under the race detector, Vivaldi estimates
+// of two almost equally near Assigners wander by more than the margin.)
 func TestNoFlappingUnderJitter(t *testing.T) {
-	c := clustertest.New(t, clustertest.Options{Latency: 11 * time.Millisecond})
+	c := clustertest.New(t, clustertest.Options{Latency: 30 * time.Millisecond})
 	c.StartAgent("a1")
 	c.StartAgent("a2")
+	// The nearer one is the one the rendezvous hash picks while distances
+	// are unknown, so the test starts where it should settle.
 	nearer := gossip.DefaultPreference().Choose("kv", []string{"a1", "a2"}, nil, nil, "")
 	tasks := taskNames("kv", 3)
+	placeNear(c, tasks...)
 	for _, task := range tasks {
-		c.SetLatency(nearer, task, 10*time.Millisecond)
+		c.SetLatency(nearer, task, 15*time.Millisecond)
 	}
 	for i := range tasks {
 		c.StartTask("kv", fmt.Sprintf("t%d", i))
 	}
 	c.WaitCoordinates()
-	c.SetJitter(0.2)
-	chosen := c.WaitStable("kv", 2*time.Second)
+	c.SetJitter(0.3)
+	chosen := c.WaitStable("kv", time.Second)
+	if chosen != nearer {
+		t.Errorf("settled on %s; %s is nearer", chosen, nearer)
+	}
 	commits := len(c.Commits("kv"))
 
 	// 200 observations 20 ms apart: 4 s, 20 probe intervals of the
@@ -250,10 +263,8 @@ func TestNoFlappingUnderJitter(t *testing.T) {
 	if changes != 0 {
 		t.Errorf("the preference moved %d times under jitter within the margin", changes)
 	}
-	for _, cm := range c.Commits("kv")[commits:] {
-		if cm.Agent != chosen {
-			t.Errorf("%s committed generation %d while %s was preferred", cm.Agent, cm.Generation, chosen)
-		}
+	if extra := c.Commits("kv")[commits:]; len(extra) > 0 {
+		t.Errorf("%d generations committed while only the jitter changed, the first by %s", len(extra), extra[0].Agent)
 	}
 	c.CheckHistory("kv")
 }
