@@ -35,9 +35,9 @@ func TestAssignerFailover(t *testing.T) {
 
 	var took []time.Duration
 	for round := 1; round <= rounds; round++ {
-		eventually(t, 60*time.Second, "the near assigner to lead job kv", func() bool {
+		eventually(t, 60*time.Second, "both assigners to agree the near one leads job kv", func() bool {
 			g := lastCommitted(h.near)
-			return g > 0 && g >= lastCommitted(h.far) && r.c.Generation() >= g
+			return h.nearLeads() && g >= lastCommitted(h.far) && r.c.Generation() >= g
 		})
 		done := r.phase()
 		before := r.c.Generation()

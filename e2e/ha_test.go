@@ -203,8 +203,8 @@ func TestClientsSurviveControlPlaneLoss(t *testing.T) {
 	})
 	// Until network coordinates settle, either Assigner may lead; then the
 	// near one must take the job and keep it.
-	eventually(t, 30*time.Second, "the near assigner to lead job kv", func() bool {
-		return h.near.hasLine(`"job":"kv"`, `"msg":"took over job as its preferred assigner"`)
+	eventually(t, 30*time.Second, "both assigners to agree the near one leads job kv", func() bool {
+		return h.nearLeads() && r.c.Generation() >= lastCommitted(h.near)
 	})
 	led := r.c.Generation()
 	eventually(t, 10*time.Second, "the client to see the near assigner's generation", func() bool {
@@ -301,4 +301,29 @@ func lastCommitted(p *slicerdNode) uint64 {
 		}
 	}
 	return last
+}
+
+// nearLeads reports whether the near Assigner has taken job kv over and the
+// far one, since it last led the job, has logged that the near one is
+// preferred: both then agree, so killing the near one must hand the job
+// over with a new generation.
+func (h *haCluster) nearLeads() bool {
+	if !h.near.hasLine(`"job":"kv"`, `"msg":"took over job as its preferred assigner"`) {
+		return false
+	}
+	lines := strings.Split(h.far.output(), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		if !strings.Contains(line, `"job":"kv"`) {
+			continue
+		}
+		switch {
+		case strings.Contains(line, `another assigner is preferred`):
+			return strings.Contains(line, `"preferred":"assigner-near"`)
+		case strings.Contains(line, `took over job`), strings.Contains(line, `choosing the preferred assigner afresh`),
+			strings.Contains(line, `adopting the job`):
+			return false
+		}
+	}
+	return false
 }
