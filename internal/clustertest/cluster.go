@@ -265,6 +265,15 @@ type Agent struct {
 	done   chan error
 	mu     sync.Mutex
 	alive  bool
+	front  *proxy
+}
+
+// Addr is the RPC address the agent advertises and clients should dial: a
+// proxy in front of its RPC server (RPCAddr) that Kill closes at once.
+func (a *Agent) Addr() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.front.addr()
 }
 
 func (a *Agent) running() bool {
@@ -316,6 +325,11 @@ func (c *Cluster) start(a *Agent, transport memberlist.NodeAwareTransport) {
 	cfg := a.cfg
 	cfg.Gossip.Transport = transport
 	cfg.Gossip.Join = c.joinAddrs()
+	front, err := newProxy()
+	if err != nil {
+		c.t.Fatalf("clustertest: agent %s: rpc proxy: %v", a.Name, err)
+	}
+	cfg.AdvertiseRPCAddr = front.addr()
 	cfg.OpenStore = func(bool) (storage.Store, error) {
 		if c.opts.OpenStore != nil {
 			s, err := c.opts.OpenStore(a.Name)
@@ -328,8 +342,10 @@ func (c *Cluster) start(a *Agent, transport memberlist.NodeAwareTransport) {
 	}
 	ra, err := roles.New(cfg)
 	if err != nil {
+		front.close()
 		c.t.Fatalf("clustertest: agent %s: %v", a.Name, err)
 	}
+	front.setTarget(ra.RPCAddr())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ra.Run(ctx) }()
@@ -338,7 +354,7 @@ func (c *Cluster) start(a *Agent, transport memberlist.NodeAwareTransport) {
 	c.agents[a.Name] = a
 	c.mu.Unlock()
 	a.mu.Lock()
-	a.Agent, a.cancel, a.done, a.alive = ra, cancel, done, true
+	a.Agent, a.cancel, a.done, a.alive, a.front = ra, cancel, done, true, front
 	a.mu.Unlock()
 	WaitFor(c.t, "agent "+a.Name+" to start gossip", func() bool { return ra.GossipAddr() != "" })
 }
@@ -363,16 +379,20 @@ func (a *Agent) Stop() {
 	a.stop()
 }
 
-// Kill stops the agent abruptly: from this moment every gossip packet to
-// or from it is dropped, so no leave reaches anyone and the others find
-// it failed by probing, as after SIGKILL; then its RPC listener and
-// streams are closed and its roles stopped. Its store writes stop when its
-// roles do, at once.
+// Kill stops the agent abruptly, as close to SIGKILL as one process
+// allows: at once its advertised RPC address stops answering and drops
+// every connection, and every gossip packet to or from it is dropped, so
+// no leave reaches anyone and the others find it failed by probing. Then
+// its roles are stopped; its store writes stop when they do, at once.
 func (a *Agent) Kill() {
 	a.c.t.Helper()
+	a.mu.Lock()
+	front := a.front
+	a.mu.Unlock()
 	a.c.mu.Lock()
 	a.c.dead[a.Name] = true
 	a.c.mu.Unlock()
+	front.close()
 	a.stop()
 }
 
@@ -394,6 +414,7 @@ func (a *Agent) stop() {
 	case <-time.After(Timeout):
 		a.c.t.Fatalf("clustertest: agent %s did not stop within %v", a.Name, Timeout)
 	}
+	a.front.close()
 }
 
 // Restart starts a stopped or killed agent again under its name and
@@ -500,10 +521,10 @@ func (c *Cluster) StartClerk(job string) *clerk.Clerk {
 				continue
 			}
 			if slices.Contains(a.cfg.Roles, gossip.RoleDistributor) {
-				dists = append(dists, a.RPCAddr())
+				dists = append(dists, a.Addr())
 			}
 			if slices.Contains(a.cfg.Roles, gossip.RoleBackup) {
-				backups = append(backups, a.RPCAddr())
+				backups = append(backups, a.Addr())
 			}
 		}
 		slices.Sort(dists)

@@ -37,7 +37,7 @@ func taskNames(job string, n int) []string {
 // pull makes an agent's Distributor pull job, as a subscriber would.
 func pull(t *testing.T, a *clustertest.Agent, job string) {
 	t.Helper()
-	client := slicerv1connect.NewDistributorServiceClient(api.NewH2CClient(), api.RPCURL(a.RPCAddr()))
+	client := slicerv1connect.NewDistributorServiceClient(api.NewH2CClient(), api.RPCURL(a.Addr()))
 	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Timeout)
 	defer cancel()
 	if _, err := client.GetAssignment(ctx, connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: job})); err != nil {
@@ -47,7 +47,7 @@ func pull(t *testing.T, a *clustertest.Agent, job string) {
 
 func reporting(t *testing.T, a *clustertest.Agent, job string) uint32 {
 	t.Helper()
-	client := slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(a.RPCAddr()))
+	client := slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(a.Addr()))
 	resp, err := client.GetJob(context.Background(), connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
 	if err != nil {
 		t.Fatalf("GetJob(%s) from %s: %v", job, a.Name, err)
