@@ -351,24 +351,47 @@ type target struct {
 
 // preferred returns this client's subset of dists in preference order,
 // and the other Distributors (sorted); without subsetting it returns nil
-// and dists.
+// and dists. Distributors that Config.Down lists keep their place in the
+// numbering but are skipped: the next ones in this client's order stand
+// in for them.
 func (c *Clerk) preferred(dists []string) (pref, rest []string) {
 	k := c.cfg.SubsetSize
 	if k <= 0 || len(dists) == 0 {
 		return nil, dists
 	}
-	// Every client sorts the same way, so equal frontends agree.
-	sorted := slices.Clone(dists)
-	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
-	picked := subset.Rocksteadier(c.frontend, len(sorted), k)
-	in := make([]bool, len(sorted))
-	for _, i := range picked {
-		in[i] = true
-		pref = append(pref, sorted[i])
+	var down []string
+	if c.cfg.Down != nil {
+		down = c.cfg.Down()
 	}
-	for i, a := range sorted {
-		if !in[i] {
+	return subsetOf(c.frontend, k, dists, down)
+}
+
+// subsetOf numbers the Distributors over live and down together, sorted so
+// every client numbers them alike, and takes the first k live ones of
+// subset.Rocksteadier's order for frontend. rest is the other live ones,
+// sorted.
+func subsetOf(frontend uint64, k int, live, down []string) (pref, rest []string) {
+	all := make([]string, 0, len(live)+len(down))
+	all = append(all, live...)
+	all = append(all, down...)
+	slices.Sort(all)
+	all = slices.Compact(all)
+	isLive := make(map[string]bool, len(live))
+	for _, a := range live {
+		isLive[a] = true
+	}
+	in := make(map[string]bool, k)
+	for _, i := range subset.Rocksteadier(frontend, len(all), len(all)) {
+		if len(pref) == k {
+			break
+		}
+		if a := all[i]; isLive[a] {
+			pref = append(pref, a)
+			in[a] = true
+		}
+	}
+	for _, a := range all {
+		if isLive[a] && !in[a] {
 			rest = append(rest, a)
 		}
 	}

@@ -35,6 +35,14 @@ type Config struct {
 	// Distributor outside its subset, before it tries its preferred
 	// Distributors again. Zero means the default.
 	BackupRecheck time.Duration
+	// Down, when set, lists Distributors known to be down, such as gossip
+	// members that failed but did not leave; it is called with Resolver.
+	// Subsetting numbers the Distributors over the live and the down ones
+	// together and skips the down ones, so one Distributor failing moves
+	// only the clients whose subset held it (each to the next Distributor
+	// in its own order) instead of renumbering the Distributors after it
+	// and moving many clients. Down addresses are never tried.
+	Down func() []string
 	// SubsetSize is how many Distributors the Clerk prefers (subsetting):
 	// it streams from the SubsetSize Distributors subset.Rocksteadier
 	// chooses for it, in Rocksteadier's order, and only when none of them

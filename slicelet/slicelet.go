@@ -87,6 +87,7 @@ func New(cfg Config) (*Slicelet, error) {
 	ccfg := clerk.DefaultConfig()
 	ccfg.Job = cfg.Job
 	ccfg.Resolver = s.resolve
+	ccfg.Down = s.downDistributors
 	ccfg.OnAssignment = s.install
 	ccfg.CacheFile = cfg.CacheFile
 	ccfg.SubsetSize = cfg.SubsetSize
@@ -232,6 +233,22 @@ func (s *Slicelet) Run(ctx context.Context) error {
 		err = errors.Join(err, serr)
 	}
 	return err
+}
+
+// downDistributors lists the Distributors gossip has declared failed (not
+// those that left): they keep their place in subsetting's numbering.
+func (s *Slicelet) downDistributors() []string {
+	n := s.node.Load()
+	if n == nil {
+		return nil
+	}
+	var down []string
+	for _, p := range n.Peers() {
+		if p.Status == gossip.StatusFailed && p.RPCAddr != "" && p.Has(gossip.RoleDistributor) {
+			down = append(down, p.RPCAddr)
+		}
+	}
+	return down
 }
 
 // resolve lists the RPC addresses of the live Distributors and Backups
