@@ -155,6 +155,33 @@ func (a *Assigner) load(ctx context.Context) error {
 	return nil
 }
 
+// loadRetrying loads the stored jobs, waiting out a store that does not
+// answer (etcd down or unreachable since the agent opened it) with a
+// capped backoff, so that a short outage at startup does not stop the
+// agent. Other errors, such as unreadable stored data, are returned. It
+// returns nil, having loaded nothing, when ctx ends.
+func (a *Assigner) loadRetrying(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := a.load(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil || !errors.Is(err, storage.ErrUnavailable) {
+			return err
+		}
+		a.log.Warn("the store does not answer; retrying before deciding any job", "retry_in", backoff, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
 // job returns the state of a job, creating it from the store (or defaults)
 // when create is set or gossip knows a task of the job. It returns
 // ErrUnknownJob when neither the store nor gossip knows the job.
@@ -225,7 +252,7 @@ func (a *Assigner) tasksOf(job string, aliveOnly bool) []assign.Task {
 // store's watch when it has one and by polling otherwise.
 func (a *Assigner) Run(ctx context.Context) error {
 	defer a.httpClient.CloseIdleConnections()
-	if err := a.load(ctx); err != nil {
+	if err := a.loadRetrying(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
 	changes, unsubscribe := a.members.Changes()

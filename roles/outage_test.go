@@ -1,0 +1,66 @@
+package roles
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
+)
+
+// TestAssignerWaitsOutStoreOutageAtStart: an Assigner whose etcd goes away
+// between opening the store and its first read keeps running, and takes
+// its jobs up once etcd is back.
+func TestAssignerWaitsOutStoreOutageAtStart(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cfg := testConfig(t, "assigner-1", "", gossip.RoleAssigner, gossip.RoleDistributor)
+	cfg.Store = "etcd://" + srv.Endpoint() + "/outage"
+	retries := &countingHandler{Handler: cfg.Logger.Handler(), msg: "the store does not answer", n: new(atomic.Int64)}
+	cfg.Logger = slog.New(retries)
+	a, err := New(cfg) // opens the store while etcd is up
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Agent: a, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- a.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+
+	waitFor(t, "the assigner to retry its first read of the store", func() bool { return retries.n.Load() > 0 })
+	select {
+	case err := <-r.done:
+		r.done <- err
+		t.Fatalf("the agent stopped while etcd was down: %v", err)
+	default:
+	}
+	srv.Restart()
+	taskMember(t, "kv", "t0", a.GossipAddr())
+	w := watch(t, a.RPCAddr(), "kv", false)
+	w.until(t, "an assignment once etcd is back", hasTasks("t0"))
+}
+
+// countingHandler counts the records whose message starts with msg.
+type countingHandler struct {
+	slog.Handler
+	msg string
+	n   *atomic.Int64
+}
+
+func (h *countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.msg) {
+		h.n.Add(1)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *countingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &countingHandler{Handler: h.Handler.WithAttrs(attrs), msg: h.msg, n: h.n}
+}
+
+func (h *countingHandler) WithGroup(name string) slog.Handler {
+	return &countingHandler{Handler: h.Handler.WithGroup(name), msg: h.msg, n: h.n}
+}
