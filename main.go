@@ -139,6 +139,14 @@ func agentFlags() []cli.Flag {
 			Usage: "hysteresis of the preferred assigner: the least round-trip improvement that moves a job to another assigner",
 		},
 		&cli.DurationFlag{
+			Name: "preference-recheck", Value: d.Gossip.Preference.WithDefaults().Recheck, EnvVars: []string{"SLICERD_PREFERENCE_RECHECK"},
+			Usage: "how often each node re-evaluates every job's preferred assigner while membership is quiet (network coordinates move without membership events)",
+		},
+		&cli.DurationFlag{
+			Name: "standby-poll-interval", Value: d.StandbyPollInterval, EnvVars: []string{"SLICERD_STANDBY_POLL_INTERVAL"},
+			Usage: "how often an assigner that is not preferred for a job re-reads it from a store that cannot push changes (bolt); etcd pushes them",
+		},
+		&cli.DurationFlag{
 			Name: "gossip-delay", EnvVars: []string{"SLICERD_GOSSIP_DELAY"},
 			Usage: "testing aid: delay everything this node sends over gossip by this long, so that it looks far away " +
 				"to network-proximity estimates (0 = off; leave it off in production)",
@@ -251,6 +259,8 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	}
 	cfg.Gossip.Preference.Margin = c.Float64("preference-margin")
 	cfg.Gossip.Preference.MinGain = c.Duration("preference-min-gain")
+	cfg.Gossip.Preference.Recheck = c.Duration("preference-recheck")
+	cfg.StandbyPollInterval = c.Duration("standby-poll-interval")
 	switch p := c.String("gossip-profile"); p {
 	case "lan", "local":
 		cfg.Gossip.Profile = p
