@@ -74,7 +74,12 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 func (b *logBuffer) contains(substrs ...string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, line := range strings.Split(b.buf.String(), "\n") {
+	return hasLine(b.buf.String(), substrs...)
+}
+
+// hasLine reports whether one line of text holds every one of substrs.
+func hasLine(text string, substrs ...string) bool {
+	for _, line := range strings.Split(text, "\n") {
 		all := true
 		for _, s := range substrs {
 			all = all && strings.Contains(line, s)
@@ -272,18 +277,7 @@ func TestClientsSurviveControlPlaneLoss(t *testing.T) {
 
 // hasLine reports whether one line of the process's output holds every one
 // of substrs.
-func (p *proc) hasLine(substrs ...string) bool {
-	for _, line := range strings.Split(p.output(), "\n") {
-		all := true
-		for _, s := range substrs {
-			all = all && strings.Contains(line, s)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
+func (p *proc) hasLine(substrs ...string) bool { return hasLine(p.output(), substrs...) }
 
 // lastCommitted is the highest generation the process logged committing for
 // job kv; 0 if none.
