@@ -43,16 +43,24 @@ func TestAssignerWaitsOutStoreOutageAtStart(t *testing.T) {
 	w.until(t, "an assignment once etcd is back", hasTasks("t0"))
 }
 
-// countingHandler counts the records whose message starts with msg.
+// countingHandler counts the records whose message starts with msg and
+// passes every record on to the handler it wraps.
 type countingHandler struct {
 	slog.Handler
 	msg string
 	n   *atomic.Int64
 }
 
+// Enabled lets every record through to Handle, so records are counted
+// even when the wrapped handler discards them (tests not run with -v).
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
 func (h *countingHandler) Handle(ctx context.Context, r slog.Record) error {
 	if strings.HasPrefix(r.Message, h.msg) {
 		h.n.Add(1)
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
 	}
 	return h.Handler.Handle(ctx, r)
 }
