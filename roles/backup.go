@@ -46,7 +46,7 @@ func (b *Backup) logJobs() {
 	case err != nil:
 		b.log.Warn("cannot list the store's jobs; the backup will answer from the store once it can read it", "err", err)
 	case len(jobs) == 0:
-		b.log.Warn("store has no jobs yet; the backup answers NotFound (no stored assignment yet) for every job until an assigner commits one")
+		b.log.Info("store has no jobs yet; the backup answers NotFound (no stored assignment yet) for every job until an assigner commits one")
 	default:
 		_, watched := b.store.(storage.Watcher)
 		b.log.Info("backup serving stored jobs", "jobs", len(jobs), "follows_commits", watched)
