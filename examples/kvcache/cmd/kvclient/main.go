@@ -36,6 +36,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	job := fs.String("job", "kv", "job whose tasks serve the cache")
 	dist := fs.String("distributor", "127.0.0.1:7070", "RPC address of a slicerd distributor, comma-separated for several")
+	backup := fs.String("backup", "", "RPC address of a slicerd backup, comma-separated for several; tried when no distributor answers")
 	nkeys := fs.Int("keys", 1000, "how many keys to write")
 	interval := fs.Duration("interval", time.Second, "how often to report key ownership")
 	logLevel := fs.String("log-level", "warn", "log verbosity: debug, info, warn or error")
@@ -57,14 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	var addrs []string
-	for _, a := range strings.Split(*dist, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
 	cfg := clerk.DefaultConfig()
-	cfg.Job, cfg.Addrs, cfg.CacheFile, cfg.Logger = *job, addrs, *cacheFile, log
+	cfg.Job, cfg.Addrs, cfg.BackupAddrs, cfg.CacheFile, cfg.Logger = *job, splitAddrs(*dist), splitAddrs(*backup), *cacheFile, log
 	ck, err := clerk.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvclient: %v\n", err)
@@ -160,4 +155,15 @@ func report(ctx context.Context, w io.Writer, ck *clerk.Clerk, client *kvcache.C
 		case <-t.C:
 		}
 	}
+}
+
+// splitAddrs splits a comma-separated address list, dropping blanks.
+func splitAddrs(list string) []string {
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs
 }
