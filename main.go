@@ -383,8 +383,12 @@ func jobClient(c *cli.Context) slicerv1connect.JobServiceClient {
 
 func printJob(w io.Writer, j *slicerv1.JobInfo) {
 	p := j.GetConfig()
-	fmt.Fprintf(w, "job %s\n  generation      %d\n  min redundancy  %d\n  max redundancy  %d\n  configured      %v\n  live tasks      %d\n",
-		j.GetName(), j.GetGeneration(), p.GetMinRedundancy(), p.GetMaxRedundancy(), j.GetConfigured(), len(j.GetLiveTasks()))
+	assigner := j.GetPreferredAssigner()
+	if assigner == "" {
+		assigner = "(not chosen yet)"
+	}
+	fmt.Fprintf(w, "job %s\n  generation      %d\n  assigner        %s\n  min redundancy  %d\n  max redundancy  %d\n  configured      %v\n  live tasks      %d\n",
+		j.GetName(), j.GetGeneration(), assigner, p.GetMinRedundancy(), p.GetMaxRedundancy(), j.GetConfigured(), len(j.GetLiveTasks()))
 	for _, t := range j.GetLiveTasks() {
 		fmt.Fprintf(w, "    %-20s %s\n", t.GetName(), t.GetAddress())
 	}

@@ -504,7 +504,9 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	a.mu.Lock()
 	cfg, configured := j.cfg, j.configured
 	a.mu.Unlock()
-	info := &slicerv1.JobInfo{Name: j.name, Config: api.ConfigToProto(cfg), Configured: configured}
+	preferred, _ := a.preferred(j.name)
+	info := &slicerv1.JobInfo{Name: j.name, Config: api.ConfigToProto(cfg), Configured: configured,
+		PreferredAssigner: preferred.Name}
 	for _, t := range a.tasksOf(j.name, true) {
 		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr})
 	}

@@ -560,8 +560,13 @@ type JobInfo struct {
 	TaskLoads []*TaskLoad `protobuf:"bytes,8,rep,name=task_loads,json=taskLoads,proto3" json:"task_loads,omitempty"`
 	// Tasks whose load reports make up the view.
 	ReportingTasks uint32 `protobuf:"varint,9,opt,name=reporting_tasks,json=reportingTasks,proto3" json:"reporting_tasks,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Node name of the Assigner that generates the job, as the answering
+	// Assigner sees it (docs/architecture.md, "Several Assigners"); empty
+	// before it has chosen one. The load view above is the answering
+	// Assigner's own; the preferred Assigner's is the one decisions use.
+	PreferredAssigner string `protobuf:"bytes,10,opt,name=preferred_assigner,json=preferredAssigner,proto3" json:"preferred_assigner,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *JobInfo) Reset() {
@@ -655,6 +660,13 @@ func (x *JobInfo) GetReportingTasks() uint32 {
 		return x.ReportingTasks
 	}
 	return 0
+}
+
+func (x *JobInfo) GetPreferredAssigner() string {
+	if x != nil {
+		return x.PreferredAssigner
+	}
+	return ""
 }
 
 // TaskLoad is one task's share of its job's measured load.
@@ -1222,7 +1234,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x15GetAssignmentResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x15.slicer.v1.AssignmentR\n" +
-	"assignment\"\xd5\x02\n" +
+	"assignment\"\x84\x03\n" +
 	"\aJobInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x06config\x18\x02 \x01(\v2\x14.slicer.v1.JobConfigR\x06config\x12\x1e\n" +
@@ -1239,7 +1251,9 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\timbalance\x18\a \x01(\x01R\timbalance\x122\n" +
 	"\n" +
 	"task_loads\x18\b \x03(\v2\x13.slicer.v1.TaskLoadR\ttaskLoads\x12'\n" +
-	"\x0freporting_tasks\x18\t \x01(\rR\x0ereportingTasks\"2\n" +
+	"\x0freporting_tasks\x18\t \x01(\rR\x0ereportingTasks\x12-\n" +
+	"\x12preferred_assigner\x18\n" +
+	" \x01(\tR\x11preferredAssigner\"2\n" +
 	"\bTaskLoad\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12\x12\n" +
 	"\x04load\x18\x02 \x01(\x01R\x04load\"\x11\n" +
