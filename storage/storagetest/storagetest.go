@@ -125,7 +125,7 @@ func peer(t *testing.T, o Opener, s storage.Store) storage.Store {
 	return p
 }
 
-func mustCommit(t *testing.T, s storage.Store, job string, prevGen uint64, a *assign.Assignment) {
+func mustCommit(t testing.TB, s storage.Store, job string, prevGen uint64, a *assign.Assignment) {
 	t.Helper()
 	if err := s.Commit(context.Background(), job, prevGen, a); err != nil {
 		t.Fatalf("Commit(%q, %d, gen %d): %v", job, prevGen, a.Generation, err)
