@@ -9,7 +9,7 @@ import (
 
 // TestBoltContract holds Bolt to the contract every Store keeps. bbolt
 // locks its file to one opener, so the suite's racing committers share one
-// Bolt.
+// Bolt. A failed write must leave the data file identical, byte for byte.
 func TestBoltContract(t *testing.T) {
 	storagetest.Run(t, storagetest.Opener{
 		Open: func(t *testing.T) storage.Store {
@@ -18,6 +18,9 @@ func TestBoltContract(t *testing.T) {
 				t.Fatalf("OpenDataDir: %v", err)
 			}
 			return b
+		},
+		Raw: func(t *testing.T, s storage.Store) []byte {
+			return readFile(t, s.(*storage.Bolt).Path())
 		},
 	})
 }

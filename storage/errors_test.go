@@ -1,4 +1,4 @@
-package storage
+package storage_test
 
 import (
 	"bufio"
@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/slicerd/slicerd/storage"
+	"github.com/slicerd/slicerd/storage/storagetest"
 )
 
 // shortLock keeps lock-conflict tests quick.
@@ -25,25 +28,26 @@ func TestDataDirErrors(t *testing.T) {
 	file := writeFile(t, tmp, "plain", []byte("not a directory"))
 	tests := []struct {
 		name string
-		open func() (*Bolt, error)
+		open func(string, storage.BoltOptions) (*storage.Bolt, error)
+		path string
 		want []string
 	}{
-		{"data dir is a file", func() (*Bolt, error) { return OpenDataDir(file, BoltOptions{}) },
+		{"data dir is a file", storage.OpenDataDir, file,
 			[]string{file, "--data-dir"}},
-		{"data dir under a file", func() (*Bolt, error) { return OpenDataDir(filepath.Join(file, "sub"), BoltOptions{}) },
+		{"data dir under a file", storage.OpenDataDir, filepath.Join(file, "sub"),
 			[]string{filepath.Join(file, "sub"), "--data-dir"}},
-		{"data file under a file", func() (*Bolt, error) { return OpenBolt(filepath.Join(file, "x.db"), BoltOptions{}) },
+		{"data file under a file", storage.OpenBolt, filepath.Join(file, "x.db"),
 			[]string{filepath.Join(file, "x.db"), "--data-dir"}},
-		{"data file in a missing dir", func() (*Bolt, error) { return OpenBolt(filepath.Join(tmp, "missing", "x.db"), BoltOptions{}) },
+		{"data file in a missing dir", storage.OpenBolt, filepath.Join(tmp, "missing", "x.db"),
 			[]string{filepath.Join(tmp, "missing", "x.db"), "directory exists"}},
-		{"data file is a directory", func() (*Bolt, error) { return OpenBolt(tmp, BoltOptions{}) },
+		{"data file is a directory", storage.OpenBolt, tmp,
 			[]string{tmp, "is a directory"}},
-		{"empty data dir", func() (*Bolt, error) { return OpenDataDir("", BoltOptions{}) },
+		{"empty data dir", storage.OpenDataDir, "",
 			[]string{"--data-dir"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, err := tt.open()
+			b, err := tt.open(tt.path, storage.BoltOptions{})
 			if err == nil {
 				b.Close()
 				t.Fatal("open succeeded")
@@ -69,7 +73,7 @@ func TestDataDirPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.Chmod(dir, 0o700) })
-	_, err := OpenDataDir(dir, BoltOptions{})
+	_, err := storage.OpenDataDir(dir, storage.BoltOptions{})
 	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "--data-dir") {
 		t.Fatalf("open in an inaccessible dir: %v", err)
 	}
@@ -77,7 +81,7 @@ func TestDataDirPermissions(t *testing.T) {
 
 func TestOpenDataDirCreatesDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b")
-	b, err := OpenDataDir(dir, BoltOptions{})
+	b, err := storage.OpenDataDir(dir, storage.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +90,7 @@ func TestOpenDataDirCreatesDir(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("data dir: %v, %v; want mode 0700", fi.Mode(), err)
 	}
-	if b.Path() != filepath.Join(dir, DataFileName) {
+	if b.Path() != filepath.Join(dir, storage.DataFileName) {
 		t.Fatalf("Path = %s", b.Path())
 	}
 }
@@ -95,16 +99,16 @@ func TestLockedInProcess(t *testing.T) {
 	s := openTest(t)
 	for _, ro := range []bool{false, true} {
 		start := time.Now()
-		_, err := OpenBolt(s.Path(), BoltOptions{LockTimeout: shortLock, ReadOnly: ro})
+		_, err := storage.OpenBolt(s.Path(), storage.BoltOptions{LockTimeout: shortLock, ReadOnly: ro})
 		want := fmt.Sprintf("data file %s is in use by another slicerd process", s.Path())
-		if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--data-dir") {
+		if !errors.Is(err, storage.ErrLocked) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--data-dir") {
 			t.Fatalf("second open (read-only %v): %v, want ErrLocked", ro, err)
 		}
 		t.Logf("gave up after %v", time.Since(start))
 	}
 	// The failed opens did not disturb the first.
-	mustCommit(t, s, "j", 0, testAssignment("j", 1, 1, 1))
-	s = reopen(t, s, BoltOptions{})
+	mustCommit(t, s, "j", 0, storagetest.Assignment("j", 1, 1, 1))
+	s = reopen(t, s, storage.BoltOptions{})
 	mustLoad(t, s, "j")
 }
 
@@ -113,7 +117,7 @@ const helperEnv = "SLICERD_STORAGE_HELPER_PATH"
 // runHelperProcess holds the data file named by helperEnv open until its
 // stdin closes. It runs in a child process started by TestLockedAcrossProcesses.
 func runHelperProcess() int {
-	b, err := OpenBolt(os.Getenv(helperEnv), BoltOptions{})
+	b, err := storage.OpenBolt(os.Getenv(helperEnv), storage.BoltOptions{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -131,7 +135,7 @@ func runHelperProcess() int {
 // the file the same way a second opener in this process does.
 func TestLockedAcrossProcesses(t *testing.T) {
 	s := openTest(t)
-	mustCommit(t, s, "j", 0, testAssignment("j", 1, 1, 1))
+	mustCommit(t, s, "j", 0, storagetest.Assignment("j", 1, 1, 1))
 	path := s.Path()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -162,8 +166,8 @@ func TestLockedAcrossProcesses(t *testing.T) {
 	}
 
 	for _, ro := range []bool{false, true} {
-		_, err := OpenBolt(path, BoltOptions{LockTimeout: shortLock, ReadOnly: ro})
-		if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "in use by another slicerd process") {
+		_, err := storage.OpenBolt(path, storage.BoltOptions{LockTimeout: shortLock, ReadOnly: ro})
+		if !errors.Is(err, storage.ErrLocked) || !strings.Contains(err.Error(), "in use by another slicerd process") {
 			t.Fatalf("open (read-only %v) while another process holds the file: %v, want ErrLocked", ro, err)
 		}
 	}
@@ -172,7 +176,7 @@ func TestLockedAcrossProcesses(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("helper process: %v; stderr: %s", err, stderr.String())
 	}
-	b, err := OpenBolt(path, BoltOptions{LockTimeout: shortLock})
+	b, err := storage.OpenBolt(path, storage.BoltOptions{LockTimeout: shortLock})
 	if err != nil {
 		t.Fatalf("open after the other process exited: %v", err)
 	}
@@ -187,11 +191,11 @@ func validFile(t *testing.T) ([]byte, int) {
 	s := openTest(t)
 	for i := range 4 {
 		job := fmt.Sprintf("job-%d", i)
-		mustCommit(t, s, job, 0, testAssignment(job, 1, 20, 10))
-		mustCommit(t, s, job, 1, testAssignment(job, 2, 20, 10))
+		mustCommit(t, s, job, 0, storagetest.Assignment(job, 1, 20, 10))
+		mustCommit(t, s, job, 1, storagetest.Assignment(job, 2, 20, 10))
 	}
 	var hwm int64
-	if err := s.db.View(func(tx *bbolt.Tx) error { hwm = tx.Size(); return nil }); err != nil {
+	if err := s.DB().View(func(tx *bbolt.Tx) error { hwm = tx.Size(); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -238,13 +242,13 @@ func TestCorruptFile(t *testing.T) {
 	for _, tt := range tests {
 		for _, ro := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/read-only=%v", tt.name, ro), func(t *testing.T) {
-				path := writeFile(t, t.TempDir(), DataFileName, tt.data)
-				b, err := OpenBolt(path, BoltOptions{ReadOnly: ro, LockTimeout: shortLock})
+				path := writeFile(t, t.TempDir(), storage.DataFileName, tt.data)
+				b, err := storage.OpenBolt(path, storage.BoltOptions{ReadOnly: ro, LockTimeout: shortLock})
 				if err == nil {
 					b.Close()
 					t.Fatal("open succeeded")
 				}
-				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "untouched") {
+				if !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "untouched") {
 					t.Fatalf("open: %v, want ErrCorrupt naming the file", err)
 				}
 				t.Log(err)
@@ -253,7 +257,7 @@ func TestCorruptFile(t *testing.T) {
 				if err := os.Rename(path, path+".bad"); err != nil {
 					t.Fatal(err)
 				}
-				b, err = OpenBolt(path, BoltOptions{LockTimeout: shortLock})
+				b, err = storage.OpenBolt(path, storage.BoltOptions{LockTimeout: shortLock})
 				if err != nil {
 					t.Fatalf("fresh open after moving the bad file aside: %v", err)
 				}
@@ -264,8 +268,8 @@ func TestCorruptFile(t *testing.T) {
 }
 
 func TestReadOnlyEmptyFile(t *testing.T) {
-	path := writeFile(t, t.TempDir(), DataFileName, nil)
-	_, err := OpenBolt(path, BoltOptions{ReadOnly: true})
+	path := writeFile(t, t.TempDir(), storage.DataFileName, nil)
+	_, err := storage.OpenBolt(path, storage.BoltOptions{ReadOnly: true})
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "is empty") {
 		t.Fatalf("read-only open of an empty file: %v", err)
 	}
@@ -273,13 +277,13 @@ func TestReadOnlyEmptyFile(t *testing.T) {
 
 func TestEmptyFileIsNew(t *testing.T) {
 	// An empty file is what a crash while creating the store leaves.
-	path := writeFile(t, t.TempDir(), DataFileName, nil)
-	b, err := OpenBolt(path, BoltOptions{})
+	path := writeFile(t, t.TempDir(), storage.DataFileName, nil)
+	b, err := storage.OpenBolt(path, storage.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	mustCommit(t, b, "j", 0, testAssignment("j", 1, 1, 1))
+	mustCommit(t, b, "j", 0, storagetest.Assignment("j", 1, 1, 1))
 }
 
 // rawUpdate changes a closed data file with bbolt directly.
@@ -302,8 +306,8 @@ func TestNotSlicerdFile(t *testing.T) {
 		return err
 	})
 	before := readFile(t, path)
-	_, err := OpenBolt(path, BoltOptions{})
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "not a slicerd data file") {
+	_, err := storage.OpenBolt(path, storage.BoltOptions{})
+	if !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), "not a slicerd data file") {
 		t.Fatalf("open of a foreign bbolt file: %v", err)
 	}
 	assertUnchanged(t, path, before)
@@ -316,13 +320,13 @@ func TestNewerFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	rawUpdate(t, path, func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketMeta).Put(keyFormatVersion, encodeFormatVersion(FormatVersion+1))
+		return tx.Bucket(storage.BucketMeta).Put(storage.KeyFormatVersion, storage.EncodeFormatVersion(storage.FormatVersion+1))
 	})
 	before := readFile(t, path)
 	for _, ro := range []bool{false, true} {
-		_, err := OpenBolt(path, BoltOptions{ReadOnly: ro})
-		want := fmt.Sprintf("written by a newer slicerd (format %d, this binary reads up to %d); upgrade slicerd", FormatVersion+1, FormatVersion)
-		if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+		_, err := storage.OpenBolt(path, storage.BoltOptions{ReadOnly: ro})
+		want := fmt.Sprintf("written by a newer slicerd (format %d, this binary reads up to %d); upgrade slicerd", storage.FormatVersion+1, storage.FormatVersion)
+		if !errors.Is(err, storage.ErrNewerFormat) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
 			t.Fatalf("open (read-only %v): %v, want ErrNewerFormat", ro, err)
 		}
 	}
@@ -333,7 +337,7 @@ func TestBadFormatVersion(t *testing.T) {
 	for name, v := range map[string][]byte{
 		"missing": nil,
 		"short":   {1},
-		"zero":    encodeFormatVersion(0),
+		"zero":    storage.EncodeFormatVersion(0),
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := openTest(t)
@@ -341,12 +345,12 @@ func TestBadFormatVersion(t *testing.T) {
 			s.Close()
 			rawUpdate(t, path, func(tx *bbolt.Tx) error {
 				if v == nil {
-					return tx.Bucket(bucketMeta).Delete(keyFormatVersion)
+					return tx.Bucket(storage.BucketMeta).Delete(storage.KeyFormatVersion)
 				}
-				return tx.Bucket(bucketMeta).Put(keyFormatVersion, v)
+				return tx.Bucket(storage.BucketMeta).Put(storage.KeyFormatVersion, v)
 			})
 			before := readFile(t, path)
-			if _, err := OpenBolt(path, BoltOptions{}); !errors.Is(err, ErrCorrupt) {
+			if _, err := storage.OpenBolt(path, storage.BoltOptions{}); !errors.Is(err, storage.ErrCorrupt) {
 				t.Fatalf("open: %v, want ErrCorrupt", err)
 			}
 			assertUnchanged(t, path, before)
@@ -358,12 +362,12 @@ func TestBadFormatVersion(t *testing.T) {
 // Commit of that job fail with ErrCorrupt naming it, the file is left as it
 // was, and other jobs are unaffected.
 func TestUndecodableValues(t *testing.T) {
-	good := testAssignment("bad", 1, 2, 2)
+	good := storagetest.Assignment("bad", 1, 2, 2)
 	goodEnc, err := good.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := testAssignment("other", 3, 2, 2).MarshalBinary()
+	other, err := storagetest.Assignment("other", 3, 2, 2).MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,41 +378,41 @@ func TestUndecodableValues(t *testing.T) {
 		prevGen uint64 // the generation the committer read
 		want    string
 	}{
-		{"current garbage", keyCurrent, []byte("\xff\xff\xff garbage"), 2, "current assignment does not decode"},
-		{"current truncated", keyCurrent, goodEnc[:len(goodEnc)/2], 2, "current assignment does not decode"},
-		{"current of another job", keyCurrent, other, 2, `current assignment belongs to job "other"`},
-		{"previous garbage", keyPrevious, []byte{0}, 2, "previous assignment does not decode"},
-		{"previous not older", keyPrevious, goodEnc[:0:0], 2, "previous assignment does not decode"},
-		{"config garbage", keyConfig, []byte("{min_redundancy"), 2, "config does not decode"},
-		{"config invalid", keyConfig, []byte(`{"min_redundancy":0,"max_redundancy":1}`), 2, "config is invalid"},
+		{"current garbage", storage.KeyCurrent, []byte("\xff\xff\xff garbage"), 2, "current assignment does not decode"},
+		{"current truncated", storage.KeyCurrent, goodEnc[:len(goodEnc)/2], 2, "current assignment does not decode"},
+		{"current of another job", storage.KeyCurrent, other, 2, `current assignment belongs to job "other"`},
+		{"previous garbage", storage.KeyPrevious, []byte{0}, 2, "previous assignment does not decode"},
+		{"previous not older", storage.KeyPrevious, goodEnc[:0:0], 2, "previous assignment does not decode"},
+		{"config garbage", storage.KeyConfig, []byte("{min_redundancy"), 2, "config does not decode"},
+		{"config invalid", storage.KeyConfig, []byte(`{"min_redundancy":0,"max_redundancy":1}`), 2, "config is invalid"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := openTest(t)
 			mustCommit(t, s, "bad", 0, good)
-			mustCommit(t, s, "bad", 1, testAssignment("bad", 2, 3, 1))
-			mustCommit(t, s, "fine", 0, testAssignment("fine", 1, 1, 1))
+			mustCommit(t, s, "bad", 1, storagetest.Assignment("bad", 2, 3, 1))
+			mustCommit(t, s, "fine", 0, storagetest.Assignment("fine", 1, 1, 1))
 			path := s.Path()
 			s.Close()
 			rawUpdate(t, path, func(tx *bbolt.Tx) error {
-				return tx.Bucket(bucketJobs).Bucket([]byte("bad")).Put(tt.key, tt.value)
+				return tx.Bucket(storage.BucketJobs).Bucket([]byte("bad")).Put(tt.key, tt.value)
 			})
 			before := readFile(t, path)
-			s, err := OpenBolt(path, BoltOptions{})
+			s, err := storage.OpenBolt(path, storage.BoltOptions{})
 			if err != nil {
 				t.Fatalf("open: %v", err)
 			}
 			defer s.Close()
 			checkCorrupt := func(op string, err error) {
 				t.Helper()
-				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), `job "bad"`) ||
+				if !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), `job "bad"`) ||
 					!strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), path) {
 					t.Fatalf("%s: %v, want ErrCorrupt naming the job, the file and %q", op, err, tt.want)
 				}
 			}
 			_, err = s.Load(ctx, "bad")
 			checkCorrupt("Load", err)
-			checkCorrupt("Commit", s.Commit(ctx, "bad", tt.prevGen, testAssignment("bad", 3, 1, 1)))
+			checkCorrupt("Commit", s.Commit(ctx, "bad", tt.prevGen, storagetest.Assignment("bad", 3, 1, 1)))
 			assertUnchanged(t, path, before)
 			if rec := mustLoad(t, s, "fine"); rec.Generation() != 1 {
 				t.Fatalf("other job: %+v", rec)
@@ -419,23 +423,23 @@ func TestUndecodableValues(t *testing.T) {
 
 func TestOrphanPrevious(t *testing.T) {
 	s := openTest(t)
-	mustCommit(t, s, "j", 0, testAssignment("j", 1, 1, 1))
-	mustCommit(t, s, "j", 1, testAssignment("j", 2, 1, 1))
+	mustCommit(t, s, "j", 0, storagetest.Assignment("j", 1, 1, 1))
+	mustCommit(t, s, "j", 1, storagetest.Assignment("j", 2, 1, 1))
 	path := s.Path()
 	s.Close()
 	rawUpdate(t, path, func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketJobs).Bucket([]byte("j")).Delete(keyCurrent)
+		return tx.Bucket(storage.BucketJobs).Bucket([]byte("j")).Delete(storage.KeyCurrent)
 	})
-	s, err := OpenBolt(path, BoltOptions{})
+	s, err := storage.OpenBolt(path, storage.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Load(ctx, "j"); !errors.Is(err, ErrCorrupt) {
+	if _, err := s.Load(ctx, "j"); !errors.Is(err, storage.ErrCorrupt) {
 		t.Fatalf("Load: %v, want ErrCorrupt", err)
 	}
 	before := readFile(t, path)
-	if err := s.Commit(ctx, "j", 0, testAssignment("j", 3, 1, 1)); !errors.Is(err, ErrCorrupt) {
+	if err := s.Commit(ctx, "j", 0, storagetest.Assignment("j", 3, 1, 1)); !errors.Is(err, storage.ErrCorrupt) {
 		t.Fatalf("Commit: %v, want ErrCorrupt", err)
 	}
 	assertUnchanged(t, path, before)
@@ -446,14 +450,14 @@ func TestJobsCorrupt(t *testing.T) {
 	path := s.Path()
 	s.Close()
 	rawUpdate(t, path, func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketJobs).Put([]byte("stray"), []byte("value"))
+		return tx.Bucket(storage.BucketJobs).Put([]byte("stray"), []byte("value"))
 	})
-	s, err := OpenBolt(path, BoltOptions{})
+	s, err := storage.OpenBolt(path, storage.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Jobs(ctx); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "stray") {
+	if _, err := s.Jobs(ctx); !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), "stray") {
 		t.Fatalf("Jobs: %v, want ErrCorrupt naming the stray key", err)
 	}
 }

@@ -1,10 +1,12 @@
-package storage
+package storage_test
 
 import (
 	"errors"
 	"testing"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
+	"github.com/slicerd/slicerd/storage/storagetest"
 )
 
 func FuzzDecodeConfig(f *testing.F) {
@@ -20,7 +22,7 @@ func FuzzDecodeConfig(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cfg, err := decodeConfig(b)
+		cfg, err := storage.DecodeConfig(b)
 		if err != nil {
 			if cfg != (assign.Config{}) {
 				t.Fatalf("error %v with a non-zero config %+v", err, cfg)
@@ -30,24 +32,25 @@ func FuzzDecodeConfig(f *testing.F) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("decoded an invalid config %+v: %v", cfg, err)
 		}
-		enc, err := encodeConfig(cfg)
+		enc, err := storage.EncodeConfig(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := decodeConfig(enc)
+		again, err := storage.DecodeConfig(enc)
 		if err != nil || again != cfg {
 			t.Fatalf("round trip of %+v: %+v, %v", cfg, again, err)
 		}
 	})
 }
 
-// FuzzDecodeRecord feeds arbitrary stored values to the code Load and
-// Commit use to read a job's record: it must never panic, and it either
-// fails as corrupt (or not found) or returns a record whose parts are
-// valid and consistent.
+// FuzzDecodeRecord feeds arbitrary stored values to DecodeRecord, the code
+// both stores' Load and Commit use to read a job's record (Bolt through
+// the decoder it wraps): it must never panic, and it either fails as
+// corrupt (or not found) or returns a record whose parts are valid and
+// consistent.
 func FuzzDecodeRecord(f *testing.F) {
 	enc := func(gen uint64, tasks int) []byte {
-		b, err := testAssignment("j", gen, tasks, 2).MarshalBinary()
+		b, err := storagetest.Assignment("j", gen, tasks, 2).MarshalBinary()
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -72,13 +75,12 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 			return b
 		}
-		rec, err := decodeRecord("j", present(hasCur, cur), present(hasPrev, prev), present(hasCfg, cfgb))
+		rec, err := storage.DecodeRecord("j", present(hasCur, cur), present(hasPrev, prev), present(hasCfg, cfgb))
 		if err != nil {
-			var cv errCorruptValue
-			if !errors.Is(err, ErrNotFound) && !errors.As(err, &cv) {
+			if !errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrCorrupt) {
 				t.Fatalf("error is neither not-found nor corrupt: %v", err)
 			}
-			if errors.Is(err, ErrNotFound) && (hasCur || hasCfg) {
+			if errors.Is(err, storage.ErrNotFound) && (hasCur || hasCfg) {
 				t.Fatalf("not found with values present: %v", err)
 			}
 			return
@@ -104,15 +106,15 @@ func FuzzDecodeRecord(f *testing.F) {
 }
 
 func FuzzDecodeFormatVersion(f *testing.F) {
-	f.Add(encodeFormatVersion(FormatVersion))
+	f.Add(storage.EncodeFormatVersion(storage.FormatVersion))
 	f.Add([]byte{})
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		v, err := decodeFormatVersion(b)
+		v, err := storage.DecodeFormatVersion(b)
 		if err != nil {
 			return
 		}
-		if string(encodeFormatVersion(v)) != string(b) {
+		if string(storage.EncodeFormatVersion(v)) != string(b) {
 			t.Fatalf("%x decoded to %d, which encodes differently", b, v)
 		}
 	})

@@ -1,9 +1,8 @@
-package storage
+package storage_test
 
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
 )
 
 func TestMain(m *testing.M) {
@@ -20,42 +20,13 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testAssignment builds a valid assignment of job with nTasks tasks and
-// nTasks*slicesPerTask equal slices; every fifth slice has two tasks.
-func testAssignment(job string, gen uint64, nTasks, slicesPerTask int) *assign.Assignment {
-	a := &assign.Assignment{Job: job, Generation: gen}
-	for i := range nTasks {
-		a.Tasks = append(a.Tasks, assign.Task{
-			Name: fmt.Sprintf("task-%04d", i),
-			Addr: fmt.Sprintf("10.0.%d.%d:7070", i/256, i%256),
-		})
-	}
-	n := nTasks * slicesPerTask
-	width := assign.KeySpaceEnd / assign.SliceKey(n)
-	for i := range n {
-		s := assign.Slice{Start: assign.SliceKey(i) * width, End: assign.SliceKey(i+1) * width}
-		if i == n-1 {
-			s.End = assign.KeySpaceEnd
-		}
-		t := i % nTasks
-		s.Tasks = []string{a.Tasks[t].Name}
-		if i%5 == 0 && nTasks > 1 {
-			u := (t + 1) % nTasks
-			s.Tasks = []string{a.Tasks[min(t, u)].Name, a.Tasks[max(t, u)].Name}
-		}
-		a.Slices = append(a.Slices, s)
-	}
-	if err := a.Validate(); err != nil {
-		panic(err)
-	}
-	return a
-}
+var ctx = context.Background()
 
 // openTest opens a fresh store in a temporary directory and closes it at
 // the end of the test.
-func openTest(t testing.TB) *Bolt {
+func openTest(t testing.TB) *storage.Bolt {
 	t.Helper()
-	b, err := OpenDataDir(t.TempDir(), BoltOptions{})
+	b, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
 	if err != nil {
 		t.Fatalf("OpenDataDir: %v", err)
 	}
@@ -63,12 +34,12 @@ func openTest(t testing.TB) *Bolt {
 	return b
 }
 
-func reopen(t testing.TB, b *Bolt, opts BoltOptions) *Bolt {
+func reopen(t testing.TB, b *storage.Bolt, opts storage.BoltOptions) *storage.Bolt {
 	t.Helper()
 	if err := b.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	nb, err := OpenBolt(b.Path(), opts)
+	nb, err := storage.OpenBolt(b.Path(), opts)
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
@@ -76,27 +47,20 @@ func reopen(t testing.TB, b *Bolt, opts BoltOptions) *Bolt {
 	return nb
 }
 
-func mustCommit(t testing.TB, s Store, job string, prevGen uint64, a *assign.Assignment) {
+func mustCommit(t testing.TB, s storage.Store, job string, prevGen uint64, a *assign.Assignment) {
 	t.Helper()
-	if err := s.Commit(context.Background(), job, prevGen, a); err != nil {
+	if err := s.Commit(ctx, job, prevGen, a); err != nil {
 		t.Fatalf("Commit(%q, %d, gen %d): %v", job, prevGen, a.Generation, err)
 	}
 }
 
-func mustLoad(t testing.TB, s Store, job string) Record {
+func mustLoad(t testing.TB, s storage.Store, job string) storage.Record {
 	t.Helper()
-	rec, err := s.Load(context.Background(), job)
+	rec, err := s.Load(ctx, job)
 	if err != nil {
 		t.Fatalf("Load(%q): %v", job, err)
 	}
 	return rec
-}
-
-func sameAssignment(a, b *assign.Assignment) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Generation == b.Generation && assign.Equal(a, b)
 }
 
 // readFile returns the data file's bytes; a failed write must leave them

@@ -74,6 +74,7 @@ func rawPut(t testing.TB, cli *clientv3.Client, key, value string) {
 
 func TestContract(t *testing.T) {
 	srv := etcdtest.Start(t)
+	cli := rawClient(t, srv)
 	storagetest.Run(t, storagetest.Opener{
 		Open: func(t *testing.T) storage.Store {
 			s, err := etcdstore.Open(ctx, etcdstore.Options{
@@ -95,6 +96,20 @@ func TestContract(t *testing.T) {
 				t.Fatalf("Open peer: %v", err)
 			}
 			return p
+		},
+		// Every key under the store's prefix with its value and the
+		// revision that last wrote it: a failed write puts nothing, not
+		// even the same value again.
+		Raw: func(t *testing.T, s storage.Store) []byte {
+			resp, err := cli.Get(ctx, s.(*etcdstore.Store).Prefix(), clientv3.WithPrefix())
+			if err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			var raw []byte
+			for _, kv := range resp.Kvs {
+				raw = fmt.Appendf(raw, "%q=%q@%d\n", kv.Key, kv.Value, kv.ModRevision)
+			}
+			return raw
 		},
 	})
 }

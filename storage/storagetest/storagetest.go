@@ -5,6 +5,7 @@
 package storagetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,11 @@ type Opener struct {
 	// would open it. Nil when an implementation allows a single client
 	// (bbolt locks its file): the suite then shares s.
 	Peer func(t *testing.T, s storage.Store) storage.Store
+	// Raw returns everything s keeps in its backing storage, byte for
+	// byte (bbolt's file; etcd's keys under the prefix with their
+	// revisions), so that the suite can check a failed write wrote nothing
+	// at all, not only nothing a Load would see. Nil skips that check.
+	Raw func(t *testing.T, s storage.Store) []byte
 }
 
 // watchTimeout guards a wait for a watch notification, so that a broken
@@ -150,32 +156,41 @@ func mustSetConfig(t *testing.T, s storage.Store, job string, cfg assign.Config)
 
 // snapshot is everything a store holds, to check a failed write changed
 // nothing.
-type snapshot map[string]storage.Record
+type snapshot struct {
+	records map[string]storage.Record
+	raw     []byte // from Opener.Raw, when set
+}
 
-func snap(t *testing.T, s storage.Store) snapshot {
+func snap(t *testing.T, o Opener, s storage.Store) snapshot {
 	t.Helper()
 	jobs, err := s.Jobs(context.Background())
 	if err != nil {
 		t.Fatalf("Jobs: %v", err)
 	}
-	m := snapshot{}
+	m := snapshot{records: map[string]storage.Record{}}
 	for _, j := range jobs {
-		m[j] = mustLoad(t, s, j)
+		m.records[j] = mustLoad(t, s, j)
+	}
+	if o.Raw != nil {
+		m.raw = o.Raw(t, s)
 	}
 	return m
 }
 
-func assertUnchanged(t *testing.T, s storage.Store, before snapshot) {
+func assertUnchanged(t *testing.T, o Opener, s storage.Store, before snapshot) {
 	t.Helper()
-	after := snap(t, s)
-	if len(after) != len(before) {
-		t.Fatalf("jobs changed: %d before, %d after", len(before), len(after))
+	after := snap(t, o, s)
+	if len(after.records) != len(before.records) {
+		t.Fatalf("jobs changed: %d before, %d after", len(before.records), len(after.records))
 	}
-	for j, b := range before {
-		a, ok := after[j]
+	for j, b := range before.records {
+		a, ok := after.records[j]
 		if !ok || !Same(a.Current, b.Current) || !Same(a.Previous, b.Previous) || a.Config != b.Config || a.Configured != b.Configured {
 			t.Fatalf("job %q changed: before %+v, after %+v", j, b, a)
 		}
+	}
+	if !bytes.Equal(after.raw, before.raw) {
+		t.Fatalf("the backing storage changed (%d bytes before, %d after)", len(before.raw), len(after.raw))
 	}
 }
 
@@ -219,8 +234,10 @@ func testLoadNotFound(t *testing.T, o Opener) {
 	if err != nil || len(jobs) != 0 {
 		t.Fatalf("Jobs of an empty store = %q, %v", jobs, err)
 	}
-	if _, err := s.Load(context.Background(), "Bad Name"); !errors.Is(err, storage.ErrInvalid) {
-		t.Fatalf("Load with an invalid name: %v, want ErrInvalid", err)
+	for _, name := range []string{"Bad Name", "Bad"} {
+		if _, err := s.Load(context.Background(), name); !errors.Is(err, storage.ErrInvalid) {
+			t.Fatalf("Load(%q): %v, want ErrInvalid", name, err)
+		}
 	}
 }
 
@@ -239,7 +256,11 @@ func testPreviousKept(t *testing.T, o Opener) {
 		if !Same(rec.Current, a) {
 			t.Fatalf("gen %d: current %+v", a.Generation, rec.Current)
 		}
-		if len(gens) > 1 && !Same(rec.Previous, gens[len(gens)-2]) {
+		var want *assign.Assignment // none before the first commit
+		if len(gens) > 1 {
+			want = gens[len(gens)-2]
+		}
+		if !Same(rec.Previous, want) {
 			t.Fatalf("gen %d: previous is not the assignment it replaced", a.Generation)
 		}
 	}
@@ -250,7 +271,7 @@ func testCommitConflict(t *testing.T, o Opener) {
 	s := open(t, o)
 	mustCommit(t, s, "j", 0, Assignment("j", 1, 2, 1))
 	mustCommit(t, s, "j", 1, Assignment("j", 2, 3, 1))
-	before := snap(t, s)
+	before := snap(t, o, s)
 	for _, tt := range []struct {
 		name          string
 		prevGen, next uint64
@@ -264,14 +285,14 @@ func testCommitConflict(t *testing.T, o Opener) {
 		if !errors.Is(err, storage.ErrConflict) || !strings.Contains(err.Error(), tt.want) {
 			t.Fatalf("%s: Commit: %v, want ErrConflict with %q", tt.name, err, tt.want)
 		}
-		assertUnchanged(t, s, before)
+		assertUnchanged(t, o, s, before)
 	}
 	// A job that does not exist yet conflicts with any prevGen but 0.
 	err := s.Commit(ctx, "new", 4, Assignment("new", 5, 1, 1))
 	if !errors.Is(err, storage.ErrConflict) || !strings.Contains(err.Error(), "stored generation is 0, expected 4") {
 		t.Fatalf("Commit to a missing job with prevGen 4: %v", err)
 	}
-	assertUnchanged(t, s, before)
+	assertUnchanged(t, o, s, before)
 }
 
 func testCommitInvalid(t *testing.T, o Opener) {
@@ -281,7 +302,7 @@ func testCommitInvalid(t *testing.T, o Opener) {
 	gap.Slices[1].Start++
 	zero := Assignment("j", 1, 1, 1)
 	zero.Generation = 0
-	before := snap(t, s)
+	before := snap(t, o, s)
 	for _, tt := range []struct {
 		name    string
 		job     string
@@ -302,7 +323,7 @@ func testCommitInvalid(t *testing.T, o Opener) {
 		if !errors.Is(err, storage.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
 			t.Fatalf("%s: Commit: %v, want ErrInvalid with %q", tt.name, err, tt.want)
 		}
-		assertUnchanged(t, s, before)
+		assertUnchanged(t, o, s, before)
 	}
 }
 
@@ -329,7 +350,7 @@ func testSetConfig(t *testing.T, o Opener) {
 
 func testSetConfigInvalid(t *testing.T, o Opener) {
 	s := open(t, o)
-	before := snap(t, s)
+	before := snap(t, o, s)
 	for _, tc := range []struct {
 		job string
 		cfg assign.Config
@@ -343,7 +364,10 @@ func testSetConfigInvalid(t *testing.T, o Opener) {
 			t.Errorf("SetConfig(%q, %+v) = %v, want ErrInvalid", tc.job, tc.cfg, err)
 		}
 	}
-	assertUnchanged(t, s, before)
+	assertUnchanged(t, o, s, before)
+	if _, err := s.Load(context.Background(), "j"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("an invalid config created the job: %v", err)
+	}
 }
 
 func testJobsSorted(t *testing.T, o Opener) {
