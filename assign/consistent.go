@@ -264,16 +264,19 @@ func ringAssignment(job string, gen uint64, live []Task, counts []int, base, mos
 		slices.Sort(ts)
 		return ts
 	}
+	p := &planner{live: live}
 	var sl []wslice
 	add := func(start, end SliceKey, ts []int32) {
 		if start >= end {
 			return
 		}
-		if n := len(sl); n > 0 && slices.Equal(sl[n-1].tasks, ts) {
+		if n := len(sl); n > 0 && slices.Equal(p.tasks(&sl[n-1]), ts) {
 			sl[n-1].end = end
 			return
 		}
-		sl = append(sl, wslice{start: start, end: end, tasks: slices.Clone(ts)})
+		s := wslice{start: start, end: end}
+		p.setTasks(&s, ts)
+		sl = append(sl, s)
 	}
 	// Node j owns (pos[j-1], pos[j]]; node 0 also owns the wrap-around.
 	last := ring[len(ring)-1].pos + 1
@@ -293,7 +296,7 @@ func ringAssignment(job string, gen uint64, live []Task, counts []int, base, mos
 	}
 	add(last, KeySpaceEnd, first)
 
-	p := &planner{live: live, slices: sl}
+	p.slices = sl
 	return p.assignment(job, gen)
 }
 

@@ -103,13 +103,34 @@ func (l Load) In(start, end SliceKey) float64 {
 
 // covers reports whether a single entry of l spans all of [start, end).
 func (l Load) covers(start, end SliceKey) bool {
-	i, _ := slices.BinarySearchFunc(l, start, func(e LoadEntry, k SliceKey) int {
-		if e.End <= k {
-			return -1
-		}
-		return 1
-	})
+	return l.coversFrom(l.after(start, 0), start, end)
+}
+
+// coversFrom is covers given i, the first entry of l ending after start.
+func (l Load) coversFrom(i int, start, end SliceKey) bool {
 	return i < len(l) && l[i].Start <= start && l[i].End >= end
+}
+
+// after returns the index of the first entry of l ending after k (len(l)
+// if none), given that no entry before from does. A few steps forward
+// cover the common case of a nearby entry; a binary search the rest.
+func (l Load) after(k SliceKey, from int) int {
+	for range 4 {
+		if from >= len(l) || l[from].End > k {
+			return from
+		}
+		from++
+	}
+	lo, hi := from, len(l)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if l[m].End <= k {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // TaskLoads returns the load each task of a carries under l, indexed like

@@ -146,15 +146,50 @@ func Rebalance(prev *Assignment, live []Task, cfg Config) (*Assignment, Decision
 	return next, d, nil
 }
 
-// wslice is a slice under construction: tasks are ids into planner.live,
-// ascending, so id order is name order.
+// wslice is a slice under construction. Its tasks are ids into
+// planner.live, ascending, so id order is name order; they are stored as
+// the window ids[off:off+n] of the planner's arena, so that a million
+// slices hold no pointers for the garbage collector to follow. Windows
+// are never written once filled: slices may share one, and a change
+// appends a new list to the arena (see planner.setTasks).
 type wslice struct {
 	start, end SliceKey
-	tasks      []int32
+	off, n     int32
 }
 
-func (s *wslice) has(t int32) bool {
-	_, ok := slices.BinarySearch(s.tasks, t)
+// tasks returns the ids of the tasks serving s. The window has no spare
+// capacity, so appending to it copies.
+func (p *planner) tasks(s *wslice) []int32 {
+	return p.ids[s.off : s.off+s.n : s.off+s.n]
+}
+
+// setTasks makes ts (sorted ids) the tasks serving s.
+func (p *planner) setTasks(s *wslice, ts []int32) {
+	s.off, s.n = int32(len(p.ids)), int32(len(ts))
+	p.ids = append(p.ids, ts...)
+}
+
+// withTask makes s served by its tasks and t (not among them).
+func (p *planner) withTask(s *wslice, t int32) {
+	ts := p.tasks(s) // stays valid: appending never writes over it
+	i, _ := slices.BinarySearch(ts, t)
+	s.off, s.n = int32(len(p.ids)), int32(len(ts)+1)
+	p.ids = append(p.ids, ts[:i]...)
+	p.ids = append(p.ids, t)
+	p.ids = append(p.ids, ts[i:]...)
+}
+
+// withoutTask makes s served by its tasks but t (one of them).
+func (p *planner) withoutTask(s *wslice, t int32) {
+	ts := p.tasks(s)
+	i, _ := slices.BinarySearch(ts, t)
+	s.off, s.n = int32(len(p.ids)), int32(len(ts)-1)
+	p.ids = append(p.ids, ts[:i]...)
+	p.ids = append(p.ids, ts[i+1:]...)
+}
+
+func (p *planner) has(s *wslice, t int32) bool {
+	_, ok := slices.BinarySearch(p.tasks(s), t)
 	return ok
 }
 
@@ -169,6 +204,7 @@ type planner struct {
 	cfg        Config
 	live       []Task
 	slices     []wslice
+	ids        []int32 // the arena of slices' task lists
 	departures []departure
 	load       []uint64 // by task id; see sliceLoad
 	least      *taskHeap[uint64]
@@ -231,14 +267,13 @@ func newPlannerRoom(prev *Assignment, live []Task, cfg Config, extra int) *plann
 				p.departures = append(p.departures, departure{slice: si, name: name})
 			}
 		}
-		// A full-capacity window: growing one slice's list reallocates it
-		// instead of overwriting its neighbour's.
-		ws := wslice{start: s.Start, end: s.End, tasks: arena[off:len(arena):len(arena)]}
+		ws := wslice{start: s.Start, end: s.End, off: int32(off), n: int32(len(arena) - off)}
 		p.slices[si] = ws
-		for _, t := range ws.tasks {
+		for _, t := range arena[off:] {
 			p.load[t] += sliceLoad(&ws)
 		}
 	}
+	p.ids = arena
 	p.least = newTaskHeap(p.load, false)
 	p.most = newTaskHeap(p.load, true)
 	return p
@@ -253,16 +288,14 @@ func (p *planner) setLoad(t int32, l uint64) {
 // addTask makes task t serve slice si.
 func (p *planner) addTask(si int, t int32) {
 	s := &p.slices[si]
-	i, _ := slices.BinarySearch(s.tasks, t)
-	s.tasks = slices.Insert(s.tasks, i, t)
+	p.withTask(s, t)
 	p.setLoad(t, p.load[t]+sliceLoad(s))
 }
 
 // removeTask stops task t serving slice si.
 func (p *planner) removeTask(si int, t int32) {
 	s := &p.slices[si]
-	i, _ := slices.BinarySearch(s.tasks, t)
-	s.tasks = slices.Delete(s.tasks, i, i+1)
+	p.withoutTask(s, t)
 	p.setLoad(t, p.load[t]-sliceLoad(s))
 }
 
@@ -331,7 +364,7 @@ func (p *planner) fillOrphaned(si int, departed []string, target uint64) {
 func (p *planner) fillPieces(si int, departed []string, target, minPiece uint64) {
 	for k, name := range departed {
 		s := &p.slices[si]
-		t := p.least.bestExcept(s.tasks)
+		t := p.least.bestExcept(p.tasks(s))
 		if t < 0 {
 			for _, rest := range departed[k:] {
 				p.moves = append(p.moves, Move{Kind: RemoveReplica, Start: s.start, End: s.end, From: rest,
@@ -363,20 +396,21 @@ func (p *planner) enforceRedundancy() {
 	want := min(p.cfg.MinRedundancy, len(p.live))
 	for si := range p.slices {
 		s := &p.slices[si]
-		for len(s.tasks) < want {
-			t := p.least.bestExcept(s.tasks)
-			reason := fmt.Sprintf("slice has %d tasks, below the minimum redundancy %d", len(s.tasks), want)
+		for int(s.n) < want {
+			t := p.least.bestExcept(p.tasks(s))
+			reason := fmt.Sprintf("slice has %d tasks, below the minimum redundancy %d", s.n, want)
 			p.addTask(si, t)
 			p.move(AddReplica, s, -1, t, reason)
 		}
-		for len(s.tasks) > p.cfg.MaxRedundancy {
-			t := s.tasks[0]
-			for _, u := range s.tasks[1:] {
+		for int(s.n) > p.cfg.MaxRedundancy {
+			ts := p.tasks(s)
+			t := ts[0]
+			for _, u := range ts[1:] {
 				if p.load[u] > p.load[t] {
 					t = u
 				}
 			}
-			reason := fmt.Sprintf("slice has %d tasks, above the maximum redundancy %d", len(s.tasks), p.cfg.MaxRedundancy)
+			reason := fmt.Sprintf("slice has %d tasks, above the maximum redundancy %d", s.n, p.cfg.MaxRedundancy)
 			p.removeTask(si, t)
 			p.move(RemoveReplica, s, t, -1, reason)
 		}
@@ -411,7 +445,7 @@ func (p *planner) fairShareWith(extraHi, extraLo uint64) uint64 {
 func (p *planner) placeJoined() {
 	held := make([]bool, len(p.live))
 	for i := range p.slices {
-		for _, t := range p.slices[i].tasks {
+		for _, t := range p.tasks(&p.slices[i]) {
 			held[t] = true
 		}
 	}
@@ -452,7 +486,7 @@ func (p *planner) donorSlice(t, n int32, need uint64) int {
 	cover, largest := -1, -1
 	for i := range p.slices {
 		s := &p.slices[i]
-		if !s.has(t) || s.has(n) {
+		if !p.has(s, t) || p.has(s, n) {
 			continue
 		}
 		l := sliceLoad(s)
@@ -475,7 +509,7 @@ func (p *planner) split(si int, at SliceKey) {
 	s := p.slices[si]
 	p.moves = append(p.moves, Move{Kind: Split, Start: s.start, End: s.end,
 		Reason: fmt.Sprintf("split at %#x to move only part of the slice", at)})
-	upper := wslice{start: at, end: s.end, tasks: slices.Clone(s.tasks)}
+	upper := wslice{start: at, end: s.end, off: s.off, n: s.n} // lists are never written in place
 	p.slices[si].end = at
 	p.slices = slices.Insert(p.slices, si+1, upper)
 }
@@ -486,7 +520,7 @@ func (p *planner) mergeAdjacent() {
 	out := p.slices[:1]
 	runStart := 0 // index in p.slices of the first slice merged into out's last
 	for i := 1; i <= len(p.slices); i++ {
-		if i < len(p.slices) && slices.Equal(out[len(out)-1].tasks, p.slices[i].tasks) {
+		if i < len(p.slices) && slices.Equal(p.tasks(&out[len(out)-1]), p.tasks(&p.slices[i])) {
 			out[len(out)-1].end = p.slices[i].end
 			continue
 		}
@@ -510,8 +544,8 @@ func (p *planner) assignment(job string, gen uint64) *Assignment {
 	used := make([]bool, len(p.live))
 	total := 0
 	for i := range p.slices {
-		total += len(p.slices[i].tasks)
-		for _, t := range p.slices[i].tasks {
+		total += int(p.slices[i].n)
+		for _, t := range p.tasks(&p.slices[i]) {
 			used[t] = true
 		}
 	}
@@ -525,11 +559,12 @@ func (p *planner) assignment(job string, gen uint64) *Assignment {
 	off := 0
 	for i := range p.slices {
 		s := &p.slices[i]
-		ts := names[off : off+len(s.tasks) : off+len(s.tasks)]
-		for j, t := range s.tasks {
+		n := int(s.n)
+		ts := names[off : off+n : off+n]
+		for j, t := range p.tasks(s) {
 			ts[j] = p.live[t].Name
 		}
-		off += len(s.tasks)
+		off += n
 		a.Slices[i] = Slice{Start: s.start, End: s.end, Tasks: ts}
 	}
 	return a

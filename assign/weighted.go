@@ -123,8 +123,9 @@ func newWeigher(p *planner, load Load) *weigher {
 	w.sload = measure(w.sl, load)
 	for i := range w.sl {
 		w.total += w.sload[i]
-		share := w.sload[i] / float64(len(w.sl[i].tasks))
-		for _, t := range w.sl[i].tasks {
+		ts := p.tasks(&w.sl[i])
+		share := w.sload[i] / float64(len(ts))
+		for _, t := range ts {
 			w.tload[t] += share
 		}
 	}
@@ -193,7 +194,7 @@ func (w *weigher) merge() {
 	// next decision would treat the task as new and hand it keys again.
 	w.held = make([]int32, len(w.p.live))
 	for i := range w.sl {
-		for _, t := range w.sl[i].tasks {
+		for _, t := range w.p.tasks(&w.sl[i]) {
 			w.held[t]++
 		}
 	}
@@ -205,11 +206,12 @@ func (w *weigher) merge() {
 		a, b := &out[len(out)-1], w.sl[i]
 		la, lb := outLoad[len(out)-1], w.sload[i]
 		if count > floor && la+lb < w.cfg.MergeLoadFactor*w.total/float64(count) {
-			if tasks, cost, ok := w.mergeTasks(a, la, &b, lb, ceiling, budget-spent); ok {
-				w.recordMerge(a, la, &b, lb, tasks)
+			if by, cost, ok := w.mergeTasks(a, la, &b, lb, ceiling, budget-spent); ok {
+				off, n := by.off, by.n
+				w.recordMerge(a, la, &b, lb, w.p.tasks(by))
 				spent += cost
 				a.end = b.end
-				a.tasks = tasks
+				a.off, a.n = off, n
 				outLoad[len(out)-1] = la + lb
 				count--
 				continue
@@ -223,37 +225,40 @@ func (w *weigher) merge() {
 }
 
 // mergeTasks picks the tasks to serve the union of adjacent slices a and b:
-// a's or b's, whichever moves fewer keys (a's on a tie), provided the keys
-// moved fit the budget and no task ends above ceiling.
-func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceiling float64, budget uint64) ([]int32, uint64, bool) {
+// a's or b's (returned as the slice whose tasks they are), whichever moves
+// fewer keys (a's on a tie), provided the keys moved fit the budget and no
+// task ends above ceiling.
+func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceiling float64, budget uint64) (*wslice, uint64, bool) {
 	type option struct {
-		tasks []int32
-		cost  uint64
+		by   *wslice
+		cost uint64
 	}
-	opts := [2]option{{a.tasks, 0}, {b.tasks, 0}}
-	if !subset(a.tasks, b.tasks) {
+	at, bt := w.p.tasks(a), w.p.tasks(b)
+	opts := [2]option{{a, 0}, {b, 0}}
+	if !subset(at, bt) {
 		opts[0].cost = b.end - b.start
 	}
-	if !subset(b.tasks, a.tasks) {
+	if !subset(bt, at) {
 		opts[1].cost = a.end - a.start
 	}
 	if opts[1].cost < opts[0].cost {
 		opts[0], opts[1] = opts[1], opts[0]
 	}
 	for _, o := range opts {
-		if o.cost > budget || w.strands(a, b, o.tasks) {
+		tasks := w.p.tasks(o.by)
+		if o.cost > budget || w.strands(a, b, tasks) {
 			continue
 		}
 		ok := true
-		for _, t := range o.tasks {
-			l := w.tload[t] - share(t, la, a.tasks) - share(t, lb, b.tasks) + (la+lb)/float64(len(o.tasks))
+		for _, t := range tasks {
+			l := w.tload[t] - share(t, la, at) - share(t, lb, bt) + (la+lb)/float64(len(tasks))
 			if l > ceiling {
 				ok = false
 				break
 			}
 		}
 		if ok {
-			return o.tasks, o.cost, true
+			return o.by, o.cost, true
 		}
 	}
 	return nil, 0, false
@@ -263,15 +268,15 @@ func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceili
 // a or b with no slice at all.
 func (w *weigher) strands(a, b *wslice, tasks []int32) bool {
 	for _, s := range [2]*wslice{a, b} {
-		for _, t := range s.tasks {
+		for _, t := range w.p.tasks(s) {
 			if _, kept := slices.BinarySearch(tasks, t); kept {
 				continue
 			}
 			n := w.held[t]
-			if a.has(t) {
+			if w.p.has(a, t) {
 				n--
 			}
-			if b.has(t) {
+			if w.p.has(b, t) {
 				n--
 			}
 			if n <= 0 {
@@ -285,17 +290,18 @@ func (w *weigher) strands(a, b *wslice, tasks []int32) bool {
 // recordMerge updates task loads for merging a and b into one slice served
 // by tasks, and records the moves.
 func (w *weigher) recordMerge(a *wslice, la float64, b *wslice, lb float64, tasks []int32) {
-	for _, t := range a.tasks {
-		w.tload[t] -= la / float64(len(a.tasks))
+	at, bt := w.p.tasks(a), w.p.tasks(b)
+	for _, t := range at {
+		w.tload[t] -= la / float64(len(at))
 	}
-	for _, t := range b.tasks {
-		w.tload[t] -= lb / float64(len(b.tasks))
+	for _, t := range bt {
+		w.tload[t] -= lb / float64(len(bt))
 	}
 	for _, t := range tasks {
 		w.tload[t] += (la + lb) / float64(len(tasks))
 	}
-	for _, s := range [2]*wslice{a, b} {
-		for _, t := range s.tasks {
+	for _, ts := range [2][]int32{at, bt} {
+		for _, t := range ts {
 			w.held[t]--
 		}
 	}
@@ -303,8 +309,8 @@ func (w *weigher) recordMerge(a *wslice, la float64, b *wslice, lb float64, task
 		w.held[t]++
 	}
 	reason := "merging adjacent cold slices: the job has more slices than it needs"
-	w.p.recordChange(a.start, a.end, a.tasks, tasks, reason)
-	w.p.recordChange(b.start, b.end, b.tasks, tasks, reason)
+	w.p.recordChange(a.start, a.end, at, tasks, reason)
+	w.p.recordChange(b.start, b.end, bt, tasks, reason)
 	w.p.moves = append(w.p.moves, Move{Kind: Merge, Start: a.start, End: b.end, Reason: reason})
 }
 
@@ -357,7 +363,7 @@ func (w *weigher) moveGreedy() {
 	}
 	owned := make([][]int32, n) // slice indices per task
 	for i := range w.sl {
-		for _, t := range w.sl[i].tasks {
+		for _, t := range w.p.tasks(&w.sl[i]) {
 			owned[t] = append(owned[t], int32(i))
 		}
 	}
@@ -394,10 +400,11 @@ func (w *weigher) moveGreedy() {
 			if l == 0 {
 				continue
 			}
-			r := len(s.tasks)
+			ts := w.p.tasks(s)
+			r := len(ts)
 			sh := l / float64(r)
 			width := s.end - s.start
-			if c := cold.bestExcept(s.tasks); c >= 0 {
+			if c := cold.bestExcept(ts); c >= 0 {
 				lc := w.tload[c]
 				if !last {
 					consider(candidate{kind: Reassign, slice: si, to: c, cost: width,
@@ -412,7 +419,7 @@ func (w *weigher) moveGreedy() {
 			if r > minR && !last {
 				ns := l / float64(r-1)
 				peak := lh - sh
-				for _, t := range s.tasks {
+				for _, t := range ts {
 					if t != h {
 						peak = max(peak, w.tload[t]-sh+ns)
 					}
@@ -446,18 +453,18 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot, cold *taskHeap[float64
 	lh := w.tload[h]
 	cands := slices.Clone(owned[h])
 	slices.SortFunc(cands, func(a, b int32) int {
-		return cmp.Compare(w.sload[b]/float64(len(w.sl[b].tasks)), w.sload[a]/float64(len(w.sl[a].tasks)))
+		return cmp.Compare(w.sload[b]/float64(w.sl[b].n), w.sload[a]/float64(w.sl[a].n))
 	})
 	last := len(owned[h]) <= 1
 	for _, si := range cands[:min(len(cands), makeRoomTries)] {
 		s := &w.sl[si]
 		l := w.sload[si]
-		r := len(s.tasks)
+		r := int(s.n)
 		if l == 0 {
 			break
 		}
 		sh := l / float64(r)
-		c := cold.bestExcept(s.tasks)
+		c := cold.bestExcept(w.p.tasks(s))
 		if c < 0 {
 			continue
 		}
@@ -488,14 +495,13 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot, cold *taskHeap[float64
 		var sum float64
 		mine := slices.Clone(owned[c])
 		slices.SortFunc(mine, func(a, b int32) int {
-			return cmp.Compare(w.sload[b]/float64(len(w.sl[b].tasks)), w.sload[a]/float64(len(w.sl[a].tasks)))
+			return cmp.Compare(w.sload[b]/float64(w.sl[b].n), w.sload[a]/float64(w.sl[a].n))
 		})
 		for _, ci := range mine {
 			if ci == si || len(owned[c])-len(shed) <= 1 {
 				continue
 			}
-			cs := w.sl[ci].tasks
-			csh := w.sload[ci] / float64(len(cs))
+			csh := w.sload[ci] / float64(w.sl[ci].n)
 			if csh == 0 || sum+csh > need+target { // overshooting only moves the problem
 				continue
 			}
@@ -517,7 +523,7 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot, cold *taskHeap[float64
 		}
 		moved := false
 		for _, ci := range shed {
-			cs := w.sl[ci].tasks
+			cs := w.p.tasks(&w.sl[ci])
 			csh := w.sload[ci] / float64(len(cs))
 			d := cold.bestExcept(insertID(cs, c))
 			if d < 0 || w.tload[d]+csh >= ceiling {
@@ -541,14 +547,14 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot, cold *taskHeap[float64
 func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot, cold *taskHeap[float64]) {
 	s := &w.sl[c.slice]
 	l := w.sload[c.slice]
-	r := len(s.tasks)
+	r := int(s.n)
 	sh := l / float64(r)
 	reason := fmt.Sprintf("task %q is the hottest (load %.4g); gain %.4g per key moved", w.p.live[h].Name, w.tload[h], c.score)
 	fix := func(t int32) { hot.fix(t); cold.fix(t) }
 	switch c.kind {
 	case Reassign:
-		s.tasks = removeID(s.tasks, h)
-		s.tasks = insertID(s.tasks, c.to)
+		w.p.withoutTask(s, h)
+		w.p.withTask(s, c.to)
 		w.tload[h] -= sh
 		w.tload[c.to] += sh
 		removeSlice(owned, h, c.slice)
@@ -558,21 +564,21 @@ func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot, cold *taskHe
 		w.p.move(Reassign, s, h, c.to, reason)
 	case AddReplica:
 		ns := l / float64(r+1)
-		for _, t := range s.tasks {
+		for _, t := range w.p.tasks(s) {
 			w.tload[t] += ns - sh
 			fix(t)
 		}
-		s.tasks = insertID(s.tasks, c.to)
+		w.p.withTask(s, c.to)
 		w.tload[c.to] += ns
 		owned[c.to] = append(owned[c.to], c.slice)
 		fix(c.to)
 		w.p.move(AddReplica, s, -1, c.to, reason)
 	case RemoveReplica:
 		ns := l / float64(r-1)
-		s.tasks = removeID(s.tasks, h)
+		w.p.withoutTask(s, h)
 		w.tload[h] -= sh
 		fix(h)
-		for _, t := range s.tasks {
+		for _, t := range w.p.tasks(s) {
 			w.tload[t] += ns - sh
 			fix(t)
 		}
@@ -587,22 +593,13 @@ func index(ts []int32, t int32) int {
 	return i
 }
 
-// insertID adds t to the sorted ids ts, reallocating: slices' task lists
-// share backing arrays.
+// insertID returns the sorted ids ts with t added, in a new array.
 func insertID(ts []int32, t int32) []int32 {
 	i := index(ts, t)
 	out := make([]int32, 0, len(ts)+1)
 	out = append(out, ts[:i]...)
 	out = append(out, t)
 	return append(out, ts[i:]...)
-}
-
-// removeID drops t from the sorted ids ts, reallocating like insertID.
-func removeID(ts []int32, t int32) []int32 {
-	i := index(ts, t)
-	out := make([]int32, 0, len(ts)-1)
-	out = append(out, ts[:i]...)
-	return append(out, ts[i+1:]...)
 }
 
 func removeSlice(owned [][]int32, t, si int32) {
@@ -630,9 +627,11 @@ func (w *weigher) split() {
 	threshold := w.cfg.SplitLoadFactor * mean
 	refine := len(w.sl) < floor
 	h := &pieceHeap{}
+	li := 0 // slices and load entries are both sorted: one sweep finds each first entry
 	for i := range w.sl {
 		if w.sl[i].end-w.sl[i].start >= 2 && (refine || w.sload[i] >= threshold) {
-			h.items = append(h.items, piece{slice: int32(i), start: w.sl[i].start, end: w.sl[i].end, load: w.sload[i]})
+			li = w.load.after(w.sl[i].start, li)
+			h.items = append(h.items, piece{slice: int32(i), li: int32(li), start: w.sl[i].start, end: w.sl[i].end, load: w.sload[i]})
 		}
 	}
 	h.init()
@@ -646,14 +645,14 @@ func (w *weigher) split() {
 			break
 		}
 		h.pop()
-		at, lower := medianKey(w.load, top.start, top.end, top.load)
+		at, lower := medianKeyFrom(w.load, int(top.li), top.start, top.end, top.load)
 		lower = min(lower, top.load)
 		// When one measurement covers the whole piece, its halves' loads
 		// are only the even-spread estimate: splitting them again would
 		// learn nothing until the next window measures them (the paper
 		// splits a hot slice once per decision). Refining to the minimum
 		// slice count still may.
-		final := count+1 >= floor && w.load.covers(top.start, top.end)
+		final := count+1 >= floor && w.load.coversFrom(int(top.li), top.start, top.end)
 		if split[top.slice] == 0 {
 			split[top.slice] = 2
 		}
@@ -662,8 +661,8 @@ func (w *weigher) split() {
 		}
 		count++
 		for _, half := range [2]piece{
-			{slice: top.slice, start: top.start, end: at, load: lower},
-			{slice: top.slice, start: at, end: top.end, load: max(top.load-lower, 0)},
+			{slice: top.slice, li: top.li, start: top.start, end: at, load: lower},
+			{slice: top.slice, li: int32(w.load.after(at, int(top.li))), start: at, end: top.end, load: max(top.load-lower, 0)},
 		} {
 			if half.end-half.start >= 2 && !final {
 				h.push(half)
@@ -680,7 +679,7 @@ func (w *weigher) split() {
 			done = append(done, p)
 		}
 	}
-	slices.SortFunc(done, func(a, b piece) int { return cmp.Compare(a.start, b.start) })
+	done = byKey(done, len(w.sl))
 	hotReason := fmt.Sprintf("slice load is at least %g times the mean slice load %.4g; split at load medians until each piece is below that or the job has %d slices per task",
 		w.cfg.SplitLoadFactor, mean, w.cfg.MaxSlicesPerTask)
 	refineReason := fmt.Sprintf("the job has fewer than %d slices per task; split for finer load measurements", w.cfg.MinSlicesPerTask)
@@ -691,6 +690,13 @@ func (w *weigher) split() {
 	w.sload = slices.Grow(w.sload, count-old)[:count]
 	dst := count - 1
 	j := len(done) - 1
+	nsplit := 0
+	for _, k := range split {
+		if k != 0 {
+			nsplit++
+		}
+	}
+	w.p.moves = slices.Grow(w.p.moves, nsplit)
 	first := len(w.p.moves)
 	for i := old - 1; i >= 0; i-- {
 		if split[i] == 0 {
@@ -704,10 +710,10 @@ func (w *weigher) split() {
 			reason = refineReason
 		}
 		w.p.moves = append(w.p.moves, Move{Kind: Split, Start: s.start, End: s.end, Reason: reason})
-		// The pieces share the task list: later edits reallocate (see
-		// insertID and removeID).
+		// The pieces share the task list: later edits write a new one
+		// (see planner.setTasks).
 		for ; j >= 0 && done[j].slice == int32(i); j-- {
-			w.sl[dst] = wslice{start: done[j].start, end: done[j].end, tasks: s.tasks}
+			w.sl[dst] = wslice{start: done[j].start, end: done[j].end, off: s.off, n: s.n}
 			w.sload[dst] = done[j].load
 			dst--
 		}
@@ -715,9 +721,44 @@ func (w *weigher) split() {
 	slices.Reverse(w.p.moves[first:]) // recorded from the top down
 }
 
+// byKey orders pieces by key. Pieces of different slices do not overlap
+// and slices are in key order, so it groups them by slice in one counting
+// pass and then sorts each slice's few pieces.
+func byKey(pieces []piece, nslices int) []piece {
+	end := make([]int32, nslices+1) // end[i+1]: end of slice i's group
+	for _, p := range pieces {
+		end[p.slice+1]++
+	}
+	for i := range nslices {
+		end[i+1] += end[i]
+	}
+	out := make([]piece, len(pieces))
+	for _, p := range pieces {
+		out[end[p.slice]] = p
+		end[p.slice]++
+	}
+	// end[i] is now where slice i's group ends.
+	lo := int32(0)
+	for i := range nslices {
+		switch g := out[lo:end[i]]; {
+		case len(g) > 16:
+			slices.SortFunc(g, func(a, b piece) int { return cmp.Compare(a.start, b.start) })
+		case len(g) > 1:
+			for a := 1; a < len(g); a++ { // insertion sort: groups are small
+				for b := a; b > 0 && g[b].start < g[b-1].start; b-- {
+					g[b], g[b-1] = g[b-1], g[b]
+				}
+			}
+		}
+		lo = end[i]
+	}
+	return out
+}
+
 // piece is a part of slice number slice that phase 5 may split further.
 type piece struct {
 	slice      int32
+	li         int32 // the first load entry ending after start
 	start, end SliceKey
 	load       float64
 }
@@ -782,16 +823,16 @@ func (h *pieceHeap) down(i int) {
 // halves of equal load, taking load as even within each entry; it falls
 // back to the midpoint when the median is an end of the range.
 func medianKey(load Load, start, end SliceKey, total float64) (SliceKey, float64) {
+	return medianKeyFrom(load, load.after(start, 0), start, end, total)
+}
+
+// medianKeyFrom is medianKey given i, the first entry of load ending after
+// start, so that phase 5 need not search for it.
+func medianKeyFrom(load Load, i int, start, end SliceKey, total float64) (SliceKey, float64) {
 	mid := start + (end-start)/2
 	if total <= 0 {
 		return mid, 0
 	}
-	i, _ := slices.BinarySearchFunc(load, start, func(e LoadEntry, k SliceKey) int {
-		if e.End <= k {
-			return -1
-		}
-		return 1
-	})
 	half := total / 2
 	var sum float64
 	for ; i < len(load) && load[i].Start < end; i++ {
