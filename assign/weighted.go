@@ -135,7 +135,7 @@ func newWeigher(p *planner, load Load) *weigher {
 // measure returns the load of each slice of sl (sorted, tiling) under
 // load, in one sweep over both.
 func measure(sl []wslice, load Load) []float64 {
-	out := make([]float64, len(sl))
+	out := make([]float64, len(sl), cap(sl)) // phase 5 grows both alike
 	j := 0
 	for i := range sl {
 		s := &sl[i]
@@ -361,7 +361,22 @@ func (w *weigher) moveGreedy() {
 	if n < 2 {
 		return
 	}
-	owned := make([][]int32, n) // slice indices per task
+	// Slice indices per task, as full-capacity windows of one array:
+	// appending to a task's list copies only that list.
+	owned := make([][]int32, n)
+	count := make([]int32, n+1)
+	for i := range w.sl {
+		for _, t := range w.p.tasks(&w.sl[i]) {
+			count[t+1]++
+		}
+	}
+	for t := range n {
+		count[t+1] += count[t]
+	}
+	flat := make([]int32, count[n])
+	for t := range n {
+		owned[t] = flat[count[t]:count[t]:count[t+1]]
+	}
 	for i := range w.sl {
 		for _, t := range w.p.tasks(&w.sl[i]) {
 			owned[t] = append(owned[t], int32(i))
@@ -626,18 +641,30 @@ func (w *weigher) split() {
 	mean := w.total / float64(len(w.sl))
 	threshold := w.cfg.SplitLoadFactor * mean
 	refine := len(w.sl) < floor
-	h := &pieceHeap{}
+	splittable := func(i int) bool {
+		return w.sl[i].end-w.sl[i].start >= 2 && (refine || w.sload[i] >= threshold)
+	}
+	// Each split pops one piece and pushes at most two, so the heap holds
+	// at most the candidates plus the splits made.
+	cands := 0
+	for i := range w.sl {
+		if splittable(i) {
+			cands++
+		}
+	}
+	splits := min(ceiling-len(w.sl), cands) // a first guess; append grows it
+	h := &pieceHeap{items: make([]piece, 0, cands+splits)}
 	li := 0 // slices and load entries are both sorted: one sweep finds each first entry
 	for i := range w.sl {
-		if w.sl[i].end-w.sl[i].start >= 2 && (refine || w.sload[i] >= threshold) {
+		if splittable(i) {
 			li = w.load.after(w.sl[i].start, li)
 			h.items = append(h.items, piece{slice: int32(i), li: int32(li), start: w.sl[i].start, end: w.sl[i].end, load: w.sload[i]})
 		}
 	}
 	h.init()
 	count := len(w.sl)
-	var done []piece                 // final pieces of split slices
-	split := make([]int8, len(w.sl)) // 1: split while hot; 2: only to refine
+	done := make([]piece, 0, 2*splits) // final pieces of split slices
+	split := make([]int8, len(w.sl))   // 1: split while hot; 2: only to refine
 	for count < ceiling && len(h.items) > 0 {
 		top := h.items[0]
 		hot := top.load >= threshold
