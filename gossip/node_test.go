@@ -96,6 +96,19 @@ func hasStatus(n *Node, name string, s Status) func() bool {
 	}
 }
 
+// waitAlive waits until n sees every named member alive, and on timeout
+// says what n sees instead.
+func waitAlive(t *testing.T, n *Node, names ...string) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !allAlive(n, names...)() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s to see %v alive; it sees %+v", waitTimeout, n.Self().Name, names, n.Peers())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func allAlive(n *Node, names ...string) func() bool {
 	return func() bool {
 		for _, name := range names {
@@ -135,7 +148,7 @@ func TestThreeNodesSeeEachOther(t *testing.T) {
 		"c": {Name: "c", Roles: selfTask.Roles, Job: "kv", Task: "kv-0", RPCAddr: selfTask.RPCAddr, GossipAddr: c.GossipAddr(), Status: StatusAlive},
 	}
 	for _, n := range []*Node{a, b, c} {
-		waitFor(t, n.Self().Name+" to see three alive members", allAlive(n, "a", "b", "c"))
+		waitAlive(t, n, "a", "b", "c")
 		peers := n.Peers()
 		if !slices.IsSortedFunc(peers, func(x, y Peer) int { return cmpString(x.Name, y.Name) }) {
 			t.Errorf("Peers() not sorted: %v", peers)
@@ -272,7 +285,7 @@ func TestLeaveBoundedByContext(t *testing.T) {
 	})
 	b := testNode(t, "b", selfBackup)
 	join(t, b, a)
-	waitFor(t, "a to see b", allAlive(a, "b"))
+	waitAlive(t, a, "b")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := a.Leave(ctx); !errors.Is(err, context.Canceled) {
@@ -327,7 +340,7 @@ func TestChangesSignalsEveryKind(t *testing.T) {
 	}
 	d := testNode(t, "d", selfBackup)
 	join(t, d, a)
-	waitFor(t, "a to see d", allAlive(a, "d"))
+	waitAlive(t, a, "d")
 	if len(changes) != 0 {
 		t.Error("signal after unsubscribe")
 	}
@@ -341,7 +354,7 @@ func TestSlowSubscriberDoesNotBlock(t *testing.T) {
 		n := testNode(t, fmt.Sprintf("n%d", i), selfBackup)
 		join(t, n, a)
 	}
-	waitFor(t, "a to see all", allAlive(a, "n0", "n1", "n2", "n3"))
+	waitAlive(t, a, "n0", "n1", "n2", "n3")
 	changes, unsubscribe := a.Changes()
 	defer unsubscribe()
 	n := testNode(t, "n4", selfBackup)
@@ -353,7 +366,7 @@ func TestUpdateSelfPropagates(t *testing.T) {
 	a := testNode(t, "a", selfAssigner)
 	b := testNode(t, "b", Peer{Roles: []Role{RoleTask}, Job: "kv", Task: "kv-1"}) // not serving yet
 	join(t, b, a)
-	waitFor(t, "a to see b", allAlive(a, "b"))
+	waitAlive(t, a, "b")
 	if p, _ := peer(a, "b"); p.RPCAddr != "" {
 		t.Fatalf("RPCAddr before serving = %q", p.RPCAddr)
 	}
@@ -492,7 +505,7 @@ func TestRetryJoinWaitsForTarget(t *testing.T) {
 	if err := <-result; err != nil {
 		t.Fatalf("RetryJoin: %v", err)
 	}
-	waitFor(t, "b to see a", allAlive(b, "a"))
+	waitAlive(t, b, "a")
 }
 
 func TestRetryJoinCancelled(t *testing.T) {
@@ -531,7 +544,7 @@ func TestNameConflict(t *testing.T) {
 	a := testNode(t, "a", selfAssigner)
 	b := testNode(t, "b", selfBackup)
 	join(t, b, a)
-	waitFor(t, "a to see b", allAlive(a, "b"))
+	waitAlive(t, a, "b")
 
 	impostor := testNode(t, "b", selfTask)
 	_, err := impostor.Join([]string{a.GossipAddr()})
@@ -551,7 +564,7 @@ func TestRestartedTaskRejoinsFromNewAddress(t *testing.T) {
 	a := testNode(t, "a", selfAssigner)
 	b := testNode(t, "kv-0", selfTask)
 	join(t, b, a)
-	waitFor(t, "a to see kv-0", allAlive(a, "kv-0"))
+	waitAlive(t, a, "kv-0")
 	old := b.GossipAddr()
 	b.Shutdown()
 	waitFor(t, "a to see kv-0 failed", hasStatus(a, "kv-0", StatusFailed))
@@ -620,7 +633,7 @@ func TestKeepJoinedFindsRestartedServer(t *testing.T) {
 	server := testNode(t, "server", selfAssigner, func(c *Config) { c.BindAddr = addr })
 	task := testNode(t, "task", selfTask)
 	join(t, task, server)
-	waitFor(t, "task to see the server", allAlive(task, "server"))
+	waitAlive(t, task, "server")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -643,8 +656,8 @@ func TestKeepJoinedFindsRestartedServer(t *testing.T) {
 	waitFor(t, "task to see the server leave", hasStatus(task, "server", StatusLeft))
 
 	restarted := testNode(t, "server-2", selfAssigner, func(c *Config) { c.BindAddr = addr })
-	waitFor(t, "task to rejoin the restarted server", allAlive(task, "server-2"))
-	waitFor(t, "the restarted server to see the task", allAlive(restarted, "task"))
+	waitAlive(t, task, "server-2")
+	waitAlive(t, restarted, "task")
 }
 
 func TestHasLiveServer(t *testing.T) {
