@@ -112,6 +112,20 @@ func taskMember(t *testing.T, job, task, join string) *gossip.Node {
 	return n
 }
 
+// seesTask waits until r's gossip view has task of job alive. A watch
+// opened before that is refused: the agent does not know the job yet.
+func seesTask(t *testing.T, r *running, job, task string) {
+	t.Helper()
+	waitFor(t, "the agent to see "+job+"/"+task, func() bool {
+		for _, p := range r.Peers() {
+			if p.Job == job && p.Task == task && p.Status == gossip.StatusAlive {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -209,6 +223,7 @@ func TestSingleNodeShardsJob(t *testing.T) {
 	for _, name := range []string{"t0", "t1", "t2"} {
 		tasks[name] = taskMember(t, "kv", name, node.GossipAddr())
 	}
+	seesTask(t, node, "kv", "t0")
 	dist := watch(t, node.RPCAddr(), "kv", false)
 	first := dist.until(t, "three tasks", hasTasks("t0", "t1", "t2"))
 	if err := first.Validate(); err != nil {
@@ -259,6 +274,7 @@ func TestRestartCarriesAssignmentForward(t *testing.T) {
 	node := startAgent(t, cfg)
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	taskMember(t, "kv", "t1", node.GossipAddr())
+	seesTask(t, node, "kv", "t0")
 	before := watch(t, node.RPCAddr(), "kv", false).until(t, "two tasks", hasTasks("t0", "t1"))
 	node.stop(t)
 
@@ -304,6 +320,7 @@ func TestJobService(t *testing.T) {
 	for _, n := range []string{"t0", "t1", "t2"} {
 		taskMember(t, "kv", n, node.GossipAddr())
 	}
+	seesTask(t, node, "kv", "t0")
 	w := watch(t, node.RPCAddr(), "kv", false)
 	before := w.until(t, "three tasks", hasTasks("t0", "t1", "t2"))
 

@@ -181,6 +181,7 @@ func TestAssignerBalancesReportedLoad(t *testing.T) {
 	for _, name := range tasks {
 		taskMember(t, "kv", name, node.GossipAddr())
 	}
+	seesTask(t, node, "kv", "t0")
 	w := watch(t, node.RPCAddr(), "kv", false)
 	first := w.until(t, "three tasks", hasTasks(tasks...))
 	truth := skewed()
