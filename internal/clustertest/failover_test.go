@@ -26,6 +26,18 @@ func placeNear(c *clustertest.Cluster, members ...string) {
 	}
 }
 
+// startTasksNear starts n tasks of job kv placed near the member named
+// near, and returns them with their gossip names.
+func startTasksNear(c *clustertest.Cluster, near string, n int) ([]*clustertest.Task, []string) {
+	names := taskNames("kv", n)
+	placeNear(c, append([]string{near}, names...)...)
+	var tasks []*clustertest.Task
+	for i := range names {
+		tasks = append(tasks, c.StartTask("kv", fmt.Sprintf("t%d", i)))
+	}
+	return tasks, names
+}
+
 func taskNames(job string, n int) []string {
 	var names []string
 	for i := range n {
@@ -63,12 +75,7 @@ func TestNearAssignerIsPreferred(t *testing.T) {
 	c := clustertest.New(t, clustertest.Options{Latency: 10 * time.Millisecond})
 	east := c.StartAgent("east")
 	west := c.StartAgent("west")
-	tasks := taskNames("kv", 3)
-	placeNear(c, append([]string{"east"}, tasks...)...)
-	var slicelets []*clustertest.Task
-	for i := range tasks {
-		slicelets = append(slicelets, c.StartTask("kv", fmt.Sprintf("t%d", i)))
-	}
+	slicelets, tasks := startTasksNear(c, "east", 3)
 
 	c.WaitPreferred("kv", "east")
 	pull(t, east, "kv")
@@ -127,11 +134,7 @@ func TestKillPreferredFailsOver(t *testing.T) {
 			c := clustertest.New(t, clustertest.Options{Latency: 5 * time.Millisecond, DefaultTimers: tc.defaults})
 			east := c.StartAgent("east")
 			c.StartAgent("west")
-			tasks := taskNames("kv", 3)
-			placeNear(c, append([]string{"east"}, tasks...)...)
-			for i := range tasks {
-				c.StartTask("kv", fmt.Sprintf("t%d", i))
-			}
+			startTasksNear(c, "east", 3)
 			c.WaitPreferred("kv", "east")
 			cl := c.StartClerk("kv")
 			before := c.Record("kv").Generation()
@@ -172,13 +175,9 @@ func TestPartitionedAssignersConverge(t *testing.T) {
 	c := clustertest.New(t, opts)
 	c.StartAgent("a1")
 	c.StartAgent("a2")
-	tasks := taskNames("kv", 4)
 	// a1 is clearly the nearest, so that every node's estimates agree
 	// once the partition heals.
-	placeNear(c, append([]string{"a1"}, tasks...)...)
-	for i := range tasks {
-		c.StartTask("kv", fmt.Sprintf("t%d", i))
-	}
+	startTasksNear(c, "a1", 4)
 	first := c.WaitConverged("kv")
 	t.Logf("before the partition %s generates kv", first)
 	start := len(c.Commits("kv"))
@@ -276,11 +275,7 @@ func TestGracefulStopAndRestart(t *testing.T) {
 	c := clustertest.New(t, clustertest.Options{Latency: 10 * time.Millisecond})
 	east := c.StartAgent("east")
 	c.StartAgent("west")
-	tasks := taskNames("kv", 2)
-	placeNear(c, append([]string{"east"}, tasks...)...)
-	for i := range tasks {
-		c.StartTask("kv", fmt.Sprintf("t%d", i))
-	}
+	startTasksNear(c, "east", 2)
 	c.WaitPreferred("kv", "east")
 	cl := c.StartClerk("kv")
 
