@@ -48,6 +48,13 @@ type Config struct {
 	ProbeTimeout   time.Duration
 	GossipInterval time.Duration
 	SuspicionMult  int
+	// PushPullInterval is how often a member exchanges its whole member
+	// list with one other member (memberlist scales it up beyond 32
+	// members). Besides repairing anything gossip lost, this is what
+	// tells a member about others that its seed had not yet taken in when
+	// it joined: a node that joins a seed just after another node did can
+	// miss that node until the next exchange.
+	PushPullInterval time.Duration
 	// ReapInterval is how often failed and left members are checked for
 	// removal; ReconnectTimeout and TombstoneTimeout are how long failed
 	// and left members stay listed (serf's defaults: 15 s, 24 h, 24 h).
@@ -109,12 +116,18 @@ func DefaultConfig() Config {
 		ProbeInterval: 400 * time.Millisecond,
 		ProbeTimeout:  200 * time.Millisecond,
 		SuspicionMult: 3,
+		// memberlist's LAN default is 30 s, its local one 15 s; a task
+		// that joins while another Assigner is joining the same seed is
+		// missing from that Assigner's view for up to this long.
+		PushPullInterval: 10 * time.Second,
 	}
 }
 
 // TestConfig returns a configuration for tests on loopback: a free port on
 // 127.0.0.1 and short timers, so a failed member is detected within about
-// a second. The probe timeout (100 ms) leaves room for a process stalled
+// a second, and full state exchanges every second, so that a member that
+// joined through a seed just after another converges on it quickly. The
+// probe timeout (100 ms) leaves room for a process stalled
 // by the race detector on a busy two-core machine: shorter ones had live
 // members declared failed mid-test. Self still needs roles.
 func TestConfig(name string) Config {
@@ -126,6 +139,7 @@ func TestConfig(name string) Config {
 		ProbeTimeout:     100 * time.Millisecond,
 		GossipInterval:   5 * time.Millisecond,
 		SuspicionMult:    2,
+		PushPullInterval: time.Second,
 		ReapInterval:     100 * time.Millisecond,
 		ReconnectTimeout: 5 * time.Second,
 		TombstoneTimeout: 5 * time.Second,
@@ -172,7 +186,8 @@ func (c Config) validate() (map[string]string, error) {
 		v    time.Duration
 	}{
 		{"probe interval", c.ProbeInterval}, {"probe timeout", c.ProbeTimeout},
-		{"gossip interval", c.GossipInterval}, {"reap interval", c.ReapInterval},
+		{"gossip interval", c.GossipInterval}, {"push-pull interval", c.PushPullInterval},
+		{"reap interval", c.ReapInterval},
 		{"reconnect timeout", c.ReconnectTimeout}, {"tombstone timeout", c.TombstoneTimeout},
 		{"dead node reclaim time", c.DeadNodeReclaimTime},
 	} {
@@ -249,6 +264,9 @@ func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events c
 	}
 	if c.SuspicionMult > 0 {
 		ml.SuspicionMult = c.SuspicionMult
+	}
+	if c.PushPullInterval > 0 {
+		ml.PushPullInterval = c.PushPullInterval
 	}
 	// memberlist treats zero as "never reclaim"; a nanosecond is "at once".
 	ml.DeadNodeReclaimTime = max(c.DeadNodeReclaimTime, time.Nanosecond)

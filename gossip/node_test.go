@@ -411,6 +411,7 @@ func TestStartRejectsInvalidConfig(t *testing.T) {
 		"bad join address":    func(c *Config) { c.Join = []string{"127.0.0.1"} },
 		"unknown profile":     func(c *Config) { c.Profile = "wan" },
 		"negative timer":      func(c *Config) { c.ProbeInterval = -time.Second },
+		"negative push-pull":  func(c *Config) { c.PushPullInterval = -time.Second },
 		"negative suspicion":  func(c *Config) { c.SuspicionMult = -1 },
 		"no roles":            func(c *Config) { c.Self = Peer{} },
 		"unknown role":        func(c *Config) { c.Self.Roles = []Role{"worker"} },
