@@ -127,9 +127,9 @@ func DefaultConfig() Config {
 // 127.0.0.1 and short timers, so a failed member is detected within about
 // a second, and full state exchanges every second, so that a member that
 // joined through a seed just after another converges on it quickly. The
-// probe timeout (100 ms) leaves room for a process stalled
-// by the race detector on a busy two-core machine: shorter ones had live
-// members declared failed mid-test. Self still needs roles.
+// probe timeout (100 ms) leaves room for a process stalled by the race
+// detector on a busy two-core machine: shorter ones had live members
+// declared failed mid-test. Self still needs roles.
 func TestConfig(name string) Config {
 	return Config{
 		NodeName:         name,
