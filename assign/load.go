@@ -75,18 +75,8 @@ func (l Load) Total() float64 {
 // In is the load of the keys in [start, end): every entry overlapping the
 // range contributes in proportion to the overlap.
 func (l Load) In(start, end SliceKey) float64 {
-	// The first entry ending after start.
-	lo, hi := 0, len(l)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if l[m].End <= start {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
 	var sum float64
-	for i := lo; i < len(l) && l[i].Start < end; i++ {
+	for i := l.after(start, 0); i < len(l) && l[i].Start < end; i++ {
 		e := l[i]
 		a, b := max(e.Start, start), min(e.End, end)
 		if a >= b {

@@ -36,22 +36,11 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 func testConfig(t *testing.T, name, dataDir string, roles ...gossip.Role) Config {
-	cfg := DefaultConfig()
-	cfg.NodeName = name
+	cfg := TestConfig(name)
 	cfg.DataDir = dataDir
 	if len(roles) > 0 {
 		cfg.Roles = roles
 	}
-	cfg.RPCAddr = "127.0.0.1:0"
-	cfg.Gossip = gossip.TestConfig(name)
-	cfg.JoinRetryInterval = 50 * time.Millisecond
-	cfg.RebalanceDelay = 20 * time.Millisecond
-	cfg.StartupGrace = 50 * time.Millisecond
-	cfg.BackupPollInterval = 20 * time.Millisecond
-	cfg.PullMinBackoff = 10 * time.Millisecond
-	cfg.PullMaxBackoff = 100 * time.Millisecond
-	cfg.LeaveTimeout = time.Second
-	cfg.ShutdownTimeout = time.Second
 	cfg.Logger = testLogger(t)
 	return cfg
 }

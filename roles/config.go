@@ -94,6 +94,27 @@ func DefaultConfig() Config {
 	}
 }
 
+// TestConfig returns a configuration for tests on loopback: every role, a
+// free RPC port, gossip.TestConfig's gossip, and timers short enough that
+// joins, hand-overs and stops take milliseconds. DataDir and Logger still
+// need setting.
+func TestConfig(name string) Config {
+	c := DefaultConfig()
+	c.NodeName = name
+	c.RPCAddr = "127.0.0.1:0"
+	c.Gossip = gossip.TestConfig(name)
+	c.JoinRetryInterval = 50 * time.Millisecond
+	c.RebalanceDelay = 20 * time.Millisecond
+	c.StartupGrace = 50 * time.Millisecond
+	c.BackupPollInterval = 20 * time.Millisecond
+	c.StandbyPollInterval = 20 * time.Millisecond
+	c.PullMinBackoff = 10 * time.Millisecond
+	c.PullMaxBackoff = 100 * time.Millisecond
+	c.LeaveTimeout = time.Second
+	c.ShutdownTimeout = time.Second
+	return c
+}
+
 func (c Config) has(r gossip.Role) bool { return slices.Contains(c.Roles, r) }
 
 // Validate reports the first problem with c, saying which setting to fix.

@@ -83,21 +83,7 @@ type running struct {
 
 func startSlicelet(t *testing.T, task string, join string) *running {
 	t.Helper()
-	sl, err := slicelet.New(slicelet.Config{
-		Job:    job,
-		Task:   task,
-		Addr:   "127.0.0.1:9000",
-		Join:   []string{join},
-		Gossip: gossip.TestConfig("replaced"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{sl: sl, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- sl.Run(ctx) }()
-	t.Cleanup(func() { r.stop(t) })
-	return r
+	return startWithCache(t, task, join, "")
 }
 
 func (r *running) stop(t *testing.T) {

@@ -290,20 +290,10 @@ func (c *Cluster) StartAgent(name string, rs ...gossip.Role) *Agent {
 	if len(rs) == 0 {
 		rs = []gossip.Role{gossip.RoleAssigner, gossip.RoleDistributor, gossip.RoleBackup}
 	}
-	cfg := roles.DefaultConfig()
-	cfg.NodeName = name
+	cfg := roles.TestConfig(name)
 	cfg.Roles = rs
 	cfg.DataDir = c.DataDir(name) // the store itself comes from OpenStore
-	cfg.RPCAddr = "127.0.0.1:0"
-	cfg.JoinRetryInterval = 50 * time.Millisecond
-	cfg.RebalanceDelay = 20 * time.Millisecond
 	cfg.StartupGrace = 200 * time.Millisecond
-	cfg.BackupPollInterval = 20 * time.Millisecond
-	cfg.StandbyPollInterval = 20 * time.Millisecond
-	cfg.PullMinBackoff = 10 * time.Millisecond
-	cfg.PullMaxBackoff = 100 * time.Millisecond
-	cfg.LeaveTimeout = time.Second
-	cfg.ShutdownTimeout = time.Second
 	cfg.Logger = c.log.With("agent", name)
 	if c.opts.DefaultTimers {
 		d := roles.DefaultConfig()

@@ -12,6 +12,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/clustertest"
 )
@@ -36,6 +37,16 @@ func startTasksNear(c *clustertest.Cluster, near string, n int) ([]*clustertest.
 		tasks = append(tasks, c.StartTask("kv", fmt.Sprintf("t%d", i)))
 	}
 	return tasks, names
+}
+
+// eastPreferred starts Assigners east and west and n tasks of kv near
+// east, waits until east is preferred, and starts a Clerk of kv.
+func eastPreferred(c *clustertest.Cluster, n int) (east *clustertest.Agent, cl *clerk.Clerk) {
+	east = c.StartAgent("east")
+	c.StartAgent("west")
+	startTasksNear(c, "east", n)
+	c.WaitPreferred("kv", "east")
+	return east, c.StartClerk("kv")
 }
 
 func taskNames(job string, n int) []string {
@@ -132,11 +143,7 @@ func TestKillPreferredFailsOver(t *testing.T) {
 	}{{"test timers", false}, {"default timers", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := clustertest.New(t, clustertest.Options{Latency: 5 * time.Millisecond, DefaultTimers: tc.defaults})
-			east := c.StartAgent("east")
-			c.StartAgent("west")
-			startTasksNear(c, "east", 3)
-			c.WaitPreferred("kv", "east")
-			cl := c.StartClerk("kv")
+			east, cl := eastPreferred(c, 3)
 			before := c.Record("kv").Generation()
 			clustertest.WaitFor(t, "the clerk to see the current generation", func() bool { return cl.Generation() >= before })
 
@@ -273,11 +280,7 @@ func TestNoFlappingUnderJitter(t *testing.T) {
 // once its startup grace has passed and gossip has measured it near.
 func TestGracefulStopAndRestart(t *testing.T) {
 	c := clustertest.New(t, clustertest.Options{Latency: 10 * time.Millisecond})
-	east := c.StartAgent("east")
-	c.StartAgent("west")
-	startTasksNear(c, "east", 2)
-	c.WaitPreferred("kv", "east")
-	cl := c.StartClerk("kv")
+	east, cl := eastPreferred(c, 2)
 
 	before := c.Record("kv").Generation()
 	stopped := time.Now()
