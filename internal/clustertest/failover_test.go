@@ -150,17 +150,22 @@ func TestKillPreferredFailsOver(t *testing.T) {
 			killed := time.Now()
 			east.Kill()
 			took := time.Since(killed)
-			next := c.WaitGeneration("kv", before+1)
-			stored := time.Since(killed)
-			clustertest.WaitFor(t, "the clerk to see the takeover generation", func() bool { return cl.Generation() >= next.Generation })
-			seen := time.Since(killed)
+			// The first commit after the kill, not generation before+1:
+			// on a loaded machine east may still commit between the
+			// read of before and the kill.
 			var first clustertest.Commit
-			for _, cm := range c.Commits("kv") {
-				if cm.At.After(killed) {
-					first = cm
-					break
+			clustertest.WaitFor(t, "a generation committed after the kill", func() bool {
+				for _, cm := range c.Commits("kv") {
+					if cm.At.After(killed) {
+						first = cm
+						return true
+					}
 				}
-			}
+				return false
+			})
+			stored := time.Since(killed)
+			clustertest.WaitFor(t, "the clerk to see the takeover generation", func() bool { return cl.Generation() >= first.Generation })
+			seen := time.Since(killed)
 			if first.Agent != "west" {
 				t.Errorf("generation %d after the kill was committed by %q, want west", first.Generation, first.Agent)
 			}
