@@ -258,12 +258,19 @@ func (p Preference) Preferred(job string, peers []Peer, rtt RTTFunc, current str
 type Choices struct {
 	mu   sync.Mutex
 	set  []string          // live Assigners when the remembered choices were made, sorted
+	gen  uint64            // bumped whenever set changes
 	prev map[string]string // job → chosen Assigner
 }
 
 // Preferred returns job's preferred Assigner among peers, remembering it
 // as the current choice for the next call. It returns false when no
 // Assigner is live.
+//
+// The choice is computed outside the lock (the RTT estimator may be slow),
+// and remembered only if nothing changed meanwhile: had another call seen
+// a different set of Assigners, or the job's choice been changed or
+// forgotten, the choice made here rests on an older view and would
+// overwrite a newer one.
 func (c *Choices) Preferred(p Preference, job string, peers []Peer, rtt RTTFunc) (Peer, bool) {
 	var assignerBuf [8]string
 	assigners := assignerBuf[:0]
@@ -276,13 +283,18 @@ func (c *Choices) Preferred(p Preference, job string, peers []Peer, rtt RTTFunc)
 	c.mu.Lock()
 	if !slices.Equal(assigners, c.set) {
 		c.set = slices.Clone(assigners)
+		c.gen++
 		clear(c.prev)
 	}
+	gen := c.gen
 	current := c.prev[job]
 	c.mu.Unlock()
 	chosen, ok := p.Preferred(job, peers, rtt, current)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.gen != gen || c.prev[job] != current {
+		return chosen, ok
+	}
 	if c.prev == nil {
 		c.prev = make(map[string]string)
 	}

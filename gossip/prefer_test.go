@@ -303,3 +303,72 @@ func TestChoicesForgetOnAssignerSetChange(t *testing.T) {
 		t.Error("Forget kept the choice")
 	}
 }
+
+// A choice made for one set of live Assigners must not be remembered once
+// another call has seen a different set: the RTT estimator of a call made
+// with the old view runs while a call with the new view completes, and the
+// old call's choice (an Assigner the new set does not have) must not
+// overwrite the new one.
+func TestChoicesStaleViewDoesNotOverwrite(t *testing.T) {
+	peer := func(name string) Peer {
+		return Peer{Name: name, Roles: []Role{RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: StatusAlive}
+	}
+	task := Peer{Name: "kv/t0", Roles: []Role{RoleTask}, Job: "kv", Task: "t0", Status: StatusAlive}
+	oldView := []Peer{peer("old"), task}
+	newView := []Peer{peer("new"), task}
+	p := DefaultPreference()
+	var c Choices
+	var nested Peer
+	once := false
+	// The estimator of the old-view call: before it answers, a call with
+	// the new view chooses and remembers its choice.
+	rtt := func(a, b string) (time.Duration, bool) {
+		if !once {
+			once = true
+			nested, _ = c.Preferred(p, "kv", newView, nil)
+		}
+		return time.Millisecond, true
+	}
+	if got, _ := c.Preferred(p, "kv", oldView, rtt); got.Name != "old" {
+		t.Fatalf("old view chose %s, want old", got.Name)
+	}
+	if nested.Name != "new" {
+		t.Fatalf("new view chose %s, want new", nested.Name)
+	}
+	if got := c.Current("kv"); got != "new" {
+		t.Errorf("remembered choice %q after the set changed to {new}, want new", got)
+	}
+	// The next call with the new view keeps a choice from its own set.
+	if got, _ := c.Preferred(p, "kv", newView, nil); got.Name != "new" {
+		t.Errorf("new view chose %s, want new", got.Name)
+	}
+}
+
+// A Forget while a choice is being made wins: the choice computed from the
+// forgotten one is not remembered.
+func TestChoicesForgetDuringChoice(t *testing.T) {
+	peer := func(name string) Peer {
+		return Peer{Name: name, Roles: []Role{RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: StatusAlive}
+	}
+	view := []Peer{peer("a1"), peer("a2")}
+	p := DefaultPreference()
+	var c Choices
+	if _, ok := c.Preferred(p, "kv", view, nil); !ok {
+		t.Fatal("no choice")
+	}
+	forgot := false
+	rtt := func(a, b string) (time.Duration, bool) {
+		if !forgot {
+			forgot = true
+			c.Forget("kv")
+		}
+		return 0, false
+	}
+	c.Preferred(p, "kv", append(view, Peer{Name: "kv/t0", Roles: []Role{RoleTask}, Job: "kv", Task: "t0", Status: StatusAlive}), rtt)
+	if !forgot {
+		t.Fatal("the estimator was not called")
+	}
+	if got := c.Current("kv"); got != "" {
+		t.Errorf("remembered %q although it was forgotten while choosing", got)
+	}
+}
