@@ -35,8 +35,16 @@ type Distributor struct {
 
 	mu     sync.Mutex
 	runCtx context.Context // set by Run; pulls live as long as it
-	pulls  sync.WaitGroup
-	jobs   map[string]*distJob
+	// stopped is set by Run, before it waits for the pulls, once ctx has
+	// ended: no pull starts after, so none outlives Run.
+	stopped bool
+	pulls   sync.WaitGroup
+	jobs    map[string]*distJob
+
+	// Test hooks, nil outside tests: a pull was admitted (called under
+	// mu, before it starts); a pull goroutine started.
+	testAdmitted    func()
+	testPullStarted func()
 }
 
 // distJob is one job's cache and the stream that fills it.
@@ -85,6 +93,9 @@ func (d *Distributor) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			d.mu.Lock()
+			d.stopped = true
+			d.mu.Unlock()
 			d.pulls.Wait()
 			d.httpClient.CloseIdleConnections()
 			return nil
@@ -133,13 +144,21 @@ func (d *Distributor) job(name string) (*latest, error) {
 	if j, ok := d.jobs[name]; ok {
 		return j.l, nil
 	}
-	if d.runCtx == nil || d.runCtx.Err() != nil {
+	if d.runCtx == nil || d.stopped || d.runCtx.Err() != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, errShuttingDown)
 	}
 	j := &distJob{l: newLatest(), retry: make(chan struct{}, 1)}
 	d.jobs[name] = j
 	ctx := d.runCtx
-	d.pulls.Go(func() { d.pull(ctx, name, j) })
+	if d.testAdmitted != nil {
+		d.testAdmitted()
+	}
+	d.pulls.Go(func() {
+		if d.testPullStarted != nil {
+			d.testPullStarted()
+		}
+		d.pull(ctx, name, j)
+	})
 	return j.l, nil
 }
 

@@ -1,0 +1,67 @@
+package roles
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slicerd/slicerd/gossip"
+)
+
+// A pull admitted just before the Distributor stops is one Run waits for:
+// no pull starts after Run has returned.
+func TestDistributorNoPullOutlivesRun(t *testing.T) {
+	gcfg := gossip.TestConfig("distributor-1")
+	gcfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleDistributor}, RPCAddr: "127.0.0.1:1"}
+	node, err := gossip.Start(gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Shutdown()
+	d := newDistributor(testConfig(t, "distributor-1", ""), node, make(chan struct{}))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runDone := make(chan struct{})
+	var returned, late atomic.Bool
+	d.testPullStarted = func() {
+		if returned.Load() {
+			late.Store(true)
+		}
+	}
+	// The request was admitted while Run was running; Run is told to stop
+	// before the pull starts. Run must not return before the pull it
+	// admitted has ended; the bound only keeps a Run that rightly waits
+	// from blocking the test.
+	d.testAdmitted = func() {
+		cancel()
+		select {
+		case <-runDone:
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	go func() {
+		if err := d.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		returned.Store(true)
+		close(runDone)
+	}()
+	waitFor(t, "Run to start", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.runCtx != nil
+	})
+	if _, err := d.job("kv"); err != nil {
+		t.Fatalf("job admitted before stopping: %v", err)
+	}
+	<-runDone
+	d.pulls.Wait()
+	if late.Load() {
+		t.Fatal("a pull started after Distributor.Run returned")
+	}
+	if _, err := d.job("other"); err == nil {
+		t.Error("a stopped Distributor admitted a new job")
+	}
+}
