@@ -94,6 +94,10 @@ type Assigner struct {
 	adoptions map[string]time.Time // job → when its adoption lapses
 	orphans   map[string]time.Time // job → since when its assignment is out of date
 
+	// setConfig orders SetJobConfig calls, so the configuration stored
+	// last is the one applied last.
+	setConfig sync.Mutex
+
 	mu   sync.Mutex
 	jobs map[string]*assignerJob
 }
@@ -112,6 +116,10 @@ type assignerJob struct {
 	// Assigner.mu.
 	leading bool
 	own     uint64
+	// cfgSet counts the configurations SetJobConfig applied; a refresh
+	// that sees it change while it reads the store read too early, and
+	// reads again. Guarded by Assigner.mu.
+	cfgSet uint64
 }
 
 func newAssigner(cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
@@ -565,6 +573,8 @@ func (a *Assigner) SetJobConfig(ctx context.Context, req *connect.Request[slicer
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	a.setConfig.Lock()
+	defer a.setConfig.Unlock()
 	if err := a.store.SetConfig(ctx, name, cfg); err != nil {
 		return nil, toConnect(err)
 	}
@@ -574,6 +584,7 @@ func (a *Assigner) SetJobConfig(ctx context.Context, req *connect.Request[slicer
 	}
 	a.mu.Lock()
 	j.cfg, j.configured = cfg, true
+	j.cfgSet++
 	a.mu.Unlock()
 	a.log.Info("job configured", "job", name, "min_redundancy", cfg.MinRedundancy, "max_redundancy", cfg.MaxRedundancy)
 	select {

@@ -252,28 +252,44 @@ func (a *Assigner) takeover(ctx context.Context, name string) {
 // also believes it is preferred (a partition, or views of gossip that
 // differ): the choice is then made afresh, as every observer without
 // history makes it, so the two agree again.
+//
+// A configuration SetJobConfig applies while the record is read may be
+// newer than the one read; the record is then read again, so an older
+// configuration never replaces it.
 func (a *Assigner) refresh(ctx context.Context, name string) error {
-	rec, err := a.store.Load(ctx, name)
-	if errors.Is(err, storage.ErrNotFound) {
+	for {
+		var cfgSet uint64
+		a.mu.Lock()
+		if j := a.jobs[name]; j != nil {
+			cfgSet = j.cfgSet
+		}
+		a.mu.Unlock()
+		rec, err := a.store.Load(ctx, name)
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		j, err := a.job(ctx, name, true)
+		if err != nil {
+			return err
+		}
+		a.mu.Lock()
+		if j.cfgSet != cfgSet {
+			a.mu.Unlock()
+			continue
+		}
+		j.cfg, j.configured = rec.Config, rec.Configured
+		leading, own := j.leading, j.own
+		a.mu.Unlock()
+		if rec.Current != nil && j.pub.publish(rec.Current) && leading && rec.Current.Generation > own {
+			a.log.Warn("another assigner committed while this one leads the job; choosing the preferred assigner afresh",
+				"job", name, "generation", rec.Current.Generation, "own_generation", own)
+			a.choices.Forget(name)
+		}
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	j, err := a.job(ctx, name, true)
-	if err != nil {
-		return err
-	}
-	a.mu.Lock()
-	j.cfg, j.configured = rec.Config, rec.Configured
-	leading, own := j.leading, j.own
-	a.mu.Unlock()
-	if rec.Current != nil && j.pub.publish(rec.Current) && leading && rec.Current.Generation > own {
-		a.log.Warn("another assigner committed while this one leads the job; choosing the preferred assigner afresh",
-			"job", name, "generation", rec.Current.Generation, "own_generation", own)
-		a.choices.Forget(name)
-	}
-	return nil
 }
 
 // refreshAll refreshes every stored job; a failure is logged and retried
