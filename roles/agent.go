@@ -37,8 +37,10 @@ type Agent struct {
 
 	stopping chan struct{}
 
-	mu   sync.Mutex
-	node *gossip.Node
+	mu      sync.Mutex
+	node    *gossip.Node
+	subs    map[uint64]chan struct{} // Changes subscriptions
+	nextSub uint64
 }
 
 // New validates cfg, opens the store and binds the RPC port, so that every
@@ -132,9 +134,37 @@ func (a *Agent) Peers() []gossip.Peer {
 	return nil
 }
 
-// Changes implements membership for the roles.
+// Changes implements membership for the roles: see gossip.Node.Changes.
+// It may be called before Run; the channel then receives a signal once
+// gossip has started, and every change after.
 func (a *Agent) Changes() (<-chan struct{}, func()) {
-	return a.gossipNode().Changes()
+	ch := make(chan struct{}, 1)
+	a.mu.Lock()
+	if a.subs == nil {
+		a.subs = make(map[uint64]chan struct{})
+	}
+	id := a.nextSub
+	a.nextSub++
+	a.subs[id] = ch
+	a.mu.Unlock()
+	return ch, func() {
+		a.mu.Lock()
+		delete(a.subs, id)
+		a.mu.Unlock()
+	}
+}
+
+// notify signals every Changes subscription, coalescing with a signal not
+// yet received.
+func (a *Agent) notify() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ch := range a.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Run joins gossip, serves RPCs and runs the roles until ctx ends, then
@@ -155,14 +185,27 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.listener.Close()
 		return err
 	}
+	changes, unsubscribe := node.Changes()
+	defer unsubscribe()
 	a.mu.Lock()
 	a.node = node
 	a.mu.Unlock()
 	defer node.Shutdown()
+	a.notify()
 	a.log.Info("slicerd started", "node", a.cfg.NodeName, "roles", a.cfg.Roles,
 		"rpc_addr", a.RPCAddr(), "gossip_addr", node.GossipAddr(), "data_dir", a.cfg.DataDir, "store", a.cfg.Store)
 
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-changes:
+				a.notify()
+			}
+		}
+	})
 	if len(gcfg.Join) > 0 {
 		g.Go(func() error {
 			if err := node.RetryJoin(gctx, gcfg.Join, a.cfg.JoinRetryInterval); err != nil {
