@@ -233,16 +233,40 @@ func (a *Assigner) job(ctx context.Context, name string, create bool) (*assigner
 // tasksOf lists the job's tasks known to gossip, sorted by name; with
 // aliveOnly, only those that are alive (failed and leaving tasks are out).
 func (a *Assigner) tasksOf(job string, aliveOnly bool) []assign.Task {
-	var tasks []assign.Task
-	for _, p := range a.members.Peers() {
+	return jobTasks(a.members.Peers(), job, aliveOnly)
+}
+
+// jobTasks lists the job's tasks among peers, sorted by name; with
+// aliveOnly, only the alive ones. Two members claiming one task name:
+// the one whose gossip name sorts first is kept, so every Assigner keeps
+// the same one whatever order its membership lists them in.
+func jobTasks(peers []gossip.Peer, job string, aliveOnly bool) []assign.Task {
+	type claim struct {
+		member string
+		task   assign.Task
+	}
+	var claims []claim
+	for _, p := range peers {
 		if !p.Has(gossip.RoleTask) || p.Job != job || (aliveOnly && p.Status != gossip.StatusAlive) {
 			continue
 		}
-		tasks = append(tasks, assign.Task{Name: p.Task, Addr: p.RPCAddr})
+		claims = append(claims, claim{member: p.Name, task: assign.Task{Name: p.Task, Addr: p.RPCAddr}})
 	}
-	slices.SortFunc(tasks, func(x, y assign.Task) int { return strings.Compare(x.Name, y.Name) })
-	// Two live members claiming one task name: keep the first, deterministically.
-	return slices.CompactFunc(tasks, func(x, y assign.Task) bool { return x.Name == y.Name })
+	slices.SortFunc(claims, func(x, y claim) int {
+		if c := strings.Compare(x.task.Name, y.task.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(x.member, y.member)
+	})
+	claims = slices.CompactFunc(claims, func(x, y claim) bool { return x.task.Name == y.task.Name })
+	if len(claims) == 0 {
+		return nil
+	}
+	tasks := make([]assign.Task, len(claims))
+	for i, c := range claims {
+		tasks[i] = c.task
+	}
+	return tasks
 }
 
 // Run reacts to membership and configuration changes until ctx ends. Each
