@@ -147,14 +147,18 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
-	for name, d := range map[string]time.Duration{
-		"join retry interval": c.JoinRetryInterval, "rebalance delay": c.RebalanceDelay,
-		"backup poll interval": c.BackupPollInterval, "standby poll interval": c.StandbyPollInterval,
-		"pull min backoff": c.PullMinBackoff,
-		"pull max backoff": c.PullMaxBackoff, "leave timeout": c.LeaveTimeout, "shutdown timeout": c.ShutdownTimeout,
+	// A list, not a map, so the first bad setting is named every time.
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"join retry interval", c.JoinRetryInterval}, {"rebalance delay", c.RebalanceDelay},
+		{"backup poll interval", c.BackupPollInterval}, {"standby poll interval", c.StandbyPollInterval},
+		{"pull min backoff", c.PullMinBackoff}, {"pull max backoff", c.PullMaxBackoff},
+		{"leave timeout", c.LeaveTimeout}, {"shutdown timeout", c.ShutdownTimeout},
 	} {
-		if d <= 0 {
-			return fmt.Errorf("%w: %s is %v; it must be positive", ErrConfig, name, d)
+		if d.d <= 0 {
+			return fmt.Errorf("%w: %s is %v; it must be positive", ErrConfig, d.name, d.d)
 		}
 	}
 	if c.StartupGrace < 0 {
