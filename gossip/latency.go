@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,14 +44,18 @@ func bindNetTransport(host string, port int, logger *slog.Logger) (*memberlist.N
 		Logger:    log.New(&logWriter{logger: logger, component: "memberlist"}, "", 0),
 	}
 	// With port 0 the kernel picks a free TCP port, which may be taken for
-	// UDP; memberlist retries the same way for its own transport.
+	// UDP; memberlist retries the same way for its own transport. Any
+	// error is retried: memberlist formats the bind error with %v, so
+	// neither errors.Is(err, syscall.EADDRINUSE) nor a type can single
+	// out the port clash, and an error that persists is returned after
+	// the last attempt anyway.
 	attempts := 1
 	if port == 0 {
 		attempts = 10
 	}
 	for i := 1; ; i++ {
 		t, err := memberlist.NewNetTransport(cfg)
-		if err == nil || i >= attempts || !strings.Contains(err.Error(), "address already in use") {
+		if err == nil || i >= attempts {
 			return t, err
 		}
 	}

@@ -356,7 +356,9 @@ func (n *Node) UpdateSelf(p Peer) error {
 	if err := n.serf.SetTags(tags); err != nil {
 		// The new tags are already this node's state; the timeout only
 		// says the first broadcast was slow. Gossip and state sync still
-		// carry them, so this is not a failed update.
+		// carry them, so this is not a failed update. memberlist returns
+		// the timeout as an unexported fmt.Errorf, with no sentinel or
+		// type to test for, so its text is the only way to tell it apart.
 		if !strings.Contains(err.Error(), "timeout waiting for update broadcast") {
 			return fmt.Errorf("gossip: update self: %w", err)
 		}
