@@ -232,6 +232,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.distributor != nil {
 		g.Go(func() error { return a.distributor.Run(gctx) })
 	}
+	if a.backup != nil {
+		g.Go(func() error {
+			a.backup.logJobs(gctx)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		a.shutdown(node)

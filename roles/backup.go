@@ -31,18 +31,18 @@ type Backup struct {
 }
 
 func newBackup(cfg Config, store storage.Store, stopping <-chan struct{}) *Backup {
-	b := &Backup{log: cfg.Logger.With("role", "backup"), store: store, poll: cfg.BackupPollInterval, stopping: stopping}
-	b.logJobs()
-	return b
+	return &Backup{log: cfg.Logger.With("role", "backup"), store: store, poll: cfg.BackupPollInterval, stopping: stopping}
 }
 
 // logJobs says at start what the backup has to serve, and warns when that
-// is nothing yet.
-func (b *Backup) logJobs() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// is nothing yet. The Agent calls it from Run.
+func (b *Backup) logJobs(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	jobs, err := b.store.Jobs(ctx)
 	switch {
+	case err != nil && errors.Is(ctx.Err(), context.Canceled):
+		// The agent is stopping; nothing to report.
 	case err != nil:
 		b.log.Warn("cannot list the store's jobs; the backup will answer from the store once it can read it", "err", err)
 	case len(jobs) == 0:
