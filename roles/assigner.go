@@ -194,28 +194,12 @@ func (a *Assigner) loadRetrying(ctx context.Context) error {
 // when create is set or gossip knows a task of the job. It returns
 // ErrUnknownJob when neither the store nor gossip knows the job.
 func (a *Assigner) job(ctx context.Context, name string, create bool) (*assignerJob, error) {
-	if err := assign.ValidateJobName(name); err != nil {
-		return nil, err
-	}
-	a.mu.Lock()
-	j, ok := a.jobs[name]
-	a.mu.Unlock()
-	if ok {
+	if j, ok := a.known(name); ok {
 		return j, nil
 	}
-	rec, err := a.store.Load(ctx, name)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		if !create && len(a.tasksOf(name, false)) == 0 {
-			return nil, unknownJob(name)
-		}
-		rec = storage.Record{Job: name, Config: assign.DefaultConfig()}
-	case err != nil:
-		return nil, fmt.Errorf("assigner: load job %q: %w", name, err)
-	}
-	j = &assignerJob{name: name, cfg: rec.Config, configured: rec.Configured, pub: newLatest()}
-	if rec.Current != nil {
-		j.pub.publish(rec.Current)
+	j, rec, err := a.read(ctx, name, create)
+	if err != nil {
+		return nil, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -228,6 +212,53 @@ func (a *Assigner) job(ctx context.Context, name string, create bool) (*assigner
 			"tasks", len(rec.Current.Tasks), "slices", len(rec.Current.Slices))
 	}
 	return j, nil
+}
+
+// peek returns the state of a job for reading: this Assigner's own when
+// it has the job, else one read from the store (or gossip) and not kept,
+// so that a read never adds a job. It returns ErrUnknownJob when neither
+// the store nor gossip knows the job.
+func (a *Assigner) peek(ctx context.Context, name string) (*assignerJob, error) {
+	if j, ok := a.known(name); ok {
+		return j, nil
+	}
+	j, _, err := a.read(ctx, name, false)
+	return j, err
+}
+
+// known returns the job's state if this Assigner has it.
+func (a *Assigner) known(name string) (*assignerJob, bool) {
+	if err := assign.ValidateJobName(name); err != nil {
+		return nil, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	j, ok := a.jobs[name]
+	return j, ok
+}
+
+// read builds a job's state from its stored record, or from the defaults
+// when the store does not hold it and create is set or gossip knows a
+// task of the job.
+func (a *Assigner) read(ctx context.Context, name string, create bool) (*assignerJob, storage.Record, error) {
+	if err := assign.ValidateJobName(name); err != nil {
+		return nil, storage.Record{}, err
+	}
+	rec, err := a.store.Load(ctx, name)
+	switch {
+	case errors.Is(err, storage.ErrNotFound):
+		if !create && len(a.tasksOf(name, false)) == 0 {
+			return nil, storage.Record{}, unknownJob(name)
+		}
+		rec = storage.Record{Job: name, Config: assign.DefaultConfig()}
+	case err != nil:
+		return nil, storage.Record{}, fmt.Errorf("assigner: load job %q: %w", name, err)
+	}
+	j := &assignerJob{name: name, cfg: rec.Config, configured: rec.Configured, pub: newLatest()}
+	if rec.Current != nil {
+		j.pub.publish(rec.Current)
+	}
+	return j, rec, nil
 }
 
 // tasksOf lists the job's tasks known to gossip, sorted by name; with
@@ -531,14 +562,15 @@ func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[sli
 	return j.pub.stream(ctx, a.stopping, req.Msg.GetKnownGeneration(), stream.Send)
 }
 
-// jobInfo describes a job for JobService.
+// jobInfo describes a job for JobService. It only reads: the preferred
+// Assigner is the one this Assigner would choose now, without remembering
+// it, and load reports of departed tasks are left for pruneLoads.
 func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	a.mu.Lock()
 	cfg, configured := j.cfg, j.configured
 	a.mu.Unlock()
-	preferred, _ := a.preferred(j.name)
 	info := &slicerv1.JobInfo{Name: j.name, Config: api.ConfigToProto(cfg), Configured: configured,
-		PreferredAssigner: preferred.Name}
+		PreferredAssigner: a.preferredNow(j.name)}
 	for _, t := range a.tasksOf(j.name, true) {
 		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr})
 	}
@@ -546,7 +578,7 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	// balancing is off so an operator can tell whether it is needed.
 	load := a.jobLoad(j.name)
 	info.TotalLoad = load.Total()
-	info.ReportingTasks = uint32(a.loads.reporting(j.name))
+	info.ReportingTasks = uint32(a.loads.reportingAmong(j.name, a.liveTaskNames(j.name)))
 	if cur := j.pub.current(); cur != nil {
 		info.Generation = cur.Generation
 		info.Imbalance = assign.Imbalance(cur, load)
@@ -575,7 +607,7 @@ func (a *Assigner) ListJobs(ctx context.Context, _ *connect.Request[slicerv1.Lis
 
 // GetJob implements slicerv1connect.JobServiceHandler.
 func (a *Assigner) GetJob(ctx context.Context, req *connect.Request[slicerv1.GetJobRequest]) (*connect.Response[slicerv1.GetJobResponse], error) {
-	j, err := a.job(ctx, req.Msg.GetJob(), false)
+	j, err := a.peek(ctx, req.Msg.GetJob())
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -170,10 +170,12 @@ func (a *Assigner) jobLoad(job string) assign.Load {
 	live := a.liveTaskNames(job)
 	a.loads.mu.Lock()
 	reps := a.loads.jobs[job]
-	prune(reps, live)
 	now := a.loads.now()
 	var parts []assign.Load
-	for _, r := range reps {
+	for task, r := range reps {
+		if _, ok := slices.BinarySearch(live, task); !ok {
+			continue // departed; pruneLoads drops it
+		}
 		w := a.loads.weight(r, now)
 		if w == 1 {
 			parts = append(parts, r.rate)
@@ -235,6 +237,20 @@ func (l *loads) fresh(job string, since time.Time) bool {
 		}
 	}
 	return true
+}
+
+// reportingAmong counts the tasks in live (sorted) with a load report for
+// job.
+func (l *loads) reportingAmong(job string, live []string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for task := range l.jobs[job] {
+		if _, ok := slices.BinarySearch(live, task); ok {
+			n++
+		}
+	}
+	return n
 }
 
 // reporting counts the tasks with a load report for job.

@@ -59,6 +59,24 @@ func (a *Assigner) preferredName(job string) string {
 	return a.choices.Current(job)
 }
 
+// preferredNow is the job's preferred Assigner as this Assigner would
+// choose it now, adoption included, without remembering the choice or
+// ending a lapsed adoption: what a read-only RPC reports. "" when no
+// Assigner is live.
+func (a *Assigner) preferredNow(job string) string {
+	a.mu.Lock()
+	adopted := a.adoptions[job].After(time.Now())
+	a.mu.Unlock()
+	if adopted {
+		return a.self
+	}
+	p, ok := a.pref.Preferred(job, a.members.Peers(), a.rtt, a.choices.Current(job))
+	if !ok {
+		return a.self
+	}
+	return p.Name
+}
+
 // adoptFor is how long an adoption lasts unless renewed: ten rechecks, so
 // a steady flow of forwarded writes or a lasting orphan keeps it, while
 // an Assigner whose estimates later agree with everyone's hands the job
