@@ -134,6 +134,15 @@ func (a *Agent) Peers() []gossip.Peer {
 	return nil
 }
 
+// RTT implements proximity for the roles: the gossip node's estimate of
+// the round trip between two members.
+func (a *Agent) RTT(x, y string) (time.Duration, bool) {
+	if n := a.gossipNode(); n != nil {
+		return n.RTT(x, y)
+	}
+	return 0, false
+}
+
 // Changes implements membership for the roles: see gossip.Node.Changes.
 // It may be called before Run; the channel then receives a signal once
 // gossip has started, and every change after.

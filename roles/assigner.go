@@ -12,10 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"github.com/slicerd/slicerd/api"
-	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/storage"
@@ -102,26 +99,6 @@ type Assigner struct {
 	jobs map[string]*assignerJob
 }
 
-type assignerJob struct {
-	name       string
-	cfg        assign.Config
-	configured bool
-	pub        *latest
-	// committed is when this Assigner last committed an assignment of the
-	// job (zero if never); load measured before it is partly under the
-	// previous assignment. Guarded by Assigner.mu.
-	committed time.Time
-	// leading: this Assigner is the job's preferred one and has taken it
-	// over. own is the generation it last committed. Guarded by
-	// Assigner.mu.
-	leading bool
-	own     uint64
-	// cfgSet counts the configurations SetJobConfig applied; a refresh
-	// that sees it change while it reads the store read too early, and
-	// reads again. Guarded by Assigner.mu.
-	cfgSet uint64
-}
-
 func newAssigner(cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
 	a := &Assigner{
 		log:        cfg.Logger.With("role", "assigner"),
@@ -188,77 +165,6 @@ func (a *Assigner) loadRetrying(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
-}
-
-// job returns the state of a job, creating it from the store (or defaults)
-// when create is set or gossip knows a task of the job. It returns
-// ErrUnknownJob when neither the store nor gossip knows the job.
-func (a *Assigner) job(ctx context.Context, name string, create bool) (*assignerJob, error) {
-	if j, ok := a.known(name); ok {
-		return j, nil
-	}
-	j, rec, err := a.read(ctx, name, create)
-	if err != nil {
-		return nil, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if existing, ok := a.jobs[name]; ok {
-		return existing, nil
-	}
-	a.jobs[name] = j
-	if rec.Current != nil {
-		a.log.Info("carrying stored assignment forward", "job", name, "generation", rec.Current.Generation,
-			"tasks", len(rec.Current.Tasks), "slices", len(rec.Current.Slices))
-	}
-	return j, nil
-}
-
-// peek returns the state of a job for reading: this Assigner's own when
-// it has the job, else one read from the store (or gossip) and not kept,
-// so that a read never adds a job. It returns ErrUnknownJob when neither
-// the store nor gossip knows the job.
-func (a *Assigner) peek(ctx context.Context, name string) (*assignerJob, error) {
-	if j, ok := a.known(name); ok {
-		return j, nil
-	}
-	j, _, err := a.read(ctx, name, false)
-	return j, err
-}
-
-// known returns the job's state if this Assigner has it.
-func (a *Assigner) known(name string) (*assignerJob, bool) {
-	if err := assign.ValidateJobName(name); err != nil {
-		return nil, false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	j, ok := a.jobs[name]
-	return j, ok
-}
-
-// read builds a job's state from its stored record, or from the defaults
-// when the store does not hold it and create is set or gossip knows a
-// task of the job.
-func (a *Assigner) read(ctx context.Context, name string, create bool) (*assignerJob, storage.Record, error) {
-	if err := assign.ValidateJobName(name); err != nil {
-		return nil, storage.Record{}, err
-	}
-	rec, err := a.store.Load(ctx, name)
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		if !create && len(a.tasksOf(name, false)) == 0 {
-			return nil, storage.Record{}, unknownJob(name)
-		}
-		rec = storage.Record{Job: name, Config: assign.DefaultConfig()}
-	case err != nil:
-		return nil, storage.Record{}, fmt.Errorf("assigner: load job %q: %w", name, err)
-	}
-	j := &assignerJob{name: name, cfg: rec.Config, configured: rec.Configured, pub: newLatest()}
-	if rec.Current != nil {
-		j.pub.publish(rec.Current)
-	}
-	return j, rec, nil
 }
 
 // tasksOf lists the job's tasks known to gossip, sorted by name; with
@@ -334,7 +240,7 @@ func (a *Assigner) Run(ctx context.Context) error {
 		pollTicker = time.NewTicker(a.poll)
 		poll = pollTicker.C
 	}
-	if w, ok := a.store.(storeWatcher); ok {
+	if w, ok := a.store.(storage.Watcher); ok {
 		watched = w.Watch(ctx, "")
 	} else {
 		startPoll()
@@ -551,101 +457,4 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		return nil
 	}
 	return fmt.Errorf("gave up after %d conflicting commits", maxCommitAttempts)
-}
-
-// WatchAssignment implements slicerv1connect.AssignerServiceHandler.
-func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[slicerv1.WatchAssignmentRequest], stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
-	j, err := a.job(ctx, req.Msg.GetJob(), false)
-	if err != nil {
-		return toConnect(err)
-	}
-	return j.pub.stream(ctx, a.stopping, req.Msg.GetKnownGeneration(), stream.Send)
-}
-
-// jobInfo describes a job for JobService. It only reads: the preferred
-// Assigner is the one this Assigner would choose now, without remembering
-// it, and load reports of departed tasks are left for pruneLoads.
-func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
-	a.mu.Lock()
-	cfg, configured := j.cfg, j.configured
-	a.mu.Unlock()
-	info := &slicerv1.JobInfo{Name: j.name, Config: api.ConfigToProto(cfg), Configured: configured,
-		PreferredAssigner: a.preferredNow(j.name)}
-	for _, t := range a.tasksOf(j.name, true) {
-		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr})
-	}
-	// The load view is what decisions see, reported even while load
-	// balancing is off so an operator can tell whether it is needed.
-	load := a.jobLoad(j.name)
-	info.TotalLoad = load.Total()
-	info.ReportingTasks = uint32(a.loads.reportingAmong(j.name, a.liveTaskNames(j.name)))
-	if cur := j.pub.current(); cur != nil {
-		info.Generation = cur.Generation
-		info.Imbalance = assign.Imbalance(cur, load)
-		for i, l := range assign.TaskLoads(cur, load) {
-			info.TaskLoads = append(info.TaskLoads, &slicerv1.TaskLoad{Task: cur.Tasks[i].Name, Load: l})
-		}
-	}
-	return info
-}
-
-// ListJobs implements slicerv1connect.JobServiceHandler.
-func (a *Assigner) ListJobs(ctx context.Context, _ *connect.Request[slicerv1.ListJobsRequest]) (*connect.Response[slicerv1.ListJobsResponse], error) {
-	a.mu.Lock()
-	jobs := make([]*assignerJob, 0, len(a.jobs))
-	for _, j := range a.jobs {
-		jobs = append(jobs, j)
-	}
-	a.mu.Unlock()
-	slices.SortFunc(jobs, func(x, y *assignerJob) int { return strings.Compare(x.name, y.name) })
-	resp := &slicerv1.ListJobsResponse{}
-	for _, j := range jobs {
-		resp.Jobs = append(resp.Jobs, a.jobInfo(j))
-	}
-	return connect.NewResponse(resp), nil
-}
-
-// GetJob implements slicerv1connect.JobServiceHandler.
-func (a *Assigner) GetJob(ctx context.Context, req *connect.Request[slicerv1.GetJobRequest]) (*connect.Response[slicerv1.GetJobResponse], error) {
-	j, err := a.peek(ctx, req.Msg.GetJob())
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	return connect.NewResponse(&slicerv1.GetJobResponse{Job: a.jobInfo(j)}), nil
-}
-
-// SetJobConfig implements slicerv1connect.JobServiceHandler. The
-// configuration is validated before anything is stored, and stored before
-// the job is rebalanced under it.
-func (a *Assigner) SetJobConfig(ctx context.Context, req *connect.Request[slicerv1.SetJobConfigRequest]) (*connect.Response[slicerv1.SetJobConfigResponse], error) {
-	name := req.Msg.GetJob()
-	if err := assign.ValidateJobName(name); err != nil {
-		return nil, toConnect(err)
-	}
-	if p, forward := a.forwardTo(name, req.Header()); forward {
-		return a.forwardConfig(ctx, p, req)
-	}
-	cfg, err := api.ConfigFromProto(req.Msg.GetConfig())
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	a.setConfig.Lock()
-	defer a.setConfig.Unlock()
-	if err := a.store.SetConfig(ctx, name, cfg); err != nil {
-		return nil, toConnect(err)
-	}
-	j, err := a.job(ctx, name, true)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	a.mu.Lock()
-	j.cfg, j.configured = cfg, true
-	j.cfgSet++
-	a.mu.Unlock()
-	a.log.Info("job configured", "job", name, "min_redundancy", cfg.MinRedundancy, "max_redundancy", cfg.MaxRedundancy)
-	select {
-	case a.kick <- struct{}{}:
-	default:
-	}
-	return connect.NewResponse(&slicerv1.SetJobConfigResponse{Job: a.jobInfo(j)}), nil
 }

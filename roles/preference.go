@@ -19,20 +19,6 @@ type proximity interface {
 	RTT(a, b string) (time.Duration, bool)
 }
 
-// RTT implements proximity for the roles: the gossip node's estimate of
-// the round trip between two members.
-func (a *Agent) RTT(x, y string) (time.Duration, bool) {
-	if n := a.gossipNode(); n != nil {
-		return n.RTT(x, y)
-	}
-	return 0, false
-}
-
-// storeWatcher is storage.Watcher: a store that reports commits itself.
-type storeWatcher interface {
-	Watch(ctx context.Context, job string) <-chan string
-}
-
 // preferred returns the job's preferred Assigner as this Assigner sees it,
 // and whether that is this one. With no live Assigner in view (gossip not
 // started, or a membership without Assigners in tests) it acts alone.
@@ -336,53 +322,4 @@ func takeoverAssignment(cur *assign.Assignment) *assign.Assignment {
 	next := cur.Clone()
 	next.Generation = cur.Generation + 1
 	return next
-}
-
-// PreferredAssigner returns the Assigner this agent currently prefers for
-// job: its Assigner's choice, or its Distributor's when it runs no
-// Assigner; "" when it has made none. Tests and operators use it to see
-// where a job is generated.
-func (a *Agent) PreferredAssigner(job string) string {
-	switch {
-	case a.assigner != nil:
-		return a.assigner.preferredName(job)
-	case a.distributor != nil:
-		return a.distributor.choices.Current(job)
-	}
-	return ""
-}
-
-// Leads reports whether this agent's Assigner has taken job over and
-// generates its assignments.
-func (a *Agent) Leads(job string) bool {
-	if a.assigner == nil {
-		return false
-	}
-	a.assigner.mu.Lock()
-	defer a.assigner.mu.Unlock()
-	j := a.assigner.jobs[job]
-	return j != nil && j.leading
-}
-
-// PullsFrom returns the name of the Assigner this agent's Distributor
-// streams job from, "" while it has no stream for it.
-func (a *Agent) PullsFrom(job string) string {
-	if a.distributor == nil {
-		return ""
-	}
-	a.distributor.mu.Lock()
-	defer a.distributor.mu.Unlock()
-	if j := a.distributor.jobs[job]; j != nil {
-		return j.from
-	}
-	return ""
-}
-
-// ForwardedWrites counts the load reports and configuration changes this
-// agent's Assigner forwarded to another, preferred, Assigner.
-func (a *Agent) ForwardedWrites() uint64 {
-	if a.assigner == nil {
-		return 0
-	}
-	return a.assigner.forwarded.Load()
 }

@@ -1,0 +1,50 @@
+package roles
+
+// PreferredAssigner returns the Assigner this agent currently prefers for
+// job: its Assigner's choice, or its Distributor's when it runs no
+// Assigner; "" when it has made none. Tests and operators use it to see
+// where a job is generated.
+func (a *Agent) PreferredAssigner(job string) string {
+	switch {
+	case a.assigner != nil:
+		return a.assigner.preferredName(job)
+	case a.distributor != nil:
+		return a.distributor.choices.Current(job)
+	}
+	return ""
+}
+
+// Leads reports whether this agent's Assigner has taken job over and
+// generates its assignments.
+func (a *Agent) Leads(job string) bool {
+	if a.assigner == nil {
+		return false
+	}
+	a.assigner.mu.Lock()
+	defer a.assigner.mu.Unlock()
+	j := a.assigner.jobs[job]
+	return j != nil && j.leading
+}
+
+// PullsFrom returns the name of the Assigner this agent's Distributor
+// streams job from, "" while it has no stream for it.
+func (a *Agent) PullsFrom(job string) string {
+	if a.distributor == nil {
+		return ""
+	}
+	a.distributor.mu.Lock()
+	defer a.distributor.mu.Unlock()
+	if j := a.distributor.jobs[job]; j != nil {
+		return j.from
+	}
+	return ""
+}
+
+// ForwardedWrites counts the load reports and configuration changes this
+// agent's Assigner forwarded to another, preferred, Assigner.
+func (a *Agent) ForwardedWrites() uint64 {
+	if a.assigner == nil {
+		return 0
+	}
+	return a.assigner.forwarded.Load()
+}
