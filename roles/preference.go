@@ -47,8 +47,8 @@ func (a *Assigner) preferredName(job string) string {
 
 // preferredNow is the job's preferred Assigner as this Assigner would
 // choose it now, adoption included, without remembering the choice or
-// ending a lapsed adoption: what a read-only RPC reports. "" when no
-// Assigner is live.
+// ending a lapsed adoption: what a read-only RPC reports. Like preferred,
+// it is this Assigner when none is live in its view.
 func (a *Assigner) preferredNow(job string) string {
 	a.mu.Lock()
 	adopted := a.adoptions[job].After(time.Now())
