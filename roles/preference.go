@@ -39,7 +39,7 @@ func (a *Assigner) preferred(job string) (gossip.Peer, bool) {
 // preferredName is the job's preferred Assigner as this Assigner last
 // chose it, adoption included; "" if it has not chosen.
 func (a *Assigner) preferredName(job string) string {
-	if a.adopted(job) {
+	if a.adopting(job) {
 		return a.self
 	}
 	return a.choices.Current(job)
@@ -50,10 +50,7 @@ func (a *Assigner) preferredName(job string) string {
 // ending a lapsed adoption: what a read-only RPC reports. Like preferred,
 // it is this Assigner when none is live in its view.
 func (a *Assigner) preferredNow(job string) string {
-	a.mu.Lock()
-	adopted := a.adoptions[job].After(time.Now())
-	a.mu.Unlock()
-	if adopted {
+	if a.adopting(job) {
 		return a.self
 	}
 	p, ok := a.pref.Preferred(job, a.members.Peers(), a.rtt, a.choices.Current(job))
@@ -100,6 +97,14 @@ func (a *Assigner) adopt(job, why string) {
 		default:
 		}
 	}
+}
+
+// adopting reports whether job's adoption lasts, without ending one that
+// has lapsed, for readers.
+func (a *Assigner) adopting(job string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.adoptions[job].After(time.Now())
 }
 
 func (a *Assigner) adopted(job string) bool {
