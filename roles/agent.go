@@ -163,19 +163,6 @@ func (a *Agent) Changes() (<-chan struct{}, func()) {
 	}
 }
 
-// notify signals every Changes subscription, coalescing with a signal not
-// yet received.
-func (a *Agent) notify() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, ch := range a.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
 // Run joins gossip, serves RPCs and runs the roles until ctx ends, then
 // leaves gossip gracefully, drains RPC streams and closes the store. It
 // returns the first error that stopped it.
@@ -200,12 +187,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.node = node
 	a.mu.Unlock()
 	defer node.Shutdown()
-	a.notify()
 	a.log.Info("slicerd started", "node", a.cfg.NodeName, "roles", a.cfg.Roles,
 		"rpc_addr", a.RPCAddr(), "gossip_addr", node.GossipAddr(), "data_dir", a.cfg.DataDir, "store", a.cfg.Store)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
+		a.notify() // gossip has started: subscriptions made before Run see it
 		for {
 			select {
 			case <-gctx.Done():
@@ -286,5 +273,18 @@ func (a *Agent) closeStore() {
 	}
 	if err := a.store.Close(); err != nil {
 		a.log.Error("closing store", "err", err)
+	}
+}
+
+// notify signals every Changes subscription, coalescing with a signal not
+// yet received.
+func (a *Agent) notify() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ch := range a.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
