@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/clerk/cachefile"
 	"github.com/slicerd/slicerd/clerk/clerktest"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // logBuffer is a slog destination tests can search.
@@ -126,7 +127,7 @@ func TestCacheWrittenAndUsedOnRestart(t *testing.T) {
 	}
 	checkRouting(t, c2, want)
 	runUntil(t, c2)
-	waitFor(t, "the cached assignment reported to OnAssignment", func() bool { return len(rec.generations()) == 1 })
+	testwait.For(t, "the cached assignment reported to OnAssignment", func() bool { return len(rec.generations()) == 1 })
 	rec.mu.Lock()
 	if first := rec.calls[0]; first[0] != nil || first[1].Generation != 20 {
 		t.Fatalf("first OnAssignment call (%v, %v), want (nil, generation 20)", first[0], first[1])
@@ -150,7 +151,7 @@ func TestCacheReplacedByNewerFromNetwork(t *testing.T) {
 	if r := srv.Requests(); r[0].GetKnownGeneration() != 0 {
 		t.Fatalf("first request after a cache start has known generation %d, want 0", r[0].GetKnownGeneration())
 	}
-	waitFor(t, "the newer generation in the cache file", func() bool {
+	testwait.For(t, "the newer generation in the cache file", func() bool {
 		a, err := cachefile.Read(path, job)
 		return err == nil && a.Generation == 7
 	})
@@ -166,7 +167,7 @@ func TestCacheNotReplacedByOlderFromNetwork(t *testing.T) {
 	cfg.CacheFile = path
 	cfg.Logger = logs.logger()
 	c := start(t, cfg)
-	waitFor(t, "the warning about the older generation", func() bool {
+	testwait.For(t, "the warning about the older generation", func() bool {
 		return strings.Contains(logs.String(), "older generation than the one held")
 	})
 	if c.Generation() != 9 {
@@ -234,7 +235,7 @@ func TestCacheBadFilesAreIgnoredAndReplaced(t *testing.T) {
 			srv.Publish(a)
 			waitGen(t, c, 2)
 			checkRouting(t, c, a)
-			waitFor(t, "the bad file replaced", func() bool {
+			testwait.For(t, "the bad file replaced", func() bool {
 				got, err := cachefile.Read(path, job)
 				return err == nil && got.Generation == 2
 			})
@@ -293,7 +294,7 @@ func TestServiceIndependentMode(t *testing.T) {
 	}
 	checkRouting(t, c2, a)
 	runUntil(t, c2)
-	waitFor(t, "several rounds of retries", func() bool { return rounds.Load() >= 4 })
+	testwait.For(t, "several rounds of retries", func() bool { return rounds.Load() >= 4 })
 	checkRouting(t, c2, a)
 
 	// The Backup comes back first, with a newer generation.
@@ -306,7 +307,7 @@ func TestServiceIndependentMode(t *testing.T) {
 	backup2.Publish(b)
 	waitGen(t, c2, 5)
 	checkRouting(t, c2, b)
-	waitFor(t, "generation 5 in the cache file", func() bool {
+	testwait.For(t, "generation 5 in the cache file", func() bool {
 		got, err := cachefile.Read(path, job)
 		return err == nil && got.Generation == 5
 	})

@@ -284,6 +284,12 @@ func (c *Clerk) Run(ctx context.Context) error {
 		switch {
 		case ok:
 			backoff, failing = c.cfg.MinBackoff, false
+		case !failing && c.Generation() == 0 && connect.CodeOf(err) == connect.CodeNotFound:
+			// A server answered; the job is new to slicerd, as while its
+			// first task joins gossip.
+			failing = true
+			c.log.Info("clerk: slicerd does not know the job yet; retrying until one of its tasks joins or it is configured",
+				"distributors", dists, "backups", backups, "err", err)
 		case !failing:
 			failing = true
 			c.log.Warn("clerk: no slicerd server answered; keeping the current assignment and retrying",
@@ -316,7 +322,8 @@ func (c *Clerk) resolve() (dists, backups []string) {
 }
 
 // round tries the servers in the order plan gives until one gives a
-// healthy stream. It reports whether one did, or else the last error.
+// healthy stream. It reports whether one did, or else the error of a
+// server that failed, NotFound only when every server answered that.
 func (c *Clerk) round(ctx context.Context, dists, backups []string) (bool, error) {
 	var last error
 	for _, t := range c.plan(dists, backups) {
@@ -330,7 +337,9 @@ func (c *Clerk) round(ctx context.Context, dists, backups []string) (bool, error
 		if ok {
 			return true, nil
 		}
-		last = err
+		if last == nil || connect.CodeOf(last) == connect.CodeNotFound {
+			last = err // NotFound is reported only when every server said so
+		}
 		c.log.Debug("clerk: server did not answer", "addr", t.addr, "backup", t.backup, "err", err)
 	}
 	if last == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/clerk/clerktest"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -31,19 +32,6 @@ var tasks = []assign.Task{
 	{Name: "t0", Addr: "10.0.0.1:7000"},
 	{Name: "t1", Addr: "10.0.0.2:7000"},
 	{Name: "t2", Addr: "10.0.0.3:7000"},
-}
-
-// waitFor polls cond until it holds, failing the test after a generous
-// deadline; it never asserts how long anything took.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func newServer(t *testing.T) *clerktest.Server {
@@ -125,7 +113,7 @@ func start(t *testing.T, cfg clerk.Config) *clerk.Clerk {
 
 func waitGen(t *testing.T, c *clerk.Clerk, gen uint64) {
 	t.Helper()
-	waitFor(t, "generation "+strconv.FormatUint(gen, 10), func() bool { return c.Generation() == gen })
+	testwait.For(t, "generation "+strconv.FormatUint(gen, 10), func() bool { return c.Generation() == gen })
 }
 
 // checkRouting compares the Clerk's answers with the assignment's.
@@ -241,7 +229,7 @@ func TestRejectsInvalidAssignments(t *testing.T) {
 		reqs := len(srv.Requests())
 		srv.Send(job, bad)
 		// Rejecting drops the stream, so the Clerk comes back.
-		waitFor(t, "reconnect after rejecting", func() bool { return len(srv.Requests()) > reqs })
+		testwait.For(t, "reconnect after rejecting", func() bool { return len(srv.Requests()) > reqs })
 		if g := c.Generation(); g != 1 {
 			t.Fatalf("generation %d after an invalid message, want 1", g)
 		}
@@ -257,7 +245,7 @@ func TestRejectsInvalidAssignments(t *testing.T) {
 func TestNotFoundUntilJobExists(t *testing.T) {
 	srv := newServer(t)
 	c := start(t, testConfig(srv.Addr()))
-	waitFor(t, "a few NOT_FOUND attempts", func() bool { return len(srv.Requests()) >= 3 })
+	testwait.For(t, "a few NOT_FOUND attempts", func() bool { return len(srv.Requests()) >= 3 })
 	select {
 	case <-c.Ready():
 		t.Fatal("ready without an assignment")
@@ -277,7 +265,7 @@ func TestFailsOverToNextAddress(t *testing.T) {
 	}
 	c := start(t, testConfig(deadAddr(t), unavailable.Addr(), a.Addr(), b.Addr()))
 	waitGen(t, c, 1)
-	waitFor(t, "an open stream", func() bool { return a.OpenStreams()+b.OpenStreams() == 1 })
+	testwait.For(t, "an open stream", func() bool { return a.OpenStreams()+b.OpenStreams() == 1 })
 
 	// Kill whichever server holds the stream; the other one takes over.
 	from, to := a, b
@@ -285,7 +273,7 @@ func TestFailsOverToNextAddress(t *testing.T) {
 		from, to = b, a
 	}
 	from.Close()
-	waitFor(t, "stream on the other server", func() bool { return to.OpenStreams() == 1 })
+	testwait.For(t, "stream on the other server", func() bool { return to.OpenStreams() == 1 })
 	to.Publish(clerktest.Uniform(job, 2, tasks, 5))
 	waitGen(t, c, 2)
 }
@@ -314,7 +302,7 @@ func TestBackupWhenDistributorsDown(t *testing.T) {
 	t.Cleanup(dist.Close)
 	dist.Publish(clerktest.Uniform(job, 4, tasks, 4))
 	waitGen(t, c, 4)
-	waitFor(t, "stream back on the distributor", func() bool { return dist.OpenStreams() == 1 && backup.OpenStreams() == 0 })
+	testwait.For(t, "stream back on the distributor", func() bool { return dist.OpenStreams() == 1 && backup.OpenStreams() == 0 })
 }
 
 func TestReconnectsAfterServerRestart(t *testing.T) {
@@ -352,7 +340,7 @@ func TestKeepsLastAssignmentWhenAllServersGone(t *testing.T) {
 	waitGen(t, c, 7)
 	srv.Close()
 	n := resolves.Load()
-	waitFor(t, "several failed rounds", func() bool { return resolves.Load() >= n+3 })
+	testwait.For(t, "several failed rounds", func() bool { return resolves.Load() >= n+3 })
 	if c.Generation() != 7 {
 		t.Fatalf("generation %d with every server gone, want 7", c.Generation())
 	}
@@ -364,9 +352,9 @@ func TestDroppedStreamReconnects(t *testing.T) {
 	srv.Publish(clerktest.Uniform(job, 1, tasks, 4))
 	c := start(t, testConfig(srv.Addr()))
 	waitGen(t, c, 1)
-	waitFor(t, "open stream", func() bool { return srv.OpenStreams() == 1 })
+	testwait.For(t, "open stream", func() bool { return srv.OpenStreams() == 1 })
 	srv.DropStreams(connect.NewError(connect.CodeUnavailable, errors.New("shutting down")))
-	waitFor(t, "dropped", func() bool { return len(srv.Requests()) >= 2 })
+	testwait.For(t, "dropped", func() bool { return len(srv.Requests()) >= 2 })
 	srv.Publish(clerktest.Uniform(job, 2, tasks, 4))
 	waitGen(t, c, 2)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/clerk/clerktest"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/subset"
 )
 
@@ -82,13 +83,13 @@ func TestSubsetOrder(t *testing.T) {
 	cfg.BackupRecheck = 100 * time.Millisecond
 	c := start(t, cfg)
 	waitGen(t, c, 1)
-	waitFor(t, "a stream on the first choice", onlyOn(ss, pref[0]))
+	testwait.For(t, "a stream on the first choice", onlyOn(ss, pref[0]))
 
 	firstAddr := ss[pref[0]].Addr()
 	ss[pref[0]].Close()
-	waitFor(t, "a stream on the second choice", onlyOn(ss, pref[1]))
+	testwait.For(t, "a stream on the second choice", onlyOn(ss, pref[1]))
 	ss[pref[1]].Close()
-	waitFor(t, "a stream on another distributor", func() bool {
+	testwait.For(t, "a stream on another distributor", func() bool {
 		n := 0
 		for i, s := range ss {
 			if i != pref[0] && i != pref[1] {
@@ -106,7 +107,7 @@ func TestSubsetOrder(t *testing.T) {
 	back.Publish(clerktest.Uniform(job, 2, tasks, 4))
 	waitGen(t, c, 2)
 	ss[pref[0]] = back
-	waitFor(t, "the stream back on the first choice", onlyOn(ss, pref[0]))
+	testwait.For(t, "the stream back on the first choice", onlyOn(ss, pref[0]))
 }
 
 // TestSubsetClientsFollowTheirSubsets runs several numbered clients and
@@ -124,7 +125,7 @@ func TestSubsetClientsFollowTheirSubsets(t *testing.T) {
 	for _, c := range clerks {
 		waitGen(t, c, 1)
 	}
-	waitFor(t, "every client on its first choice", func() bool { return slices.Equal(streamsOn(ss), want) })
+	testwait.For(t, "every client on its first choice", func() bool { return slices.Equal(streamsOn(ss), want) })
 }
 
 // TestSubsetSizeZeroUsesAll checks that without subsetting a Clerk still
@@ -136,7 +137,7 @@ func TestSubsetSizeZeroUsesAll(t *testing.T) {
 	cfg.SubsetSize = 0
 	c := start(t, cfg)
 	waitGen(t, c, 1)
-	waitFor(t, "a stream", func() bool { return srv.OpenStreams() == 1 })
+	testwait.For(t, "a stream", func() bool { return srv.OpenStreams() == 1 })
 }
 
 func TestSubsetSizeValidated(t *testing.T) {
@@ -168,10 +169,10 @@ func TestSubsetMovesWhenServersChange(t *testing.T) {
 	cfg.BackupRecheck = time.Hour // only the change can move the stream
 	c := start(t, cfg)
 	waitGen(t, c, 1)
-	waitFor(t, "a stream on the only known distributor", onlyOn(ss, other))
+	testwait.For(t, "a stream on the only known distributor", onlyOn(ss, other))
 
 	all := addrs(ss)
 	known.Store(&all)
 	c.ResolveNow()
-	waitFor(t, "the stream moved to the first choice", onlyOn(ss, first))
+	testwait.For(t, "the stream moved to the first choice", onlyOn(ss, first))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 func TestBadFlags(t *testing.T) {
@@ -71,7 +72,7 @@ func TestBadInputKeepsAssignment(t *testing.T) {
 		}
 		return resp.Msg.GetAssignment()
 	}
-	eventually(t, 30*time.Second, "a stored assignment for kv", func() bool { return get() != nil })
+	testwait.Until(t, 30*time.Second, "a stored assignment for kv", func() bool { return get() != nil })
 	stored := get()
 
 	// A second slicerd on the same data directory is refused.
@@ -153,7 +154,7 @@ func TestBadInputKeepsAssignment(t *testing.T) {
 	node = startSlicerd(t, "node-1", "--data-dir", dataDir, "--startup-grace", "30s")
 	node.waitLine(10*time.Second, `"msg":"carrying stored assignment forward"`, `"generation":`)
 	backup = slicerv1connect.NewBackupServiceClient(hc, api.RPCURL(node.rpcAddr))
-	eventually(t, 10*time.Second, "the backup serving after restart", func() bool { return get() != nil })
+	testwait.Until(t, 10*time.Second, "the backup serving after restart", func() bool { return get() != nil })
 	if got := get(); !proto.Equal(got, stored) {
 		t.Fatalf("assignment after restart differs:\nbefore %v\nafter  %v", stored, got)
 	}

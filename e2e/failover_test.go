@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // TestAssignerFailover measures, over several rounds, the time from a
@@ -35,7 +37,7 @@ func TestAssignerFailover(t *testing.T) {
 
 	var took []time.Duration
 	for round := 1; round <= rounds; round++ {
-		eventually(t, 60*time.Second, "both assigners to agree the near one leads job kv", func() bool {
+		testwait.Until(t, 60*time.Second, "both assigners to agree the near one leads job kv", func() bool {
 			g := lastCommitted(h.near)
 			return h.nearLeads() && g >= lastCommitted(h.far) && r.c.Generation() >= g
 		})
@@ -43,7 +45,7 @@ func TestAssignerFailover(t *testing.T) {
 		before := r.c.Generation()
 		killed := time.Now()
 		h.near.signal(syscall.SIGKILL)
-		eventually(t, 30*time.Second, "a new generation after the near assigner was killed", func() bool {
+		testwait.Until(t, 30*time.Second, "a new generation after the near assigner was killed", func() bool {
 			return r.c.Generation() > before
 		})
 		d := time.Since(killed)

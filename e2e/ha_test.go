@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
 )
 
@@ -202,17 +203,17 @@ func TestClientsSurviveControlPlaneLoss(t *testing.T) {
 	r := startRouter(t, h, cache)
 	defer func() { r.stop() }()
 
-	eventually(t, 60*time.Second, "an assignment over all three tasks", func() bool {
+	testwait.Until(t, 60*time.Second, "an assignment over all three tasks", func() bool {
 		a := r.c.Assignment()
 		return a != nil && len(a.Tasks) == 3
 	})
 	// Until network coordinates settle, either Assigner may lead; then the
 	// near one must take the job and keep it.
-	eventually(t, 30*time.Second, "both assigners to agree the near one leads job kv", func() bool {
+	testwait.Until(t, 30*time.Second, "both assigners to agree the near one leads job kv", func() bool {
 		return h.nearLeads() && r.c.Generation() >= lastCommitted(h.near)
 	})
 	led := r.c.Generation()
-	eventually(t, 10*time.Second, "the client to see the near assigner's generation", func() bool {
+	testwait.Until(t, 10*time.Second, "the client to see the near assigner's generation", func() bool {
 		return r.c.Generation() >= lastCommitted(h.near)
 	})
 	time.Sleep(2 * time.Second)
@@ -226,7 +227,7 @@ func TestClientsSurviveControlPlaneLoss(t *testing.T) {
 	killed := time.Now()
 	h.near.signal(syscall.SIGKILL)
 	h.near.wait(10 * time.Second)
-	eventually(t, 30*time.Second, "a new generation after the near assigner was killed", func() bool {
+	testwait.Until(t, 30*time.Second, "a new generation after the near assigner was killed", func() bool {
 		return r.c.Generation() > before
 	})
 	t.Logf("failover: kill to first new generation seen by the client: %v", time.Since(killed).Round(time.Millisecond))
@@ -247,7 +248,7 @@ func TestClientsSurviveControlPlaneLoss(t *testing.T) {
 	// A client starting now, without a cache, can only get the assignment
 	// from the Backup.
 	fresh := startRouter(t, h, "")
-	eventually(t, 30*time.Second, "a new client to get the assignment from the backup", func() bool {
+	testwait.Until(t, 30*time.Second, "a new client to get the assignment from the backup", func() bool {
 		return fresh.logs.contains(`"backup":true`, `streaming assignments`)
 	})
 	freshDone := fresh.phase()

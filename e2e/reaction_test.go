@@ -9,6 +9,7 @@ import (
 
 	"github.com/slicerd/slicerd/bench/loadshift"
 	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // TestReactsToHotKeyShift runs slicerd and five kvserver processes that
@@ -35,7 +36,7 @@ func TestReactsToHotKeyShift(t *testing.T) {
 	cdone := make(chan error, 1)
 	go func() { cdone <- ck.Run(ctx) }()
 	defer func() { cancel(); <-cdone }()
-	eventually(t, 30*time.Second, "an assignment over all tasks", func() bool {
+	testwait.Until(t, 30*time.Second, "an assignment over all tasks", func() bool {
 		a := ck.Assignment()
 		return a != nil && len(a.Tasks) == tasks
 	})

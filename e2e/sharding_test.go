@@ -10,6 +10,7 @@ import (
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // TestTaskFailureMovesKeys runs an assigner, a distributor and three example
@@ -66,7 +67,7 @@ func TestTaskFailureMovesKeys(t *testing.T) {
 	}
 
 	live := map[string]bool{"kv-0": true, "kv-1": true, "kv-2": true}
-	eventually(t, 30*time.Second, "an assignment over all three tasks", func() bool { return allOn(live) })
+	testwait.Until(t, 30*time.Second, "an assignment over all three tasks", func() bool { return allOn(live) })
 	before := c.Assignment()
 	for _, task := range before.Tasks {
 		if task.Addr != tasks[task.Name].addr {
@@ -77,7 +78,7 @@ func TestTaskFailureMovesKeys(t *testing.T) {
 	tasks["kv-1"].signal(syscall.SIGKILL)
 	tasks["kv-1"].wait(10 * time.Second)
 	delete(live, "kv-1")
-	took := eventually(t, 30*time.Second, "every key on a live task after kv-1 was killed", func() bool { return allOn(live) })
+	took := testwait.Until(t, 30*time.Second, "every key on a live task after kv-1 was killed", func() bool { return allOn(live) })
 	after := c.Assignment()
 	t.Logf("keys left the killed task %v after SIGKILL (generation %d -> %d)", took.Round(time.Millisecond), before.Generation, after.Generation)
 

@@ -12,27 +12,14 @@ import (
 	"time"
 
 	"github.com/hashicorp/serf/serf"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 )
-
-// waitTimeout is generous: the race detector on a 2-core box slows serf a
-// lot, and a passing test returns as soon as its condition holds.
-const waitTimeout = 15 * time.Second
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // waitSignal waits until ch delivers a signal after which cond holds.
 func waitSignal(t *testing.T, ch <-chan struct{}, what string, cond func() bool) {
 	t.Helper()
-	timeout := time.After(waitTimeout)
+	timeout := time.After(testwait.Scale(testwait.Timeout))
 	for {
 		select {
 		case <-ch:
@@ -40,7 +27,7 @@ func waitSignal(t *testing.T, ch <-chan struct{}, what string, cond func() bool)
 				return
 			}
 		case <-timeout:
-			t.Fatalf("timed out after %v waiting for a change signal with %s", waitTimeout, what)
+			t.Fatalf("timed out after %v waiting for a change signal with %s", testwait.Scale(testwait.Timeout), what)
 		}
 	}
 }
@@ -100,12 +87,8 @@ func hasStatus(n *Node, name string, s Status) func() bool {
 // says what n sees instead.
 func waitAlive(t *testing.T, n *Node, names ...string) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !allAlive(n, names...)() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s to see %v alive; it sees %+v", waitTimeout, n.Self().Name, names, n.Peers())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if waited, ok := testwait.Poll(t, testwait.Timeout, allAlive(n, names...)); !ok {
+		t.Fatalf("timed out after %v waiting for %s to see %v alive; it sees %+v", waited.Round(time.Millisecond), n.Self().Name, names, n.Peers())
 	}
 }
 
@@ -180,7 +163,7 @@ func TestShutdownWithoutLeaveIsFailed(t *testing.T) {
 	c := testNode(t, "c", selfTask)
 	join(t, b, a)
 	join(t, c, a)
-	waitFor(t, "a and b to see c", func() bool { return allAlive(a, "b", "c")() && allAlive(b, "a", "c")() })
+	testwait.For(t, "a and b to see c", func() bool { return allAlive(a, "b", "c")() && allAlive(b, "a", "c")() })
 
 	changes, unsubscribe := a.Changes()
 	defer unsubscribe()
@@ -189,7 +172,7 @@ func TestShutdownWithoutLeaveIsFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSignal(t, changes, "c failed at a", hasStatus(a, "c", StatusFailed))
-	waitFor(t, "b to see c failed", hasStatus(b, "c", StatusFailed))
+	testwait.For(t, "b to see c failed", hasStatus(b, "c", StatusFailed))
 	if !allAlive(a, "a", "b")() {
 		t.Errorf("a's view after c failed: %+v", a.Peers())
 	}
@@ -206,11 +189,11 @@ func TestLeaveIsLeft(t *testing.T) {
 	c := testNode(t, "c", selfTask)
 	join(t, b, a)
 	join(t, c, b)
-	waitFor(t, "a and b to see c", func() bool { return allAlive(a, "b", "c")() && allAlive(b, "a", "c")() })
+	testwait.For(t, "a and b to see c", func() bool { return allAlive(a, "b", "c")() && allAlive(b, "a", "c")() })
 
 	changes, unsubscribe := b.Changes()
 	defer unsubscribe()
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Scale(testwait.Timeout))
 	defer cancel()
 	if err := c.Leave(ctx); err != nil {
 		t.Fatalf("Leave: %v", err)
@@ -222,7 +205,7 @@ func TestLeaveIsLeft(t *testing.T) {
 		t.Errorf("c.Self().Status = %v after Leave", got)
 	}
 	waitSignal(t, changes, "c left at b", hasStatus(b, "c", StatusLeft))
-	waitFor(t, "a to see c left", hasStatus(a, "c", StatusLeft))
+	testwait.For(t, "a to see c left", hasStatus(a, "c", StatusLeft))
 	if err := c.Shutdown(); err != nil {
 		t.Fatalf("Shutdown after Leave: %v", err)
 	}
@@ -295,7 +278,7 @@ func TestLeaveBoundedByContext(t *testing.T) {
 	if err := a.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b to see a left", hasStatus(b, "a", StatusLeft))
+	testwait.For(t, "b to see a left", hasStatus(b, "a", StatusLeft))
 }
 
 func TestChangesSignalsEveryKind(t *testing.T) {
@@ -325,7 +308,7 @@ func TestChangesSignalsEveryKind(t *testing.T) {
 	c := testNode(t, "c", selfBackup)
 	join(t, c, a)
 	waitSignal(t, changes, "second join", allAlive(a, "c"))
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Scale(testwait.Timeout))
 	defer cancel()
 	if err := c.Leave(ctx); err != nil {
 		t.Fatal(err)
@@ -373,13 +356,13 @@ func TestUpdateSelfPropagates(t *testing.T) {
 	if err := b.SetRPCAddr("127.0.0.1:9001"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a to see b's RPC address", func() bool { p, _ := peer(a, "b"); return p.RPCAddr == "127.0.0.1:9001" })
+	testwait.For(t, "a to see b's RPC address", func() bool { p, _ := peer(a, "b"); return p.RPCAddr == "127.0.0.1:9001" })
 
 	next := Peer{Roles: []Role{RoleTask, RoleBackup}, Job: "kv", Task: "kv-1", RPCAddr: "127.0.0.1:9002"}
 	if err := b.UpdateSelf(next); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a to see b's new roles", func() bool {
+	testwait.For(t, "a to see b's new roles", func() bool {
 		p, _ := peer(a, "b")
 		return slices.Equal(p.Roles, []Role{RoleBackup, RoleTask}) && p.RPCAddr == "127.0.0.1:9002"
 	})
@@ -496,11 +479,11 @@ func TestRetryJoinWaitsForTarget(t *testing.T) {
 	a := testNode(t, "a", selfAssigner, func(c *Config) { c.Logger = slog.New(rec) })
 	target := freeAddr(t)
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Scale(testwait.Timeout))
 	defer cancel()
 	result := make(chan error, 1)
 	go func() { result <- a.RetryJoin(ctx, []string{target}, 10*time.Millisecond) }()
-	waitFor(t, "a failed join attempt", func() bool { return rec.count(slog.LevelWarn, "gossip join failed; retrying") > 0 })
+	testwait.For(t, "a failed join attempt", func() bool { return rec.count(slog.LevelWarn, "gossip join failed; retrying") > 0 })
 
 	b := testNode(t, "b", selfBackup, func(c *Config) { c.BindAddr = target })
 	if err := <-result; err != nil {
@@ -515,7 +498,7 @@ func TestRetryJoinCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	result := make(chan error, 1)
 	go func() { result <- a.RetryJoin(ctx, []string{freeAddr(t)}, 10*time.Millisecond) }()
-	waitFor(t, "two failed attempts", func() bool { return rec.count(slog.LevelWarn, "gossip join failed; retrying") >= 2 })
+	testwait.For(t, "two failed attempts", func() bool { return rec.count(slog.LevelWarn, "gossip join failed; retrying") >= 2 })
 	cancel()
 	err := <-result
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrJoin) {
@@ -534,7 +517,7 @@ func TestRetryJoinStopsOnShutdown(t *testing.T) {
 	a := testNode(t, "a", selfAssigner, func(c *Config) { c.Logger = slog.New(rec) })
 	result := make(chan error, 1)
 	go func() { result <- a.RetryJoin(context.Background(), []string{freeAddr(t)}, 10*time.Millisecond) }()
-	waitFor(t, "a failed attempt", func() bool { return rec.count(slog.LevelWarn, "gossip join failed; retrying") > 0 })
+	testwait.For(t, "a failed attempt", func() bool { return rec.count(slog.LevelWarn, "gossip join failed; retrying") > 0 })
 	a.Shutdown()
 	if err := <-result; !errors.Is(err, ErrClosed) {
 		t.Fatalf("RetryJoin after Shutdown = %v", err)
@@ -568,15 +551,15 @@ func TestRestartedTaskRejoinsFromNewAddress(t *testing.T) {
 	waitAlive(t, a, "kv-0")
 	old := b.GossipAddr()
 	b.Shutdown()
-	waitFor(t, "a to see kv-0 failed", hasStatus(a, "kv-0", StatusFailed))
+	testwait.For(t, "a to see kv-0 failed", hasStatus(a, "kv-0", StatusFailed))
 
 	b2 := testNode(t, "kv-0", selfTask)
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Scale(testwait.Timeout))
 	defer cancel()
 	if err := b2.RetryJoin(ctx, []string{a.GossipAddr()}, 10*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a to see kv-0 alive at its new address", func() bool {
+	testwait.For(t, "a to see kv-0 alive at its new address", func() bool {
 		p, ok := peer(a, "kv-0")
 		return ok && p.Status == StatusAlive && p.GossipAddr == b2.GossipAddr()
 	})
@@ -654,7 +637,7 @@ func TestKeepJoinedFindsRestartedServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	server.Shutdown()
-	waitFor(t, "task to see the server leave", hasStatus(task, "server", StatusLeft))
+	testwait.For(t, "task to see the server leave", hasStatus(task, "server", StatusLeft))
 
 	restarted := testNode(t, "server-2", selfAssigner, func(c *Config) { c.BindAddr = addr })
 	waitAlive(t, task, "server-2")

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // Vivaldi coordinates learn injected latency: with two Assigners, one near
@@ -38,7 +40,7 @@ func TestRTTFollowsInjectedLatency(t *testing.T) {
 		t.Error("an RTT estimate for an unknown member")
 	}
 	for _, n := range []*Node{nearA, farA, task} {
-		waitFor(t, n.Self().Name+" to estimate the near Assigner nearer by the margin", func() bool {
+		testwait.For(t, n.Self().Name+" to estimate the near Assigner nearer by the margin", func() bool {
 			dn, ok1 := n.RTT("near", "kv/t0")
 			df, ok2 := n.RTT("far", "kv/t0")
 			return ok1 && ok2 && DefaultPreference().beats(dn, df)

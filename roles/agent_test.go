@@ -23,6 +23,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -61,7 +62,7 @@ func startAgent(t *testing.T, cfg Config) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Agent: a, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- a.Run(ctx) }()
-	waitFor(t, "gossip to start", func() bool { return a.GossipAddr() != "" })
+	testwait.For(t, "gossip to start", func() bool { return a.GossipAddr() != "" })
 	t.Cleanup(func() { r.stop(t) })
 	return r
 }
@@ -105,7 +106,7 @@ func taskMember(t *testing.T, job, task, join string) *gossip.Node {
 // opened before that is refused: the agent does not know the job yet.
 func seesTask(t *testing.T, r *running, job, task string) {
 	t.Helper()
-	waitFor(t, "the agent to see "+job+"/"+task, func() bool {
+	testwait.For(t, "the agent to see "+job+"/"+task, func() bool {
 		for _, p := range r.Peers() {
 			if p.Job == job && p.Task == task && p.Status == gossip.StatusAlive {
 				return true
@@ -113,17 +114,6 @@ func seesTask(t *testing.T, r *running, job, task string) {
 		}
 		return false
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // watcher streams a job's assignments from a node and keeps the newest.
@@ -291,7 +281,7 @@ func TestDistributorPullsFromAssigner(t *testing.T) {
 		t.Errorf("unknown job through the distributor: %v", err)
 	}
 
-	waitFor(t, "distributor to see the assigner", func() bool {
+	testwait.For(t, "distributor to see the assigner", func() bool {
 		_, ok := distributor.distributor.assigner("kv")
 		return ok
 	})

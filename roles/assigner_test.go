@@ -6,6 +6,7 @@ import (
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -58,7 +59,7 @@ func TestAssignerRebasesOnConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	waitFor(t, "gossip to see both tasks", func() bool { return len(a.tasksOf("kv", true)) == 2 })
+	testwait.For(t, "gossip to see both tasks", func() bool { return len(a.tasksOf("kv", true)) == 2 })
 	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
 		t.Fatalf("reconcile: %v", err)
 	}

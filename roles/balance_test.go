@@ -15,6 +15,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -245,7 +246,7 @@ func TestAssignerBalancesReportedLoad(t *testing.T) {
 	t.Cleanup(hc.CloseIdleConnections)
 	jobs := slicerv1connect.NewJobServiceClient(hc, api.RPCURL(node.RPCAddr()))
 	var info *slicerv1.JobInfo
-	waitFor(t, "JobInfo to show the balanced load", func() bool {
+	testwait.For(t, "JobInfo to show the balanced load", func() bool {
 		resp, err := jobs.GetJob(context.Background(), connect.NewRequest(&slicerv1.GetJobRequest{Job: "kv"}))
 		if err != nil {
 			t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/slicelet"
 )
 
@@ -49,7 +50,7 @@ func TestSliceletLoadReachesAssigner(t *testing.T) {
 	a := sl.Assignment()
 	h := assign.HashString(key)
 	hot := a.Slices[a.Find(h)]
-	waitFor(t, "the Assigner to hold the reported load", func() bool {
+	testwait.For(t, "the Assigner to hold the reported load", func() bool {
 		if err := sl.ReportLoadString(key, 5); err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +61,7 @@ func TestSliceletLoadReachesAssigner(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Once the load stops, the next window's report replaces it.
-	waitFor(t, "an empty report to replace the load", func() bool { return len(node.assigner.jobLoad("kv")) == 0 })
+	testwait.For(t, "an empty report to replace the load", func() bool { return len(node.assigner.jobLoad("kv")) == 0 })
 	if sl.LoadReportsSent() == 0 {
 		t.Error("no load report counted as sent")
 	}
@@ -115,7 +116,7 @@ func TestReportLoadRejectsInvalid(t *testing.T) {
 func TestReportLoadFromNonMember(t *testing.T) {
 	node := startAgent(t, testConfig(t, "node-1", t.TempDir()))
 	taskMember(t, "kv", "kv-1", node.GossipAddr())
-	waitFor(t, "gossip to list kv-1", func() bool { return len(node.assigner.liveTaskNames("kv")) == 1 })
+	testwait.For(t, "gossip to list kv-1", func() bool { return len(node.assigner.liveTaskNames("kv")) == 1 })
 	client := reportClient(t, node)
 
 	_, err := client.ReportLoad(context.Background(), connect.NewRequest(goodReport())) // kv-0 never joined

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
 )
 
@@ -30,7 +31,7 @@ func TestAssignerWaitsOutStoreOutageAtStart(t *testing.T) {
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 
-	waitFor(t, "the assigner to retry its first read of the store", func() bool { return retries.n.Load() > 0 })
+	testwait.For(t, "the assigner to retry its first read of the store", func() bool { return retries.n.Load() > 0 })
 	select {
 	case err := <-r.done:
 		r.done <- err

@@ -14,6 +14,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/storage/etcdstore"
 	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
@@ -99,7 +100,7 @@ func TestAgentsShareEtcdStore(t *testing.T) {
 	// The job is not stored until the assigner commits its first
 	// assignment; the backup then streams it.
 	bcli := slicerv1connect.NewBackupServiceClient(api.NewH2CClient(), api.RPCURL(backup.RPCAddr()))
-	waitFor(t, "the first commit", func() bool {
+	testwait.For(t, "the first commit", func() bool {
 		_, err := bcli.GetAssignment(context.Background(), connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "kv"}))
 		return err == nil
 	})
@@ -197,5 +198,5 @@ func TestBackupEtcdDown(t *testing.T) {
 		t.Fatalf("GetAssignment while etcd is down: %v, want UNAVAILABLE", err)
 	}
 	srv.Restart()
-	waitFor(t, "the backup to serve again", func() bool { return get() == nil })
+	testwait.For(t, "the backup to serve again", func() bool { return get() == nil })
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/slicerd/slicerd/clerk/cachefile"
 	"github.com/slicerd/slicerd/clerk/clerktest"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/slicelet"
 )
 
@@ -57,7 +58,7 @@ func TestSliceletRestartsFromCache(t *testing.T) {
 	a := clerktest.Uniform(job, 3, tasks, 8)
 	srv.Publish(a)
 	r := startWithCache(t, "kv-0", dist.GossipAddr(), path)
-	waitFor(t, "generation 3", func() bool { return r.sl.Generation() == 3 })
+	testwait.For(t, "generation 3", func() bool { return r.sl.Generation() == 3 })
 	r.stop(t)
 	if got, err := cachefile.Read(path, job); err != nil || got.Generation != 3 {
 		t.Fatalf("cache file after Run: %v, %v; want generation 3", got, err)
@@ -110,14 +111,14 @@ func TestSliceletFallsBackAndOutlivesSlicerd(t *testing.T) {
 	dsrv.Publish(a1)
 	bsrv.Publish(a1)
 	r := startWithCache(t, "kv-0", dist.GossipAddr(), filepath.Join(t.TempDir(), "kv-0.cache"))
-	waitFor(t, "generation 1", func() bool { return r.sl.Generation() == 1 })
+	testwait.For(t, "generation 1", func() bool { return r.sl.Generation() == 1 })
 	checkAffinity(t, r.sl, a1)
 
 	// Only the Backup can deliver generation 2.
 	kill(t, dist, dsrv)
 	a2 := clerktest.Uniform(job, 2, tasks, 6)
 	bsrv.Publish(a2)
-	waitFor(t, "generation 2 from the backup", func() bool { return r.sl.Generation() == 2 })
+	testwait.For(t, "generation 2 from the backup", func() bool { return r.sl.Generation() == 2 })
 	checkAffinity(t, r.sl, a2)
 
 	kill(t, backup, bsrv)
@@ -130,6 +131,6 @@ func TestSliceletFallsBackAndOutlivesSlicerd(t *testing.T) {
 	if _, err := dist2.Join([]string{r.sl.GossipAddr()}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "generation 3 from the new distributor", func() bool { return r.sl.Generation() == 3 })
+	testwait.For(t, "generation 3 from the new distributor", func() bool { return r.sl.Generation() == 3 })
 	checkAffinity(t, r.sl, a3)
 }

@@ -5,9 +5,10 @@
 //     serving address, so slicerd's Assigner counts it as live and assigns
 //     it slices; cancelling Run leaves gossip gracefully, which is the
 //     drain signal;
-//   - follows the job's assignment through an internal Clerk whose servers
-//     are the Distributors (and, as a fallback, the Backups) that gossip
-//     reports alive, so the task needs no slicerd RPC address; with
+//   - once it has joined gossip, follows the job's assignment through an
+//     internal Clerk whose servers are the Distributors (and, as a
+//     fallback, the Backups) that gossip reports alive, so the task needs
+//     no slicerd RPC address; with
 //     Config.SubsetSize (DefaultConfig sets 3) it prefers the few
 //     Distributors subset.Rocksteadier picks for its task number, so a
 //     job's tasks spread evenly over them;
@@ -18,9 +19,10 @@
 //   - measures load (paper §4.4): ReportLoad adds a cost to the slice a key
 //     hashes into, without allocating or locking, and HTTPMiddleware and
 //     Interceptor count one unit per request; once per Config.LoadWindow
-//     the Slicelet sends the window's per-slice load to the live Assigner
-//     with the lowest name, keeping it (decayed) for the next report when
-//     no Assigner answers.
+//     (DefaultLoadWindow, 5 s) the Slicelet sends the window's per-slice
+//     load to the job's preferred Assigner, chosen from gossip as the
+//     Assigners choose it (the one that generates the job), keeping the
+//     load, halved, for the next report when no Assigner answers.
 //
 // Like the Clerk, a Slicelet keeps its last assignment while slicerd is
 // unreachable. Assignment distribution is asynchronous: two tasks may

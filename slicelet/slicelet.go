@@ -203,7 +203,17 @@ func (s *Slicelet) Run(ctx context.Context) error {
 			return gossip.HasLiveServer(node.Self().Name, peers)
 		})
 	})
-	g.Go(func() error { return s.clerk.Run(gctx) })
+	g.Go(func() error {
+		// The Clerk's servers come from gossip: before the join it knows
+		// none and would only warn that none answered. A join that keeps
+		// failing is reported by RetryJoin.
+		select {
+		case <-s.joined:
+		case <-gctx.Done():
+			return nil
+		}
+		return s.clerk.Run(gctx)
+	})
 	g.Go(func() error {
 		s.reportLoop(gctx)
 		return nil

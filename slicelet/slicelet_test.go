@@ -13,6 +13,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk/clerktest"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/slicelet"
 )
 
@@ -21,17 +22,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 const job = "kv"
 
 var tasks = []assign.Task{{Name: "kv-0", Addr: "127.0.0.1:9000"}, {Name: "kv-1", Addr: "127.0.0.1:9001"}}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 // slicerdNode starts a gossip member that plays the given role and whose
 // RPC address is an in-process Distributor the test controls.
@@ -133,7 +123,7 @@ func TestSliceletFollowsAssignmentAndLeaves(t *testing.T) {
 	r.sl.AddListener(&rec)
 
 	// The task shows up in gossip with its identity and serving address.
-	waitFor(t, "the task in gossip", func() bool {
+	testwait.For(t, "the task in gossip", func() bool {
 		for _, p := range dist.Peers() {
 			if p.Has(gossip.RoleTask) && p.Job == job && p.Task == "kv-0" && p.RPCAddr == "127.0.0.1:9000" && p.Status == gossip.StatusAlive {
 				return true
@@ -155,7 +145,7 @@ func TestSliceletFollowsAssignmentAndLeaves(t *testing.T) {
 		t.Fatal("no assignment through the gossip-discovered distributor")
 	}
 	checkAffinity(t, r.sl, a1)
-	waitFor(t, "first listener call", func() bool { return rec.len() == 1 })
+	testwait.For(t, "first listener call", func() bool { return rec.len() == 1 })
 	q := assign.KeySpaceEnd / 4
 	if c := rec.call(0); len(c[0]) != 2 || c[0][0].Start != 0 || c[0][0].End != q || c[0][1].Start != 2*q || c[0][1].End != 3*q || len(c[1]) != 0 {
 		t.Fatalf("first change = %v, want assigned [0,q) [2q,3q)", c)
@@ -165,9 +155,9 @@ func TestSliceletFollowsAssignmentAndLeaves(t *testing.T) {
 	a2 := clerktest.Uniform(job, 2, tasks, 4)
 	a2.Slices[1].Tasks, a2.Slices[2].Tasks = []string{"kv-0"}, []string{"kv-1"}
 	srv.Publish(a2)
-	waitFor(t, "generation 2", func() bool { return r.sl.Generation() == 2 })
+	testwait.For(t, "generation 2", func() bool { return r.sl.Generation() == 2 })
 	checkAffinity(t, r.sl, a2)
-	waitFor(t, "second listener call", func() bool { return rec.len() == 2 })
+	testwait.For(t, "second listener call", func() bool { return rec.len() == 2 })
 	if c := rec.call(1); len(c[0]) != 1 || c[0][0].Start != q || c[0][0].End != 2*q ||
 		len(c[1]) != 1 || c[1][0].Start != 2*q || c[1][0].End != 3*q {
 		t.Fatalf("second change = %v, want assigned [q,2q), unassigned [2q,3q)", c)
@@ -179,7 +169,7 @@ func TestSliceletFollowsAssignmentAndLeaves(t *testing.T) {
 	if !ok {
 		t.Fatalf("the task is gone from gossip; want it listed as left. peers: %v", dist.Peers())
 	}
-	waitFor(t, "status left", func() bool { p, _ = peer(dist, job+"/kv-0"); return p.Status == gossip.StatusLeft })
+	testwait.For(t, "status left", func() bool { p, _ = peer(dist, job+"/kv-0"); return p.Status == gossip.StatusLeft })
 	// The assignment stays readable after Run returns.
 	checkAffinity(t, r.sl, a2)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/slicerd/slicerd/clerk/clerktest"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/slicelet"
 	"github.com/slicerd/slicerd/subset"
 )
@@ -47,8 +48,8 @@ func TestSliceletStreamsFromItsSubset(t *testing.T) {
 	// them, so the join's state exchange tells the task about all four,
 	// and its first round already knows its subset.
 	<-r.sl.Joined()
-	waitFor(t, "generation 1", func() bool { return r.sl.Generation() == 1 })
-	waitFor(t, "a stream on the first choice only", func() bool {
+	testwait.For(t, "generation 1", func() bool { return r.sl.Generation() == 1 })
+	testwait.For(t, "a stream on the first choice only", func() bool {
 		for addr, srv := range srvs {
 			want1 := 0
 			if addr == want {

@@ -27,6 +27,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/slicelet"
 )
@@ -96,7 +97,7 @@ func newCluster(tb testing.TB) *cluster {
 		}
 	})
 	tb.Cleanup(c.close)
-	waitFor(tb, "the agent's gossip to start", func() bool { return agent.GossipAddr() != "" })
+	testwait.For(tb, "the agent's gossip to start", func() bool { return agent.GossipAddr() != "" })
 	c.gossipAddr = agent.GossipAddr()
 
 	c.hc = &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
@@ -179,7 +180,7 @@ func (c *cluster) liveNames() []string { return slices.Sorted(maps.Keys(c.tasks)
 // the live tasks and every task's Slicelet agrees with it on keys.
 func (c *cluster) waitSettled(keys []string) {
 	c.tb.Helper()
-	waitFor(c.tb, fmt.Sprintf("an assignment over %v that every Slicelet follows", c.liveNames()), func() bool {
+	testwait.For(c.tb, fmt.Sprintf("an assignment over %v that every Slicelet follows", c.liveNames()), func() bool {
 		a := c.clerk.Assignment()
 		if a == nil || len(a.Tasks) != len(c.tasks) {
 			return false
@@ -216,17 +217,6 @@ func (c *cluster) ownerTask(key string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func testKeys(n int) []string {
@@ -359,7 +349,7 @@ func TestCacheRoutesMovesAndRefuses(t *testing.T) {
 		}
 	}
 	// Survivors hold only keys they own.
-	waitFor(t, "survivors to drop entries of slices moved away", func() bool {
+	testwait.For(t, "survivors to drop entries of slices moved away", func() bool {
 		for _, tk := range c.tasks {
 			for _, k := range tk.server.keys() {
 				if !tk.sl.IsAffinitizedKeyString(k) {
@@ -387,7 +377,7 @@ func TestReplicatedKeysShareReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := testKeys(20)
-	waitFor(t, "every key on two tasks whose Slicelets agree", func() bool {
+	testwait.For(t, "every key on two tasks whose Slicelets agree", func() bool {
 		for _, k := range keys {
 			names := c.clerk.AssignedTaskNames([]byte(k))
 			if len(names) != 2 {

@@ -5,11 +5,12 @@
 // gossip.NewDelayTransport, so a test sets the latency of any link at any
 // time (to make an Assigner near or far from a job's tasks) and cuts links
 // to partition the cluster. Agents stop gracefully, are killed abruptly,
-// and restart under their name. Wait helpers poll a condition until a
-// deadline and fail the test saying what did not happen.
+// and restart under their name. Wait helpers poll a condition with
+// internal/testwait and fail the test saying what did not happen.
 //
 // It is for tests only, in the spirit of etcd's integration package and
-// raft's MakeCluster.
+// raft's MakeCluster. The package holds only the harness; the scenarios
+// that run on it are in e2e/inprocess, beside the end-to-end tests.
 package clustertest
 
 import (
@@ -29,13 +30,14 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/slicelet"
 	"github.com/slicerd/slicerd/storage"
 )
 
-// Timeout bounds every wait helper.
-const Timeout = 30 * time.Second
+// Timeout bounds every wait helper (scaled as testwait scales it).
+const Timeout = testwait.Timeout
 
 // Options configures a Cluster. The zero value runs every agent on one
 // shared bbolt store.
@@ -346,7 +348,7 @@ func (c *Cluster) start(a *Agent, transport memberlist.NodeAwareTransport) {
 	a.mu.Lock()
 	a.Agent, a.cancel, a.done, a.alive, a.front = ra, cancel, done, true, front
 	a.mu.Unlock()
-	WaitFor(c.t, "agent "+a.Name+" to start gossip", func() bool { return ra.GossipAddr() != "" })
+	testwait.For(c.t, "agent "+a.Name+" to start gossip", func() bool { return ra.GossipAddr() != "" })
 }
 
 // DataDir is the data directory of the agent named node. It survives
@@ -401,8 +403,8 @@ func (a *Agent) stop() {
 		if err != nil {
 			a.c.t.Errorf("clustertest: agent %s: %v", a.Name, err)
 		}
-	case <-time.After(Timeout):
-		a.c.t.Fatalf("clustertest: agent %s did not stop within %v", a.Name, Timeout)
+	case <-time.After(testwait.Scale(Timeout)):
+		a.c.t.Fatalf("clustertest: agent %s did not stop within %v", a.Name, testwait.Scale(Timeout))
 	}
 	a.front.close()
 }
@@ -471,8 +473,8 @@ func (c *Cluster) StartTask(job, task string) *Task {
 	c.mu.Unlock()
 	select {
 	case <-s.Joined():
-	case <-time.After(Timeout):
-		c.t.Fatalf("clustertest: task %s did not join gossip within %v", name, Timeout)
+	case <-time.After(testwait.Scale(Timeout)):
+		c.t.Fatalf("clustertest: task %s did not join gossip within %v", name, testwait.Scale(Timeout))
 	}
 	return tk
 }
@@ -486,8 +488,8 @@ func (t *Task) Stop() {
 			if err != nil {
 				t.c.t.Errorf("clustertest: task %s: %v", t.Name, err)
 			}
-		case <-time.After(Timeout):
-			t.c.t.Errorf("clustertest: task %s did not stop within %v", t.Name, Timeout)
+		case <-time.After(testwait.Scale(Timeout)):
+			t.c.t.Errorf("clustertest: task %s did not stop within %v", t.Name, testwait.Scale(Timeout))
 		}
 	})
 }
@@ -551,19 +553,6 @@ func (c *Cluster) Running() []string {
 	return names
 }
 
-// WaitFor polls cond every 10 ms until it holds, failing the test after
-// Timeout with what it was waiting for.
-func WaitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(Timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("clustertest: timed out after %v waiting for %s", Timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // Leaders lists the running agents whose Assigner generates job.
 func (c *Cluster) Leaders(job string) []string {
 	var names []string
@@ -579,7 +568,7 @@ func (c *Cluster) Leaders(job string) []string {
 // for job and that Assigner, alone, generates it.
 func (c *Cluster) WaitPreferred(job, name string) {
 	c.t.Helper()
-	WaitFor(c.t, fmt.Sprintf("every agent to prefer %s for job %s, and only it to generate the job", name, job), func() bool {
+	testwait.For(c.t, fmt.Sprintf("every agent to prefer %s for job %s, and only it to generate the job", name, job), func() bool {
 		for _, n := range c.Running() {
 			if got := c.Agent(n).PreferredAssigner(job); got != name {
 				return false
@@ -605,7 +594,7 @@ func (c *Cluster) Record(job string) storage.Record {
 func (c *Cluster) WaitGeneration(job string, gen uint64) *assign.Assignment {
 	c.t.Helper()
 	var cur *assign.Assignment
-	WaitFor(c.t, fmt.Sprintf("job %s to reach generation %d in the store", job, gen), func() bool {
+	testwait.For(c.t, fmt.Sprintf("job %s to reach generation %d in the store", job, gen), func() bool {
 		cur = c.Record(job).Current
 		return cur != nil && cur.Generation >= gen
 	})
@@ -617,7 +606,7 @@ func (c *Cluster) WaitGeneration(job string, gen uint64) *assign.Assignment {
 func (c *Cluster) WaitConverged(job string) string {
 	c.t.Helper()
 	var name string
-	WaitFor(c.t, "the agents to agree on one preferred assigner for job "+job, func() bool {
+	testwait.For(c.t, "the agents to agree on one preferred assigner for job "+job, func() bool {
 		name = ""
 		for _, n := range c.Running() {
 			got := c.Agent(n).PreferredAssigner(job)
@@ -636,7 +625,7 @@ func (c *Cluster) WaitConverged(job string) string {
 // distances rather than the rendezvous fallback.
 func (c *Cluster) WaitCoordinates() {
 	c.t.Helper()
-	WaitFor(c.t, "every agent to estimate the RTT between every pair of members", func() bool {
+	testwait.For(c.t, "every agent to estimate the RTT between every pair of members", func() bool {
 		members := c.Running()
 		c.mu.Lock()
 		for name := range c.tasks {
@@ -665,7 +654,7 @@ func (c *Cluster) WaitStable(job string, d time.Duration) string {
 	c.t.Helper()
 	var name string
 	var since time.Time
-	WaitFor(c.t, fmt.Sprintf("the agents to agree on one preferred assigner for job %s for %v", job, d), func() bool {
+	testwait.For(c.t, fmt.Sprintf("the agents to agree on one preferred assigner for job %s for %v", job, d), func() bool {
 		cur := ""
 		for _, n := range c.Running() {
 			got := c.Agent(n).PreferredAssigner(job)

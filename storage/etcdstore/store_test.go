@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/storage/etcdstore"
 	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
@@ -359,7 +360,7 @@ func TestEtcdDownMidRun(t *testing.T) {
 
 	srv.Restart()
 	var rec storage.Record
-	waitFor(t, "the store to answer after etcd restarted", func() bool {
+	testwait.For(t, "the store to answer after etcd restarted", func() bool {
 		rec, err = s.Load(ctx, "j")
 		return err == nil
 	})
@@ -367,7 +368,7 @@ func TestEtcdDownMidRun(t *testing.T) {
 		t.Fatalf("after restart: current %+v, want generation 1 as committed", rec.Current)
 	}
 	a2 := storagetest.Assignment("j", 2, 3, 1)
-	waitFor(t, "a commit after etcd restarted", func() bool {
+	testwait.For(t, "a commit after etcd restarted", func() bool {
 		err = s.Commit(ctx, "j", 1, a2)
 		if errors.Is(err, storage.ErrConflict) {
 			t.Fatalf("Commit after restart: %v", err)
@@ -414,19 +415,6 @@ func mustLoad(t *testing.T, s storage.Store, job string) storage.Record {
 		t.Fatalf("Load(%q): %v", job, err)
 	}
 	return rec
-}
-
-// waitFor polls cond until it holds; the bound only keeps a broken test
-// from hanging.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestOutOfSpace: an etcd past its quota refuses writes; Commit says so and

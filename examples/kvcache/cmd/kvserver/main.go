@@ -34,10 +34,14 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// run serves until ctx ends and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kvserver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	job := fs.String("job", "kv", "job the task belongs to")
@@ -101,8 +105,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return sl.Run(gctx) })
 	g.Go(func() error {

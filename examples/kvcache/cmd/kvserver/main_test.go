@@ -2,8 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/roles"
 )
 
 func TestRejectsBadFlags(t *testing.T) {
@@ -21,7 +28,7 @@ func TestRejectsBadFlags(t *testing.T) {
 		{[]string{"-cache-file", "/nonexistent-dir/kv-0.cache"}, "cache file"},
 	} {
 		var out, errOut bytes.Buffer
-		if code := run(tc.args, &out, &errOut); code != 2 {
+		if code := run(context.Background(), tc.args, &out, &errOut); code != 2 {
 			t.Errorf("%v: exit %d, want 2; stderr: %s", tc.args, code, errOut.String())
 		}
 		if !strings.Contains(errOut.String(), tc.want) {
@@ -29,6 +36,70 @@ func TestRejectsBadFlags(t *testing.T) {
 		}
 		if out.Len() != 0 {
 			t.Errorf("%v: wrote %q to stdout", tc.args, out.String())
+		}
+	}
+}
+
+// syncBuffer collects what run writes while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A task that starts against a running slicerd, receives its assignment
+// and stops logs nothing above INFO: a warning in a normal start teaches
+// operators to ignore warnings.
+func TestNormalStartLogsNoWarning(t *testing.T) {
+	cfg := roles.DefaultConfig()
+	cfg.NodeName = "slicerd-0"
+	cfg.DataDir = t.TempDir()
+	cfg.RPCAddr = "127.0.0.1:0"
+	cfg.Gossip = gossip.DefaultConfig()
+	cfg.Gossip.BindAddr = "127.0.0.1:0"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	agent, err := roles.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stopAgent := context.WithCancel(context.Background())
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- agent.Run(actx) }()
+	defer func() {
+		stopAgent()
+		if err := <-agentDone; err != nil {
+			t.Errorf("slicerd agent: %v", err)
+		}
+	}()
+	testwait.For(t, "slicerd's gossip to start", func() bool { return agent.GossipAddr() != "" })
+
+	var out, errOut syncBuffer
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"-job", "kv", "-task", "kv-0", "-join", agent.GossipAddr()}, &out, &errOut)
+	}()
+	testwait.For(t, "kvserver to stream its job's assignment", func() bool {
+		return strings.Contains(errOut.String(), "clerk: streaming assignments")
+	})
+	stop()
+	if code := <-done; code != 0 {
+		t.Errorf("kvserver exited %d; stderr:\n%s", code, errOut.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(errOut.String()), "\n") {
+		if !strings.Contains(line, "level=INFO") && !strings.Contains(line, "level=DEBUG") {
+			t.Errorf("a normal start and stop logged above INFO: %s", line)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 func delayedNode(t *testing.T, name string, self Peer, delay func(from, to string) time.Duration) *Node {
@@ -40,19 +42,19 @@ func TestDelayTransportConverges(t *testing.T) {
 		t.Fatalf("both nodes at %s", a.GossipAddr())
 	}
 	join(t, b, a)
-	waitFor(t, "the delayed pair to converge", func() bool { return allAlive(a, "a", "b")() && allAlive(b, "a", "b")() })
+	testwait.For(t, "the delayed pair to converge", func() bool { return allAlive(a, "a", "b")() && allAlive(b, "a", "b")() })
 	if err := b.SetRPCAddr("127.0.0.1:9100"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a to see b's update through the delay", func() bool { p, _ := peer(a, "b"); return p.RPCAddr == "127.0.0.1:9100" })
+	testwait.For(t, "a to see b's update through the delay", func() bool { p, _ := peer(a, "b"); return p.RPCAddr == "127.0.0.1:9100" })
 	if sent.Load() == 0 || emptyAddr.Load() != 0 {
 		t.Fatalf("delay consulted %d times, %d with an empty address", sent.Load(), emptyAddr.Load())
 	}
 
 	// A dropped link looks like a failure on both sides.
 	drop.Store(true)
-	waitFor(t, "a to see b failed behind the dropped link", hasStatus(a, "b", StatusFailed))
-	waitFor(t, "b to see a failed behind the dropped link", hasStatus(b, "a", StatusFailed))
+	testwait.For(t, "a to see b failed behind the dropped link", hasStatus(a, "b", StatusFailed))
+	testwait.For(t, "b to see a failed behind the dropped link", hasStatus(b, "a", StatusFailed))
 }
 
 func TestDelayTransportShutdownDiscardsQueued(t *testing.T) {

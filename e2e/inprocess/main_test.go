@@ -1,4 +1,4 @@
-package clustertest_test
+package inprocess
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package clustertest_test
+package inprocess
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/clustertest"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // placeNear puts the named members 0.5 ms apart (one way); every other
@@ -91,7 +92,7 @@ func TestNearAssignerIsPreferred(t *testing.T) {
 	c.WaitPreferred("kv", "east")
 	pull(t, east, "kv")
 	pull(t, west, "kv")
-	clustertest.WaitFor(t, "both distributors to pull kv from east", func() bool {
+	testwait.For(t, "both distributors to pull kv from east", func() bool {
 		return east.PullsFrom("kv") == "east" && west.PullsFrom("kv") == "east"
 	})
 	for _, cm := range c.Commits("kv") {
@@ -103,10 +104,10 @@ func TestNearAssignerIsPreferred(t *testing.T) {
 	// The Slicelets come to report to east directly (each learns the
 	// coordinates on its own): eventually west forwards nothing while every
 	// task sends two reports.
-	clustertest.WaitFor(t, "east to hold load reports from all three tasks", func() bool { return reporting(t, east, "kv") == 3 })
+	testwait.For(t, "east to hold load reports from all three tasks", func() bool { return reporting(t, east, "kv") == 3 })
 	forwarded := west.ForwardedWrites()
 	sent := make([]uint64, len(slicelets))
-	clustertest.WaitFor(t, "two load reports from every task with none of them through west", func() bool {
+	testwait.For(t, "two load reports from every task with none of them through west", func() bool {
 		for i, s := range slicelets {
 			if s.LoadReportsSent() < sent[i]+2 {
 				return false
@@ -126,7 +127,7 @@ func TestNearAssignerIsPreferred(t *testing.T) {
 	}
 	placeNear(c, append([]string{"west"}, tasks...)...)
 	c.WaitPreferred("kv", "west")
-	clustertest.WaitFor(t, "both distributors to pull kv from west", func() bool {
+	testwait.For(t, "both distributors to pull kv from west", func() bool {
 		return east.PullsFrom("kv") == "west" && west.PullsFrom("kv") == "west"
 	})
 	c.CheckHistory("kv")
@@ -145,7 +146,7 @@ func TestKillPreferredFailsOver(t *testing.T) {
 			c := clustertest.New(t, clustertest.Options{Latency: 5 * time.Millisecond, DefaultTimers: tc.defaults})
 			east, cl := eastPreferred(c, 3)
 			before := c.Record("kv").Generation()
-			clustertest.WaitFor(t, "the clerk to see the current generation", func() bool { return cl.Generation() >= before })
+			testwait.For(t, "the clerk to see the current generation", func() bool { return cl.Generation() >= before })
 
 			killed := time.Now()
 			east.Kill()
@@ -154,7 +155,7 @@ func TestKillPreferredFailsOver(t *testing.T) {
 			// on a loaded machine east may still commit between the
 			// read of before and the kill.
 			var first clustertest.Commit
-			clustertest.WaitFor(t, "a generation committed after the kill", func() bool {
+			testwait.For(t, "a generation committed after the kill", func() bool {
 				for _, cm := range c.Commits("kv") {
 					if cm.At.After(killed) {
 						first = cm
@@ -164,7 +165,7 @@ func TestKillPreferredFailsOver(t *testing.T) {
 				return false
 			})
 			stored := time.Since(killed)
-			clustertest.WaitFor(t, "the clerk to see the takeover generation", func() bool { return cl.Generation() >= first.Generation })
+			testwait.For(t, "the clerk to see the takeover generation", func() bool { return cl.Generation() >= first.Generation })
 			seen := time.Since(killed)
 			if first.Agent != "west" {
 				t.Errorf("generation %d after the kill was committed by %q, want west", first.Generation, first.Agent)
@@ -196,7 +197,7 @@ func TestPartitionedAssignersConverge(t *testing.T) {
 
 	// Each Assigner keeps two tasks on its side.
 	c.Partition([]string{"a1", "kv/t0", "kv/t1"}, []string{"a2", "kv/t2", "kv/t3"})
-	clustertest.WaitFor(t, "both assigners to generate kv and commit during the partition", func() bool {
+	testwait.For(t, "both assigners to generate kv and commit during the partition", func() bool {
 		by := map[string]bool{}
 		for _, cm := range c.Commits("kv")[start:] {
 			by[cm.Agent] = true
@@ -212,7 +213,7 @@ func TestPartitionedAssignersConverge(t *testing.T) {
 	c.WaitPreferred("kv", "a1")
 	winner := c.WaitConverged("kv")
 	want := []string{"t0", "t1", "t2", "t3"}
-	clustertest.WaitFor(t, "the converged assignment to name all four tasks", func() bool {
+	testwait.For(t, "the converged assignment to name all four tasks", func() bool {
 		cur := c.Record("kv").Current
 		var names []string
 		for _, task := range cur.Tasks {
@@ -297,7 +298,7 @@ func TestGracefulStopAndRestart(t *testing.T) {
 		}
 	}
 	c.WaitPreferred("kv", "west")
-	clustertest.WaitFor(t, "the clerk to see west's generation", func() bool { return cl.Generation() >= next.Generation })
+	testwait.For(t, "the clerk to see west's generation", func() bool { return cl.Generation() >= next.Generation })
 
 	east.Restart()
 	c.WaitPreferred("kv", "east")
