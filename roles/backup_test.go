@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -50,7 +51,7 @@ func TestBackupReadsStoreUnderRunContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	waitFor(t, "the backup to list the store's jobs", func() bool { return len(store.calls()) > 0 })
+	testwait.For(t, "the backup to list the store's jobs", func() bool { return len(store.calls()) > 0 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)

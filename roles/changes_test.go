@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // Changes may be called between New and Run: the subscription starts
@@ -26,7 +27,7 @@ func TestAgentChangesBeforeRun(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	waitFor(t, "gossip to start", func() bool { return a.GossipAddr() != "" })
+	testwait.For(t, "gossip to start", func() bool { return a.GossipAddr() != "" })
 	taskMember(t, "kv", "t0", a.GossipAddr())
 	deadline := time.After(20 * time.Second)
 	for {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // A pull admitted just before the Distributor stops is one Run waits for:
@@ -48,7 +49,7 @@ func TestDistributorNoPullOutlivesRun(t *testing.T) {
 		returned.Store(true)
 		close(runDone)
 	}()
-	waitFor(t, "Run to start", func() bool {
+	testwait.For(t, "Run to start", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return d.runCtx != nil

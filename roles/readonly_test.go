@@ -12,6 +12,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -70,7 +71,7 @@ func TestReadOnlyRPCsChangeNothing(t *testing.T) {
 	node := a.members.(*gossip.Node)
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	taskMember(t, "web", "w0", node.GossipAddr())
-	waitFor(t, "gossip to see both tasks", func() bool {
+	testwait.For(t, "gossip to see both tasks", func() bool {
 		return len(a.tasksOf("kv", true)) == 1 && len(a.tasksOf("web", true)) == 1
 	})
 	a.loads.put("kv", "gone", &loadReport{window: time.Second}, []string{"gone", "t0"})
