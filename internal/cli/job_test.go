@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -165,7 +165,7 @@ func agentConfigOf(t *testing.T, env map[string]string, args ...string) (roles.C
 		t.Setenv(k, v)
 	}
 	var out bytes.Buffer
-	app := newApp(&out, &out)
+	app := NewApp("", &out, &out)
 	var cfg roles.Config
 	app.Action = func(c *cli.Context) error {
 		var err error
