@@ -40,7 +40,7 @@ func agentFlags() []cli.Flag {
 		},
 		&cli.StringFlag{
 			Name: "rpc-addr", Value: d.RPCAddr, EnvVars: []string{"SLICERD_RPC_ADDR"},
-			Usage: "host:port the Connect/gRPC API listens on (HTTP/2 cleartext)",
+			Usage: "host:port the RPC API listens on: Connect, gRPC and gRPC-Web, over HTTP/1.1 or cleartext HTTP/2",
 		},
 		&cli.StringFlag{
 			Name: "advertise-rpc-addr", EnvVars: []string{"SLICERD_ADVERTISE_RPC_ADDR"},

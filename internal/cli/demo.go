@@ -26,7 +26,7 @@ func DemoCommand() *cli.Command {
 			&cli.DurationFlag{Name: "step", Value: d.Step, Usage: "pause between the steps of the script"},
 			&cli.BoolFlag{Name: "once", Usage: "run the script once and exit (for tests and CI)"},
 			&cli.StringFlag{Name: "data-dir", Usage: "keep the store in this directory (default: a temporary one removed at exit)"},
-			&cli.StringFlag{Name: "rpc-addr", Value: d.RPCAddr, Usage: "host:port the Connect/gRPC API listens on"},
+			&cli.StringFlag{Name: "rpc-addr", Value: d.RPCAddr, Usage: "host:port the RPC API (Connect, gRPC, gRPC-Web) listens on"},
 			&cli.StringFlag{Name: "gossip-addr", Value: d.GossipAddr, Usage: "host:port slicerd's gossip binds to"},
 			&cli.StringFlag{Name: "gossip-profile", Value: d.GossipProfile, Usage: "gossip timers: lan or local (faster, loopback only)"},
 			&cli.DurationFlag{Name: "rebalance-delay", Value: d.RebalanceDelay, Usage: "how long the assigner lets membership changes settle"},

@@ -14,31 +14,43 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/demo"
 )
 
-var flagAddr = &cli.StringFlag{
-	Name: "addr", Value: "127.0.0.1:7070", EnvVars: []string{"SLICERD_ADDR"},
-	Usage: "RPC address of a slicerd node running the assigner role",
+// servedBy names the role whose RPC service each job subcommand calls.
+var servedBy = map[string]gossip.Role{
+	"list":  gossip.RoleAssigner,
+	"get":   gossip.RoleAssigner,
+	"set":   gossip.RoleAssigner,
+	"watch": gossip.RoleDistributor,
+}
+
+// addrFlag is the --addr flag of the job subcommand cmd.
+func addrFlag(cmd string) *cli.StringFlag {
+	return &cli.StringFlag{
+		Name: "addr", Value: "127.0.0.1:7070", EnvVars: []string{"SLICERD_ADDR"},
+		Usage: fmt.Sprintf("RPC address of a slicerd node running the %s role", servedBy[cmd]),
+	}
 }
 
 // JobCommand inspects and configures jobs over RPC.
 func JobCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "job",
-		Usage: "inspect and configure sharded jobs (talks to an assigner over RPC)",
+		Usage: "inspect and configure sharded jobs over RPC (list, get and set talk to an assigner; watch to a distributor)",
 		Subcommands: []*cli.Command{
 			{
 				Name:   "list",
 				Usage:  "list known jobs",
-				Flags:  []cli.Flag{flagAddr},
+				Flags:  []cli.Flag{addrFlag("list")},
 				Action: func(c *cli.Context) error { return jobList(c) },
 			},
 			{
 				Name:      "get",
 				Usage:     "show one job: configuration, generation, live tasks, and its load and balance as the assigner sees them",
 				ArgsUsage: "JOB",
-				Flags:     []cli.Flag{flagAddr},
+				Flags:     []cli.Flag{addrFlag("get")},
 				Action:    func(c *cli.Context) error { return jobGet(c) },
 			},
 			{
@@ -56,7 +68,7 @@ func JobCommand() *cli.Command {
 				Name:      "watch",
 				Usage:     "stream a job's assignments from a distributor as they change",
 				ArgsUsage: "JOB",
-				Flags:     []cli.Flag{flagAddr},
+				Flags:     []cli.Flag{addrFlag("watch")},
 				Action:    func(c *cli.Context) error { return jobWatch(c) },
 			},
 		},
@@ -73,9 +85,19 @@ func jobArg(c *cli.Context) (string, error) {
 	return c.Args().First(), nil
 }
 
+// rpcError turns a failed call of a job subcommand into a message that
+// says what to do.
 func rpcError(c *cli.Context, err error) error {
-	if connect.CodeOf(err) == connect.CodeUnavailable {
-		return cli.Exit(fmt.Sprintf("cannot reach slicerd at %s: %v (is it running? set --addr)", c.String("addr"), err), 1)
+	addr := c.String("addr")
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable:
+		return cli.Exit(fmt.Sprintf("cannot reach slicerd at %s: %v (is it running? set --addr)", addr, err), 1)
+	case connect.CodeUnimplemented:
+		// slicerd serves a role's RPC service only on nodes running that
+		// role; other nodes answer HTTP 404.
+		role := servedBy[c.Command.Name]
+		return cli.Exit(fmt.Sprintf("job %s is served by the %s role; %s runs no %s: point --addr at a node started with "+
+			"--role including %s, or without --role (all roles)", c.Command.Name, role, addr, role, role), 1)
 	}
 	return cli.Exit(err.Error(), 1)
 }
@@ -128,7 +150,7 @@ func jobGet(c *cli.Context) error {
 func jobSetFlags() []cli.Flag {
 	d := assign.DefaultConfig()
 	return []cli.Flag{
-		flagAddr,
+		addrFlag("set"),
 		&cli.IntFlag{Name: "min-redundancy", DefaultText: "unchanged", Usage: "tasks each slice is assigned to, when that many are live (1-64)"},
 		&cli.IntFlag{Name: "max-redundancy", DefaultText: "unchanged", Usage: "most tasks a hot slice may be replicated to (min-redundancy to 64)"},
 		&cli.IntFlag{Name: "min-slices-per-task", DefaultText: "unchanged", Usage: fmt.Sprintf("merge cold slices only while the job has more slices per task than this; 0 means %d", d.MinSlicesPerTask)},

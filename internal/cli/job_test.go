@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,20 +15,30 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/roles"
+	"github.com/slicerd/slicerd/storage"
 )
 
 // startAssigner runs an in-process assigner for the job commands to talk to.
 func startAssigner(t *testing.T) string {
 	t.Helper()
-	cfg := roles.DefaultConfig()
-	cfg.NodeName = "cli-test"
-	cfg.Roles = []gossip.Role{gossip.RoleAssigner}
+	return startNode(t, gossip.RoleAssigner)
+}
+
+// startNode runs an in-process slicerd node with the given roles and
+// returns its RPC address.
+func startNode(t *testing.T, rs ...gossip.Role) string {
+	t.Helper()
+	cfg := roles.TestConfig("cli-test")
+	cfg.Roles = rs
 	cfg.DataDir = t.TempDir()
-	cfg.RPCAddr = "127.0.0.1:0"
-	cfg.Gossip = gossip.TestConfig(cfg.NodeName)
-	cfg.StartupGrace = 10 * time.Millisecond
-	cfg.LeaveTimeout = time.Second
-	cfg.ShutdownTimeout = time.Second
+	if slices.Equal(rs, []gossip.Role{gossip.RoleBackup}) {
+		// A backup alone opens the store read-only: it must exist.
+		st, err := storage.OpenDataDir(cfg.DataDir, storage.BoltOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+	}
 	agent, err := roles.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -228,5 +240,58 @@ func TestPrintJobLoad(t *testing.T) {
 	printJob(&out, &slicerv1.JobInfo{Name: "idle", Config: &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1}})
 	if !strings.Contains(out.String(), "load            no reports\n") || strings.Contains(out.String(), "imbalance") {
 		t.Errorf("printJob of a job without load:\n%s", out.String())
+	}
+}
+
+// TestJobCommandsNameTheirRole runs every job subcommand against a node of
+// each role: a node that does not serve the command says which role does
+// and what to do, instead of an HTTP 404.
+func TestJobCommandsNameTheirRole(t *testing.T) {
+	nodes := map[gossip.Role]string{
+		gossip.RoleAssigner:    startNode(t, gossip.RoleAssigner),
+		gossip.RoleDistributor: startNode(t, gossip.RoleDistributor),
+		gossip.RoleBackup:      startNode(t, gossip.RoleBackup),
+	}
+	for _, tc := range []struct {
+		args   []string
+		served gossip.Role
+	}{
+		{[]string{"list"}, gossip.RoleAssigner},
+		{[]string{"get", "kv"}, gossip.RoleAssigner},
+		{[]string{"set", "kv"}, gossip.RoleAssigner},
+		{[]string{"watch", "kv"}, gossip.RoleDistributor},
+	} {
+		for _, role := range []gossip.Role{gossip.RoleAssigner, gossip.RoleDistributor, gossip.RoleBackup} {
+			if role == tc.served {
+				continue
+			}
+			addr := nodes[role]
+			args := append([]string{"job", tc.args[0], "--addr", addr}, tc.args[1:]...)
+			code, out := slicerd(t, args...)
+			want := fmt.Sprintf("job %s is served by the %s role; %s runs no %s: point --addr at a node started with --role including %s",
+				tc.args[0], tc.served, addr, tc.served, tc.served)
+			if code != 1 || !strings.Contains(out, want) || strings.Contains(out, "HTTP status 404") {
+				t.Errorf("slicerd %s against a %s: exit %d, output:\n%s\nwant exit 1 and %q", strings.Join(args, " "), role, code, out, want)
+			}
+		}
+	}
+}
+
+// TestJobHelpNamesTheRole checks that each job subcommand's help names the
+// role that serves it, and no other.
+func TestJobHelpNamesTheRole(t *testing.T) {
+	for sub, role := range map[string]string{"list": "assigner", "get": "assigner", "set": "assigner", "watch": "distributor"} {
+		code, out := slicerd(t, "job", sub, "--help")
+		other := "distributor"
+		if role == "distributor" {
+			other = "assigner"
+		}
+		if code != 0 || !strings.Contains(out, "running the "+role+" role") || strings.Contains(out, other) {
+			t.Errorf("job %s --help: exit %d; want it to name the %s role and not the %s:\n%s", sub, code, role, other, out)
+		}
+	}
+	code, out := slicerd(t, "job", "--help")
+	if code != 0 || !strings.Contains(out, "assigner") || !strings.Contains(out, "distributor") {
+		t.Errorf("job --help: exit %d; want it to name both roles:\n%s", code, out)
 	}
 }
