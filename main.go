@@ -8,21 +8,30 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
+
+	ucli "github.com/urfave/cli/v2"
 
 	"github.com/slicerd/slicerd/internal/cli"
 )
+
+//go:generate go run . docs flags --update docs/operations.md
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
 var version = ""
 
 func main() {
-	app := cli.NewApp(version, os.Stdout, os.Stderr,
+	os.Exit(cli.Run(context.Background(), newApp(os.Stdout, os.Stderr), os.Args))
+}
+
+func newApp(stdout, stderr io.Writer) *ucli.App {
+	return cli.NewApp(version, stdout, stderr,
 		cli.VersionCommand(),
 		cli.JobCommand(),
 		cli.DemoCommand(),
 		cli.SimulateCommand(),
 		cli.TraceCommand(),
+		cli.DocsCommand(),
 	)
-	os.Exit(cli.Run(context.Background(), app, os.Args))
 }

@@ -60,7 +60,7 @@ func agentFlags() []cli.Flag {
 		},
 		&cli.StringFlag{
 			Name: "gossip-profile", Value: "lan", EnvVars: []string{"SLICERD_GOSSIP_PROFILE"},
-			Usage: "gossip timers: lan (memberlist's LAN defaults) or local (shorter probe timeouts, for loopback and tests)",
+			Usage: "gossip timers: lan (memberlist's LAN timers, with faster failure detection) or local (shorter probe timeouts, for loopback and tests)",
 		},
 		&cli.Float64Flag{
 			Name: "preference-margin", Value: d.Gossip.Preference.WithDefaults().Margin, EnvVars: []string{"SLICERD_PREFERENCE_MARGIN"},
