@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -77,12 +78,27 @@ func runDemo(c *cli.Context) error {
 }
 
 // selfCommand is how the user ran this binary, for the commands the demo
-// suggests: "go run ." when arg0 is a binary 'go run' built in its cache
-// (which the user cannot run again by name), else "slicerd".
+// suggests: "go run ." when arg0 is a binary that 'go run' built (which the
+// user cannot run again by name), else "slicerd". go run builds in a
+// go-build* temporary directory, or reuses a binary cached in GOCACHE
+// (default .../go-build) under a directory named for its hash, "<hex>-d".
 func selfCommand(arg0 string) string {
-	p := strings.ReplaceAll(arg0, `\`, "/")
-	if strings.Contains(p, "/go-build") && strings.Contains(p, "/exe/") {
+	parts := strings.Split(strings.ReplaceAll(arg0, `\`, "/"), "/")
+	for _, p := range parts[:len(parts)-1] {
+		if goBuildDir.MatchString(p) {
+			return "go run ."
+		}
+	}
+	if len(parts) >= 2 && cachedExeDir.MatchString(parts[len(parts)-2]) {
 		return "go run ."
 	}
 	return "slicerd"
 }
+
+var (
+	// goBuildDir matches go's temporary build directory and its default
+	// cache directory.
+	goBuildDir = regexp.MustCompile(`^go-build[0-9]*$`)
+	// cachedExeDir matches the directory of an executable go run cached.
+	cachedExeDir = regexp.MustCompile(`^[0-9a-f]{64}-d$`)
+)
