@@ -1,7 +1,7 @@
 // Package cli defines slicerd's commands: the agent (the default command),
-// job, demo, simulate, trace and version, one file per command group. main
-// lists the commands; each command turns its flags into the validated
-// configuration of the package that does the work.
+// job, demo, simulate, trace, version and the hidden docs, one file per
+// command group. main lists the commands; each command turns its flags
+// into the validated configuration of the package that does the work.
 package cli
 
 import (
