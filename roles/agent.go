@@ -163,6 +163,21 @@ func (a *Agent) Changes() (<-chan struct{}, func()) {
 	}
 }
 
+// storeAttrs describe the store this agent uses, for its start line: none
+// for a Distributor alone, and a data dir only for the bbolt file.
+func (a *Agent) storeAttrs() []any {
+	spec, _ := ParseStore(a.cfg.Store) // valid: New checked it
+	switch {
+	case a.store == nil:
+		return []any{"store", "none"}
+	case a.cfg.OpenStore != nil:
+		return []any{"store", "custom"}
+	case spec.Etcd:
+		return []any{"store", a.cfg.Store}
+	}
+	return []any{"store", "bolt", "data_dir", a.cfg.DataDir}
+}
+
 // Run joins gossip, serves RPCs and runs the roles until ctx ends, then
 // leaves gossip gracefully, drains RPC streams and closes the store. It
 // returns the first error that stopped it.
@@ -187,8 +202,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.node = node
 	a.mu.Unlock()
 	defer node.Shutdown()
-	a.log.Info("slicerd started", "node", a.cfg.NodeName, "roles", a.cfg.Roles,
-		"rpc_addr", a.RPCAddr(), "gossip_addr", node.GossipAddr(), "data_dir", a.cfg.DataDir, "store", a.cfg.Store)
+	a.log.Info("slicerd started", append([]any{"node", a.cfg.NodeName, "roles", a.cfg.Roles,
+		"rpc_addr", a.RPCAddr(), "gossip_addr", node.GossipAddr()}, a.storeAttrs()...)...)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

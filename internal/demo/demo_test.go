@@ -1,18 +1,19 @@
-package main
+package demo
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"maps"
-	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -58,20 +59,26 @@ func parseDemo(t *testing.T, out string) []demoBlock {
 
 func TestDemoOnce(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	var out, errOut bytes.Buffer
-	code := run([]string{"slicerd", "demo", "--once",
-		"--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local",
-		"--step", "1s", "--keys", "300", "--rebalance-delay", "100ms", "--startup-grace", "300ms",
-	}, &out, &errOut)
-	t.Logf("stdout:\n%s", out.String())
-	if errOut.Len() > 0 {
-		t.Logf("stderr:\n%s", errOut.String())
+	var out, logs bytes.Buffer
+	opts := DefaultOptions()
+	opts.Once = true
+	opts.RPCAddr, opts.GossipAddr, opts.GossipProfile = "127.0.0.1:0", "127.0.0.1:0", "local"
+	opts.Step, opts.Keys = time.Second, 300
+	opts.RebalanceDelay, opts.StartupGrace = 100*time.Millisecond, 300*time.Millisecond
+	opts.Command = "go run ."
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts.QuietClients = true
+	err := Run(context.Background(), opts, &out)
+	t.Logf("output:\n%s", out.String())
+	if logs.Len() > 0 {
+		t.Logf("logs:\n%s", logs.String())
 	}
-	if code != 0 {
-		t.Fatalf("demo exited %d; want 0", code)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 	text := out.String()
-	for _, want := range []string{"grpcurl -plaintext", "== stopping kv-1", "== starting kv-3", "wrote 300 keys", "== stopped cleanly"} {
+	for _, want := range []string{"go run . job watch --addr 127.0.0.1:", "go run github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3 -plaintext",
+		"/slicer.v1.JobService/GetJob", "== stopping kv-1", "== starting kv-3", "wrote 300 keys", "== stopped cleanly"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -129,20 +136,28 @@ func TestDemoOnce(t *testing.T) {
 	}
 }
 
-// TestDemoRejectsBadFlags runs each case in a child process: the CLI
-// library exits the process on a usage error.
-func TestDemoRejectsBadFlags(t *testing.T) {
-	if args := os.Getenv("SLICERD_DEMO_TEST_ARGS"); args != "" {
-		os.Exit(run(append([]string{"slicerd", "demo", "--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0"},
-			strings.Fields(args)...), io.Discard, os.Stderr))
+func TestOptionsValidate(t *testing.T) {
+	if err := DefaultOptions().Validate(); err != nil {
+		t.Fatalf("DefaultOptions: %v", err)
 	}
-	for _, args := range []string{"--tasks 1", "--keys 0", "--step 0s", "--gossip-profile wan", "--log-level loud", "extra"} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestDemoRejectsBadFlags$")
-		cmd.Env = append(os.Environ(), "SLICERD_DEMO_TEST_ARGS="+args)
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-			t.Errorf("demo %s: %v; want exit status 2 (usage error); output: %s", args, err, out)
+	for _, tc := range []struct {
+		change func(*Options)
+		flag   string
+	}{
+		{func(o *Options) { o.Tasks = 1 }, "--tasks"},
+		{func(o *Options) { o.Keys = 0 }, "--keys"},
+		{func(o *Options) { o.Step = 0 }, "--step"},
+		{func(o *Options) { o.GossipProfile = "wan" }, "--gossip-profile"},
+	} {
+		o := DefaultOptions()
+		tc.change(&o)
+		err := o.Validate()
+		if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("Validate: %v; want ErrOptions naming %s", err, tc.flag)
+		}
+		// Run refuses the same options before starting anything.
+		if err := Run(context.Background(), o, io.Discard); !errors.Is(err, ErrOptions) {
+			t.Errorf("Run: %v; want ErrOptions naming %s", err, tc.flag)
 		}
 	}
 }

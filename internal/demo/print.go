@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"fmt"
@@ -7,9 +7,10 @@ import (
 	"github.com/slicerd/slicerd/assign"
 )
 
-// printAssignment writes a human summary: each task's share of the key
-// space, then the slices when there are few enough to read.
-func printAssignment(w io.Writer, a *assign.Assignment) {
+// PrintAssignment writes a human summary of a, as the demo and 'slicerd
+// job watch' print it: each task's share of the key space, then the slices
+// when there are few enough to read.
+func PrintAssignment(w io.Writer, a *assign.Assignment) {
 	share := make(map[string]uint64, len(a.Tasks))
 	count := make(map[string]int, len(a.Tasks))
 	for _, s := range a.Slices {

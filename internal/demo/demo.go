@@ -1,4 +1,6 @@
-package main
+// Package demo runs slicerd with a sharded example cache in one process and
+// narrates what happens to the keys as tasks stop and join.
+package demo
 
 import (
 	"context"
@@ -15,8 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/examples/kvcache"
@@ -25,66 +25,113 @@ import (
 	"github.com/slicerd/slicerd/slicelet"
 )
 
-// demoJob is the job the demo's cache tasks belong to.
-const demoJob = "kv"
+// Job is the job the demo's cache tasks belong to.
+const Job = "kv"
 
 // demoWait bounds each step of the demo script, so a broken setup fails
 // with a message instead of hanging.
 const demoWait = 60 * time.Second
 
-func demoCommand() *cli.Command {
+var (
+	// ErrOptions matches (errors.Is) every *OptionError.
+	ErrOptions = errors.New("demo: invalid options")
+	// ErrAgentStopped ends the script when slicerd stops on its own.
+	ErrAgentStopped = errors.New("slicerd stopped unexpectedly; rerun with --log-level info to see why")
+	// ErrTimeout is returned when a step of the script does not happen in time.
+	ErrTimeout = errors.New("demo: gave up waiting")
+)
+
+// OptionError says which option cannot work and why, in terms of the flag
+// that sets it.
+type OptionError struct {
+	Msg string
+	Err error // the underlying error, if any
+}
+
+func (e *OptionError) Error() string { return e.Msg }
+
+// Is makes every OptionError match ErrOptions.
+func (e *OptionError) Is(target error) bool { return target == ErrOptions }
+
+func (e *OptionError) Unwrap() error { return e.Err }
+
+func optionError(format string, args ...any) error {
+	return &OptionError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Options configure a demo run. DefaultOptions returns working values.
+type Options struct {
+	Tasks          int           // cache tasks to start, at least 2
+	Keys           int           // keys the client writes, at least 1
+	Step           time.Duration // pause between the steps of the script
+	Once           bool          // run the script once and return
+	DataDir        string        // keep the store here; "" for a temporary one removed at exit
+	RPCAddr        string        // host:port slicerd's RPC server listens on
+	GossipAddr     string        // host:port slicerd's gossip binds to
+	GossipProfile  string        // lan or local
+	RebalanceDelay time.Duration // how long the assigner lets membership changes settle
+	StartupGrace   time.Duration // how long the assigner waits for tasks before the first assignment
+	// Logger receives slicerd's logs; nil discards them.
+	Logger *slog.Logger
+	// QuietClients passes only errors of the in-process tasks and client
+	// to Logger: they warn while they wait for gossip and the first
+	// assignment, which is the expected start-up, not news.
+	QuietClients bool
+	// Command is how the reader runs slicerd, for the commands the demo
+	// suggests: "slicerd", or "go run ." from a source tree.
+	Command string
+}
+
+// DefaultOptions returns the options of 'slicerd demo' without flags.
+func DefaultOptions() Options {
 	d := roles.DefaultConfig()
-	return &cli.Command{
-		Name:  "demo",
-		Usage: "run a single-node slicerd with a sharded example cache and watch keys move as tasks stop and join",
-		Description: "Starts slicerd with every role on a temporary data dir, --tasks tasks of the kvcache example\n" +
-			"(each with its own Slicelet), and a client that routes --keys keys through a Clerk. It prints each\n" +
-			"new assignment and who owns the keys; after --step it stops a task, then starts a new one.\n" +
-			"It keeps running until Ctrl-C, or exits after the script with --once.",
-		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "tasks", Value: 3, Usage: "cache tasks to start"},
-			&cli.IntFlag{Name: "keys", Value: 1000, Usage: "keys the client writes"},
-			&cli.DurationFlag{Name: "step", Value: 5 * time.Second, Usage: "pause between the steps of the script"},
-			&cli.BoolFlag{Name: "once", Usage: "run the script once and exit (for tests and CI)"},
-			&cli.StringFlag{Name: "data-dir", Usage: "keep the store in this directory (default: a temporary one removed at exit)"},
-			&cli.StringFlag{Name: "rpc-addr", Value: d.RPCAddr, Usage: "host:port the Connect/gRPC API listens on"},
-			&cli.StringFlag{Name: "gossip-addr", Value: d.Gossip.BindAddr, Usage: "host:port slicerd's gossip binds to"},
-			&cli.StringFlag{Name: "gossip-profile", Value: "lan", Usage: "gossip timers: lan or local (faster, loopback only)"},
-			&cli.DurationFlag{Name: "rebalance-delay", Value: d.RebalanceDelay, Usage: "how long the assigner lets membership changes settle"},
-			&cli.DurationFlag{Name: "startup-grace", Value: time.Second, Usage: "how long the assigner waits for tasks to join before the first assignment"},
-			&cli.StringFlag{Name: "log-level", Value: "warn", Usage: "slicerd's log verbosity on stderr: debug, info, warn or error"},
-			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "log format: text or json"},
-		},
-		Action: runDemo,
+	return Options{
+		Tasks: 3, Keys: 1000, Step: 5 * time.Second,
+		RPCAddr: d.RPCAddr, GossipAddr: d.Gossip.BindAddr, GossipProfile: "lan",
+		RebalanceDelay: d.RebalanceDelay, StartupGrace: time.Second, Command: "slicerd",
 	}
 }
 
-func runDemo(c *cli.Context) error {
-	if c.Args().Present() {
-		return usageError("unexpected argument %q; demo takes flags only (see 'slicerd demo --help')", c.Args().First())
+// Validate reports the first option that cannot work, naming its flag.
+func (o Options) Validate() error {
+	switch {
+	case o.Tasks < 2:
+		return optionError("--tasks must be at least 2, so one can stop while another serves")
+	case o.Keys < 1:
+		return optionError("--keys must be at least 1")
+	case o.Step <= 0:
+		return optionError("--step must be positive")
+	case o.GossipProfile != "lan" && o.GossipProfile != "local":
+		return optionError("invalid --gossip-profile %q: use lan or local", o.GossipProfile)
 	}
-	if c.Int("tasks") < 2 {
-		return usageError("--tasks must be at least 2, so one can stop while another serves")
-	}
-	if c.Int("keys") < 1 {
-		return usageError("--keys must be at least 1")
-	}
-	if c.Duration("step") <= 0 {
-		return usageError("--step must be positive")
-	}
-	profile := c.String("gossip-profile")
-	if profile != "lan" && profile != "local" {
-		return usageError("invalid --gossip-profile %q: use lan or local", profile)
-	}
-	log, err := newLogger(c)
-	if err != nil {
+	return nil
+}
+
+// Run starts slicerd and the cache, runs the script and writes what happens
+// to w. It returns nil when ctx ends (Ctrl-C is how the demo is meant to
+// end) or, with Once, when the script is done; everything it started has
+// stopped by then.
+func Run(ctx context.Context, opts Options, w io.Writer) error {
+	if err := opts.Validate(); err != nil {
 		return err
 	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	clientLog := log
+	if opts.QuietClients {
+		clientLog = slog.New(minLevel{log.Handler(), slog.LevelError})
+	}
+	if opts.Command == "" {
+		opts.Command = "slicerd"
+	}
 
-	dataDir, temp := c.String("data-dir"), false
+	dataDir, temp := opts.DataDir, false
 	if dataDir == "" {
+		var err error
 		if dataDir, err = os.MkdirTemp("", "slicerd-demo-"); err != nil {
-			return cli.Exit(fmt.Sprintf("create a temporary data dir: %v; set --data-dir", err), 1)
+			return fmt.Errorf("create a temporary data dir: %w; set --data-dir", err)
 		}
 		temp = true
 		defer os.RemoveAll(dataDir)
@@ -92,38 +139,30 @@ func runDemo(c *cli.Context) error {
 	cfg := roles.DefaultConfig()
 	cfg.NodeName = "demo"
 	cfg.DataDir = dataDir
-	cfg.RPCAddr = c.String("rpc-addr")
-	cfg.Gossip.BindAddr = c.String("gossip-addr")
-	cfg.Gossip.Profile = profile
-	cfg.RebalanceDelay = c.Duration("rebalance-delay")
-	cfg.StartupGrace = c.Duration("startup-grace")
+	cfg.RPCAddr = opts.RPCAddr
+	cfg.Gossip.BindAddr = opts.GossipAddr
+	cfg.Gossip.Profile = opts.GossipProfile
+	cfg.RebalanceDelay = opts.RebalanceDelay
+	cfg.StartupGrace = opts.StartupGrace
 	cfg.Logger = log
 	if err := cfg.Validate(); err != nil {
-		return usageError("%v", err)
+		return &OptionError{Msg: err.Error(), Err: err}
 	}
 	agent, err := roles.New(cfg)
 	if err != nil {
-		return cli.Exit(err.Error(), 1)
+		return err
 	}
 
-	// The in-process tasks and client warn while they wait for gossip and
-	// the first assignment; that is the expected start-up, not news.
-	clientLog := log
-	if !c.IsSet("log-level") {
-		clientLog = slog.New(minLevel{log.Handler(), slog.LevelError})
-	}
-
-	ctx, stop := signalContext(log)
-	defer stop()
 	d := &demo{
-		out:     c.App.Writer,
+		out:     w,
 		log:     clientLog,
-		profile: profile,
-		step:    c.Duration("step"),
+		profile: opts.GossipProfile,
+		command: opts.Command,
+		step:    opts.Step,
 		tasks:   make(map[string]*demoTask),
 		changed: make(chan struct{}, 1),
 	}
-	for i := range c.Int("keys") {
+	for i := range opts.Keys {
 		d.keys = append(d.keys, fmt.Sprintf("key-%06d", i))
 	}
 
@@ -135,7 +174,7 @@ func runDemo(c *cli.Context) error {
 		agentErr = agent.Run(agentCtx)
 	}()
 	d.agentDone = agentDone
-	err = d.run(ctx, agent, c.Int("tasks"), c.Bool("once"), dataDir, temp)
+	err = d.run(ctx, agent, opts.Tasks, opts.Once, dataDir, temp)
 	if ctx.Err() != nil {
 		fmt.Fprintln(d.out, "\n== shutting down")
 		if errors.Is(err, context.Canceled) {
@@ -147,8 +186,8 @@ func runDemo(c *cli.Context) error {
 	d.shutdown()
 	stopAgent()
 	<-agentDone
-	if agentErr != nil && (err == nil || err == errAgentStopped) {
-		err = cli.Exit(fmt.Sprintf("slicerd: %v", agentErr), 1)
+	if agentErr != nil && (err == nil || errors.Is(err, ErrAgentStopped)) {
+		err = fmt.Errorf("slicerd: %w", agentErr)
 	}
 	if err == nil {
 		fmt.Fprintln(d.out, "\n== stopped cleanly")
@@ -161,6 +200,7 @@ type demo struct {
 	out       io.Writer
 	log       *slog.Logger
 	profile   string
+	command   string // how the reader runs slicerd: "slicerd" or "go run ."
 	step      time.Duration
 	keys      []string
 	agentDone <-chan struct{} // closed when slicerd stops
@@ -261,7 +301,7 @@ func (d *demo) run(ctx context.Context, agent *roles.Agent, ntasks int, once boo
 		case <-ctx.Done():
 			return nil
 		case <-d.agentDone:
-			return errAgentStopped
+			return ErrAgentStopped
 		case <-d.changed:
 			d.printNew()
 		}
@@ -288,12 +328,12 @@ after another %v a new task joins and takes a fair share.
   data    %s (%s)
 
 From another terminal, try:
-  grpcurl -plaintext %s list
-  grpcurl -plaintext -d '{"job": "%s"}' %s slicer.v1.DistributorService/WatchAssignment
-  slicerd job watch --addr %s %s
+  %[10]s job watch --addr %[6]s %[1]s
+  %[10]s job get --addr %[6]s %[1]s
+  curl -s -H 'Content-Type: application/json' -d '{"job": "%[1]s"}' http://%[6]s/slicer.v1.JobService/GetJob
+  go run github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3 -plaintext %[6]s list
 
-`, demoJob, ntasks, len(d.keys), d.step, d.step, rpcAddr, gossipAddr, dataDir, keep,
-		rpcAddr, demoJob, rpcAddr, rpcAddr, demoJob)
+`, Job, ntasks, len(d.keys), d.step, d.step, rpcAddr, gossipAddr, dataDir, keep, d.command)
 }
 
 // waitGossip returns slicerd's bound gossip address once Run has started
@@ -311,21 +351,17 @@ func (d *demo) waitGossip(ctx context.Context, agent *roles.Agent) (string, erro
 		case <-ctx.Done():
 			return "", ctx.Err()
 		case <-d.agentDone:
-			return "", errAgentStopped
+			return "", ErrAgentStopped
 		case <-deadline.C:
-			return "", cli.Exit(fmt.Sprintf("slicerd did not start gossip within %v; rerun with --log-level info", demoWait), 1)
+			return "", fmt.Errorf("%w: slicerd did not start gossip within %v; rerun with --log-level info", ErrTimeout, demoWait)
 		case <-tick.C:
 		}
 	}
 }
 
-// errAgentStopped ends the script when slicerd stops on its own; runDemo
-// reports slicerd's error.
-var errAgentStopped = cli.Exit("slicerd stopped unexpectedly; rerun with --log-level info to see why", 1)
-
 func (d *demo) startClerk(rpcAddr string) error {
 	ck, err := clerk.New(clerk.Config{
-		Job:    demoJob,
+		Job:    Job,
 		Addrs:  []string{rpcAddr},
 		Logger: d.log.With("component", "clerk"),
 		OnAssignment: func(_, next *assign.Assignment) {
@@ -339,7 +375,7 @@ func (d *demo) startClerk(rpcAddr string) error {
 		},
 	})
 	if err != nil {
-		return cli.Exit(err.Error(), 1)
+		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.clerk, d.stopClerk, d.clerkDone = ck, cancel, make(chan error, 1)
@@ -351,16 +387,16 @@ func (d *demo) startClerk(rpcAddr string) error {
 }
 
 func (d *demo) startTask() (*demoTask, error) {
-	name := fmt.Sprintf("%s-%d", demoJob, d.nextTask)
+	name := fmt.Sprintf("%s-%d", Job, d.nextTask)
 	d.nextTask++
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, cli.Exit(fmt.Sprintf("task %s: listen: %v", name, err), 1)
+		return nil, fmt.Errorf("task %s: listen: %w", name, err)
 	}
 	gcfg := gossip.DefaultConfig()
 	gcfg.Profile = d.profile
 	sl, err := slicelet.New(slicelet.Config{
-		Job:        demoJob,
+		Job:        Job,
 		Task:       name,
 		Addr:       ln.Addr().String(),
 		GossipAddr: "127.0.0.1:0",
@@ -370,7 +406,7 @@ func (d *demo) startTask() (*demoTask, error) {
 	})
 	if err != nil {
 		ln.Close()
-		return nil, cli.Exit(fmt.Sprintf("task %s: %v", name, err), 1)
+		return nil, fmt.Errorf("task %s: %w", name, err)
 	}
 	log := d.log.With("task", name)
 	t := &demoTask{name: name, server: kvcache.NewServer(sl, log), done: make(chan struct{})}
@@ -469,9 +505,9 @@ func (d *demo) waitAssignment(ctx context.Context, what string, cond func(*assig
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-d.agentDone:
-			return errAgentStopped
+			return ErrAgentStopped
 		case <-deadline.C:
-			return cli.Exit(fmt.Sprintf("gave up after %v waiting for %s; rerun with --log-level info to see why", demoWait, what), 1)
+			return fmt.Errorf("%w after %v for %s; rerun with --log-level info to see why", ErrTimeout, demoWait, what)
 		case <-d.changed:
 		}
 	}
@@ -490,7 +526,7 @@ func (d *demo) printNew() {
 		}
 		d.printed = a.Generation
 		fmt.Fprintln(d.out)
-		printAssignment(d.out, a)
+		PrintAssignment(d.out, a)
 		owners := keyOwners(a, d.keys)
 		if d.lastOwners != nil {
 			d.printMoves(d.lastOwners, owners)
@@ -586,7 +622,7 @@ func (d *demo) keyError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return cli.Exit(fmt.Sprintf("cache request failed: %v", err), 1)
+	return fmt.Errorf("cache request failed: %w", err)
 }
 
 // minLevel drops records below a level before its handler sees them.

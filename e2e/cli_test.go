@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDemoOnceBinary runs 'slicerd demo --once' as a user would and checks
+// that the script completes and shuts down cleanly.
+func TestDemoOnceBinary(t *testing.T) {
+	code, out := runSlicerd(t, "demo", "--once",
+		"--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local",
+		"--step", "1s", "--keys", "200", "--rebalance-delay", "100ms", "--startup-grace", "300ms")
+	if code != 0 {
+		t.Fatalf("demo --once exited %d; output:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"slicerd job watch --addr 127.0.0.1:", // a built binary is run by name, not with go run
+		"== stopping kv-1", "== starting kv-3", "wrote 200 keys", "== script done (--once)", "== stopped cleanly",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestDemoOnceGoRun runs the demo as README says, through go run, and
+// checks that the commands it suggests are ones a go run user can run.
+func TestDemoOnceGoRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "run", "..", "demo", "--once",
+		"--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local",
+		"--step", "500ms", "--keys", "100", "--rebalance-delay", "100ms", "--startup-grace", "300ms")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go run . demo --once: %v; output:\n%s", err, out.String())
+	}
+	for _, want := range []string{"go run . job watch --addr 127.0.0.1:", "== stopped cleanly"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "  slicerd job") {
+		t.Errorf("demo suggests running slicerd by name, which go run did not install:\n%s", out.String())
+	}
+}
+
+// TestJobCommandsBinary runs every job subcommand against a real node, and
+// one against a node without the role that serves it.
+func TestJobCommandsBinary(t *testing.T) {
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
+	startKV(t, "kv-0", node.gossipAddr)
+
+	// watch runs until interrupted, printing every assignment.
+	watch := start(t, "job watch", bin.slicerd, "job", "watch", "--addr", node.rpcAddr, "kv")
+	watch.waitLine(30*time.Second, "job kv generation ", "over 1 tasks")
+	watch.waitLine(time.Second, "kv-0 ", "100.00% of keys")
+
+	code, out := runSlicerd(t, "job", "set", "--addr", node.rpcAddr, "--max-redundancy", "2", "--move-churn", "0.2", "kv")
+	if code != 0 || !strings.Contains(out, "max redundancy  2\n") || !strings.Contains(out, "move churn           0.2\n") {
+		t.Errorf("job set: exit %d, output:\n%s", code, out)
+	}
+	code, out = runSlicerd(t, "job", "get", "--addr", node.rpcAddr, "kv")
+	for _, want := range []string{"job kv\n", "max redundancy  2\n", "live tasks      1\n", "    kv-0 ", "move churn           0.2\n"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("job get: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+	code, out = runSlicerd(t, "job", "list", "--addr", node.rpcAddr)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "JOB ") || strings.Fields(lines[1])[0] != "kv" ||
+		strings.Fields(lines[1])[3] != "2" || strings.Fields(lines[1])[4] != "1" {
+		t.Errorf("job list: exit %d; want a header and kv with max redundancy 2 and 1 task:\n%s", code, out)
+	}
+
+	watch.signal(syscall.SIGINT)
+	if code := watch.wait(20 * time.Second); code != 0 {
+		t.Errorf("job watch exited %d after SIGINT", code)
+	}
+
+	distributor := startSlicerd(t, "distributor-1", "--role", "distributor", "--join", node.gossipAddr)
+	code, out = runSlicerd(t, "job", "list", "--addr", distributor.rpcAddr)
+	if want := "job list is served by the assigner role; " + distributor.rpcAddr + " runs no assigner"; code != 1 || !strings.Contains(out, want) {
+		t.Errorf("job list against a distributor: exit %d, output:\n%s\nwant exit 1 and %q", code, out, want)
+	}
+}

@@ -1,0 +1,173 @@
+package cli
+
+import (
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/roles"
+)
+
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "slicerd"
+	}
+	return h
+}
+
+// agentFlags are the flags of slicerd without a command: a node.
+func agentFlags() []cli.Flag {
+	d := roles.DefaultConfig()
+	return []cli.Flag{
+		&cli.StringFlag{
+			Name: "role", EnvVars: []string{"SLICERD_ROLE"},
+			Usage: "roles to run, comma-separated: assigner, distributor, backup (default: all three on the embedded store)",
+		},
+		&cli.StringFlag{
+			Name: "data-dir", Value: d.DataDir, EnvVars: []string{"SLICERD_DATA_DIR"},
+			Usage: "directory of the embedded assignment store (assigner and backup roles)",
+		},
+		&cli.StringFlag{
+			Name: "store", Value: "bolt", EnvVars: []string{"SLICERD_STORE"},
+			Usage: "assignment store of the assigner and backup roles: bolt (a file in --data-dir, for one node) or " +
+				"etcd://host:2379[,host2:2379][/prefix] to share one store among several assigners and backups " +
+				"(keys under the prefix, default /slicerd/)",
+		},
+		&cli.StringFlag{
+			Name: "rpc-addr", Value: d.RPCAddr, EnvVars: []string{"SLICERD_RPC_ADDR"},
+			Usage: "host:port the RPC API listens on: Connect, gRPC and gRPC-Web, over HTTP/1.1 or cleartext HTTP/2",
+		},
+		&cli.StringFlag{
+			Name: "advertise-rpc-addr", EnvVars: []string{"SLICERD_ADVERTISE_RPC_ADDR"},
+			Usage: "RPC address other members use to reach this node (default: the bound --rpc-addr)",
+		},
+		&cli.StringFlag{
+			Name: "gossip-addr", Value: d.Gossip.BindAddr, EnvVars: []string{"SLICERD_GOSSIP_ADDR"},
+			Usage: "host:port gossip binds to, TCP and UDP",
+		},
+		&cli.StringSliceFlag{
+			Name: "join", EnvVars: []string{"SLICERD_JOIN"},
+			Usage: "gossip address of an existing member to join; repeat or comma-separate for several",
+		},
+		&cli.StringFlag{
+			Name: "node-name", Value: defaultNodeName(), EnvVars: []string{"SLICERD_NODE_NAME"},
+			Usage: "this node's unique name in gossip",
+		},
+		&cli.StringFlag{
+			Name: "gossip-profile", Value: "lan", EnvVars: []string{"SLICERD_GOSSIP_PROFILE"},
+			Usage: "gossip timers: lan (memberlist's LAN timers, with faster failure detection) or local (shorter probe timeouts, for loopback and tests)",
+		},
+		&cli.Float64Flag{
+			Name: "preference-margin", Value: d.Gossip.Preference.WithDefaults().Margin, EnvVars: []string{"SLICERD_PREFERENCE_MARGIN"},
+			Usage: "hysteresis of the preferred assigner: another assigner takes a job over only when its estimated round trip " +
+				"to the job's tasks is lower by more than this fraction (and by --preference-min-gain); use the same value on every node",
+		},
+		&cli.DurationFlag{
+			Name: "preference-min-gain", Value: d.Gossip.Preference.WithDefaults().MinGain, EnvVars: []string{"SLICERD_PREFERENCE_MIN_GAIN"},
+			Usage: "hysteresis of the preferred assigner: the least round-trip improvement that moves a job to another assigner",
+		},
+		&cli.DurationFlag{
+			Name: "preference-recheck", Value: d.Gossip.Preference.WithDefaults().Recheck, EnvVars: []string{"SLICERD_PREFERENCE_RECHECK"},
+			Usage: "how often each node re-evaluates every job's preferred assigner while membership is quiet (network coordinates move without membership events)",
+		},
+		&cli.DurationFlag{
+			Name: "standby-poll-interval", Value: d.StandbyPollInterval, EnvVars: []string{"SLICERD_STANDBY_POLL_INTERVAL"},
+			Usage: "how often an assigner that is not preferred for a job re-reads it from a store that cannot push changes (bolt); etcd pushes them",
+		},
+		&cli.DurationFlag{
+			Name: "gossip-delay", EnvVars: []string{"SLICERD_GOSSIP_DELAY"},
+			Usage: "testing aid: delay everything this node sends over gossip by this long, so that it looks far away " +
+				"to network-proximity estimates (0 = off; leave it off in production)",
+		},
+		&cli.DurationFlag{
+			Name: "rebalance-delay", Value: d.RebalanceDelay, EnvVars: []string{"SLICERD_REBALANCE_DELAY"},
+			Usage: "how long the assigner waits for membership changes to settle before deciding",
+		},
+		&cli.DurationFlag{
+			Name: "rebalance-interval", Value: d.RebalanceInterval, EnvVars: []string{"SLICERD_REBALANCE_INTERVAL"},
+			Usage: "how often the assigner rebalances each job on its tasks' reported load (0 turns load balancing off; membership changes are still handled)",
+		},
+		&cli.DurationFlag{
+			Name: "startup-grace", Value: d.StartupGrace, EnvVars: []string{"SLICERD_STARTUP_GRACE"},
+			Usage: "how long a starting assigner serves the stored assignment unchanged while gossip converges",
+		},
+		flagLogLevel,
+		flagLogFormat,
+	}
+}
+
+// agentConfig turns flags into a validated agent configuration.
+func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
+	if c.Args().Present() {
+		return roles.Config{}, usageError("unexpected argument %q; slicerd takes flags only (see 'slicerd --help')", c.Args().First())
+	}
+	cfg := roles.DefaultConfig()
+	cfg.Logger = log
+	if s := c.String("role"); s != "" {
+		cfg.Roles = nil
+		for _, part := range strings.Split(s, ",") {
+			r, err := gossip.ParseRole(strings.TrimSpace(part))
+			if err != nil || r == gossip.RoleTask {
+				return cfg, usageError("invalid --role %q: use assigner, distributor or backup, comma-separated", part)
+			}
+			cfg.Roles = append(cfg.Roles, r)
+		}
+	}
+	cfg.NodeName = c.String("node-name")
+	cfg.DataDir = c.String("data-dir")
+	cfg.Store = c.String("store")
+	cfg.RPCAddr = c.String("rpc-addr")
+	cfg.AdvertiseRPCAddr = c.String("advertise-rpc-addr")
+	cfg.RebalanceDelay = c.Duration("rebalance-delay")
+	cfg.StartupGrace = c.Duration("startup-grace")
+	cfg.RebalanceInterval = c.Duration("rebalance-interval")
+	cfg.Gossip.BindAddr = c.String("gossip-addr")
+	for _, j := range c.StringSlice("join") {
+		for _, addr := range strings.Split(j, ",") {
+			if addr = strings.TrimSpace(addr); addr != "" {
+				cfg.Gossip.Join = append(cfg.Gossip.Join, addr)
+			}
+		}
+	}
+	cfg.Gossip.SendDelay = c.Duration("gossip-delay")
+	if d := cfg.Gossip.SendDelay; d < 0 || d > time.Minute {
+		return cfg, usageError("invalid --gossip-delay %v: use a duration from 0 (off) to 1m", d)
+	}
+	cfg.Gossip.Preference.Margin = c.Float64("preference-margin")
+	cfg.Gossip.Preference.MinGain = c.Duration("preference-min-gain")
+	cfg.Gossip.Preference.Recheck = c.Duration("preference-recheck")
+	cfg.StandbyPollInterval = c.Duration("standby-poll-interval")
+	switch p := c.String("gossip-profile"); p {
+	case "lan", "local":
+		cfg.Gossip.Profile = p
+	default:
+		return cfg, usageError("invalid --gossip-profile %q: use lan or local", p)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError("%v", err)
+	}
+	return cfg, nil
+}
+
+func runAgent(c *cli.Context) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	cfg, err := agentConfig(c, log)
+	if err != nil {
+		return err
+	}
+	agent, err := roles.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext(c.Context, log)
+	defer stop()
+	return agent.Run(ctx)
+}

@@ -1,0 +1,147 @@
+// Package cli defines slicerd's commands: the agent (the default command),
+// job, demo, simulate, trace, version and the hidden docs, one file per
+// command group. main lists the commands; each command turns its flags
+// into the validated configuration of the package that does the work.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+// NewApp returns slicerd's command line: with no command it runs the agent;
+// commands are the subcommands, in the order 'slicerd --help' lists them.
+// version is the release version ("" for a development build).
+func NewApp(version string, stdout, stderr io.Writer, commands ...*cli.Command) *cli.App {
+	return &cli.App{
+		Name:    "slicerd",
+		Usage:   "auto-sharding service: assigns keys to live tasks and streams the assignment to clients",
+		Version: versionString(version),
+		Description: "With no command, slicerd runs a node. With no --role it runs the assigner, distributor and backup\n" +
+			"on an embedded store in --data-dir: a complete single-node service. Every flag can also be set\n" +
+			"through the SLICERD_* environment variable shown beside it.",
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		HideVersion:          true,
+		Flags:                agentFlags(),
+		Action:               runAgent,
+		EnableBashCompletion: true,
+		// Run reports errors and picks the exit status; the default handler
+		// would exit the process from inside the library.
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usageError("%v (see 'slicerd --help')", err)
+		},
+		Commands: commands,
+	}
+}
+
+// Run runs app with args (args[0] is the program name) until it finishes
+// or ctx ends, reports an error on app's ErrWriter, and returns the exit
+// status: 0, 1 for a failure, 2 for a usage error.
+func Run(ctx context.Context, app *cli.App, args []string) int {
+	if err := app.RunContext(ctx, args); err != nil {
+		fmt.Fprintf(app.ErrWriter, "slicerd: %v\n", err)
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			return ec.ExitCode()
+		}
+		return 1
+	}
+	return 0
+}
+
+// VersionCommand prints the version.
+func VersionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the version",
+		Action: func(c *cli.Context) error {
+			fmt.Fprintf(c.App.Writer, "slicerd %s\n", c.App.Version)
+			return nil
+		},
+	}
+}
+
+func versionString(version string) string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func usageError(format string, args ...any) error {
+	return cli.Exit(fmt.Sprintf(format, args...), 2)
+}
+
+// subcommandUsageError gives flag errors of a subcommand exit status 2.
+func subcommandUsageError(c *cli.Context, err error, _ bool) error {
+	return usageError("%v (see 'slicerd %s --help')", err, c.Command.FullName())
+}
+
+var (
+	flagLogLevel = &cli.StringFlag{
+		Name: "log-level", Value: "info", EnvVars: []string{"SLICERD_LOG_LEVEL"},
+		Usage: "log verbosity: debug, info, warn or error",
+	}
+	flagLogFormat = &cli.StringFlag{
+		Name: "log-format", Value: "text", EnvVars: []string{"SLICERD_LOG_FORMAT"},
+		Usage: "log format: text or json (one object per line)",
+	}
+)
+
+func newLogger(c *cli.Context) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, usageError("invalid --log-level %q: use debug, info, warn or error", c.String("log-level"))
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.String("log-format") {
+	case "text":
+		return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts)), nil
+	}
+	return nil, usageError("invalid --log-format %q: use text or json", c.String("log-format"))
+}
+
+// signalContext is cancelled by the first SIGINT or SIGTERM, which starts a
+// graceful shutdown, or when parent ends; a second signal exits at once.
+func signalContext(parent context.Context, log *slog.Logger) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info("shutting down gracefully; signal again to exit at once", "signal", s.String())
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			log.Warn("exiting at once", "signal", s.String())
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}

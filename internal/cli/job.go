@@ -1,0 +1,271 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/urfave/cli/v2"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/demo"
+)
+
+// servedBy names the role whose RPC service each job subcommand calls.
+var servedBy = map[string]gossip.Role{
+	"list":  gossip.RoleAssigner,
+	"get":   gossip.RoleAssigner,
+	"set":   gossip.RoleAssigner,
+	"watch": gossip.RoleDistributor,
+}
+
+// addrFlag is the --addr flag of the job subcommand cmd.
+func addrFlag(cmd string) *cli.StringFlag {
+	return &cli.StringFlag{
+		Name: "addr", Value: "127.0.0.1:7070", EnvVars: []string{"SLICERD_ADDR"},
+		Usage: fmt.Sprintf("RPC address of a slicerd node running the %s role", servedBy[cmd]),
+	}
+}
+
+// JobCommand inspects and configures jobs over RPC.
+func JobCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "job",
+		Usage: "inspect and configure sharded jobs over RPC (list, get and set talk to an assigner; watch to a distributor)",
+		Subcommands: []*cli.Command{
+			{
+				Name:   "list",
+				Usage:  "list known jobs",
+				Flags:  []cli.Flag{addrFlag("list")},
+				Action: func(c *cli.Context) error { return jobList(c) },
+			},
+			{
+				Name:      "get",
+				Usage:     "show one job: configuration, generation, live tasks, and its load and balance as the assigner sees them",
+				ArgsUsage: "JOB",
+				Flags:     []cli.Flag{addrFlag("get")},
+				Action:    func(c *cli.Context) error { return jobGet(c) },
+			},
+			{
+				Name:      "set",
+				Usage:     "set a job's configuration (creates the job)",
+				ArgsUsage: "JOB",
+				Description: "Only the flags given change; every other setting keeps its stored value (for a new job,\n" +
+					"its default). A tuning flag set to 0 restores that setting's default. Invalid values are\n" +
+					"refused and nothing is stored. See docs/operations.md for what each setting does.",
+				Flags:        jobSetFlags(),
+				OnUsageError: subcommandUsageError,
+				Action:       func(c *cli.Context) error { return jobSet(c) },
+			},
+			{
+				Name:      "watch",
+				Usage:     "stream a job's assignments from a distributor as they change",
+				ArgsUsage: "JOB",
+				Flags:     []cli.Flag{addrFlag("watch")},
+				Action:    func(c *cli.Context) error { return jobWatch(c) },
+			},
+		},
+	}
+}
+
+func jobArg(c *cli.Context) (string, error) {
+	if c.NArg() > 1 && strings.HasPrefix(c.Args().Get(1), "-") {
+		return "", usageError("flags go before JOB: slicerd job %s [flags] %s", c.Command.Name, c.Args().First())
+	}
+	if c.NArg() != 1 {
+		return "", usageError("job %s needs exactly one JOB argument", c.Command.Name)
+	}
+	return c.Args().First(), nil
+}
+
+// rpcError turns a failed call of a job subcommand into a message that
+// says what to do.
+func rpcError(c *cli.Context, err error) error {
+	addr := c.String("addr")
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable:
+		return cli.Exit(fmt.Sprintf("cannot reach slicerd at %s: %v (is it running? set --addr)", addr, err), 1)
+	case connect.CodeUnimplemented:
+		// slicerd serves a role's RPC service only on nodes running that
+		// role; other nodes answer HTTP 404.
+		role := servedBy[c.Command.Name]
+		return cli.Exit(fmt.Sprintf("job %s is served by the %s role; %s runs no %s: point --addr at a node started with "+
+			"--role including %s, or without --role (all roles)", c.Command.Name, role, addr, role, role), 1)
+	}
+	return cli.Exit(err.Error(), 1)
+}
+
+func jobClient(c *cli.Context) slicerv1connect.JobServiceClient {
+	return slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(c.String("addr")), connect.WithGRPC())
+}
+
+func rpcContext(c *cli.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Context, 10*time.Second)
+}
+
+func jobList(c *cli.Context) error {
+	ctx, cancel := rpcContext(c)
+	defer cancel()
+	resp, err := jobClient(c).ListJobs(ctx, connect.NewRequest(&slicerv1.ListJobsRequest{}))
+	if err != nil {
+		return rpcError(c, err)
+	}
+	fmt.Fprintf(c.App.Writer, "%-24s %10s %5s %5s %6s %10s %9s\n", "JOB", "GENERATION", "MIN", "MAX", "TASKS", "LOAD/S", "IMBALANCE")
+	for _, j := range resp.Msg.GetJobs() {
+		load, imbalance := "-", "-"
+		if j.GetReportingTasks() > 0 {
+			load, imbalance = fmt.Sprintf("%.4g", j.GetTotalLoad()), fmt.Sprintf("%.3f", j.GetImbalance())
+		}
+		fmt.Fprintf(c.App.Writer, "%-24s %10d %5d %5d %6d %10s %9s\n", j.GetName(), j.GetGeneration(),
+			j.GetConfig().GetMinRedundancy(), j.GetConfig().GetMaxRedundancy(), len(j.GetLiveTasks()), load, imbalance)
+	}
+	return nil
+}
+
+func jobGet(c *cli.Context) error {
+	job, err := jobArg(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := rpcContext(c)
+	defer cancel()
+	resp, err := jobClient(c).GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
+	if err != nil {
+		return rpcError(c, err)
+	}
+	printJob(c.App.Writer, resp.Msg.GetJob())
+	return nil
+}
+
+// jobSetFlags are the flags of 'job set': one per field of the job's
+// configuration. None has a default of its own; an absent flag keeps the
+// stored value.
+func jobSetFlags() []cli.Flag {
+	d := assign.DefaultConfig()
+	return []cli.Flag{
+		addrFlag("set"),
+		&cli.IntFlag{Name: "min-redundancy", DefaultText: "unchanged", Usage: "tasks each slice is assigned to, when that many are live (1-64)"},
+		&cli.IntFlag{Name: "max-redundancy", DefaultText: "unchanged", Usage: "most tasks a hot slice may be replicated to (min-redundancy to 64)"},
+		&cli.IntFlag{Name: "min-slices-per-task", DefaultText: "unchanged", Usage: fmt.Sprintf("merge cold slices only while the job has more slices per task than this; 0 means %d", d.MinSlicesPerTask)},
+		&cli.IntFlag{Name: "max-slices-per-task", DefaultText: "unchanged", Usage: fmt.Sprintf("split hot slices only while the job has fewer slices per task than this; 0 means %d", d.MaxSlicesPerTask)},
+		&cli.Float64Flag{Name: "merge-churn", DefaultText: "unchanged", Usage: fmt.Sprintf("fraction of the key space merging may move per decision, 0-1; 0 means %g", d.MergeChurn)},
+		&cli.Float64Flag{Name: "move-churn", DefaultText: "unchanged", Usage: fmt.Sprintf("fraction of the key space load-balancing moves may move per decision, 0-1; 0 means %g", d.MoveChurn)},
+		&cli.Float64Flag{Name: "merge-load-factor", DefaultText: "unchanged", Usage: fmt.Sprintf("merge two adjacent slices only if their load is below this times the mean slice load; 0 means %g", d.MergeLoadFactor)},
+		&cli.Float64Flag{Name: "split-load-factor", DefaultText: "unchanged", Usage: fmt.Sprintf("split a slice whose load is at least this times the mean slice load (above 1); 0 means %g", d.SplitLoadFactor)},
+		&cli.Float64Flag{Name: "suppress-below", DefaultText: "unchanged", Usage: "leave the job alone while its hottest task's load per second is below this; 0 means never"},
+	}
+}
+
+// uintFlag reads a count flag that must fit a uint32.
+func uintFlag(c *cli.Context, name string) (uint32, error) {
+	v := c.Int(name)
+	if v < 0 {
+		return 0, usageError("invalid --%s %d: it cannot be negative", name, v)
+	}
+	if int64(v) > math.MaxUint32 {
+		return 0, usageError("invalid --%s %d: it is far above any limit; see 'slicerd job set --help'", name, v)
+	}
+	return uint32(v), nil
+}
+
+// mergeConfigFlags overlays the flags given on p, the stored configuration.
+func mergeConfigFlags(c *cli.Context, p *slicerv1.JobConfig) error {
+	counts := []struct {
+		name string
+		dst  *uint32
+	}{
+		{"min-redundancy", &p.MinRedundancy}, {"max-redundancy", &p.MaxRedundancy},
+		{"min-slices-per-task", &p.MinSlicesPerTask}, {"max-slices-per-task", &p.MaxSlicesPerTask},
+	}
+	for _, f := range counts {
+		if !c.IsSet(f.name) {
+			continue
+		}
+		v, err := uintFlag(c, f.name)
+		if err != nil {
+			return err
+		}
+		*f.dst = v
+	}
+	for _, f := range []struct {
+		name string
+		dst  *float64
+	}{
+		{"merge-churn", &p.MergeChurn}, {"move-churn", &p.MoveChurn}, {"merge-load-factor", &p.MergeLoadFactor},
+		{"split-load-factor", &p.SplitLoadFactor}, {"suppress-below", &p.SuppressBelow},
+	} {
+		if c.IsSet(f.name) {
+			*f.dst = c.Float64(f.name)
+		}
+	}
+	if c.IsSet("min-redundancy") && !c.IsSet("max-redundancy") && p.MinRedundancy > p.MaxRedundancy {
+		return usageError("--min-redundancy %d is above the job's max redundancy %d; give --max-redundancy as well", p.MinRedundancy, p.MaxRedundancy)
+	}
+	return nil
+}
+
+// jobSet reads the job's stored configuration, changes the fields whose
+// flags were given, and stores the result; the Assigner validates it.
+func jobSet(c *cli.Context) error {
+	job, err := jobArg(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := rpcContext(c)
+	defer cancel()
+	client := jobClient(c)
+	cfg := api.ConfigToProto(assign.Config{MinRedundancy: 1, MaxRedundancy: 1})
+	resp, err := client.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
+	switch {
+	case err == nil && resp.Msg.GetJob().GetConfig() != nil:
+		cfg = resp.Msg.GetJob().GetConfig()
+	case err != nil && connect.CodeOf(err) != connect.CodeNotFound:
+		return rpcError(c, err)
+	}
+	if err := mergeConfigFlags(c, cfg); err != nil {
+		return err
+	}
+	set, err := client.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: job, Config: cfg}))
+	if err != nil {
+		return rpcError(c, err)
+	}
+	printJob(c.App.Writer, set.Msg.GetJob())
+	return nil
+}
+
+func jobWatch(c *cli.Context) error {
+	job, err := jobArg(c)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext(c.Context, log)
+	defer stop()
+	client := slicerv1connect.NewDistributorServiceClient(api.NewH2CClient(), api.RPCURL(c.String("addr")), connect.WithGRPC())
+	stream, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job}))
+	if err != nil {
+		return rpcError(c, err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		a, err := api.FromProto(stream.Msg().GetAssignment())
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("received an invalid assignment: %v", err), 1)
+		}
+		demo.PrintAssignment(c.App.Writer, a)
+	}
+	if err := stream.Err(); err != nil && ctx.Err() == nil {
+		return rpcError(c, err)
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+)
+
+func printJob(w io.Writer, j *slicerv1.JobInfo) {
+	p := j.GetConfig()
+	assigner := j.GetPreferredAssigner()
+	if assigner == "" {
+		assigner = "(not chosen yet)"
+	}
+	fmt.Fprintf(w, "job %s\n  generation      %d\n  assigner        %s\n  min redundancy  %d\n  max redundancy  %d\n  configured      %v\n  live tasks      %d\n",
+		j.GetName(), j.GetGeneration(), assigner, p.GetMinRedundancy(), p.GetMaxRedundancy(), j.GetConfigured(), len(j.GetLiveTasks()))
+	for _, t := range j.GetLiveTasks() {
+		fmt.Fprintf(w, "    %-20s %s\n", t.GetName(), t.GetAddress())
+	}
+	// The effective tuning: stored zeros are the defaults.
+	cfg := assign.Config{
+		MinSlicesPerTask: int(p.GetMinSlicesPerTask()), MaxSlicesPerTask: int(p.GetMaxSlicesPerTask()),
+		MergeChurn: p.GetMergeChurn(), MoveChurn: p.GetMoveChurn(),
+		MergeLoadFactor: p.GetMergeLoadFactor(), SplitLoadFactor: p.GetSplitLoadFactor(), SuppressBelow: p.GetSuppressBelow(),
+	}.WithDefaults()
+	def := assign.DefaultConfig()
+	fmt.Fprintf(w, "  tuning\n")
+	for _, f := range []struct {
+		name       string
+		value, std float64
+	}{
+		{"min slices per task", float64(cfg.MinSlicesPerTask), float64(def.MinSlicesPerTask)},
+		{"max slices per task", float64(cfg.MaxSlicesPerTask), float64(def.MaxSlicesPerTask)},
+		{"merge churn", cfg.MergeChurn, def.MergeChurn},
+		{"move churn", cfg.MoveChurn, def.MoveChurn},
+		{"merge load factor", cfg.MergeLoadFactor, def.MergeLoadFactor},
+		{"split load factor", cfg.SplitLoadFactor, def.SplitLoadFactor},
+		{"suppress below", cfg.SuppressBelow, def.SuppressBelow},
+	} {
+		note := ""
+		if f.value == f.std {
+			note = " (default)"
+		}
+		fmt.Fprintf(w, "    %-20s %g%s\n", f.name, f.value, note)
+	}
+	printLoad(w, j)
+}
+
+// printLoad writes the Assigner's view of the job's load and balance.
+func printLoad(w io.Writer, j *slicerv1.JobInfo) {
+	if j.GetReportingTasks() == 0 {
+		fmt.Fprintf(w, "  load            no reports\n")
+		return
+	}
+	fmt.Fprintf(w, "  load            %.4g/s reported by %d tasks\n  imbalance       %.3f\n",
+		j.GetTotalLoad(), j.GetReportingTasks(), j.GetImbalance())
+	mean := j.GetTotalLoad() / float64(max(len(j.GetTaskLoads()), 1))
+	for _, tl := range j.GetTaskLoads() {
+		rel := 0.0
+		if mean > 0 {
+			rel = tl.GetLoad() / mean
+		}
+		fmt.Fprintf(w, "    %-20s %10.4g/s  %5.2f x mean\n", tl.GetTask(), tl.GetLoad(), rel)
+	}
+}
