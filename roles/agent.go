@@ -44,8 +44,9 @@ type Agent struct {
 }
 
 // New validates cfg, opens the store and binds the RPC port, so that every
-// configuration or environment problem surfaces before Run.
-func New(cfg Config) (*Agent, error) {
+// configuration or environment problem surfaces before Run. ctx bounds the
+// store's opening (an etcd dial); it is not kept.
+func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -56,7 +57,7 @@ func New(cfg Config) (*Agent, error) {
 
 	if cfg.has(gossip.RoleAssigner) || cfg.has(gossip.RoleBackup) {
 		// A backup-only agent opens the store read-only.
-		store, err := openStore(cfg, !cfg.has(gossip.RoleAssigner))
+		store, err := openStore(ctx, cfg, !cfg.has(gossip.RoleAssigner))
 		if err != nil {
 			return nil, err
 		}

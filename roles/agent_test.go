@@ -55,7 +55,7 @@ type running struct {
 
 func startAgent(t *testing.T, cfg Config) *running {
 	t.Helper()
-	a, err := New(cfg)
+	a, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

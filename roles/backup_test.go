@@ -41,7 +41,7 @@ func TestBackupReadsStoreUnderRunContext(t *testing.T) {
 	store := &listingStore{Store: bolt}
 	cfg := testConfig(t, "backup-1", "", gossip.RoleBackup)
 	cfg.OpenStore = func(bool) (storage.Store, error) { return store, nil }
-	a, err := New(cfg)
+	a, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

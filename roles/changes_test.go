@@ -12,7 +12,7 @@ import (
 // Changes may be called between New and Run: the subscription starts
 // delivering once gossip has started.
 func TestAgentChangesBeforeRun(t *testing.T) {
-	a, err := New(testConfig(t, "assigner-1", t.TempDir(), gossip.RoleAssigner))
+	a, err := New(context.Background(), testConfig(t, "assigner-1", t.TempDir(), gossip.RoleAssigner))
 	if err != nil {
 		t.Fatal(err)
 	}

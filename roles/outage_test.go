@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -21,7 +22,7 @@ func TestAssignerWaitsOutStoreOutageAtStart(t *testing.T) {
 	cfg.Store = "etcd://" + srv.Endpoint() + "/outage"
 	retries := &countingHandler{Handler: cfg.Logger.Handler(), msg: "the store does not answer", n: new(atomic.Int64)}
 	cfg.Logger = slog.New(retries)
-	a, err := New(cfg) // opens the store while etcd is up
+	a, err := New(context.Background(), cfg) // opens the store while etcd is up
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,4 +73,24 @@ func (h *countingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h *countingHandler) WithGroup(name string) slog.Handler {
 	return &countingHandler{Handler: h.Handler.WithGroup(name), msg: h.msg, n: h.n}
+}
+
+// TestNewHonoursContext: New opens an etcd store under the caller's
+// context, so a node told to stop while its etcd does not answer (Ctrl-C
+// at start) gives up with that reason instead of waiting out the dial.
+func TestNewHonoursContext(t *testing.T) {
+	srv := etcdtest.Start(t)
+	srv.Stop() // nothing answers at this endpoint any more
+	cfg := testConfig(t, "assigner-1", "", gossip.RoleAssigner)
+	cfg.Store = "etcd://" + srv.Endpoint() + "/cancelled"
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	a, err := New(ctx, cfg)
+	if err == nil {
+		a.closeStore()
+		t.Fatal("New opened a store whose etcd is down under a cancelled context")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("New = %v, want it to name the cancelled context", err)
+	}
 }

@@ -71,7 +71,7 @@ func ParseStore(spec string) (StoreSpec, error) {
 }
 
 // openStore opens the store cfg names; readOnly for a backup-only agent.
-func openStore(cfg Config, readOnly bool) (storage.Store, error) {
+func openStore(ctx context.Context, cfg Config, readOnly bool) (storage.Store, error) {
 	if cfg.OpenStore != nil {
 		return cfg.OpenStore(readOnly)
 	}
@@ -82,7 +82,7 @@ func openStore(cfg Config, readOnly bool) (storage.Store, error) {
 	if !spec.Etcd {
 		return storage.OpenDataDir(cfg.DataDir, storage.BoltOptions{ReadOnly: readOnly, Logger: cfg.Logger})
 	}
-	return etcdstore.Open(context.Background(), etcdstore.Options{
+	return etcdstore.Open(ctx, etcdstore.Options{
 		Endpoints: spec.Endpoints,
 		Prefix:    spec.Prefix,
 		ReadOnly:  readOnly,

@@ -82,7 +82,7 @@ func newCluster(tb testing.TB) *cluster {
 	cfg.JoinRetryInterval = 50 * time.Millisecond
 	cfg.PullMinBackoff = 10 * time.Millisecond
 	cfg.PullMaxBackoff = 200 * time.Millisecond
-	agent, err := roles.New(cfg)
+	agent, err := roles.New(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -163,11 +163,11 @@ func runAgent(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	agent, err := roles.New(cfg)
+	ctx, stop := signalContext(c.Context, log)
+	defer stop()
+	agent, err := roles.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext(c.Context, log)
-	defer stop()
 	return agent.Run(ctx)
 }

@@ -39,7 +39,7 @@ func startNode(t *testing.T, rs ...gossip.Role) string {
 		}
 		st.Close()
 	}
-	agent, err := roles.New(cfg)
+	agent, err := roles.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -332,7 +332,7 @@ func (c *Cluster) start(a *Agent, transport memberlist.NodeAwareTransport) {
 		}
 		return c.record(a.Name, shared(c.store)), nil
 	}
-	ra, err := roles.New(cfg)
+	ra, err := roles.New(context.Background(), cfg)
 	if err != nil {
 		front.close()
 		c.t.Fatalf("clustertest: agent %s: %v", a.Name, err)

@@ -148,7 +148,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return &OptionError{Msg: err.Error(), Err: err}
 	}
-	agent, err := roles.New(cfg)
+	agent, err := roles.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

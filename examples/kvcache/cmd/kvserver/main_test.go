@@ -69,7 +69,7 @@ func TestNormalStartLogsNoWarning(t *testing.T) {
 	cfg.Gossip = gossip.DefaultConfig()
 	cfg.Gossip.BindAddr = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	agent, err := roles.New(cfg)
+	agent, err := roles.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
