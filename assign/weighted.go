@@ -146,13 +146,7 @@ func measure(sl []wslice, load Load) []float64 {
 		}
 		var sum float64
 		for k := j; k < len(load) && load[k].Start < s.end; k++ {
-			e := &load[k]
-			a, b := max(e.Start, s.start), min(e.End, s.end)
-			if a == e.Start && b == e.End {
-				sum += e.Load
-			} else if a < b {
-				sum += e.Load * float64(b-a) / float64(e.End-e.Start)
-			}
+			sum += load[k].within(s.start, s.end)
 		}
 		out[i] = sum
 	}
