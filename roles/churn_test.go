@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -156,5 +157,56 @@ func TestTakeoverWithLoadMovesNothing(t *testing.T) {
 	if churn := assign.Churn(stored, rec.Current); churn != 0 || !sameRouting(rec.Current, stored) {
 		t.Errorf("takeover with unchanged tasks moved %.4f of the key space (%d slices), want the stored %d slices unchanged",
 			churn, len(rec.Current.Slices), len(stored.Slices))
+	}
+}
+
+// Real agents: an Assigner restarted while its job's tasks stay live, and
+// with their load reported before its startup grace passes, commits a
+// takeover generation that moves no key.
+func TestRestartedAssignerTakesOverWithoutChurn(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t, "node-1", t.TempDir())
+	cfg.RebalanceInterval = time.Hour
+	node := startAgent(t, cfg)
+	tasks := []string{"t0", "t1", "t2"}
+	var first *gossip.Node
+	for _, name := range tasks {
+		n := taskMember(t, "kv", name, node.GossipAddr())
+		if first == nil {
+			first = n
+		}
+	}
+	for _, name := range tasks {
+		seesTask(t, node, "kv", name)
+	}
+	before := watch(t, node.RPCAddr(), "kv", false).until(t, "three tasks", hasTasks(tasks...))
+	node.stop(t)
+
+	cfg.StartupGrace = 3 * time.Second
+	cfg.Gossip.Join = []string{first.GossipAddr()}
+	node = startAgent(t, cfg)
+	for _, name := range tasks {
+		seesTask(t, node, "kv", name)
+	}
+	client := reportClient(t, node)
+	truth := skewed()
+	for _, name := range tasks {
+		if _, err := client.ReportLoad(ctx, connect.NewRequest(reportFor(before, name, truth, 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, err := node.assigner.job(ctx, "kv", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := j.pub.current().Generation; got != before.Generation {
+		t.Fatalf("the restarted assigner committed generation %d before the tasks' load was reported; its startup grace is too short for this machine", got)
+	}
+	after := watch(t, node.RPCAddr(), "kv", false).until(t, "the takeover generation", func(a *assign.Assignment) bool {
+		return a.Generation > before.Generation
+	})
+	if churn := assign.Churn(before, after); churn != 0 || !sameRouting(before, after) {
+		t.Errorf("takeover generation %d moved %.4f of the key space (%d slices), want generation %d's %d slices unchanged",
+			after.Generation, churn, len(after.Slices), before.Generation, len(before.Slices))
 	}
 }
