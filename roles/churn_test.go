@@ -210,3 +210,52 @@ func TestRestartedAssignerTakesOverWithoutChurn(t *testing.T) {
 			after.Generation, churn, len(after.Slices), before.Generation, len(before.Slices))
 	}
 }
+
+// A load-driven decision taken while a task has gone from gossip but the
+// membership decision has not run yet commits nothing: the membership
+// decision then moves only the departed task's keys.
+func TestLoadDecisionWaitsForMembershipDecision(t *testing.T) {
+	ctx := context.Background()
+	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	cfg := testConfig(t, "a1", "")
+	cfg.RebalanceInterval = time.Second
+	a := newAssigner(cfg, store, members, nil)
+	now := time.Unix(1000, 0)
+	a.loads.now = func() time.Time { return now }
+	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	j, err := a.job(ctx, "kv", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := j.pub.current()
+	now = now.Add(time.Second)
+	for _, task := range []string{"t0", "t1", "t2"} {
+		if _, err := a.ReportLoad(ctx, connect.NewRequest(reportFor(before, task, skewed(), 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	members.set("kv", "t0", "t1")
+	if err := a.reconcile(ctx, "kv", triggerLoad); err != nil {
+		t.Fatal(err)
+	}
+	if got := j.pub.current(); got.Generation != before.Generation {
+		t.Fatalf("a load-driven decision with t2 gone committed generation %d (tasks %v); want it left to the membership decision",
+			got.Generation, taskNames(got))
+	}
+	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	after := j.pub.current()
+	if lo, hi, ok := movedOnlyFrom(before, after, "t2", ""); !ok || !hasTasks("t0", "t1")(after) {
+		t.Errorf("generation %d -> %d (tasks %v): keys [%#x, %#x) moved though t2 did not serve them", before.Generation, after.Generation, taskNames(after), lo, hi)
+	}
+}

@@ -1,6 +1,10 @@
 package roles
 
-import "github.com/slicerd/slicerd/assign"
+import (
+	"slices"
+
+	"github.com/slicerd/slicerd/assign"
+)
 
 // decide computes a job's next assignment for a decision taken for why.
 //
@@ -15,11 +19,25 @@ import "github.com/slicerd/slicerd/assign"
 // balanceAll). When every key moves anyway (the job's first assignment, or
 // no task of the current one live), the algorithm decides with the load at
 // once; with load balancing off it never sees load.
+//
+// A load-driven decision taken while the live tasks differ from the
+// current assignment's changes nothing: the membership decision goes first
+// (the change that armed it may still be settling, or a task may be only
+// suspected), and load moves at a later tick.
 func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Task, load assign.Load, cfg assign.Config, why trigger) (*assign.Assignment, assign.Decision, error) {
-	if why == triggerLoad || a.interval == 0 || !keepsTask(cur, live) {
+	switch {
+	case why == triggerLoad && !sameTasks(cur, live):
+		return cur, assign.Decision{}, nil
+	case why == triggerLoad || a.interval == 0 || !keepsTask(cur, live):
 		return a.algo.Decide(name, cur, live, load, cfg)
 	}
 	return assign.Membership(name, cur, live, cfg)
+}
+
+// sameTasks reports whether live (sorted by name) are exactly cur's tasks,
+// at the same addresses.
+func sameTasks(cur *assign.Assignment, live []assign.Task) bool {
+	return cur != nil && slices.Equal(cur.Tasks, live)
 }
 
 // keepsTask reports whether a task of cur is among live.
