@@ -21,9 +21,8 @@ import (
 // once; with load balancing off it never sees load.
 //
 // A load-driven decision taken while the live tasks differ from the
-// current assignment's changes nothing: the membership decision goes first
-// (the change that armed it may still be settling, or a task may be only
-// suspected), and load moves at a later tick.
+// current assignment's changes nothing: the membership decision that the
+// same change armed goes first, and load moves at a later tick.
 func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Task, load assign.Load, cfg assign.Config, why trigger) (*assign.Assignment, assign.Decision, error) {
 	switch {
 	case why == triggerLoad && !sameTasks(cur, live):
