@@ -314,17 +314,7 @@ func (c *loadCursor) in(start, end SliceKey) float64 {
 	}
 	var sum float64
 	for k := c.i; k < len(c.l) && c.l[k].Start < end; k++ {
-		e := &c.l[k]
-		a, b := max(e.Start, start), min(e.End, end)
-		if a >= b {
-			continue
-		}
-		// The same arithmetic as Load.In, so the two agree exactly.
-		if a == e.Start && b == e.End {
-			sum += e.Load
-		} else {
-			sum += e.Load * float64(b-a) / float64(e.End-e.Start)
-		}
+		sum += c.l[k].within(start, end)
 	}
 	return sum
 }

@@ -9,8 +9,10 @@
 //
 // Initial splits the key space evenly among a job's first tasks. Rebalance
 // turns the previous assignment and the live tasks into the next one,
-// moving as few keys as it can and recording every move with its reason;
-// Churn measures how much of the key space a change makes tasks load anew.
+// moving as few keys as it can and recording every move with its reason.
+// Membership does the same without merging slices, for a change of tasks
+// or configuration that should move nothing else; Churn measures how much
+// of the key space a change makes tasks load anew.
 // MarshalBinary and UnmarshalAssignment store assignments compactly.
 //
 // Algorithm is a load-aware sharding policy: the previous assignment, the

@@ -22,6 +22,22 @@ type LoadEntry struct {
 	Load       float64
 }
 
+// within is the part of e's load that falls in [start, end), taking load
+// as spread evenly over the entry's keys: all of it, exactly, when the range
+// covers the entry, and none when the two do not overlap. Every sum of load
+// over a key range goes through it, so sums over the same range agree to
+// the last bit whichever way they are taken.
+func (e *LoadEntry) within(start, end SliceKey) float64 {
+	a, b := max(e.Start, start), min(e.End, end)
+	switch {
+	case a >= b:
+		return 0
+	case a == e.Start && b == e.End:
+		return e.Load
+	}
+	return e.Load * float64(b-a) / float64(e.End-e.Start)
+}
+
 // Load is a job's measured load over one window: entries sorted by Start
 // and not overlapping. Keys no entry covers carry no load. A single hot
 // application key is an entry of width one.
@@ -77,16 +93,7 @@ func (l Load) Total() float64 {
 func (l Load) In(start, end SliceKey) float64 {
 	var sum float64
 	for i := l.after(start, 0); i < len(l) && l[i].Start < end; i++ {
-		e := l[i]
-		a, b := max(e.Start, start), min(e.End, end)
-		if a >= b {
-			continue
-		}
-		if a == e.Start && b == e.End {
-			sum += e.Load
-		} else {
-			sum += e.Load * float64(b-a) / float64(e.End-e.Start)
-		}
+		sum += l[i].within(start, end)
 	}
 	return sum
 }

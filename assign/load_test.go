@@ -49,6 +49,62 @@ func TestLoadIn(t *testing.T) {
 	}
 }
 
+// An entry's load within a range: in proportion to the overlap, all of it
+// exactly when the range covers the entry (0.1·3/3 would round to
+// 0.10000000000000002), and none for a range that only touches it.
+func TestLoadEntryWithin(t *testing.T) {
+	e := LoadEntry{Start: 100, End: 103, Load: 0.1}
+	for _, tc := range []struct {
+		start, end SliceKey
+		want       float64
+	}{
+		{100, 103, 0.1},
+		{0, KeySpaceEnd, 0.1},
+		{101, 102, 0.1 * 1 / 3},
+		{90, 102, 0.1 * 2 / 3},
+		{102, 200, 0.1 * 1 / 3},
+		{0, 100, 0},   // ends where the entry starts
+		{103, 200, 0}, // starts where it ends
+		{150, 160, 0},
+		{101, 101, 0}, // an empty range
+	} {
+		if got := e.within(tc.start, tc.end); got != tc.want {
+			t.Errorf("within(%d, %d) = %v, want %v", tc.start, tc.end, got, tc.want)
+		}
+	}
+	key := LoadEntry{Start: 7, End: 8, Load: 3.3} // one hot key
+	if got := key.within(0, 8); got != 3.3 {
+		t.Errorf("a hot key's load within a range holding it = %v, want 3.3", got)
+	}
+}
+
+// Load.In, the consistent-hash cursor and weighted-move's measure sum the
+// same range to the same bits.
+func TestLoadSumsAgree(t *testing.T) {
+	l := Load{
+		{Start: 0, End: 3, Load: 0.1},
+		{Start: 3, End: 10, Load: 0.7},
+		{Start: 10, End: 11, Load: 3.3},
+		{Start: 20, End: KeySpaceEnd, Load: 1.1},
+	}
+	bounds := []SliceKey{0, 1, 3, 9, 10, 11, 15, 25, KeySpaceEnd / 2, KeySpaceEnd}
+	sl := make([]wslice, 0, len(bounds)-1)
+	for i := 1; i < len(bounds); i++ {
+		sl = append(sl, wslice{start: bounds[i-1], end: bounds[i]})
+	}
+	measured := measure(sl, l)
+	cur := loadCursor{l: l}
+	for i, s := range sl {
+		in := l.In(s.start, s.end)
+		if c := cur.in(s.start, s.end); c != in || measured[i] != in {
+			t.Errorf("[%d, %d): In %v, cursor %v, measure %v; want all equal", s.start, s.end, in, c, measured[i])
+		}
+	}
+	if got := l.In(0, 3); got != 0.1 {
+		t.Errorf("In over exactly one entry = %v, want its load 0.1", got)
+	}
+}
+
 func TestLoadValidateRejects(t *testing.T) {
 	for name, l := range map[string]Load{
 		"nan":      {{Start: 0, End: 1, Load: math.NaN()}},

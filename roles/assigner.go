@@ -302,7 +302,8 @@ func (a *Assigner) Run(ctx context.Context) error {
 			a.evaluate(ctx, ready)
 			arm(0)
 		case <-tick:
-			// A pending membership decision weighs the load too.
+			// A pending membership decision goes first; the load is
+			// weighed at the next tick, on reports measured after it.
 			if ready && !armed {
 				a.balanceAll(ctx)
 			}
@@ -399,7 +400,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		if len(live) == 0 {
 			next = takeoverAssignment(cur) // only a takeover gets here
 		} else {
-			next, decision, err = a.algo.Decide(name, cur, live, load, cfg)
+			next, decision, err = a.decide(name, cur, live, load, cfg, why)
 			if err != nil {
 				return fmt.Errorf("compute assignment: %w", err)
 			}

@@ -1,0 +1,35 @@
+package assign
+
+// Membership is the decision for a change of a job's live tasks or of its
+// configuration alone, which moves only what it must: the keys of departed
+// tasks go to the least-loaded live tasks, every slice gets between
+// min(MinRedundancy, live tasks) and MaxRedundancy tasks, and tasks that
+// hold nothing take their fair share of the key space (phases 1 and 2 of
+// WeightedMove, weighing every key the same). Nothing else moves and no
+// slice is merged, so the load measured under prev still describes the
+// result, and with the same live tasks and configuration the result is
+// prev under the next generation. Moving load is left to a later
+// WeightedMove decision.
+//
+// Without prev, or when no task of prev is live, the key space is split
+// evenly.
+func Membership(job string, prev *Assignment, live []Task, cfg Config) (*Assignment, Decision, error) {
+	tasks, gen, err := prepare("membership", job, prev, live, nil, cfg)
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	if prev == nil {
+		next := evenSplit(job, gen, tasks, cfg)
+		return next, decision(prev, next, evenSplitMoves(next, "the job has no assignment yet; splitting the key space evenly")), nil
+	}
+	if !anyLive(prev, tasks) {
+		next := evenSplit(job, gen, tasks, cfg)
+		return next, decision(prev, next, evenSplitMoves(next, "no task of the previous assignment is live; splitting the key space evenly")), nil
+	}
+	p := newPlanner(prev, tasks, cfg.WithDefaults())
+	p.replaceDeparted()
+	p.enforceRedundancy()
+	p.placeJoined()
+	next := p.assignment(job, gen)
+	return next, decision(prev, next, p.moves), nil
+}

@@ -1,0 +1,162 @@
+package assign
+
+import "slices"
+
+// merge is phase 3. One pass over the slices in key order joins each slice
+// to its left neighbour when both are cold; the joined slice keeps the
+// task set that moves fewer keys.
+func (w *weigher) merge() {
+	floor := w.cfg.MinSlicesPerTask * len(w.p.live)
+	if len(w.sl) <= floor || len(w.sl) < 2 {
+		return
+	}
+	ceiling := w.hottest()
+	// Slices per task: a merge must not take a task's last slice, or the
+	// next decision would treat the task as new and hand it keys again.
+	w.held = make([]int32, len(w.p.live))
+	for i := range w.sl {
+		for _, t := range w.p.tasks(&w.sl[i]) {
+			w.held[t]++
+		}
+	}
+	budget := keys(w.cfg.MergeChurn)
+	var spent uint64
+	count := len(w.sl)
+	out, outLoad := w.sl[:1], w.sload[:1]
+	for i := 1; i < len(w.sl); i++ {
+		a, b := &out[len(out)-1], w.sl[i]
+		la, lb := outLoad[len(out)-1], w.sload[i]
+		if count > floor && la+lb < w.cfg.MergeLoadFactor*w.total/float64(count) {
+			if by, cost, ok := w.mergeTasks(a, la, &b, lb, ceiling, budget-spent); ok {
+				off, n := by.off, by.n
+				w.recordMerge(a, la, &b, lb, w.p.tasks(by))
+				spent += cost
+				a.end = b.end
+				a.off, a.n = off, n
+				outLoad[len(out)-1] = la + lb
+				count--
+				continue
+			}
+		}
+		out = append(out, b)
+		outLoad = append(outLoad, lb)
+	}
+	clear(w.sl[len(out):])
+	w.sl, w.sload = out, outLoad
+}
+
+// mergeTasks picks the tasks to serve the union of adjacent slices a and b:
+// a's or b's (returned as the slice whose tasks they are), whichever moves
+// fewer keys (a's on a tie), provided the keys moved fit the budget and no
+// task ends above ceiling.
+func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceiling float64, budget uint64) (*wslice, uint64, bool) {
+	type option struct {
+		by   *wslice
+		cost uint64
+	}
+	at, bt := w.p.tasks(a), w.p.tasks(b)
+	opts := [2]option{{a, 0}, {b, 0}}
+	if !subset(at, bt) {
+		opts[0].cost = b.end - b.start
+	}
+	if !subset(bt, at) {
+		opts[1].cost = a.end - a.start
+	}
+	if opts[1].cost < opts[0].cost {
+		opts[0], opts[1] = opts[1], opts[0]
+	}
+	for _, o := range opts {
+		tasks := w.p.tasks(o.by)
+		if o.cost > budget || w.strands(a, b, tasks) {
+			continue
+		}
+		ok := true
+		for _, t := range tasks {
+			l := w.tload[t] - share(t, la, at) - share(t, lb, bt) + (la+lb)/float64(len(tasks))
+			if l > ceiling {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return o.by, o.cost, true
+		}
+	}
+	return nil, 0, false
+}
+
+// strands reports whether serving a and b by tasks would leave a task of
+// a or b with no slice at all.
+func (w *weigher) strands(a, b *wslice, tasks []int32) bool {
+	for _, s := range [2]*wslice{a, b} {
+		for _, t := range w.p.tasks(s) {
+			if _, kept := slices.BinarySearch(tasks, t); kept {
+				continue
+			}
+			n := w.held[t]
+			if w.p.has(a, t) {
+				n--
+			}
+			if w.p.has(b, t) {
+				n--
+			}
+			if n <= 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// recordMerge updates task loads for merging a and b into one slice served
+// by tasks, and records the moves.
+func (w *weigher) recordMerge(a *wslice, la float64, b *wslice, lb float64, tasks []int32) {
+	at, bt := w.p.tasks(a), w.p.tasks(b)
+	for _, t := range at {
+		w.tload[t] -= la / float64(len(at))
+	}
+	for _, t := range bt {
+		w.tload[t] -= lb / float64(len(bt))
+	}
+	for _, t := range tasks {
+		w.tload[t] += (la + lb) / float64(len(tasks))
+	}
+	for _, ts := range [2][]int32{at, bt} {
+		for _, t := range ts {
+			w.held[t]--
+		}
+	}
+	for _, t := range tasks {
+		w.held[t]++
+	}
+	reason := "merging adjacent cold slices: the job has more slices than it needs"
+	w.p.recordChange(a.start, a.end, at, tasks, reason)
+	w.p.recordChange(b.start, b.end, bt, tasks, reason)
+	w.p.moves = append(w.p.moves, Move{Kind: Merge, Start: a.start, End: b.end, Reason: reason})
+}
+
+// recordChange records the moves that take [start, end) from tasks from to
+// tasks to: a reassignment per task swapped, then added or removed replicas.
+func (p *planner) recordChange(start, end SliceKey, from, to []int32, reason string) {
+	var gone, came []int32
+	for _, t := range from {
+		if !slices.Contains(to, t) {
+			gone = append(gone, t)
+		}
+	}
+	for _, t := range to {
+		if !slices.Contains(from, t) {
+			came = append(came, t)
+		}
+	}
+	for len(gone) > 0 && len(came) > 0 {
+		p.moves = append(p.moves, Move{Kind: Reassign, Start: start, End: end, From: p.live[gone[0]].Name, To: p.live[came[0]].Name, Reason: reason})
+		gone, came = gone[1:], came[1:]
+	}
+	for _, t := range came {
+		p.moves = append(p.moves, Move{Kind: AddReplica, Start: start, End: end, To: p.live[t].Name, Reason: reason})
+	}
+	for _, t := range gone {
+		p.moves = append(p.moves, Move{Kind: RemoveReplica, Start: start, End: end, From: p.live[t].Name, Reason: reason})
+	}
+}

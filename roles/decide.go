@@ -1,0 +1,53 @@
+package roles
+
+import (
+	"slices"
+
+	"github.com/slicerd/slicerd/assign"
+)
+
+// decide computes a job's next assignment for a decision taken for why.
+//
+// Only the periodic load-driven decision moves load. A decision for a
+// change of membership or configuration, or a takeover, moves only what it
+// must (assign.Membership): a departed task's keys, replicas the
+// configuration adds or drops, a joiner's fair share. So a dying task moves
+// nothing else, and an Assigner taking over a job whose tasks are all
+// still live keeps the stored assignment: the load it has seen by then may
+// be partial or measured under an older assignment, and a load decision
+// commits only when it lowers the imbalance, after fresh reports (see
+// balanceAll). When every key moves anyway (the job's first assignment, or
+// no task of the current one live), the algorithm decides with the load at
+// once; with load balancing off it never sees load.
+//
+// A load-driven decision taken while the live tasks differ from the
+// current assignment's changes nothing: the membership decision that the
+// same change armed goes first, and load moves at a later tick.
+func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Task, load assign.Load, cfg assign.Config, why trigger) (*assign.Assignment, assign.Decision, error) {
+	switch {
+	case why == triggerLoad && !sameTasks(cur, live):
+		return cur, assign.Decision{}, nil
+	case why == triggerLoad || a.interval == 0 || !keepsTask(cur, live):
+		return a.algo.Decide(name, cur, live, load, cfg)
+	}
+	return assign.Membership(name, cur, live, cfg)
+}
+
+// sameTasks reports whether live (sorted by name) are exactly cur's tasks,
+// at the same addresses.
+func sameTasks(cur *assign.Assignment, live []assign.Task) bool {
+	return cur != nil && slices.Equal(cur.Tasks, live)
+}
+
+// keepsTask reports whether a task of cur is among live.
+func keepsTask(cur *assign.Assignment, live []assign.Task) bool {
+	if cur == nil {
+		return false
+	}
+	for _, t := range live {
+		if _, ok := cur.TaskIndex(t.Name); ok {
+			return true
+		}
+	}
+	return false
+}
