@@ -119,3 +119,21 @@ func FuzzDecodeFormatVersion(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeIncarnation(f *testing.F) {
+	f.Add([]byte(storage.NewIncarnation()))
+	f.Add([]byte{})
+	f.Add([]byte("a b"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		inc, err := storage.DecodeIncarnation(b)
+		if err != nil {
+			return
+		}
+		if inc != string(b) {
+			t.Fatalf("decoded %q as %q", b, inc)
+		}
+		if err := assign.ValidateIncarnation(inc); err != nil {
+			t.Fatalf("decoded an invalid incarnation %q: %v", inc, err)
+		}
+	})
+}
