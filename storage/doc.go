@@ -35,9 +35,10 @@
 // writing. Deleting a store and creating it again gives a new incarnation,
 // and generations start again at 1 there. Every assignment Load returns
 // carries the store's incarnation (Assignment.Incarnation), and Commit
-// stamps it on the assignment it stores and on the caller's. Generations compare only within one incarnation: whoever
-// holds an assignment of another incarnation (a Distributor, a Clerk, a
-// cache file) treats the store's as a reset, not as older.
+// stamps it on the assignment it stores and on the caller's. Generations
+// compare only within one incarnation: whoever holds an assignment of
+// another incarnation (a Distributor, a Clerk, a cache file) treats the
+// store's as a reset, not as older.
 //
 // Config writes are unconditional, and replace even an unreadable config
 // (that is how one is repaired); a job exists in the store once it has a
