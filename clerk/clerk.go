@@ -536,11 +536,11 @@ func (c *Clerk) accept(p *slicerv1.Assignment) error {
 	prev := c.table.Load()
 	if prev != nil && !v.Supersedes(prev.a.Version()) {
 		if a.Generation < prev.a.Generation {
-			// Within one incarnation generations only go forward; a server
-			// that predates incarnations sends none, so a reset of its
-			// store looks like this.
-			c.log.Warn("clerk: slicerd sent an older generation than the one held, without a store incarnation to tell a recreated store by; keeping the held one. If slicerd's store was reset, restart this client, deleting its cache file if it has one",
-				"generation", a.Generation, "held", prev.a.Generation, "cache_file", c.cfg.CacheFile)
+			// Within one incarnation generations only go forward: the
+			// store was restored from an older copy, or the server
+			// predates incarnations and its store was reset.
+			c.log.Warn("clerk: slicerd sent an older generation than the one held, from the same store (or one without an incarnation); keeping the held one. If slicerd's store was restored from an older copy or reset, restart this client, deleting its cache file if it has one",
+				"generation", a.Generation, "held", prev.a.Generation, "incarnation", a.Incarnation, "cache_file", c.cfg.CacheFile)
 		} else {
 			c.log.Debug("clerk: ignoring assignment that is not newer", "generation", a.Generation, "held", prev.a.Generation)
 		}

@@ -58,10 +58,10 @@
 // (and the cache file) whatever its generation, as a reset: the old
 // store's tasks are gone with it. Within the same incarnation a newer
 // generation replaces the held one, an equal one confirms it, and an older
-// one is ignored. A server that predates incarnations sends none; its
-// assignments compare by generation only, and an older one is logged at
-// warn, since it means its store was reset after the held assignment was
-// written (restart the client without its cache file to get past it). A
+// one is ignored and logged at warn, since it means the store was restored
+// from an older copy after the held assignment was written (restart the
+// client without its cache file to get past it). A server that predates
+// incarnations sends none; its assignments compare by generation only. A
 // cache file written before incarnations holds an assignment of unknown
 // incarnation, which any server's assignment with one replaces.
 //
