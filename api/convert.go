@@ -14,10 +14,11 @@ func ToProto(a *assign.Assignment) *slicerv1.Assignment {
 		return nil
 	}
 	p := &slicerv1.Assignment{
-		Job:        a.Job,
-		Generation: a.Generation,
-		Tasks:      make([]*slicerv1.Task, len(a.Tasks)),
-		Slices:     make([]*slicerv1.Slice, len(a.Slices)),
+		Job:         a.Job,
+		Generation:  a.Generation,
+		Incarnation: a.Incarnation,
+		Tasks:       make([]*slicerv1.Task, len(a.Tasks)),
+		Slices:      make([]*slicerv1.Slice, len(a.Slices)),
 	}
 	for i, t := range a.Tasks {
 		p.Tasks[i] = &slicerv1.Task{Name: t.Name, Address: t.Addr}
@@ -35,10 +36,11 @@ func FromProto(p *slicerv1.Assignment) (*assign.Assignment, error) {
 		return nil, fmt.Errorf("%w: message has no assignment", assign.ErrInvalidAssignment)
 	}
 	a := &assign.Assignment{
-		Job:        p.GetJob(),
-		Generation: p.GetGeneration(),
-		Tasks:      make([]assign.Task, len(p.GetTasks())),
-		Slices:     make([]assign.Slice, len(p.GetSlices())),
+		Job:         p.GetJob(),
+		Generation:  p.GetGeneration(),
+		Incarnation: p.GetIncarnation(),
+		Tasks:       make([]assign.Task, len(p.GetTasks())),
+		Slices:      make([]assign.Slice, len(p.GetSlices())),
 	}
 	for i, t := range p.GetTasks() {
 		a.Tasks[i] = assign.Task{Name: t.GetName(), Addr: t.GetAddress()}

@@ -107,3 +107,25 @@ func FuzzConfigFromProto(f *testing.F) {
 		}
 	})
 }
+
+func TestAssignmentRoundTrip(t *testing.T) {
+	a, err := assign.Initial("demo", []assign.Task{{Name: "a", Addr: "10.0.0.1:1"}, {Name: "b", Addr: "10.0.0.2:1"}}, assign.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inc := range []string{"", "0123456789abcdef0123456789abcdef"} {
+		a.Incarnation = inc
+		got, err := FromProto(ToProto(a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !assign.Equal(got, a) || got.Version() != a.Version() {
+			t.Fatalf("round trip of incarnation %q gave %+v, want %+v", inc, got.Version(), a.Version())
+		}
+	}
+	p := ToProto(a)
+	p.Incarnation = "not an id"
+	if _, err := FromProto(p); !errors.Is(err, assign.ErrInvalidAssignment) {
+		t.Fatalf("FromProto of a malformed incarnation: %v, want ErrInvalidAssignment", err)
+	}
+}

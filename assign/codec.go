@@ -5,12 +5,13 @@ import (
 	"fmt"
 )
 
-// Binary encoding of an Assignment, version 1. All integers are uvarints.
+// Binary encoding of an Assignment, version 2. All integers are uvarints.
 //
-//	magic      "SLCA"
-//	version    1
-//	job        len, bytes
+//	magic       "SLCA"
+//	version     2
+//	job         len, bytes
 //	generation
+//	incarnation len, bytes (0 bytes: unknown)
 //	tasks      count, then per task: name len, name, addr len, addr
 //	slices     count, then per slice: width, task count, task indices
 //
@@ -18,9 +19,12 @@ import (
 // or an overlap cannot be expressed. A slice's task indices point into the
 // task table and are delta-coded: the first as is, each next one as the
 // distance from its predecessor minus one, so indices stay ascending.
+//
+// Version 1 is version 2 without the incarnation; it still decodes, with
+// an empty Incarnation.
 const (
 	codecMagic   = "SLCA"
-	codecVersion = 1
+	codecVersion = 2
 
 	// Sanity caps applied before allocating; far beyond any real job.
 	maxEncodedTasks  = 1 << 20
@@ -33,7 +37,7 @@ func (a *Assignment) MarshalBinary() ([]byte, error) {
 	if err := a.Validate(); err != nil {
 		return nil, fmt.Errorf("encode assignment: %w", err)
 	}
-	size := len(codecMagic) + 1 + binary.MaxVarintLen64*3 + len(a.Job)
+	size := len(codecMagic) + 1 + binary.MaxVarintLen64*4 + len(a.Job) + len(a.Incarnation)
 	for _, t := range a.Tasks {
 		if len(t.Addr) > MaxTaskAddrLen {
 			return nil, fmt.Errorf("encode assignment: %w: job %q: task %q has a %d-byte address; the limit is %d", ErrInvalidAddr, a.Job, t.Name, len(t.Addr), MaxTaskAddrLen)
@@ -48,6 +52,7 @@ func (a *Assignment) MarshalBinary() ([]byte, error) {
 	b = binary.AppendUvarint(b, codecVersion)
 	b = appendString(b, a.Job)
 	b = binary.AppendUvarint(b, a.Generation)
+	b = appendString(b, a.Incarnation)
 	b = binary.AppendUvarint(b, uint64(len(a.Tasks)))
 	for _, t := range a.Tasks {
 		b = appendString(b, t.Name)
@@ -188,6 +193,11 @@ func (d *decoder) assignment() (*Assignment, error) {
 	}
 	if a.Generation, err = d.uvarint("generation"); err != nil {
 		return nil, err
+	}
+	if version >= 2 {
+		if a.Incarnation, err = d.str(label{"incarnation", -1}, MaxIncarnationLen); err != nil {
+			return nil, err
+		}
 	}
 	// A task takes at least 3 bytes: a name length, a name byte, an address length.
 	nt, err := d.count(label{"task count", -1}, 3, maxEncodedTasks)

@@ -25,6 +25,7 @@ func sampleAssignments(tb testing.TB) []*Assignment {
 		tb.Fatal(err)
 	}
 	joined.Generation = 1 << 40
+	joined.Incarnation = "0123456789abcdef0123456789abcdef"
 	return []*Assignment{one, three, joined, twoSlices()}
 }
 
@@ -44,6 +45,67 @@ func TestCodecRoundTrip(t *testing.T) {
 		var into Assignment
 		if err := into.UnmarshalBinary(b); err != nil || !Equal(&into, a) || into.Generation != a.Generation {
 			t.Fatalf("UnmarshalBinary: %v", err)
+		}
+	}
+}
+
+// encodeV1 encodes a in codec version 1, which has no incarnation, as a
+// slicerd before incarnations wrote it.
+func encodeV1(tb testing.TB, a *Assignment) []byte {
+	tb.Helper()
+	b, err := a.MarshalBinary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d := decoder{b: b, off: len(codecMagic)}
+	if v, err := d.uvarint("version"); err != nil || v != 2 {
+		tb.Fatalf("encoding has version %d (%v), want 2", v, err)
+	}
+	head := d.off
+	if _, err := d.str(label{"job", -1}, MaxJobNameLen); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := d.uvarint("generation"); err != nil {
+		tb.Fatal(err)
+	}
+	inc := d.off
+	if _, err := d.str(label{"incarnation", -1}, MaxIncarnationLen); err != nil {
+		tb.Fatal(err)
+	}
+	out := append([]byte(codecMagic), 1)
+	out = append(out, b[head:inc]...)
+	return append(out, b[d.off:]...)
+}
+
+func TestUnmarshalVersion1(t *testing.T) {
+	for _, a := range sampleAssignments(t) {
+		got, err := UnmarshalAssignment(encodeV1(t, a))
+		if err != nil {
+			t.Fatalf("version 1 encoding of job %q does not decode: %v", a.Job, err)
+		}
+		want := a.Clone()
+		want.Incarnation = ""
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("version 1 decoded as\n%+v\nwant\n%+v", got, want)
+		}
+	}
+}
+
+func TestValidateIncarnation(t *testing.T) {
+	a := twoSlices()
+	for _, inc := range []string{"", "x", "0123456789abcdef0123456789abcdef", strings.Repeat("Z", MaxIncarnationLen)} {
+		a.Incarnation = inc
+		if err := a.Validate(); err != nil {
+			t.Errorf("incarnation %q: %v", inc, err)
+		}
+	}
+	for _, inc := range []string{"a b", "a/b", "é", strings.Repeat("z", MaxIncarnationLen+1)} {
+		a.Incarnation = inc
+		if err := a.Validate(); !errors.Is(err, ErrInvalidAssignment) {
+			t.Errorf("incarnation %q: Validate = %v, want ErrInvalidAssignment", inc, err)
+		}
+		if _, err := a.MarshalBinary(); err == nil {
+			t.Errorf("incarnation %q encodes", inc)
 		}
 	}
 }
@@ -83,12 +145,14 @@ func TestUnmarshalRejects(t *testing.T) {
 	}{
 		{"empty", nil, "header"},
 		{"wrong magic", []byte("JSON{}"), "header"},
-		{"newer version", header(2), "newer than version 1"},
+		{"newer version", header(3), "newer than version 2"},
 		{"version 0", header(0), "version 0"},
 		{"truncated version", []byte(codecMagic), "truncated"},
 		{"overlong varint", append([]byte(codecMagic), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01), "64 bits"},
 		{"huge job name", header(1, 1<<40), "limit"},
 		{"truncated job name", header(1, 10, 'a'), "truncated"},
+		{"truncated incarnation", append(append(header(2, 4), "demo"...), 1, 8, 'a'), "truncated"},
+		{"huge incarnation", append(append(header(2, 4), "demo"...), 1, 65), "limit"},
 		{"huge task count", binary.AppendUvarint(append([]byte(nil), withJob...), 1<<19), "remain"},
 		{"task count over cap", binary.AppendUvarint(append([]byte(nil), withJob...), 1<<30), "limit"},
 		{"no tasks no slices", binary.AppendUvarint(binary.AppendUvarint(append([]byte(nil), withJob...), 0), 0), "no slices"},
@@ -158,7 +222,8 @@ func FuzzUnmarshalAssignment(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Add([]byte(codecMagic))
-	f.Add(append([]byte(codecMagic), 2))
+	f.Add(append([]byte(codecMagic), 3))
+	f.Add(encodeV1(f, twoSlices()))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		a, err := UnmarshalAssignment(b)
 		if err != nil {
@@ -178,7 +243,7 @@ func FuzzUnmarshalAssignment(f *testing.F) {
 		if err != nil {
 			t.Fatalf("cannot decode a re-encoded assignment: %v", err)
 		}
-		if !Equal(a, b2) || a.Generation != b2.Generation {
+		if !Equal(a, b2) || a.Version() != b2.Version() {
 			t.Fatalf("round trip changed the assignment:\n%+v\n%+v", a, b2)
 		}
 	})

@@ -30,11 +30,52 @@ func (s Slice) Width() uint64 { return s.End - s.Start }
 //
 // Slices are sorted by Start and tile [0, KeySpaceEnd) exactly: no gap, no
 // overlap. Tasks lists every task that some slice names, sorted by Name.
+//
+// Incarnation names the store that generated the assignment: a store gets a
+// new random incarnation when it is created, so an assignment from a
+// recreated store, which counts generations from 1 again, is told apart
+// from an older one of the same job. Empty means unknown (an assignment
+// stored or sent by a slicerd that predates incarnations).
 type Assignment struct {
-	Job        string
-	Generation uint64
-	Tasks      []Task
-	Slices     []Slice
+	Job         string
+	Generation  uint64
+	Incarnation string
+	Tasks       []Task
+	Slices      []Slice
+}
+
+// Version identifies an assignment among all of its job's: the store
+// incarnation that generated it and its generation there.
+type Version struct {
+	Incarnation string
+	Generation  uint64
+}
+
+// Version returns a's version; the zero Version for nil.
+func (a *Assignment) Version() Version {
+	if a == nil {
+		return Version{}
+	}
+	return Version{Incarnation: a.Incarnation, Generation: a.Generation}
+}
+
+// Supersedes reports whether an assignment at v replaces one held at held.
+// Within one incarnation generations only go forward, so v must be higher.
+// An assignment from another incarnation than the held one replaces it
+// whatever its generation: the store was recreated and the held
+// assignment's tasks are gone with it. An empty incarnation in v is
+// unknown, not different, and falls back to the generation.
+func (v Version) Supersedes(held Version) bool {
+	if v.Incarnation != "" && v.Incarnation != held.Incarnation {
+		return true
+	}
+	return v.Generation > held.Generation
+}
+
+// Reset reports whether v comes from another incarnation than held, both
+// known: an assignment at v replaces the held one as a reset, not a step.
+func (v Version) Reset(held Version) bool {
+	return v.Incarnation != "" && held.Incarnation != "" && v.Incarnation != held.Incarnation
 }
 
 // Clone returns a deep copy of a.
@@ -42,7 +83,7 @@ func (a *Assignment) Clone() *Assignment {
 	if a == nil {
 		return nil
 	}
-	c := &Assignment{Job: a.Job, Generation: a.Generation, Tasks: slices.Clone(a.Tasks)}
+	c := &Assignment{Job: a.Job, Generation: a.Generation, Incarnation: a.Incarnation, Tasks: slices.Clone(a.Tasks)}
 	c.Slices = make([]Slice, len(a.Slices))
 	for i, s := range a.Slices {
 		c.Slices[i] = Slice{Start: s.Start, End: s.End, Tasks: slices.Clone(s.Tasks)}
@@ -74,7 +115,7 @@ func (a *Assignment) TaskIndex(name string) (int, bool) {
 }
 
 // Validate reports whether a is a well-formed assignment: a valid job name,
-// a non-zero generation, slices that tile [0, KeySpaceEnd) with no gap or
+// a non-zero generation, a valid incarnation if it has one, slices that tile [0, KeySpaceEnd) with no gap or
 // overlap, each naming at least one task, in order and without duplicates,
 // and every named task listed once in Tasks.
 func (a *Assignment) Validate() error {
@@ -86,6 +127,11 @@ func (a *Assignment) Validate() error {
 	}
 	if a.Generation == 0 {
 		return fmt.Errorf("%w: job %q: generation 0 is reserved for \"no assignment\"", ErrInvalidAssignment, a.Job)
+	}
+	if a.Incarnation != "" {
+		if err := ValidateIncarnation(a.Incarnation); err != nil {
+			return fmt.Errorf("%w: job %q: %w", ErrInvalidAssignment, a.Job, err)
+		}
 	}
 	for i, t := range a.Tasks {
 		if err := ValidateTaskName(t.Name); err != nil {

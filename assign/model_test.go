@@ -79,3 +79,33 @@ func TestFind(t *testing.T) {
 		}
 	}
 }
+
+func TestVersionSupersedes(t *testing.T) {
+	for _, tt := range []struct {
+		next, held Version
+		want       bool
+		reset      bool
+	}{
+		{Version{"a", 2}, Version{"a", 1}, true, false},
+		{Version{"a", 1}, Version{"a", 1}, false, false},
+		{Version{"a", 1}, Version{"a", 2}, false, false},
+		// A recreated store starts again at generation 1.
+		{Version{"b", 1}, Version{"a", 7}, true, true},
+		{Version{"b", 9}, Version{"a", 7}, true, true},
+		// Nothing held yet.
+		{Version{"a", 1}, Version{}, true, false},
+		// A held assignment of unknown incarnation (an old cache file).
+		{Version{"a", 1}, Version{"", 7}, true, false},
+		// An assignment of unknown incarnation (an old server).
+		{Version{"", 8}, Version{"a", 7}, true, false},
+		{Version{"", 6}, Version{"a", 7}, false, false},
+		{Version{"", 8}, Version{"", 7}, true, false},
+	} {
+		if got := tt.next.Supersedes(tt.held); got != tt.want {
+			t.Errorf("%+v.Supersedes(%+v) = %v, want %v", tt.next, tt.held, got, tt.want)
+		}
+		if got := tt.next.Reset(tt.held); got != tt.reset {
+			t.Errorf("%+v.Reset(%+v) = %v, want %v", tt.next, tt.held, got, tt.reset)
+		}
+	}
+}

@@ -5,8 +5,9 @@ import "fmt"
 // Limits on names. They keep names safe in serf tags (512 bytes in all),
 // file paths, logs and URLs.
 const (
-	MaxJobNameLen  = 63
-	MaxTaskNameLen = 128
+	MaxJobNameLen     = 63
+	MaxTaskNameLen    = 128
+	MaxIncarnationLen = 64
 )
 
 // ValidateJobName accepts 1–63 characters of lower-case letters, digits,
@@ -42,6 +43,25 @@ func validateName(kind, name string, max int, upperAndColon bool) error {
 				allowed = "letters, digits, '-', '_', '.' and ':'"
 			}
 			return fmt.Errorf("%w: %s name %q has %q at byte %d; use %s, starting with a letter or digit", ErrInvalidName, kind, name, c, i, allowed)
+		}
+	}
+	return nil
+}
+
+// ValidateIncarnation accepts a store incarnation ID: 1–64 characters of
+// letters, digits, '-' and '_'. slicerd's stores use 32 lower-case hex
+// digits.
+func ValidateIncarnation(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: incarnation is empty", ErrInvalidName)
+	}
+	if len(id) > MaxIncarnationLen {
+		return fmt.Errorf("%w: incarnation %.20q… is %d bytes long; the limit is %d", ErrInvalidName, id, len(id), MaxIncarnationLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("%w: incarnation %q has %q at byte %d; use letters, digits, '-' and '_'", ErrInvalidName, id, c, i)
 		}
 	}
 	return nil

@@ -53,11 +53,12 @@ type Clerk struct {
 	// Distributors outside the subset (all of them without subsetting)
 	// and among the Backups.
 	nextDist, nextBackup int
-	// heard is the newest generation a server has sent this process, sent
-	// as the known generation. It lags the held generation while that came
-	// from the cache file, so the first server answers with its current
-	// assignment and a store that went backwards is noticed.
-	heard uint64
+	// heard is the version of the newest assignment a server has sent
+	// this process, sent as the known generation and incarnation. It lags
+	// the held version while that came from the cache file, so the first
+	// server answers with its current assignment, and a store that was
+	// recreated (another incarnation) is noticed.
+	heard assign.Version
 }
 
 // New validates cfg and builds a Clerk without connecting; Run connects.
@@ -99,26 +100,26 @@ func New(cfg Config) (*Clerk, error) {
 }
 
 // loadCache installs the assignment in the cache file, if the file holds a
-// valid one for the job, and returns its generation (0 if none). A bad
+// valid one for the job, and returns its version (zero if none). A bad
 // file is logged and left alone: the next accepted assignment replaces it.
-func (c *Clerk) loadCache() uint64 {
+func (c *Clerk) loadCache() assign.Version {
 	path := c.cfg.CacheFile
 	a, err := cachefile.Read(path, c.cfg.Job)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		c.log.Info("clerk: no assignment cache file yet; waiting for slicerd", "file", path)
-		return 0
+		return assign.Version{}
 	case err != nil:
 		c.log.Warn("clerk: ignoring the assignment cache file; starting without an assignment and fetching one from slicerd, which will overwrite the file",
 			"file", path, "err", err)
-		return 0
+		return assign.Version{}
 	}
 	c.table.Store(NewTable(a))
 	close(c.ready)
 	c.fromCache = a
 	c.log.Info("clerk: routing on the cached assignment until slicerd answers",
-		"file", path, "generation", a.Generation, "tasks", len(a.Tasks), "slices", len(a.Slices))
-	return a.Generation
+		"file", path, "generation", a.Generation, "incarnation", a.Incarnation, "tasks", len(a.Tasks), "slices", len(a.Slices))
+	return a.Version()
 }
 
 // AssignedTasks returns the addresses of the tasks the current assignment
@@ -485,7 +486,9 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 	}
 
 	began := time.Now()
-	req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: c.cfg.Job, KnownGeneration: c.heard})
+	req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{
+		Job: c.cfg.Job, KnownGeneration: c.heard.Generation, KnownIncarnation: c.heard.Incarnation,
+	})
 	var stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse]
 	var err error
 	if backup {
@@ -522,9 +525,11 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 	return healthy, err
 }
 
-// accept installs p if it is a valid assignment of the job newer than the
-// current one. An older or equal generation is ignored; anything invalid is
-// an error.
+// accept installs p if it is a valid assignment of the job that supersedes
+// the current one: a newer generation, or any generation of another store
+// incarnation (slicerd's store was recreated, and the held assignment's
+// tasks went with it). An older or equal generation of the same
+// incarnation is ignored; anything invalid is an error.
 func (c *Clerk) accept(p *slicerv1.Assignment) error {
 	a, err := api.FromProto(p)
 	if err != nil {
@@ -533,19 +538,26 @@ func (c *Clerk) accept(p *slicerv1.Assignment) error {
 	if a.Job != c.cfg.Job {
 		return fmt.Errorf("%w: asked for job %q, got job %q", errRejected, c.cfg.Job, a.Job)
 	}
-	c.heard = max(c.heard, a.Generation)
+	v := a.Version()
+	if v.Supersedes(c.heard) {
+		c.heard = v
+	}
 	prev := c.table.Load()
-	if prev != nil && a.Generation <= prev.a.Generation {
+	if prev != nil && !v.Supersedes(prev.a.Version()) {
 		if a.Generation < prev.a.Generation {
-			// Generations only go forward, so this happens when slicerd's
-			// store was reset after this Clerk (or its cache file) saw a
-			// later one.
-			c.log.Warn("clerk: slicerd sent an older generation than the one held; keeping the held one. If slicerd's store was reset, restart this client, deleting its cache file if it has one",
-				"generation", a.Generation, "held", prev.a.Generation, "cache_file", c.cfg.CacheFile)
+			// Within one incarnation generations only go forward: the
+			// store was restored from an older copy, or the server
+			// predates incarnations and its store was reset.
+			c.log.Warn("clerk: slicerd sent an older generation than the one held, from the same store (or one without an incarnation); keeping the held one. If slicerd's store was restored from an older copy or reset, restart this client, deleting its cache file if it has one",
+				"generation", a.Generation, "held", prev.a.Generation, "incarnation", a.Incarnation, "cache_file", c.cfg.CacheFile)
 		} else {
 			c.log.Debug("clerk: ignoring assignment that is not newer", "generation", a.Generation, "held", prev.a.Generation)
 		}
 		return nil
+	}
+	if prev != nil && v.Reset(prev.a.Version()) {
+		c.log.Info("clerk: slicerd's assignment store was recreated; replacing the held assignment with the new store's",
+			"generation", a.Generation, "incarnation", a.Incarnation, "held", prev.a.Generation, "held_incarnation", prev.a.Incarnation)
 	}
 	c.table.Store(NewTable(a))
 	if c.cache != nil {

@@ -47,13 +47,23 @@
 // the old file, and the directory is synced, so a crash leaves one whole
 // file.
 //
-// Generations only go forward. The first stream after a cache start asks
-// for the server's current assignment whatever its generation: a newer one
-// replaces the cached one; an equal one confirms it; an older one is
-// logged at warn and ignored, since it means slicerd's store was reset
-// after the cache was written. The way out is to restart the client
-// without the file (delete it), which every long-running client, cache or
-// not, needs after such a reset anyway.
+// Generations only go forward within one store incarnation. Every
+// assignment carries the incarnation of the slicerd store that generated
+// it, a random ID the store got when it was created; a store deleted and
+// created again (a restarted demo, a wiped data dir, a new etcd prefix)
+// has another and counts generations from 1 again. The first stream after
+// a cache start asks for the server's current assignment whatever its
+// generation, and every stream says which incarnation and generation the
+// Clerk holds. An assignment of another incarnation replaces the held one
+// (and the cache file) whatever its generation, as a reset: the old
+// store's tasks are gone with it. Within the same incarnation a newer
+// generation replaces the held one, an equal one confirms it, and an older
+// one is ignored and logged at warn, since it means the store was restored
+// from an older copy after the held assignment was written (restart the
+// client without its cache file to get past it). A server that predates
+// incarnations sends none; its assignments compare by generation only. A
+// cache file written before incarnations holds an assignment of unknown
+// incarnation, which any server's assignment with one replaces.
 //
 // A file that is corrupt, truncated, for another job or in a newer format
 // is never routed on: New logs a warning naming the file and what is

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -89,7 +90,7 @@ func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slice
 	if err := validateJob(job); err != nil {
 		return err
 	}
-	known := req.Msg.GetKnownGeneration()
+	known := knownVersion(req.Msg)
 	// Start following before the first read, so no commit falls between.
 	var (
 		changed <-chan string
@@ -109,11 +110,11 @@ func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slice
 		if err != nil {
 			return err
 		}
-		if a != nil && a.GetGeneration() > known {
+		if v := (assign.Version{Incarnation: a.GetIncarnation(), Generation: a.GetGeneration()}); a != nil && v.Supersedes(known) {
 			if err := stream.Send(&slicerv1.WatchAssignmentResponse{Assignment: a}); err != nil {
 				return err
 			}
-			known = a.GetGeneration()
+			known = v
 		}
 		select {
 		case <-ctx.Done():

@@ -41,11 +41,12 @@ func (l *latest) current() *assign.Assignment {
 	return a
 }
 
-// publish installs a if it is newer than what is held; it reports whether it did.
+// publish installs a if it supersedes what is held (a newer generation, or
+// another store incarnation); it reports whether it did.
 func (l *latest) publish(a *assign.Assignment) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.a != nil && a.Generation <= l.a.Generation {
+	if l.a != nil && !a.Version().Supersedes(l.a.Version()) {
 		return false
 	}
 	l.a, l.err = a, nil
@@ -64,17 +65,18 @@ func (l *latest) fail(err error) {
 	l.changed = make(chan struct{})
 }
 
-// stream sends every assignment newer than known until ctx ends or l fails
-// before it has any assignment. stopping is closed when the agent shuts down.
-func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known uint64, send func(*slicerv1.WatchAssignmentResponse) error) error {
+// stream sends every assignment that supersedes known until ctx ends or l
+// fails before it has any assignment. stopping is closed when the agent
+// shuts down.
+func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, send func(*slicerv1.WatchAssignmentResponse) error) error {
 	for {
 		a, msg, err, changed := l.get()
 		switch {
-		case a != nil && a.Generation > known:
+		case a != nil && a.Version().Supersedes(known):
 			if err := send(msg); err != nil {
 				return err
 			}
-			known = a.Generation
+			known = a.Version()
 			continue
 		case a == nil && err != nil:
 			return err
@@ -87,4 +89,10 @@ func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known uin
 			return connect.NewError(connect.CodeUnavailable, errShuttingDown)
 		}
 	}
+}
+
+// knownVersion is the assignment version a watch request says its caller
+// holds.
+func knownVersion(req *slicerv1.WatchAssignmentRequest) assign.Version {
+	return assign.Version{Incarnation: req.GetKnownIncarnation(), Generation: req.GetKnownGeneration()}
 }

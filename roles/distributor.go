@@ -14,6 +14,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 )
 
@@ -201,16 +202,13 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 			}
 			continue
 		}
-		var known uint64
-		if cur := l.current(); cur != nil {
-			known = cur.Generation
-		}
+		known := l.current().Version()
 		client := slicerv1connect.NewAssignerServiceClient(d.httpClient, api.RPCURL(addr))
 		sctx, cancel := context.WithCancel(ctx)
 		d.mu.Lock()
 		dj.from, dj.cancel, dj.tried = p.Name, cancel, p.Name
 		d.mu.Unlock()
-		stream, err := client.WatchAssignment(sctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job, KnownGeneration: known}))
+		stream, err := client.WatchAssignment(sctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job, KnownGeneration: known.Generation, KnownIncarnation: known.Incarnation}))
 		if err == nil {
 			for stream.Receive() {
 				a, err := api.FromProto(stream.Msg().GetAssignment())
@@ -260,7 +258,7 @@ func (d *Distributor) WatchAssignment(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return err
 	}
-	return l.stream(ctx, d.stopping, req.Msg.GetKnownGeneration(), stream.Send)
+	return l.stream(ctx, d.stopping, knownVersion(req.Msg), stream.Send)
 }
 
 // GetAssignment implements slicerv1connect.DistributorServiceHandler: it
@@ -272,7 +270,7 @@ func (d *Distributor) GetAssignment(ctx context.Context, req *connect.Request[sl
 	}
 	var first *slicerv1.WatchAssignmentResponse
 	errFound := errors.New("found")
-	err = l.stream(ctx, d.stopping, 0, func(m *slicerv1.WatchAssignmentResponse) error {
+	err = l.stream(ctx, d.stopping, assign.Version{}, func(m *slicerv1.WatchAssignmentResponse) error {
 		first = m
 		return errFound
 	})

@@ -42,6 +42,9 @@ type Bolt struct {
 	readOnly bool
 	log      *slog.Logger
 	closed   atomic.Bool
+	// incarnation is the file's incarnation ID; "" only for a fresh file
+	// opened read-only.
+	incarnation string
 }
 
 var _ Store = (*Bolt)(nil)
@@ -89,7 +92,7 @@ func OpenBolt(path string, opts BoltOptions) (*Bolt, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	log.Info("storage opened", "format_version", version, "read_only", opts.ReadOnly)
+	log.Info("storage opened", "format_version", version, "incarnation", b.incarnation, "read_only", opts.ReadOnly)
 	return b, nil
 }
 
@@ -170,7 +173,8 @@ func corruptFile(path string, reason error) error {
 }
 
 // prepare checks the file's size and format version and, for a writable
-// fresh file, writes the schema. It returns the format version.
+// fresh file, writes the schema; it upgrades a writable file of an older
+// format. It sets b.incarnation and returns the format version.
 func (b *Bolt) prepare() (uint64, error) {
 	var (
 		version uint64
@@ -186,7 +190,7 @@ func (b *Bolt) prepare() (uint64, error) {
 		if fi.Size() < tx.Size() {
 			return errCorruptValue{fmt.Errorf("it is truncated: %d bytes long, but its pages reach %d bytes", fi.Size(), tx.Size())}
 		}
-		version, fresh, err = readFormat(tx)
+		version, b.incarnation, fresh, err = readFormat(tx)
 		if err != nil {
 			return errCorruptValue{err}
 		}
@@ -208,14 +212,15 @@ func (b *Bolt) prepare() (uint64, error) {
 		// Nothing to write: opening never touches a current file.
 		return version, nil
 	}
+	incarnation := newIncarnation()
 	err = b.update(func(tx *bbolt.Tx) error {
 		if fresh {
-			b.log.Info("creating a new data file", "format_version", FormatVersion)
-			return createSchema(tx)
+			b.log.Info("creating a new data file", "format_version", FormatVersion, "incarnation", incarnation)
+			return createSchema(tx, incarnation)
 		}
 		if version < FormatVersion {
-			b.log.Info("upgrading data file", "from", version, "to", FormatVersion)
-			if err := migrate(tx, version); err != nil {
+			b.log.Info("upgrading data file", "from", version, "to", FormatVersion, "incarnation", incarnation)
+			if err := migrate(tx, version, incarnation); err != nil {
 				return errCorruptValue{err}
 			}
 		}
@@ -224,11 +229,15 @@ func (b *Bolt) prepare() (uint64, error) {
 	if err != nil {
 		return 0, b.fileError(err)
 	}
+	b.incarnation = incarnation
 	return FormatVersion, nil
 }
 
 // Path returns the data file's path.
 func (b *Bolt) Path() string { return b.path }
+
+// Incarnation implements Store.
+func (b *Bolt) Incarnation() string { return b.incarnation }
 
 // Load implements Store.
 func (b *Bolt) Load(ctx context.Context, job string) (Record, error) {
@@ -248,6 +257,9 @@ func (b *Bolt) Load(ctx context.Context, job string) (Record, error) {
 	var rec Record
 	if raw.found {
 		rec, err = decodeRecord(job, raw.cur, raw.prev, raw.cfg)
+		if err == nil {
+			err = stampRecord(&rec, b.incarnation)
+		}
 	} else {
 		err = ErrNotFound
 	}
@@ -268,7 +280,8 @@ func (b *Bolt) Commit(ctx context.Context, job string, prevGen uint64, next *ass
 	if err := CheckCommit(job, prevGen, next); err != nil {
 		return err
 	}
-	enc, err := encodeAssignment(next)
+	stamped := Stamp(b.incarnation, next)
+	enc, err := encodeAssignment(stamped)
 	if err != nil {
 		return fmt.Errorf("%w: commit job %q: %w", ErrInvalid, job, err)
 	}
@@ -283,6 +296,7 @@ func (b *Bolt) Commit(ctx context.Context, job string, prevGen uint64, next *ass
 		}
 		return b.opError("commit", job, err)
 	}
+	next.Incarnation = stamped.Incarnation
 	b.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen)
 	return nil
 }

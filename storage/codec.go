@@ -59,6 +59,40 @@ func CheckCommit(job string, prevGen uint64, next *assign.Assignment) error {
 	return nil
 }
 
+// NewIncarnation returns a new random store incarnation ID, for a store
+// being created.
+func NewIncarnation() string { return newIncarnation() }
+
+// DecodeIncarnation decodes and checks a stored incarnation value; nil
+// (absent) is an error.
+func DecodeIncarnation(b []byte) (string, error) { return decodeIncarnation(b) }
+
+// StampRecord gives rec's assignments without an incarnation (stored
+// before the store had one) the store's incarnation, and returns an error
+// matching ErrCorrupt if one names another incarnation. A store calls it
+// on every record it loads.
+func StampRecord(rec *Record, incarnation string) error {
+	err := stampRecord(rec, incarnation)
+	var cv errCorruptValue
+	if errors.As(err, &cv) {
+		return fmt.Errorf("%w: %w", ErrCorrupt, cv.err)
+	}
+	return err
+}
+
+// Stamp returns the assignment a store of the given incarnation writes for
+// Commit(…, next): next, or a copy of it, with the store's incarnation. An
+// assignment always belongs to the store it is committed to, whatever
+// incarnation it was derived from.
+func Stamp(incarnation string, next *assign.Assignment) *assign.Assignment {
+	if next.Incarnation == incarnation {
+		return next
+	}
+	c := *next
+	c.Incarnation = incarnation
+	return &c
+}
+
 // Conflict is the error of a Commit of job at generation next that expected
 // the stored generation to be expected but found stored.
 func Conflict(job string, next, stored, expected uint64) error {

@@ -22,5 +22,16 @@ func TestBoltContract(t *testing.T) {
 		Raw: func(t *testing.T, s storage.Store) []byte {
 			return readFile(t, s.(*storage.Bolt).Path())
 		},
+		Reopen: func(t *testing.T, s storage.Store) storage.Store {
+			path := s.(*storage.Bolt).Path()
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			b, err := storage.OpenBolt(path, storage.BoltOptions{})
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			return b
+		},
 	})
 }

@@ -28,6 +28,18 @@
 // an operator looking at a bad rebalance can see what came before it. It
 // costs one extra value per job.
 //
+// Every store has an incarnation: a random ID chosen when the store is
+// created (the bbolt file, or the first key under an etcd prefix), written
+// in the same transaction as the schema, and never changed; a store created
+// before incarnations existed gets one the first time it is opened for
+// writing. Deleting a store and creating it again gives a new incarnation,
+// and generations start again at 1 there. Every assignment Load returns
+// carries the store's incarnation (Assignment.Incarnation), and Commit
+// stamps it on the assignment it stores and on the caller's. Generations
+// compare only within one incarnation: whoever holds an assignment of
+// another incarnation (a Distributor, a Clerk, a cache file) treats the
+// store's as a reset, not as older.
+//
 // Config writes are unconditional, and replace even an unreadable config
 // (that is how one is repaired); a job exists in the store once it has a
 // config or an assignment. Records returned by Load are the caller's to

@@ -8,6 +8,7 @@ import "go.etcd.io/bbolt"
 var (
 	BucketMeta       = bucketMeta
 	KeyFormatVersion = keyFormatVersion
+	KeyIncarnation   = keyIncarnation
 	BucketJobs       = bucketJobs
 	KeyCurrent       = keyCurrent
 	KeyPrevious      = keyPrevious

@@ -63,6 +63,19 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(true, true, false, enc(1, 2), enc(2, 3), []byte(nil))
 	f.Add(false, true, false, []byte(nil), enc(1, 1), []byte(nil))
 	f.Add(true, false, false, enc(1, 1)[:7], []byte(nil), []byte(nil))
+	// Codec version 1 (no incarnation) beside version 2, as in a store
+	// upgraded from format 1; and assignments of two incarnations.
+	f.Add(true, true, false, enc(2, 3), storagetest.EncodeV1(f, storagetest.Assignment("j", 1, 2, 2)), []byte(nil))
+	of := func(inc string, gen uint64) []byte {
+		a := storagetest.Assignment("j", gen, 2, 2)
+		a.Incarnation = inc
+		b, err := a.MarshalBinary()
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	f.Add(true, true, false, of(fuzzIncarnation, 2), of("other", 1), []byte(nil))
 	f.Fuzz(func(t *testing.T, hasCur, hasPrev, hasCfg bool, cur, prev, cfgb []byte) {
 		// Stored values are never nil when present (bbolt returns a
 		// non-nil empty slice for an empty value).
@@ -102,8 +115,27 @@ func FuzzDecodeRecord(f *testing.F) {
 		if rec.Previous != nil && rec.Previous.Generation >= rec.Current.Generation {
 			t.Fatalf("previous generation %d not below current %d", rec.Previous.Generation, rec.Current.Generation)
 		}
+		// A store stamps its incarnation on what it loads, and refuses an
+		// assignment of another.
+		foreign := false
+		for _, a := range []*assign.Assignment{rec.Current, rec.Previous} {
+			foreign = foreign || a != nil && a.Incarnation != "" && a.Incarnation != fuzzIncarnation
+		}
+		err = storage.StampRecord(&rec, fuzzIncarnation)
+		if foreign != (err != nil) || err != nil && !errors.Is(err, storage.ErrCorrupt) {
+			t.Fatalf("StampRecord of a record with a foreign incarnation (%v): %v", foreign, err)
+		}
+		for _, a := range []*assign.Assignment{rec.Current, rec.Previous} {
+			if err == nil && a != nil && a.Incarnation != fuzzIncarnation {
+				t.Fatalf("StampRecord left incarnation %q", a.Incarnation)
+			}
+		}
 	})
 }
+
+// fuzzIncarnation is the incarnation of the store FuzzDecodeRecord reads
+// for.
+const fuzzIncarnation = "0123456789abcdef0123456789abcdef"
 
 func FuzzDecodeFormatVersion(f *testing.F) {
 	f.Add(storage.EncodeFormatVersion(storage.FormatVersion))
@@ -116,6 +148,24 @@ func FuzzDecodeFormatVersion(f *testing.F) {
 		}
 		if string(storage.EncodeFormatVersion(v)) != string(b) {
 			t.Fatalf("%x decoded to %d, which encodes differently", b, v)
+		}
+	})
+}
+
+func FuzzDecodeIncarnation(f *testing.F) {
+	f.Add([]byte(storage.NewIncarnation()))
+	f.Add([]byte{})
+	f.Add([]byte("a b"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		inc, err := storage.DecodeIncarnation(b)
+		if err != nil {
+			return
+		}
+		if inc != string(b) {
+			t.Fatalf("decoded %q as %q", b, inc)
+		}
+		if err := assign.ValidateIncarnation(inc); err != nil {
+			t.Fatalf("decoded an invalid incarnation %q: %v", inc, err)
 		}
 	})
 }

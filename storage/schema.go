@@ -2,7 +2,9 @@ package storage
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,14 +18,28 @@ import (
 //
 //	meta/                      bucket
 //	    format_version         uint64, 8 bytes big-endian
+//	    incarnation            the store's incarnation ID, ASCII (format 2 on)
 //	jobs/                      bucket
 //	    <job name>/            bucket, one per job
 //	        current            assignment, assign's binary codec
 //	        previous           assignment Current replaced, same codec
 //	        config             assign.Config as JSON
 //
-// Both top-level buckets are created with the format version when the file
-// is created. A job bucket exists once a config or an assignment was stored.
+// Both top-level buckets are created with the format version and a new
+// incarnation ID when the file is created, in one transaction. A job bucket
+// exists once a config or an assignment was stored.
+//
+// The incarnation tells this store apart from any other, in particular from
+// a store created again in the same place after the old one was deleted:
+// generations start again at 1 there, and subscribers that still hold a
+// generation of the old store must not take the new ones for old news.
+// Every assignment the store returns carries it.
+//
+// Format history: 1 had no incarnation; 2 adds meta/incarnation (and
+// assignments in codec version 2, which carry it). Opening a format 1 file
+// writable upgrades it by giving it an incarnation; its stored
+// assignments, in codec version 1, are given the store's incarnation as
+// they are read.
 
 // DataFileName is the name of the data file inside a data directory.
 const DataFileName = "slicerd.db"
@@ -31,11 +47,12 @@ const DataFileName = "slicerd.db"
 // FormatVersion is the schema version this binary writes and the newest it
 // reads. Bump it when the layout or an encoding changes incompatibly, and
 // teach migrate to upgrade older files.
-const FormatVersion uint64 = 1
+const FormatVersion uint64 = 2
 
 var (
 	bucketMeta       = []byte("meta")
 	keyFormatVersion = []byte("format_version")
+	keyIncarnation   = []byte("incarnation")
 
 	bucketJobs  = []byte("jobs")
 	keyCurrent  = []byte("current")
@@ -54,6 +71,25 @@ func decodeFormatVersion(b []byte) (uint64, error) {
 		return 0, fmt.Errorf("format version is %d bytes long, want 8", len(b))
 	}
 	return binary.BigEndian.Uint64(b), nil
+}
+
+// newIncarnation returns a new random incarnation ID: 128 bits as 32
+// lower-case hex digits.
+func newIncarnation() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails: crypto/rand crashes the program instead
+	return hex.EncodeToString(b)
+}
+
+// decodeIncarnation is the meta/incarnation value decoding.
+func decodeIncarnation(b []byte) (string, error) {
+	if b == nil {
+		return "", errors.New("the store has no incarnation")
+	}
+	if err := assign.ValidateIncarnation(string(b)); err != nil {
+		return "", fmt.Errorf("the store's incarnation is invalid: %w", err)
+	}
+	return string(b), nil
 }
 
 // encodeAssignment is the current/previous value encoding.
@@ -141,32 +177,39 @@ func (e errCorruptValue) Unwrap() error { return e.err }
 // Transaction helpers. They see the raw schema; the Bolt methods add
 // locking, error wrapping and panic recovery.
 
-// readFormat reports the file's format version, or fresh when the file has
-// no slicerd data yet (a new bbolt file: no buckets at all).
-func readFormat(tx *bbolt.Tx) (version uint64, fresh bool, err error) {
+// readFormat reports the file's format version and incarnation (empty
+// before format 2), or fresh when the file has no slicerd data yet (a new
+// bbolt file: no buckets at all).
+func readFormat(tx *bbolt.Tx) (version uint64, incarnation string, fresh bool, err error) {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		k, _ := tx.Cursor().First()
 		if k == nil {
-			return 0, true, nil
+			return 0, "", true, nil
 		}
-		return 0, false, fmt.Errorf("it has no %q bucket but holds %q: it is not a slicerd data file", bucketMeta, k)
+		return 0, "", false, fmt.Errorf("it has no %q bucket but holds %q: it is not a slicerd data file", bucketMeta, k)
 	}
 	v, err := decodeFormatVersion(meta.Get(keyFormatVersion))
 	if err != nil {
-		return 0, false, err
+		return 0, "", false, err
 	}
 	if v == 0 {
-		return 0, false, fmt.Errorf("format version 0 is not a valid version")
+		return 0, "", false, fmt.Errorf("format version 0 is not a valid version")
 	}
 	if v <= FormatVersion && tx.Bucket(bucketJobs) == nil {
-		return 0, false, fmt.Errorf("the %q bucket is missing", bucketJobs)
+		return 0, "", false, fmt.Errorf("the %q bucket is missing", bucketJobs)
 	}
-	return v, false, nil
+	if v >= 2 && v <= FormatVersion {
+		if incarnation, err = decodeIncarnation(meta.Get(keyIncarnation)); err != nil {
+			return 0, "", false, err
+		}
+	}
+	return v, incarnation, false, nil
 }
 
-// createSchema writes the buckets and format version of a fresh file.
-func createSchema(tx *bbolt.Tx) error {
+// createSchema writes the buckets, format version and incarnation of a
+// fresh file.
+func createSchema(tx *bbolt.Tx, incarnation string) error {
 	meta, err := tx.CreateBucket(bucketMeta)
 	if err != nil {
 		return err
@@ -174,17 +217,24 @@ func createSchema(tx *bbolt.Tx) error {
 	if err := meta.Put(keyFormatVersion, encodeFormatVersion(FormatVersion)); err != nil {
 		return err
 	}
+	if err := meta.Put(keyIncarnation, []byte(incarnation)); err != nil {
+		return err
+	}
 	_, err = tx.CreateBucket(bucketJobs)
 	return err
 }
 
-// migrate upgrades a file of an older format version to FormatVersion.
-// Version 1 is the first; there is nothing to upgrade yet.
-func migrate(tx *bbolt.Tx, from uint64) error {
-	if from != FormatVersion {
+// migrate upgrades a file of an older format version to FormatVersion,
+// giving a format 1 file the incarnation.
+func migrate(tx *bbolt.Tx, from uint64, incarnation string) error {
+	if from != 1 {
 		return fmt.Errorf("no migration from format version %d", from)
 	}
-	return nil
+	meta := tx.Bucket(bucketMeta)
+	if err := meta.Put(keyIncarnation, []byte(incarnation)); err != nil {
+		return err
+	}
+	return meta.Put(keyFormatVersion, encodeFormatVersion(FormatVersion))
 }
 
 // jobBucket returns the job's bucket, nil if the job has none. The jobs
@@ -204,6 +254,26 @@ func readRecord(tx *bbolt.Tx, job string) (Record, error) {
 		return Record{}, ErrNotFound
 	}
 	return decodeRecord(job, b.Get(keyCurrent), b.Get(keyPrevious), b.Get(keyConfig))
+}
+
+// stampRecord gives rec's assignments that have no incarnation (codec
+// version 1, written before the store had one) the store's incarnation,
+// and reports one that names another as corrupt.
+func stampRecord(rec *Record, incarnation string) error {
+	if incarnation == "" {
+		return nil
+	}
+	for _, a := range []*assign.Assignment{rec.Current, rec.Previous} {
+		switch {
+		case a == nil:
+		case a.Incarnation == "":
+			a.Incarnation = incarnation
+		case a.Incarnation != incarnation:
+			return errCorruptValue{fmt.Errorf("generation %d is of store incarnation %s, but the store is incarnation %s",
+				a.Generation, a.Incarnation, incarnation)}
+		}
+	}
+	return nil
 }
 
 // rawRecord is a job's stored values, copied out of a transaction so they

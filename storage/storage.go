@@ -41,12 +41,20 @@ type Store interface {
 	// prevGen (0 = nothing stored yet), next.Generation > prevGen,
 	// next.Job == job, and next.Validate() passes. Otherwise it returns
 	// ErrConflict (generation mismatch; the message gives stored vs
-	// expected) or ErrInvalid, and changes nothing.
+	// expected) or ErrInvalid, and changes nothing. The assignment is
+	// stored under the store's incarnation, whatever next.Incarnation
+	// says, and a successful Commit sets next.Incarnation to it.
 	Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error
 	// SetConfig validates and stores the job's config, creating the job.
 	SetConfig(ctx context.Context, job string, cfg assign.Config) error
 	// Jobs lists the names of the jobs in the store, sorted.
 	Jobs(ctx context.Context) ([]string, error)
+	// Incarnation is the store's incarnation ID, chosen at random when the
+	// store was created and never changed: a store deleted and created
+	// again gets another. Every assignment Load returns carries it, and
+	// Commit sets it in next. It is "" only for a read-only store opened
+	// before any writer created it.
+	Incarnation() string
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error
 }

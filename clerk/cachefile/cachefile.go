@@ -22,8 +22,8 @@ const (
 	// Magic opens every cache file.
 	Magic = "SLCRASGN"
 	// Version is the format version Encode writes and the newest Decode
-	// reads.
-	Version = 1
+	// reads; Decode reads every version from 1 on.
+	Version = 2
 	// HeaderSize is the length of the fixed header.
 	HeaderSize = 20
 	// MaxFileSize bounds what Read loads: a cache file larger than this is
@@ -98,11 +98,12 @@ func Decode(data []byte) (*assign.Assignment, error) {
 	if string(data[:len(Magic)]) != Magic {
 		return nil, fmt.Errorf("%w: does not start with %q; not a slicerd assignment cache file", ErrCorrupt, Magic)
 	}
-	if v := binary.BigEndian.Uint16(data[8:]); v != Version {
-		if v > Version {
-			return nil, fmt.Errorf("%w: format version %d, this build reads version %d; it was written by a newer slicerd client library", ErrNewerFormat, v, Version)
-		}
-		return nil, fmt.Errorf("%w: format version %d is not one this build reads (version %d)", ErrCorrupt, v, Version)
+	v := binary.BigEndian.Uint16(data[8:])
+	switch {
+	case v > Version:
+		return nil, fmt.Errorf("%w: format version %d, this build reads up to version %d; it was written by a newer slicerd client library", ErrNewerFormat, v, Version)
+	case v == 0:
+		return nil, fmt.Errorf("%w: format version 0 does not exist (this build reads versions 1 to %d)", ErrCorrupt, Version)
 	}
 	jobLen := int(binary.BigEndian.Uint16(data[10:]))
 	size := int64(binary.BigEndian.Uint32(data[12:]))
@@ -127,6 +128,9 @@ func Decode(data []byte) (*assign.Assignment, error) {
 	}
 	if a.Job != job {
 		return nil, fmt.Errorf("%w: header names job %q, assignment is for job %q", ErrCorrupt, job, a.Job)
+	}
+	if v < 2 && a.Incarnation != "" {
+		return nil, fmt.Errorf("%w: a version %d file cannot hold an incarnation, but holds %q", ErrCorrupt, v, a.Incarnation)
 	}
 	return a, nil
 }

@@ -219,7 +219,7 @@ func TestCheckWritable(t *testing.T) {
 
 func TestWriterCoalescesAndFlushes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "kv.cache")
-	w := cachefile.NewWriter(path, 0, nil)
+	w := cachefile.NewWriter(path, assign.Version{}, nil)
 	// Stored before Run: only the newest is written, once.
 	for gen := uint64(1); gen <= 50; gen++ {
 		w.Store(clerktest.Uniform("kv", gen, tasks, 4))
@@ -247,7 +247,7 @@ func TestWriterCoalescesAndFlushes(t *testing.T) {
 
 func TestWriterSkipsWhatIsOnDisk(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "kv.cache")
-	w := cachefile.NewWriter(path, 5, nil)
+	w := cachefile.NewWriter(path, assign.Version{Generation: 5}, nil)
 	w.Store(clerktest.Uniform("kv", 5, tasks, 4))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -260,7 +260,7 @@ func TestWriterSkipsWhatIsOnDisk(t *testing.T) {
 func TestWriterRetriesAfterFailure(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "later")
 	path := filepath.Join(dir, "kv.cache")
-	w := cachefile.NewWriter(path, 0, nil)
+	w := cachefile.NewWriter(path, assign.Version{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
@@ -280,10 +280,76 @@ func TestWriterRetriesAfterFailure(t *testing.T) {
 	}
 }
 
+// TestIncarnation: the file keeps the assignment's store incarnation.
+func TestIncarnation(t *testing.T) {
+	a := clerktest.Uniform("kv", 3, tasks, 8)
+	a.Incarnation = "0123456789abcdef0123456789abcdef"
+	data := mustEncode(t, a)
+	if v := binary.BigEndian.Uint16(data[8:]); v != cachefile.Version {
+		t.Fatalf("written with format version %d, want %d", v, cachefile.Version)
+	}
+	got, err := cachefile.Decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version() != a.Version() {
+		t.Fatalf("decoded version %+v, want %+v", got.Version(), a.Version())
+	}
+}
+
+// TestReadsVersion1: a file an older client library wrote (format 1, no
+// incarnation) still routes, as an assignment of unknown incarnation.
+func TestReadsVersion1(t *testing.T) {
+	a := clerktest.Uniform("kv", 3, tasks, 8)
+	payload, err := proto.Marshal(api.ToProto(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cachefile.Decode(seal(1, "kv", payload))
+	if err != nil {
+		t.Fatalf("format 1 file: %v", err)
+	}
+	if !assign.Equal(got, a) || got.Version() != (assign.Version{Generation: 3}) {
+		t.Fatalf("format 1 file decoded as version %+v", got.Version())
+	}
+	a.Incarnation = "abc"
+	payload, _ = proto.Marshal(api.ToProto(a))
+	if _, err := cachefile.Decode(seal(1, "kv", payload)); !errors.Is(err, cachefile.ErrCorrupt) {
+		t.Fatalf("format 1 file holding an incarnation: err = %v, want ErrCorrupt", err)
+	}
+}
+
+// TestWriterWritesAnotherIncarnation: an assignment of a recreated store
+// replaces the file's, although its generation is lower.
+func TestWriterWritesAnotherIncarnation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kv.cache")
+	old := clerktest.Uniform("kv", 50, tasks, 4)
+	old.Incarnation = "old"
+	if err := cachefile.Write(path, old); err != nil {
+		t.Fatal(err)
+	}
+	w := cachefile.NewWriter(path, old.Version(), nil)
+	fresh := clerktest.Uniform("kv", 1, tasks, 4)
+	fresh.Incarnation = "new"
+	w.Store(fresh)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w.Run(ctx)
+	a, err := cachefile.Read(path, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Version() != fresh.Version() {
+		t.Fatalf("file holds %+v, want the recreated store's %+v", a.Version(), fresh.Version())
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	good, _ := cachefile.Encode(clerktest.Uniform("kv", 3, tasks, 8))
 	f.Add(good)
 	f.Add(good[:cachefile.HeaderSize])
+	payload, _ := proto.Marshal(api.ToProto(clerktest.Uniform("kv", 3, tasks, 8)))
+	f.Add(seal(1, "kv", payload))
 	f.Add([]byte(cachefile.Magic))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -19,9 +19,9 @@ type Writer struct {
 
 	pending atomic.Pointer[assign.Assignment]
 	kick    chan struct{}
-	// written is the generation on disk, or of the assignment read from
-	// it; owned by Run (and set by NewWriter before Run starts).
-	written uint64
+	// written is the version on disk, or of the assignment read from it;
+	// owned by Run (and set by NewWriter before Run starts).
+	written assign.Version
 	// failing is owned by Run: whether the last write failed, so a disk
 	// that stays broken is reported once rather than per generation.
 	failing bool
@@ -29,10 +29,11 @@ type Writer struct {
 	writes atomic.Uint64
 }
 
-// NewWriter returns a Writer for the file at path that holds generation
-// onDisk already (0 when it holds nothing usable), so it is not rewritten.
-// log receives write failures; nil discards.
-func NewWriter(path string, onDisk uint64, log *slog.Logger) *Writer {
+// NewWriter returns a Writer for the file at path that holds the
+// assignment version onDisk already (the zero Version when it holds nothing
+// usable), so it is not rewritten. log receives write failures; nil
+// discards.
+func NewWriter(path string, onDisk assign.Version, log *slog.Logger) *Writer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -44,11 +45,13 @@ func (w *Writer) Path() string { return w.path }
 
 // Store schedules a to be written. a must be valid and must not change
 // afterwards. Only the newest assignment stored before the next write is
-// written. It does not block.
+// written: the last one that supersedes the one before (a newer generation,
+// or another store incarnation; assign.Version.Supersedes). It does not
+// block.
 func (w *Writer) Store(a *assign.Assignment) {
 	for {
 		old := w.pending.Load()
-		if old != nil && old.Generation >= a.Generation {
+		if old != nil && !a.Version().Supersedes(old.Version()) {
 			return
 		}
 		if w.pending.CompareAndSwap(old, a) {
@@ -81,7 +84,7 @@ func (w *Writer) Run(ctx context.Context) {
 
 func (w *Writer) flush() {
 	a := w.pending.Swap(nil)
-	if a == nil || a.Generation <= w.written {
+	if a == nil || !a.Version().Supersedes(w.written) {
 		return
 	}
 	if err := Write(w.path, a); err != nil {
@@ -101,7 +104,7 @@ func (w *Writer) flush() {
 		w.log.Info("cachefile: writing the assignment cache again", "file", w.path, "generation", a.Generation)
 	}
 	w.failing = false
-	w.written = a.Generation
+	w.written = a.Version()
 	w.writes.Add(1)
 	w.log.Debug("cachefile: wrote assignment cache", "file", w.path, "generation", a.Generation)
 }

@@ -21,7 +21,8 @@ import (
 
 // Server serves slicer.v1.DistributorService and slicer.v1.BackupService
 // from assignments the test publishes. A stream first gets the job's latest
-// assignment if it is newer than the caller's known generation, then every
+// assignment if it supersedes the caller's known one (a newer generation,
+// or another store incarnation, as slicerd's servers decide), then every
 // message published afterwards, whatever its generation, so a test can also
 // send stale or malformed ones. A job nothing was published for is
 // NOT_FOUND.
@@ -147,7 +148,8 @@ func (s *Server) WatchAssignment(ctx context.Context, req *connect.Request[slice
 		return connect.NewError(connect.CodeNotFound, errors.New("clerktest: no assignment published for job "+req.Msg.GetJob()))
 	}
 	var pending []*slicerv1.Assignment
-	if j.latest.GetGeneration() > req.Msg.GetKnownGeneration() {
+	latest := assign.Version{Incarnation: j.latest.GetIncarnation(), Generation: j.latest.GetGeneration()}
+	if latest.Supersedes(assign.Version{Incarnation: req.Msg.GetKnownIncarnation(), Generation: req.Msg.GetKnownGeneration()}) {
 		pending = append(pending, j.latest)
 	}
 	next, drops := len(j.log), s.drops

@@ -20,6 +20,13 @@
 // Watch (storage.Watcher) follows commits with an etcd watch, so a Backup
 // streams a new assignment as soon as it is committed, without polling.
 //
+// The store's incarnation (storage.Store.Incarnation) is the
+// meta/incarnation key, written with the format version by the first
+// writable Open under the prefix. Deleting the prefix (etcdctl del
+// --prefix) recreates the store, with a new incarnation, at the next Open:
+// restart every slicerd that uses it, since an open Store keeps the
+// incarnation it read.
+//
 // The key layout is in schema.go; the values use the bbolt store's
 // encodings.
 package etcdstore

@@ -11,6 +11,7 @@ import (
 // The key layout under a store's prefix, in one place:
 //
 //	<prefix>meta/format_version     uint64, 8 bytes big-endian
+//	<prefix>meta/incarnation        the store's incarnation ID (format 2 on)
 //	<prefix>jobs/<job>/current      assignment, assign's binary codec
 //	<prefix>jobs/<job>/previous     assignment current replaced, same codec
 //	<prefix>jobs/<job>/config       assign.Config as JSON
@@ -18,13 +19,18 @@ import (
 // The values are encoded exactly as in the bbolt file (storage.Encode*).
 // Job names cannot contain '/', so a job's keys are exactly those under
 // <prefix>jobs/<job>/. A job exists once one of its keys does.
+//
+// The meta keys are created together, by one transaction, by the first
+// writable Open under the prefix. Format 1 had no incarnation: a writable
+// Open of a format 1 store adds it and moves the store to format 2 in one
+// transaction, as Bolt does for its file (storage/schema.go).
 
 // DefaultPrefix is the key namespace used when Options.Prefix is empty.
 const DefaultPrefix = "/slicerd/"
 
 // FormatVersion is the layout version this binary writes and the newest it
 // reads. Bump it when the layout or an encoding changes incompatibly.
-const FormatVersion uint64 = 1
+const FormatVersion uint64 = 2
 
 const (
 	leafCurrent  = "current"
@@ -35,7 +41,9 @@ const (
 // keys builds the keys of one prefix.
 type keys struct{ prefix string }
 
-func (k keys) meta() string               { return k.prefix + "meta/format_version" }
+func (k keys) metaDir() string            { return k.prefix + "meta/" }
+func (k keys) meta() string               { return k.metaDir() + "format_version" }
+func (k keys) incarnation() string        { return k.metaDir() + "incarnation" }
 func (k keys) jobs() string               { return k.prefix + "jobs/" }
 func (k keys) job(job string) string      { return k.jobs() + job + "/" }
 func (k keys) current(job string) string  { return k.job(job) + leafCurrent }

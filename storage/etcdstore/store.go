@@ -63,6 +63,9 @@ type Store struct {
 	readOnly   bool
 	reqTimeout time.Duration
 	log        *slog.Logger
+	// incarnation is the store's incarnation ID; "" only for a read-only
+	// store opened under a prefix no writer had created.
+	incarnation string
 
 	closed   atomic.Bool
 	mu       sync.Mutex // orders closing against watchers.Add
@@ -128,16 +131,18 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		_ = cli.Close()
 		return nil, err
 	}
-	log.Info("storage opened", "format_version", version, "read_only", opts.ReadOnly)
+	log.Info("storage opened", "format_version", version, "incarnation", s.incarnation, "read_only", opts.ReadOnly)
 	return s, nil
 }
 
-// prepare reads the format version, writing it if the prefix is new and
-// the store writable. The first read doubles as the reachability check.
+// prepare reads the format version and incarnation, creating both if the
+// prefix is new, or adding the incarnation to a format 1 store, when the
+// store is writable. It sets s.incarnation and returns the format version.
+// The first read doubles as the reachability check.
 func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64, error) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	resp, err := s.cli.Get(dctx, s.keys.meta())
+	resp, err := s.cli.Get(dctx, s.keys.metaDir(), clientv3.WithPrefix())
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("storage: open etcd at %s: %w", s.endpoints, ctx.Err())
@@ -145,43 +150,109 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 		return 0, fmt.Errorf("%w: cannot reach etcd at %s within %v: %v (%s); check --store and that etcd is running and reachable from this host",
 			storage.ErrUnavailable, s.endpoints, dialTimeout, err, probe(s.cli.Endpoints(), dialTimeout))
 	}
-	if len(resp.Kvs) == 0 {
-		if s.readOnly {
-			// Nothing stored under the prefix yet: reads find nothing.
-			return 0, nil
+	kvs := resp.Kvs
+	// A lost transaction means a concurrent opener created or upgraded the
+	// store: the next pass reads what it wrote.
+	for attempt := 1; ; attempt++ {
+		m, err := s.readMeta(kvs)
+		switch {
+		case err != nil:
+			return 0, fmt.Errorf("%w: etcd keys under %s at %s: %w; slicerd left them untouched: fix or delete them (etcdctl), or choose another prefix in --store",
+				storage.ErrCorrupt, s.keys.metaDir(), s.endpoints, err)
+		case m.version > FormatVersion:
+			return 0, fmt.Errorf("%w: the store under %s at %s was written by a newer slicerd (format %d, this binary reads up to %d); upgrade slicerd",
+				storage.ErrNewerFormat, s.keys.prefix, s.endpoints, m.version, FormatVersion)
+		case m.version == FormatVersion, s.readOnly:
+			// Nothing to write; a read-only store under a new prefix
+			// reads nothing.
+			s.incarnation = m.incarnation
+			return m.version, nil
+		case attempt > 3:
+			return 0, fmt.Errorf("%w: open etcd store under %s at %s: its format keys kept changing; retry", storage.ErrUnavailable, s.keys.prefix, s.endpoints)
 		}
-		// Create it unless a concurrent opener just did; read what won.
+		inc := storage.NewIncarnation()
+		cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.incarnation()), "=", 0)}
+		if m.version == 0 {
+			cond = append(cond, clientv3.Compare(clientv3.CreateRevision(s.keys.meta()), "=", 0))
+		} else {
+			cond = append(cond, clientv3.Compare(clientv3.ModRevision(s.keys.meta()), "=", m.rev))
+		}
 		tresp, err := s.cli.Txn(dctx).
-			If(clientv3.Compare(clientv3.CreateRevision(s.keys.meta()), "=", 0)).
-			Then(clientv3.OpPut(s.keys.meta(), string(storage.EncodeFormatVersion(FormatVersion)))).
-			Else(clientv3.OpGet(s.keys.meta())).
+			If(cond...).
+			Then(
+				clientv3.OpPut(s.keys.meta(), string(storage.EncodeFormatVersion(FormatVersion))),
+				clientv3.OpPut(s.keys.incarnation(), inc),
+			).
+			Else(clientv3.OpGet(s.keys.metaDir(), clientv3.WithPrefix())).
 			Commit()
 		if err != nil {
 			return 0, s.opError(ctx, "open", "", err)
 		}
 		if tresp.Succeeded {
-			s.log.Info("created a new store under the prefix", "format_version", FormatVersion)
+			if m.version == 0 {
+				s.log.Info("created a new store under the prefix", "format_version", FormatVersion, "incarnation", inc)
+			} else {
+				s.log.Info("upgraded the store under the prefix", "from", m.version, "to", FormatVersion, "incarnation", inc)
+			}
+			s.incarnation = inc
 			return FormatVersion, nil
 		}
-		resp = (*clientv3.GetResponse)(tresp.Responses[0].GetResponseRange())
+		kvs = tresp.Responses[0].GetResponseRange().Kvs
 	}
-	v, err := storage.DecodeFormatVersion(resp.Kvs[0].Value)
+}
+
+// meta is what the meta keys hold: version 0 when there are none.
+type meta struct {
+	version     uint64
+	rev         int64 // mod revision of the format version key
+	incarnation string
+}
+
+// readMeta decodes the meta keys.
+func (s *Store) readMeta(kvs []*mvccpb.KeyValue) (meta, error) {
+	var (
+		m             meta
+		version, inc  []byte
+		found, hasInc bool
+	)
+	for _, kv := range kvs {
+		switch string(kv.Key) {
+		case s.keys.meta():
+			version, m.rev, found = kv.Value, kv.ModRevision, true
+		case s.keys.incarnation():
+			inc, hasInc = kv.Value, true
+		}
+	}
+	if !found {
+		if hasInc {
+			return meta{}, fmt.Errorf("%s is set but %s is missing", s.keys.incarnation(), s.keys.meta())
+		}
+		return meta{}, nil
+	}
+	v, err := storage.DecodeFormatVersion(version)
 	if err == nil && v == 0 {
 		err = errors.New("format version 0 is not a valid version")
 	}
-	switch {
-	case err != nil:
-		return 0, fmt.Errorf("%w: etcd key %s at %s: %w; slicerd left it untouched: fix or delete it (etcdctl), or choose another prefix in --store",
-			storage.ErrCorrupt, s.keys.meta(), s.endpoints, err)
-	case v > FormatVersion:
-		return 0, fmt.Errorf("%w: the store under %s at %s was written by a newer slicerd (format %d, this binary reads up to %d); upgrade slicerd",
-			storage.ErrNewerFormat, s.keys.prefix, s.endpoints, v, FormatVersion)
+	if err != nil {
+		return meta{}, fmt.Errorf("%s: %w", s.keys.meta(), err)
 	}
-	return v, nil
+	m.version = v
+	if v >= 2 && v <= FormatVersion {
+		if !hasInc {
+			inc = nil
+		}
+		if m.incarnation, err = storage.DecodeIncarnation(inc); err != nil {
+			return meta{}, fmt.Errorf("%s: %w", s.keys.incarnation(), err)
+		}
+	}
+	return m, nil
 }
 
 // Prefix returns the store's key prefix, ending in '/'.
 func (s *Store) Prefix() string { return s.keys.prefix }
+
+// Incarnation implements storage.Store.
+func (s *Store) Incarnation() string { return s.incarnation }
 
 // Load implements storage.Store. It reads the job's keys with one range
 // request, so current, previous and config come from one revision.
@@ -197,6 +268,9 @@ func (s *Store) Load(ctx context.Context, job string) (storage.Record, error) {
 	}
 	raw := s.split(job, resp.Kvs)
 	rec, err := storage.DecodeRecord(job, raw.value(raw.cur), raw.value(raw.prev), raw.value(raw.cfg))
+	if err == nil {
+		err = storage.StampRecord(&rec, s.incarnation)
+	}
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		return storage.Record{}, fmt.Errorf("%w: load job %q: no assignment or config is stored for it", storage.ErrNotFound, job)
@@ -217,7 +291,8 @@ func (s *Store) Commit(ctx context.Context, job string, prevGen uint64, next *as
 	if err := storage.CheckCommit(job, prevGen, next); err != nil {
 		return err
 	}
-	enc, err := storage.EncodeAssignment(next)
+	stamped := storage.Stamp(s.incarnation, next)
+	enc, err := storage.EncodeAssignment(stamped)
 	if err != nil {
 		return fmt.Errorf("%w: commit job %q: %w", storage.ErrInvalid, job, err)
 	}
@@ -259,6 +334,7 @@ func (s *Store) Commit(ctx context.Context, job string, prevGen uint64, next *as
 			return s.opError(ctx, "commit", job, err)
 		}
 		if tresp.Succeeded {
+			next.Incarnation = stamped.Incarnation
 			s.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen, "revision", tresp.Header.Revision)
 			return nil
 		}

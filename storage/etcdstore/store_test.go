@@ -112,6 +112,17 @@ func TestContract(t *testing.T) {
 			}
 			return raw
 		},
+		Reopen: func(t *testing.T, s storage.Store) storage.Store {
+			prefix := s.(*etcdstore.Store).Prefix()
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			r, err := etcdstore.Open(ctx, etcdstore.Options{Endpoints: []string{srv.Endpoint()}, Prefix: prefix})
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			return r
+		},
 	})
 }
 
@@ -137,6 +148,7 @@ func TestLayout(t *testing.T) {
 	cfg, _ := storage.EncodeConfig(assign.DefaultConfig())
 	for key, want := range map[string]string{
 		"/lay/meta/format_version": string(storage.EncodeFormatVersion(etcdstore.FormatVersion)),
+		"/lay/meta/incarnation":    s.Incarnation(),
 		"/lay/jobs/j/current":      string(enc2),
 		"/lay/jobs/j/previous":     string(enc1),
 		"/lay/jobs/j/config":       string(cfg),
@@ -434,5 +446,79 @@ func TestOutOfSpace(t *testing.T) {
 	t.Logf("Commit past the quota: %v", err)
 	if _, err := s.Load(ctx, "big"); err != nil {
 		t.Fatalf("Load past the quota: %v", err)
+	}
+}
+
+// TestUpgradeFormat1 opens a prefix an older slicerd wrote: format 1, no
+// incarnation, assignments in codec version 1. A read-only store reads it
+// as it is; a writable one gives it an incarnation once, which the old
+// assignments then carry.
+func TestUpgradeFormat1(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := rawClient(t, srv)
+	prefix := fmt.Sprintf("/old-%d/", prefixes.Add(1))
+	prev, cur := storagetest.Assignment("old", 4, 2, 2), storagetest.Assignment("old", 5, 3, 2)
+	rawPut(t, cli, prefix+"meta/format_version", string(storage.EncodeFormatVersion(1)))
+	rawPut(t, cli, prefix+"jobs/old/previous", string(storagetest.EncodeV1(t, prev)))
+	rawPut(t, cli, prefix+"jobs/old/current", string(storagetest.EncodeV1(t, cur)))
+
+	ro := openAt(t, srv, etcdstore.Options{Prefix: prefix, ReadOnly: true})
+	if ro.Incarnation() != "" {
+		t.Fatalf("read-only store of format 1 has incarnation %q", ro.Incarnation())
+	}
+	if rec := mustLoad(t, ro, "old"); rec.Current.Generation != 5 || rec.Current.Incarnation != "" {
+		t.Fatalf("read-only store of format 1 loads generation %d of %q, want 5 of none", rec.Current.Generation, rec.Current.Incarnation)
+	}
+	if got := rawGet(t, cli, prefix+"meta/format_version"); got != string(storage.EncodeFormatVersion(1)) {
+		t.Fatalf("read-only open rewrote the format version: %q", got)
+	}
+
+	// The first writer upgrades it; the next sees the same incarnation.
+	s1 := openAt(t, srv, etcdstore.Options{Prefix: prefix})
+	s2 := openAt(t, srv, etcdstore.Options{Prefix: prefix})
+	inc := s1.Incarnation()
+	if err := assign.ValidateIncarnation(inc); err != nil || s2.Incarnation() != inc {
+		t.Fatalf("upgraded store's incarnations %q and %q (%v), want one valid one", inc, s2.Incarnation(), err)
+	}
+	if got := rawGet(t, cli, prefix+"meta/incarnation"); got != inc {
+		t.Fatalf("stored incarnation %q, want %q", got, inc)
+	}
+	if got := rawGet(t, cli, prefix+"meta/format_version"); got != string(storage.EncodeFormatVersion(etcdstore.FormatVersion)) {
+		t.Fatalf("format version after the upgrade: %q", got)
+	}
+	rec := mustLoad(t, s2, "old")
+	if !storagetest.Same(rec.Current, cur) || !storagetest.Same(rec.Previous, prev) ||
+		rec.Current.Incarnation != inc || rec.Previous.Incarnation != inc {
+		t.Fatalf("upgraded store loads generation %d of %q after %d of %q, want 5 after 4, of %q",
+			rec.Current.Generation, rec.Current.Incarnation, rec.Previous.Generation, rec.Previous.Incarnation, inc)
+	}
+}
+
+// TestBadIncarnation: a format 2 prefix whose incarnation is missing or
+// malformed is corrupt, and left untouched.
+func TestBadIncarnation(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := rawClient(t, srv)
+	for name, v := range map[string]string{"missing": "", "not an id": "a b"} {
+		t.Run(name, func(t *testing.T) {
+			prefix := fmt.Sprintf("/badinc-%d/", prefixes.Add(1))
+			rawPut(t, cli, prefix+"meta/format_version", string(storage.EncodeFormatVersion(etcdstore.FormatVersion)))
+			if v != "" {
+				rawPut(t, cli, prefix+"meta/incarnation", v)
+			}
+			for _, ro := range []bool{false, true} {
+				_, err := etcdstore.Open(ctx, etcdstore.Options{Endpoints: []string{srv.Endpoint()}, Prefix: prefix, ReadOnly: ro})
+				if !errors.Is(err, storage.ErrCorrupt) {
+					t.Errorf("Open (read-only %v): %v, want ErrCorrupt", ro, err)
+				}
+			}
+			want := v
+			if v == "" {
+				want = "<absent>"
+			}
+			if got := rawGet(t, cli, prefix+"meta/incarnation"); got != want {
+				t.Errorf("Open rewrote the incarnation: %q", got)
+			}
+		})
 	}
 }

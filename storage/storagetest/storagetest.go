@@ -7,6 +7,7 @@ package storagetest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -33,6 +34,9 @@ type Opener struct {
 	// revisions), so that the suite can check a failed write wrote nothing
 	// at all, not only nothing a Load would see. Nil skips that check.
 	Raw func(t *testing.T, s storage.Store) []byte
+	// Reopen closes s and opens its data again, as a restarted process
+	// would. Nil skips the checks across reopening.
+	Reopen func(t *testing.T, s storage.Store) storage.Store
 }
 
 // watchTimeout guards a wait for a watch notification, so that a broken
@@ -58,6 +62,7 @@ func Run(t *testing.T, o Opener) {
 		{"CanceledContext", testCanceledContext},
 		{"ConcurrentCommitters", testConcurrentCommitters},
 		{"Watch", testWatch},
+		{"Incarnation", testIncarnation},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, o) })
@@ -610,4 +615,86 @@ func next(t *testing.T, ch <-chan string) string {
 		t.Fatalf("no watch notification within %v", watchTimeout)
 		return ""
 	}
+}
+
+// testIncarnation checks that a store has an incarnation of its own, kept
+// across reopening and shared by its peers, that Load and Commit stamp it
+// on assignments, even on one that carried another.
+func testIncarnation(t *testing.T, o Opener) {
+	s := open(t, o)
+	inc := s.Incarnation()
+	if err := assign.ValidateIncarnation(inc); err != nil {
+		t.Fatalf("a new store's incarnation %q: %v", inc, err)
+	}
+	if other := open(t, o).Incarnation(); other == inc {
+		t.Fatalf("two new stores have the same incarnation %q", inc)
+	}
+	if p := peer(t, o, s); p.Incarnation() != inc {
+		t.Fatalf("a peer sees incarnation %q, the store %q", p.Incarnation(), inc)
+	}
+
+	a := Assignment("inc", 1, 3, 2)
+	mustCommit(t, s, "inc", 0, a)
+	if a.Incarnation != inc {
+		t.Fatalf("Commit left the committed assignment's incarnation %q, want the store's %q", a.Incarnation, inc)
+	}
+	b := Assignment("inc", 2, 3, 2)
+	b.Incarnation = inc
+	mustCommit(t, s, "inc", 1, b)
+	rec := mustLoad(t, s, "inc")
+	if rec.Current.Incarnation != inc || rec.Previous.Incarnation != inc {
+		t.Fatalf("Load returned incarnations %q and %q, want the store's %q", rec.Current.Incarnation, rec.Previous.Incarnation, inc)
+	}
+
+	// An assignment derived from another store's is stored as this one's.
+	c := Assignment("inc", 3, 3, 2)
+	c.Incarnation = "another0incarnation"
+	mustCommit(t, s, "inc", 2, c)
+	if rec := mustLoad(t, s, "inc"); rec.Current.Incarnation != inc || c.Incarnation != inc {
+		t.Fatalf("an assignment committed with another incarnation has %q stored and %q after Commit, want the store's %q",
+			rec.Current.Incarnation, c.Incarnation, inc)
+	}
+
+	if o.Reopen == nil {
+		return
+	}
+	r := o.Reopen(t, s)
+	t.Cleanup(func() { _ = r.Close() })
+	if r.Incarnation() != inc {
+		t.Fatalf("reopened store has incarnation %q, want %q as before", r.Incarnation(), inc)
+	}
+	if rec := mustLoad(t, r, "inc"); rec.Current.Incarnation != inc || rec.Current.Generation != 3 {
+		t.Fatalf("reopened store loads generation %d of incarnation %q, want 3 of %q", rec.Current.Generation, rec.Current.Incarnation, inc)
+	}
+}
+
+// EncodeV1 encodes a as a slicerd before store incarnations stored it:
+// assignment codec version 1, which has no incarnation field. Stores must
+// still read it, giving it their incarnation.
+func EncodeV1(tb testing.TB, a *assign.Assignment) []byte {
+	tb.Helper()
+	c := a.Clone()
+	c.Incarnation = ""
+	b, err := c.MarshalBinary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// magic, version 2, job length and job, generation, then the empty
+	// incarnation's length byte, which version 1 does not have.
+	const magic = 4
+	if b[magic] != 2 {
+		tb.Fatalf("assignment codec version %d; EncodeV1 knows version 2", b[magic])
+	}
+	off := magic + 1
+	jobLen, n := binary.Uvarint(b[off:])
+	off += n + int(jobLen)
+	_, n = binary.Uvarint(b[off:])
+	off += n
+	if b[off] != 0 {
+		tb.Fatal("expected an empty incarnation")
+	}
+	out := append([]byte(nil), b[:magic]...)
+	out = append(out, 1)
+	out = append(out, b[magic+1:off]...)
+	return append(out, b[off+1:]...)
 }

@@ -150,12 +150,20 @@ func (x *Slice) GetTasks() []string {
 type Assignment struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	// Increases by at least one with every new assignment of the job.
+	// Increases by at least one with every new assignment of the job, within
+	// one incarnation.
 	Generation uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	// Every task some slice names, sorted by name, with its address.
 	Tasks []*Task `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// Sorted by start, contiguous, covering [0, 2^63) exactly.
-	Slices        []*Slice `protobuf:"bytes,4,rep,name=slices,proto3" json:"slices,omitempty"`
+	Slices []*Slice `protobuf:"bytes,4,rep,name=slices,proto3" json:"slices,omitempty"`
+	// ID of the assignment store that generated the assignment, chosen at
+	// random when the store was created: 1-64 letters, digits, '-' or '_'.
+	// A store deleted and created again has another incarnation and counts
+	// generations from 1 again, so an assignment of another incarnation than
+	// the one held replaces it whatever its generation. Empty from a slicerd
+	// that predates incarnations: compare generations only.
+	Incarnation   string `protobuf:"bytes,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +224,13 @@ func (x *Assignment) GetSlices() []*Slice {
 		return x.Slices
 	}
 	return nil
+}
+
+func (x *Assignment) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 // JobConfig is a job's sharding configuration. Every field after the
@@ -352,10 +367,16 @@ type WatchAssignmentRequest struct {
 	// The job to watch.
 	Job string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	// The generation the caller already holds, or 0. The stream skips every
-	// assignment at or below it.
+	// assignment of known_incarnation at or below it.
 	KnownGeneration uint64 `protobuf:"varint,2,opt,name=known_generation,json=knownGeneration,proto3" json:"known_generation,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The incarnation of the assignment the caller holds, or empty. When the
+	// server's assignment is of another incarnation (the store was
+	// recreated), the stream sends it whatever its generation; an empty
+	// known_incarnation (a caller that holds none, or predates incarnations)
+	// counts as another one, so the caller learns the server's.
+	KnownIncarnation string `protobuf:"bytes,3,opt,name=known_incarnation,json=knownIncarnation,proto3" json:"known_incarnation,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WatchAssignmentRequest) Reset() {
@@ -400,6 +421,13 @@ func (x *WatchAssignmentRequest) GetKnownGeneration() uint64 {
 		return x.KnownGeneration
 	}
 	return 0
+}
+
+func (x *WatchAssignmentRequest) GetKnownIncarnation() string {
+	if x != nil {
+		return x.KnownIncarnation
+	}
+	return ""
 }
 
 type WatchAssignmentResponse struct {
@@ -1201,7 +1229,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x05Slice\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x14\n" +
-	"\x05tasks\x18\x03 \x03(\tR\x05tasks\"\x8f\x01\n" +
+	"\x05tasks\x18\x03 \x03(\tR\x05tasks\"\xb1\x01\n" +
 	"\n" +
 	"Assignment\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1e\n" +
@@ -1209,7 +1237,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12%\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12(\n" +
-	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\"\xf6\x02\n" +
+	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xf6\x02\n" +
 	"\tJobConfig\x12%\n" +
 	"\x0emin_redundancy\x18\x01 \x01(\rR\rminRedundancy\x12%\n" +
 	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\x12-\n" +
@@ -1221,10 +1250,11 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"move_churn\x18\x06 \x01(\x01R\tmoveChurn\x12*\n" +
 	"\x11merge_load_factor\x18\a \x01(\x01R\x0fmergeLoadFactor\x12*\n" +
 	"\x11split_load_factor\x18\b \x01(\x01R\x0fsplitLoadFactor\x12%\n" +
-	"\x0esuppress_below\x18\t \x01(\x01R\rsuppressBelow\"U\n" +
+	"\x0esuppress_below\x18\t \x01(\x01R\rsuppressBelow\"\x82\x01\n" +
 	"\x16WatchAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
-	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\"P\n" +
+	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\x12+\n" +
+	"\x11known_incarnation\x18\x03 \x01(\tR\x10knownIncarnation\"P\n" +
 	"\x17WatchAssignmentResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x15.slicer.v1.AssignmentR\n" +

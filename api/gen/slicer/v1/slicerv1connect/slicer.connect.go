@@ -72,7 +72,8 @@ const (
 // DistributorServiceClient is a client for the slicer.v1.DistributorService service.
 type DistributorServiceClient interface {
 	// WatchAssignment sends the job's current assignment (if newer than
-	// known_generation) and then every new one, until the caller cancels.
+	// known_generation, or of another incarnation than known_incarnation)
+	// and then every new one, until the caller cancels.
 	// An unknown job fails with NOT_FOUND.
 	WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest]) (*connect.ServerStreamForClient[v1.WatchAssignmentResponse], error)
 	// GetAssignment returns the job's current assignment.
@@ -125,7 +126,8 @@ func (c *distributorServiceClient) GetAssignment(ctx context.Context, req *conne
 // DistributorServiceHandler is an implementation of the slicer.v1.DistributorService service.
 type DistributorServiceHandler interface {
 	// WatchAssignment sends the job's current assignment (if newer than
-	// known_generation) and then every new one, until the caller cancels.
+	// known_generation, or of another incarnation than known_incarnation)
+	// and then every new one, until the caller cancels.
 	// An unknown job fails with NOT_FOUND.
 	WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest], *connect.ServerStream[v1.WatchAssignmentResponse]) error
 	// GetAssignment returns the job's current assignment.
