@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/serf/serf"
+
+	"github.com/slicerd/slicerd/internal/fanout"
 )
 
 // eventBuffer sizes the channel serf delivers events on. Serf blocks its
@@ -35,11 +37,10 @@ type Node struct {
 	guard  *mergeGuard
 	addr   string // advertised gossip address, fixed at Start
 
-	updateMu sync.Mutex // serialises UpdateSelf
+	changes  fanout.Signal // Changes subscriptions
+	updateMu sync.Mutex    // serialises UpdateSelf
 
 	mu        sync.Mutex
-	subs      map[uint64]chan struct{}
-	nextSub   uint64
 	closed    bool          // Shutdown has begun
 	leaveDone chan struct{} // non-nil once Leave started; closed when it ends
 	leaveErr  error
@@ -71,7 +72,6 @@ func Start(cfg Config) (*Node, error) {
 		log:    logger.With("node", cfg.NodeName),
 		events: make(chan serf.Event, eventBuffer),
 		guard:  &mergeGuard{name: cfg.NodeName},
-		subs:   make(map[uint64]chan struct{}),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -150,39 +150,14 @@ func (n *Node) handle(e serf.Event) {
 				"status", m.Status.String(), "slicerd", ok, "roles", p.Roles, "rpc_addr", p.RPCAddr)
 		}
 	}
-	n.notify()
-}
-
-// notify wakes every subscriber without blocking: a full channel already
-// holds a pending signal, which is all a subscriber needs.
-func (n *Node) notify() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, ch := range n.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
+	n.changes.Notify()
 }
 
 // Changes subscribes to membership changes. The channel (buffer 1) receives
 // a coalesced signal after any member joins, leaves, fails, changes its
 // tags or is reaped; the receiver then reads Peers. The returned function
 // unsubscribes; it is safe to call more than once.
-func (n *Node) Changes() (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	n.mu.Lock()
-	id := n.nextSub
-	n.nextSub++
-	n.subs[id] = ch
-	n.mu.Unlock()
-	return ch, func() {
-		n.mu.Lock()
-		delete(n.subs, id)
-		n.mu.Unlock()
-	}
-}
+func (n *Node) Changes() (<-chan struct{}, func()) { return n.changes.Subscribe() }
 
 // Peers returns every slicerd member this node knows, itself included, in
 // any status, sorted by name. Members that are not slicerd's are left out.
@@ -419,7 +394,7 @@ func (n *Node) leave(done chan struct{}) {
 	n.leaveErr = err
 	n.mu.Unlock()
 	close(done)
-	n.notify()
+	n.changes.Notify()
 }
 
 // Shutdown stops gossip without leaving: members that did not see a Leave
@@ -437,7 +412,7 @@ func (n *Node) Shutdown() error {
 			n.shutdownErr = fmt.Errorf("gossip: shutdown: %w", err)
 		}
 		<-n.done
-		n.notify()
+		n.changes.Notify()
 		n.log.Info("gossip stopped")
 	})
 	return n.shutdownErr

@@ -17,6 +17,7 @@ import (
 
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/fanout"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -39,8 +40,7 @@ type Agent struct {
 
 	mu      sync.Mutex
 	node    *gossip.Node
-	subs    map[uint64]chan struct{} // Changes subscriptions
-	nextSub uint64
+	changes fanout.Signal // Changes subscriptions
 }
 
 // New validates cfg, opens the store and binds the RPC port, so that every
@@ -147,22 +147,7 @@ func (a *Agent) RTT(x, y string) (time.Duration, bool) {
 // Changes implements membership for the roles: see gossip.Node.Changes.
 // It may be called before Run; the channel then receives a signal once
 // gossip has started, and every change after.
-func (a *Agent) Changes() (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	a.mu.Lock()
-	if a.subs == nil {
-		a.subs = make(map[uint64]chan struct{})
-	}
-	id := a.nextSub
-	a.nextSub++
-	a.subs[id] = ch
-	a.mu.Unlock()
-	return ch, func() {
-		a.mu.Lock()
-		delete(a.subs, id)
-		a.mu.Unlock()
-	}
-}
+func (a *Agent) Changes() (<-chan struct{}, func()) { return a.changes.Subscribe() }
 
 // storeAttrs describe the store this agent uses, for its start line: none
 // for a Distributor alone, and a data dir only for the bbolt file.
@@ -208,13 +193,13 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		a.notify() // gossip has started: subscriptions made before Run see it
+		a.changes.Notify() // gossip has started: subscriptions made before Run see it
 		for {
 			select {
 			case <-gctx.Done():
 				return nil
 			case <-changes:
-				a.notify()
+				a.changes.Notify()
 			}
 		}
 	})
@@ -289,18 +274,5 @@ func (a *Agent) closeStore() {
 	}
 	if err := a.store.Close(); err != nil {
 		a.log.Error("closing store", "err", err)
-	}
-}
-
-// notify signals every Changes subscription, coalescing with a signal not
-// yet received.
-func (a *Agent) notify() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, ch := range a.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
 	}
 }
