@@ -7,7 +7,6 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
-	"github.com/slicerd/slicerd/storage"
 )
 
 // Another Assigner commits between this one's read and its write: the
@@ -16,11 +15,7 @@ import (
 // committed is lost and generations only grow.
 func TestAssignerRebasesOnConflict(t *testing.T) {
 	ctx := context.Background()
-	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := testStore(t)
 
 	gcfg := gossip.TestConfig("assigner-1")
 	gcfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1"}

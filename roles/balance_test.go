@@ -16,7 +16,6 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/internal/testwait"
-	"github.com/slicerd/slicerd/storage"
 )
 
 // skewed is a job's true load per second: 90% of it on the first sixth of
@@ -51,11 +50,7 @@ func reportFor(a *assign.Assignment, task string, truth assign.Load, window floa
 // is not committed.
 func TestBalanceDecisions(t *testing.T) {
 	ctx := context.Background()
-	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := testStore(t)
 	members := &fakeMembers{}
 	members.set("kv", "t0", "t1", "t2")
 	cfg := testConfig(t, "n", "")
@@ -142,11 +137,7 @@ func TestBalanceDecisions(t *testing.T) {
 // that would balance it (see TestBalanceDecisions) keeps the assignment.
 func TestBalanceOff(t *testing.T) {
 	ctx := context.Background()
-	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := testStore(t)
 	members := &fakeMembers{}
 	members.set("kv", "t0", "t1", "t2")
 	cfg := testConfig(t, "n", "")

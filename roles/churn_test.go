@@ -10,7 +10,6 @@ import (
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
-	"github.com/slicerd/slicerd/storage"
 )
 
 // movedOnlyFrom returns the first key range whose tasks changed from prev
@@ -117,11 +116,7 @@ func TestMembershipChangeMovesOnlyWhatItMust(t *testing.T) {
 // act on: the takeover generation moves no key.
 func TestTakeoverWithLoadMovesNothing(t *testing.T) {
 	ctx := context.Background()
-	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := testStore(t)
 	tasks := []assign.Task{{Name: "t0", Addr: "127.0.0.1:10"}, {Name: "t1", Addr: "127.0.0.1:11"}, {Name: "t2", Addr: "127.0.0.1:12"}}
 	stored, err := assign.Initial("kv", tasks, assign.DefaultConfig())
 	if err != nil {
@@ -216,11 +211,7 @@ func TestRestartedAssignerTakesOverWithoutChurn(t *testing.T) {
 // decision then moves only the departed task's keys.
 func TestLoadDecisionWaitsForMembershipDecision(t *testing.T) {
 	ctx := context.Background()
-	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := testStore(t)
 	members := &fakeMembers{}
 	members.set("kv", "t0", "t1", "t2")
 	cfg := testConfig(t, "a1", "")

@@ -47,11 +47,7 @@ func soloAssigner(t *testing.T, store storage.Store) *Assigner {
 // next decision would run on it.
 func TestRefreshKeepsConfigSetMeanwhile(t *testing.T) {
 	ctx := context.Background()
-	bolt, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bolt.Close()
+	bolt := testStore(t)
 	store := &orderedStore{Store: bolt}
 	old := assign.DefaultConfig()
 	if err := store.SetConfig(ctx, "kv", old); err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
-	"github.com/slicerd/slicerd/storage"
 )
 
 // assignerState is everything of an Assigner a decision depends on.
@@ -49,11 +48,7 @@ func stateOf(a *Assigner, names ...string) assignerState {
 // choices, its load reports and the store are as they were.
 func TestReadOnlyRPCsChangeNothing(t *testing.T) {
 	ctx := context.Background()
-	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := testStore(t)
 	first, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:10"}}, assign.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)

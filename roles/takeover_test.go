@@ -17,11 +17,7 @@ import (
 
 func tmpStore(t *testing.T) storage.Store {
 	t.Helper()
-	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := testStore(t)
 	return store
 }
 
