@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slicerd/slicerd/clerk"
 )
 
 // binaries built once for the whole package.
@@ -230,4 +232,21 @@ func runSlicerd(t *testing.T, args ...string) (code int, out string) {
 		t.Fatalf("run slicerd %v: %v", args, err)
 	}
 	return 0, buf.String()
+}
+
+// runClerk runs a Clerk for cfg in the test process until the test ends.
+func runClerk(t *testing.T, cfg clerk.Config) *clerk.Clerk {
+	t.Helper()
+	c, err := clerk.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return c
 }

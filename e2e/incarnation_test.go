@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -27,20 +26,9 @@ func TestClerkFollowsRecreatedStore(t *testing.T) {
 	var rpcAddr atomic.Value
 	rpcAddr.Store(node.rpcAddr)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c, err := clerk.New(clerk.Config{Job: "kv", Resolver: func() ([]string, []string) {
+	c := runClerk(t, clerk.Config{Job: "kv", Resolver: func() ([]string, []string) {
 		return []string{rpcAddr.Load().(string)}, nil
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runDone := make(chan error, 1)
-	go func() { runDone <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-runDone
-	}()
 
 	// One task at a time, so the job goes through several generations.
 	var old []*kvTask

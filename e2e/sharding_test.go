@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"syscall"
@@ -26,18 +25,7 @@ func TestTaskFailureMovesKeys(t *testing.T) {
 		tasks[name] = startKV(t, name, assigner.gossipAddr)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c, err := clerk.New(clerk.Config{Job: "kv", Addrs: []string{distributor.rpcAddr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runDone := make(chan error, 1)
-	go func() { runDone <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-runDone
-	}()
+	c := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{distributor.rpcAddr}})
 
 	keys := make([]string, 2000)
 	for i := range keys {
