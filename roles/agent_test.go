@@ -285,17 +285,17 @@ func TestDistributorPullsFromAssigner(t *testing.T) {
 	distributor := startAgent(t, dcfg)
 	taskMember(t, "kv", "t0", assigner.GossipAddr())
 
-	// Before the assigner knows the job, it does not exist.
+	// Until the distributor sees a live assigner it answers UNAVAILABLE;
+	// then a job no assigner knows does not exist.
+	testwait.For(t, "distributor to see the assigner", func() bool {
+		_, ok := distributor.distributor.assigner("kv")
+		return ok
+	})
 	client := slicerv1connect.NewDistributorServiceClient(api.NewH2CClient(), api.RPCURL(distributor.RPCAddr()))
 	_, err := client.GetAssignment(context.Background(), connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "other"}))
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("unknown job through the distributor: %v", err)
 	}
-
-	testwait.For(t, "distributor to see the assigner", func() bool {
-		_, ok := distributor.distributor.assigner("kv")
-		return ok
-	})
 	w := watch(t, distributor.RPCAddr(), "kv", false)
 	w.until(t, "assignment through the distributor", hasTasks("t0"))
 	taskMember(t, "kv", "t1", assigner.GossipAddr())
