@@ -86,6 +86,9 @@ func newDistributor(cfg Config, members membership, stopping <-chan struct{}) *D
 func (d *Distributor) Run(ctx context.Context) error {
 	d.mu.Lock()
 	d.runCtx = ctx
+	for name, j := range d.jobs { // asked for before Run
+		d.startPull(name, j)
+	}
 	d.mu.Unlock()
 	changes, unsubscribe := d.members.Changes()
 	defer unsubscribe()
@@ -138,18 +141,28 @@ func (d *Distributor) follow() {
 	}
 }
 
-// job returns the cache of a job, starting its pull on first use.
+// job returns the cache of a job, starting its pull on first use. A job
+// asked for before Run starts (the RPC server may serve first) gets its
+// pull when Run starts.
 func (d *Distributor) job(name string) (*latest, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if j, ok := d.jobs[name]; ok {
 		return j.l, nil
 	}
-	if d.runCtx == nil || d.stopped || d.runCtx.Err() != nil {
+	if d.stopped || (d.runCtx != nil && d.runCtx.Err() != nil) {
 		return nil, connect.NewError(connect.CodeUnavailable, errShuttingDown)
 	}
 	j := &distJob{l: newLatest(), retry: make(chan struct{}, 1)}
 	d.jobs[name] = j
+	if d.runCtx != nil {
+		d.startPull(name, j)
+	}
+	return j.l, nil
+}
+
+// startPull starts j's pull under Run's context; d.mu is held.
+func (d *Distributor) startPull(name string, j *distJob) {
 	ctx := d.runCtx
 	if d.testAdmitted != nil {
 		d.testAdmitted()
@@ -160,7 +173,6 @@ func (d *Distributor) job(name string) (*latest, error) {
 		}
 		d.pull(ctx, name, j)
 	})
-	return j.l, nil
 }
 
 // assigner picks the Assigner to pull a job from: its preferred Assigner,

@@ -66,3 +66,34 @@ func TestDistributorNoPullOutlivesRun(t *testing.T) {
 		t.Error("a stopped Distributor admitted a new job")
 	}
 }
+
+// A request that reaches the Distributor after the RPC server is up but
+// before Run has started is served, not refused as a shutdown: Run starts
+// the pull of every job asked for before it.
+func TestDistributorServesJobsAskedBeforeRun(t *testing.T) {
+	gcfg := gossip.TestConfig("distributor-1")
+	gcfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleDistributor}, RPCAddr: "127.0.0.1:1"}
+	node, err := gossip.Start(gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Shutdown()
+	d := newDistributor(testConfig(t, "distributor-1", ""), node, make(chan struct{}))
+	var started atomic.Int32
+	d.testPullStarted = func() { started.Add(1) }
+
+	if _, err := d.job("kv"); err != nil {
+		t.Fatalf("job asked for before Run: %v", err)
+	}
+	if n := started.Load(); n != 0 {
+		t.Fatalf("%d pulls started before Run", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- d.Run(ctx) }()
+	testwait.For(t, "Run to start the pull of the job asked for before it", func() bool { return started.Load() == 1 })
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
