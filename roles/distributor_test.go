@@ -13,14 +13,7 @@ import (
 // A pull admitted just before the Distributor stops is one Run waits for:
 // no pull starts after Run has returned.
 func TestDistributorNoPullOutlivesRun(t *testing.T) {
-	gcfg := gossip.TestConfig("distributor-1")
-	gcfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleDistributor}, RPCAddr: "127.0.0.1:1"}
-	node, err := gossip.Start(gcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Shutdown()
-	d := newDistributor(testConfig(t, "distributor-1", ""), node, make(chan struct{}))
+	d := testDistributor(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -71,14 +64,7 @@ func TestDistributorNoPullOutlivesRun(t *testing.T) {
 // before Run has started is served, not refused as a shutdown: Run starts
 // the pull of every job asked for before it.
 func TestDistributorServesJobsAskedBeforeRun(t *testing.T) {
-	gcfg := gossip.TestConfig("distributor-1")
-	gcfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleDistributor}, RPCAddr: "127.0.0.1:1"}
-	node, err := gossip.Start(gcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Shutdown()
-	d := newDistributor(testConfig(t, "distributor-1", ""), node, make(chan struct{}))
+	d := testDistributor(t)
 	var started atomic.Int32
 	d.testPullStarted = func() { started.Add(1) }
 
@@ -96,4 +82,17 @@ func TestDistributorServesJobsAskedBeforeRun(t *testing.T) {
 	if err := <-runDone; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// testDistributor is a Distributor on a gossip node of its own, not run.
+func testDistributor(t *testing.T) *Distributor {
+	t.Helper()
+	gcfg := gossip.TestConfig("distributor-1")
+	gcfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleDistributor}, RPCAddr: "127.0.0.1:1"}
+	node, err := gossip.Start(gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Shutdown() })
+	return newDistributor(testConfig(t, "distributor-1", ""), node, make(chan struct{}))
 }
