@@ -1,0 +1,144 @@
+// Package connlimit caps the connections a listener keeps open, in all and
+// per remote IP address. A connection over a cap is accepted and closed at
+// once, so Accept never blocks and a flood cannot stall the accept queue
+// for everyone else (golang.org/x/net/netutil.LimitListener blocks instead).
+// Refusals are counted and logged at most once per interval.
+package connlimit
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Limits configures a Listener.
+type Limits struct {
+	// Max caps the open connections in all; MaxPerIP those from one remote
+	// IP address. Both must be positive.
+	Max, MaxPerIP int
+	// LogInterval is the least time between two log lines about refused
+	// connections; each line carries the count since the previous one.
+	LogInterval time.Duration
+	// Logger receives the refusal lines; nil discards them.
+	Logger *slog.Logger
+}
+
+// Listener is a net.Listener that enforces Limits. Connections it returns
+// release their place when closed.
+type Listener struct {
+	net.Listener
+	lim Limits
+	log *slog.Logger
+
+	refused atomic.Uint64
+
+	mu    sync.Mutex
+	open  int
+	perIP map[netip.Addr]int
+	// Refusals not yet logged, and when the last line was written.
+	pendingMax, pendingIP uint64
+	loggedAt              time.Time
+}
+
+// Wrap returns a Listener enforcing lim on the connections ln accepts.
+func Wrap(ln net.Listener, lim Limits) *Listener {
+	log := lim.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Listener{Listener: ln, lim: lim, log: log, perIP: make(map[netip.Addr]int)}
+}
+
+// Accept returns the next connection within the limits, closing those
+// over them as they arrive.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ip := remoteIP(c)
+		if l.admit(ip) {
+			return &conn{Conn: c, l: l, ip: ip}, nil
+		}
+		c.Close()
+	}
+}
+
+// Open is the number of connections currently admitted.
+func (l *Listener) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
+// Refused is the number of connections refused since Wrap.
+func (l *Listener) Refused() uint64 { return l.refused.Load() }
+
+func (l *Listener) admit(ip netip.Addr) bool {
+	l.mu.Lock()
+	switch {
+	case l.open >= l.lim.Max:
+		l.pendingMax++
+	case l.perIP[ip] >= l.lim.MaxPerIP:
+		l.pendingIP++
+	default:
+		l.open++
+		l.perIP[ip]++
+		l.mu.Unlock()
+		return true
+	}
+	l.refused.Add(1)
+	now := time.Now()
+	if now.Sub(l.loggedAt) < l.lim.LogInterval {
+		l.mu.Unlock()
+		return false
+	}
+	attrs := []any{"over_max_connections", l.pendingMax, "over_max_connections_per_ip", l.pendingIP,
+		"last_remote_ip", ip.String(), "open", l.open,
+		"max_connections", l.lim.Max, "max_connections_per_ip", l.lim.MaxPerIP,
+		"refused_total", l.refused.Load()}
+	l.pendingMax, l.pendingIP, l.loggedAt = 0, 0, now
+	l.mu.Unlock()
+	l.log.Warn("refused connections over the limit; see Connection limits in docs/operations.md", attrs...)
+	return false
+}
+
+func (l *Listener) release(ip netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open--
+	if n := l.perIP[ip] - 1; n > 0 {
+		l.perIP[ip] = n
+	} else {
+		delete(l.perIP, ip)
+	}
+}
+
+// remoteIP is the connection's remote address without its port; every
+// connection of unknown form counts against the zero address.
+func remoteIP(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+type conn struct {
+	net.Conn
+	l    *Listener
+	ip   netip.Addr
+	once sync.Once
+}
+
+func (c *conn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.release(c.ip) })
+	return err
+}
