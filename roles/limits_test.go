@@ -224,3 +224,29 @@ func TestUnansweredPingClosesConnectionWatchSurvives(t *testing.T) {
 	}
 	stillWatching(t, node, w)
 }
+
+// A connection that never finishes its first request's headers, or never
+// sends anything, is closed after the read-header timeout.
+func TestReadHeaderTimeoutClosesSilentConnections(t *testing.T) {
+	cfg := testConfig(t, "node-1", t.TempDir())
+	cfg.ReadHeaderTimeout = 50 * time.Millisecond
+	node := startAgent(t, cfg)
+	for _, first := range []string{"", "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: x\r\n"} {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+		c, err := d.Dial("tcp", node.RPCAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if first != "" {
+			if _, err := io.WriteString(c, first); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.SetReadDeadline(time.Now().Add(30 * time.Second)) // bounds a hang; not a timing claim
+		// ReadAll returns nil at the server's close (EOF), or its reset.
+		if b, err := io.ReadAll(c); err != nil && !closedByServer(err) {
+			t.Errorf("after %q: the server did not close the connection: read %q, %v", first, b, err)
+		}
+	}
+}
