@@ -2,7 +2,8 @@
 // per remote IP address. A connection over a cap is accepted and closed at
 // once, so Accept never blocks and a flood cannot stall the accept queue
 // for everyone else (golang.org/x/net/netutil.LimitListener blocks instead).
-// Refusals are counted and logged at most once per interval.
+// Refusals are counted and logged at most once per interval: the first at
+// once, those within the interval in one line when it ends.
 package connlimit
 
 import (
@@ -38,9 +39,13 @@ type Listener struct {
 	mu    sync.Mutex
 	open  int
 	perIP map[netip.Addr]int
-	// Refusals not yet logged, and when the last line was written.
+	// Refusals not yet logged, the address of the last, when the last
+	// line was written, and the timer that writes the next one.
 	pendingMax, pendingIP uint64
+	lastIP                netip.Addr
 	loggedAt              time.Time
+	flush                 *time.Timer
+	closed                bool
 }
 
 // Wrap returns a Listener enforcing lim on the connections ln accepts.
@@ -78,8 +83,20 @@ func (l *Listener) Open() int {
 // Refused is the number of connections refused since Wrap.
 func (l *Listener) Refused() uint64 { return l.refused.Load() }
 
+// Close closes the listener and stops a pending refusal log line.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	if l.flush != nil {
+		l.flush.Stop()
+	}
+	l.mu.Unlock()
+	return l.Listener.Close()
+}
+
 func (l *Listener) admit(ip netip.Addr) bool {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	switch {
 	case l.open >= l.lim.Max:
 		l.pendingMax++
@@ -88,23 +105,49 @@ func (l *Listener) admit(ip netip.Addr) bool {
 	default:
 		l.open++
 		l.perIP[ip]++
-		l.mu.Unlock()
 		return true
 	}
 	l.refused.Add(1)
-	now := time.Now()
-	if now.Sub(l.loggedAt) < l.lim.LogInterval {
-		l.mu.Unlock()
+	l.lastIP = ip
+	if wait := l.lim.LogInterval - time.Since(l.loggedAt); wait > 0 {
+		// Within the interval: the line for this refusal comes when it
+		// ends, so that the count of a burst that stops is still told.
+		if l.flush == nil && !l.closed {
+			l.flush = time.AfterFunc(wait, l.logPending)
+		}
 		return false
 	}
-	attrs := []any{"over_max_connections", l.pendingMax, "over_max_connections_per_ip", l.pendingIP,
-		"last_remote_ip", ip.String(), "open", l.open,
-		"max_connections", l.lim.Max, "max_connections_per_ip", l.lim.MaxPerIP,
-		"refused_total", l.refused.Load()}
-	l.pendingMax, l.pendingIP, l.loggedAt = 0, 0, now
-	l.mu.Unlock()
-	l.log.Warn("refused connections over the limit; see Connection limits in docs/operations.md", attrs...)
+	l.logLocked()
 	return false
+}
+
+func (l *Listener) logPending() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.flush = nil
+	if l.closed || l.pendingMax+l.pendingIP == 0 {
+		return
+	}
+	if wait := l.lim.LogInterval - time.Since(l.loggedAt); wait > 0 {
+		l.flush = time.AfterFunc(wait, l.logPending) // a line was written since this was set
+		return
+	}
+	l.logLocked()
+}
+
+// logLocked writes the line for the pending refusals. Lines are rare (one
+// per interval), so writing under the lock costs nothing that matters.
+func (l *Listener) logLocked() {
+	l.log.Warn("refused connections over the limit; see Connection limits in docs/operations.md",
+		"over_max_connections", l.pendingMax, "over_max_connections_per_ip", l.pendingIP,
+		"last_remote_ip", l.lastIP.String(), "open", l.open,
+		"max_connections", l.lim.Max, "max_connections_per_ip", l.lim.MaxPerIP,
+		"refused_total", l.refused.Load())
+	l.pendingMax, l.pendingIP, l.loggedAt = 0, 0, time.Now()
+	if l.flush != nil {
+		l.flush.Stop()
+		l.flush = nil
+	}
 }
 
 func (l *Listener) release(ip netip.Addr) {

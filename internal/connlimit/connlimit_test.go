@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -182,8 +184,8 @@ func (r *records) len() int {
 	return len(r.recs)
 }
 
-// A burst of refusals writes one line, and the next line, once the
-// interval has passed, counts the refusals in between.
+// A burst of refusals writes one line at once, and the next line, once
+// the interval has passed, counts the refusals in between.
 func TestRefusalsLogRateLimited(t *testing.T) {
 	var logs records
 	s := serve(t, Limits{Max: 1, MaxPerIP: 1, LogInterval: time.Hour, Logger: slog.New(&logs)})
@@ -210,6 +212,27 @@ func TestRefusalsLogRateLimited(t *testing.T) {
 	if a := logs.attrs(1); a["over_max_connections"].Uint64() != 5 || a["refused_total"].Uint64() != 6 {
 		t.Errorf("second line: %v", a)
 	}
+}
+
+// The refusals of a burst that stops within the interval are told when
+// the interval ends, without waiting for another refusal.
+func TestRefusalsLoggedWhenIntervalEnds(t *testing.T) {
+	var logs records
+	s := serve(t, Limits{Max: 1, MaxPerIP: 1, LogInterval: 20 * time.Millisecond, Logger: slog.New(&logs)})
+	addr := s.Addr().String()
+	dial(t, addr, "")
+	s.admitted(t)
+	for range 5 {
+		s.refused(t, dial(t, addr, ""))
+	}
+	told := func() uint64 {
+		var n uint64
+		for i := range logs.len() {
+			n += logs.attrs(i)["over_max_connections"].Uint64()
+		}
+		return n
+	}
+	testwait.For(t, "every refusal to be logged", func() bool { return told() == 5 })
 }
 
 // BenchmarkAccept measures accepting, admitting and closing one
