@@ -83,12 +83,16 @@ func (l *Listener) Open() int {
 // Refused is the number of connections refused since Wrap.
 func (l *Listener) Refused() uint64 { return l.refused.Load() }
 
-// Close closes the listener and stops a pending refusal log line.
+// Close closes the listener, logging the refusals not yet logged.
 func (l *Listener) Close() error {
 	l.mu.Lock()
+	if !l.closed && l.pendingMax+l.pendingIP > 0 {
+		l.logLocked()
+	}
 	l.closed = true
 	if l.flush != nil {
 		l.flush.Stop()
+		l.flush = nil
 	}
 	l.mu.Unlock()
 	return l.Listener.Close()

@@ -212,6 +212,18 @@ func TestRefusalsLogRateLimited(t *testing.T) {
 	if a := logs.attrs(1); a["over_max_connections"].Uint64() != 5 || a["refused_total"].Uint64() != 6 {
 		t.Errorf("second line: %v", a)
 	}
+
+	// Closing the listener tells the refusals still within the interval.
+	for range 2 {
+		s.refused(t, dial(t, addr, ""))
+	}
+	s.Listener.Close()
+	if n := logs.len(); n != 3 {
+		t.Fatalf("%d log lines after Close, want 3", n)
+	}
+	if a := logs.attrs(2); a["over_max_connections"].Uint64() != 2 || a["refused_total"].Uint64() != 8 {
+		t.Errorf("line at Close: %v", a)
+	}
 }
 
 // The refusals of a burst that stops within the interval are told when
