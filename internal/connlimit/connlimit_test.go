@@ -248,37 +248,47 @@ func TestRefusalsLoggedWhenIntervalEnds(t *testing.T) {
 }
 
 // BenchmarkAccept measures accepting, admitting and closing one
-// connection through the limits.
+// connection through the limits, against a plain listener for reference.
 func BenchmarkAccept(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	l := Wrap(ln, Limits{Max: 1 << 20, MaxPerIP: 1 << 20})
-	defer l.Close()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
+	for _, capped := range []bool{false, true} {
+		name := "plain"
+		if capped {
+			name = "capped"
+		}
+		b.Run(name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
-				return
+				b.Fatal(err)
 			}
-			c.Close()
-		}
-	}()
-	addr := ln.Addr().String()
-	for b.Loop() {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		c.Read(make([]byte, 1)) // until the server has closed it
-		c.Close()
+			if capped {
+				ln = Wrap(ln, Limits{Max: 1 << 20, MaxPerIP: 1 << 20})
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			defer func() {
+				ln.Close()
+				<-done
+			}()
+			addr := ln.Addr().String()
+			for b.Loop() {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Read(make([]byte, 1)) // until the server has closed it
+				c.Close()
+			}
+		})
 	}
-	b.StopTimer()
-	l.Close()
-	<-done
 }
 
 // BenchmarkAdmit measures the bookkeeping alone, from many goroutines.
