@@ -17,9 +17,14 @@ import (
 
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/connlimit"
 	"github.com/slicerd/slicerd/internal/fanout"
 	"github.com/slicerd/slicerd/storage"
 )
+
+// refusalLogInterval is the least time between two log lines about
+// connections refused over MaxConnections or MaxConnectionsPerIP.
+const refusalLogInterval = 10 * time.Second
 
 // Agent is one slicerd process: any of an Assigner, a Distributor and a
 // Backup (each nil when its role is off), one gossip member, one store and
@@ -68,7 +73,10 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.closeStore()
 		return nil, fmt.Errorf("%w: listen on rpc address %s: %w; is another slicerd running? choose another --rpc-addr", ErrConfig, cfg.RPCAddr, err)
 	}
-	a.listener = ln
+	a.listener = connlimit.Wrap(ln, connlimit.Limits{
+		Max: cfg.MaxConnections, MaxPerIP: cfg.MaxConnectionsPerIP,
+		LogInterval: refusalLogInterval, Logger: cfg.Logger.With("component", "rpc"),
+	})
 
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}
@@ -98,9 +106,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.server = &http.Server{
 		Handler:           mux,
 		Protocols:         protocols,
-		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: cfg.PingInterval,
+			PingTimeout:     cfg.PingTimeout,
+		},
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),
 	}
 	return a, nil
 }

@@ -68,6 +68,24 @@ type Config struct {
 	// MaxRequestBytes caps a decoded RPC request.
 	MaxRequestBytes int
 
+	// MaxConnections caps the open connections to the RPC port, and
+	// MaxConnectionsPerIP those from one remote IP address; a connection
+	// over either is closed as soon as it is accepted, so that a flood of
+	// connections cannot use up file descriptors (see internal/connlimit).
+	MaxConnections, MaxConnectionsPerIP int
+	// ReadHeaderTimeout bounds the reading of an HTTP/1 request's headers
+	// (and so a new connection's first bytes, the HTTP/2 preface included).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes an RPC connection with no request in flight for
+	// this long; a connection carrying a stream, such as WatchAssignment,
+	// is not idle.
+	IdleTimeout time.Duration
+	// PingInterval is how long an HTTP/2 connection may stay silent before
+	// the server pings it, and PingTimeout how long it then waits for the
+	// answer before closing the connection: this finds peers that vanished
+	// without closing their connections, streams included.
+	PingInterval, PingTimeout time.Duration
+
 	Logger *slog.Logger
 }
 
@@ -91,6 +109,12 @@ func DefaultConfig() Config {
 		RebalanceInterval:   10 * time.Second,
 		LoadHalfLife:        10 * time.Second,
 		MaxRequestBytes:     1 << 20,
+		MaxConnections:      8192,
+		MaxConnectionsPerIP: 1024,
+		ReadHeaderTimeout:   10 * time.Second,
+		IdleTimeout:         5 * time.Minute,
+		PingInterval:        time.Minute,
+		PingTimeout:         15 * time.Second,
 	}
 }
 
@@ -156,6 +180,8 @@ func (c Config) Validate() error {
 		{"backup poll interval", c.BackupPollInterval}, {"standby poll interval", c.StandbyPollInterval},
 		{"pull min backoff", c.PullMinBackoff}, {"pull max backoff", c.PullMaxBackoff},
 		{"leave timeout", c.LeaveTimeout}, {"shutdown timeout", c.ShutdownTimeout},
+		{"read header timeout", c.ReadHeaderTimeout}, {"idle timeout", c.IdleTimeout},
+		{"ping interval", c.PingInterval}, {"ping timeout", c.PingTimeout},
 	} {
 		if d.d <= 0 {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrConfig, d.name, d.d)
@@ -172,6 +198,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRequestBytes <= 0 {
 		return fmt.Errorf("%w: max request bytes must be positive", ErrConfig)
+	}
+	if c.MaxConnections <= 0 {
+		return fmt.Errorf("%w: max connections is %d; it must be positive (size it below the file descriptor limit)", ErrConfig, c.MaxConnections)
+	}
+	if c.MaxConnectionsPerIP <= 0 || c.MaxConnectionsPerIP > c.MaxConnections {
+		return fmt.Errorf("%w: max connections per IP is %d; it must be positive and at most max connections (%d)", ErrConfig, c.MaxConnectionsPerIP, c.MaxConnections)
 	}
 	return nil
 }

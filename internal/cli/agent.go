@@ -96,6 +96,31 @@ func agentFlags() []cli.Flag {
 			Name: "startup-grace", Value: d.StartupGrace, EnvVars: []string{"SLICERD_STARTUP_GRACE"},
 			Usage: "how long a starting assigner serves the stored assignment unchanged while gossip converges",
 		},
+		&cli.IntFlag{
+			Name: "max-connections", Value: d.MaxConnections, EnvVars: []string{"SLICERD_MAX_CONNECTIONS"},
+			Usage: "most connections the RPC port keeps open; one more is closed as soon as it is accepted " +
+				"(keep it well below the process's file descriptor limit, LimitNOFILE in the systemd units)",
+		},
+		&cli.IntFlag{
+			Name: "max-connections-per-ip", Value: d.MaxConnectionsPerIP, EnvVars: []string{"SLICERD_MAX_CONNECTIONS_PER_IP"},
+			Usage: "most connections the RPC port keeps open from one remote IP address, so that one host cannot take them all",
+		},
+		&cli.DurationFlag{
+			Name: "idle-timeout", Value: d.IdleTimeout, EnvVars: []string{"SLICERD_IDLE_TIMEOUT"},
+			Usage: "how long an RPC connection with no call or stream in flight stays open; watch streams are never idle",
+		},
+		&cli.DurationFlag{
+			Name: "read-header-timeout", Value: d.ReadHeaderTimeout, EnvVars: []string{"SLICERD_READ_HEADER_TIMEOUT"},
+			Usage: "how long a new RPC connection may take to send its first request's headers (HTTP/1.1) or the HTTP/2 preface",
+		},
+		&cli.DurationFlag{
+			Name: "ping-interval", Value: d.PingInterval, EnvVars: []string{"SLICERD_PING_INTERVAL"},
+			Usage: "how long an HTTP/2 connection, streams included, may stay silent before the server pings it",
+		},
+		&cli.DurationFlag{
+			Name: "ping-timeout", Value: d.PingTimeout, EnvVars: []string{"SLICERD_PING_TIMEOUT"},
+			Usage: "how long the server waits for a ping's answer before closing the connection and its streams",
+		},
 		flagLogLevel,
 		flagLogFormat,
 	}
@@ -142,6 +167,12 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.Gossip.Preference.MinGain = c.Duration("preference-min-gain")
 	cfg.Gossip.Preference.Recheck = c.Duration("preference-recheck")
 	cfg.StandbyPollInterval = c.Duration("standby-poll-interval")
+	cfg.MaxConnections = c.Int("max-connections")
+	cfg.MaxConnectionsPerIP = c.Int("max-connections-per-ip")
+	cfg.IdleTimeout = c.Duration("idle-timeout")
+	cfg.ReadHeaderTimeout = c.Duration("read-header-timeout")
+	cfg.PingInterval = c.Duration("ping-interval")
+	cfg.PingTimeout = c.Duration("ping-timeout")
 	switch p := c.String("gossip-profile"); p {
 	case "lan", "local":
 		cfg.Gossip.Profile = p

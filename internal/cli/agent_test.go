@@ -89,3 +89,39 @@ func TestStartLogNamesTheStoreUsed(t *testing.T) {
 		t.Errorf("assigner on etcd: start line names a data dir or lacks store=%s:\n%s", store, line)
 	}
 }
+
+func TestConnectionLimitFlags(t *testing.T) {
+	cfg, code, out := agentConfigOf(t, nil)
+	if code != 0 || cfg.MaxConnections != 8192 || cfg.MaxConnectionsPerIP != 1024 ||
+		cfg.IdleTimeout != 5*time.Minute || cfg.ReadHeaderTimeout != 10*time.Second ||
+		cfg.PingInterval != time.Minute || cfg.PingTimeout != 15*time.Second {
+		t.Errorf("defaults: %d %d %v %v %v %v, exit %d: %s", cfg.MaxConnections, cfg.MaxConnectionsPerIP,
+			cfg.IdleTimeout, cfg.ReadHeaderTimeout, cfg.PingInterval, cfg.PingTimeout, code, out)
+	}
+	cfg, code, out = agentConfigOf(t, map[string]string{
+		"SLICERD_MAX_CONNECTIONS": "100", "SLICERD_MAX_CONNECTIONS_PER_IP": "10", "SLICERD_IDLE_TIMEOUT": "30s",
+		"SLICERD_READ_HEADER_TIMEOUT": "2s", "SLICERD_PING_INTERVAL": "20s", "SLICERD_PING_TIMEOUT": "5s",
+	})
+	if code != 0 || cfg.MaxConnections != 100 || cfg.MaxConnectionsPerIP != 10 ||
+		cfg.IdleTimeout != 30*time.Second || cfg.ReadHeaderTimeout != 2*time.Second ||
+		cfg.PingInterval != 20*time.Second || cfg.PingTimeout != 5*time.Second {
+		t.Errorf("from the environment: %d %d %v %v %v %v, exit %d: %s", cfg.MaxConnections, cfg.MaxConnectionsPerIP,
+			cfg.IdleTimeout, cfg.ReadHeaderTimeout, cfg.PingInterval, cfg.PingTimeout, code, out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-connections", "0"}, "max connections is 0; it must be positive"},
+		{[]string{"--max-connections-per-ip", "-5"}, "max connections per IP is -5"},
+		{[]string{"--max-connections", "10", "--max-connections-per-ip", "20"}, "at most max connections (10)"},
+		{[]string{"--idle-timeout", "0"}, "idle timeout is 0s; it must be positive"},
+		{[]string{"--read-header-timeout", "-1s"}, "read header timeout is -1s"},
+		{[]string{"--ping-interval", "0"}, "ping interval is 0s"},
+		{[]string{"--ping-timeout", "0"}, "ping timeout is 0s"},
+	} {
+		if _, code, out := agentConfigOf(t, nil, tc.args...); code != 2 || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit %d: %s; want exit 2 saying %q", tc.args, code, out, tc.want)
+		}
+	}
+}

@@ -1,0 +1,305 @@
+package connlimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/slicerd/slicerd/internal/testwait"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// server is a Listener on 127.0.0.1 whose admitted connections arrive on
+// accepted; its accept loop stops at cleanup.
+type server struct {
+	*Listener
+	accepted chan net.Conn
+}
+
+func serve(t *testing.T, lim Limits) *server {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{Listener: Wrap(ln, lim), accepted: make(chan net.Conn, 64)}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := s.Accept()
+			if err != nil {
+				return
+			}
+			s.accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		s.Close()
+		wg.Wait()
+		close(s.accepted)
+		for c := range s.accepted {
+			c.Close()
+		}
+	})
+	return s
+}
+
+// dial connects from the loopback address from (127.0.0.1 when empty).
+func dial(t *testing.T, addr, from string) net.Conn {
+	t.Helper()
+	d := net.Dialer{}
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %q: %v", addr, from, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// admitted waits for the server to hand over the next admitted connection.
+func (s *server) admitted(t *testing.T) net.Conn {
+	t.Helper()
+	select {
+	case c := <-s.accepted:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no connection admitted")
+		return nil
+	}
+}
+
+// refused checks that the server closed c without admitting it: the client
+// reads end-of-stream (or a reset) while nothing new is admitted.
+func (s *server) refused(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second)) // a bound on a hang, not a timing claim
+	_, err := c.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("connection over the limit was not closed by the server: read returned %v", err)
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		t.Logf("refused connection read: %v", err) // a reset is a refusal too
+	}
+	select {
+	case c := <-s.accepted:
+		t.Fatalf("a connection from %v was admitted over the limit", c.RemoteAddr())
+	default:
+	}
+}
+
+func TestMaxRefusesAndAdmitsAgain(t *testing.T) {
+	s := serve(t, Limits{Max: 3, MaxPerIP: 3})
+	addr := s.Addr().String()
+	var held []net.Conn
+	for range 3 {
+		dial(t, addr, "")
+		held = append(held, s.admitted(t))
+	}
+	s.refused(t, dial(t, addr, ""))
+	s.refused(t, dial(t, addr, "127.0.0.2")) // the global cap holds for every address
+	if got := s.Refused(); got != 2 {
+		t.Errorf("Refused() = %d, want 2", got)
+	}
+
+	held[0].Close()
+	held[0].Close() // a second close must not free a second place
+	dial(t, addr, "")
+	s.admitted(t)
+	s.refused(t, dial(t, addr, ""))
+	if got := s.Open(); got != 3 {
+		t.Errorf("Open() = %d, want 3", got)
+	}
+}
+
+func TestMaxPerIP(t *testing.T) {
+	s := serve(t, Limits{Max: 10, MaxPerIP: 2})
+	addr := s.Addr().String()
+	var attacker []net.Conn
+	for range 2 {
+		dial(t, addr, "127.0.0.2")
+		attacker = append(attacker, s.admitted(t))
+	}
+	s.refused(t, dial(t, addr, "127.0.0.2"))
+
+	// Another address still gets its own share.
+	for range 2 {
+		dial(t, addr, "127.0.0.1")
+		s.admitted(t)
+	}
+	s.refused(t, dial(t, addr, "127.0.0.1"))
+
+	attacker[1].Close()
+	dial(t, addr, "127.0.0.2")
+	s.admitted(t)
+	if got := s.Refused(); got != 2 {
+		t.Errorf("Refused() = %d, want 2", got)
+	}
+}
+
+// records collects log records.
+type records struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec)
+	return nil
+}
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *records) WithGroup(string) slog.Handler      { return r }
+
+func (r *records) attrs(i int) map[string]slog.Value {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := map[string]slog.Value{}
+	r.recs[i].Attrs(func(a slog.Attr) bool {
+		m[a.Key] = a.Value
+		return true
+	})
+	return m
+}
+
+func (r *records) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.recs)
+}
+
+// A burst of refusals writes one line at once, and the next line, once
+// the interval has passed, counts the refusals in between.
+func TestRefusalsLogRateLimited(t *testing.T) {
+	var logs records
+	s := serve(t, Limits{Max: 1, MaxPerIP: 1, LogInterval: time.Hour, Logger: slog.New(&logs)})
+	addr := s.Addr().String()
+	dial(t, addr, "")
+	s.admitted(t)
+	for range 5 {
+		s.refused(t, dial(t, addr, ""))
+	}
+	if n := logs.len(); n != 1 {
+		t.Fatalf("%d log lines for a burst of 5 refusals within the interval, want 1", n)
+	}
+	if a := logs.attrs(0); a["over_max_connections"].Uint64() != 1 || a["refused_total"].Uint64() != 1 {
+		t.Errorf("first line: %v", a)
+	}
+
+	s.mu.Lock()
+	s.loggedAt = s.loggedAt.Add(-time.Hour) // the interval has passed
+	s.mu.Unlock()
+	s.refused(t, dial(t, addr, ""))
+	if n := logs.len(); n != 2 {
+		t.Fatalf("%d log lines after the interval, want 2", n)
+	}
+	if a := logs.attrs(1); a["over_max_connections"].Uint64() != 5 || a["refused_total"].Uint64() != 6 {
+		t.Errorf("second line: %v", a)
+	}
+
+	// Closing the listener tells the refusals still within the interval.
+	for range 2 {
+		s.refused(t, dial(t, addr, ""))
+	}
+	s.Listener.Close()
+	if n := logs.len(); n != 3 {
+		t.Fatalf("%d log lines after Close, want 3", n)
+	}
+	if a := logs.attrs(2); a["over_max_connections"].Uint64() != 2 || a["refused_total"].Uint64() != 8 {
+		t.Errorf("line at Close: %v", a)
+	}
+}
+
+// The refusals of a burst that stops within the interval are told when
+// the interval ends, without waiting for another refusal.
+func TestRefusalsLoggedWhenIntervalEnds(t *testing.T) {
+	var logs records
+	s := serve(t, Limits{Max: 1, MaxPerIP: 1, LogInterval: 20 * time.Millisecond, Logger: slog.New(&logs)})
+	addr := s.Addr().String()
+	dial(t, addr, "")
+	s.admitted(t)
+	for range 5 {
+		s.refused(t, dial(t, addr, ""))
+	}
+	told := func() uint64 {
+		var n uint64
+		for i := range logs.len() {
+			n += logs.attrs(i)["over_max_connections"].Uint64()
+		}
+		return n
+	}
+	testwait.For(t, "every refusal to be logged", func() bool { return told() == 5 })
+}
+
+// BenchmarkAccept measures accepting, admitting and closing one
+// connection through the limits, against a plain listener for reference.
+func BenchmarkAccept(b *testing.B) {
+	for _, capped := range []bool{false, true} {
+		name := "plain"
+		if capped {
+			name = "capped"
+		}
+		b.Run(name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if capped {
+				ln = Wrap(ln, Limits{Max: 1 << 20, MaxPerIP: 1 << 20})
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			defer func() {
+				ln.Close()
+				<-done
+			}()
+			addr := ln.Addr().String()
+			for b.Loop() {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Read(make([]byte, 1)) // until the server has closed it
+				c.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkAdmit measures the bookkeeping alone, from many goroutines.
+func BenchmarkAdmit(b *testing.B) {
+	l := Wrap(nil, Limits{Max: 1 << 30, MaxPerIP: 1 << 30})
+	b.RunParallel(func(pb *testing.PB) {
+		ip := netip.MustParseAddr("127.0.0.1")
+		for pb.Next() {
+			if l.admit(ip) {
+				l.release(ip)
+			}
+		}
+	})
+}
