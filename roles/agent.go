@@ -19,11 +19,13 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/connlimit"
 	"github.com/slicerd/slicerd/internal/fanout"
+	"github.com/slicerd/slicerd/internal/hostcheck"
 	"github.com/slicerd/slicerd/storage"
 )
 
 // refusalLogInterval is the least time between two log lines about
-// connections refused over MaxConnections or MaxConnectionsPerIP.
+// connections refused over MaxConnections or MaxConnectionsPerIP, and
+// between two about requests refused by the Host check.
 const refusalLogInterval = 10 * time.Second
 
 // Agent is one slicerd process: any of an Assigner, a Distributor and a
@@ -35,6 +37,7 @@ type Agent struct {
 	store       storage.Store
 	listener    net.Listener
 	server      *http.Server
+	hosts       *hostcheck.Checker
 	health      *grpchealth.StaticChecker
 	assigner    *Assigner
 	distributor *Distributor
@@ -100,11 +103,16 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 
+	a.hosts = hostcheck.New(hostcheck.Options{
+		Allowed: append(ownHosts(cfg), cfg.AllowedHosts...), Flag: "--allowed-hosts",
+		LogInterval: refusalLogInterval, Logger: cfg.Logger.With("component", "rpc"),
+	})
+
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	a.server = &http.Server{
-		Handler:           mux,
+		Handler:           a.hosts.Wrap(mux),
 		Protocols:         protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -116,6 +124,19 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		ErrorLog:       slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),
 	}
 	return a, nil
+}
+
+// ownHosts are the host names of the node's RPC addresses, which the Host
+// check allows besides IP addresses and localhost: clients that dial a
+// node by the name it was given send that name.
+func ownHosts(cfg Config) []string {
+	var names []string
+	for _, addr := range []string{cfg.RPCAddr, cfg.AdvertiseRPCAddr} {
+		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" && hostcheck.ValidateAllowed(host) == nil {
+			names = append(names, host)
+		}
+	}
+	return names
 }
 
 func (a *Agent) handle(mux *http.ServeMux, service string) func(string, http.Handler) {
@@ -279,6 +300,7 @@ func (a *Agent) shutdown(node *gossip.Node) {
 		a.log.Warn("rpc connections did not drain in time; closing them", "err", err)
 		a.server.Close()
 	}
+	a.hosts.Close()
 }
 
 func (a *Agent) closeStore() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/hostcheck"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -85,6 +86,13 @@ type Config struct {
 	// answer before closing the connection: this finds peers that vanished
 	// without closing their connections, streams included.
 	PingInterval, PingTimeout time.Duration
+	// AllowedHosts lists the host names the RPC port answers to besides IP
+	// addresses, localhost and the host names of RPCAddr and
+	// AdvertiseRPCAddr: exact names, "*.suffix", or "*" for any (behind a
+	// proxy that checks Host itself). A request with another Host header
+	// is refused, so that a web page cannot reach slicerd through DNS
+	// rebinding (see internal/hostcheck).
+	AllowedHosts []string
 
 	Logger *slog.Logger
 }
@@ -204,6 +212,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnectionsPerIP <= 0 || c.MaxConnectionsPerIP > c.MaxConnections {
 		return fmt.Errorf("%w: max connections per IP is %d; it must be positive and at most max connections (%d)", ErrConfig, c.MaxConnectionsPerIP, c.MaxConnections)
+	}
+	for _, h := range c.AllowedHosts {
+		if err := hostcheck.ValidateAllowed(h); err != nil {
+			return fmt.Errorf("%w: allowed hosts: %v; list host names, *.domain or *, comma-separated", ErrConfig, err)
+		}
 	}
 	return nil
 }

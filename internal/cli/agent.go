@@ -121,6 +121,12 @@ func agentFlags() []cli.Flag {
 			Name: "ping-timeout", Value: d.PingTimeout, EnvVars: []string{"SLICERD_PING_TIMEOUT"},
 			Usage: "how long the server waits for a ping's answer before closing the connection and its streams",
 		},
+		&cli.StringFlag{
+			Name: "allowed-hosts", EnvVars: []string{"SLICERD_ALLOWED_HOSTS"},
+			Usage: "host names the RPC port answers to, comma-separated (name, *.domain, or * for any, behind a proxy); " +
+				"IP addresses, localhost and the host names of --rpc-addr and --advertise-rpc-addr always pass. " +
+				"A request with any other Host header is refused, so that a web page cannot reach slicerd through DNS rebinding",
+		},
 		flagLogLevel,
 		flagLogFormat,
 	}
@@ -173,6 +179,11 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.ReadHeaderTimeout = c.Duration("read-header-timeout")
 	cfg.PingInterval = c.Duration("ping-interval")
 	cfg.PingTimeout = c.Duration("ping-timeout")
+	for _, h := range strings.Split(c.String("allowed-hosts"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			cfg.AllowedHosts = append(cfg.AllowedHosts, h)
+		}
+	}
 	switch p := c.String("gossip-profile"); p {
 	case "lan", "local":
 		cfg.Gossip.Profile = p
