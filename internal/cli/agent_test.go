@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -123,5 +124,23 @@ func TestConnectionLimitFlags(t *testing.T) {
 		if _, code, out := agentConfigOf(t, nil, tc.args...); code != 2 || !strings.Contains(out, tc.want) {
 			t.Errorf("%v: exit %d: %s; want exit 2 saying %q", tc.args, code, out, tc.want)
 		}
+	}
+}
+
+func TestAllowedHostsFlag(t *testing.T) {
+	cfg, code, out := agentConfigOf(t, nil)
+	if code != 0 || len(cfg.AllowedHosts) != 0 {
+		t.Errorf("default allowed hosts %q, exit %d: %s; want none", cfg.AllowedHosts, code, out)
+	}
+	cfg, code, out = agentConfigOf(t, map[string]string{"SLICERD_ALLOWED_HOSTS": " slicerd.test, *.svc.test ,"})
+	if code != 0 || !slices.Equal(cfg.AllowedHosts, []string{"slicerd.test", "*.svc.test"}) {
+		t.Errorf("from the environment: %q, exit %d: %s", cfg.AllowedHosts, code, out)
+	}
+	cfg, code, out = agentConfigOf(t, nil, "--allowed-hosts", "*")
+	if code != 0 || !slices.Equal(cfg.AllowedHosts, []string{"*"}) {
+		t.Errorf("--allowed-hosts '*': %q, exit %d: %s", cfg.AllowedHosts, code, out)
+	}
+	if _, code, out := agentConfigOf(t, nil, "--allowed-hosts", "slicerd.test:7070"); code != 2 || !strings.Contains(out, "allowed hosts") {
+		t.Errorf("--allowed-hosts with a port: exit %d: %s; want exit 2 naming allowed hosts", code, out)
 	}
 }
