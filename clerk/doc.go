@@ -81,7 +81,7 @@
 //
 //	cfg := clerk.DefaultConfig()
 //	cfg.Job = "kv"
-//	cfg.Addrs = []string{"slicerd-1:7070", "slicerd-2:7070"}
+//	cfg.Addrs = []string{"slicerd-1:7070", "slicerd-2:7070"} // IPs, or names each node allows (--allowed-hosts)
 //	cfg.CacheFile = "/var/lib/myapp/kv.assignment" // optional
 //	c, err := clerk.New(cfg)
 //	if err != nil { ... }
