@@ -279,6 +279,9 @@ func (a *Agent) shutdown(node *gossip.Node) {
 		a.log.Warn("rpc connections did not drain in time; closing them", "err", err)
 		a.server.Close()
 	}
+	if a.backup != nil {
+		a.backup.wait()
+	}
 }
 
 func (a *Agent) closeStore() {
