@@ -154,3 +154,37 @@ func TestBackupWatchersShareOnePoller(t *testing.T) {
 		t.Fatal("the poller goroutine still runs after its last watcher left")
 	}
 }
+
+// Stopping the agent ends a Backup stream with UNAVAILABLE "shutting down"
+// and stops its poller before Run returns.
+func TestBackupWatchStopsWithAgent(t *testing.T) {
+	bolt, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commitGen(t, bolt, 1)
+	cfg := testConfig(t, "backup-1", "", gossip.RoleBackup)
+	cfg.BackupPollInterval = 100 * time.Millisecond
+	cfg.OpenStore = func(bool) (storage.Store, error) { return bolt, nil }
+	node := startAgent(t, cfg)
+	client := slicerv1connect.NewBackupServiceClient(api.NewH2CClient(), api.RPCURL(node.RPCAddr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Receive() {
+		t.Fatalf("no first assignment: %v", s.Err())
+	}
+	node.stop(t)
+	for s.Receive() {
+	}
+	if code := connect.CodeOf(s.Err()); code != connect.CodeUnavailable {
+		t.Fatalf("the stream ended with %v (%v), want unavailable", code, s.Err())
+	}
+	if c := node.backup.pollerCount(); c != 0 {
+		t.Fatalf("%d pollers after Run returned", c)
+	}
+}
