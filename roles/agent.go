@@ -301,6 +301,9 @@ func (a *Agent) shutdown(node *gossip.Node) {
 		a.server.Close()
 	}
 	a.hosts.Close()
+	if a.backup != nil {
+		a.backup.wait()
+	}
 }
 
 func (a *Agent) closeStore() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -29,10 +30,15 @@ type Backup struct {
 	store    storage.Store
 	poll     time.Duration
 	stopping <-chan struct{}
+
+	mu      sync.Mutex
+	pollers map[string]*poller // by job
+	wg      sync.WaitGroup     // pollers
+	closed  bool               // wait was called: no new pollers
 }
 
 func newBackup(cfg Config, store storage.Store, stopping <-chan struct{}) *Backup {
-	return &Backup{log: cfg.Logger.With("role", "backup"), store: store, poll: cfg.BackupPollInterval, stopping: stopping}
+	return &Backup{log: cfg.Logger.With("role", "backup"), store: store, poll: cfg.BackupPollInterval, stopping: stopping, pollers: map[string]*poller{}}
 }
 
 // logJobs says at start what the backup has to serve, and warns when that
@@ -58,6 +64,16 @@ func (b *Backup) read(ctx context.Context, job string) (*slicerv1.Assignment, er
 	if err := validateJob(job); err != nil {
 		return nil, err
 	}
+	a, err := b.load(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	return api.ToProto(a), nil
+}
+
+// load reads job's current assignment from the store, with the errors a
+// client is sent.
+func (b *Backup) load(ctx context.Context, job string) (*assign.Assignment, error) {
 	rec, err := b.store.Load(ctx, job)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, toConnect(fmt.Errorf("%w %q: it has no stored assignment yet; the backup serves only what an assigner has committed to the store", ErrUnknownJob, job))
@@ -69,7 +85,7 @@ func (b *Backup) read(ctx context.Context, job string) (*slicerv1.Assignment, er
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return api.ToProto(rec.Current), nil
+	return rec.Current, nil
 }
 
 // GetAssignment implements slicerv1connect.BackupServiceHandler.
@@ -84,51 +100,134 @@ func (b *Backup) GetAssignment(ctx context.Context, req *connect.Request[slicerv
 	return connect.NewResponse(&slicerv1.GetAssignmentResponse{Assignment: a}), nil
 }
 
-// WatchAssignment implements slicerv1connect.BackupServiceHandler.
+// WatchAssignment implements slicerv1connect.BackupServiceHandler. All
+// watchers of a job share one poller, which reads and decodes the store once
+// per tick or commit and publishes to every stream through a latest; a slow
+// stream skips to the newest assignment.
 func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slicerv1.WatchAssignmentRequest], stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
 	job := req.Msg.GetJob()
 	if err := validateJob(job); err != nil {
 		return err
 	}
-	known := knownVersion(req.Msg)
+	l, leave, err := b.join(job)
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return l.stream(ctx, b.stopping, knownVersion(req.Msg), stream.Send)
+}
+
+// poller reads one job's assignment from the store for all its watchers.
+type poller struct {
+	l        *latest
+	watchers int
+	cancel   context.CancelFunc
+}
+
+// join registers a watcher of job, starting the job's poller if it is the
+// first; leave unregisters it and stops the poller with the last watcher.
+func (b *Backup) join(job string) (*latest, func(), error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-b.stopping:
+		return nil, nil, connect.NewError(connect.CodeUnavailable, errShuttingDown)
+	default:
+	}
+	if b.closed {
+		return nil, nil, connect.NewError(connect.CodeUnavailable, errShuttingDown)
+	}
+	p := b.pollers[job]
+	if p == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		p = &poller{l: newLatest(), cancel: cancel}
+		b.pollers[job] = p
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.pollJob(ctx, job, p)
+		}()
+	}
+	p.watchers++
+	return p.l, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		p.watchers--
+		if p.watchers == 0 {
+			p.cancel()
+			if b.pollers[job] == p {
+				delete(b.pollers, job)
+			}
+		}
+	}, nil
+}
+
+// pollJob reads job on every tick and store change until ctx ends or the
+// Backup stops. A read error reaches the watchers that have no assignment
+// yet; those that have one keep it and wait for the next good read.
+func (b *Backup) pollJob(ctx context.Context, job string, p *poller) {
+	defer p.cancel()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-b.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	// Start following before the first read, so no commit falls between.
 	var (
 		changed <-chan string
 		tick    <-chan time.Time
 	)
 	if w, ok := b.store.(storage.Watcher); ok {
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		changed = w.Watch(wctx, job)
+		changed = w.Watch(ctx, job)
 	} else {
 		ticker := time.NewTicker(b.poll)
 		defer ticker.Stop()
 		tick = ticker.C
 	}
 	for {
-		a, err := b.read(ctx, job)
-		if err != nil {
-			return err
-		}
-		if v := (assign.Version{Incarnation: a.GetIncarnation(), Generation: a.GetGeneration()}); a != nil && v.Supersedes(known) {
-			if err := stream.Send(&slicerv1.WatchAssignmentResponse{Assignment: a}); err != nil {
-				return err
-			}
-			known = v
+		rec, err := b.load(ctx, job)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			p.l.fail(err)
+		case rec != nil:
+			p.l.publish(rec)
 		}
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-b.stopping:
-			return connect.NewError(connect.CodeUnavailable, errShuttingDown)
+			return
 		case <-tick:
 		case _, ok := <-changed:
 			if !ok {
-				if ctx.Err() != nil {
-					return nil
+				if ctx.Err() == nil {
+					p.l.fail(connect.NewError(connect.CodeUnavailable, errShuttingDown))
+					b.forget(job, p)
 				}
-				return connect.NewError(connect.CodeUnavailable, errShuttingDown)
+				return
 			}
 		}
 	}
+}
+
+// forget drops p from the pollers so the next watcher of job starts afresh.
+func (b *Backup) forget(job string, p *poller) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pollers[job] == p {
+		delete(b.pollers, job)
+	}
+}
+
+// wait returns when every poller has stopped; the Agent calls it after
+// closing stopping.
+func (b *Backup) wait() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wg.Wait()
 }
