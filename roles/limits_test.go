@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/internal/connlimit"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -32,15 +33,7 @@ const (
 // frame, then nothing: the idle connection a flood is made of.
 func dialH2(t *testing.T, addr, from string) net.Conn {
 	t.Helper()
-	d := net.Dialer{}
-	if from != "" {
-		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
-	}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatalf("dial %s from %q: %v", addr, from, err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := testnet.DialFrom(t, addr, from)
 	preface := append([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 0, 0, 0, frameSettings, 0, 0, 0, 0, 0)
 	c.Write(preface) // a refused connection may already be reset; readFrames tells
 	return c

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -55,20 +56,8 @@ func serve(t *testing.T, lim Limits) *server {
 	return s
 }
 
-// dial connects from the loopback address from (127.0.0.1 when empty).
-func dial(t *testing.T, addr, from string) net.Conn {
-	t.Helper()
-	d := net.Dialer{}
-	if from != "" {
-		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
-	}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatalf("dial %s from %q: %v", addr, from, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+// dial connects from the loopback address from (any when empty).
+func dial(t *testing.T, addr, from string) net.Conn { return testnet.DialFrom(t, addr, from) }
 
 // admitted waits for the server to hand over the next admitted connection.
 func (s *server) admitted(t *testing.T) net.Conn {
