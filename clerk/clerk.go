@@ -22,7 +22,9 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk/cachefile"
+	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/subset"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 // Clerk keeps a local copy of one job's assignment, streamed from slicerd,
@@ -75,7 +77,11 @@ func New(cfg Config) (*Clerk, error) {
 	}
 	c.client = cfg.HTTPClient
 	if c.client == nil {
-		c.ownClient = api.NewH2CClient()
+		if cfg.TLS != nil {
+			c.ownClient = api.NewHTTPClient(cfg.TLS.ClientConfig(tlsconfig.WantAgent(identity.Distributor, identity.Backup)))
+		} else {
+			c.ownClient = api.NewH2CClient()
+		}
 		c.client = c.ownClient
 	}
 	// Rotations start at a random server so that clients that are not
@@ -492,9 +498,9 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 	var stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse]
 	var err error
 	if backup {
-		stream, err = slicerv1connect.NewBackupServiceClient(c.client, api.RPCURL(addr)).WatchAssignment(ctx, req)
+		stream, err = slicerv1connect.NewBackupServiceClient(c.client, api.URL(addr, c.cfg.TLS != nil)).WatchAssignment(ctx, req)
 	} else {
-		stream, err = slicerv1connect.NewDistributorServiceClient(c.client, api.RPCURL(addr)).WatchAssignment(ctx, req)
+		stream, err = slicerv1connect.NewDistributorServiceClient(c.client, api.URL(addr, c.cfg.TLS != nil)).WatchAssignment(ctx, req)
 	}
 	if err != nil {
 		return moved.Load(), err

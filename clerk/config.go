@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 // Config configures a Clerk. Start from DefaultConfig.
@@ -27,6 +28,12 @@ type Config struct {
 	// HTTPClient carries the RPCs. Nil means an HTTP/2 cleartext (h2c)
 	// client owned by the Clerk.
 	HTTPClient connect.HTTPClient
+	// TLS, when set, calls slicerd over TLS: the Clerk presents TLS's
+	// certificate (a client one for the job, spiffe://slicerd/client/JOB,
+	// or a task's) and accepts only servers whose certificate names a
+	// slicerd Distributor or Backup. With HTTPClient set too, HTTPClient
+	// carries the calls and must be configured for TLS itself.
+	TLS *tlsconfig.Source
 	// MinBackoff and MaxBackoff bound the jittered wait between rounds of
 	// connection attempts; it doubles after every round in which no server
 	// answered. Zero means the default.

@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,7 @@ type Agent struct {
 	mu      sync.Mutex
 	node    *gossip.Node
 	changes fanout.Signal // Changes subscriptions
+	verify  *verifier     // nil without TLS
 }
 
 // New validates cfg, opens the store and binds the RPC port, so that every
@@ -81,10 +83,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		LogInterval: refusalLogInterval, Logger: cfg.Logger.With("component", "rpc"),
 	})
 
+	if cfg.TLS != nil {
+		a.verify = newVerifier(cfg.TLS, cfg.NodeName, cfg.Logger, a.changes.Notify)
+	}
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithInterceptors(messageAuth{})}
 	if cfg.has(gossip.RoleAssigner) {
 		a.assigner = newAssigner(cfg, a.store, a, a.stopping)
+		a.assigner.verify, a.assigner.rawPeers = a.verify, a.rawPeers
 		a.handle(mux, slicerv1connect.AssignerServiceName)(slicerv1connect.NewAssignerServiceHandler(a.assigner, opts...))
 		a.handle(mux, slicerv1connect.JobServiceName)(slicerv1connect.NewJobServiceHandler(a.assigner, opts...))
 		a.handle(mux, slicerv1connect.LoadServiceName)(slicerv1connect.NewLoadServiceHandler(a.assigner, opts...))
@@ -110,9 +116,17 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
+	var tlsConf *tls.Config
+	if cfg.TLS != nil {
+		protocols.SetHTTP2(true)
+		tlsConf = cfg.TLS.ServerConfig()
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
+	auth := newAuthenticator(cfg.TLS != nil, cfg.AdminTokens)
 	a.server = &http.Server{
-		Handler:           a.hosts.Wrap(mux),
+		Handler:           a.hosts.Wrap(auth.wrap(mux)),
+		TLSConfig:         tlsConf,
 		Protocols:         protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -162,7 +176,18 @@ func (a *Agent) gossipNode() *gossip.Node {
 }
 
 // Peers implements membership for the roles.
+// With TLS, it lists only the members whose claims certificates back
+// (see verifier).
 func (a *Agent) Peers() []gossip.Peer {
+	peers := a.rawPeers()
+	if a.verify != nil {
+		return a.verify.filter(peers)
+	}
+	return peers
+}
+
+// rawPeers is the gossip view as the members advertise themselves.
+func (a *Agent) rawPeers() []gossip.Peer {
 	if n := a.gossipNode(); n != nil {
 		return n.Peers()
 	}
@@ -252,11 +277,21 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error {
-		if err := a.server.Serve(a.listener); !errors.Is(err, http.ErrServerClosed) {
+		serve := a.server.Serve
+		if a.cfg.TLS != nil {
+			serve = func(ln net.Listener) error { return a.server.ServeTLS(ln, "", "") }
+		}
+		if err := serve(a.listener); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("rpc server: %w", err)
 		}
 		return nil
 	})
+	if a.verify != nil {
+		g.Go(func() error {
+			a.verify.run(gctx, a.rawPeers)
+			return nil
+		})
+	}
 	if a.assigner != nil {
 		g.Go(func() error { return a.assigner.Run(gctx) })
 	}

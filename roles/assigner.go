@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/storage"
@@ -75,8 +73,10 @@ type Assigner struct {
 	pref       gossip.Preference
 	choices    gossip.Choices // this Assigner's preferred Assigner per job
 	poll       time.Duration  // standby store reads, when the store cannot watch
-	httpClient *http.Client   // forwarded writes
-	forwarded  atomic.Uint64  // writes forwarded to the preferred Assigner
+	rpcClients *peerClients   // forwarded writes
+	verify     *verifier      // nil without TLS: every member is believed
+	rawPeers   func() []gossip.Peer
+	forwarded  atomic.Uint64 // writes forwarded to the preferred Assigner
 	delay      time.Duration
 	grace      time.Duration
 	interval   time.Duration    // load-driven decisions; 0: never, and load is ignored
@@ -107,7 +107,7 @@ func newAssigner(cfg Config, store storage.Store, members membership, stopping <
 		members:    members,
 		pref:       cfg.Gossip.Preference.WithDefaults(),
 		poll:       cfg.StandbyPollInterval,
-		httpClient: api.NewH2CClient(),
+		rpcClients: newPeerClients(cfg.TLS),
 		delay:      cfg.RebalanceDelay,
 		grace:      cfg.StartupGrace,
 		interval:   cfg.RebalanceInterval,
@@ -220,7 +220,7 @@ func jobTasks(peers []gossip.Peer, job string, aliveOnly bool) []assign.Task {
 // rebalance delay. Every job's stored record is followed, through the
 // store's watch when it has one and by polling otherwise.
 func (a *Assigner) Run(ctx context.Context) error {
-	defer a.httpClient.CloseIdleConnections()
+	defer a.rpcClients.closeIdle()
 	if err := a.loadRetrying(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}

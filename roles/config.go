@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/hostcheck"
 	"github.com/slicerd/slicerd/storage"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 // Config is everything an Agent needs, already parsed; main turns flags into it.
@@ -93,6 +95,23 @@ type Config struct {
 	// is refused, so that a web page cannot reach slicerd through DNS
 	// rebinding (see internal/hostcheck).
 	AllowedHosts []string
+
+	// TLS, when set, serves the RPC port over TLS with its certificate and
+	// turns on authentication: every caller is known by the identities in
+	// its client certificate (package identity) or by an admin bearer
+	// token, and may call only what its identity allows (see
+	// docs/security.md). The certificate must name this node in each of
+	// its roles. Calls to other agents verify that the certificate behind a
+	// gossip member's address names that member. Nil serves cleartext
+	// HTTP/2 and trusts every caller, as for the single-node demo.
+	TLS *tlsconfig.Source
+	// AdminTokens are bearer tokens that make a caller an admin, for the
+	// CLI's writes. They need TLS, so that they never cross the network in
+	// clear.
+	AdminTokens []Token
+	// Insecure allows cleartext RPC and gossip on an address other than
+	// loopback, where anyone who reaches the port is trusted.
+	Insecure bool
 
 	Logger *slog.Logger
 }
@@ -213,6 +232,9 @@ func (c Config) Validate() error {
 	if c.MaxConnectionsPerIP <= 0 || c.MaxConnectionsPerIP > c.MaxConnections {
 		return fmt.Errorf("%w: max connections per IP is %d; it must be positive and at most max connections (%d)", ErrConfig, c.MaxConnectionsPerIP, c.MaxConnections)
 	}
+	if err := c.validateSecurity(); err != nil {
+		return err
+	}
 	for _, h := range c.AllowedHosts {
 		if err := hostcheck.ValidateAllowed(h); err != nil {
 			return fmt.Errorf("%w: allowed hosts: %v; list host names, *.domain or *, comma-separated", ErrConfig, err)
@@ -230,6 +252,44 @@ func ValidateHostPort(what, addr string, zeroPort bool) error {
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || (p == 0 && !zeroPort) {
 		return fmt.Errorf("%w: %s %q has an invalid port; use 1-65535", ErrConfig, what, addr)
+	}
+	return nil
+}
+
+// validateSecurity checks the TLS and token settings, and that a node
+// reachable from other hosts does not run without them unless told to.
+func (c Config) validateSecurity() error {
+	if len(c.AdminTokens) > 0 && c.TLS == nil {
+		return fmt.Errorf("%w: admin tokens need TLS (--tls-cert, --tls-key, --tls-ca): a bearer token sent in clear can be read off the network", ErrConfig)
+	}
+	if err := validateTokens(c.AdminTokens); err != nil {
+		return err
+	}
+	if c.TLS != nil {
+		ids := c.TLS.IDs()
+		for _, r := range c.Roles {
+			want := identity.ID{Role: identity.Role(r), Node: c.NodeName}
+			if !slices.Contains(ids, want) {
+				return fmt.Errorf("%w: the certificate %s does not name this node in role %s: it needs the URI %s (it has %v); issue one with slicerd tls init --nodes %s, or fix --node-name",
+					ErrConfig, c.TLS.Files().Cert, r, want, ids, c.NodeName)
+			}
+		}
+		return nil
+	}
+	if c.Insecure {
+		return nil
+	}
+	for _, a := range []struct{ what, addr, flag string }{
+		{"rpc address", c.RPCAddr, "--rpc-addr"}, {"gossip bind address", c.Gossip.BindAddr, "--gossip-addr"},
+	} {
+		host, _, err := net.SplitHostPort(a.addr)
+		if err != nil || host == "localhost" {
+			continue
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("%w: %s %s (%s) is reachable from other hosts, but TLS is off, so anyone who reaches it could steer the cluster; set --tls-cert, --tls-key and --tls-ca (see docs/security.md), or pass --insecure on a network you trust",
+				ErrConfig, a.what, a.addr, a.flag)
+		}
 	}
 	return nil
 }

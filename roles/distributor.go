@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/identity"
 )
 
 // Distributor fans assignments out to subscribers. It pulls a job from the
@@ -29,7 +29,7 @@ type Distributor struct {
 	rtt        gossip.RTTFunc // nil when membership estimates no distances
 	pref       gossip.Preference
 	choices    gossip.Choices
-	httpClient *http.Client
+	rpcClients *peerClients
 	minBackoff time.Duration
 	maxBackoff time.Duration
 	stopping   <-chan struct{}
@@ -67,7 +67,7 @@ func newDistributor(cfg Config, members membership, stopping <-chan struct{}) *D
 		log:        cfg.Logger.With("role", "distributor"),
 		members:    members,
 		pref:       cfg.Gossip.Preference.WithDefaults(),
-		httpClient: api.NewH2CClient(),
+		rpcClients: newPeerClients(cfg.TLS),
 		minBackoff: cfg.PullMinBackoff,
 		maxBackoff: cfg.PullMaxBackoff,
 		stopping:   stopping,
@@ -101,7 +101,7 @@ func (d *Distributor) Run(ctx context.Context) error {
 			d.stopped = true
 			d.mu.Unlock()
 			d.pulls.Wait()
-			d.httpClient.CloseIdleConnections()
+			d.rpcClients.closeIdle()
 			return nil
 		case <-changes:
 			d.follow()
@@ -215,7 +215,7 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 			continue
 		}
 		known := l.current().Version()
-		client := slicerv1connect.NewAssignerServiceClient(d.httpClient, api.RPCURL(addr))
+		client := slicerv1connect.NewAssignerServiceClient(d.rpcClients.get(identity.Assigner, p.Name, addr))
 		sctx, cancel := context.WithCancel(ctx)
 		d.mu.Lock()
 		dj.from, dj.cancel, dj.tried = p.Name, cancel, p.Name

@@ -8,10 +8,10 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/identity"
 )
 
 // ForwardedHeader marks a request one Assigner forwarded to another, with
@@ -55,9 +55,10 @@ func forwardErr(p gossip.Peer, job, what string, err error) error {
 
 // forwardLoad sends a load report on to the job's preferred Assigner.
 func (a *Assigner) forwardLoad(ctx context.Context, p gossip.Peer, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
-	client := slicerv1connect.NewLoadServiceClient(a.httpClient, api.RPCURL(p.RPCAddr))
+	client := slicerv1connect.NewLoadServiceClient(a.rpcClients.get(identity.Assigner, p.Name, p.RPCAddr))
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(ForwardedHeader, a.self)
+	fwd.Header().Set(ForwardedForHeader, forwardedFor(callerFrom(ctx).p))
 	resp, err := client.ReportLoad(ctx, fwd)
 	if err != nil {
 		return nil, forwardErr(p, req.Msg.GetJob(), "a load report", err)
@@ -69,9 +70,10 @@ func (a *Assigner) forwardLoad(ctx context.Context, p gossip.Peer, req *connect.
 // forwardConfig sends a configuration change on to the job's preferred
 // Assigner, and serves the stored result at once.
 func (a *Assigner) forwardConfig(ctx context.Context, p gossip.Peer, req *connect.Request[slicerv1.SetJobConfigRequest]) (*connect.Response[slicerv1.SetJobConfigResponse], error) {
-	client := slicerv1connect.NewJobServiceClient(a.httpClient, api.RPCURL(p.RPCAddr))
+	client := slicerv1connect.NewJobServiceClient(a.rpcClients.get(identity.Assigner, p.Name, p.RPCAddr))
 	fwd := connect.NewRequest(req.Msg)
 	fwd.Header().Set(ForwardedHeader, a.self)
+	fwd.Header().Set(ForwardedForHeader, forwardedFor(callerFrom(ctx).p))
 	resp, err := client.SetJobConfig(ctx, fwd)
 	if err != nil {
 		return nil, forwardErr(p, req.Msg.GetJob(), "a configuration change", err)

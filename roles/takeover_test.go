@@ -109,7 +109,7 @@ func TestForwardToUnreachablePreferred(t *testing.T) {
 		gossip.Peer{Name: "a1", Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive},
 		gossip.Peer{Name: other, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: dead, Status: gossip.StatusAlive})
 	a := newAssigner(testConfig(t, "a1", ""), tmpStore(t), members, nil)
-	defer a.httpClient.CloseIdleConnections()
+	defer a.rpcClients.closeIdle()
 
 	report := &slicerv1.ReportLoadRequest{Job: "kv", Task: "t0", WindowSeconds: 1}
 	_, err = a.ReportLoad(ctx, connect.NewRequest(report))
@@ -171,7 +171,7 @@ func TestStandbyAdoptsOrphanedJob(t *testing.T) {
 	cfg.RebalanceDelay = time.Millisecond
 	cfg.Gossip.Preference.Recheck = time.Millisecond
 	a := newAssigner(cfg, store, members, nil)
-	defer a.httpClient.CloseIdleConnections()
+	defer a.rpcClients.closeIdle()
 	if err := a.load(ctx); err != nil {
 		t.Fatal(err)
 	}

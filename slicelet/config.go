@@ -9,6 +9,8 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 // Config configures a Slicelet.
@@ -50,6 +52,13 @@ type Config struct {
 	// DefaultConfig sets clerk.DefaultSubsetSize; 0 means all
 	// Distributors, tried in turn.
 	SubsetSize int
+	// TLS, when set, talks to slicerd over TLS with a certificate naming
+	// this task (spiffe://slicerd/task/JOB/TASK, or JOB/* for any task of
+	// the job): the Slicelet registers the task with every Assigner (which
+	// gives slices only to registered tasks), reports load, and watches
+	// assignments with it, and accepts only servers whose certificates
+	// name them as slicerd agents. Required when slicerd runs with TLS.
+	TLS *tlsconfig.Source
 	// Logger receives state changes; nil discards.
 	Logger *slog.Logger
 }
@@ -107,6 +116,13 @@ func (c Config) validate() error {
 	}
 	if len(c.Join) == 0 {
 		return fmt.Errorf("%w: task %s/%s has nothing to join; set Join to the gossip address of at least one slicerd node", ErrInvalidConfig, c.Job, c.Task)
+	}
+	if c.TLS != nil {
+		want := identity.Principal{IDs: c.TLS.IDs()}
+		if !want.TaskOf(c.Job, c.Task) {
+			return fmt.Errorf("%w: task %s/%s: the TLS certificate %s does not name this task (it has %v); it needs %s",
+				ErrInvalidConfig, c.Job, c.Task, c.TLS.Files().Cert, want.IDs, identity.ID{Role: identity.Task, Job: c.Job, Task: c.Task})
+		}
 	}
 	// The identity must fit in gossip tags; check it now rather than at Run.
 	self := c.gossipConfig(nil).Self

@@ -10,7 +10,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
@@ -267,16 +266,12 @@ func (r *windowReport) proto(job, task string) *slicerv1.ReportLoadRequest {
 // every Assigner and Distributor chooses it (gossip.Preference): load
 // reports go to the Assigner that generates the job's assignments. "" when
 // gossip knows no live Assigner.
-func (s *Slicelet) assignerAddr() string {
+func (s *Slicelet) assigner() (gossip.Peer, bool) {
 	n := s.node.Load()
 	if n == nil {
-		return ""
+		return gossip.Peer{}, false
 	}
-	p, ok := s.load.choices.Preferred(n.Preference(), s.cfg.Job, n.Peers(), n.RTT)
-	if !ok {
-		return ""
-	}
-	return p.RPCAddr
+	return s.load.choices.Preferred(n.Preference(), s.cfg.Job, n.Peers(), n.RTT)
 }
 
 // reportLoop sends one load report per window until ctx ends.
@@ -310,13 +305,14 @@ func (s *Slicelet) reportOnce(ctx context.Context, now time.Time) {
 		s.keep(r)
 		return
 	}
-	addr := s.assignerAddr()
-	if addr == "" {
+	p, ok := s.assigner()
+	addr := p.RPCAddr
+	if !ok || addr == "" {
 		s.log.Debug("slicelet: no live assigner in gossip; keeping load for the next report")
 		s.keep(r)
 		return
 	}
-	client := s.loadClient(addr)
+	client := s.loadClient(p)
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.LoadWindow)
 	defer cancel()
 	_, err := client.ReportLoad(rctx, connect.NewRequest(r.proto(s.cfg.Job, s.cfg.Task)))
@@ -332,14 +328,15 @@ func (s *Slicelet) reportOnce(ctx context.Context, now time.Time) {
 		"slices", len(r.load), "load", r.load.Total(), "unowned", r.unowned, "rejected", r.rejected)
 }
 
-// loadClient returns a client for the Assigner at addr, reusing the last
-// one while the Assigner stays the same.
-func (s *Slicelet) loadClient(addr string) slicerv1connect.LoadServiceClient {
+// loadClient returns a client for the Assigner p, reusing the last one
+// while the Assigner stays the same.
+func (s *Slicelet) loadClient(p gossip.Peer) slicerv1connect.LoadServiceClient {
 	s.load.mu.Lock()
 	defer s.load.mu.Unlock()
-	if s.load.client == nil || s.load.clientAddr != addr {
-		s.load.client = slicerv1connect.NewLoadServiceClient(s.httpClient, api.RPCURL(addr))
-		s.load.clientAddr = addr
+	if s.load.client == nil || s.load.clientAddr != p.Name+"@"+p.RPCAddr {
+		hc, url := s.assignerClient(p)
+		s.load.client = slicerv1connect.NewLoadServiceClient(hc, url)
+		s.load.clientAddr = p.Name + "@" + p.RPCAddr
 	}
 	return s.load.client
 }

@@ -56,7 +56,11 @@ type Slicelet struct {
 	started atomic.Bool
 
 	load       loadState
-	httpClient *http.Client // load reports to the Assigner
+	httpClient *http.Client // load reports to the Assigner, without TLS
+	// assigners holds, with TLS, one client per Assigner member, which
+	// accepts only a certificate naming that member.
+	assignersMu sync.Mutex
+	assigners   map[string]*http.Client
 
 	// listenMu serialises listener calls with AddListener, so every
 	// listener sees one unbroken sequence of changes.
@@ -83,6 +87,9 @@ func New(cfg Config) (*Slicelet, error) {
 		joined:     make(chan struct{}),
 		httpClient: api.NewH2CClient(),
 	}
+	if cfg.TLS != nil {
+		s.assigners = map[string]*http.Client{}
+	}
 	s.nodeName = cfg.gossipConfig(nil).NodeName
 	ccfg := clerk.DefaultConfig()
 	ccfg.Job = cfg.Job
@@ -90,6 +97,7 @@ func New(cfg Config) (*Slicelet, error) {
 	ccfg.Down = s.downDistributors
 	ccfg.OnAssignment = s.install
 	ccfg.CacheFile = cfg.CacheFile
+	ccfg.TLS = cfg.TLS
 	ccfg.SubsetSize = cfg.SubsetSize
 	frontend, ok := subset.TaskNumber(cfg.Task)
 	if !ok {
@@ -218,6 +226,12 @@ func (s *Slicelet) Run(ctx context.Context) error {
 		s.reportLoop(gctx)
 		return nil
 	})
+	if s.cfg.TLS != nil {
+		g.Go(func() error {
+			s.registerLoop(gctx, node)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		// A membership change may bring the first Distributor; skip the
 		// Clerk's backoff rather than wait it out.
@@ -232,6 +246,7 @@ func (s *Slicelet) Run(ctx context.Context) error {
 	})
 	err = g.Wait()
 	s.httpClient.CloseIdleConnections()
+	s.closeAssignerClients()
 
 	// Leave is the drain signal. Serf bounds it by its broadcast timeout
 	// and leave propagation delay, so it needs no deadline of its own.

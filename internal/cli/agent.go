@@ -10,6 +10,7 @@ import (
 
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/roles"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 func defaultNodeName() string {
@@ -23,7 +24,7 @@ func defaultNodeName() string {
 // agentFlags are the flags of slicerd without a command: a node.
 func agentFlags() []cli.Flag {
 	d := roles.DefaultConfig()
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{
 			Name: "role", EnvVars: []string{"SLICERD_ROLE"},
 			Usage: "roles to run, comma-separated: assigner, distributor, backup (default: all three on the embedded store)",
@@ -129,7 +130,7 @@ func agentFlags() []cli.Flag {
 		},
 		flagLogLevel,
 		flagLogFormat,
-	}
+	}, agentSecurityFlags()...)
 }
 
 // agentConfig turns flags into a validated agent configuration.
@@ -184,6 +185,25 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 			cfg.AllowedHosts = append(cfg.AllowedHosts, h)
 		}
 	}
+	files := tlsconfig.Files{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")}
+	if files.Enabled() {
+		if err := files.Validate("tls-", true); err != nil {
+			return cfg, usageError("%v", err)
+		}
+		src, err := tlsconfig.Load(files, log.With("component", "tls"))
+		if err != nil {
+			return cfg, usageError("%v", err)
+		}
+		cfg.TLS = src
+	}
+	if path := c.String("token-file"); path != "" {
+		tokens, err := roles.LoadTokenFile(path)
+		if err != nil {
+			return cfg, usageError("%v", err)
+		}
+		cfg.AdminTokens = tokens
+	}
+	cfg.Insecure = c.Bool("insecure")
 	switch p := c.String("gossip-profile"); p {
 	case "lan", "local":
 		cfg.Gossip.Profile = p

@@ -43,14 +43,14 @@ func JobCommand() *cli.Command {
 			{
 				Name:   "list",
 				Usage:  "list known jobs",
-				Flags:  []cli.Flag{addrFlag("list")},
+				Flags:  append(clientFlags(), addrFlag("list")),
 				Action: func(c *cli.Context) error { return jobList(c) },
 			},
 			{
 				Name:      "get",
 				Usage:     "show one job: configuration, generation, live tasks, and its load and balance as the assigner sees them",
 				ArgsUsage: "JOB",
-				Flags:     []cli.Flag{addrFlag("get")},
+				Flags:     append(clientFlags(), addrFlag("get")),
 				Action:    func(c *cli.Context) error { return jobGet(c) },
 			},
 			{
@@ -68,7 +68,7 @@ func JobCommand() *cli.Command {
 				Name:      "watch",
 				Usage:     "stream a job's assignments from a distributor as they change",
 				ArgsUsage: "JOB",
-				Flags:     []cli.Flag{addrFlag("watch")},
+				Flags:     append(clientFlags(), addrFlag("watch")),
 				Action:    func(c *cli.Context) error { return jobWatch(c) },
 			},
 		},
@@ -102,8 +102,12 @@ func rpcError(c *cli.Context, err error) error {
 	return cli.Exit(err.Error(), 1)
 }
 
-func jobClient(c *cli.Context) slicerv1connect.JobServiceClient {
-	return slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(c.String("addr")), connect.WithGRPC())
+func jobClient(c *cli.Context) (slicerv1connect.JobServiceClient, error) {
+	hc, url, opts, err := rpcClient(c)
+	if err != nil {
+		return nil, err
+	}
+	return slicerv1connect.NewJobServiceClient(hc, url, opts...), nil
 }
 
 func rpcContext(c *cli.Context) (context.Context, context.CancelFunc) {
@@ -113,7 +117,11 @@ func rpcContext(c *cli.Context) (context.Context, context.CancelFunc) {
 func jobList(c *cli.Context) error {
 	ctx, cancel := rpcContext(c)
 	defer cancel()
-	resp, err := jobClient(c).ListJobs(ctx, connect.NewRequest(&slicerv1.ListJobsRequest{}))
+	client, err := jobClient(c)
+	if err != nil {
+		return err
+	}
+	resp, err := client.ListJobs(ctx, connect.NewRequest(&slicerv1.ListJobsRequest{}))
 	if err != nil {
 		return rpcError(c, err)
 	}
@@ -136,7 +144,11 @@ func jobGet(c *cli.Context) error {
 	}
 	ctx, cancel := rpcContext(c)
 	defer cancel()
-	resp, err := jobClient(c).GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
+	client, err := jobClient(c)
+	if err != nil {
+		return err
+	}
+	resp, err := client.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
 	if err != nil {
 		return rpcError(c, err)
 	}
@@ -149,7 +161,7 @@ func jobGet(c *cli.Context) error {
 // stored value.
 func jobSetFlags() []cli.Flag {
 	d := assign.DefaultConfig()
-	return []cli.Flag{
+	return append(clientFlags(),
 		addrFlag("set"),
 		&cli.IntFlag{Name: "min-redundancy", DefaultText: "unchanged", Usage: "tasks each slice is assigned to, when that many are live (1-64)"},
 		&cli.IntFlag{Name: "max-redundancy", DefaultText: "unchanged", Usage: "most tasks a hot slice may be replicated to (min-redundancy to 64)"},
@@ -160,7 +172,7 @@ func jobSetFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "merge-load-factor", DefaultText: "unchanged", Usage: fmt.Sprintf("merge two adjacent slices only if their load is below this times the mean slice load; 0 means %g", d.MergeLoadFactor)},
 		&cli.Float64Flag{Name: "split-load-factor", DefaultText: "unchanged", Usage: fmt.Sprintf("split a slice whose load is at least this times the mean slice load (above 1); 0 means %g", d.SplitLoadFactor)},
 		&cli.Float64Flag{Name: "suppress-below", DefaultText: "unchanged", Usage: "leave the job alone while its hottest task's load per second is below this; 0 means never"},
-	}
+	)
 }
 
 // uintFlag reads a count flag that must fit a uint32.
@@ -220,7 +232,10 @@ func jobSet(c *cli.Context) error {
 	}
 	ctx, cancel := rpcContext(c)
 	defer cancel()
-	client := jobClient(c)
+	client, err := jobClient(c)
+	if err != nil {
+		return err
+	}
 	cfg := api.ConfigToProto(assign.Config{MinRedundancy: 1, MaxRedundancy: 1})
 	resp, err := client.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
 	switch {
@@ -251,7 +266,11 @@ func jobWatch(c *cli.Context) error {
 	}
 	ctx, stop := signalContext(c.Context, log)
 	defer stop()
-	client := slicerv1connect.NewDistributorServiceClient(api.NewH2CClient(), api.RPCURL(c.String("addr")), connect.WithGRPC())
+	hc, url, opts, err := rpcClient(c)
+	if err != nil {
+		return err
+	}
+	client := slicerv1connect.NewDistributorServiceClient(hc, url, opts...)
 	stream, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job}))
 	if err != nil {
 		return rpcError(c, err)

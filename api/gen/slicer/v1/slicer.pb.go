@@ -562,6 +562,103 @@ func (x *GetAssignmentResponse) GetAssignment() *Assignment {
 	return nil
 }
 
+type RegisterTaskRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Task  string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	// The task's gossip member name, as it appears in the Assigner's view.
+	GossipName    string `protobuf:"bytes,3,opt,name=gossip_name,json=gossipName,proto3" json:"gossip_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterTaskRequest) Reset() {
+	*x = RegisterTaskRequest{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterTaskRequest) ProtoMessage() {}
+
+func (x *RegisterTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterTaskRequest.ProtoReflect.Descriptor instead.
+func (*RegisterTaskRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RegisterTaskRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *RegisterTaskRequest) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *RegisterTaskRequest) GetGossipName() string {
+	if x != nil {
+		return x.GossipName
+	}
+	return ""
+}
+
+type RegisterTaskResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterTaskResponse) Reset() {
+	*x = RegisterTaskResponse{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterTaskResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterTaskResponse) ProtoMessage() {}
+
+func (x *RegisterTaskResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterTaskResponse.ProtoReflect.Descriptor instead.
+func (*RegisterTaskResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{9}
+}
+
 // JobInfo describes a job as the Assigner sees it.
 type JobInfo struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -599,7 +696,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -611,7 +708,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -624,7 +721,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{8}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JobInfo) GetName() string {
@@ -709,7 +806,7 @@ type TaskLoad struct {
 
 func (x *TaskLoad) Reset() {
 	*x = TaskLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +818,7 @@ func (x *TaskLoad) String() string {
 func (*TaskLoad) ProtoMessage() {}
 
 func (x *TaskLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +831,7 @@ func (x *TaskLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLoad.ProtoReflect.Descriptor instead.
 func (*TaskLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{9}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskLoad) GetTask() string {
@@ -759,7 +856,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +868,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +881,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{10}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
 }
 
 type ListJobsResponse struct {
@@ -796,7 +893,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +905,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +918,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{11}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListJobsResponse) GetJobs() []*JobInfo {
@@ -840,7 +937,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +949,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +962,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetJobRequest) GetJob() string {
@@ -884,7 +981,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +993,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1006,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{13}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetJobResponse) GetJob() *JobInfo {
@@ -929,7 +1026,7 @@ type SetJobConfigRequest struct {
 
 func (x *SetJobConfigRequest) Reset() {
 	*x = SetJobConfigRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1038,7 @@ func (x *SetJobConfigRequest) String() string {
 func (*SetJobConfigRequest) ProtoMessage() {}
 
 func (x *SetJobConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1051,7 @@ func (x *SetJobConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetJobConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetJobConfigRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{14}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetJobConfigRequest) GetJob() string {
@@ -980,7 +1077,7 @@ type SetJobConfigResponse struct {
 
 func (x *SetJobConfigResponse) Reset() {
 	*x = SetJobConfigResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1089,7 @@ func (x *SetJobConfigResponse) String() string {
 func (*SetJobConfigResponse) ProtoMessage() {}
 
 func (x *SetJobConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1102,7 @@ func (x *SetJobConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetJobConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetJobConfigResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetJobConfigResponse) GetJob() *JobInfo {
@@ -1030,7 +1127,7 @@ type SliceLoad struct {
 
 func (x *SliceLoad) Reset() {
 	*x = SliceLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1139,7 @@ func (x *SliceLoad) String() string {
 func (*SliceLoad) ProtoMessage() {}
 
 func (x *SliceLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1152,7 @@ func (x *SliceLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceLoad.ProtoReflect.Descriptor instead.
 func (*SliceLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SliceLoad) GetStart() uint64 {
@@ -1105,7 +1202,7 @@ type ReportLoadRequest struct {
 
 func (x *ReportLoadRequest) Reset() {
 	*x = ReportLoadRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1214,7 @@ func (x *ReportLoadRequest) String() string {
 func (*ReportLoadRequest) ProtoMessage() {}
 
 func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1227,7 @@ func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadRequest.ProtoReflect.Descriptor instead.
 func (*ReportLoadRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReportLoadRequest) GetJob() string {
@@ -1190,7 +1287,7 @@ type ReportLoadResponse struct {
 
 func (x *ReportLoadResponse) Reset() {
 	*x = ReportLoadResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1299,7 @@ func (x *ReportLoadResponse) String() string {
 func (*ReportLoadResponse) ProtoMessage() {}
 
 func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1312,7 @@ func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
 func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{20}
 }
 
 var File_slicer_v1_slicer_proto protoreflect.FileDescriptor
@@ -1264,7 +1361,13 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x15GetAssignmentResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x15.slicer.v1.AssignmentR\n" +
-	"assignment\"\x84\x03\n" +
+	"assignment\"\\\n" +
+	"\x13RegisterTaskRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1f\n" +
+	"\vgossip_name\x18\x03 \x01(\tR\n" +
+	"gossipName\"\x16\n" +
+	"\x14RegisterTaskResponse\"\x84\x03\n" +
 	"\aJobInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x06config\x18\x02 \x01(\v2\x14.slicer.v1.JobConfigR\x06config\x12\x1e\n" +
@@ -1319,9 +1422,10 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\rGetAssignment\x12\x1f.slicer.v1.GetAssignmentRequest\x1a .slicer.v1.GetAssignmentResponse\"\x03\x90\x02\x012\xc4\x01\n" +
 	"\rBackupService\x12Z\n" +
 	"\x0fWatchAssignment\x12!.slicer.v1.WatchAssignmentRequest\x1a\".slicer.v1.WatchAssignmentResponse0\x01\x12W\n" +
-	"\rGetAssignment\x12\x1f.slicer.v1.GetAssignmentRequest\x1a .slicer.v1.GetAssignmentResponse\"\x03\x90\x02\x012m\n" +
+	"\rGetAssignment\x12\x1f.slicer.v1.GetAssignmentRequest\x1a .slicer.v1.GetAssignmentResponse\"\x03\x90\x02\x012\xbe\x01\n" +
 	"\x0fAssignerService\x12Z\n" +
-	"\x0fWatchAssignment\x12!.slicer.v1.WatchAssignmentRequest\x1a\".slicer.v1.WatchAssignmentResponse0\x012\xf0\x01\n" +
+	"\x0fWatchAssignment\x12!.slicer.v1.WatchAssignmentRequest\x1a\".slicer.v1.WatchAssignmentResponse0\x01\x12O\n" +
+	"\fRegisterTask\x12\x1e.slicer.v1.RegisterTaskRequest\x1a\x1f.slicer.v1.RegisterTaskResponse2\xf0\x01\n" +
 	"\n" +
 	"JobService\x12H\n" +
 	"\bListJobs\x12\x1a.slicer.v1.ListJobsRequest\x1a\x1b.slicer.v1.ListJobsResponse\"\x03\x90\x02\x01\x12B\n" +
@@ -1343,7 +1447,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 	return file_slicer_v1_slicer_proto_rawDescData
 }
 
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*Task)(nil),                    // 0: slicer.v1.Task
 	(*Slice)(nil),                   // 1: slicer.v1.Slice
@@ -1353,17 +1457,19 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*WatchAssignmentResponse)(nil), // 5: slicer.v1.WatchAssignmentResponse
 	(*GetAssignmentRequest)(nil),    // 6: slicer.v1.GetAssignmentRequest
 	(*GetAssignmentResponse)(nil),   // 7: slicer.v1.GetAssignmentResponse
-	(*JobInfo)(nil),                 // 8: slicer.v1.JobInfo
-	(*TaskLoad)(nil),                // 9: slicer.v1.TaskLoad
-	(*ListJobsRequest)(nil),         // 10: slicer.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 11: slicer.v1.ListJobsResponse
-	(*GetJobRequest)(nil),           // 12: slicer.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 13: slicer.v1.GetJobResponse
-	(*SetJobConfigRequest)(nil),     // 14: slicer.v1.SetJobConfigRequest
-	(*SetJobConfigResponse)(nil),    // 15: slicer.v1.SetJobConfigResponse
-	(*SliceLoad)(nil),               // 16: slicer.v1.SliceLoad
-	(*ReportLoadRequest)(nil),       // 17: slicer.v1.ReportLoadRequest
-	(*ReportLoadResponse)(nil),      // 18: slicer.v1.ReportLoadResponse
+	(*RegisterTaskRequest)(nil),     // 8: slicer.v1.RegisterTaskRequest
+	(*RegisterTaskResponse)(nil),    // 9: slicer.v1.RegisterTaskResponse
+	(*JobInfo)(nil),                 // 10: slicer.v1.JobInfo
+	(*TaskLoad)(nil),                // 11: slicer.v1.TaskLoad
+	(*ListJobsRequest)(nil),         // 12: slicer.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 13: slicer.v1.ListJobsResponse
+	(*GetJobRequest)(nil),           // 14: slicer.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 15: slicer.v1.GetJobResponse
+	(*SetJobConfigRequest)(nil),     // 16: slicer.v1.SetJobConfigRequest
+	(*SetJobConfigResponse)(nil),    // 17: slicer.v1.SetJobConfigResponse
+	(*SliceLoad)(nil),               // 18: slicer.v1.SliceLoad
+	(*ReportLoadRequest)(nil),       // 19: slicer.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),      // 20: slicer.v1.ReportLoadResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	0,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
@@ -1372,32 +1478,34 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	2,  // 3: slicer.v1.GetAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
 	3,  // 4: slicer.v1.JobInfo.config:type_name -> slicer.v1.JobConfig
 	0,  // 5: slicer.v1.JobInfo.live_tasks:type_name -> slicer.v1.Task
-	9,  // 6: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
-	8,  // 7: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
-	8,  // 8: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
+	11, // 6: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
+	10, // 7: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
+	10, // 8: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
 	3,  // 9: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
-	8,  // 10: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
-	16, // 11: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
+	10, // 10: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
+	18, // 11: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
 	4,  // 12: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
 	6,  // 13: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
 	4,  // 14: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
 	6,  // 15: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
 	4,  // 16: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	10, // 17: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	12, // 18: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	14, // 19: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	17, // 20: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	5,  // 21: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	7,  // 22: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	5,  // 23: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	7,  // 24: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	5,  // 25: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 26: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	13, // 27: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	15, // 28: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	18, // 29: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	21, // [21:30] is the sub-list for method output_type
-	12, // [12:21] is the sub-list for method input_type
+	8,  // 17: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
+	12, // 18: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	14, // 19: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	16, // 20: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	19, // 21: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	5,  // 22: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	7,  // 23: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	5,  // 24: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	7,  // 25: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	5,  // 26: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	9,  // 27: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	13, // 28: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	15, // 29: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	17, // 30: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	20, // 31: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	22, // [22:32] is the sub-list for method output_type
+	12, // [12:22] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1414,7 +1522,7 @@ func file_slicer_v1_slicer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

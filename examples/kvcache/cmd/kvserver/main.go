@@ -31,6 +31,7 @@ import (
 	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/slicelet"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 func main() {
@@ -53,6 +54,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log verbosity: debug, info, warn or error")
 	cacheFile := fs.String("cache-file", "", "file to keep the job's assignment in, so a restart owns its cached keys at once even while slicerd is down (empty: no cache)")
 	loadWindow := fs.Duration("load-window", slicelet.DefaultLoadWindow, "how often the task reports the load it measured (one unit per key request) to slicerd")
+	tlsCert := fs.String("tls-cert", os.Getenv("KVSERVER_TLS_CERT"), "certificate naming this task (spiffe://slicerd/task/JOB/TASK) for a slicerd cluster with TLS; env KVSERVER_TLS_CERT")
+	tlsKey := fs.String("tls-key", os.Getenv("KVSERVER_TLS_KEY"), "private key of -tls-cert; env KVSERVER_TLS_KEY")
+	tlsCA := fs.String("tls-ca", os.Getenv("KVSERVER_TLS_CA"), "CA certificate slicerd's certificates chain to; env KVSERVER_TLS_CA")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -93,6 +97,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.Job, cfg.Task, cfg.Addr = *job, *task, ln.Addr().String()
 	cfg.GossipAddr, cfg.Join, cfg.Gossip = *gossipAddr, joins, gcfg
 	cfg.LoadWindow, cfg.CacheFile, cfg.Logger = *loadWindow, *cacheFile, base
+	if files := (tlsconfig.Files{Cert: *tlsCert, Key: *tlsKey, CA: *tlsCA}); files.Enabled() {
+		if err := files.Validate("tls-", true); err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "kvserver: %v\n", strings.ReplaceAll(err.Error(), "--", "-"))
+			return 2
+		}
+		src, err := tlsconfig.Load(files, base)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "kvserver: %v\n", err)
+			return 2
+		}
+		cfg.TLS = src
+	}
 	sl, err := slicelet.New(cfg)
 	if err != nil {
 		ln.Close()

@@ -59,6 +59,9 @@ const (
 	// AssignerServiceWatchAssignmentProcedure is the fully-qualified name of the AssignerService's
 	// WatchAssignment RPC.
 	AssignerServiceWatchAssignmentProcedure = "/slicer.v1.AssignerService/WatchAssignment"
+	// AssignerServiceRegisterTaskProcedure is the fully-qualified name of the AssignerService's
+	// RegisterTask RPC.
+	AssignerServiceRegisterTaskProcedure = "/slicer.v1.AssignerService/RegisterTask"
 	// JobServiceListJobsProcedure is the fully-qualified name of the JobService's ListJobs RPC.
 	JobServiceListJobsProcedure = "/slicer.v1.JobService/ListJobs"
 	// JobServiceGetJobProcedure is the fully-qualified name of the JobService's GetJob RPC.
@@ -278,6 +281,15 @@ func (UnimplementedBackupServiceHandler) GetAssignment(context.Context, *connect
 // AssignerServiceClient is a client for the slicer.v1.AssignerService service.
 type AssignerServiceClient interface {
 	WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest]) (*connect.ServerStreamForClient[v1.WatchAssignmentResponse], error)
+	// RegisterTask proves to this Assigner that the gossip member
+	// gossip_name is task `task` of job `job`: on a cluster with TLS, an
+	// Assigner gives slices only to task members registered by a caller
+	// whose certificate names that task (spiffe://slicerd/task/JOB/TASK).
+	// The registration is bound to the member's gossip address and ends when
+	// the member fails or leaves; Slicelets register with every Assigner
+	// when they start and whenever an Assigner appears. Without TLS it is
+	// accepted and changes nothing.
+	RegisterTask(context.Context, *connect.Request[v1.RegisterTaskRequest]) (*connect.Response[v1.RegisterTaskResponse], error)
 }
 
 // NewAssignerServiceClient constructs a client for the slicer.v1.AssignerService service. By
@@ -297,12 +309,19 @@ func NewAssignerServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(assignerServiceMethods.ByName("WatchAssignment")),
 			connect.WithClientOptions(opts...),
 		),
+		registerTask: connect.NewClient[v1.RegisterTaskRequest, v1.RegisterTaskResponse](
+			httpClient,
+			baseURL+AssignerServiceRegisterTaskProcedure,
+			connect.WithSchema(assignerServiceMethods.ByName("RegisterTask")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // assignerServiceClient implements AssignerServiceClient.
 type assignerServiceClient struct {
 	watchAssignment *connect.Client[v1.WatchAssignmentRequest, v1.WatchAssignmentResponse]
+	registerTask    *connect.Client[v1.RegisterTaskRequest, v1.RegisterTaskResponse]
 }
 
 // WatchAssignment calls slicer.v1.AssignerService.WatchAssignment.
@@ -310,9 +329,23 @@ func (c *assignerServiceClient) WatchAssignment(ctx context.Context, req *connec
 	return c.watchAssignment.CallServerStream(ctx, req)
 }
 
+// RegisterTask calls slicer.v1.AssignerService.RegisterTask.
+func (c *assignerServiceClient) RegisterTask(ctx context.Context, req *connect.Request[v1.RegisterTaskRequest]) (*connect.Response[v1.RegisterTaskResponse], error) {
+	return c.registerTask.CallUnary(ctx, req)
+}
+
 // AssignerServiceHandler is an implementation of the slicer.v1.AssignerService service.
 type AssignerServiceHandler interface {
 	WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest], *connect.ServerStream[v1.WatchAssignmentResponse]) error
+	// RegisterTask proves to this Assigner that the gossip member
+	// gossip_name is task `task` of job `job`: on a cluster with TLS, an
+	// Assigner gives slices only to task members registered by a caller
+	// whose certificate names that task (spiffe://slicerd/task/JOB/TASK).
+	// The registration is bound to the member's gossip address and ends when
+	// the member fails or leaves; Slicelets register with every Assigner
+	// when they start and whenever an Assigner appears. Without TLS it is
+	// accepted and changes nothing.
+	RegisterTask(context.Context, *connect.Request[v1.RegisterTaskRequest]) (*connect.Response[v1.RegisterTaskResponse], error)
 }
 
 // NewAssignerServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -328,10 +361,18 @@ func NewAssignerServiceHandler(svc AssignerServiceHandler, opts ...connect.Handl
 		connect.WithSchema(assignerServiceMethods.ByName("WatchAssignment")),
 		connect.WithHandlerOptions(opts...),
 	)
+	assignerServiceRegisterTaskHandler := connect.NewUnaryHandler(
+		AssignerServiceRegisterTaskProcedure,
+		svc.RegisterTask,
+		connect.WithSchema(assignerServiceMethods.ByName("RegisterTask")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slicer.v1.AssignerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AssignerServiceWatchAssignmentProcedure:
 			assignerServiceWatchAssignmentHandler.ServeHTTP(w, r)
+		case AssignerServiceRegisterTaskProcedure:
+			assignerServiceRegisterTaskHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -343,6 +384,10 @@ type UnimplementedAssignerServiceHandler struct{}
 
 func (UnimplementedAssignerServiceHandler) WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest], *connect.ServerStream[v1.WatchAssignmentResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.AssignerService.WatchAssignment is not implemented"))
+}
+
+func (UnimplementedAssignerServiceHandler) RegisterTask(context.Context, *connect.Request[v1.RegisterTaskRequest]) (*connect.Response[v1.RegisterTaskResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.AssignerService.RegisterTask is not implemented"))
 }
 
 // JobServiceClient is a client for the slicer.v1.JobService service.

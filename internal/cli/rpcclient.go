@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/urfave/cli/v2"
+
+	"github.com/slicerd/slicerd/api"
+	"github.com/slicerd/slicerd/tlsconfig"
+)
+
+// clientFlags are the security flags of every command that calls an agent.
+func clientFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{
+			Name: "tls-ca", EnvVars: []string{"SLICERD_TLS_CA"},
+			Usage: "CA certificate (PEM) to verify the agent by; turns TLS on. The agent must present a slicerd agent identity",
+		},
+		&cli.StringFlag{
+			Name: "tls-cert", EnvVars: []string{"SLICERD_TLS_CERT"},
+			Usage: "client certificate (PEM) to present, e.g. an admin or client one from 'slicerd tls init'",
+		},
+		&cli.StringFlag{
+			Name: "tls-key", EnvVars: []string{"SLICERD_TLS_KEY"},
+			Usage: "private key (PEM) of --tls-cert",
+		},
+		&cli.StringFlag{
+			Name: "token-file", EnvVars: []string{"SLICERD_TOKEN_FILE"},
+			Usage: "file holding an admin bearer token to send (one of the agent's --token-file secrets); needs TLS",
+		},
+	}
+}
+
+// rpcClient returns the HTTP client, base URL and Connect options for
+// calling the agent at --addr with the command's security flags.
+func rpcClient(c *cli.Context) (*http.Client, string, []connect.ClientOption, error) {
+	addr := c.String("addr")
+	opts := []connect.ClientOption{connect.WithGRPC()}
+	files := tlsconfig.Files{CA: c.String("tls-ca"), Cert: c.String("tls-cert"), Key: c.String("tls-key")}
+	if !files.Enabled() {
+		if c.String("token-file") != "" {
+			return nil, "", nil, usageError("--token-file needs TLS (--tls-ca): a bearer token sent in clear can be read off the network")
+		}
+		return api.NewH2CClient(), api.URL(addr, false), opts, nil
+	}
+	if err := files.Validate("tls-", false); err != nil {
+		return nil, "", nil, usageError("%v", err)
+	}
+	src, err := tlsconfig.Load(files, nil)
+	if err != nil {
+		return nil, "", nil, usageError("%v", err)
+	}
+	if path := c.String("token-file"); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, "", nil, usageError("--token-file: %v", err)
+		}
+		token := strings.TrimSpace(string(b))
+		if token == "" || strings.ContainsAny(token, " \t\r\n") {
+			return nil, "", nil, usageError("--token-file %s must hold one token on one line", path)
+		}
+		opts = append(opts, connect.WithInterceptors(bearer(token)))
+	}
+	return api.NewHTTPClient(src.ClientConfig(tlsconfig.WantAgent())), api.URL(addr, true), opts, nil
+}
+
+// bearer sends an admin token with every call.
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// agentSecurityFlags are the agent's security flags.
+func agentSecurityFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{
+			Name: "tls-cert", EnvVars: []string{"SLICERD_TLS_CERT"},
+			Usage: "certificate (PEM) the RPC port presents, naming this node in each of its roles (slicerd tls init makes one); " +
+				"with --tls-key and --tls-ca it turns on TLS and authentication. Reloaded when the file changes",
+		},
+		&cli.StringFlag{
+			Name: "tls-key", EnvVars: []string{"SLICERD_TLS_KEY"},
+			Usage: "private key (PEM) of --tls-cert",
+		},
+		&cli.StringFlag{
+			Name: "tls-ca", EnvVars: []string{"SLICERD_TLS_CA"},
+			Usage: "CA certificate (PEM) that callers' and other agents' certificates must chain to",
+		},
+		&cli.StringFlag{
+			Name: "token-file", EnvVars: []string{"SLICERD_TOKEN_FILE"},
+			Usage: "file of admin bearer tokens, one \"NAME SECRET\" per line, for the CLI's writes (needs TLS); keep it mode 0600",
+		},
+		&cli.BoolFlag{
+			Name: "insecure", EnvVars: []string{"SLICERD_INSECURE"},
+			Usage: "allow cleartext RPC and gossip on addresses other than loopback, trusting everyone who can reach them",
+		},
+	}
+}

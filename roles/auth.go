@@ -1,0 +1,373 @@
+package roles
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/identity"
+)
+
+// ForwardedForHeader carries, on a request one Assigner forwards to
+// another, the identities the forwarding Assigner verified for the original
+// caller (identity URIs and "token:NAME", comma-separated). It is believed
+// only from a caller whose certificate names it an Assigner; from anyone
+// else both forwarding headers are removed before the request is handled.
+const ForwardedForHeader = "Slicerd-Forwarded-For"
+
+// Token is an admin bearer token: a name for the audit log and the secret
+// a caller presents as "Authorization: Bearer SECRET".
+type Token struct {
+	Name   string
+	Secret string
+}
+
+// minTokenLen is the shortest accepted secret: 128 bits in hex.
+const minTokenLen = 32
+
+// LoadTokenFile reads admin tokens from path, one "NAME SECRET" per line;
+// blank lines and lines starting with # are skipped. The file should be
+// readable by slicerd's user only.
+func LoadTokenFile(path string) ([]Token, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: token file: %w", ErrConfig, err)
+	}
+	defer f.Close()
+	var tokens []Token
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("%w: token file %s line %d: want \"NAME SECRET\"", ErrConfig, path, n)
+		}
+		tokens = append(tokens, Token{Name: fields[0], Secret: fields[1]})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: token file %s: %w", ErrConfig, path, err)
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("%w: token file %s holds no token; add lines \"NAME SECRET\"", ErrConfig, path)
+	}
+	return tokens, nil
+}
+
+func validateTokens(tokens []Token) error {
+	seen := map[string]bool{}
+	for _, t := range tokens {
+		if t.Name == "" || strings.ContainsAny(t.Name, ", \t") {
+			return fmt.Errorf("%w: admin token name %q must be non-empty without spaces or commas", ErrConfig, t.Name)
+		}
+		if len(t.Secret) < minTokenLen {
+			return fmt.Errorf("%w: admin token %q is %d characters; use at least %d random ones (e.g. openssl rand -hex 32)", ErrConfig, t.Name, len(t.Secret), minTokenLen)
+		}
+		if seen[t.Name] {
+			return fmt.Errorf("%w: admin token name %q is listed twice", ErrConfig, t.Name)
+		}
+		seen[t.Name] = true
+	}
+	return nil
+}
+
+// caller is what the RPC server verified about a request's sender.
+type caller struct {
+	// enforce is set when the agent authenticates callers (TLS is on);
+	// without it every caller is trusted, as on a private network.
+	enforce bool
+	// p is the caller, or for a request forwarded by an Assigner, the
+	// original caller as the forwarding Assigner verified it.
+	p identity.Principal
+	// direct is who sent this request: the forwarding Assigner itself for
+	// a forwarded one.
+	direct identity.Principal
+	addr   string
+}
+
+type callerKey struct{}
+
+func callerFrom(ctx context.Context) caller {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c
+}
+
+// access says who may call a procedure before its request is read; the
+// per-job checks on the message follow in the interceptor.
+type access int
+
+const (
+	accessAdmin access = iota // an admin identity or token (the default)
+	accessPublic
+	accessAuthenticated
+	accessAgent
+	accessAdminOrAssigner // admin, or an Assigner forwarding an admin's request
+	accessTaskOrAssigner  // a task, or an Assigner forwarding a task's request
+	accessTask            // a task itself
+)
+
+// procedureAccess lists every procedure slicerd serves; one not listed
+// needs an admin.
+var procedureAccess = map[string]access{
+	slicerv1connect.AssignerServiceWatchAssignmentProcedure:    accessAgent,
+	slicerv1connect.DistributorServiceWatchAssignmentProcedure: accessAuthenticated,
+	slicerv1connect.DistributorServiceGetAssignmentProcedure:   accessAuthenticated,
+	slicerv1connect.BackupServiceWatchAssignmentProcedure:      accessAuthenticated,
+	slicerv1connect.BackupServiceGetAssignmentProcedure:        accessAuthenticated,
+	slicerv1connect.JobServiceListJobsProcedure:                accessAuthenticated,
+	slicerv1connect.JobServiceGetJobProcedure:                  accessAuthenticated,
+	slicerv1connect.JobServiceSetJobConfigProcedure:            accessAdminOrAssigner,
+	slicerv1connect.LoadServiceReportLoadProcedure:             accessTaskOrAssigner,
+	slicerv1connect.AssignerServiceRegisterTaskProcedure:       accessTask,
+}
+
+func accessOf(procedure string) access {
+	if a, ok := procedureAccess[procedure]; ok {
+		return a
+	}
+	for _, public := range []string{grpchealth.HealthV1ServiceName, grpcreflect.ReflectV1ServiceName, grpcreflect.ReflectV1AlphaServiceName} {
+		if strings.HasPrefix(procedure, "/"+public+"/") {
+			return accessPublic
+		}
+	}
+	return accessAdmin
+}
+
+// authenticator verifies callers and decides what they may call.
+type authenticator struct {
+	enforce bool
+	tokens  map[[32]byte]string // SHA-256 of a secret → its name
+	errors  *connect.ErrorWriter
+}
+
+func newAuthenticator(enforce bool, tokens []Token) *authenticator {
+	au := &authenticator{enforce: enforce, tokens: map[[32]byte]string{}, errors: connect.NewErrorWriter()}
+	for _, t := range tokens {
+		au.tokens[sha256.Sum256([]byte(t.Secret))] = t.Name
+	}
+	return au
+}
+
+// token looks up a bearer secret. Comparing hashes of equal length in
+// constant time keeps the lookup's timing independent of the secret.
+func (au *authenticator) token(secret string) (string, bool) {
+	sum := sha256.Sum256([]byte(secret))
+	name := ""
+	for h, n := range au.tokens {
+		if subtle.ConstantTimeCompare(h[:], sum[:]) == 1 {
+			name = n
+		}
+	}
+	return name, name != ""
+}
+
+// wrap authenticates every request before next sees it: it reads the
+// caller's certificate identities and bearer token, removes forwarding
+// headers that did not come from an Assigner, and refuses a procedure the
+// caller may not call with UNAUTHENTICATED or PERMISSION_DENIED.
+func (au *authenticator) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := caller{enforce: au.enforce, addr: r.RemoteAddr}
+		if !au.enforce {
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+			return
+		}
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			ids, err := identity.FromCert(r.TLS.PeerCertificates[0])
+			if err != nil {
+				au.errors.Write(w, r, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("client certificate: %w", err)))
+				return
+			}
+			c.direct.IDs = ids
+		}
+		if h := r.Header.Get("Authorization"); h != "" {
+			secret, ok := strings.CutPrefix(h, "Bearer ")
+			name, known := au.token(secret)
+			if !ok || !known {
+				au.errors.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errors.New("the bearer token is not one of this agent's admin tokens; check --token-file on the agent and the token the client sends")))
+				return
+			}
+			c.direct.Token = name
+		}
+		c.p = c.direct
+		if from := r.Header.Get(ForwardedHeader); from != "" && c.direct.AgentNode(identity.Assigner, from) {
+			c.p = parseForwardedFor(r.Header.Get(ForwardedForHeader))
+		} else {
+			r.Header.Del(ForwardedHeader)
+			r.Header.Del(ForwardedForHeader)
+		}
+		if err := allowed(accessOf(r.URL.Path), c); err != nil {
+			au.errors.Write(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+	})
+}
+
+// allowed applies a procedure's access rule to the caller.
+func allowed(need access, c caller) error {
+	if need == accessPublic {
+		return nil
+	}
+	if c.p.Anonymous() {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New(
+			"this agent requires authentication: present a client certificate from the cluster's CA (slicerd tls init) or, for the CLI's admin commands, a bearer token (--token-file)"))
+	}
+	_, assigner := c.direct.Agent(identity.Assigner)
+	ok := false
+	switch need {
+	case accessAuthenticated:
+		ok = true
+	case accessAgent:
+		_, ok = c.p.Agent("")
+	case accessAdmin:
+		ok = c.p.Admin()
+	case accessAdminOrAssigner:
+		ok = c.p.Admin() || assigner
+	case accessTaskOrAssigner:
+		ok = hasRole(c.p, identity.Task) || assigner
+	case accessTask:
+		ok = hasRole(c.direct, identity.Task)
+	}
+	if !ok {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not call this procedure: it needs %s", c.p, accessText(need)))
+	}
+	return nil
+}
+
+func hasRole(p identity.Principal, r identity.Role) bool {
+	for _, id := range p.IDs {
+		if id.Role == r {
+			return true
+		}
+	}
+	return false
+}
+
+func accessText(a access) string {
+	switch a {
+	case accessAgent:
+		return "a slicerd agent certificate (spiffe://slicerd/assigner|distributor|backup/NODE)"
+	case accessAdminOrAssigner, accessAdmin:
+		return "an admin certificate (spiffe://slicerd/admin/NAME) or an admin bearer token"
+	case accessTaskOrAssigner, accessTask:
+		return "a task certificate (spiffe://slicerd/task/JOB/TASK)"
+	}
+	return "authentication"
+}
+
+// forwardedFor renders a principal for ForwardedForHeader.
+func forwardedFor(p identity.Principal) string {
+	var parts []string
+	for _, id := range p.IDs {
+		parts = append(parts, id.String())
+	}
+	if p.Token != "" {
+		parts = append(parts, "token:"+p.Token)
+	}
+	return strings.Join(parts, ",")
+}
+
+func parseForwardedFor(h string) identity.Principal {
+	var p identity.Principal
+	for _, part := range strings.Split(h, ",") {
+		if name, ok := strings.CutPrefix(part, "token:"); ok && name != "" {
+			p.Token = name
+			continue
+		}
+		if id, err := identity.Parse(part); err == nil {
+			p.IDs = append(p.IDs, id)
+		}
+	}
+	return p
+}
+
+// jobRequest is a request message that names a job.
+type jobRequest interface{ GetJob() string }
+
+// taskRequest is a request message that names a task of its job.
+type taskRequest interface {
+	jobRequest
+	GetTask() string
+}
+
+// checkMessage applies the per-message rules: a job's assignment is read
+// only by those who may watch it, a load report comes from the task it
+// names, and configuration changes come from admins.
+func checkMessage(c caller, procedure string, msg any) error {
+	if !c.enforce {
+		return nil
+	}
+	switch procedure {
+	case slicerv1connect.JobServiceSetJobConfigProcedure:
+		if !c.p.Admin() {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not change job configuration: it needs %s", c.p, accessText(accessAdmin)))
+		}
+		return nil
+	}
+	if m, ok := msg.(taskRequest); ok && procedure == slicerv1connect.LoadServiceReportLoadProcedure {
+		if !c.p.TaskOf(m.GetJob(), m.GetTask()) {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+				"%s may not report load for task %q of job %q: that needs a certificate naming %s", c.p, m.GetTask(), m.GetJob(),
+				identity.ID{Role: identity.Task, Job: m.GetJob(), Task: m.GetTask()}))
+		}
+		return nil
+	}
+	if m, ok := msg.(jobRequest); ok && accessOf(procedure) == accessAuthenticated && m.GetJob() != "" {
+		if !c.p.MayWatch(m.GetJob()) {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+				"%s may not read job %q: that needs a client certificate for the job (%s), a task certificate of the job, or an admin one",
+				c.p, m.GetJob(), identity.ID{Role: identity.Client, Job: m.GetJob()}))
+		}
+	}
+	return nil
+}
+
+// messageAuth is a Connect interceptor that runs checkMessage on every
+// request message, unary and streaming alike.
+type messageAuth struct{}
+
+func (messageAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := checkMessage(callerFrom(ctx), req.Spec().Procedure, req.Any()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (messageAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (messageAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		return next(ctx, &checkedConn{StreamingHandlerConn: conn, c: callerFrom(ctx)})
+	}
+}
+
+// checkedConn checks each message a streaming handler receives.
+type checkedConn struct {
+	connect.StreamingHandlerConn
+	c caller
+}
+
+func (s *checkedConn) Receive(msg any) error {
+	if err := s.StreamingHandlerConn.Receive(msg); err != nil {
+		return err
+	}
+	return checkMessage(s.c, s.Spec().Procedure, msg)
+}

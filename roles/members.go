@@ -1,0 +1,269 @@
+package roles
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/tlsconfig"
+)
+
+// Gossip tags are what a member says about itself; anyone holding the
+// gossip key can say anything. With TLS, an agent believes a member's
+// claims only once a certificate has backed them:
+//
+//   - a member that claims agent roles is dialled at the RPC address it
+//     advertises, and counts as those roles only if the certificate there
+//     names the member in each of them (spiffe://slicerd/ROLE/NAME);
+//   - a member that claims to be task T of job J counts as one only once a
+//     caller with a certificate for that task has registered it with this
+//     agent's Assigner (AssignerService.RegisterTask), bound to the
+//     member's gossip address; the registration ends when the member fails
+//     or leaves, so a different holder of the gossip key cannot take over a
+//     dead task's name.
+//
+// Members whose claims are not backed are left out of Peers, so no role
+// routes to them, defers to them or gives them slices.
+
+const (
+	// verifyTimeout bounds one verification dial and handshake.
+	verifyTimeout = 3 * time.Second
+	// verifyRetry is how long a member that failed verification waits
+	// before it is dialled again.
+	verifyRetry = 5 * time.Second
+)
+
+// verifier keeps the certificate-backed view of gossip.
+type verifier struct {
+	src    *tlsconfig.Source
+	self   string
+	log    *slog.Logger
+	notify func() // the agent's membership changed
+	kick   chan struct{}
+
+	mu     sync.Mutex
+	agents map[string]verdict // by member name
+	tasks  map[string]taskReg // by member name
+}
+
+// verdict is the outcome of dialling a member that claims agent roles.
+type verdict struct {
+	addr, roles string // what was verified
+	ok          bool
+	at          time.Time
+}
+
+// taskReg is a task member's registration.
+type taskReg struct {
+	job, task, gossipAddr string
+	by                    string // the registering identities, for logs
+	ended                 bool   // the member failed or left since
+}
+
+func newVerifier(src *tlsconfig.Source, self string, log *slog.Logger, notify func()) *verifier {
+	return &verifier{
+		src: src, self: self, log: log.With("component", "members"), notify: notify,
+		kick: make(chan struct{}, 1), agents: map[string]verdict{}, tasks: map[string]taskReg{},
+	}
+}
+
+func agentRoles(p gossip.Peer) string {
+	var rs []string
+	for _, r := range p.Roles {
+		if r != gossip.RoleTask {
+			rs = append(rs, string(r))
+		}
+	}
+	return strings.Join(rs, ",")
+}
+
+// filter returns the members whose claims are backed, and asks the
+// verification loop to dial those that still need it.
+func (v *verifier) filter(peers []gossip.Peer) []gossip.Peer {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]gossip.Peer, 0, len(peers))
+	need := false
+	for _, p := range peers {
+		if p.Name == v.self {
+			out = append(out, p)
+			continue
+		}
+		if p.Has(gossip.RoleTask) {
+			r, ok := v.tasks[p.Name]
+			if !ok || r.job != p.Job || r.task != p.Task || r.gossipAddr != p.GossipAddr {
+				continue
+			}
+			if p.Status != gossip.StatusAlive {
+				r.ended = true
+				v.tasks[p.Name] = r
+			} else if r.ended {
+				continue // back under the same name: it must register again
+			}
+			out = append(out, p)
+			continue
+		}
+		roles := agentRoles(p)
+		if roles == "" {
+			continue
+		}
+		vd, ok := v.agents[p.Name]
+		if ok && vd.addr == p.RPCAddr && vd.roles == roles {
+			if vd.ok {
+				out = append(out, p)
+			} else if time.Since(vd.at) >= verifyRetry {
+				need = true
+			}
+			continue
+		}
+		need = true
+	}
+	if need {
+		select {
+		case v.kick <- struct{}{}:
+		default:
+		}
+	}
+	return out
+}
+
+// run dials members that claim agent roles until ctx ends; peers returns
+// the raw gossip view.
+func (v *verifier) run(ctx context.Context, peers func() []gossip.Peer) {
+	retry := time.NewTicker(verifyRetry)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-v.kick:
+		case <-retry.C:
+		}
+		changed := false
+		for _, p := range peers() {
+			roles := agentRoles(p)
+			if p.Name == v.self || roles == "" || p.Has(gossip.RoleTask) || p.Status != gossip.StatusAlive || p.RPCAddr == "" {
+				continue
+			}
+			v.mu.Lock()
+			vd, ok := v.agents[p.Name]
+			v.mu.Unlock()
+			if ok && vd.addr == p.RPCAddr && vd.roles == roles && (vd.ok || time.Since(vd.at) < verifyRetry) {
+				continue
+			}
+			err := v.dial(ctx, p)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				v.log.Warn("ignoring a gossip member whose certificate does not back its claims", "member", p.Name,
+					"roles", roles, "rpc_addr", p.RPCAddr, "err", err)
+			} else {
+				v.log.Info("gossip member verified", "member", p.Name, "roles", roles, "rpc_addr", p.RPCAddr)
+			}
+			v.mu.Lock()
+			v.agents[p.Name] = verdict{addr: p.RPCAddr, roles: roles, ok: err == nil, at: time.Now()}
+			v.mu.Unlock()
+			changed = changed || err == nil
+		}
+		if changed {
+			v.notify()
+		}
+	}
+}
+
+// dial checks that the certificate at p's RPC address names p in each
+// agent role it claims.
+func (v *verifier) dial(ctx context.Context, p gossip.Peer) error {
+	check := func(ids []identity.ID) error {
+		for _, r := range p.Roles {
+			if r == gossip.RoleTask {
+				continue
+			}
+			want := identity.ID{Role: identity.Role(r), Node: p.Name}
+			if !slices.Contains(ids, want) {
+				return fmt.Errorf("%w: the certificate at %s does not name %s (it has %v)", tlsconfig.ErrPeer, p.RPCAddr, want, ids)
+			}
+		}
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	defer cancel()
+	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: v.src.ClientConfig(check)}
+	conn, err := d.DialContext(dctx, "tcp", p.RPCAddr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// register records a task member's registration.
+func (v *verifier) register(p gossip.Peer, by string) {
+	v.mu.Lock()
+	prev, had := v.tasks[p.Name]
+	v.tasks[p.Name] = taskReg{job: p.Job, task: p.Task, gossipAddr: p.GossipAddr, by: by}
+	v.mu.Unlock()
+	if !had || prev.ended || prev.gossipAddr != p.GossipAddr {
+		v.log.Info("task registered", "member", p.Name, "job", p.Job, "task", p.Task, "gossip_addr", p.GossipAddr, "by", by)
+		v.notify()
+	}
+}
+
+// RegisterTask implements slicerv1connect.AssignerServiceHandler: see
+// registerTask.
+func (a *Assigner) RegisterTask(ctx context.Context, req *connect.Request[slicerv1.RegisterTaskRequest]) (*connect.Response[slicerv1.RegisterTaskResponse], error) {
+	if err := a.registerTask(ctx, req.Msg); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slicerv1.RegisterTaskResponse{}), nil
+}
+
+// errNotInGossip is returned to a registration that came before gossip
+// showed the member; the Slicelet retries.
+var errNotInGossip = errors.New("not an alive member in this assigner's gossip view yet")
+
+func (a *Assigner) registerTask(ctx context.Context, m *slicerv1.RegisterTaskRequest) error {
+	if err := assign.ValidateJobName(m.GetJob()); err != nil {
+		return toConnect(err)
+	}
+	if err := assign.ValidateTaskName(m.GetTask()); err != nil {
+		return toConnect(err)
+	}
+	if a.verify == nil {
+		return nil // without TLS every member is believed
+	}
+	c := callerFrom(ctx)
+	if !c.direct.TaskOf(m.GetJob(), m.GetTask()) {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+			"%s may not register task %q of job %q: that needs a certificate naming %s", c.direct, m.GetTask(), m.GetJob(),
+			identity.ID{Role: identity.Task, Job: m.GetJob(), Task: m.GetTask()}))
+	}
+	for _, p := range a.rawPeers() {
+		if p.Name != m.GetGossipName() {
+			continue
+		}
+		if !p.Has(gossip.RoleTask) || p.Job != m.GetJob() || p.Task != m.GetTask() {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+				"gossip member %q advertises job %q task %q, not job %q task %q", p.Name, p.Job, p.Task, m.GetJob(), m.GetTask()))
+		}
+		if p.Status != gossip.StatusAlive {
+			break
+		}
+		a.verify.register(p, c.direct.String())
+		return nil
+	}
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("gossip member %q is %w; retry shortly", m.GetGossipName(), errNotInGossip))
+}

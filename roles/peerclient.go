@@ -1,0 +1,63 @@
+package roles
+
+import (
+	"net/http"
+	"sync"
+
+	"github.com/slicerd/slicerd/api"
+	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/tlsconfig"
+)
+
+// peerClients are the HTTP clients an agent calls other agents with. With
+// TLS, each gossip member gets its own client, which accepts only a server
+// whose certificate names that member in the expected role: an address
+// learned from gossip is trusted for what the certificate behind it says.
+type peerClients struct {
+	tls   *tlsconfig.Source // nil: cleartext, peers trusted
+	plain *http.Client
+
+	mu      sync.Mutex
+	clients map[peerKey]*http.Client
+}
+
+type peerKey struct {
+	role identity.Role
+	node string
+}
+
+func newPeerClients(src *tlsconfig.Source) *peerClients {
+	pc := &peerClients{tls: src, clients: map[peerKey]*http.Client{}}
+	if src == nil {
+		pc.plain = api.NewH2CClient()
+	}
+	return pc
+}
+
+// get returns the client for member node in role, and the base URL of addr.
+func (pc *peerClients) get(role identity.Role, node, addr string) (*http.Client, string) {
+	if pc.tls == nil {
+		return pc.plain, api.URL(addr, false)
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	k := peerKey{role, node}
+	c, ok := pc.clients[k]
+	if !ok {
+		c = api.NewHTTPClient(pc.tls.ClientConfig(tlsconfig.WantNode(role, node)))
+		pc.clients[k] = c
+	}
+	return c, api.URL(addr, true)
+}
+
+// closeIdle closes every client's idle connections.
+func (pc *peerClients) closeIdle() {
+	if pc.plain != nil {
+		pc.plain.CloseIdleConnections()
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	for _, c := range pc.clients {
+		c.CloseIdleConnections()
+	}
+}

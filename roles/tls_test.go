@@ -1,0 +1,267 @@
+package roles
+
+import (
+	"context"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/slicelet"
+	"github.com/slicerd/slicerd/tlsconfig"
+)
+
+// testPKI is a CA in a temporary directory that issues certificates on
+// demand.
+type testPKI struct {
+	t   *testing.T
+	dir string
+	ca  *tlsconfig.CA
+	caf string
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	ca, err := tlsconfig.NewCA("test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p := &testPKI{t: t, dir: dir, ca: ca, caf: dir + "/ca.pem"}
+	if err := os.WriteFile(p.caf, ca.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// source issues a certificate with ids and loads it.
+func (p *testPKI) source(name string, ids ...identity.ID) *tlsconfig.Source {
+	p.t.Helper()
+	f, err := p.ca.IssueFiles(p.dir, name, p.caf, tlsconfig.Leaf{CommonName: name, IDs: ids, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Validity: time.Hour})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	src, err := tlsconfig.Load(f, nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return src
+}
+
+func agentIDs(node string, roles ...gossip.Role) []identity.ID {
+	var ids []identity.ID
+	for _, r := range roles {
+		ids = append(ids, identity.ID{Role: identity.Role(r), Node: node})
+	}
+	return ids
+}
+
+// tlsConfig is testConfig with TLS on and an admin token.
+func (p *testPKI) agentConfig(t *testing.T, name string) Config {
+	cfg := testConfig(t, name, t.TempDir())
+	cfg.TLS = p.source(name, agentIDs(name, cfg.Roles...)...)
+	cfg.AdminTokens = []Token{{Name: "ops", Secret: testToken}}
+	return cfg
+}
+
+const testToken = "0123456789abcdef0123456789abcdef"
+
+// jobClientAs calls the agent's JobService with src's certificate (none
+// when nil) and, when token is set, a bearer token.
+func jobClientAs(t *testing.T, node *running, src *tlsconfig.Source, token string) slicerv1connect.JobServiceClient {
+	t.Helper()
+	hc := api.NewHTTPClient(src.ClientConfig(tlsconfig.WantAgent(identity.Assigner)))
+	t.Cleanup(hc.CloseIdleConnections)
+	var opts []connect.ClientOption
+	if token != "" {
+		opts = append(opts, connect.WithInterceptors(tokenInterceptor(token)))
+	}
+	return slicerv1connect.NewJobServiceClient(hc, api.URL(node.RPCAddr(), true), opts...)
+}
+
+type tokenInterceptor string
+
+func (tk tokenInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(tk))
+		return next(ctx, req)
+	}
+}
+func (tk tokenInterceptor) WrapStreamingClient(n connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return n
+}
+func (tk tokenInterceptor) WrapStreamingHandler(n connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return n
+}
+
+func startTLSTask(t *testing.T, node *running, src *tlsconfig.Source, job, task string) *slicelet.Slicelet {
+	t.Helper()
+	sl, err := slicelet.New(slicelet.Config{
+		Job: job, Task: task, Addr: "127.0.0.1:9000",
+		Join: []string{node.GossipAddr()}, Gossip: gossip.TestConfig("replaced"),
+		TLS: src, Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sl.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("slicelet Run: %v", err)
+		}
+	})
+	return sl
+}
+
+func TestTLSAuthorizesByIdentity(t *testing.T) {
+	pki := newTestPKI(t)
+	node := startAgent(t, pki.agentConfig(t, "a1"))
+	ctx := context.Background()
+	cfgReq := func(job string) *connect.Request[slicerv1.SetJobConfigRequest] {
+		return connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: job, Config: &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1}})
+	}
+
+	anon := pki.source("anon-ca-only")
+	anonClient := jobClientAs(t, node, anon, "")
+	if _, err := anonClient.ListJobs(ctx, connect.NewRequest(&slicerv1.ListJobsRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("ListJobs without a certificate = %v, want UNAUTHENTICATED", err)
+	}
+	client := pki.source("client-kv", identity.ID{Role: identity.Client, Job: "kv"})
+	if _, err := jobClientAs(t, node, client, "").SetJobConfig(ctx, cfgReq("kv")); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("SetJobConfig with a client certificate = %v, want PERMISSION_DENIED", err)
+	}
+	if _, err := jobClientAs(t, node, client, "wrong-token-wrong-token-wrong-tok").SetJobConfig(ctx, cfgReq("kv")); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("SetJobConfig with an unknown token = %v, want UNAUTHENTICATED", err)
+	}
+	if _, err := jobClientAs(t, node, anon, testToken).SetJobConfig(ctx, cfgReq("kv")); err != nil {
+		t.Errorf("SetJobConfig with the admin token: %v", err)
+	}
+	admin := pki.source("admin", identity.ID{Role: identity.Admin, Name: "ops"})
+	if _, err := jobClientAs(t, node, admin, "").SetJobConfig(ctx, cfgReq("web")); err != nil {
+		t.Errorf("SetJobConfig with an admin certificate: %v", err)
+	}
+
+	// A load report is accepted only from the task it names.
+	task := pki.source("task-kv-0", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-0"})
+	hc := api.NewHTTPClient(task.ClientConfig(tlsconfig.WantAgent()))
+	t.Cleanup(hc.CloseIdleConnections)
+	load := slicerv1connect.NewLoadServiceClient(hc, api.URL(node.RPCAddr(), true))
+	other := goodReport()
+	other.Task = "kv-1"
+	if _, err := load.ReportLoad(ctx, connect.NewRequest(other)); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("ReportLoad for another task = %v, want PERMISSION_DENIED", err)
+	}
+
+	// A client of one job cannot watch another.
+	dist := slicerv1connect.NewDistributorServiceClient(api.NewHTTPClient(client.ClientConfig(tlsconfig.WantAgent())), api.URL(node.RPCAddr(), true))
+	if _, err := dist.GetAssignment(ctx, connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "web"})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("GetAssignment of another job = %v, want PERMISSION_DENIED", err)
+	}
+
+	// A server with another node's certificate is refused by clients
+	// that expect this node.
+	hc2 := api.NewHTTPClient(admin.ClientConfig(tlsconfig.WantNode(identity.Assigner, "a2")))
+	t.Cleanup(hc2.CloseIdleConnections)
+	if _, err := slicerv1connect.NewJobServiceClient(hc2, api.URL(node.RPCAddr(), true)).ListJobs(ctx, connect.NewRequest(&slicerv1.ListJobsRequest{})); err == nil {
+		t.Error("a client expecting node a2 accepted a1's certificate")
+	}
+}
+
+func TestTLSTasksNeedRegistration(t *testing.T) {
+	pki := newTestPKI(t)
+	node := startAgent(t, pki.agentConfig(t, "a1"))
+	sl := startTLSTask(t, node, pki.source("task-kv-0", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-0"}), "kv", "kv-0")
+	<-sl.Ready()
+
+	// A member that claims to be a task of kv, without registering, is in
+	// gossip but never in the Assigner's view.
+	gcfg := gossip.TestConfig("kv/evil")
+	gcfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "evil", RPCAddr: "127.0.0.1:6666"}
+	evil, err := gossip.Start(gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer evil.Shutdown()
+	if _, err := evil.Join([]string{node.GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "gossip to list the unregistered member", func() bool {
+		for _, p := range node.rawPeers() {
+			if p.Name == "kv/evil" {
+				return true
+			}
+		}
+		return false
+	})
+	// A task certificate for kv-0 cannot register the member as evil.
+	task := pki.source("task-kv-0b", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-0"})
+	hc := api.NewHTTPClient(task.ClientConfig(tlsconfig.WantAgent()))
+	t.Cleanup(hc.CloseIdleConnections)
+	reg := slicerv1connect.NewAssignerServiceClient(hc, api.URL(node.RPCAddr(), true))
+	_, err = reg.RegisterTask(context.Background(), connect.NewRequest(&slicerv1.RegisterTaskRequest{Job: "kv", Task: "evil", GossipName: "kv/evil"}))
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("registering kv/evil with kv-0's certificate = %v, want PERMISSION_DENIED", err)
+	}
+	for _, p := range node.Peers() {
+		if p.Name == "kv/evil" {
+			t.Fatalf("the unregistered member is in the verified view: %+v", p)
+		}
+	}
+	a := sl.Assignment()
+	for _, task := range a.Tasks {
+		if task.Name == "evil" {
+			t.Fatalf("assignment gives slices to the unregistered member: %v", a.Tasks)
+		}
+	}
+}
+
+func TestTLSIgnoresUnbackedAssigner(t *testing.T) {
+	pki := newTestPKI(t)
+	node := startAgent(t, pki.agentConfig(t, "a1"))
+	// A second agent whose certificate names a different node: its claim
+	// to be Assigner "zz" is never believed.
+	cfg := pki.agentConfig(t, "zz")
+	cfg.TLS = pki.source("zz-wrong", agentIDs("other", cfg.Roles...)...)
+	cfg.Gossip.Join = []string{node.GossipAddr()}
+	// Built by hand: Validate refuses the mismatched certificate.
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("Validate accepted a certificate naming another node")
+	}
+	gcfg := gossip.TestConfig("zz")
+	rcfg := pki.agentConfig(t, "other")
+	rcfg.Gossip.Join = []string{node.GossipAddr()}
+	rogue := startAgent(t, rcfg)
+	gcfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleAssigner, gossip.RoleDistributor}, RPCAddr: rogue.RPCAddr()}
+	fake, err := gossip.Start(gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Shutdown()
+	if _, err := fake.Join([]string{node.GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "the rogue agent to be verified", func() bool {
+		for _, p := range node.Peers() {
+			if p.Name == "other" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, p := range node.Peers() {
+		if p.Name == "zz" {
+			t.Fatalf("a member whose address holds another node's certificate is believed: %+v", p)
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package slicelet
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/tlsconfig"
+)
+
+// registerRefresh is how often the Slicelet registers again with every
+// Assigner, whether or not gossip showed a change: an Assigner restarted
+// faster than gossip noticed it has forgotten the registration.
+const registerRefresh = 30 * time.Second
+
+// registerRetry paces registrations that failed.
+const registerRetry = time.Second
+
+// assignerClient returns the HTTP client and base URL for Assigner p: with
+// TLS, a client that accepts only a certificate naming p as an Assigner.
+func (s *Slicelet) assignerClient(p gossip.Peer) (*http.Client, string) {
+	if s.cfg.TLS == nil {
+		return s.httpClient, api.URL(p.RPCAddr, false)
+	}
+	s.assignersMu.Lock()
+	defer s.assignersMu.Unlock()
+	c, ok := s.assigners[p.Name]
+	if !ok {
+		c = api.NewHTTPClient(s.cfg.TLS.ClientConfig(tlsconfig.WantNode(identity.Assigner, p.Name)))
+		s.assigners[p.Name] = c
+	}
+	return c, api.URL(p.RPCAddr, true)
+}
+
+func (s *Slicelet) closeAssignerClients() {
+	s.assignersMu.Lock()
+	defer s.assignersMu.Unlock()
+	for _, c := range s.assigners {
+		c.CloseIdleConnections()
+	}
+}
+
+// registerLoop registers this task with every alive Assigner in gossip:
+// once joined, whenever an Assigner appears or comes back, after a failed
+// attempt, and every registerRefresh.
+func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node) {
+	select {
+	case <-s.joined:
+	case <-ctx.Done():
+		return
+	}
+	changes, unsubscribe := node.Changes()
+	defer unsubscribe()
+	done := map[string]string{} // Assigner name → RPC address registered with
+	refresh := time.NewTicker(registerRefresh)
+	defer refresh.Stop()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		case <-retry.C:
+		case <-refresh.C:
+			clear(done)
+		}
+		failed := false
+		alive := map[string]bool{}
+		for _, p := range node.Peers() {
+			if !p.Has(gossip.RoleAssigner) || p.Status != gossip.StatusAlive || p.RPCAddr == "" {
+				continue
+			}
+			alive[p.Name] = true
+			if done[p.Name] == p.RPCAddr {
+				continue
+			}
+			if err := s.register(ctx, node, p); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.log.Warn("slicelet: registering with an assigner failed; retrying", "assigner", p.Name, "rpc_addr", p.RPCAddr, "err", err)
+				failed = true
+				continue
+			}
+			done[p.Name] = p.RPCAddr
+			s.log.Debug("slicelet: registered with assigner", "assigner", p.Name)
+		}
+		for name := range done {
+			if !alive[name] {
+				delete(done, name) // register again when it is back
+			}
+		}
+		if failed {
+			retry.Reset(registerRetry)
+		}
+	}
+}
+
+func (s *Slicelet) register(ctx context.Context, node *gossip.Node, p gossip.Peer) error {
+	hc, url := s.assignerClient(p)
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := slicerv1connect.NewAssignerServiceClient(hc, url).RegisterTask(rctx, connect.NewRequest(&slicerv1.RegisterTaskRequest{
+		Job: s.cfg.Job, Task: s.cfg.Task, GossipName: node.Self().Name,
+	}))
+	return err
+}
