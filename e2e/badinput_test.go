@@ -14,7 +14,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/internal/testwait"
@@ -61,9 +60,9 @@ func TestBadInputKeepsAssignment(t *testing.T) {
 	task := startKV(t, "kv-0", node.gossipAddr)
 	_ = task
 
-	hc := api.NewH2CClient()
-	dist := slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(node.rpcAddr))
-	backup := slicerv1connect.NewBackupServiceClient(hc, api.RPCURL(node.rpcAddr), connect.WithGRPC())
+	hc, rpcURL := rpcClient("")
+	dist := slicerv1connect.NewDistributorServiceClient(hc, rpcURL(node.rpcAddr))
+	backup := slicerv1connect.NewBackupServiceClient(hc, rpcURL(node.rpcAddr), connect.WithGRPC())
 	ctx := context.Background()
 	get := func() *slicerv1.Assignment {
 		resp, err := backup.GetAssignment(ctx, connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "kv"}))
@@ -153,7 +152,7 @@ func TestBadInputKeepsAssignment(t *testing.T) {
 	}
 	node = startSlicerd(t, "node-1", "--data-dir", dataDir, "--startup-grace", "30s")
 	node.waitLine(10*time.Second, `"msg":"carrying stored assignment forward"`, `"generation":`)
-	backup = slicerv1connect.NewBackupServiceClient(hc, api.RPCURL(node.rpcAddr))
+	backup = slicerv1connect.NewBackupServiceClient(hc, rpcURL(node.rpcAddr))
 	testwait.Until(t, 10*time.Second, "the backup serving after restart", func() bool { return get() != nil })
 	if got := get(); !proto.Equal(got, stored) {
 		t.Fatalf("assignment after restart differs:\nbefore %v\nafter  %v", stored, got)

@@ -118,7 +118,7 @@ func startRouter(t *testing.T, h *haCluster, cacheFile string) *router {
 	cfg.CacheFile = cacheFile
 	cfg.MinBackoff, cfg.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	c, err := clerk.New(cfg)
+	c, err := clerk.New(secureClerk(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,6 +42,13 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	if secure {
+		if err := setupPKI(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "secure mode:", err)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -64,7 +71,7 @@ func start(t *testing.T, name, path string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{}), notify: make(chan struct{})}
 	p.cmd = exec.Command(path, args...)
-	p.cmd.Env = append(os.Environ(), "SLICERD_LOG_FORMAT=json")
+	p.cmd.Env = append(append(os.Environ(), "SLICERD_LOG_FORMAT=json"), secureEnv(path, args)...)
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
 	if err := p.cmd.Start(); err != nil {
@@ -222,6 +229,7 @@ func runSlicerd(t *testing.T, args ...string) (code int, out string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin.slicerd, args...)
+	cmd.Env = append(os.Environ(), secureEnv(bin.slicerd, args)...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err := cmd.Run()
@@ -237,7 +245,7 @@ func runSlicerd(t *testing.T, args ...string) (code int, out string) {
 // runClerk runs a Clerk for cfg in the test process until the test ends.
 func runClerk(t *testing.T, cfg clerk.Config) *clerk.Clerk {
 	t.Helper()
-	c, err := clerk.New(cfg)
+	c, err := clerk.New(secureClerk(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestReactsToHotKeyShift(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ck, err := clerk.New(clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
+	ck, err := clerk.New(secureClerk(clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}}))
 	if err != nil {
 		t.Fatal(err)
 	}

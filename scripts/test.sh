@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs slicerd's checks and tests: formatting, vet, the generated-code check,
 # and every Go test under the race detector (end-to-end tests included; they
-# build and start the real binaries). Needs only Go; the code generators are
+# build and start the real binaries; they run twice, the second time on the
+# secure settings with the attack suite). Needs only Go; the code generators are
 # installed into .bin/ by scripts/tools.sh on first use.
 #   scripts/test.sh            everything
 #   SKIP_GENCHECK=1 scripts/test.sh   skip the generated-code check (no generator build)
@@ -25,6 +26,14 @@ fi
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./... 2>&1 | tee /tmp/slicerd-test.$$.log
 status=${PIPESTATUS[0]}
+
+# The end-to-end tests again, with every cluster on the documented secure
+# settings (TLS, certificate identities, admin token); the attack suite
+# runs only in this pass.
+echo "== go test -race ./e2e/ (secure)"
+SLICERD_E2E_SECURE=1 go test -race -count=1 -timeout 20m ./e2e/ 2>&1 | sed 's/^ok /ok (secure) /' | tee -a /tmp/slicerd-test.$$.log
+secure_status=${PIPESTATUS[0]}
+[ "$status" = 0 ] && status=$secure_status
 passed=$(grep -c '^ok ' /tmp/slicerd-test.$$.log || true)
 failed=$(grep -c -E '^(FAIL|--- FAIL)' /tmp/slicerd-test.$$.log || true)
 rm -f /tmp/slicerd-test.$$.log

@@ -1,0 +1,431 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/roles"
+	"github.com/slicerd/slicerd/tlsconfig"
+)
+
+// The attack suite: each test attacks a cluster started with the
+// documented secure settings (TLS with per-role certificates and an admin
+// token), and checks that the attack is refused or contained: routing
+// does not change, the stored assignment is untouched, health stays
+// SERVING, and a legitimate task can still join afterwards.
+
+func requireSecure(t *testing.T) {
+	t.Helper()
+	if !secure {
+		t.Skip("attack tests run against the secure settings: set SLICERD_E2E_SECURE=1 (scripts/test.sh does)")
+	}
+}
+
+// target is a secure single-node cluster with three tasks and a Clerk.
+type target struct {
+	t      *testing.T
+	node   *slicerdNode
+	clerk  *clerk.Clerk
+	admin  *http.Client
+	before *slicerv1.Assignment
+}
+
+func startTarget(t *testing.T) *target {
+	t.Helper()
+	requireSecure(t)
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
+	for i := range 3 {
+		startKV(t, fmt.Sprintf("kv-%d", i), node.gossipAddr)
+	}
+	c := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
+	admin, _ := rpcClient("")
+	t.Cleanup(admin.CloseIdleConnections)
+	tg := &target{t: t, node: node, clerk: c, admin: admin}
+	testwait.Until(t, 30*time.Second, "an assignment over the three tasks", func() bool {
+		a := c.Assignment()
+		return a != nil && len(a.Tasks) == 3
+	})
+	tg.before = tg.stored()
+	if tg.before.GetGeneration() != c.Assignment().Generation {
+		testwait.Until(t, 10*time.Second, "the Clerk to hold the stored generation", func() bool {
+			tg.before = tg.stored()
+			return tg.before.GetGeneration() == c.Assignment().Generation
+		})
+	}
+	return tg
+}
+
+// stored reads the job's stored assignment from the Backup, as an admin.
+func (tg *target) stored() *slicerv1.Assignment {
+	tg.t.Helper()
+	b := slicerv1connect.NewBackupServiceClient(tg.admin, api.URL(tg.node.rpcAddr, true))
+	resp, err := b.GetAssignment(context.Background(), connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "kv"}))
+	if err != nil {
+		tg.t.Fatalf("reading the stored assignment: %v", err)
+	}
+	return resp.Msg.GetAssignment()
+}
+
+// contained checks what every attack must leave as it was, then that a
+// legitimate task can still join.
+func (tg *target) contained() {
+	t := tg.t
+	t.Helper()
+	if got := tg.stored(); !proto.Equal(got, tg.before) {
+		t.Errorf("the stored assignment changed:\nbefore %v\nafter  %v", tg.before, got)
+	}
+	if got := tg.clerk.Assignment(); got.Generation != tg.before.GetGeneration() || got.Incarnation != tg.before.GetIncarnation() {
+		t.Errorf("routing changed: the Clerk holds generation %d (incarnation %s), the store %d (%s)",
+			got.Generation, got.Incarnation, tg.before.GetGeneration(), tg.before.GetIncarnation())
+	}
+	health := connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](
+		tg.admin, api.URL(tg.node.rpcAddr, true)+"/grpc.health.v1.Health/Check", connect.WithGRPC())
+	resp, err := health.CallUnary(context.Background(), connect.NewRequest(&healthv1.HealthCheckRequest{}))
+	if err != nil || resp.Msg.GetStatus() != healthv1.HealthCheckResponse_SERVING {
+		t.Errorf("health after the attack: %v, %v; want SERVING", resp, err)
+	}
+	startKV(t, "kv-3", tg.node.gossipAddr)
+	testwait.Until(t, 30*time.Second, "a legitimate task to join after the attack", func() bool {
+		a := tg.clerk.Assignment()
+		for _, task := range a.Tasks {
+			if task.Name == "kv-3" {
+				return true
+			}
+		}
+		return false
+	})
+	after := tg.clerk.Assignment()
+	for _, task := range after.Tasks {
+		if !strings.HasPrefix(task.Name, "kv-") || len(task.Name) != 4 {
+			t.Errorf("task %s (at %s) got slices: only kv-0 to kv-3 are legitimate", task.Name, task.Addr)
+		}
+	}
+	t.Logf("contained: the store kept generation %d; after a legitimate task joined, generation %d over %d tasks",
+		tg.before.GetGeneration(), after.Generation, len(after.Tasks))
+}
+
+// forged is an assignment that sends every key to the attacker.
+func (tg *target) forged(addr string) *slicerv1.Assignment {
+	a := proto.Clone(tg.before).(*slicerv1.Assignment)
+	a.Generation = 1 << 62
+	for _, task := range a.Tasks {
+		task.Address = addr
+	}
+	return a
+}
+
+// rogueServer serves DistributorService and AssignerService with a forged
+// assignment over TLS with cert (from any CA), and counts the calls.
+type rogueServer struct {
+	slicerv1connect.UnimplementedDistributorServiceHandler
+	forged *slicerv1.Assignment
+	calls  chan string
+}
+
+func (r *rogueServer) WatchAssignment(ctx context.Context, _ *connect.Request[slicerv1.WatchAssignmentRequest], s *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
+	select {
+	case r.calls <- "watch":
+	default:
+	}
+	if err := s.Send(&slicerv1.WatchAssignmentResponse{Assignment: r.forged}); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+type rogueAssigner struct {
+	slicerv1connect.UnimplementedAssignerServiceHandler
+	*rogueServer
+}
+
+func (r rogueAssigner) WatchAssignment(ctx context.Context, req *connect.Request[slicerv1.WatchAssignmentRequest], s *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
+	return r.rogueServer.WatchAssignment(ctx, req, s)
+}
+
+func startRogue(t *testing.T, forged *slicerv1.Assignment, cert tls.Certificate) (*rogueServer, string) {
+	t.Helper()
+	r := &rogueServer{forged: forged, calls: make(chan string, 16)}
+	mux := http.NewServeMux()
+	mux.Handle(slicerv1connect.NewDistributorServiceHandler(r))
+	mux.Handle(slicerv1connect.NewAssignerServiceHandler(rogueAssigner{rogueServer: r}))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return r, ln.Addr().String()
+}
+
+// certFrom loads the certificate and key of files.
+func certFrom(t *testing.T, f tlsconfig.Files) tls.Certificate {
+	t.Helper()
+	c, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// otherCA issues a certificate for ids from a CA the cluster does not
+// trust.
+func otherCA(t *testing.T, name string, ids ...identity.ID) tls.Certificate {
+	t.Helper()
+	ca, err := tlsconfig.NewCA("attacker CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ca.IssueFiles(t.TempDir(), name, "", tlsconfig.Leaf{IDs: ids, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Validity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certFrom(t, f)
+}
+
+// winningName returns a node name that the preference hash puts ahead of
+// node-1 for job kv, so that without verification the cluster would take
+// it as the job's Assigner.
+func winningName() string {
+	pref := gossip.DefaultPreference()
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("assigner-%d", i)
+		if pref.Choose("kv", []string{"node-1", name}, nil, nil, "") == name {
+			return name
+		}
+	}
+}
+
+// joinFake joins gossip as name, claiming roles, with rpcAddr advertised.
+func joinFake(t *testing.T, tg *target, name, rpcAddr string, roles ...gossip.Role) {
+	t.Helper()
+	cfg := gossip.TestConfig(name)
+	cfg.Self = gossip.Peer{Roles: roles, RPCAddr: rpcAddr}
+	n, err := gossip.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Shutdown() })
+	if _, err := n.Join([]string{tg.node.gossipAddr}); err != nil {
+		t.Fatalf("the fake member could not join gossip: %v", err)
+	}
+	tg.node.waitLine(20*time.Second, `ignoring a gossip member whose certificate does not back its claims`, `"member":"`+name+`"`)
+}
+
+func TestAttackFakeAssignerWithoutCertificate(t *testing.T) {
+	tg := startTarget(t)
+	name := winningName()
+	rogue, addr := startRogue(t, tg.forged("127.0.0.1:1"), otherCA(t, name,
+		identity.ID{Role: identity.Assigner, Node: name}, identity.ID{Role: identity.Distributor, Node: name}))
+	joinFake(t, tg, name, addr, gossip.RoleAssigner, gossip.RoleDistributor)
+	select {
+	case c := <-rogue.calls:
+		t.Errorf("a slicerd component called the fake assigner (%s)", c)
+	default:
+	}
+	tg.contained()
+}
+
+func TestAttackFakeAssignerWithClientCertificate(t *testing.T) {
+	tg := startTarget(t)
+	name := winningName()
+	// A certificate from the cluster's own CA, but for a client.
+	cert := certFrom(t, issue("client-kv", identity.ID{Role: identity.Client, Job: "kv"}))
+	rogue, addr := startRogue(t, tg.forged("127.0.0.1:1"), cert)
+	joinFake(t, tg, name, addr, gossip.RoleAssigner, gossip.RoleDistributor)
+	select {
+	case c := <-rogue.calls:
+		t.Errorf("a slicerd component called the fake assigner (%s)", c)
+	default:
+	}
+	tg.contained()
+}
+
+func TestAttackForgedGenerationFromRogueDistributor(t *testing.T) {
+	tg := startTarget(t)
+	// A Clerk told of a rogue Distributor that serves generation 2^62,
+	// with a certificate the cluster's CA did not issue for a slicerd
+	// agent, never takes its assignment.
+	for _, cert := range []tls.Certificate{
+		otherCA(t, "rogue-dist", identity.ID{Role: identity.Distributor, Node: "rogue"}),
+		certFrom(t, issue("task-kv-kv-0", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-0"})),
+	} {
+		_, addr := startRogue(t, tg.forged("127.0.0.1:1"), cert)
+		victim := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{addr, tg.node.rpcAddr}, SubsetSize: 0})
+		testwait.Until(t, 20*time.Second, "the victim Clerk to hold the real assignment", func() bool {
+			a := victim.Assignment()
+			return a != nil && a.Generation == tg.before.GetGeneration()
+		})
+		if a := victim.Assignment(); a.Generation != tg.before.GetGeneration() {
+			t.Fatalf("the Clerk took generation %d from the rogue", a.Generation)
+		}
+	}
+	tg.contained()
+}
+
+func TestAttackFakeTaskClaimsJob(t *testing.T) {
+	tg := startTarget(t)
+	// A task certificate for another job, and a task without any TLS.
+	f := issue("task-web-w0", identity.ID{Role: identity.Task, Job: "web", Task: "w0"})
+	evil := start(t, "kv-evil", bin.kvserver, "-job", "kv", "-task", "kv-evil", "-addr", "127.0.0.1:0",
+		"-gossip-addr", "127.0.0.1:0", "-gossip-profile", "local", "-join", tg.node.gossipAddr,
+		"-tls-cert", f.Cert, "-tls-key", f.Key, "-tls-ca", f.CA)
+	if code := evil.wait(30 * time.Second); code != 2 {
+		t.Errorf("kvserver with another job's certificate exited %d, want 2 (refused at start)", code)
+	}
+	// Joining gossip without registering: the Assigner never counts it.
+	joinFakeTask(t, tg, "kv/kv-evil2", "kv", "kv-evil2")
+	hc, url := rpcClient("")
+	defer hc.CloseIdleConnections()
+	reg := slicerv1connect.NewAssignerServiceClient(hc, url(tg.node.rpcAddr))
+	_, err := reg.RegisterTask(context.Background(), connect.NewRequest(&slicerv1.RegisterTaskRequest{Job: "kv", Task: "kv-evil2", GossipName: "kv/kv-evil2"}))
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("registering a task with an admin certificate = %v, want PERMISSION_DENIED", err)
+	}
+	tg.contained()
+}
+
+func joinFakeTask(t *testing.T, tg *target, name, job, task string) {
+	t.Helper()
+	cfg := gossip.TestConfig(name)
+	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: job, Task: task, RPCAddr: "127.0.0.1:1"}
+	n, err := gossip.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Shutdown() })
+	if _, err := n.Join([]string{tg.node.gossipAddr}); err != nil {
+		t.Fatalf("the fake task could not join gossip: %v", err)
+	}
+}
+
+// callers returns JobService and LoadService clients with no client
+// certificate, and with a client certificate of job kv.
+func callers(t *testing.T, tg *target) (anon, client *http.Client) {
+	t.Helper()
+	anonSrc, err := tlsconfig.Load(tlsconfig.Files{CA: pki.caFile}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon = api.NewHTTPClient(anonSrc.ClientConfig(tlsconfig.WantAgent()))
+	client, _ = rpcClient("kv")
+	t.Cleanup(anon.CloseIdleConnections)
+	t.Cleanup(client.CloseIdleConnections)
+	return anon, client
+}
+
+func TestAttackWritesWithoutCredentials(t *testing.T) {
+	tg := startTarget(t)
+	anon, client := callers(t, tg)
+	ctx := context.Background()
+	url := api.URL(tg.node.rpcAddr, true)
+	setCfg := connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: &slicerv1.JobConfig{MinRedundancy: 3, MaxRedundancy: 3}})
+	report := func() *connect.Request[slicerv1.ReportLoadRequest] {
+		return connect.NewRequest(&slicerv1.ReportLoadRequest{
+			Job: "kv", Task: "kv-0", Generation: tg.before.GetGeneration(), WindowSeconds: 1,
+			Slices: []*slicerv1.SliceLoad{{Start: 0, End: 1 << 63, Load: 1e15}},
+		})
+	}
+	for _, c := range []struct {
+		name string
+		hc   *http.Client
+		want connect.Code
+	}{{"no certificate", anon, connect.CodeUnauthenticated}, {"a client certificate", client, connect.CodePermissionDenied}} {
+		_, err := slicerv1connect.NewJobServiceClient(c.hc, url).SetJobConfig(ctx, setCfg)
+		if connect.CodeOf(err) != c.want {
+			t.Errorf("SetJobConfig with %s = %v, want %v", c.name, err, c.want)
+		}
+		_, err = slicerv1connect.NewLoadServiceClient(c.hc, url).ReportLoad(ctx, report())
+		if connect.CodeOf(err) != c.want {
+			t.Errorf("ReportLoad with %s = %v, want %v", c.name, err, c.want)
+		}
+	}
+	// Another task's identity cannot report for kv-0.
+	other, err := tlsconfig.Load(issue("task-kv-kv-1", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-1"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := api.NewHTTPClient(other.ClientConfig(tlsconfig.WantAgent()))
+	defer hc.CloseIdleConnections()
+	if _, err := slicerv1connect.NewLoadServiceClient(hc, url).ReportLoad(ctx, report()); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("ReportLoad for kv-0 with kv-1's certificate = %v, want PERMISSION_DENIED", err)
+	}
+	// A bearer token that is not the agent's.
+	tok := slicerv1connect.NewJobServiceClient(anon, url, connect.WithInterceptors(bearerOf("not-the-token-not-the-token-not-the-token")))
+	if _, err := tok.SetJobConfig(ctx, setCfg); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("SetJobConfig with a wrong token = %v, want UNAUTHENTICATED", err)
+	}
+	tg.contained()
+}
+
+func TestAttackForgedForwardingHeader(t *testing.T) {
+	tg := startTarget(t)
+	_, client := callers(t, tg)
+	ctx := context.Background()
+	req := connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: &slicerv1.JobConfig{MinRedundancy: 3, MaxRedundancy: 3}})
+	req.Header().Set(roles.ForwardedHeader, "node-1")
+	req.Header().Set(roles.ForwardedForHeader, identity.ID{Role: identity.Admin, Name: "ops"}.String())
+	_, err := slicerv1connect.NewJobServiceClient(client, api.URL(tg.node.rpcAddr, true)).SetJobConfig(ctx, req)
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("SetJobConfig with forged forwarding headers = %v, want PERMISSION_DENIED", err)
+	}
+	if strings.Contains(tg.node.output(), "forwards the job's writes here") {
+		t.Error("the forged header made the assigner adopt the job")
+	}
+	tg.contained()
+}
+
+func TestAttackForeignHostHeader(t *testing.T) {
+	tg := startTarget(t)
+	hc, _ := rpcClient("")
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodPost, api.URL(tg.node.rpcAddr, true)+slicerv1connect.JobServiceListJobsProcedure, strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "evil.example"
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest && resp.StatusCode != http.StatusForbidden {
+		t.Errorf("request with Host evil.example: HTTP %d, want it refused", resp.StatusCode)
+	}
+	tg.contained()
+}
+
+// bearerOf sends a bearer token with every unary call.
+type bearerOf string
+
+func (b bearerOf) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+func (b bearerOf) WrapStreamingClient(n connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return n
+}
+func (b bearerOf) WrapStreamingHandler(n connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return n
+}
