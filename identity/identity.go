@@ -77,11 +77,12 @@ func (id ID) URI() *url.URL {
 	case Admin:
 		segs = []string{id.Name}
 	}
-	path := "/" + string(id.Role)
+	path, raw := "/"+string(id.Role), "/"+string(id.Role)
 	for _, s := range segs {
-		path += "/" + url.PathEscape(s)
+		path += "/" + s
+		raw += "/" + url.PathEscape(s)
 	}
-	return &url.URL{Scheme: "spiffe", Host: TrustDomain, Path: path}
+	return &url.URL{Scheme: "spiffe", Host: TrustDomain, Path: path, RawPath: raw}
 }
 
 func (id ID) String() string { return id.URI().String() }

@@ -265,3 +265,56 @@ func TestTLSIgnoresUnbackedAssigner(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSForwardsWithCallerIdentity sends writes to the Assigner that is
+// not the job's preferred one: it forwards them with the caller's verified
+// identity, which the preferred Assigner believes because the forwarding
+// Assigner's certificate names it.
+func TestTLSForwardsWithCallerIdentity(t *testing.T) {
+	pki := newTestPKI(t)
+	a1 := startAgent(t, pki.agentConfig(t, "a1"))
+	cfg2 := pki.agentConfig(t, "a2")
+	cfg2.Gossip.Join = []string{a1.GossipAddr()}
+	a2 := startAgent(t, cfg2)
+	testwait.For(t, "both assigners to see each other verified", func() bool {
+		return len(a1.Peers()) == 2 && len(a2.Peers()) == 2
+	})
+	sl := startTLSTask(t, a1, pki.source("task-kv-0", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-0"}), "kv", "kv-0")
+	<-sl.Ready()
+	var other *running // the Assigner kv's writes are forwarded from
+	testwait.For(t, "both assigners to agree on kv's preferred assigner", func() bool {
+		p1, p2 := a1.assigner.preferredName("kv"), a2.assigner.preferredName("kv")
+		if p1 == "" || p1 != p2 {
+			return false
+		}
+		other = a2
+		if p1 == "a2" {
+			other = a1
+		}
+		return true
+	})
+	ctx := context.Background()
+	admin := pki.source("admin", identity.ID{Role: identity.Admin, Name: "ops"})
+	_, err := jobClientAs(t, other, admin, "").SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{
+		Job: "kv", Config: &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 2}}))
+	if err != nil {
+		t.Fatalf("SetJobConfig through the other assigner: %v", err)
+	}
+	if other.ForwardedWrites() == 0 {
+		t.Fatal("the write was not forwarded")
+	}
+	client := pki.source("client-kv", identity.ID{Role: identity.Client, Job: "kv"})
+	_, err = jobClientAs(t, other, client, "").SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{
+		Job: "kv", Config: &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1}}))
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("SetJobConfig by a client through the other assigner = %v, want PERMISSION_DENIED", err)
+	}
+	task := pki.source("task-kv-0b", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-0"})
+	hc := api.NewHTTPClient(task.ClientConfig(tlsconfig.WantAgent()))
+	t.Cleanup(hc.CloseIdleConnections)
+	load := slicerv1connect.NewLoadServiceClient(hc, api.URL(other.RPCAddr(), true))
+	report := &slicerv1.ReportLoadRequest{Job: "kv", Task: "kv-0", Generation: sl.Assignment().Generation, WindowSeconds: 1}
+	if _, err := load.ReportLoad(ctx, connect.NewRequest(report)); err != nil {
+		t.Errorf("ReportLoad through the other assigner: %v", err)
+	}
+}

@@ -1,0 +1,88 @@
+package roles
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/slicerd/slicerd/identity"
+)
+
+func TestLoadTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "tokens")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tokens, err := LoadTokenFile(write("# admins\nops 0123456789abcdef0123456789abcdef\n\nci fedcba9876543210fedcba9876543210\n"))
+	if err != nil || len(tokens) != 2 || tokens[1].Name != "ci" {
+		t.Fatalf("LoadTokenFile = %v, %v", tokens, err)
+	}
+	if err := validateTokens(tokens); err != nil {
+		t.Errorf("validateTokens: %v", err)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"", "holds no token"},
+		{"ops\n", `want "NAME SECRET"`},
+		{"ops a b\n", `want "NAME SECRET"`},
+	} {
+		if _, err := LoadTokenFile(write(tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("LoadTokenFile(%q) = %v, want an error with %q", tc.body, err, tc.want)
+		}
+	}
+	if _, err := LoadTokenFile(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing token file was accepted")
+	}
+	for _, tc := range []struct {
+		tokens []Token
+		want   string
+	}{
+		{[]Token{{"ops", "short"}}, "at least 32"},
+		{[]Token{{"ops", strings.Repeat("a", 32)}, {"ops", strings.Repeat("b", 32)}}, "listed twice"},
+		{[]Token{{"a,b", strings.Repeat("a", 32)}}, "without spaces or commas"},
+	} {
+		if err := validateTokens(tc.tokens); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("validateTokens(%v) = %v, want %q", tc.tokens, err, tc.want)
+		}
+	}
+}
+
+func TestTokenLookup(t *testing.T) {
+	au := newAuthenticator(true, []Token{{"ops", strings.Repeat("x", 32)}})
+	if name, ok := au.token(strings.Repeat("x", 32)); !ok || name != "ops" {
+		t.Errorf("token(right secret) = %q, %v", name, ok)
+	}
+	for _, s := range []string{"", strings.Repeat("x", 31), strings.Repeat("y", 32)} {
+		if name, ok := au.token(s); ok {
+			t.Errorf("token(%q) = %q, accepted", s, name)
+		}
+	}
+}
+
+func TestForwardedForRoundTrip(t *testing.T) {
+	p := identity.Principal{IDs: []identity.ID{
+		{Role: identity.Task, Job: "kv", Task: "kv-0"}, {Role: identity.Admin, Name: "ops"},
+	}, Token: "ci"}
+	got := parseForwardedFor(forwardedFor(p))
+	if got.String() != p.String() {
+		t.Errorf("round trip = %s, want %s", got, p)
+	}
+}
+
+// FuzzParseForwardedFor checks that no header value panics the parser and
+// that what it accepts survives a round trip.
+func FuzzParseForwardedFor(f *testing.F) {
+	f.Add("spiffe://slicerd/task/kv/kv-0,token:ops")
+	f.Add("spiffe://slicerd/admin/a%2Cb,,token:")
+	f.Add("token:x,spiffe://other/admin/x,%zz")
+	f.Fuzz(func(t *testing.T, h string) {
+		p := parseForwardedFor(h)
+		if q := parseForwardedFor(forwardedFor(p)); q.String() != p.String() {
+			t.Errorf("round trip of %q: %s then %s", h, p, q)
+		}
+	})
+}
