@@ -29,7 +29,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
 	}
@@ -64,7 +64,7 @@ type running struct {
 	done   chan error
 }
 
-func startAgent(t *testing.T, cfg Config) *running {
+func startAgent(t testing.TB, cfg Config) *running {
 	t.Helper()
 	a, err := New(context.Background(), cfg)
 	if err != nil {
@@ -78,7 +78,7 @@ func startAgent(t *testing.T, cfg Config) *running {
 	return r
 }
 
-func (r *running) stop(t *testing.T) {
+func (r *running) stop(t testing.TB) {
 	t.Helper()
 	r.cancel()
 	select {

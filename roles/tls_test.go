@@ -22,13 +22,13 @@ import (
 // testPKI is a CA in a temporary directory that issues certificates on
 // demand.
 type testPKI struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	ca  *tlsconfig.CA
 	caf string
 }
 
-func newTestPKI(t *testing.T) *testPKI {
+func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
 	ca, err := tlsconfig.NewCA("test CA", time.Hour)
 	if err != nil {
@@ -102,7 +102,13 @@ func (tk tokenInterceptor) WrapStreamingHandler(n connect.StreamingHandlerFunc) 
 	return n
 }
 
-func startTLSTask(t *testing.T, node *running, src *tlsconfig.Source, job, task string) *slicelet.Slicelet {
+func startTLSTask(t testing.TB, node *running, src *tlsconfig.Source, job, task string) *slicelet.Slicelet {
+	return startTask(t, node, src, job, task)
+}
+
+// startTask runs a Slicelet for job/task joined to node, over TLS when src
+// is set, until the test ends.
+func startTask(t testing.TB, node *running, src *tlsconfig.Source, job, task string) *slicelet.Slicelet {
 	t.Helper()
 	sl, err := slicelet.New(slicelet.Config{
 		Job: job, Task: task, Addr: "127.0.0.1:9000",
