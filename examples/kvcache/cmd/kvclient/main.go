@@ -25,6 +25,7 @@ import (
 
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/examples/kvcache"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 func main() {
@@ -41,6 +42,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	interval := fs.Duration("interval", time.Second, "how often to report key ownership")
 	logLevel := fs.String("log-level", "warn", "log verbosity: debug, info, warn or error")
 	cacheFile := fs.String("cache-file", "", "file to keep the job's assignment in, so a restart routes at once even while slicerd is down (empty: no cache)")
+	tlsCert := fs.String("tls-cert", os.Getenv("KVCLIENT_TLS_CERT"), "client certificate for the job (spiffe://slicerd/client/JOB) for a slicerd cluster with TLS; env KVCLIENT_TLS_CERT")
+	tlsKey := fs.String("tls-key", os.Getenv("KVCLIENT_TLS_KEY"), "private key of -tls-cert; env KVCLIENT_TLS_KEY")
+	tlsCA := fs.String("tls-ca", os.Getenv("KVCLIENT_TLS_CA"), "CA certificate slicerd's certificates chain to; env KVCLIENT_TLS_CA")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -60,6 +64,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg := clerk.DefaultConfig()
 	cfg.Job, cfg.Addrs, cfg.BackupAddrs, cfg.CacheFile, cfg.Logger = *job, splitAddrs(*dist), splitAddrs(*backup), *cacheFile, log
+	if files := (tlsconfig.Files{Cert: *tlsCert, Key: *tlsKey, CA: *tlsCA}); files.Enabled() {
+		if err := files.Validate("tls-", true); err != nil {
+			fmt.Fprintf(stderr, "kvclient: %v\n", strings.ReplaceAll(err.Error(), "--", "-"))
+			return 2
+		}
+		src, err := tlsconfig.Load(files, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvclient: %v\n", err)
+			return 2
+		}
+		cfg.TLS = src
+	}
 	ck, err := clerk.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvclient: %v\n", err)
