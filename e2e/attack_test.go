@@ -4,9 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -428,4 +433,116 @@ func (b bearerOf) WrapStreamingClient(n connect.StreamingClientFunc) connect.Str
 }
 func (b bearerOf) WrapStreamingHandler(n connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return n
+}
+
+// rssBytes reads a process's resident memory from /proc.
+func rssBytes(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc status")
+	return 0
+}
+
+// idleConnBound is the documented bound on what one open but idle HTTP/2
+// connection costs slicerd (docs/security.md): a TLS session and the
+// HTTP/2 server's buffers. The test allows this much per connection
+// slicerd holds, on top of its memory before the attack.
+const idleConnBound = 64 << 10
+
+// TestAttackIdleConnections opens 20,000 connections from one attacker
+// address (127.0.0.2), each completing the TLS handshake and sending the
+// HTTP/2 preface, then holding it open without a request. slicerd keeps
+// at most --max-connections-per-ip of them and closes the rest at once;
+// clients from other addresses are served throughout.
+func TestAttackIdleConnections(t *testing.T) {
+	tg := startTarget(t)
+	pid := tg.node.cmd.Process.Pid
+	before := rssBytes(t, pid)
+	const attempts = 20000
+	const perIP = 1024 // slicerd's default --max-connections-per-ip
+
+	var mu sync.Mutex
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	sem := make(chan struct{}, 256)
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for range attempts {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			c, ok := idleConn(tg.node.rpcAddr)
+			if !ok {
+				refused.Add(1)
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	t.Logf("attacker at 127.0.0.2: %d connections held open, %d refused", len(held), refused.Load())
+	if len(held) > perIP {
+		t.Errorf("slicerd holds %d connections from one address; the cap is %d", len(held), perIP)
+	}
+	after := rssBytes(t, pid)
+	t.Logf("slicerd RSS %.1f MiB before, %.1f MiB with %d idle connections (%.1f KiB each)",
+		float64(before)/(1<<20), float64(after)/(1<<20), len(held), float64(after-before)/float64(max(1, len(held)))/1024)
+	if grown := after - before; grown > int64(len(held))*idleConnBound+32<<20 {
+		t.Errorf("slicerd grew by %d MiB for %d idle connections; the documented bound is %d KiB each",
+			grown>>20, len(held), idleConnBound>>10)
+	}
+	tg.contained()
+}
+
+// idleConn opens one attacker connection from 127.0.0.2: the TLS
+// handshake, the HTTP/2 preface and an empty SETTINGS frame, then nothing.
+// It reports whether slicerd kept it, judged by whether slicerd answered
+// with its own SETTINGS.
+func idleConn(addr string) (net.Conn, bool) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 10 * time.Second}
+	raw, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, false
+	}
+	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	c := net.Conn(raw)
+	if secure {
+		tc := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+		if err := tc.Handshake(); err != nil {
+			raw.Close()
+			return nil, false
+		}
+		c = tc
+	}
+	preface := append([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 0, 0, 0, 4, 0, 0, 0, 0, 0) // + SETTINGS, no payload
+	if _, err := c.Write(preface); err != nil {
+		c.Close()
+		return nil, false
+	}
+	head := make([]byte, 9)
+	if _, err := io.ReadFull(c, head); err != nil || head[3] != 4 {
+		c.Close()
+		return nil, false
+	}
+	raw.SetDeadline(time.Time{})
+	return c, true
 }

@@ -153,7 +153,9 @@ func (v *verifier) run(ctx context.Context, peers func() []gossip.Peer) {
 		case <-retry.C:
 		}
 		changed := false
-		for _, p := range peers() {
+		current := peers()
+		v.prune(current)
+		for _, p := range current {
 			roles := agentRoles(p)
 			if p.Name == v.self || roles == "" || p.Has(gossip.RoleTask) || p.Status != gossip.StatusAlive || p.RPCAddr == "" {
 				continue
@@ -181,6 +183,27 @@ func (v *verifier) run(ctx context.Context, peers func() []gossip.Peer) {
 		}
 		if changed {
 			v.notify()
+		}
+	}
+}
+
+// prune forgets verdicts and registrations of members gossip no longer
+// lists, so that member churn cannot grow them without bound.
+func (v *verifier) prune(current []gossip.Peer) {
+	names := make(map[string]bool, len(current))
+	for _, p := range current {
+		names[p.Name] = true
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for name := range v.agents {
+		if !names[name] {
+			delete(v.agents, name)
+		}
+	}
+	for name := range v.tasks {
+		if !names[name] {
+			delete(v.tasks, name)
 		}
 	}
 }
