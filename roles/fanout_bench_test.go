@@ -72,6 +72,7 @@ func benchFanout(b *testing.B, secure bool, streams int) {
 	defer func() { cancel(); wg.Wait() }()
 	// Each stream counts itself in reached once it holds target.
 	gens := make([]atomic.Uint64, streams)
+	counted := make([]atomic.Uint64, streams)
 	var target atomic.Uint64
 	var reached atomic.Int64
 	all := make(chan struct{}, 1)
@@ -90,8 +91,11 @@ func benchFanout(b *testing.B, secure bool, streams int) {
 				defer stream.Close()
 				for stream.Receive() {
 					g := stream.Msg().GetAssignment().GetGeneration()
-					prev := gens[s].Swap(g)
-					if t := target.Load(); g >= t && prev < t && reached.Add(1) == int64(streams) {
+					gens[s].Store(g)
+					// Counted once per target; every iteration's change
+					// reaches every stream, so one that held the target
+					// early is counted on the change's own generation.
+					if t := target.Load(); t > 0 && g >= t && counted[s].Swap(t) != t && reached.Add(1) == int64(streams) {
 						all <- struct{}{}
 					}
 				}
