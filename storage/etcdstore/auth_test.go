@@ -12,39 +12,18 @@ import (
 
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/storage/etcdstore"
+	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
 	"github.com/slicerd/slicerd/storage/storagetest"
 )
 
 // enableAuth turns etcd's authentication on with a root user, a user
 // "slicerd" that may read and write under prefix and a user "reader" that
-// may only read there, as an operator would with etcdctl.
+// may only read there.
 func enableAuth(t *testing.T, cli *clientv3.Client, prefix string) {
 	t.Helper()
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	steps := []func() error{
-		func() error { _, err := cli.UserAdd(ctx, "root", "root-secret"); return err },
-		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := cli.RoleAdd(ctx, "slicerd"); return err },
-		func() error {
-			_, err := cli.RoleGrantPermission(ctx, "slicerd", prefix, end, clientv3.PermissionType(clientv3.PermReadWrite))
-			return err
-		},
-		func() error { _, err := cli.UserAdd(ctx, "slicerd", "s3cret"); return err },
-		func() error { _, err := cli.UserGrantRole(ctx, "slicerd", "slicerd"); return err },
-		func() error { _, err := cli.RoleAdd(ctx, "reader"); return err },
-		func() error {
-			_, err := cli.RoleGrantPermission(ctx, "reader", prefix, end, clientv3.PermissionType(clientv3.PermRead))
-			return err
-		},
-		func() error { _, err := cli.UserAdd(ctx, "reader", "r3ader"); return err },
-		func() error { _, err := cli.UserGrantRole(ctx, "reader", "reader"); return err },
-		func() error { _, err := cli.AuthEnable(ctx); return err },
-	}
-	for i, step := range steps {
-		if err := step(); err != nil {
-			t.Fatalf("enable etcd auth, step %d: %v", i, err)
-		}
-	}
+	etcdtest.EnableAuth(t, cli,
+		etcdtest.User{Name: "slicerd", Password: "s3cret", Prefix: prefix, Write: true},
+		etcdtest.User{Name: "reader", Password: "r3ader", Prefix: prefix})
 }
 
 // TestPasswordAuth: against an etcd with authentication on (over TLS), the
@@ -55,7 +34,7 @@ func TestPasswordAuth(t *testing.T) {
 	e := startTLSEtcd(t, false)
 	const prefix = "/auth/"
 	enableAuth(t, e.raw(t, "", ""), prefix)
-	root := e.raw(t, "root", "root-secret")
+	root := e.raw(t, "root", etcdtest.RootPassword)
 	open := func(opts etcdstore.Options) (*etcdstore.Store, error) {
 		opts.Endpoints, opts.Prefix, opts.TLS = []string{e.srv.Endpoint()}, prefix, e.tls()
 		return etcdstore.Open(ctx, opts)

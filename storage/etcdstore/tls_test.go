@@ -2,8 +2,6 @@ package etcdstore_test
 
 import (
 	"bytes"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage"
@@ -54,28 +51,7 @@ func (e tlsEtcd) tls() *etcdstore.TLS {
 // and --key would be.
 func (e tlsEtcd) raw(t testing.TB, user, password string) *clientv3.Client {
 	t.Helper()
-	pem, err := os.ReadFile(e.serverCA.CertFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &tls.Config{RootCAs: x509.NewCertPool()}
-	cfg.RootCAs.AppendCertsFromPEM(pem)
-	if e.cert != "" {
-		pair, err := tls.LoadX509KeyPair(e.cert, e.key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{e.srv.ClientURL()}, TLS: cfg, Username: user, Password: password,
-		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	return cli
+	return e.srv.Client(t, e.serverCA.ClientTLS(t, e.cert, e.key), user, password)
 }
 
 // snapshot is every key under prefix with its value and the revision that
