@@ -188,10 +188,7 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 			// reads nothing.
 			if !s.readOnly {
 				if err := s.checkWritable(dctx); err != nil {
-					if aerr := s.authError("open", "the store under "+s.keys.prefix, err); aerr != nil {
-						return 0, aerr
-					}
-					return 0, s.opError(ctx, "open", "", err)
+					return 0, s.openOpError(ctx, err)
 				}
 			}
 			s.incarnation = m.incarnation
@@ -215,7 +212,7 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 			Else(clientv3.OpGet(s.keys.metaDir(), clientv3.WithPrefix())).
 			Commit()
 		if err != nil {
-			return 0, s.opError(ctx, "open", "", err)
+			return 0, s.openOpError(ctx, err)
 		}
 		if tresp.Succeeded {
 			if m.version == 0 {
@@ -228,6 +225,14 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 		}
 		kvs = tresp.Responses[0].GetResponseRange().Kvs
 	}
+}
+
+// openOpError classifies an error of Open's writes, as opError does.
+func (s *Store) openOpError(ctx context.Context, err error) error {
+	if aerr := s.authError("open", "the store under "+s.keys.prefix, err); aerr != nil {
+		return aerr
+	}
+	return s.opError(ctx, "open", "", err)
 }
 
 // checkWritable asks etcd whether this client may write under the prefix,
