@@ -130,7 +130,9 @@ type EtcdSecurity struct {
 	CertFile, KeyFile string
 	// Username and PasswordFile log in to an etcd with authentication on;
 	// both or neither. The file holds the password, so that it appears in
-	// neither the process list nor the environment.
+	// neither the process list nor the environment; it is read once, when
+	// the store opens (at most maxPasswordFileBytes), and only slicerd's
+	// user should be able to read it.
 	Username, PasswordFile string
 }
 
