@@ -96,16 +96,35 @@ func TestPasswordAuth(t *testing.T) {
 		})
 	}
 
+	// Permissions taken away while the store is open fail its calls as
+	// unavailable, and giving them back needs no reopening.
+	if _, err := root.RoleRevokePermission(ctx, "slicerd", prefix, clientv3.GetPrefixRangeEnd(prefix)); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Commit(ctx, "j", 1, storagetest.Assignment("j", 2, 2, 1))
+	if !errors.Is(err, etcdstore.ErrAuth) || !errors.Is(err, storage.ErrUnavailable) || !strings.Contains(err.Error(), "grant-permission") {
+		t.Errorf("Commit without permission: %v, want ErrAuth and ErrUnavailable saying how to grant it", err)
+	}
+	if after := snapshot(t, root, prefix); !bytes.Equal(after, before) {
+		t.Errorf("a refused Commit changed the store:\nbefore %s\nafter  %s", before, after)
+	}
+	if _, err := root.RoleGrantPermission(ctx, "slicerd", prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, "j", 1, storagetest.Assignment("j", 2, 2, 1)); err != nil {
+		t.Fatalf("Commit once the permission is back: %v", err)
+	}
+
 	// A read-only store (a Backup) needs only read access.
 	r, err := open(etcdstore.Options{Username: "reader", Password: "r3ader", ReadOnly: true})
 	if err != nil {
 		t.Fatalf("Open read-only as reader: %v", err)
 	}
 	defer r.Close()
-	if rec, err := r.Load(ctx, "j"); err != nil || rec.Generation() != 1 {
-		t.Errorf("Load as reader: generation %d, %v", rec.Generation(), err)
+	if rec, err := r.Load(ctx, "j"); err != nil || rec.Generation() != 2 {
+		t.Errorf("Load as reader: generation %d, %v; want 2", rec.Generation(), err)
 	}
-	if err := r.Commit(ctx, "j", 1, storagetest.Assignment("j", 2, 2, 1)); !errors.Is(err, storage.ErrReadOnly) {
+	if err := r.Commit(ctx, "j", 2, storagetest.Assignment("j", 3, 2, 1)); !errors.Is(err, storage.ErrReadOnly) {
 		t.Errorf("Commit on the read-only store: %v, want ErrReadOnly", err)
 	}
 }

@@ -558,7 +558,8 @@ func (s *Store) corrupt(op, job string, err error) error {
 		op, subject(job), s.endpoints, where, err)
 }
 
-// opError classifies an etcd client error. An etcd that does not answer is
+// opError classifies an etcd client error. An etcd that does not answer,
+// or that refuses the credentials or permissions it accepted at Open, is
 // storage.ErrUnavailable, never storage.ErrConflict: nothing is known to
 // have changed, so the caller retries rather than rebasing.
 func (s *Store) opError(ctx context.Context, op, job string, err error) error {
@@ -569,7 +570,9 @@ func (s *Store) opError(ctx context.Context, op, job string, err error) error {
 		return fmt.Errorf("storage: %s %s: %w", op, subject(job), ctx.Err())
 	}
 	if aerr := s.authError(op, subject(job), err); aerr != nil {
-		return aerr
+		// Nothing changed, and the call succeeds again once the user's
+		// permissions or password are fixed, with no restart.
+		return fmt.Errorf("%w: %w", storage.ErrUnavailable, aerr)
 	}
 	code := status.Code(err)
 	var ee rpctypes.EtcdError
