@@ -27,6 +27,8 @@ type Config struct {
 	// DataDir (default), etcd://host:2379,host2:2379[/prefix] = etcd, under
 	// the key prefix (default /slicerd/). See ParseStore.
 	Store string
+	// Etcd holds the TLS and login settings of an etcd Store.
+	Etcd EtcdSecurity
 	// OpenStore, if set, opens the store of the assigner and backup roles
 	// instead of the bbolt file in DataDir; readOnly is true for an agent
 	// that only runs the backup role. The agent closes what it returns.
@@ -185,6 +187,9 @@ func (c Config) Validate() error {
 	}
 	store, err := ParseStore(c.Store)
 	if err != nil {
+		return err
+	}
+	if err := c.Etcd.validate(store); err != nil {
 		return err
 	}
 	if (c.has(gossip.RoleAssigner) || c.has(gossip.RoleBackup)) && c.DataDir == "" && !store.Etcd && c.OpenStore == nil {

@@ -3,7 +3,10 @@ package roles
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 
@@ -19,20 +22,32 @@ type StoreSpec struct {
 	Endpoints []string
 	// Prefix is the etcd key namespace; "" means etcdstore.DefaultPrefix.
 	Prefix string
+	// TLS is true for etcds://: etcd is reached over TLS even without
+	// --etcd-ca (its certificate then verified against the system's roots).
+	TLS bool
 }
 
-const etcdScheme = "etcd://"
+const (
+	etcdScheme  = "etcd://"
+	etcdsScheme = "etcds://"
+)
 
 // storeExample ends every store spec error.
-const storeExample = `use "bolt" (the default: a file in --data-dir) or etcd://host:2379[,host2:2379][/prefix]`
+const storeExample = `use "bolt" (the default: a file in --data-dir) or etcd://host:2379[,host2:2379][/prefix] (etcds:// for TLS)`
 
 // ParseStore parses a store spec: "" or "bolt" for the bbolt file in the
-// data directory, or etcd://host:port[,host:port...][/prefix] for etcd.
+// data directory, or etcd://host:port[,host:port...][/prefix] for etcd,
+// etcds:// for etcd over TLS.
 func ParseStore(spec string) (StoreSpec, error) {
 	if spec == "" || spec == "bolt" {
 		return StoreSpec{}, nil
 	}
 	rest, ok := strings.CutPrefix(spec, etcdScheme)
+	secure := false
+	if !ok {
+		rest, ok = strings.CutPrefix(spec, etcdsScheme)
+		secure = ok
+	}
 	if !ok {
 		scheme, _, found := strings.Cut(spec, "://")
 		if found {
@@ -41,7 +56,7 @@ func ParseStore(spec string) (StoreSpec, error) {
 		return StoreSpec{}, fmt.Errorf("%w: store %q is neither bolt nor an etcd:// address; %s", ErrConfig, spec, storeExample)
 	}
 	hosts, path, hasPath := strings.Cut(rest, "/")
-	s := StoreSpec{Etcd: true}
+	s := StoreSpec{Etcd: true, TLS: secure}
 	if hasPath {
 		s.Prefix = "/" + path
 		if strings.Trim(path, "/") == "" {
@@ -82,10 +97,98 @@ func openStore(ctx context.Context, cfg Config, readOnly bool) (storage.Store, e
 	if !spec.Etcd {
 		return storage.OpenDataDir(cfg.DataDir, storage.BoltOptions{ReadOnly: readOnly, Logger: cfg.Logger})
 	}
-	return etcdstore.Open(ctx, etcdstore.Options{
+	opts := etcdstore.Options{
 		Endpoints: spec.Endpoints,
 		Prefix:    spec.Prefix,
 		ReadOnly:  readOnly,
 		Logger:    cfg.Logger,
-	})
+		Username:  cfg.Etcd.Username,
+	}
+	if e := cfg.Etcd; spec.TLS || e.CAFile != "" || e.CertFile != "" {
+		opts.TLS = &etcdstore.TLS{CAFile: e.CAFile, CertFile: e.CertFile, KeyFile: e.KeyFile}
+	}
+	if cfg.Etcd.PasswordFile != "" {
+		pw, err := readPasswordFile(cfg.Etcd.PasswordFile, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		opts.Password = pw
+	}
+	return etcdstore.Open(ctx, opts)
+}
+
+// EtcdSecurity is how the agent reaches an etcd store over TLS and logs in
+// to it, with the names etcdctl gives the same settings (--cacert, --cert,
+// --key, --user). TLS is on when the store is etcds:// or CAFile or
+// CertFile is set.
+type EtcdSecurity struct {
+	// CAFile holds the CA certificates etcd's server certificate must
+	// chain to; "" uses the system's roots.
+	CAFile string
+	// CertFile and KeyFile are the client certificate and key for etcd's
+	// --client-cert-auth; both or neither.
+	CertFile, KeyFile string
+	// Username and PasswordFile log in to an etcd with authentication on;
+	// both or neither. The file holds the password, so that it appears in
+	// neither the process list nor the environment; it is read once, when
+	// the store opens (at most maxPasswordFileBytes), and only slicerd's
+	// user should be able to read it.
+	Username, PasswordFile string
+}
+
+// validate checks the settings against the store they are for.
+func (e EtcdSecurity) validate(store StoreSpec) error {
+	if !store.Etcd {
+		for _, f := range []struct{ flag, value string }{
+			{"--etcd-ca", e.CAFile}, {"--etcd-cert", e.CertFile}, {"--etcd-key", e.KeyFile},
+			{"--etcd-username", e.Username}, {"--etcd-password-file", e.PasswordFile},
+		} {
+			if f.value != "" {
+				return fmt.Errorf("%w: %s is set but the store is not etcd; drop it, or give --store etcd://host:2379 (or etcds://)", ErrConfig, f.flag)
+			}
+		}
+		return nil
+	}
+	switch {
+	case e.CertFile != "" && e.KeyFile == "":
+		return fmt.Errorf("%w: --etcd-cert %s has no key; give its key file in --etcd-key", ErrConfig, e.CertFile)
+	case e.CertFile == "" && e.KeyFile != "":
+		return fmt.Errorf("%w: --etcd-key %s has no certificate; give the certificate file in --etcd-cert", ErrConfig, e.KeyFile)
+	case e.PasswordFile != "" && e.Username == "":
+		return fmt.Errorf("%w: --etcd-password-file is set without a user; give the etcd user in --etcd-username", ErrConfig)
+	case e.Username != "" && e.PasswordFile == "":
+		return fmt.Errorf("%w: --etcd-username %q has no password; put it in a file and give --etcd-password-file, or drop the user and log in with a client certificate (--etcd-cert)", ErrConfig, e.Username)
+	case strings.Contains(e.Username, ":"):
+		return fmt.Errorf("%w: --etcd-username %q contains ':', which etcd does not allow in user names", ErrConfig, e.Username)
+	}
+	return nil
+}
+
+// maxPasswordFileBytes bounds the read of --etcd-password-file.
+const maxPasswordFileBytes = 4 << 10
+
+// readPasswordFile reads a password from its first line. A file that
+// other users may read is used, with a warning.
+func readPasswordFile(path string, log *slog.Logger) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: --etcd-password-file: %w", ErrConfig, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPasswordFileBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("%w: --etcd-password-file: %w", ErrConfig, err)
+	}
+	if len(b) > maxPasswordFileBytes {
+		return "", fmt.Errorf("%w: --etcd-password-file %s is longer than %d bytes; put the password alone in it", ErrConfig, path, maxPasswordFileBytes)
+	}
+	pw, _, _ := strings.Cut(string(b), "\n")
+	pw = strings.TrimSuffix(pw, "\r")
+	if pw == "" {
+		return "", fmt.Errorf("%w: --etcd-password-file %s holds no password on its first line", ErrConfig, path)
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0 && log != nil {
+		log.Warn("other users may read the etcd password file; chmod 600 it", "file", path, "mode", fi.Mode().Perm().String())
+	}
+	return pw, nil
 }

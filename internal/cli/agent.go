@@ -37,7 +37,31 @@ func agentFlags() []cli.Flag {
 			Name: "store", Value: "bolt", EnvVars: []string{"SLICERD_STORE"},
 			Usage: "assignment store of the assigner and backup roles: bolt (a file in --data-dir, for one node) or " +
 				"etcd://host:2379[,host2:2379][/prefix] to share one store among several assigners and backups " +
-				"(keys under the prefix, default /slicerd/)",
+				"(keys under the prefix, default /slicerd/); etcds:// for etcd over TLS",
+		},
+		&cli.StringFlag{
+			Name: "etcd-ca", EnvVars: []string{"SLICERD_ETCD_CA"},
+			Usage: "PEM file of the CAs that sign etcd's server certificates (etcdctl's --cacert); turns TLS toward etcd on. " +
+				"Default: none (plaintext, or the system's roots with etcds://). Read again when it changes",
+		},
+		&cli.StringFlag{
+			Name: "etcd-cert", EnvVars: []string{"SLICERD_ETCD_CERT"},
+			Usage: "PEM client certificate for an etcd with --client-cert-auth (etcdctl's --cert); turns TLS toward etcd on, needs --etcd-key. " +
+				"With etcd's authentication on, its common name is the etcd user. Default: none. Read again when it changes",
+		},
+		&cli.StringFlag{
+			Name: "etcd-key", EnvVars: []string{"SLICERD_ETCD_KEY"},
+			Usage: "PEM key of --etcd-cert (etcdctl's --key). Default: none. Read again when it changes",
+		},
+		&cli.StringFlag{
+			Name: "etcd-username", EnvVars: []string{"SLICERD_ETCD_USERNAME"},
+			Usage: "etcd user to log in as when etcd's authentication is on (etcdctl's --user); needs --etcd-password-file. " +
+				"Default: none (no login, or the client certificate's user)",
+		},
+		&cli.StringFlag{
+			Name: "etcd-password-file", EnvVars: []string{"SLICERD_ETCD_PASSWORD_FILE"},
+			Usage: "file whose first line is the password of --etcd-username, read at start, so that the password is in neither " +
+				"the process list nor the environment (chmod 600). Default: none",
 		},
 		&cli.StringFlag{
 			Name: "rpc-addr", Value: d.RPCAddr, EnvVars: []string{"SLICERD_RPC_ADDR"},
@@ -153,6 +177,10 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.NodeName = c.String("node-name")
 	cfg.DataDir = c.String("data-dir")
 	cfg.Store = c.String("store")
+	cfg.Etcd = roles.EtcdSecurity{
+		CAFile: c.String("etcd-ca"), CertFile: c.String("etcd-cert"), KeyFile: c.String("etcd-key"),
+		Username: c.String("etcd-username"), PasswordFile: c.String("etcd-password-file"),
+	}
 	cfg.RPCAddr = c.String("rpc-addr")
 	cfg.AdvertiseRPCAddr = c.String("advertise-rpc-addr")
 	cfg.RebalanceDelay = c.Duration("rebalance-delay")

@@ -27,6 +27,15 @@
 // restart every slicerd that uses it, since an open Store keeps the
 // incarnation it read.
 //
+// Open connects over TLS when Options.TLS is set or an endpoint is
+// https://, verifying etcd's certificate against the CA file and
+// presenting a client certificate if given; tls.go follows those files as
+// they are rotated on disk. With etcd's authentication on, the store logs
+// in with Options.Username and Password, or as the client certificate's
+// common name, and a writable store checks at Open that it may write under
+// its prefix. Failures say what to fix: ErrTLS for a handshake etcd or the
+// store refused, ErrAuth for refused credentials or permissions.
+//
 // The key layout is in schema.go; the values use the bbolt store's
 // encodings.
 package etcdstore

@@ -24,7 +24,8 @@ import (
 
 // Options configures Open.
 type Options struct {
-	// Endpoints are etcd client addresses, host:port or http://host:port.
+	// Endpoints are etcd client addresses: host:port, http://host:port, or
+	// https://host:port for TLS. With TLS set, host:port means https.
 	Endpoints []string
 	// Prefix namespaces every key; default DefaultPrefix. Stores with
 	// different prefixes share an etcd cluster without seeing each other.
@@ -39,6 +40,15 @@ type Options struct {
 	Logger *slog.Logger
 	// ReadOnly refuses writes with storage.ErrReadOnly.
 	ReadOnly bool
+	// TLS, if not nil, connects to etcd over TLS, with the CA and client
+	// certificate files it names (see TLS). https:// endpoints without it
+	// use TLS with the system's roots.
+	TLS *TLS
+	// Username and Password authenticate to an etcd with authentication
+	// on (etcdctl's --user); both or neither. Without them, and with a
+	// client certificate, etcd takes the certificate's common name as the
+	// user.
+	Username, Password string
 }
 
 const (
@@ -66,6 +76,8 @@ type Store struct {
 	// incarnation is the store's incarnation ID; "" only for a read-only
 	// store opened under a prefix no writer had created.
 	incarnation string
+	// sec is how the store authenticates to etcd, for error messages.
+	sec security
 
 	closed   atomic.Bool
 	mu       sync.Mutex // orders closing against watchers.Add
@@ -107,31 +119,41 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	endpoints := strings.Join(opts.Endpoints, ",")
 	log = log.With("etcd", endpoints, "prefix", prefix)
 
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:          opts.Endpoints,
+	cfg := clientv3.Config{
 		DialTimeout:        opts.DialTimeout,
 		MaxCallSendMsgSize: maxCallBytes,
 		MaxCallRecvMsgSize: maxCallBytes,
 		Logger:             zap.NewNop(),
-	})
+	}
+	sec, err := secure(&cfg, opts, log)
 	if err != nil {
-		return nil, fmt.Errorf("%w: etcd endpoints %s: %w; check --store", storage.ErrInvalid, endpoints, err)
+		return nil, err
 	}
 	s := &Store{
-		cli:        cli,
 		keys:       keys{prefix: prefix},
 		endpoints:  endpoints,
 		readOnly:   opts.ReadOnly,
 		reqTimeout: opts.RequestTimeout,
 		log:        log,
 		closing:    make(chan struct{}),
+		sec:        sec,
 	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		if opts.Username == "" {
+			return nil, fmt.Errorf("%w: etcd endpoints %s: %w; check --store", storage.ErrInvalid, endpoints, err)
+		}
+		// The client authenticated, which is its first round trip.
+		return nil, s.openError(ctx, err, opts.DialTimeout)
+	}
+	s.cli = cli
 	version, err := s.prepare(ctx, opts.DialTimeout)
 	if err != nil {
 		_ = cli.Close()
 		return nil, err
 	}
-	log.Info("storage opened", "format_version", version, "incarnation", s.incarnation, "read_only", opts.ReadOnly)
+	log.Info("storage opened", "format_version", version, "incarnation", s.incarnation, "read_only", opts.ReadOnly,
+		"tls", sec.creds != nil, "user", sec.user)
 	return s, nil
 }
 
@@ -147,8 +169,7 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("storage: open etcd at %s: %w", s.endpoints, ctx.Err())
 		}
-		return 0, fmt.Errorf("%w: cannot reach etcd at %s within %v: %v (%s); check --store and that etcd is running and reachable from this host",
-			storage.ErrUnavailable, s.endpoints, dialTimeout, err, probe(s.cli.Endpoints(), dialTimeout))
+		return 0, s.openError(ctx, err, dialTimeout)
 	}
 	kvs := resp.Kvs
 	// A lost transaction means a concurrent opener created or upgraded the
@@ -165,6 +186,11 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 		case m.version == FormatVersion, s.readOnly:
 			// Nothing to write; a read-only store under a new prefix
 			// reads nothing.
+			if !s.readOnly {
+				if err := s.checkWritable(dctx); err != nil {
+					return 0, s.openOpError(ctx, err)
+				}
+			}
 			s.incarnation = m.incarnation
 			return m.version, nil
 		case attempt > 3:
@@ -186,7 +212,7 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 			Else(clientv3.OpGet(s.keys.metaDir(), clientv3.WithPrefix())).
 			Commit()
 		if err != nil {
-			return 0, s.opError(ctx, "open", "", err)
+			return 0, s.openOpError(ctx, err)
 		}
 		if tresp.Succeeded {
 			if m.version == 0 {
@@ -199,6 +225,26 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 		}
 		kvs = tresp.Responses[0].GetResponseRange().Kvs
 	}
+}
+
+// openOpError classifies an error of Open's writes, as opError does.
+func (s *Store) openOpError(ctx context.Context, err error) error {
+	if aerr := s.authError("open", "the store under "+s.keys.prefix, err); aerr != nil {
+		return aerr
+	}
+	return s.opError(ctx, "open", "", err)
+}
+
+// checkWritable asks etcd whether this client may write under the prefix,
+// so that a user with read access only fails at Open rather than at its
+// first commit. The transaction's condition never holds: etcd checks the
+// permissions of its operations without applying them.
+func (s *Store) checkWritable(ctx context.Context) error {
+	_, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Version(s.keys.meta()), "<", 0)).
+		Then(clientv3.OpDelete(s.keys.prefix, clientv3.WithPrefix())).
+		Commit()
+	return err
 }
 
 // meta is what the meta keys hold: version 0 when there are none.
@@ -512,7 +558,8 @@ func (s *Store) corrupt(op, job string, err error) error {
 		op, subject(job), s.endpoints, where, err)
 }
 
-// opError classifies an etcd client error. An etcd that does not answer is
+// opError classifies an etcd client error. An etcd that does not answer,
+// or that refuses the credentials or permissions it accepted at Open, is
 // storage.ErrUnavailable, never storage.ErrConflict: nothing is known to
 // have changed, so the caller retries rather than rebasing.
 func (s *Store) opError(ctx context.Context, op, job string, err error) error {
@@ -521,6 +568,11 @@ func (s *Store) opError(ctx context.Context, op, job string, err error) error {
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("storage: %s %s: %w", op, subject(job), ctx.Err())
+	}
+	if aerr := s.authError(op, subject(job), err); aerr != nil {
+		// Nothing changed, and the call succeeds again once the user's
+		// permissions or password are fixed, with no restart.
+		return fmt.Errorf("%w: %w", storage.ErrUnavailable, aerr)
 	}
 	code := status.Code(err)
 	var ee rpctypes.EtcdError

@@ -29,6 +29,7 @@ type Server struct {
 	peerURL    url.URL
 	maxRequest uint
 	quota      int64
+	tls        tlsFiles
 
 	mu   sync.Mutex
 	etcd *embed.Etcd
@@ -45,6 +46,17 @@ func MaxRequestBytes(n uint) Option { return func(s *Server) { s.maxRequest = n 
 // --quota-backend-bytes; default 2 GiB), past which it refuses writes.
 func QuotaBackendBytes(n int64) Option { return func(s *Server) { s.quota = n } }
 
+// TLS serves clients over TLS with the PEM certificate and key files
+// (etcd's --cert-file and --key-file); with clientCAFile not "", it also
+// requires a client certificate signed by a CA in that file (etcd's
+// --client-cert-auth and --trusted-ca-file). etcd reads the files at start,
+// so a test can rewrite them and Restart. ClientURL is then https://.
+func TLS(certFile, keyFile, clientCAFile string) Option {
+	return func(s *Server) { s.tls = tlsFiles{certFile, keyFile, clientCAFile} }
+}
+
+type tlsFiles struct{ cert, key, clientCA string }
+
 // Start starts a server and stops it at the end of the test.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
@@ -57,6 +69,9 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
+	if s.tls.cert != "" {
+		s.clientURL.Scheme = "https"
+	}
 	if err := s.start(); err != nil {
 		t.Fatalf("etcdtest: %v", err)
 	}
@@ -67,7 +82,8 @@ func Start(t testing.TB, opts ...Option) *Server {
 // Endpoint is the server's client address, host:port.
 func (s *Server) Endpoint() string { return s.clientURL.Host }
 
-// ClientURL is the server's client URL, http://host:port.
+// ClientURL is the server's client URL, http://host:port, or
+// https://host:port with TLS.
 func (s *Server) ClientURL() string { return s.clientURL.String() }
 
 // Dir is the server's data directory.
@@ -108,11 +124,20 @@ func (s *Server) start() error {
 	cfg.AdvertisePeerUrls = []url.URL{s.peerURL}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	// bcrypt's least cost: authenticating a user with a password takes
+	// microseconds, not a tenth of a second, in tests.
+	cfg.BcryptCost = 4
 	if s.maxRequest > 0 {
 		cfg.MaxRequestBytes = s.maxRequest
 	}
 	if s.quota > 0 {
 		cfg.QuotaBackendBytes = s.quota
+	}
+	if s.tls.cert != "" {
+		cfg.ClientTLSInfo.CertFile = s.tls.cert
+		cfg.ClientTLSInfo.KeyFile = s.tls.key
+		cfg.ClientTLSInfo.TrustedCAFile = s.tls.clientCA
+		cfg.ClientTLSInfo.ClientCertAuth = s.tls.clientCA != ""
 	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
