@@ -322,6 +322,25 @@ func (b *Bolt) SetConfig(ctx context.Context, job string, cfg assign.Config) err
 	return nil
 }
 
+// Delete implements Store. bbolt's single writer orders it against every
+// Commit and SetConfig.
+func (b *Bolt) Delete(ctx context.Context, job string) error {
+	if err := b.checkWrite(ctx, "delete", job); err != nil {
+		return err
+	}
+	err := b.update(func(tx *bbolt.Tx) error {
+		return deleteJob(tx, job)
+	})
+	if errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("%w: delete job %q: no assignment or config is stored for it", ErrNotFound, job)
+	}
+	if err != nil {
+		return b.opError("delete", job, err)
+	}
+	b.log.Debug("deleted", "job", job)
+	return nil
+}
+
 // Jobs implements Store.
 func (b *Bolt) Jobs(ctx context.Context) ([]string, error) {
 	if b.closed.Load() {

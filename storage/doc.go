@@ -45,6 +45,20 @@
 // config or an assignment. Records returned by Load are the caller's to
 // modify.
 //
+// Delete removes a job's whole record (current, previous and config) in one
+// write, so that no reader or committer ever sees part of it: a Commit
+// conditional on a generation read before the Delete fails with
+// ErrConflict (the stored generation is 0 again), and a Commit with
+// prevGen 0 after it creates a new job, with no previous assignment and the
+// default config. Like a config write it does not need to read what it
+// replaces, so deleting a job is also how an unreadable one is removed.
+// The store keeps no memory of a deleted job: the generations of a job
+// created again start over with its first Commit. A committer that read
+// generation g of the deleted job and stalls until the new job reaches g
+// again would commit on top of it, so a caller that deletes a job must
+// first make sure nobody is deciding it (the Assigner deletes only a job no
+// live task belongs to, and forgets it).
+//
 // # Implementations
 //
 // Bolt keeps everything in one bbolt file (see schema.go for the layout and

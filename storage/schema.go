@@ -344,6 +344,19 @@ func writeConfig(tx *bbolt.Tx, job string, cfg []byte) error {
 	return b.Put(keyConfig, cfg)
 }
 
+// deleteJob removes the job's bucket with everything in it; ErrNotFound if
+// there is none.
+func deleteJob(tx *bbolt.Tx, job string) error {
+	jobs := tx.Bucket(bucketJobs)
+	if jobs == nil || jobs.Bucket([]byte(job)) == nil {
+		if jobs != nil && jobs.Get([]byte(job)) != nil {
+			return errCorruptValue{fmt.Errorf("key %q under %q is not a job bucket", job, bucketJobs)}
+		}
+		return ErrNotFound
+	}
+	return jobs.DeleteBucket([]byte(job))
+}
+
 // listJobs returns the job bucket names in key order, which for job names
 // (ASCII) is sorted order. A non-bucket key under jobs is corruption.
 func listJobs(tx *bbolt.Tx) ([]string, error) {

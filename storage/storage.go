@@ -49,6 +49,12 @@ type Store interface {
 	SetConfig(ctx context.Context, job string, cfg assign.Config) error
 	// Jobs lists the names of the jobs in the store, sorted.
 	Jobs(ctx context.Context) ([]string, error)
+	// Delete removes the job's assignments and config at once, readable
+	// or not: ErrNotFound if the store holds nothing for it. A Commit
+	// that read the job before the Delete conflicts; a Commit after it
+	// starts a new job (prevGen 0, no previous assignment, the default
+	// config).
+	Delete(ctx context.Context, job string) error
 	// Incarnation is the store's incarnation ID, chosen at random when the
 	// store was created and never changed: a store deleted and created
 	// again gets another. Every assignment Load returns carries it, and

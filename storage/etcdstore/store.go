@@ -364,6 +364,27 @@ func (s *Store) SetConfig(ctx context.Context, job string, cfg assign.Config) er
 	return nil
 }
 
+// Delete implements storage.Store with one range delete of the job's keys,
+// which etcd applies at a single revision: a Commit that read them before
+// fails its transaction on the current key's revision, and one after finds
+// no job.
+func (s *Store) Delete(ctx context.Context, job string) error {
+	if err := s.checkWrite(ctx, "delete", job); err != nil {
+		return err
+	}
+	rctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	resp, err := s.cli.Delete(rctx, s.keys.job(job), clientv3.WithPrefix())
+	if err != nil {
+		return s.opError(ctx, "delete", job, err)
+	}
+	if resp.Deleted == 0 {
+		return fmt.Errorf("%w: delete job %q: no assignment or config is stored for it", storage.ErrNotFound, job)
+	}
+	s.log.Debug("deleted", "job", job, "keys", resp.Deleted, "revision", resp.Header.Revision)
+	return nil
+}
+
 // Jobs implements storage.Store.
 func (s *Store) Jobs(ctx context.Context) ([]string, error) {
 	if s.closed.Load() {
