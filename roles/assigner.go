@@ -97,6 +97,9 @@ type Assigner struct {
 
 	mu   sync.Mutex
 	jobs map[string]*assignerJob
+	// deleted holds the jobs this Assigner deleted or saw deleted, until
+	// they are created again; see jobdelete.go. Guarded by mu.
+	deleted map[string]struct{}
 }
 
 func newAssigner(cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
