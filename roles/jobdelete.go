@@ -19,9 +19,11 @@ import (
 // Deleting a job. Jobs come into existence from gossip (a task that names
 // the job) or from SetJobConfig, so a job with a live task cannot be
 // deleted: its preferred Assigner would create it again at the next
-// membership change, starting over at generation 1, which the clients that
-// still hold the old generations would not take for newer. DeleteJob
-// therefore refuses such a job with FAILED_PRECONDITION naming the tasks.
+// membership change, so the deletion would only reset its configuration
+// and churn its assignment. DeleteJob therefore refuses such a job with
+// FAILED_PRECONDITION naming the tasks. A job created again later
+// continues above the generation it was deleted at (the store remembers
+// it), so clients that still hold the old assignment take the new one.
 //
 // Once the store has forgotten the job, so does every role: the Assigner
 // that deleted it drops the job's state (assignment, configuration, load

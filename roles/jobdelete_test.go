@@ -156,8 +156,8 @@ func TestDeleteJob(t *testing.T) {
 	taskMember(t, "kv", "t1", node.GossipAddr())
 	seesTask(t, node, "kv", "t1")
 	again := watch(t, node.RPCAddr(), "kv", false).until(t, "the job created again", hasTasks("t1"))
-	if again.Generation != 1 {
-		t.Errorf("the job created again starts at generation %d, want 1", again.Generation)
+	if deletedAt := resp.Msg.GetJob().GetGeneration(); again.Generation != deletedAt+1 {
+		t.Errorf("the job created again starts at generation %d, want %d, above the %d it was deleted at", again.Generation, deletedAt+1, deletedAt)
 	}
 }
 

@@ -52,12 +52,15 @@
 // prevGen 0 after it creates a new job, with no previous assignment and the
 // default config. Like a config write it does not need to read what it
 // replaces, so deleting a job is also how an unreadable one is removed.
-// The store keeps no memory of a deleted job: the generations of a job
-// created again start over with its first Commit. A committer that read
-// generation g of the deleted job and stalls until the new job reaches g
-// again would commit on top of it, so a caller that deletes a job must
-// first make sure nobody is deciding it (the Assigner deletes only a job no
-// live task belongs to, and forgets it).
+//
+// The store remembers the generation a job was deleted at, and the Commit
+// that creates the job again adds it to the generation it stores (and
+// tells the caller, as it does the incarnation). So the generations of one
+// job name only grow, across deletions too: a committer that read the
+// deleted job can never commit on top of the new one, however long it
+// stalls, and a subscriber still holding an assignment of the deleted job
+// takes the new job's for newer. That memory is one small value per
+// deleted name, kept for the life of the store.
 //
 // # Implementations
 //
