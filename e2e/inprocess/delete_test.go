@@ -1,8 +1,12 @@
 package inprocess
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,17 +17,24 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/internal/clustertest"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/storage"
 )
 
 // A deletion sent to either of two Assigners sharing etcd reaches the
 // job's preferred one, and every Assigner, Distributor and Backup forgets
-// the job: their streams end with NOT_FOUND and no Assigner lists it.
+// the job: their streams end with NOT_FOUND and no Assigner lists it. The
+// Assigner the call reached, and only it, logs the audit line.
 func TestDeleteJobAcrossAssigners(t *testing.T) {
 	for _, through := range []string{"preferred", "other"} {
 		t.Run("through the "+through+" assigner", func(t *testing.T) {
 			ctx := context.Background()
-			c := clustertest.New(t, storeOptions(t))
+			opts := storeOptions(t)
+			logs := map[string]*logLines{"a1": {}, "a2": {}}
+			opts.Configure = func(cfg *roles.Config) {
+				cfg.Logger = slog.New(slog.NewJSONHandler(logs[cfg.NodeName], nil))
+			}
+			c := clustertest.New(t, opts)
 			c.StartAgent("a1")
 			c.StartAgent("a2")
 			task := c.StartTask("kv", "t0")
@@ -108,6 +119,44 @@ func TestDeleteJobAcrossAssigners(t *testing.T) {
 			if _, err := c.Store().Load(ctx, "kv"); !errors.Is(err, storage.ErrNotFound) {
 				t.Errorf("the store still holds the deleted job: %v", err)
 			}
+			for name, l := range logs {
+				want := 0
+				if name == to {
+					want = 1
+				}
+				if got := l.count(`"component":"audit"`, `"procedure":"/slicer.v1.JobService/DeleteJob"`, `"outcome":"ok"`); got != want {
+					t.Errorf("%s logged %d audit lines of the deletion, want %d", name, got, want)
+				}
+			}
 		})
 	}
+}
+
+// logLines collects an agent's log lines.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// count returns how many lines contain every one of substrs.
+func (l *logLines) count(substrs ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		all := true
+		for _, s := range substrs {
+			all = all && strings.Contains(line, s)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
 }
