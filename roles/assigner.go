@@ -435,6 +435,9 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 				a.choices.Forget(name)
 			}
 			rec, lerr := a.store.Load(ctx, name)
+			if errors.Is(lerr, storage.ErrNotFound) {
+				return nil // deleted meanwhile; see jobdelete.go
+			}
 			if lerr != nil {
 				return fmt.Errorf("re-read after conflict: %w", lerr)
 			}
