@@ -40,9 +40,11 @@ import (
 const maxListedTasks = 10
 
 // DeleteJob implements slicerv1connect.JobServiceHandler; see the proto
-// for what callers see. Who may call it: an admin only. It costs one store
-// read and one store write, plus a forward to the job's preferred
-// Assigner when that is another one, and is recorded by an audit line.
+// for what callers see. Who may call it: an admin only. It costs at most
+// three store reads and one store write (etcd retries the write, up to ten
+// times, only while commits race it), plus a forward to the job's
+// preferred Assigner when that is another one, and is recorded by an
+// audit line.
 func (a *Assigner) DeleteJob(ctx context.Context, req *connect.Request[slicerv1.DeleteJobRequest]) (*connect.Response[slicerv1.DeleteJobResponse], error) {
 	if forwardedWrite(req.Header()) {
 		return a.deleteJob(ctx, req)

@@ -360,8 +360,11 @@ type JobServiceClient interface {
 	// every Assigner, Distributor and Backup forgets it: their streams of the
 	// job end with NOT_FOUND. A job that still has a live task in gossip fails
 	// with FAILED_PRECONDITION naming the tasks (they would create it again at
-	// once): stop them first. A job nothing knows fails with NOT_FOUND. Admin
-	// only. Costs one store write and one store read.
+	// once): stop them first. A job nothing knows fails with NOT_FOUND; a job
+	// whose record kept changing while it was deleted, with ABORTED (retry).
+	// The job's generations, if it is created again, continue above the one
+	// it was deleted at. Admin only. Costs at most three store reads and one
+	// store write.
 	DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error)
 }
 
@@ -448,8 +451,11 @@ type JobServiceHandler interface {
 	// every Assigner, Distributor and Backup forgets it: their streams of the
 	// job end with NOT_FOUND. A job that still has a live task in gossip fails
 	// with FAILED_PRECONDITION naming the tasks (they would create it again at
-	// once): stop them first. A job nothing knows fails with NOT_FOUND. Admin
-	// only. Costs one store write and one store read.
+	// once): stop them first. A job nothing knows fails with NOT_FOUND; a job
+	// whose record kept changing while it was deleted, with ABORTED (retry).
+	// The job's generations, if it is created again, continue above the one
+	// it was deleted at. Admin only. Costs at most three store reads and one
+	// store write.
 	DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error)
 }
 
