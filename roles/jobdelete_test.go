@@ -152,13 +152,32 @@ func TestDeleteJob(t *testing.T) {
 		t.Errorf("DeleteJob audit line %v, want the job's config before and deleted after", m)
 	}
 
-	// A task of the job joining again creates it afresh.
+	// A task of the job joining again creates it afresh, and a subscriber
+	// that held the deleted job's last assignment is sent the new one.
+	deletedAt := resp.Msg.GetJob().GetGeneration()
+	hc := api.NewH2CClient()
+	defer hc.CloseIdleConnections()
 	taskMember(t, "kv", "t1", node.GossipAddr())
 	seesTask(t, node, "kv", "t1")
-	again := watch(t, node.RPCAddr(), "kv", false).until(t, "the job created again", hasTasks("t1"))
-	if deletedAt := resp.Msg.GetJob().GetGeneration(); again.Generation != deletedAt+1 {
-		t.Errorf("the job created again starts at generation %d, want %d, above the %d it was deleted at", again.Generation, deletedAt+1, deletedAt)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	resumed, err := slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(node.RPCAddr())).WatchAssignment(sctx,
+		connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv", KnownGeneration: deletedAt, KnownIncarnation: served.Incarnation}))
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer resumed.Close()
+	if !resumed.Receive() {
+		t.Fatalf("a subscriber holding generation %d of the deleted job was sent nothing: %v", deletedAt, resumed.Err())
+	}
+	if got := resumed.Msg().GetAssignment(); got.GetGeneration() <= deletedAt {
+		t.Errorf("a subscriber holding generation %d was sent generation %d", deletedAt, got.GetGeneration())
+	}
+	again := watch(t, node.RPCAddr(), "kv", false).until(t, "the job created again", hasTasks("t1"))
+	if again.Generation <= deletedAt {
+		t.Errorf("the job created again is at generation %d, not above the %d it was deleted at", again.Generation, deletedAt)
+	}
+
 }
 
 // A refresh that read the stored record before the job was deleted must not
