@@ -159,7 +159,8 @@ func TestDeleteJob(t *testing.T) {
 	defer hc.CloseIdleConnections()
 	taskMember(t, "kv", "t1", node.GossipAddr())
 	seesTask(t, node, "kv", "t1")
-	sctx, cancel := context.WithCancel(ctx)
+	// Bounded, so that a subscriber sent nothing fails the test.
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	resumed, err := slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(node.RPCAddr())).WatchAssignment(sctx,
 		connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv", KnownGeneration: deletedAt, KnownIncarnation: served.Incarnation}))
@@ -177,7 +178,6 @@ func TestDeleteJob(t *testing.T) {
 	if again.Generation <= deletedAt {
 		t.Errorf("the job created again is at generation %d, not above the %d it was deleted at", again.Generation, deletedAt)
 	}
-
 }
 
 // A refresh that read the stored record before the job was deleted must not
