@@ -362,6 +362,10 @@ func TestAttackWritesWithoutCredentials(t *testing.T) {
 		if connect.CodeOf(err) != c.want {
 			t.Errorf("ReportLoad with %s = %v, want %v", c.name, err, c.want)
 		}
+		_, err = slicerv1connect.NewJobServiceClient(c.hc, url).DeleteJob(ctx, connect.NewRequest(&slicerv1.DeleteJobRequest{Job: "kv"}))
+		if connect.CodeOf(err) != c.want {
+			t.Errorf("DeleteJob with %s = %v, want %v", c.name, err, c.want)
+		}
 	}
 	// Another task's identity cannot report for kv-0.
 	other, err := tlsconfig.Load(issue("task-kv-kv-1", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-1"}), nil)

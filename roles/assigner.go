@@ -97,6 +97,9 @@ type Assigner struct {
 
 	mu   sync.Mutex
 	jobs map[string]*assignerJob
+	// deleted holds the jobs this Assigner deleted or saw deleted, until
+	// they are created again; see jobdelete.go. Guarded by mu.
+	deleted map[string]struct{}
 }
 
 func newAssigner(cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
@@ -432,6 +435,9 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 				a.choices.Forget(name)
 			}
 			rec, lerr := a.store.Load(ctx, name)
+			if errors.Is(lerr, storage.ErrNotFound) {
+				return nil // deleted meanwhile; see jobdelete.go
+			}
 			if lerr != nil {
 				return fmt.Errorf("re-read after conflict: %w", lerr)
 			}

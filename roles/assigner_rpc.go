@@ -46,10 +46,10 @@ func (a *Assigner) GetJob(ctx context.Context, req *connect.Request[slicerv1.Get
 	return connect.NewResponse(&slicerv1.GetJobResponse{Job: a.jobInfo(j)}), nil
 }
 
-// SetJobConfig implements slicerv1connect.JobServiceHandler. The
+// setJobConfig is SetJobConfig without its audit line. The
 // configuration is validated before anything is stored, and stored before
 // the job is rebalanced under it.
-func (a *Assigner) SetJobConfig(ctx context.Context, req *connect.Request[slicerv1.SetJobConfigRequest]) (*connect.Response[slicerv1.SetJobConfigResponse], error) {
+func (a *Assigner) setJobConfig(ctx context.Context, req *connect.Request[slicerv1.SetJobConfigRequest]) (*connect.Response[slicerv1.SetJobConfigResponse], error) {
 	name := req.Msg.GetJob()
 	if err := assign.ValidateJobName(name); err != nil {
 		return nil, toConnect(err)
@@ -63,6 +63,7 @@ func (a *Assigner) SetJobConfig(ctx context.Context, req *connect.Request[slicer
 	}
 	a.setConfig.Lock()
 	defer a.setConfig.Unlock()
+	a.undelete(name)
 	if err := a.store.SetConfig(ctx, name, cfg); err != nil {
 		return nil, toConnect(err)
 	}

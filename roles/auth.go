@@ -130,6 +130,7 @@ var procedureAccess = map[string]access{
 	slicerv1connect.JobServiceListJobsProcedure:                accessAuthenticated,
 	slicerv1connect.JobServiceGetJobProcedure:                  accessAuthenticated,
 	slicerv1connect.JobServiceSetJobConfigProcedure:            accessAdminOrAssigner,
+	slicerv1connect.JobServiceDeleteJobProcedure:               accessAdminOrAssigner,
 	slicerv1connect.LoadServiceReportLoadProcedure:             accessTaskOrAssigner,
 	slicerv1connect.AssignerServiceRegisterTaskProcedure:       accessTask,
 }
@@ -312,7 +313,7 @@ func checkMessage(c caller, procedure string, msg any) error {
 		return nil
 	}
 	switch procedure {
-	case slicerv1connect.JobServiceSetJobConfigProcedure:
+	case slicerv1connect.JobServiceSetJobConfigProcedure, slicerv1connect.JobServiceDeleteJobProcedure:
 		if !c.p.Admin() {
 			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not change job configuration: it needs %s", c.p, accessText(accessAdmin)))
 		}

@@ -193,6 +193,12 @@ func (b *Backup) pollJob(ctx context.Context, job string, p *poller) {
 		switch {
 		case ctx.Err() != nil:
 			return
+		case connect.CodeOf(err) == connect.CodeNotFound && p.l.current() != nil:
+			// A stored assignment vanished: the job was deleted.
+			b.log.Info("the job's stored record is gone: it was deleted; ending its streams", "job", job)
+			b.forget(job, p)
+			p.l.end(err)
+			return
 		case err != nil:
 			p.l.fail(err)
 		case rec != nil:

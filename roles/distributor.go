@@ -248,13 +248,21 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 			backoff = d.minBackoff
 			continue
 		}
-		if connect.CodeOf(err) == connect.CodeNotFound && l.current() == nil {
+		if connect.CodeOf(err) == connect.CodeNotFound {
 			// Forget the job so a later request asks again; the waiting
-			// streams see the Assigner's answer.
+			// streams see the Assigner's answer. A job with an
+			// assignment was deleted: its streams end too.
 			d.mu.Lock()
-			delete(d.jobs, job)
+			if d.jobs[job] == dj {
+				delete(d.jobs, job)
+			}
 			d.mu.Unlock()
-			l.fail(err)
+			if l.current() != nil {
+				d.log.Info("the assigner no longer knows the job: it was deleted; ending its streams", "job", job, "assigner", p.Name)
+				l.end(err)
+			} else {
+				l.fail(err)
+			}
 			return
 		}
 		d.log.Warn("assignment stream from assigner ended; reconnecting", "job", job, "assigner", p.Name, "addr", addr, "err", err)

@@ -22,6 +22,8 @@ var (
 	ErrNotMember = errors.New("roles: task not a live member of the job")
 	// ErrConfig is a configuration the agent cannot run with.
 	ErrConfig = errors.New("roles: invalid configuration")
+	// ErrLiveTasks refuses to delete a job that still has live tasks.
+	ErrLiveTasks = errors.New("roles: job has live tasks")
 
 	errShuttingDown = errors.New("slicerd is shutting down; reconnect to another node")
 )
@@ -39,6 +41,7 @@ var codes = []struct {
 	{assign.ErrInvalidAssignment, connect.CodeInvalidArgument},
 	{assign.ErrInvalidLoad, connect.CodeInvalidArgument},
 	{ErrNotMember, connect.CodeFailedPrecondition},
+	{ErrLiveTasks, connect.CodeFailedPrecondition},
 	{storage.ErrInvalid, connect.CodeInvalidArgument},
 	{storage.ErrConflict, connect.CodeAborted},
 	{ErrNoAssigner, connect.CodeUnavailable},

@@ -45,10 +45,19 @@ func (a *Assigner) job(ctx context.Context, name string, create bool) (*assigner
 	if err != nil {
 		return nil, err
 	}
+	live := len(a.tasksOf(name, true)) > 0
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if existing, ok := a.jobs[name]; ok {
 		return existing, nil
+	}
+	if _, gone := a.deleted[name]; gone {
+		// What was read may predate the deletion: only a live task
+		// (or SetJobConfig) brings the job back.
+		if !live {
+			return nil, unknownJob(name)
+		}
+		delete(a.deleted, name)
 	}
 	a.jobs[name] = j
 	if rec.Current != nil {
@@ -91,7 +100,7 @@ func (a *Assigner) read(ctx context.Context, name string, create bool) (*assigne
 	rec, err := a.store.Load(ctx, name)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		if !create && len(a.tasksOf(name, false)) == 0 {
+		if !create && !a.knownToGossip(name) {
 			return nil, storage.Record{}, unknownJob(name)
 		}
 		rec = storage.Record{Job: name, Config: assign.DefaultConfig()}

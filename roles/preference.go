@@ -169,12 +169,19 @@ func (a *Assigner) outOfDate(job string) bool {
 // in gossip and those it has loaded.
 func (a *Assigner) jobNames() []string {
 	names := make(map[string]bool)
+	alive := make(map[string]bool)
 	for _, p := range a.members.Peers() {
 		if p.Has(gossip.RoleTask) && p.Job != "" {
 			names[p.Job] = true
+			alive[p.Job] = alive[p.Job] || p.Status == gossip.StatusAlive
 		}
 	}
 	a.mu.Lock()
+	for name := range a.deleted {
+		if !alive[name] {
+			delete(names, name) // only failed tasks of a deleted job
+		}
+	}
 	for name := range a.jobs {
 		names[name] = true
 	}
@@ -275,12 +282,16 @@ func (a *Assigner) refresh(ctx context.Context, name string) error {
 		a.mu.Unlock()
 		rec, err := a.store.Load(ctx, name)
 		if errors.Is(err, storage.ErrNotFound) {
+			a.forgetVanished(name)
 			return nil
 		}
 		if err != nil {
 			return err
 		}
 		j, err := a.job(ctx, name, true)
+		if errors.Is(err, ErrUnknownJob) {
+			return nil // deleted here; see jobdelete.go
+		}
 		if err != nil {
 			return err
 		}
@@ -311,12 +322,19 @@ func (a *Assigner) refreshAll(ctx context.Context) {
 		}
 		return
 	}
+	stored := make(map[string]bool, len(names))
 	for _, name := range names {
+		stored[name] = true
 		if ctx.Err() != nil {
 			return
 		}
 		if err := a.refresh(ctx, name); err != nil && ctx.Err() == nil {
 			a.log.Warn("reading a stored job failed; serving what was read before", "job", name, "err", err)
+		}
+	}
+	for _, name := range a.jobNames() {
+		if !stored[name] {
+			a.forgetVanished(name)
 		}
 	}
 }

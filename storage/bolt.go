@@ -285,8 +285,11 @@ func (b *Bolt) Commit(ctx context.Context, job string, prevGen uint64, next *ass
 	if err != nil {
 		return fmt.Errorf("%w: commit job %q: %w", ErrInvalid, job, err)
 	}
+	var stored *assign.Assignment
 	err = b.update(func(tx *bbolt.Tx) error {
-		return writeAssignment(tx, job, prevGen, enc)
+		var err error
+		stored, err = writeAssignment(tx, job, prevGen, stamped, enc)
+		return err
 	})
 	if err != nil {
 		var conflict conflictError
@@ -296,7 +299,7 @@ func (b *Bolt) Commit(ctx context.Context, job string, prevGen uint64, next *ass
 		}
 		return b.opError("commit", job, err)
 	}
-	next.Incarnation = stamped.Incarnation
+	next.Incarnation, next.Generation = stored.Incarnation, stored.Generation
 	b.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen)
 	return nil
 }
@@ -319,6 +322,25 @@ func (b *Bolt) SetConfig(ctx context.Context, job string, cfg assign.Config) err
 	if err != nil {
 		return b.opError("set config", job, err)
 	}
+	return nil
+}
+
+// Delete implements Store. bbolt's single writer orders it against every
+// Commit and SetConfig.
+func (b *Bolt) Delete(ctx context.Context, job string) error {
+	if err := b.checkWrite(ctx, "delete", job); err != nil {
+		return err
+	}
+	err := b.update(func(tx *bbolt.Tx) error {
+		return deleteJob(tx, job)
+	})
+	if errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("%w: delete job %q: no assignment or config is stored for it", ErrNotFound, job)
+	}
+	if err != nil {
+		return b.opError("delete", job, err)
+	}
+	b.log.Debug("deleted", "job", job)
 	return nil
 }
 

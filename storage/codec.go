@@ -59,6 +59,30 @@ func CheckCommit(job string, prevGen uint64, next *assign.Assignment) error {
 	return nil
 }
 
+// EncodeGeneration and DecodeGeneration are the encoding of the generation
+// a deleted job is recorded with: 8 bytes big-endian, as the format version.
+func EncodeGeneration(g uint64) []byte { return encodeFormatVersion(g) }
+
+// DecodeGeneration decodes a generation EncodeGeneration wrote.
+func DecodeGeneration(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("it is %d bytes long, want 8", len(b))
+	}
+	return decodeFormatVersion(b)
+}
+
+// Renumber returns the assignment a store writes for a Commit that creates
+// a job deleted at generation floor: a copy of a with floor added to its
+// generation, or a itself when floor is 0.
+func Renumber(floor uint64, a *assign.Assignment) *assign.Assignment {
+	if floor == 0 {
+		return a
+	}
+	c := *a
+	c.Generation = floor + a.Generation
+	return &c
+}
+
 // NewIncarnation returns a new random store incarnation ID, for a store
 // being created.
 func NewIncarnation() string { return newIncarnation() }

@@ -45,6 +45,23 @@
 // config or an assignment. Records returned by Load are the caller's to
 // modify.
 //
+// Delete removes a job's whole record (current, previous and config) in one
+// write, so that no reader or committer ever sees part of it: a Commit
+// conditional on a generation read before the Delete fails with
+// ErrConflict (the stored generation is 0 again), and a Commit with
+// prevGen 0 after it creates a new job, with no previous assignment and the
+// default config. Like a config write it does not need to read what it
+// replaces, so deleting a job is also how an unreadable one is removed.
+//
+// The store remembers the generation a job was deleted at, and the Commit
+// that creates the job again adds it to the generation it stores (and
+// tells the caller, as it does the incarnation). So the generations of one
+// job name only grow, across deletions too: a committer that read the
+// deleted job can never commit on top of the new one, however long it
+// stalls, and a subscriber still holding an assignment of the deleted job
+// takes the new job's for newer. That memory is one small value per
+// deleted name, kept for the life of the store.
+//
 // # Implementations
 //
 // Bolt keeps everything in one bbolt file (see schema.go for the layout and

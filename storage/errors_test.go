@@ -16,6 +16,7 @@ import (
 
 	"go.etcd.io/bbolt"
 
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/storage/storagetest"
 )
@@ -417,7 +418,52 @@ func TestUndecodableValues(t *testing.T) {
 			if rec := mustLoad(t, s, "fine"); rec.Generation() != 1 {
 				t.Fatalf("other job: %+v", rec)
 			}
+			// Deleting the job is a way to repair it.
+			if err := s.Delete(ctx, "bad"); err != nil {
+				t.Fatalf("Delete of the unreadable job: %v", err)
+			}
+			if _, err := s.Load(ctx, "bad"); !errors.Is(err, storage.ErrNotFound) {
+				t.Fatalf("Load after deleting the unreadable job: %v", err)
+			}
 		})
+	}
+}
+
+// A generation a deleted job was recorded with that cannot be read stops
+// the Commit that would create the job again, as any unreadable value
+// does; deleting the job again replaces it.
+func TestUndecodableDeletedGeneration(t *testing.T) {
+	s := openTest(t)
+	mustCommit(t, s, "j", 0, storagetest.Assignment("j", 2, 1, 1))
+	if err := s.Delete(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	path := s.Path()
+	s.Close()
+	rawUpdate(t, path, func(tx *bbolt.Tx) error {
+		return tx.Bucket(storage.BucketDeleted).Put([]byte("j"), []byte("seven"))
+	})
+	s, err := storage.OpenBolt(path, storage.BoltOptions{})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer s.Close()
+	before := readFile(t, path)
+	err = s.Commit(ctx, "j", 0, storagetest.Assignment("j", 1, 1, 1))
+	if !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), `job "j" was deleted at`) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Commit creating a job whose deleted generation is unreadable: %v, want ErrCorrupt naming it and the file", err)
+	}
+	assertUnchanged(t, path, before)
+	if err := s.SetConfig(ctx, "j", assign.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "j"); err != nil {
+		t.Fatalf("Delete over an unreadable deleted generation: %v", err)
+	}
+	a := storagetest.Assignment("j", 1, 1, 1)
+	mustCommit(t, s, "j", 0, a)
+	if a.Generation != 1 {
+		t.Fatalf("after the repair the job was created at generation %d, want 1", a.Generation)
 	}
 }
 

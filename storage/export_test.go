@@ -13,6 +13,7 @@ var (
 	KeyCurrent       = keyCurrent
 	KeyPrevious      = keyPrevious
 	KeyConfig        = keyConfig
+	BucketDeleted    = bucketDeleted
 
 	DecodeConfig = decodeConfig
 )

@@ -169,3 +169,22 @@ func FuzzDecodeIncarnation(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeGeneration(f *testing.F) {
+	f.Add(storage.EncodeGeneration(0))
+	f.Add(storage.EncodeGeneration(1 << 62))
+	f.Add([]byte{})
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		g, err := storage.DecodeGeneration(b)
+		if err != nil {
+			if len(b) == 8 {
+				t.Fatalf("8 bytes %x did not decode: %v", b, err)
+			}
+			return
+		}
+		if string(storage.EncodeGeneration(g)) != string(b) {
+			t.Fatalf("%x decoded to %d, which encodes differently", b, g)
+		}
+	})
+}

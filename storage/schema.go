@@ -24,6 +24,9 @@ import (
 //	        current            assignment, assign's binary codec
 //	        previous           assignment Current replaced, same codec
 //	        config             assign.Config as JSON
+//	deleted/                   bucket, created by the first Delete
+//	    <job name>             the generation the job was deleted at,
+//	                           uint64, 8 bytes big-endian
 //
 // Both top-level buckets are created with the format version and a new
 // incarnation ID when the file is created, in one transaction. A job bucket
@@ -34,6 +37,12 @@ import (
 // generations start again at 1 there, and subscribers that still hold a
 // generation of the old store must not take the new ones for old news.
 // Every assignment the store returns carries it.
+//
+// A deleted job leaves its generation under deleted/, so that the job
+// created again under the same name continues above it (see writeAssignment):
+// generations of one name only grow, within one incarnation, across
+// deletions. The bucket needs no format change: a binary that does not know
+// it ignores it.
 //
 // Format history: 1 had no incarnation; 2 adds meta/incarnation (and
 // assignments in codec version 2, which carry it). Opening a format 1 file
@@ -54,10 +63,11 @@ var (
 	keyFormatVersion = []byte("format_version")
 	keyIncarnation   = []byte("incarnation")
 
-	bucketJobs  = []byte("jobs")
-	keyCurrent  = []byte("current")
-	keyPrevious = []byte("previous")
-	keyConfig   = []byte("config")
+	bucketJobs    = []byte("jobs")
+	bucketDeleted = []byte("deleted")
+	keyCurrent    = []byte("current")
+	keyPrevious   = []byte("previous")
+	keyConfig     = []byte("config")
 )
 
 // encodeFormatVersion and decodeFormatVersion are the meta/format_version
@@ -296,36 +306,50 @@ func readRaw(tx *bbolt.Tx, job string) rawRecord {
 	}
 }
 
-// writeAssignment makes next the job's current assignment if the stored
-// current generation is prevGen. It decodes what it is about to move or
-// overwrite first, so it never replaces a value it cannot read.
-func writeAssignment(tx *bbolt.Tx, job string, prevGen uint64, next []byte) error {
+// writeAssignment makes a, encoded as enc, the job's current assignment if
+// the stored current generation is prevGen. It decodes what it is about to
+// move or overwrite first, so it never replaces a value it cannot read. It
+// returns what it stored: a itself, or, when it creates a job that was
+// deleted at generation g, a copy with g added to its generation.
+func writeAssignment(tx *bbolt.Tx, job string, prevGen uint64, a *assign.Assignment, next []byte) (*assign.Assignment, error) {
 	var cur []byte
 	if b := jobBucket(tx, job); b != nil {
 		// Decoding the whole record checks current and previous alike.
 		rec, err := readRecord(tx, job)
 		if err != nil && err != ErrNotFound {
-			return err
+			return nil, err
 		}
 		if stored := rec.Generation(); stored != prevGen {
-			return conflictError{stored: stored, expected: prevGen}
+			return nil, conflictError{stored: stored, expected: prevGen}
 		}
 		cur = b.Get(keyCurrent)
 	} else if prevGen != 0 {
-		return conflictError{stored: 0, expected: prevGen}
+		return nil, conflictError{stored: 0, expected: prevGen}
+	}
+	if cur == nil {
+		floor, err := deletedAt(tx, job)
+		if err != nil {
+			return nil, err
+		}
+		if floor > 0 {
+			a = Renumber(floor, a)
+			if next, err = encodeAssignment(a); err != nil {
+				return nil, err
+			}
+		}
 	}
 	jobs := tx.Bucket(bucketJobs)
 	b, err := jobs.CreateBucketIfNotExists([]byte(job))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if cur != nil {
 		// Copy: cur may point into the memory map, which the commit can remap.
 		if err := b.Put(keyPrevious, bytes.Clone(cur)); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return b.Put(keyCurrent, next)
+	return a, b.Put(keyCurrent, next)
 }
 
 // conflictError carries the generations of a lost Commit.
@@ -342,6 +366,49 @@ func writeConfig(tx *bbolt.Tx, job string, cfg []byte) error {
 		return err
 	}
 	return b.Put(keyConfig, cfg)
+}
+
+// deleteJob removes the job's bucket with everything in it, and records
+// the generation it was deleted at; ErrNotFound if there is no bucket. An
+// unreadable current assignment does not stop it: the recorded generation
+// then stays what an earlier deletion left.
+func deleteJob(tx *bbolt.Tx, job string) error {
+	jobs := tx.Bucket(bucketJobs)
+	if jobs == nil || jobs.Bucket([]byte(job)) == nil {
+		if jobs != nil && jobs.Get([]byte(job)) != nil {
+			return errCorruptValue{fmt.Errorf("key %q under %q is not a job bucket", job, bucketJobs)}
+		}
+		return ErrNotFound
+	}
+	floor, _ := deletedAt(tx, job) // an unreadable value is replaced
+	if rec, err := readRecord(tx, job); err == nil {
+		floor = max(floor, rec.Generation())
+	}
+	del, err := tx.CreateBucketIfNotExists(bucketDeleted)
+	if err != nil {
+		return err
+	}
+	if err := del.Put([]byte(job), EncodeGeneration(floor)); err != nil {
+		return err
+	}
+	return jobs.DeleteBucket([]byte(job))
+}
+
+// deletedAt is the generation the job was last deleted at, 0 if never.
+func deletedAt(tx *bbolt.Tx, job string) (uint64, error) {
+	del := tx.Bucket(bucketDeleted)
+	if del == nil {
+		return 0, nil
+	}
+	v := del.Get([]byte(job))
+	if v == nil {
+		return 0, nil
+	}
+	g, err := DecodeGeneration(v)
+	if err != nil {
+		return 0, errCorruptValue{fmt.Errorf("the generation job %q was deleted at: %w", job, err)}
+	}
+	return g, nil
 }
 
 // listJobs returns the job bucket names in key order, which for job names

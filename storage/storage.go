@@ -43,12 +43,23 @@ type Store interface {
 	// ErrConflict (generation mismatch; the message gives stored vs
 	// expected) or ErrInvalid, and changes nothing. The assignment is
 	// stored under the store's incarnation, whatever next.Incarnation
-	// says, and a successful Commit sets next.Incarnation to it.
+	// says, and a successful Commit sets next.Incarnation to it. A Commit
+	// that creates a job deleted at generation g stores next with g added
+	// to its generation, and sets next.Generation to that.
 	Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error
 	// SetConfig validates and stores the job's config, creating the job.
 	SetConfig(ctx context.Context, job string, cfg assign.Config) error
 	// Jobs lists the names of the jobs in the store, sorted.
 	Jobs(ctx context.Context) ([]string, error)
+	// Delete removes the job's assignments and config at once, readable
+	// or not, remembering the generation it was at: ErrNotFound if the
+	// store holds nothing for it. A Commit that read the job before the
+	// Delete conflicts; a Commit after it starts a new job (prevGen 0, no
+	// previous assignment, the default config) above that generation.
+	// A store that must read before it writes (etcd) may fail with
+	// ErrConflict, deleting nothing, when commits keep changing the job
+	// meanwhile: retry.
+	Delete(ctx context.Context, job string) error
 	// Incarnation is the store's incarnation ID, chosen at random when the
 	// store was created and never changed: a store deleted and created
 	// again gets another. Every assignment Load returns carries it, and

@@ -20,10 +20,11 @@ import (
 
 // servedBy names the role whose RPC service each job subcommand calls.
 var servedBy = map[string]gossip.Role{
-	"list":  gossip.RoleAssigner,
-	"get":   gossip.RoleAssigner,
-	"set":   gossip.RoleAssigner,
-	"watch": gossip.RoleDistributor,
+	"list":   gossip.RoleAssigner,
+	"get":    gossip.RoleAssigner,
+	"set":    gossip.RoleAssigner,
+	"watch":  gossip.RoleDistributor,
+	"delete": gossip.RoleAssigner,
 }
 
 // addrFlag is the --addr flag of the job subcommand cmd.
@@ -38,7 +39,7 @@ func addrFlag(cmd string) *cli.StringFlag {
 func JobCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "job",
-		Usage: "inspect and configure sharded jobs over RPC (list, get and set talk to an assigner; watch to a distributor)",
+		Usage: "inspect and configure sharded jobs over RPC (list, get, set and delete talk to an assigner; watch to a distributor)",
 		Subcommands: []*cli.Command{
 			{
 				Name:   "list",
@@ -71,6 +72,7 @@ func JobCommand() *cli.Command {
 				Flags:     append(clientFlags(), addrFlag("watch")),
 				Action:    func(c *cli.Context) error { return jobWatch(c) },
 			},
+			jobDeleteCommand(),
 		},
 	}
 }

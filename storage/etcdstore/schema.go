@@ -15,10 +15,16 @@ import (
 //	<prefix>jobs/<job>/current      assignment, assign's binary codec
 //	<prefix>jobs/<job>/previous     assignment current replaced, same codec
 //	<prefix>jobs/<job>/config       assign.Config as JSON
+//	<prefix>deleted/<job>           the generation the job was deleted at,
+//	                                uint64, 8 bytes big-endian
 //
 // The values are encoded exactly as in the bbolt file (storage.Encode*).
 // Job names cannot contain '/', so a job's keys are exactly those under
 // <prefix>jobs/<job>/. A job exists once one of its keys does.
+//
+// A deleted job leaves its generation under deleted/, outside jobs/, so
+// that the job created again continues above it, as in the bbolt file
+// (storage/schema.go); a binary that does not know the key ignores it.
 //
 // The meta keys are created together, by one transaction, by the first
 // writable Open under the prefix. Format 1 had no incarnation: a writable
@@ -49,6 +55,7 @@ func (k keys) job(job string) string      { return k.jobs() + job + "/" }
 func (k keys) current(job string) string  { return k.job(job) + leafCurrent }
 func (k keys) previous(job string) string { return k.job(job) + leafPrevious }
 func (k keys) config(job string) string   { return k.job(job) + leafConfig }
+func (k keys) deleted(job string) string  { return k.prefix + "deleted/" + job }
 
 // jobOf returns the job a key under jobs() belongs to, and its leaf.
 func (k keys) jobOf(key []byte) (job, leaf string, err error) {

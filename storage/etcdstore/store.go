@@ -60,6 +60,9 @@ const (
 	// maxCommitAttempts bounds Commit's retries when its transaction lost
 	// to a change that left the stored generation as it was.
 	maxCommitAttempts = 3
+	// maxDeleteAttempts bounds Delete's retries when a commit changed the
+	// job between its read and its transaction.
+	maxDeleteAttempts = 10
 )
 
 // Store is a storage.Store in etcd. Several Stores, in one process or
@@ -363,16 +366,39 @@ func (s *Store) Commit(ctx context.Context, job string, prevGen uint64, next *as
 			return fmt.Errorf("%w: commit job %q generation %d: its stored keys kept changing while generation %d stayed; load the job again and retry",
 				storage.ErrConflict, job, next.Generation, prevGen)
 		}
+		// A job created again continues above the generation it was
+		// deleted at; the transaction checks that is still the one read.
+		stored, value := stamped, enc
+		var tomb *mvccpb.KeyValue
+		if raw.cur == nil {
+			dresp, err := s.cli.Get(rctx, s.keys.deleted(job))
+			if err != nil {
+				return s.opError(ctx, "commit", job, err)
+			}
+			var floor uint64
+			if floor, tomb, err = s.deletedAt(dresp.Kvs); err != nil {
+				return s.corrupt("commit", job, err)
+			}
+			if stored = storage.Renumber(floor, stamped); stored != stamped {
+				if value, err = storage.EncodeAssignment(stored); err != nil {
+					return fmt.Errorf("%w: commit job %q: %w", storage.ErrInvalid, job, err)
+				}
+			}
+		}
 		ops := make([]clientv3.Op, 0, 2)
 		if raw.cur != nil {
 			ops = append(ops, clientv3.OpPut(s.keys.previous(job), string(raw.cur.Value)))
 		}
-		ops = append(ops, clientv3.OpPut(s.keys.current(job), string(enc)))
+		ops = append(ops, clientv3.OpPut(s.keys.current(job), string(value)))
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(s.keys.current(job)), "=", raw.rev(raw.cur)),
+			clientv3.Compare(clientv3.ModRevision(s.keys.previous(job)), "=", raw.rev(raw.prev)),
+		}
+		if raw.cur == nil {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.keys.deleted(job)), "=", raw.rev(tomb)))
+		}
 		tresp, err := s.cli.Txn(rctx).
-			If(
-				clientv3.Compare(clientv3.ModRevision(s.keys.current(job)), "=", raw.rev(raw.cur)),
-				clientv3.Compare(clientv3.ModRevision(s.keys.previous(job)), "=", raw.rev(raw.prev)),
-			).
+			If(cmps...).
 			Then(ops...).
 			Else(clientv3.OpGet(s.keys.job(job), clientv3.WithPrefix())).
 			Commit()
@@ -380,7 +406,7 @@ func (s *Store) Commit(ctx context.Context, job string, prevGen uint64, next *as
 			return s.opError(ctx, "commit", job, err)
 		}
 		if tresp.Succeeded {
-			next.Incarnation = stamped.Incarnation
+			next.Incarnation, next.Generation = stored.Incarnation, stored.Generation
 			s.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen, "revision", tresp.Header.Revision)
 			return nil
 		}
@@ -408,6 +434,69 @@ func (s *Store) SetConfig(ctx context.Context, job string, cfg assign.Config) er
 		return s.opError(ctx, "set config", job, err)
 	}
 	return nil
+}
+
+// Delete implements storage.Store with one transaction that deletes the
+// job's keys (a range delete, applied at a single revision) and records the
+// generation they were at, if the current and deleted keys are still at the
+// revisions it read: a Commit that read the job before fails its own
+// transaction on the current key's revision, and one after finds no job.
+func (s *Store) Delete(ctx context.Context, job string) error {
+	if err := s.checkWrite(ctx, "delete", job); err != nil {
+		return err
+	}
+	rctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	for attempt := 1; attempt <= maxDeleteAttempts; attempt++ {
+		read, err := s.cli.Txn(rctx).Then(
+			clientv3.OpGet(s.keys.job(job), clientv3.WithPrefix()),
+			clientv3.OpGet(s.keys.deleted(job)),
+		).Commit()
+		if err != nil {
+			return s.opError(ctx, "delete", job, err)
+		}
+		kvs := read.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return fmt.Errorf("%w: delete job %q: no assignment or config is stored for it", storage.ErrNotFound, job)
+		}
+		raw := s.split(job, kvs)
+		floor, tomb, _ := s.deletedAt(read.Responses[1].GetResponseRange().Kvs) // an unreadable value is replaced
+		if rec, err := storage.DecodeRecord(job, raw.value(raw.cur), raw.value(raw.prev), raw.value(raw.cfg)); err == nil {
+			floor = max(floor, rec.Generation())
+		}
+		tresp, err := s.cli.Txn(rctx).
+			If(
+				clientv3.Compare(clientv3.ModRevision(s.keys.current(job)), "=", raw.rev(raw.cur)),
+				clientv3.Compare(clientv3.ModRevision(s.keys.deleted(job)), "=", raw.rev(tomb)),
+			).
+			Then(
+				clientv3.OpDelete(s.keys.job(job), clientv3.WithPrefix()),
+				clientv3.OpPut(s.keys.deleted(job), string(storage.EncodeGeneration(floor))),
+			).
+			Commit()
+		if err != nil {
+			return s.opError(ctx, "delete", job, err)
+		}
+		if tresp.Succeeded {
+			s.log.Debug("deleted", "job", job, "generation", floor, "revision", tresp.Header.Revision)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: delete job %q: it was committed to %d times while being deleted; stop what is deciding it (its tasks) and retry",
+		storage.ErrConflict, job, maxDeleteAttempts)
+}
+
+// deletedAt decodes the generation a job was deleted at from the result of
+// reading its deleted key, and returns the key: 0 and nil when absent.
+func (s *Store) deletedAt(kvs []*mvccpb.KeyValue) (uint64, *mvccpb.KeyValue, error) {
+	if len(kvs) == 0 {
+		return 0, nil, nil
+	}
+	g, err := storage.DecodeGeneration(kvs[0].Value)
+	if err != nil {
+		return 0, kvs[0], fmt.Errorf("%w: the generation the job was deleted at, under %s: %w", storage.ErrCorrupt, kvs[0].Key, err)
+	}
+	return g, kvs[0], nil
 }
 
 // Jobs implements storage.Store.

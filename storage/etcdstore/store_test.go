@@ -522,3 +522,39 @@ func TestBadIncarnation(t *testing.T) {
 		})
 	}
 }
+
+// An unreadable generation a deleted job was recorded with stops the Commit
+// that would create the job again; deleting the job again replaces it.
+func TestUndecodableDeletedGeneration(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := rawClient(t, srv)
+	s := openAt(t, srv, etcdstore.Options{})
+	if err := s.Commit(ctx, "j", 0, storagetest.Assignment("j", 2, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	key := s.Prefix() + "deleted/j"
+	if got := rawGet(t, cli, key); got != string(storage.EncodeGeneration(2)) {
+		t.Fatalf("%s holds %q after deleting the job at generation 2", key, got)
+	}
+	rawPut(t, cli, key, "seven")
+	err := s.Commit(ctx, "j", 0, storagetest.Assignment("j", 1, 1, 1))
+	if !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("Commit creating a job whose deleted generation is unreadable: %v, want ErrCorrupt naming %s", err, key)
+	}
+	if got := rawGet(t, cli, s.Prefix()+"jobs/j/current"); got != "<absent>" {
+		t.Fatalf("the refused Commit stored %q", got)
+	}
+	if err := s.SetConfig(ctx, "j", assign.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "j"); err != nil {
+		t.Fatalf("Delete over an unreadable deleted generation: %v", err)
+	}
+	a := storagetest.Assignment("j", 1, 1, 1)
+	if err := s.Commit(ctx, "j", 0, a); err != nil || a.Generation != 1 {
+		t.Fatalf("after the repair: Commit %v, generation %d; want the job created at generation 1", err, a.Generation)
+	}
+}

@@ -63,6 +63,8 @@ func Run(t *testing.T, o Opener) {
 		{"ConcurrentCommitters", testConcurrentCommitters},
 		{"Watch", testWatch},
 		{"Incarnation", testIncarnation},
+		{"Delete", testDelete},
+		{"DeleteRacingCommits", testDeleteRacingCommits},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, o) })
@@ -439,6 +441,9 @@ func testClosed(t *testing.T, o Opener) {
 	if _, err := s.Jobs(ctx); !errors.Is(err, storage.ErrClosed) {
 		t.Errorf("Jobs after Close: %v", err)
 	}
+	if err := s.Delete(ctx, "j"); !errors.Is(err, storage.ErrClosed) {
+		t.Errorf("Delete after Close: %v", err)
+	}
 	if w, ok := s.(storage.Watcher); ok {
 		if _, open := <-w.Watch(ctx, ""); open {
 			t.Error("Watch after Close delivered a name")
@@ -459,6 +464,11 @@ func testCanceledContext(t *testing.T, o Opener) {
 	if err := s.SetConfig(cctx, "j", assign.DefaultConfig()); !errors.Is(err, context.Canceled) {
 		t.Errorf("SetConfig: %v", err)
 	}
+	mustSetConfig(t, s, "k", assign.DefaultConfig())
+	if err := s.Delete(cctx, "k"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Delete: %v", err)
+	}
+	mustLoad(t, s, "k")
 	if _, err := s.Load(context.Background(), "j"); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("a canceled write stored something: %v", err)
 	}
@@ -697,4 +707,264 @@ func EncodeV1(tb testing.TB, a *assign.Assignment) []byte {
 	out = append(out, 1)
 	out = append(out, b[magic+1:off]...)
 	return append(out, b[off+1:]...)
+}
+
+// testDelete: Delete removes a whole job and nothing else, peers see it at
+// once, a missing job is ErrNotFound and changes nothing, a Commit based on
+// what was read before conflicts, and a job created again starts afresh,
+// its generations above the deleted job's.
+func testDelete(t *testing.T, o Opener) {
+	ctx := context.Background()
+	s := open(t, o)
+	p := peer(t, o, s)
+	cfg := assign.Config{MinRedundancy: 2, MaxRedundancy: 3}
+	mustSetConfig(t, s, "j", cfg)
+	mustCommit(t, s, "j", 0, Assignment("j", 1, 2, 1))
+	mustCommit(t, s, "j", 1, Assignment("j", 2, 3, 1))
+	mustCommit(t, s, "k", 0, Assignment("k", 4, 2, 1))
+	mustSetConfig(t, s, "only-config", assign.DefaultConfig())
+	keep := mustLoad(t, s, "k")
+
+	var deleted <-chan string
+	if w, ok := s.(storage.Watcher); ok {
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		deleted = w.Watch(wctx, "j")
+	}
+	if err := p.Delete(ctx, "j"); err != nil {
+		t.Fatalf("Delete(j): %v", err)
+	}
+	if deleted != nil {
+		if got := next(t, deleted); got != "j" {
+			t.Fatalf("watch of j delivered %q after the Delete, want j", got)
+		}
+	}
+	for _, c := range []storage.Store{s, p} {
+		if _, err := c.Load(ctx, "j"); !errors.Is(err, storage.ErrNotFound) {
+			t.Fatalf("Load after Delete: %v, want ErrNotFound", err)
+		}
+		jobs, err := c.Jobs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []string{"k", "only-config"}; !slices.Equal(jobs, want) {
+			t.Fatalf("Jobs after Delete = %q, want %q", jobs, want)
+		}
+	}
+	if rec := mustLoad(t, s, "k"); !Same(rec.Current, keep.Current) {
+		t.Fatalf("deleting j changed k: %+v", rec)
+	}
+	if err := s.Delete(ctx, "only-config"); err != nil {
+		t.Fatalf("Delete of a job with only a config: %v", err)
+	}
+
+	before := snap(t, o, s)
+	for _, tt := range []struct {
+		job  string
+		want error
+		msg  string
+	}{
+		{"j", storage.ErrNotFound, `"j"`},
+		{"never", storage.ErrNotFound, `"never"`},
+		{"Bad Name", storage.ErrInvalid, "job name"},
+		{"", storage.ErrInvalid, "job name is empty"},
+	} {
+		err := s.Delete(ctx, tt.job)
+		if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+			t.Fatalf("Delete(%q): %v, want %v naming %s", tt.job, err, tt.want, tt.msg)
+		}
+		assertUnchanged(t, o, s, before)
+	}
+
+	// A committer that read generation 2 before the Delete loses.
+	err := s.Commit(ctx, "j", 2, Assignment("j", 3, 2, 1))
+	if !errors.Is(err, storage.ErrConflict) || !strings.Contains(err.Error(), "stored generation is 0, expected 2") {
+		t.Fatalf("Commit on the generation read before the Delete: %v, want ErrConflict", err)
+	}
+	assertUnchanged(t, o, s, before)
+	// The job created again has nothing of the deleted one, and its
+	// generations continue above it.
+	fresh := Assignment("j", 1, 1, 1)
+	mustCommit(t, p, "j", 0, fresh)
+	if fresh.Generation != 3 {
+		t.Fatalf("Commit of generation 1 creating a job deleted at generation 2 set generation %d, want 3", fresh.Generation)
+	}
+	rec := mustLoad(t, s, "j")
+	if !Same(rec.Current, fresh) || rec.Previous != nil || rec.Configured || rec.Config != assign.DefaultConfig() {
+		t.Fatalf("job created again after Delete: current %d, previous %v, config %+v (configured %v); want only the new assignment at generation 3",
+			rec.Generation(), rec.Previous, rec.Config, rec.Configured)
+	}
+	// However long a committer of the deleted job stalls, it conflicts.
+	err = s.Commit(ctx, "j", 2, Assignment("j", 3, 2, 1))
+	if !errors.Is(err, storage.ErrConflict) || !strings.Contains(err.Error(), "stored generation is 3, expected 2") {
+		t.Fatalf("Commit on a generation of the deleted job: %v, want ErrConflict", err)
+	}
+	mustCommit(t, s, "j", 3, Assignment("j", 4, 2, 1))
+	if err := s.Delete(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	again := Assignment("j", 1, 1, 1)
+	mustCommit(t, s, "j", 0, again)
+	if again.Generation != 5 {
+		t.Fatalf("a job deleted twice, at generations 2 and 4, is created again at generation %d, want 5", again.Generation)
+	}
+	// A job deleted with only a config has no generation to continue.
+	mustCommit(t, s, "only-config", 0, Assignment("only-config", 1, 1, 1))
+	if rec := mustLoad(t, p, "only-config"); rec.Generation() != 1 {
+		t.Fatalf("a job deleted before any commit is created again at generation %d, want 1", rec.Generation())
+	}
+
+	if o.Reopen == nil {
+		return
+	}
+	r := o.Reopen(t, s)
+	t.Cleanup(func() { _ = r.Close() })
+	jobs, err := r.Jobs(ctx)
+	if err != nil || !slices.Equal(jobs, []string{"j", "k", "only-config"}) {
+		t.Fatalf("Jobs after reopening = %q, %v; want [j k only-config]", jobs, err)
+	}
+	if err := r.Delete(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	last := Assignment("j", 1, 1, 1)
+	mustCommit(t, r, "j", 0, last)
+	if last.Generation != 6 {
+		t.Fatalf("after reopening, a job deleted at generation 5 is created again at generation %d, want 6", last.Generation)
+	}
+}
+
+// testDeleteRacingCommits races committers on two clients against repeated
+// Deletes of their job. Whenever a committer loads the job, the record is
+// whole: it decodes, and its previous assignment is exactly the one its
+// current's committer read, never one from before a Delete; and the
+// generations each committer sees only grow, across deletions too.
+func testDeleteRacingCommits(t *testing.T, o Opener) {
+	ctx := context.Background()
+	s := open(t, o)
+	clients := []storage.Store{s, peer(t, o, s)}
+	const (
+		committers = 4
+		commits    = 60 // in all
+		deleteEach = 3  // commits
+	)
+	var (
+		mu        sync.Mutex
+		replaced  = map[string]string{} // assignment ID → ID of the current its committer read, "" for none
+		committed = map[string]uint64{} // assignment ID → generation, for the commits that succeeded
+		records   []storage.Record
+		total     int
+		deletes   int
+		wg        sync.WaitGroup
+		errs      = make(chan error, committers+1)
+		done      = make(chan struct{})
+		signal    = make(chan struct{}, 1)
+	)
+	id := func(a *assign.Assignment) string {
+		if a == nil {
+			return ""
+		}
+		return strings.TrimSuffix(a.Tasks[0].Name, "-0000")
+	}
+	for c := range committers {
+		store := clients[c%len(clients)]
+		wg.Go(func() {
+			var last uint64 // the highest generation this committer loaded
+			for n := 0; ; n++ {
+				mu.Lock()
+				finished := total >= commits
+				mu.Unlock()
+				if finished {
+					return
+				}
+				rec, err := store.Load(ctx, "j")
+				switch {
+				case errors.Is(err, storage.ErrNotFound):
+				case err != nil:
+					errs <- fmt.Errorf("committer %d: Load: %w", c, err)
+					return
+				default:
+					mu.Lock()
+					records = append(records, rec)
+					mu.Unlock()
+				}
+				if gen := rec.Generation(); err == nil && gen < last {
+					errs <- fmt.Errorf("committer %d saw generation %d after %d", c, gen, last)
+					return
+				}
+				last = max(last, rec.Generation())
+				nextID := fmt.Sprintf("c%d-n%d", c, n)
+				mu.Lock()
+				replaced[nextID] = id(rec.Current)
+				mu.Unlock()
+				next := assignment("j", rec.Generation()+1, 1+c%2, 1, nextID)
+				err = store.Commit(ctx, "j", rec.Generation(), next)
+				switch {
+				case err == nil:
+					mu.Lock()
+					total++
+					committed[nextID] = next.Generation
+					mu.Unlock()
+					select {
+					case signal <- struct{}{}:
+					default:
+					}
+				case !errors.Is(err, storage.ErrConflict):
+					errs <- fmt.Errorf("committer %d: Commit: %w", c, err)
+					return
+				}
+			}
+		})
+	}
+	var deleter sync.WaitGroup
+	deleter.Go(func() {
+		for seen := 0; ; {
+			select {
+			case <-done:
+				return
+			case <-signal:
+			}
+			if seen++; seen%deleteEach != 0 {
+				continue
+			}
+			err := clients[seen%len(clients)].Delete(ctx, "j")
+			switch {
+			case err == nil:
+				mu.Lock()
+				deletes++
+				mu.Unlock()
+			case !errors.Is(err, storage.ErrNotFound) && !errors.Is(err, storage.ErrConflict):
+				errs <- fmt.Errorf("Delete: %w", err)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	close(done)
+	deleter.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if deletes == 0 {
+		t.Fatal("no Delete succeeded while the committers ran")
+	}
+	if rec, err := s.Load(ctx, "j"); err == nil {
+		records = append(records, rec)
+	} else if !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("final Load: %v", err)
+	}
+	for _, rec := range records {
+		cur, prev := id(rec.Current), id(rec.Previous)
+		if gen, ok := committed[cur]; !ok || gen != rec.Generation() {
+			t.Fatalf("loaded generation %d (%s), which no Commit stored", rec.Generation(), cur)
+		}
+		if gen, ok := committed[prev]; rec.Previous != nil && (!ok || gen != rec.Previous.Generation) {
+			t.Fatalf("generation %d (%s) loads with previous %s at generation %d, which no Commit stored",
+				rec.Generation(), cur, prev, rec.Previous.Generation)
+		}
+		if want := replaced[cur]; prev != want {
+			t.Fatalf("generation %d (%s) was committed over %q, but loads with previous %q", rec.Generation(), cur, want, prev)
+		}
+	}
+	t.Logf("%d commits, %d deletes, %d records checked", total, deletes, len(records))
 }

@@ -1112,6 +1112,95 @@ func (x *SetJobConfigResponse) GetJob() *JobInfo {
 	return nil
 }
 
+type DeleteJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobRequest) Reset() {
+	*x = DeleteJobRequest{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobRequest) ProtoMessage() {}
+
+func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
+func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DeleteJobRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+type DeleteJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job as it was just before it was deleted.
+	Job           *JobInfo `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobResponse) Reset() {
+	*x = DeleteJobResponse{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobResponse) ProtoMessage() {}
+
+func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
+func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeleteJobResponse) GetJob() *JobInfo {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
 // SliceLoad is the load measured on the keys [start, end) over one window.
 type SliceLoad struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1127,7 +1216,7 @@ type SliceLoad struct {
 
 func (x *SliceLoad) Reset() {
 	*x = SliceLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1228,7 @@ func (x *SliceLoad) String() string {
 func (*SliceLoad) ProtoMessage() {}
 
 func (x *SliceLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1241,7 @@ func (x *SliceLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceLoad.ProtoReflect.Descriptor instead.
 func (*SliceLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SliceLoad) GetStart() uint64 {
@@ -1202,7 +1291,7 @@ type ReportLoadRequest struct {
 
 func (x *ReportLoadRequest) Reset() {
 	*x = ReportLoadRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1303,7 @@ func (x *ReportLoadRequest) String() string {
 func (*ReportLoadRequest) ProtoMessage() {}
 
 func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1316,7 @@ func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadRequest.ProtoReflect.Descriptor instead.
 func (*ReportLoadRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{19}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReportLoadRequest) GetJob() string {
@@ -1287,7 +1376,7 @@ type ReportLoadResponse struct {
 
 func (x *ReportLoadResponse) Reset() {
 	*x = ReportLoadResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1388,7 @@ func (x *ReportLoadResponse) String() string {
 func (*ReportLoadResponse) ProtoMessage() {}
 
 func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1401,7 @@ func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
 func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{20}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{22}
 }
 
 var File_slicer_v1_slicer_proto protoreflect.FileDescriptor
@@ -1401,6 +1490,10 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12,\n" +
 	"\x06config\x18\x02 \x01(\v2\x14.slicer.v1.JobConfigR\x06config\"<\n" +
 	"\x14SetJobConfigResponse\x12$\n" +
+	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job\"$\n" +
+	"\x10DeleteJobRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\"9\n" +
+	"\x11DeleteJobResponse\x12$\n" +
 	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job\"G\n" +
 	"\tSliceLoad\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
@@ -1425,12 +1518,13 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\rGetAssignment\x12\x1f.slicer.v1.GetAssignmentRequest\x1a .slicer.v1.GetAssignmentResponse\"\x03\x90\x02\x012\xbe\x01\n" +
 	"\x0fAssignerService\x12Z\n" +
 	"\x0fWatchAssignment\x12!.slicer.v1.WatchAssignmentRequest\x1a\".slicer.v1.WatchAssignmentResponse0\x01\x12O\n" +
-	"\fRegisterTask\x12\x1e.slicer.v1.RegisterTaskRequest\x1a\x1f.slicer.v1.RegisterTaskResponse2\xf0\x01\n" +
+	"\fRegisterTask\x12\x1e.slicer.v1.RegisterTaskRequest\x1a\x1f.slicer.v1.RegisterTaskResponse2\xbd\x02\n" +
 	"\n" +
 	"JobService\x12H\n" +
 	"\bListJobs\x12\x1a.slicer.v1.ListJobsRequest\x1a\x1b.slicer.v1.ListJobsResponse\"\x03\x90\x02\x01\x12B\n" +
 	"\x06GetJob\x12\x18.slicer.v1.GetJobRequest\x1a\x19.slicer.v1.GetJobResponse\"\x03\x90\x02\x01\x12T\n" +
-	"\fSetJobConfig\x12\x1e.slicer.v1.SetJobConfigRequest\x1a\x1f.slicer.v1.SetJobConfigResponse\"\x03\x90\x02\x022X\n" +
+	"\fSetJobConfig\x12\x1e.slicer.v1.SetJobConfigRequest\x1a\x1f.slicer.v1.SetJobConfigResponse\"\x03\x90\x02\x02\x12K\n" +
+	"\tDeleteJob\x12\x1b.slicer.v1.DeleteJobRequest\x1a\x1c.slicer.v1.DeleteJobResponse\"\x03\x90\x02\x022X\n" +
 	"\vLoadService\x12I\n" +
 	"\n" +
 	"ReportLoad\x12\x1c.slicer.v1.ReportLoadRequest\x1a\x1d.slicer.v1.ReportLoadResponseB7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
@@ -1447,7 +1541,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 	return file_slicer_v1_slicer_proto_rawDescData
 }
 
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*Task)(nil),                    // 0: slicer.v1.Task
 	(*Slice)(nil),                   // 1: slicer.v1.Slice
@@ -1467,9 +1561,11 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*GetJobResponse)(nil),          // 15: slicer.v1.GetJobResponse
 	(*SetJobConfigRequest)(nil),     // 16: slicer.v1.SetJobConfigRequest
 	(*SetJobConfigResponse)(nil),    // 17: slicer.v1.SetJobConfigResponse
-	(*SliceLoad)(nil),               // 18: slicer.v1.SliceLoad
-	(*ReportLoadRequest)(nil),       // 19: slicer.v1.ReportLoadRequest
-	(*ReportLoadResponse)(nil),      // 20: slicer.v1.ReportLoadResponse
+	(*DeleteJobRequest)(nil),        // 18: slicer.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 19: slicer.v1.DeleteJobResponse
+	(*SliceLoad)(nil),               // 20: slicer.v1.SliceLoad
+	(*ReportLoadRequest)(nil),       // 21: slicer.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),      // 22: slicer.v1.ReportLoadResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	0,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
@@ -1483,32 +1579,35 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	10, // 8: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
 	3,  // 9: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
 	10, // 10: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
-	18, // 11: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
-	4,  // 12: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	6,  // 13: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	4,  // 14: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	6,  // 15: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	4,  // 16: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	8,  // 17: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
-	12, // 18: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	14, // 19: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	16, // 20: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	19, // 21: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	5,  // 22: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	7,  // 23: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	5,  // 24: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	7,  // 25: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	5,  // 26: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	9,  // 27: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
-	13, // 28: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	15, // 29: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	17, // 30: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	20, // 31: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	22, // [22:32] is the sub-list for method output_type
-	12, // [12:22] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	10, // 11: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
+	20, // 12: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
+	4,  // 13: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	6,  // 14: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	4,  // 15: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	6,  // 16: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	4,  // 17: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	8,  // 18: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
+	12, // 19: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	14, // 20: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	16, // 21: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	18, // 22: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
+	21, // 23: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	5,  // 24: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	7,  // 25: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	5,  // 26: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	7,  // 27: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	5,  // 28: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	9,  // 29: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	13, // 30: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	15, // 31: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	17, // 32: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	19, // 33: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
+	22, // 34: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
@@ -1522,7 +1621,7 @@ func file_slicer_v1_slicer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

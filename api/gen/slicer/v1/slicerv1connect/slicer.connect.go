@@ -68,6 +68,8 @@ const (
 	JobServiceGetJobProcedure = "/slicer.v1.JobService/GetJob"
 	// JobServiceSetJobConfigProcedure is the fully-qualified name of the JobService's SetJobConfig RPC.
 	JobServiceSetJobConfigProcedure = "/slicer.v1.JobService/SetJobConfig"
+	// JobServiceDeleteJobProcedure is the fully-qualified name of the JobService's DeleteJob RPC.
+	JobServiceDeleteJobProcedure = "/slicer.v1.JobService/DeleteJob"
 	// LoadServiceReportLoadProcedure is the fully-qualified name of the LoadService's ReportLoad RPC.
 	LoadServiceReportLoadProcedure = "/slicer.v1.LoadService/ReportLoad"
 )
@@ -399,6 +401,16 @@ type JobServiceClient interface {
 	// SetJobConfig validates and stores the configuration, creating the job if
 	// needed; invalid values fail with INVALID_ARGUMENT and change nothing.
 	SetJobConfig(context.Context, *connect.Request[v1.SetJobConfigRequest]) (*connect.Response[v1.SetJobConfigResponse], error)
+	// DeleteJob removes the job's stored assignments and configuration, and
+	// every Assigner, Distributor and Backup forgets it: their streams of the
+	// job end with NOT_FOUND. A job that still has a live task in gossip fails
+	// with FAILED_PRECONDITION naming the tasks (they would create it again at
+	// once): stop them first. A job nothing knows fails with NOT_FOUND; a job
+	// whose record kept changing while it was deleted, with ABORTED (retry).
+	// The job's generations, if it is created again, continue above the one
+	// it was deleted at. Admin only. Costs at most three store reads and one
+	// store write.
+	DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error)
 }
 
 // NewJobServiceClient constructs a client for the slicer.v1.JobService service. By default, it uses
@@ -433,6 +445,13 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithIdempotency(connect.IdempotencyIdempotent),
 			connect.WithClientOptions(opts...),
 		),
+		deleteJob: connect.NewClient[v1.DeleteJobRequest, v1.DeleteJobResponse](
+			httpClient,
+			baseURL+JobServiceDeleteJobProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("DeleteJob")),
+			connect.WithIdempotency(connect.IdempotencyIdempotent),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -441,6 +460,7 @@ type jobServiceClient struct {
 	listJobs     *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
 	getJob       *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
 	setJobConfig *connect.Client[v1.SetJobConfigRequest, v1.SetJobConfigResponse]
+	deleteJob    *connect.Client[v1.DeleteJobRequest, v1.DeleteJobResponse]
 }
 
 // ListJobs calls slicer.v1.JobService.ListJobs.
@@ -458,6 +478,11 @@ func (c *jobServiceClient) SetJobConfig(ctx context.Context, req *connect.Reques
 	return c.setJobConfig.CallUnary(ctx, req)
 }
 
+// DeleteJob calls slicer.v1.JobService.DeleteJob.
+func (c *jobServiceClient) DeleteJob(ctx context.Context, req *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error) {
+	return c.deleteJob.CallUnary(ctx, req)
+}
+
 // JobServiceHandler is an implementation of the slicer.v1.JobService service.
 type JobServiceHandler interface {
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
@@ -467,6 +492,16 @@ type JobServiceHandler interface {
 	// SetJobConfig validates and stores the configuration, creating the job if
 	// needed; invalid values fail with INVALID_ARGUMENT and change nothing.
 	SetJobConfig(context.Context, *connect.Request[v1.SetJobConfigRequest]) (*connect.Response[v1.SetJobConfigResponse], error)
+	// DeleteJob removes the job's stored assignments and configuration, and
+	// every Assigner, Distributor and Backup forgets it: their streams of the
+	// job end with NOT_FOUND. A job that still has a live task in gossip fails
+	// with FAILED_PRECONDITION naming the tasks (they would create it again at
+	// once): stop them first. A job nothing knows fails with NOT_FOUND; a job
+	// whose record kept changing while it was deleted, with ABORTED (retry).
+	// The job's generations, if it is created again, continue above the one
+	// it was deleted at. Admin only. Costs at most three store reads and one
+	// store write.
+	DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error)
 }
 
 // NewJobServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -497,6 +532,13 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithIdempotency(connect.IdempotencyIdempotent),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceDeleteJobHandler := connect.NewUnaryHandler(
+		JobServiceDeleteJobProcedure,
+		svc.DeleteJob,
+		connect.WithSchema(jobServiceMethods.ByName("DeleteJob")),
+		connect.WithIdempotency(connect.IdempotencyIdempotent),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slicer.v1.JobService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case JobServiceListJobsProcedure:
@@ -505,6 +547,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceGetJobHandler.ServeHTTP(w, r)
 		case JobServiceSetJobConfigProcedure:
 			jobServiceSetJobConfigHandler.ServeHTTP(w, r)
+		case JobServiceDeleteJobProcedure:
+			jobServiceDeleteJobHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -524,6 +568,10 @@ func (UnimplementedJobServiceHandler) GetJob(context.Context, *connect.Request[v
 
 func (UnimplementedJobServiceHandler) SetJobConfig(context.Context, *connect.Request[v1.SetJobConfigRequest]) (*connect.Response[v1.SetJobConfigResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.JobService.SetJobConfig is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.JobService.DeleteJob is not implemented"))
 }
 
 // LoadServiceClient is a client for the slicer.v1.LoadService service.
