@@ -10,7 +10,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/internal/testwait"
@@ -54,7 +53,9 @@ func TestSecureEtcdStore(t *testing.T) {
 	backup := startSlicerd(t, "backup-0", append([]string{"--role", "backup", "--join", assigner.gossipAddr}, tlsFlags...)...)
 	startKV(t, "kv-0", assigner.gossipAddr)
 
-	client := slicerv1connect.NewBackupServiceClient(api.NewH2CClient(), api.RPCURL(backup.rpcAddr))
+	hc, rpcURL := rpcClient("kv")
+	defer hc.CloseIdleConnections()
+	client := slicerv1connect.NewBackupServiceClient(hc, rpcURL(backup.rpcAddr))
 	testwait.Until(t, 60*time.Second, "the backup to serve the assignment of kv-0", func() bool {
 		resp, err := client.GetAssignment(context.Background(), connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "kv"}))
 		return err == nil && strings.Contains(resp.Msg.String(), "kv-0")

@@ -48,6 +48,10 @@ func TestJobDeleteBinary(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 1 {
 		t.Errorf("job list after the deletion: exit %d; want only the header:\n%s", code, out)
 	}
+	caller := `"caller":"127.0.0.1:`
+	if secure {
+		caller = `"caller":"spiffe://slicerd/admin/e2e from 127.0.0.1:` // the CLI's verified identity
+	}
 	node.waitLine(5*time.Second, `"component":"audit"`, `"procedure":"/slicer.v1.JobService/DeleteJob"`, `"job":"kv"`,
-		`"caller":"127.0.0.1:`, `"after":"deleted"`, `"outcome":"ok"`)
+		caller, `"after":"deleted"`, `"outcome":"ok"`)
 }
