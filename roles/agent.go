@@ -38,6 +38,7 @@ type Agent struct {
 	listener    net.Listener
 	server      *http.Server
 	hosts       *hostcheck.Checker
+	streams     *streamLimiter
 	health      *grpchealth.StaticChecker
 	assigner    *Assigner
 	distributor *Distributor
@@ -82,7 +83,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	})
 
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}
+	a.streams = newStreamLimiter(cfg.MaxStreams, refusalLogInterval, cfg.Logger.With("component", "rpc"))
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithInterceptors(a.streams)}
 	if cfg.has(gossip.RoleAssigner) {
 		a.assigner = newAssigner(cfg, a.store, a, a.stopping)
 		a.handle(mux, slicerv1connect.AssignerServiceName)(slicerv1connect.NewAssignerServiceHandler(a.assigner, opts...))
@@ -117,8 +119,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		HTTP2: &http.HTTP2Config{
-			SendPingTimeout: cfg.PingInterval,
-			PingTimeout:     cfg.PingTimeout,
+			SendPingTimeout:      cfg.PingInterval,
+			PingTimeout:          cfg.PingTimeout,
+			MaxConcurrentStreams: cfg.MaxStreamsPerConnection,
 		},
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),

@@ -97,6 +97,14 @@ type Assigner struct {
 
 	mu   sync.Mutex
 	jobs map[string]*assignerJob
+
+	// Limits; see limits.go.
+	maxJobs, maxSlices int
+	reports            *reportLimiter
+	ignoredLog         struct {
+		sync.Mutex
+		last time.Time
+	}
 }
 
 func newAssigner(cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
@@ -118,6 +126,9 @@ func newAssigner(cfg Config, store storage.Store, members membership, stopping <
 		adoptions:  make(map[string]time.Time),
 		orphans:    make(map[string]time.Time),
 		loads:      newLoads(cfg.LoadHalfLife),
+		maxJobs:    cfg.MaxJobs,
+		maxSlices:  cfg.MaxSlicesPerJob,
+		reports:    newReportLimiter(cfg.MaxLoadReportsPerSecond, cfg.LoadReportBurst),
 	}
 	if p, ok := members.(proximity); ok {
 		a.rtt = p.RTT
@@ -387,7 +398,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		return nil
 	}
 	a.mu.Lock()
-	cfg := j.cfg
+	cfg := a.capSlices(j.cfg)
 	a.mu.Unlock()
 	var load assign.Load
 	if a.interval > 0 {

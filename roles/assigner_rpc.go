@@ -63,6 +63,9 @@ func (a *Assigner) SetJobConfig(ctx context.Context, req *connect.Request[slicer
 	}
 	a.setConfig.Lock()
 	defer a.setConfig.Unlock()
+	if err := a.admitNew(ctx, name); err != nil {
+		return nil, toConnect(err)
+	}
 	if err := a.store.SetConfig(ctx, name, cfg); err != nil {
 		return nil, toConnect(err)
 	}

@@ -22,6 +22,13 @@ var (
 	ErrNotMember = errors.New("roles: task not a live member of the job")
 	// ErrConfig is a configuration the agent cannot run with.
 	ErrConfig = errors.New("roles: invalid configuration")
+	// ErrTooManyStreams refuses a stream over Config.MaxStreams.
+	ErrTooManyStreams = errors.New("roles: too many open streams")
+	// ErrTooManyJobs refuses a new job over Config.MaxJobs.
+	ErrTooManyJobs = errors.New("roles: too many jobs")
+	// ErrTooManyReports refuses a load report over the task's
+	// Config.MaxLoadReportsPerSecond.
+	ErrTooManyReports = errors.New("roles: load reports too frequent")
 
 	errShuttingDown = errors.New("slicerd is shutting down; reconnect to another node")
 )
@@ -39,6 +46,9 @@ var codes = []struct {
 	{assign.ErrInvalidAssignment, connect.CodeInvalidArgument},
 	{assign.ErrInvalidLoad, connect.CodeInvalidArgument},
 	{ErrNotMember, connect.CodeFailedPrecondition},
+	{ErrTooManyStreams, connect.CodeResourceExhausted},
+	{ErrTooManyJobs, connect.CodeResourceExhausted},
+	{ErrTooManyReports, connect.CodeResourceExhausted},
 	{storage.ErrInvalid, connect.CodeInvalidArgument},
 	{storage.ErrConflict, connect.CodeAborted},
 	{ErrNoAssigner, connect.CodeUnavailable},

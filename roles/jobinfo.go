@@ -50,6 +50,9 @@ func (a *Assigner) job(ctx context.Context, name string, create bool) (*assigner
 	if existing, ok := a.jobs[name]; ok {
 		return existing, nil
 	}
+	if rec.Current == nil && !rec.Configured && len(a.jobs) >= a.maxJobs {
+		return nil, a.tooManyJobs(name) // stored jobs are always served
+	}
 	a.jobs[name] = j
 	if rec.Current != nil {
 		a.log.Info("carrying stored assignment forward", "job", name, "generation", rec.Current.Generation,

@@ -175,6 +175,7 @@ func (a *Assigner) jobNames() []string {
 		}
 	}
 	a.mu.Lock()
+	held := len(a.jobs)
 	for name := range a.jobs {
 		names[name] = true
 	}
@@ -184,7 +185,7 @@ func (a *Assigner) jobNames() []string {
 		sorted = append(sorted, name)
 	}
 	slices.Sort(sorted)
-	return sorted
+	return a.withinJobCap(sorted, held)
 }
 
 // evaluate re-checks which jobs this Assigner is preferred for. A job it
