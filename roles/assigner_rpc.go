@@ -61,6 +61,9 @@ func (a *Assigner) SetJobConfig(ctx context.Context, req *connect.Request[slicer
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	if err := a.checkMaxSlices(cfg); err != nil {
+		return nil, toConnect(err)
+	}
 	a.setConfig.Lock()
 	defer a.setConfig.Unlock()
 	if err := a.admitNew(ctx, name); err != nil {

@@ -84,6 +84,16 @@ func (a *Assigner) capSlices(cfg assign.Config) assign.Config {
 	return cfg
 }
 
+// checkMaxSlices refuses a job configuration whose own slice cap is
+// above this Assigner's --max-slices-per-job, which would cap it anyway.
+func (a *Assigner) checkMaxSlices(cfg assign.Config) error {
+	if cfg.MaxSlices <= a.maxSlices {
+		return nil
+	}
+	return fmt.Errorf("%w: max slices %d is above this assigner's --max-slices-per-job %d; "+
+		"set at most %d, or 0 for the assigner's cap", assign.ErrInvalidConfig, cfg.MaxSlices, a.maxSlices, a.maxSlices)
+}
+
 // checkReportSize refuses a load report with more entries than a job may
 // have slices, before it is decoded further.
 func (a *Assigner) checkReportSize(job, task string, entries int) error {
