@@ -17,7 +17,9 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/slicelet"
 )
 
 // openWatch opens a WatchAssignment stream on the Distributor or the
@@ -272,5 +274,47 @@ func TestConfigValidateCaps(t *testing.T) {
 	}
 	if err := DefaultConfig().Validate(); err != nil && !strings.Contains(err.Error(), "node name") {
 		t.Errorf("defaults: %v", err)
+	}
+}
+
+// A Slicelet whose reports the Assigner refuses over the rate keeps
+// running and keeps its load for a later report, as after any failed
+// report.
+func TestSliceletRetriesRateLimitedReports(t *testing.T) {
+	cfg := testConfig(t, "node-1", t.TempDir())
+	cfg.MaxLoadReportsPerSecond = 0.001 // no token comes back during the test
+	cfg.LoadReportBurst = 1
+	node := startAgent(t, cfg)
+	sl, err := slicelet.New(slicelet.Config{
+		Job: "kv", Task: "kv-0", Addr: "127.0.0.1:9000",
+		Join:       []string{node.GossipAddr()},
+		Gossip:     gossip.TestConfig("replaced"),
+		LoadWindow: 20 * time.Millisecond,
+		Logger:     testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sl.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("slicelet Run: %v", err)
+		}
+	}()
+	<-sl.Ready()
+	testwait.For(t, "the Assigner to refuse three reports", func() bool {
+		sl.ReportLoadString("user:42", 1)
+		return node.assigner.reports.refused.Load() >= 3
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the Slicelet stopped after refused reports: %v", err)
+	default:
+	}
+	if got := sl.LoadReportsSent(); got != 1 {
+		t.Errorf("LoadReportsSent() = %d; want 1, the burst's one report", got)
 	}
 }

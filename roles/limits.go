@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -18,8 +19,9 @@ import (
 // reporting are dropped once full again, so memory follows the tasks
 // that report.
 type reportLimiter struct {
-	rate  rate.Limit
-	burst int
+	rate    rate.Limit
+	burst   int
+	refused atomic.Uint64 // reports refused since the start
 
 	mu        sync.Mutex
 	tasks     map[[2]string]*rate.Limiter // job, task → bucket
@@ -47,6 +49,7 @@ func (r *reportLimiter) allow(job, task string, now time.Time) (bool, time.Durat
 	res := l.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
+		r.refused.Add(1)
 		return false, d
 	}
 	return true, 0
