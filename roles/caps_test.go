@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strings"
@@ -316,5 +317,30 @@ func TestSliceletRetriesRateLimitedReports(t *testing.T) {
 	}
 	if got := sl.LoadReportsSent(); got != 1 {
 		t.Errorf("LoadReportsSent() = %d; want 1, the burst's one report", got)
+	}
+}
+
+// The buckets of tasks that stopped reporting are dropped once full, so
+// the limiter's memory follows the tasks that report.
+func TestReportLimiterForgetsIdleTasks(t *testing.T) {
+	r := newReportLimiter(10, 20)
+	t0 := time.Unix(1_000_000, 0)
+	for i := range 1024 {
+		if ok, _ := r.allow("kv", fmt.Sprintf("t%d", i), t0); !ok {
+			t.Fatalf("first report of task %d refused", i)
+		}
+	}
+	// t1 is still reporting when the sweep runs; the others have refilled.
+	for range 20 {
+		r.allow("kv", "t1", t0.Add(2*time.Second))
+	}
+	if ok, _ := r.allow("kv", "new", t0.Add(2*time.Second)); !ok {
+		t.Fatal("a new task's first report refused")
+	}
+	if got := len(r.tasks); got != 2 {
+		t.Errorf("%d buckets after the sweep; want 2 (the busy task and the new one)", got)
+	}
+	if ok, wait := r.allow("kv", "t1", t0.Add(2*time.Second)); ok || wait <= 0 {
+		t.Errorf("the busy task's 21st report in a row: allowed %v, wait %v; want refused with a wait", ok, wait)
 	}
 }
