@@ -102,8 +102,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.health = grpchealth.NewStaticChecker(a.services...)
 	mux.Handle(grpchealth.NewHandler(a.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, a.services...)...)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	// Reflection is a stream a client may hold open: it counts too.
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithInterceptors(a.streams)))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithInterceptors(a.streams)))
 
 	a.hosts = hostcheck.New(hostcheck.Options{
 		Allowed: append(ownHosts(cfg), cfg.AllowedHosts...), Flag: "--allowed-hosts",

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/slicerd/slicerd/api"
@@ -78,8 +79,16 @@ func TestMaxStreamsRefusesOverCap(t *testing.T) {
 			t.Errorf("stream over the cap (backup %v) = %v; want RESOURCE_EXHAUSTED naming --max-streams", backup, err)
 		}
 	}
-	if got := node.streams.Refused(); got != 2 {
-		t.Errorf("Refused() = %d, want 2", got)
+	hc := api.NewH2CClient()
+	defer hc.CloseIdleConnections()
+	reflection := grpcreflect.NewClient(hc, api.RPCURL(node.RPCAddr())).NewStream(context.Background())
+	_, err = reflection.ListServices()
+	reflection.Close()
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("reflection stream over the cap = %v; want RESOURCE_EXHAUSTED", err)
+	}
+	if got := node.streams.Refused(); got != 3 {
+		t.Errorf("Refused() = %d, want 3", got)
 	}
 	if status, err := healthFrom("127.0.0.1", node.RPCAddr()); err != nil || status != healthv1.HealthCheckResponse_SERVING {
 		t.Errorf("health check at the stream cap: %v, %v; want SERVING", status, err)

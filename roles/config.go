@@ -96,9 +96,9 @@ type Config struct {
 	// rebinding (see internal/hostcheck).
 	AllowedHosts []string
 
-	// MaxStreams caps the streaming RPCs (WatchAssignment, on every role)
-	// one agent serves at once; a stream over it fails at once with
-	// ResourceExhausted. MaxStreamsPerConnection caps those on one HTTP/2
+	// MaxStreams caps the streaming RPCs (WatchAssignment on every role,
+	// server reflection) one agent serves at once; a stream over it fails
+	// at once with ResourceExhausted. MaxStreamsPerConnection caps those on one HTTP/2
 	// connection (its SETTINGS_MAX_CONCURRENT_STREAMS); a client over it
 	// waits for a stream to end or opens another connection.
 	MaxStreams, MaxStreamsPerConnection int

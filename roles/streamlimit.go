@@ -11,8 +11,9 @@ import (
 	"connectrpc.com/connect"
 )
 
-// streamLimiter caps the streaming RPCs (WatchAssignment on every role)
-// open at once in one agent, across all connections. A stream over the cap
+// streamLimiter caps the streaming RPCs (WatchAssignment on every role,
+// and server reflection) open at once in one agent, across all
+// connections. A stream over the cap
 // fails at once with ResourceExhausted before its handler runs, so it
 // costs no more than its headers; each open stream holds a goroutine and
 // its subscriber state until it ends. Unary calls pass untouched.

@@ -129,7 +129,7 @@ func agentFlags() []cli.Flag {
 		},
 		&cli.IntFlag{
 			Name: "max-streams", Value: d.MaxStreams, EnvVars: []string{"SLICERD_MAX_STREAMS"},
-			Usage: "most watch streams (WatchAssignment, every role) this node serves at once; one more fails at once " +
+			Usage: "most streams (WatchAssignment on every role, server reflection) this node serves at once; one more fails at once " +
 				"with RESOURCE_EXHAUSTED (each holds a goroutine and its subscriber's state)",
 		},
 		&cli.IntFlag{
