@@ -144,7 +144,14 @@ func (a *Assigner) load(ctx context.Context) error {
 		return fmt.Errorf("assigner: list stored jobs: %w", err)
 	}
 	for _, name := range names {
-		if _, err := a.job(ctx, name, true); err != nil {
+		_, err := a.job(ctx, name, true)
+		if errors.Is(err, ErrTooManyJobs) {
+			// A record with neither configuration nor assignment holds
+			// nothing to serve; it is not worth stopping for.
+			a.log.Warn("stored job not loaded", "job", name, "err", err)
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}
