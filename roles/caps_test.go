@@ -22,6 +22,7 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/slicelet"
+	"github.com/slicerd/slicerd/storage"
 )
 
 // openWatch opens a WatchAssignment stream on the Distributor or the
@@ -351,5 +352,66 @@ func TestReportLimiterForgetsIdleTasks(t *testing.T) {
 	}
 	if ok, wait := r.allow("kv", "t1", t0.Add(2*time.Second)); ok || wait <= 0 {
 		t.Errorf("the busy task's 21st report in a row: allowed %v, wait %v; want refused with a wait", ok, wait)
+	}
+}
+
+// An Assigner started with caps below what its store holds loses
+// nothing: every stored job is served, and a stored assignment with more
+// slices than --max-slices-per-job is served as stored.
+func TestStoredBeyondCapsStillServed(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := storage.OpenDataDir(dir, storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tasks []assign.Task
+	for i := range 50 {
+		tasks = append(tasks, assign.Task{Name: fmt.Sprintf("t%02d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 10000+i)})
+	}
+	big, err := assign.Initial("kv", tasks, assign.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, "kv", 0, big); err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range []string{"a", "b"} {
+		if err := st.SetConfig(ctx, job, assign.DefaultConfig()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+
+	cfg := testConfig(t, "node-1", dir)
+	cfg.MaxJobs = 1
+	cfg.MaxSlicesPerJob = 10
+	node := startAgent(t, cfg)
+	w := watch(t, node.RPCAddr(), "kv", false)
+	if got := w.until(t, "the stored assignment", func(*assign.Assignment) bool { return true }); len(got.Slices) != len(big.Slices) {
+		t.Errorf("served %d slices; want the %d stored", len(got.Slices), len(big.Slices))
+	}
+	jobs := slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(node.RPCAddr()))
+	resp, err := jobs.ListJobs(ctx, connect.NewRequest(&slicerv1.ListJobsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, j := range resp.Msg.GetJobs() {
+		names = append(names, j.GetName())
+	}
+	if strings.Join(names, ",") != "a,b,kv" {
+		t.Errorf("ListJobs = %v; want every stored job [a b kv]", names)
+	}
+	set := func(job string) error {
+		_, err := jobs.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{
+			Job: job, Config: &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 2}}))
+		return err
+	}
+	if err := set("b"); err != nil {
+		t.Errorf("SetJobConfig for a stored job over the cap: %v", err)
+	}
+	if err := set("d"); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("SetJobConfig for a new job over the cap = %v; want RESOURCE_EXHAUSTED", err)
 	}
 }
