@@ -67,6 +67,7 @@ func ConfigToProto(c assign.Config) *slicerv1.JobConfig {
 		MergeLoadFactor:  c.MergeLoadFactor,
 		SplitLoadFactor:  c.SplitLoadFactor,
 		SuppressBelow:    c.SuppressBelow,
+		MaxSlices:        clampUint32(c.MaxSlices),
 	}
 }
 
@@ -94,6 +95,9 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 			return assign.Config{}, fmt.Errorf("%w: %s %d is above the limit of %d", assign.ErrInvalidConfig, f.name, f.v, assign.MaxSlicesPerTaskLimit)
 		}
 	}
+	if p.GetMaxSlices() > assign.MaxSlicesLimit {
+		return assign.Config{}, fmt.Errorf("%w: max slices %d is above the limit of %d", assign.ErrInvalidConfig, p.GetMaxSlices(), assign.MaxSlicesLimit)
+	}
 	c := assign.Config{
 		MinRedundancy:    int(p.GetMinRedundancy()),
 		MaxRedundancy:    int(p.GetMaxRedundancy()),
@@ -104,6 +108,7 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 		MergeLoadFactor:  p.GetMergeLoadFactor(),
 		SplitLoadFactor:  p.GetSplitLoadFactor(),
 		SuppressBelow:    p.GetSuppressBelow(),
+		MaxSlices:        int(p.GetMaxSlices()),
 	}
 	if err := c.Validate(); err != nil {
 		return assign.Config{}, err

@@ -19,11 +19,13 @@ func TestConfigRoundTrip(t *testing.T) {
 		"every field": {
 			MinRedundancy: 2, MaxRedundancy: 5, MinSlicesPerTask: 20, MaxSlicesPerTask: 300,
 			MergeChurn: 0.02, MoveChurn: 0.15, MergeLoadFactor: 0.5, SplitLoadFactor: 3, SuppressBelow: 1000,
+			MaxSlices: 5000,
 		},
 		"limits": {
 			MinRedundancy: assign.MaxRedundancyLimit, MaxRedundancy: assign.MaxRedundancyLimit,
 			MinSlicesPerTask: assign.MaxSlicesPerTaskLimit, MaxSlicesPerTask: assign.MaxSlicesPerTaskLimit,
 			MergeChurn: 1, MoveChurn: 1, MergeLoadFactor: 1e6, SplitLoadFactor: 1e6, SuppressBelow: assign.MaxLoad,
+			MaxSlices: assign.MaxSlicesLimit,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -60,6 +62,7 @@ func TestConfigFromProtoRejects(t *testing.T) {
 		"max slices too high":   {func(p *slicerv1.JobConfig) { p.MaxSlicesPerTask = 10001 }, "max slices per task"},
 		"max slices below min":  {func(p *slicerv1.JobConfig) { p.MinSlicesPerTask, p.MaxSlicesPerTask = 100, 60 }, "below min slices per task"},
 		"max slices below dflt": {func(p *slicerv1.JobConfig) { p.MaxSlicesPerTask = 10 }, "below min slices per task 50"},
+		"job max slices high":   {func(p *slicerv1.JobConfig) { p.MaxSlices = assign.MaxSlicesLimit + 1 }, "max slices"},
 		"merge churn above 1":   {func(p *slicerv1.JobConfig) { p.MergeChurn = 1.5 }, "merge churn"},
 		"move churn negative":   {func(p *slicerv1.JobConfig) { p.MoveChurn = -0.1 }, "move churn"},
 		"move churn NaN":        {func(p *slicerv1.JobConfig) { p.MoveChurn = math.NaN() }, "move churn"},

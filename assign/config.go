@@ -12,6 +12,10 @@ const MaxRedundancyLimit = 64
 // this per task only make assignments large without balancing any better.
 const MaxSlicesPerTaskLimit = 10000
 
+// MaxSlicesLimit bounds Config.MaxSlices: the most slices an encoded
+// assignment may hold.
+const MaxSlicesLimit = maxEncodedSlices
+
 // Defaults of the weighted-move constants, from the Slicer paper (§4.4.1).
 const (
 	DefaultMinSlicesPerTask = 50
@@ -40,6 +44,10 @@ type Config struct {
 	// MaxSlicesPerTask: weighted-move splits hot slices only while the job
 	// has fewer than this many slices per live task.
 	MaxSlicesPerTask int `json:"max_slices_per_task,omitempty"`
+	// MaxSlices caps the job's slices whatever its task count: splits stop
+	// there, and merges may go below MinSlicesPerTask per task to reach it.
+	// Zero: no cap beyond MaxSlicesPerTask per task.
+	MaxSlices int `json:"max_slices,omitempty"`
 	// MergeChurn is the fraction of the key space merging may move in one
 	// decision.
 	MergeChurn float64 `json:"merge_churn,omitempty"`
@@ -101,6 +109,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: min slices per task %d is outside [0, %d]; use 0 for the default %d", ErrInvalidConfig, c.MinSlicesPerTask, MaxSlicesPerTaskLimit, DefaultMinSlicesPerTask)
 	case c.MaxSlicesPerTask < 0 || c.MaxSlicesPerTask > MaxSlicesPerTaskLimit:
 		return fmt.Errorf("%w: max slices per task %d is outside [0, %d]; use 0 for the default %d", ErrInvalidConfig, c.MaxSlicesPerTask, MaxSlicesPerTaskLimit, DefaultMaxSlicesPerTask)
+	case c.MaxSlices < 0 || c.MaxSlices > MaxSlicesLimit:
+		return fmt.Errorf("%w: max slices %d is outside [0, %d]; use 0 for no cap", ErrInvalidConfig, c.MaxSlices, MaxSlicesLimit)
 	}
 	if d := c.WithDefaults(); d.MaxSlicesPerTask < d.MinSlicesPerTask {
 		return fmt.Errorf("%w: max slices per task %d is below min slices per task %d", ErrInvalidConfig, d.MaxSlicesPerTask, d.MinSlicesPerTask)
@@ -123,4 +133,22 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: split load factor %g must be above 1, or a split slice would split again at once", ErrInvalidConfig, c.SplitLoadFactor)
 	}
 	return nil
+}
+
+// sliceCeiling is the most slices splitting may leave a job of n tasks
+// with: MaxSlicesPerTask per task, and at most MaxSlices when set.
+func (c Config) sliceCeiling(n int) int {
+	if c.MaxSlices > 0 {
+		return min(c.MaxSlicesPerTask*n, c.MaxSlices)
+	}
+	return c.MaxSlicesPerTask * n
+}
+
+// sliceFloor is the fewest slices merging leaves a job of n tasks with:
+// MinSlicesPerTask per task, and at most MaxSlices when set.
+func (c Config) sliceFloor(n int) int {
+	if c.MaxSlices > 0 {
+		return min(c.MinSlicesPerTask*n, c.MaxSlices)
+	}
+	return c.MinSlicesPerTask * n
 }

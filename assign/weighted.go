@@ -70,7 +70,7 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	cfg = cfg.WithDefaults()
 	// Room for what phase 5 usually adds, so that it grows the slices in
 	// place rather than copying a million of them.
-	room := min(max(cfg.MaxSlicesPerTask*len(tasks)-len(from.Slices), 0), len(from.Slices)/4)
+	room := min(max(cfg.sliceCeiling(len(tasks))-len(from.Slices), 0), len(from.Slices)/4)
 	p := newPlannerRoom(from, tasks, cfg, room)
 	p.moves = base
 	p.replaceDeparted()
@@ -81,7 +81,7 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	} else {
 		w := newWeigher(p, load)
 		if w.hottest() >= cfg.SuppressBelow {
-			if len(w.sl) < cfg.MinSlicesPerTask*len(tasks) {
+			if len(w.sl) < cfg.sliceFloor(len(tasks)) {
 				// Too coarse to move load in small steps (a fresh even
 				// split, say): refine first, which moves no key.
 				w.split()

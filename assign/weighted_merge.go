@@ -6,7 +6,7 @@ import "slices"
 // to its left neighbour when both are cold; the joined slice keeps the
 // task set that moves fewer keys.
 func (w *weigher) merge() {
-	floor := w.cfg.MinSlicesPerTask * len(w.p.live)
+	floor := w.cfg.sliceFloor(len(w.p.live))
 	if len(w.sl) <= floor || len(w.sl) < 2 {
 		return
 	}

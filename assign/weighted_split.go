@@ -10,15 +10,16 @@ import (
 // split is phase 5. Slices with at least SplitLoadFactor times the mean
 // slice load (measured when the phase starts) split at their load median,
 // and the halves split again while they are still that hot, hottest
-// first, as long as the job stays below MaxSlicesPerTask slices per task.
+// first, as long as the job stays below MaxSlicesPerTask slices per task
+// and below MaxSlices.
 // A job with fewer than MinSlicesPerTask slices per task then has its
 // hottest (and, among equally loaded ones, widest) slices split until it
 // reaches that count: splitting moves no key, and the finer slices are
 // what later load measurements and moves work with.
 func (w *weigher) split() {
 	n := len(w.p.live)
-	ceiling := w.cfg.MaxSlicesPerTask * n
-	floor := min(w.cfg.MinSlicesPerTask*n, ceiling)
+	ceiling := w.cfg.sliceCeiling(n)
+	floor := min(w.cfg.sliceFloor(n), ceiling)
 	if len(w.sl) >= ceiling || w.total == 0 {
 		return
 	}

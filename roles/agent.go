@@ -39,6 +39,7 @@ type Agent struct {
 	listener    net.Listener
 	server      *http.Server
 	hosts       *hostcheck.Checker
+	streams     *streamLimiter
 	health      *grpchealth.StaticChecker
 	assigner    *Assigner
 	distributor *Distributor
@@ -87,7 +88,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.verify = newVerifier(cfg.TLS, cfg.NodeName, cfg.Logger, a.changes.Notify)
 	}
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithInterceptors(messageAuth{})}
+	a.streams = newStreamLimiter(cfg.MaxStreams, refusalLogInterval, cfg.Logger.With("component", "rpc"))
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithInterceptors(a.streams, messageAuth{})}
 	if cfg.has(gossip.RoleAssigner) {
 		a.assigner = newAssigner(cfg, a.store, a, a.stopping)
 		a.assigner.verify, a.assigner.rawPeers = a.verify, a.rawPeers
@@ -106,8 +108,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.health = grpchealth.NewStaticChecker(a.services...)
 	mux.Handle(grpchealth.NewHandler(a.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, a.services...)...)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	// Reflection is a stream a client may hold open: it counts too.
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, connect.WithInterceptors(a.streams)))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithInterceptors(a.streams)))
 
 	a.hosts = hostcheck.New(hostcheck.Options{
 		Allowed: append(ownHosts(cfg), cfg.AllowedHosts...), Flag: "--allowed-hosts",
@@ -131,8 +134,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		HTTP2: &http.HTTP2Config{
-			SendPingTimeout: cfg.PingInterval,
-			PingTimeout:     cfg.PingTimeout,
+			SendPingTimeout:      cfg.PingInterval,
+			PingTimeout:          cfg.PingTimeout,
+			MaxConcurrentStreams: cfg.MaxStreamsPerConnection,
 		},
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),

@@ -100,6 +100,14 @@ type Assigner struct {
 	// deleted holds the jobs this Assigner deleted or saw deleted, until
 	// they are created again; see jobdelete.go. Guarded by mu.
 	deleted map[string]struct{}
+
+	// Limits; see limits.go.
+	maxJobs, maxSlices int
+	reports            *reportLimiter
+	ignoredLog         struct {
+		sync.Mutex
+		last time.Time
+	}
 }
 
 func newAssigner(cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
@@ -121,6 +129,9 @@ func newAssigner(cfg Config, store storage.Store, members membership, stopping <
 		adoptions:  make(map[string]time.Time),
 		orphans:    make(map[string]time.Time),
 		loads:      newLoads(cfg.LoadHalfLife),
+		maxJobs:    cfg.MaxJobs,
+		maxSlices:  cfg.MaxSlicesPerJob,
+		reports:    newReportLimiter(cfg.MaxLoadReportsPerSecond, cfg.LoadReportBurst),
 	}
 	if p, ok := members.(proximity); ok {
 		a.rtt = p.RTT
@@ -136,7 +147,14 @@ func (a *Assigner) load(ctx context.Context) error {
 		return fmt.Errorf("assigner: list stored jobs: %w", err)
 	}
 	for _, name := range names {
-		if _, err := a.job(ctx, name, true); err != nil {
+		_, err := a.job(ctx, name, true)
+		if errors.Is(err, ErrTooManyJobs) {
+			// A record with neither configuration nor assignment holds
+			// nothing to serve; it is not worth stopping for.
+			a.log.Warn("stored job not loaded", "job", name, "err", err)
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -390,7 +408,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		return nil
 	}
 	a.mu.Lock()
-	cfg := j.cfg
+	cfg := a.capSlices(j.cfg)
 	a.mu.Unlock()
 	var load assign.Load
 	if a.interval > 0 {

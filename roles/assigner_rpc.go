@@ -61,8 +61,14 @@ func (a *Assigner) setJobConfig(ctx context.Context, req *connect.Request[slicer
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	if err := a.checkMaxSlices(cfg); err != nil {
+		return nil, toConnect(err)
+	}
 	a.setConfig.Lock()
 	defer a.setConfig.Unlock()
+	if err := a.admitNew(ctx, name); err != nil {
+		return nil, toConnect(err)
+	}
 	a.undelete(name)
 	if err := a.store.SetConfig(ctx, name, cfg); err != nil {
 		return nil, toConnect(err)

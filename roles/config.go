@@ -3,11 +3,13 @@ package roles
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/hostcheck"
@@ -114,6 +116,28 @@ type Config struct {
 	// Insecure allows cleartext RPC and gossip on an address other than
 	// loopback, where anyone who reaches the port is trusted.
 	Insecure bool
+	// MaxStreams caps the streaming RPCs (WatchAssignment on every role,
+	// server reflection) one agent serves at once; a stream over it fails
+	// at once with ResourceExhausted. MaxStreamsPerConnection caps those on one HTTP/2
+	// connection (its SETTINGS_MAX_CONCURRENT_STREAMS); a client over it
+	// waits for a stream to end or opens another connection.
+	MaxStreams, MaxStreamsPerConnection int
+	// MaxJobs caps the jobs an Assigner holds: SetJobConfig for a new job
+	// over it is refused with ResourceExhausted and a job that appears
+	// through its tasks' gossip is ignored (and logged). Jobs already in
+	// the store are always served.
+	MaxJobs int
+	// MaxSlicesPerJob caps the slices the Assigner's decisions give one
+	// job, whatever its task count and configuration (splits stop there),
+	// and the entries of one load report. A stored assignment with more
+	// slices is still served; later decisions only merge it down.
+	MaxSlicesPerJob int
+	// MaxLoadReportsPerSecond is the steady rate of ReportLoad calls the
+	// Assigner accepts from one task, and LoadReportBurst how many it
+	// accepts in a row above that rate; a report over them is refused with
+	// ResourceExhausted, and the Slicelet keeps its load for the next one.
+	MaxLoadReportsPerSecond float64
+	LoadReportBurst         int
 
 	Logger *slog.Logger
 }
@@ -144,6 +168,17 @@ func DefaultConfig() Config {
 		IdleTimeout:         5 * time.Minute,
 		PingInterval:        time.Minute,
 		PingTimeout:         15 * time.Second,
+		// A Distributor serves 100,000 subscribers over about 100
+		// connections with room to spare.
+		MaxStreams:              200_000,
+		MaxStreamsPerConnection: 2_000,
+		MaxJobs:                 10_000,
+		// 100,000 slices encode to about 1 MB, within etcd's default
+		// request size, and are 150 slices per task for 666 tasks.
+		MaxSlicesPerJob: 100_000,
+		// The Slicelet reports once per 5 s window by default.
+		MaxLoadReportsPerSecond: 10,
+		LoadReportBurst:         20,
 	}
 }
 
@@ -165,6 +200,8 @@ func TestConfig(name string) Config {
 	c.PullMaxBackoff = 100 * time.Millisecond
 	c.LeaveTimeout = time.Second
 	c.ShutdownTimeout = time.Second
+	c.MaxLoadReportsPerSecond = 1000 // Slicelets in tests report every few milliseconds
+	c.LoadReportBurst = 1000
 	return c
 }
 
@@ -240,6 +277,24 @@ func (c Config) Validate() error {
 	if err := c.validateSecurity(); err != nil {
 		return err
 	}
+	if c.MaxStreams <= 0 {
+		return fmt.Errorf("%w: max streams is %d; it must be positive (size it for every watcher of this node)", ErrConfig, c.MaxStreams)
+	}
+	if c.MaxStreamsPerConnection <= 0 || c.MaxStreamsPerConnection > maxStreamsPerConnectionLimit {
+		return fmt.Errorf("%w: max streams per connection is %d; it must be in [1, %d]", ErrConfig, c.MaxStreamsPerConnection, maxStreamsPerConnectionLimit)
+	}
+	if c.MaxJobs <= 0 {
+		return fmt.Errorf("%w: max jobs is %d; it must be positive", ErrConfig, c.MaxJobs)
+	}
+	if c.MaxSlicesPerJob < 1 || c.MaxSlicesPerJob > assign.MaxSlicesLimit {
+		return fmt.Errorf("%w: max slices per job is %d; it must be in [1, %d]", ErrConfig, c.MaxSlicesPerJob, assign.MaxSlicesLimit)
+	}
+	if !(c.MaxLoadReportsPerSecond > 0) || math.IsInf(c.MaxLoadReportsPerSecond, 0) {
+		return fmt.Errorf("%w: max load reports per second is %g; it must be a positive number", ErrConfig, c.MaxLoadReportsPerSecond)
+	}
+	if c.LoadReportBurst < 1 {
+		return fmt.Errorf("%w: load report burst is %d; it must be at least 1", ErrConfig, c.LoadReportBurst)
+	}
 	for _, h := range c.AllowedHosts {
 		if err := hostcheck.ValidateAllowed(h); err != nil {
 			return fmt.Errorf("%w: allowed hosts: %v; list host names, *.domain or *, comma-separated", ErrConfig, err)
@@ -247,6 +302,11 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// maxStreamsPerConnectionLimit is the most concurrent streams an HTTP/2
+// connection may be allowed (2^31-1 is the protocol's own ceiling; past a
+// million one connection would hold more than any node serves).
+const maxStreamsPerConnectionLimit = 1 << 20
 
 // ValidateHostPort checks a host:port setting; zeroPort allows port 0.
 func ValidateHostPort(what, addr string, zeroPort bool) error {

@@ -24,6 +24,13 @@ var (
 	ErrConfig = errors.New("roles: invalid configuration")
 	// ErrLiveTasks refuses to delete a job that still has live tasks.
 	ErrLiveTasks = errors.New("roles: job has live tasks")
+	// ErrTooManyStreams refuses a stream over Config.MaxStreams.
+	ErrTooManyStreams = errors.New("roles: too many open streams")
+	// ErrTooManyJobs refuses a new job over Config.MaxJobs.
+	ErrTooManyJobs = errors.New("roles: too many jobs")
+	// ErrTooManyReports refuses a load report over the task's
+	// Config.MaxLoadReportsPerSecond.
+	ErrTooManyReports = errors.New("roles: load reports too frequent")
 
 	errShuttingDown = errors.New("slicerd is shutting down; reconnect to another node")
 )
@@ -42,6 +49,9 @@ var codes = []struct {
 	{assign.ErrInvalidLoad, connect.CodeInvalidArgument},
 	{ErrNotMember, connect.CodeFailedPrecondition},
 	{ErrLiveTasks, connect.CodeFailedPrecondition},
+	{ErrTooManyStreams, connect.CodeResourceExhausted},
+	{ErrTooManyJobs, connect.CodeResourceExhausted},
+	{ErrTooManyReports, connect.CodeResourceExhausted},
 	{storage.ErrInvalid, connect.CodeInvalidArgument},
 	{storage.ErrConflict, connect.CodeAborted},
 	{ErrNoAssigner, connect.CodeUnavailable},

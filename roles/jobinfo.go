@@ -51,14 +51,16 @@ func (a *Assigner) job(ctx context.Context, name string, create bool) (*assigner
 	if existing, ok := a.jobs[name]; ok {
 		return existing, nil
 	}
-	if _, gone := a.deleted[name]; gone {
+	_, gone := a.deleted[name]
+	if gone && !live {
 		// What was read may predate the deletion: only a live task
 		// (or SetJobConfig) brings the job back.
-		if !live {
-			return nil, unknownJob(name)
-		}
-		delete(a.deleted, name)
+		return nil, unknownJob(name)
 	}
+	if rec.Current == nil && !rec.Configured && len(a.jobs) >= a.maxJobs {
+		return nil, a.tooManyJobs(name) // stored jobs are always served
+	}
+	delete(a.deleted, name)
 	a.jobs[name] = j
 	if rec.Current != nil {
 		a.log.Info("carrying stored assignment forward", "job", name, "generation", rec.Current.Generation,

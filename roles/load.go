@@ -85,6 +85,9 @@ func loadFromProto(m *slicerv1.ReportLoadRequest) (*loadReport, error) {
 // Assigner is preferred for is forwarded to that Assigner.
 func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
 	m := req.Msg
+	if err := a.checkReportSize(m.GetJob(), m.GetTask(), len(m.GetSlices())); err != nil {
+		return nil, toConnect(err)
+	}
 	r, err := loadFromProto(m)
 	if err != nil {
 		return nil, toConnect(fmt.Errorf("report load from %s/%s: %w", m.GetJob(), m.GetTask(), err))
@@ -97,6 +100,9 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 		return nil, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
 			"start the task's Slicelet (it joins gossip before reporting) or wait until gossip has seen it join",
 			ErrNotMember, m.GetTask(), m.GetJob()))
+	}
+	if err := a.limitReport(m.GetJob(), m.GetTask()); err != nil {
+		return nil, toConnect(err)
 	}
 	a.loads.put(m.GetJob(), m.GetTask(), r, live)
 	a.log.Debug("load report", "job", m.GetJob(), "task", m.GetTask(), "generation", r.generation,

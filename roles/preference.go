@@ -182,6 +182,7 @@ func (a *Assigner) jobNames() []string {
 			delete(names, name) // only failed tasks of a deleted job
 		}
 	}
+	held := len(a.jobs)
 	for name := range a.jobs {
 		names[name] = true
 	}
@@ -191,7 +192,7 @@ func (a *Assigner) jobNames() []string {
 		sorted = append(sorted, name)
 	}
 	slices.Sort(sorted)
-	return sorted
+	return a.withinJobCap(sorted, held)
 }
 
 // evaluate re-checks which jobs this Assigner is preferred for. A job it

@@ -152,6 +152,34 @@ func agentFlags() []cli.Flag {
 				"IP addresses, localhost and the host names of --rpc-addr and --advertise-rpc-addr always pass. " +
 				"A request with any other Host header is refused, so that a web page cannot reach slicerd through DNS rebinding",
 		},
+		&cli.IntFlag{
+			Name: "max-streams", Value: d.MaxStreams, EnvVars: []string{"SLICERD_MAX_STREAMS"},
+			Usage: "most streams (WatchAssignment on every role, server reflection) this node serves at once; one more fails at once " +
+				"with RESOURCE_EXHAUSTED (each holds a goroutine and its subscriber's state)",
+		},
+		&cli.IntFlag{
+			Name: "max-streams-per-connection", Value: d.MaxStreamsPerConnection, EnvVars: []string{"SLICERD_MAX_STREAMS_PER_CONNECTION"},
+			Usage: "most streams one HTTP/2 connection may carry at once (SETTINGS_MAX_CONCURRENT_STREAMS); a client over it waits or opens another connection",
+		},
+		&cli.IntFlag{
+			Name: "max-jobs", Value: d.MaxJobs, EnvVars: []string{"SLICERD_MAX_JOBS"},
+			Usage: "most jobs an assigner holds: setting the configuration of one more fails with RESOURCE_EXHAUSTED, " +
+				"and jobs announced only by tasks beyond it are ignored (logged); jobs already stored are always served",
+		},
+		&cli.IntFlag{
+			Name: "max-slices-per-job", Value: d.MaxSlicesPerJob, EnvVars: []string{"SLICERD_MAX_SLICES_PER_JOB"},
+			Usage: "most slices an assigner's decisions give one job, however hot its load, and most entries in one load report; " +
+				"an assignment stored with more is still served and only merged down",
+		},
+		&cli.Float64Flag{
+			Name: "max-load-reports-per-second", Value: d.MaxLoadReportsPerSecond, EnvVars: []string{"SLICERD_MAX_LOAD_REPORTS_PER_SECOND"},
+			Usage: "load reports per second an assigner accepts from one task; one more fails with RESOURCE_EXHAUSTED " +
+				"and the task keeps its load for the next report (a Slicelet reports once per load window, 5s by default)",
+		},
+		&cli.IntFlag{
+			Name: "load-report-burst", Value: d.LoadReportBurst, EnvVars: []string{"SLICERD_LOAD_REPORT_BURST"},
+			Usage: "load reports an assigner accepts from one task in a row above --max-load-reports-per-second",
+		},
 		flagLogLevel,
 		flagLogFormat,
 	}, agentSecurityFlags()...)
@@ -208,6 +236,12 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.ReadHeaderTimeout = c.Duration("read-header-timeout")
 	cfg.PingInterval = c.Duration("ping-interval")
 	cfg.PingTimeout = c.Duration("ping-timeout")
+	cfg.MaxStreams = c.Int("max-streams")
+	cfg.MaxStreamsPerConnection = c.Int("max-streams-per-connection")
+	cfg.MaxJobs = c.Int("max-jobs")
+	cfg.MaxSlicesPerJob = c.Int("max-slices-per-job")
+	cfg.MaxLoadReportsPerSecond = c.Float64("max-load-reports-per-second")
+	cfg.LoadReportBurst = c.Int("load-report-burst")
 	for _, h := range strings.Split(c.String("allowed-hosts"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			cfg.AllowedHosts = append(cfg.AllowedHosts, h)

@@ -174,6 +174,7 @@ func jobSetFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "merge-load-factor", DefaultText: "unchanged", Usage: fmt.Sprintf("merge two adjacent slices only if their load is below this times the mean slice load; 0 means %g", d.MergeLoadFactor)},
 		&cli.Float64Flag{Name: "split-load-factor", DefaultText: "unchanged", Usage: fmt.Sprintf("split a slice whose load is at least this times the mean slice load (above 1); 0 means %g", d.SplitLoadFactor)},
 		&cli.Float64Flag{Name: "suppress-below", DefaultText: "unchanged", Usage: "leave the job alone while its hottest task's load per second is below this; 0 means never"},
+		&cli.IntFlag{Name: "max-slices", DefaultText: "unchanged", Usage: "most slices the job may have, whatever its task count; 0 means the assigner's --max-slices-per-job, which also caps it"},
 	)
 }
 
@@ -197,6 +198,7 @@ func mergeConfigFlags(c *cli.Context, p *slicerv1.JobConfig) error {
 	}{
 		{"min-redundancy", &p.MinRedundancy}, {"max-redundancy", &p.MaxRedundancy},
 		{"min-slices-per-task", &p.MinSlicesPerTask}, {"max-slices-per-task", &p.MaxSlicesPerTask},
+		{"max-slices", &p.MaxSlices},
 	}
 	for _, f := range counts {
 		if !c.IsSet(f.name) {

@@ -45,6 +45,9 @@ func printJob(w io.Writer, j *slicerv1.JobInfo) {
 		}
 		fmt.Fprintf(w, "    %-20s %g%s\n", f.name, f.value, note)
 	}
+	if m := p.GetMaxSlices(); m != 0 {
+		fmt.Fprintf(w, "    %-20s %d\n", "max slices", m)
+	}
 	printLoad(w, j)
 }
 

@@ -265,6 +265,10 @@ type JobConfig struct {
 	// Load per second below which the hottest task is left alone: no merge,
 	// move or split. In [0, 1e15]; 0 (the default) never suppresses.
 	SuppressBelow float64 `protobuf:"fixed64,9,opt,name=suppress_below,json=suppressBelow,proto3" json:"suppress_below,omitempty"`
+	// Most slices the job may have, whatever its task count: splits stop
+	// there. 0 (the default) means the Assigner's --max-slices-per-job,
+	// which also caps a higher value; SetJobConfig refuses one above it.
+	MaxSlices     uint32 `protobuf:"varint,10,opt,name=max_slices,json=maxSlices,proto3" json:"max_slices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +362,13 @@ func (x *JobConfig) GetSplitLoadFactor() float64 {
 func (x *JobConfig) GetSuppressBelow() float64 {
 	if x != nil {
 		return x.SuppressBelow
+	}
+	return 0
+}
+
+func (x *JobConfig) GetMaxSlices() uint32 {
+	if x != nil {
+		return x.MaxSlices
 	}
 	return 0
 }
@@ -1424,7 +1435,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12(\n" +
 	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xf6\x02\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\x95\x03\n" +
 	"\tJobConfig\x12%\n" +
 	"\x0emin_redundancy\x18\x01 \x01(\rR\rminRedundancy\x12%\n" +
 	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\x12-\n" +
@@ -1436,7 +1447,10 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"move_churn\x18\x06 \x01(\x01R\tmoveChurn\x12*\n" +
 	"\x11merge_load_factor\x18\a \x01(\x01R\x0fmergeLoadFactor\x12*\n" +
 	"\x11split_load_factor\x18\b \x01(\x01R\x0fsplitLoadFactor\x12%\n" +
-	"\x0esuppress_below\x18\t \x01(\x01R\rsuppressBelow\"\x82\x01\n" +
+	"\x0esuppress_below\x18\t \x01(\x01R\rsuppressBelow\x12\x1d\n" +
+	"\n" +
+	"max_slices\x18\n" +
+	" \x01(\rR\tmaxSlices\"\x82\x01\n" +
 	"\x16WatchAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
 	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\x12+\n" +
