@@ -83,7 +83,8 @@ func (id ID) URI() *url.URL {
 	path, raw := "/"+string(id.Role), "/"+string(id.Role)
 	for _, s := range segs {
 		path += "/" + s
-		raw += "/" + url.PathEscape(s)
+		// "*" (Any) is legal in a path; keep it readable.
+		raw += "/" + strings.ReplaceAll(url.PathEscape(s), "%2A", "*")
 	}
 	return &url.URL{Scheme: "spiffe", Host: TrustDomain, Path: path, RawPath: raw}
 }

@@ -57,10 +57,21 @@ func TestParseRoundTrip(t *testing.T) {
 	}
 }
 
-func TestURIKeepsNamesInOneSegment(t *testing.T) {
-	id := identity.ID{Role: identity.Assigner, Node: "a/task/kv/x"}
-	if got, want := id.String(), "spiffe://slicerd/assigner/a%2Ftask%2Fkv%2Fx"; got != want {
-		t.Fatalf("URI = %q, want %q", got, want)
+func TestURIForms(t *testing.T) {
+	for _, tc := range []struct {
+		id   identity.ID
+		want string
+	}{
+		// A name stays one path segment, whatever it holds.
+		{identity.ID{Role: identity.Assigner, Node: "a/task/kv/x"}, "spiffe://slicerd/assigner/a%2Ftask%2Fkv%2Fx"},
+		{identity.ID{Role: identity.Admin, Name: "50% *"}, "spiffe://slicerd/admin/50%25%20*"},
+		// Any is written as itself.
+		{identity.ID{Role: identity.Task, Job: "kv", Task: identity.Any}, "spiffe://slicerd/task/kv/*"},
+		{identity.ID{Role: identity.Client, Job: identity.Any}, "spiffe://slicerd/client/*"},
+	} {
+		if got := tc.id.String(); got != tc.want {
+			t.Errorf("%+v written as %q, want %q", tc.id, got, tc.want)
+		}
 	}
 }
 

@@ -248,7 +248,7 @@ func TestClientChecksServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := dial(t, srv.addr, client.ClientConfig(tc.check))
 			if tc.ok {
-				if err != nil || got != "spiffe://slicerd/client/%2A" {
+				if err != nil || got != "spiffe://slicerd/client/*" {
 					t.Fatalf("dial = %q, %v; want the server to see the client", got, err)
 				}
 				return
