@@ -32,6 +32,7 @@ func newApp(stdout, stderr io.Writer) *ucli.App {
 		cli.DemoCommand(),
 		cli.SimulateCommand(),
 		cli.TraceCommand(),
+		cli.TLSCommand(),
 		cli.DocsCommand(),
 	)
 }

@@ -77,10 +77,14 @@ func (id ID) URI() *url.URL {
 	case Admin:
 		segs = []string{id.Name}
 	}
+	// Path holds the segments as they are and RawPath as they are
+	// written, so that a "/" or "%" inside a name stays inside its
+	// segment instead of being escaped twice.
 	path, raw := "/"+string(id.Role), "/"+string(id.Role)
 	for _, s := range segs {
 		path += "/" + s
-		raw += "/" + url.PathEscape(s)
+		// "*" (Any) is legal in a path; keep it readable.
+		raw += "/" + strings.ReplaceAll(url.PathEscape(s), "%2A", "*")
 	}
 	return &url.URL{Scheme: "spiffe", Host: TrustDomain, Path: path, RawPath: raw}
 }
@@ -98,8 +102,15 @@ func Parse(s string) (ID, error) {
 
 // FromURI reads an identity from a parsed URI.
 func FromURI(u *url.URL) (ID, error) {
-	if u.Scheme != "spiffe" || u.Host != TrustDomain || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+	switch {
+	case u.Scheme != "spiffe" || u.Host != TrustDomain || u.Opaque != "":
 		return ID{}, fmt.Errorf("%w: %q is not under spiffe://%s/", ErrInvalid, u.String(), TrustDomain)
+	case u.User != nil:
+		return ID{}, fmt.Errorf("%w: %q carries user information; identity URIs have none", ErrInvalid, u.String())
+	case u.RawQuery != "" || u.ForceQuery:
+		return ID{}, fmt.Errorf("%w: %q has a query; identity URIs have none", ErrInvalid, u.String())
+	case u.Fragment != "":
+		return ID{}, fmt.Errorf("%w: %q has a fragment; identity URIs have none", ErrInvalid, u.String())
 	}
 	raw := strings.TrimPrefix(u.EscapedPath(), "/")
 	parts := strings.Split(raw, "/")

@@ -61,6 +61,7 @@ func (f Files) Validate(flagPrefix string, needCert bool) error {
 type Source struct {
 	files Files
 	log   *slog.Logger
+	now   func() time.Time
 
 	mu      sync.Mutex
 	cert    *tls.Certificate // nil without Cert
@@ -81,7 +82,7 @@ func Load(f Files, log *slog.Logger) (*Source, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Source{files: f, log: log}
+	s := &Source{files: f, log: log, now: time.Now}
 	if err := s.Reload(); err != nil {
 		return nil, err
 	}
@@ -100,7 +101,7 @@ func (s *Source) Reload() error {
 		return err
 	}
 	s.mu.Lock()
-	s.cert, s.ids, s.pool, s.stamps, s.checked = cert, ids, pool, stamps, time.Now()
+	s.cert, s.ids, s.pool, s.stamps, s.checked = cert, ids, pool, stamps, s.now()
 	s.mu.Unlock()
 	return nil
 }
@@ -130,17 +131,24 @@ func (s *Source) stat() [3]stamp {
 // looking at most once per recheck interval.
 func (s *Source) maybeReload() {
 	s.mu.Lock()
-	if time.Since(s.checked) < recheck {
+	if s.now().Sub(s.checked) < recheck {
 		s.mu.Unlock()
 		return
 	}
-	s.checked = time.Now()
+	s.checked = s.now()
 	old := s.stamps
 	s.mu.Unlock()
-	if s.stat() == old {
+	stamps := s.stat()
+	if stamps == old {
 		return
 	}
 	if err := s.Reload(); err != nil {
+		// Remember the broken files, so that they are read (and the
+		// error logged) again only when one of them changes, not on
+		// every recheck.
+		s.mu.Lock()
+		s.stamps = stamps
+		s.mu.Unlock()
 		s.log.Error("reloading TLS files failed; still using the previous ones", "err", err)
 		return
 	}

@@ -12,6 +12,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	app := NewApp("", stdout, stderr, VersionCommand(), JobCommand(), DemoCommand(), SimulateCommand(), TraceCommand())
+	app := NewApp("", stdout, stderr, VersionCommand(), JobCommand(), DemoCommand(), SimulateCommand(), TraceCommand(), TLSCommand())
 	return Run(ctx, app, args)
 }
