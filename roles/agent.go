@@ -82,7 +82,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	})
 
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes)}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(sharingCodec{})}
 	if cfg.has(gossip.RoleAssigner) {
 		a.assigner = newAssigner(cfg, a.store, a, a.stopping)
 		a.handle(mux, slicerv1connect.AssignerServiceName)(slicerv1connect.NewAssignerServiceHandler(a.assigner, opts...))
@@ -112,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	a.server = &http.Server{
-		Handler:           a.hosts.Wrap(mux),
+		Handler:           a.hosts.Wrap(withWriteBound(mux, cfg.StreamWriteTimeout)),
 		Protocols:         protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,

@@ -93,6 +93,11 @@ type Config struct {
 	// is refused, so that a web page cannot reach slicerd through DNS
 	// rebinding (see internal/hostcheck).
 	AllowedHosts []string
+	// StreamWriteTimeout bounds one send on a WatchAssignment stream: a
+	// stream whose reader has not taken an assignment within it is reset,
+	// freeing the copy the send pinned (see sharedsend.go for the memory
+	// bound), and its client resumes from the generation it holds.
+	StreamWriteTimeout time.Duration
 
 	Logger *slog.Logger
 }
@@ -123,6 +128,7 @@ func DefaultConfig() Config {
 		IdleTimeout:         5 * time.Minute,
 		PingInterval:        time.Minute,
 		PingTimeout:         15 * time.Second,
+		StreamWriteTimeout:  30 * time.Second,
 	}
 }
 
@@ -190,6 +196,7 @@ func (c Config) Validate() error {
 		{"leave timeout", c.LeaveTimeout}, {"shutdown timeout", c.ShutdownTimeout},
 		{"read header timeout", c.ReadHeaderTimeout}, {"idle timeout", c.IdleTimeout},
 		{"ping interval", c.PingInterval}, {"ping timeout", c.PingTimeout},
+		{"stream write timeout", c.StreamWriteTimeout},
 	} {
 		if d.d <= 0 {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrConfig, d.name, d.d)

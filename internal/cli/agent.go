@@ -121,6 +121,11 @@ func agentFlags() []cli.Flag {
 			Name: "ping-timeout", Value: d.PingTimeout, EnvVars: []string{"SLICERD_PING_TIMEOUT"},
 			Usage: "how long the server waits for a ping's answer before closing the connection and its streams",
 		},
+		&cli.DurationFlag{
+			Name: "stream-write-timeout", Value: d.StreamWriteTimeout, EnvVars: []string{"SLICERD_STREAM_WRITE_TIMEOUT"},
+			Usage: "how long one send on an assignment watch stream may wait for a client that does not read; " +
+				"the stream is then reset, freeing the memory the send held, and the client resumes from the generation it has",
+		},
 		&cli.StringFlag{
 			Name: "allowed-hosts", EnvVars: []string{"SLICERD_ALLOWED_HOSTS"},
 			Usage: "host names the RPC port answers to, comma-separated (name, *.domain, or * for any, behind a proxy); " +
@@ -179,6 +184,7 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.ReadHeaderTimeout = c.Duration("read-header-timeout")
 	cfg.PingInterval = c.Duration("ping-interval")
 	cfg.PingTimeout = c.Duration("ping-timeout")
+	cfg.StreamWriteTimeout = c.Duration("stream-write-timeout")
 	for _, h := range strings.Split(c.String("allowed-hosts"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			cfg.AllowedHosts = append(cfg.AllowedHosts, h)

@@ -1,0 +1,150 @@
+package roles
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
+	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/testnet"
+)
+
+// watchWith streams job's assignments from the Distributor at addr with
+// the given client options, like watch.
+func watchWith(t *testing.T, addr, job string, opts ...connect.ClientOption) *watcher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &watcher{latest: make(chan *assign.Assignment, 1), err: make(chan error, 1)}
+	hc := api.NewH2CClient()
+	stream, err := slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(addr), opts...).
+		WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job}))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer stream.Close()
+		for stream.Receive() {
+			a, err := api.FromProto(stream.Msg().GetAssignment())
+			if err != nil {
+				w.err <- err
+				return
+			}
+			select {
+			case <-w.latest:
+			default:
+			}
+			w.latest <- a
+		}
+		w.err <- stream.Err()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		hc.CloseIdleConnections()
+	})
+	return w
+}
+
+func (d *Distributor) latestOf(t *testing.T, job string) *latest {
+	t.Helper()
+	l, err := d.job(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestWatchStreamsShareOneEncoding checks that every protobuf stream of a
+// job gets the assignment from one encoding per generation, and that each
+// protocol and codec (Connect, gRPC, gRPC-Web, gzip, JSON) still decodes it.
+func TestWatchStreamsShareOneEncoding(t *testing.T) {
+	node := startAgent(t, testConfig(t, "node-1", t.TempDir()))
+	taskMember(t, "kv", "t0", node.GossipAddr())
+	seesTask(t, node, "kv", "t0")
+
+	protoStreams := [][]connect.ClientOption{
+		nil, nil, nil,
+		{connect.WithGRPC()}, {connect.WithGRPC()},
+		{connect.WithGRPCWeb()},
+		{connect.WithSendGzip()}, {connect.WithGRPC(), connect.WithSendGzip()},
+	}
+	var watchers []*watcher
+	for _, opts := range protoStreams {
+		watchers = append(watchers, watchWith(t, node.RPCAddr(), "kv", opts...))
+	}
+	jsonWatcher := watchWith(t, node.RPCAddr(), "kv", connect.WithProtoJSON())
+	var first *assign.Assignment
+	for _, w := range append(watchers, jsonWatcher) {
+		first = w.until(t, "t0 alone", hasTasks("t0"))
+	}
+	l := node.distributor.latestOf(t, "kv")
+	before := l.encodes.Load()
+
+	taskMember(t, "kv", "t1", node.GossipAddr())
+	var second *assign.Assignment
+	for _, w := range append(watchers, jsonWatcher) {
+		second = w.until(t, "t0 and t1", hasTasks("t0", "t1"))
+	}
+	gens := int64(second.Generation - first.Generation)
+	encodes := l.encodes.Load() - before
+	if gens >= int64(len(protoStreams)) {
+		t.Fatalf("%d generations for one join; the test needs fewer than its %d streams to tell shared from per-stream encoding", gens, len(protoStreams))
+	}
+	// Encoding per stream would take at least one encoding per stream.
+	if encodes < 1 || encodes > gens {
+		t.Errorf("%d protobuf encodings for %d generations sent to %d streams; want at most one per generation", encodes, gens, len(protoStreams))
+	}
+}
+
+// TestSlowSubscriberIsResetAndOthersGoOn opens a stream that never reads:
+// other streams still get every new generation, and the stalled stream is
+// reset once its send has waited the stream write timeout.
+func TestSlowSubscriberIsResetAndOthersGoOn(t *testing.T) {
+	cfg := testConfig(t, "node-1", t.TempDir())
+	cfg.StreamWriteTimeout = 300 * time.Millisecond
+	node := startAgent(t, cfg)
+	taskMember(t, "kv", "t0", node.GossipAddr())
+	seesTask(t, node, "kv", "t0")
+	normal := watch(t, node.RPCAddr(), "kv", false)
+	normal.until(t, "t0 alone", hasTasks("t0"))
+
+	req, err := proto.Marshal(&slicerv1.WatchAssignmentRequest{Job: "kv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := testnet.DialFrom(t, node.RPCAddr(), "")
+	if err := testnet.StalledStream(slow, node.RPCAddr(), "/"+slicerv1connect.DistributorServiceName+"/WatchAssignment", req); err != nil {
+		t.Fatal(err)
+	}
+
+	taskMember(t, "kv", "t1", node.GossipAddr())
+	normal.until(t, "t0 and t1 despite a stalled subscriber", hasTasks("t0", "t1"))
+
+	slow.SetReadDeadline(time.Now().Add(30 * time.Second)) // bounds a hang; not a timing claim
+	code, err := testnet.ResetCode(slow)
+	if err != nil {
+		t.Fatalf("stalled stream was not reset: %v", err)
+	}
+	if code != http2.ErrCodeInternal {
+		t.Errorf("stalled stream reset with %v, want INTERNAL_ERROR (a write deadline)", code)
+	}
+	// The reset freed the stream, not the connection or the node.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hc := api.NewH2CClient()
+	defer hc.CloseIdleConnections()
+	if s, err := checkHealth(ctx, hc, node.RPCAddr()); err != nil || s != healthv1.HealthCheckResponse_SERVING {
+		t.Errorf("health after the reset: %v, %v", s, err)
+	}
+}
