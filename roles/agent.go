@@ -112,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	a.server = &http.Server{
-		Handler:           a.hosts.Wrap(withWriteBound(mux, cfg.StreamWriteTimeout)),
+		Handler:           a.hosts.Wrap(withStreamLimits(mux, cfg.StreamWriteTimeout, &sendBudget{limit: cfg.StreamSendBudget})),
 		Protocols:         protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,

@@ -98,6 +98,10 @@ type Config struct {
 	// freeing the copy the send pinned (see sharedsend.go for the memory
 	// bound), and its client resumes from the generation it holds.
 	StreamWriteTimeout time.Duration
+	// StreamSendBudget bounds the bytes of assignment copies that
+	// WatchAssignment sends hold at once; sends beyond it share one
+	// encoding per generation instead (see sharedsend.go).
+	StreamSendBudget int64
 
 	Logger *slog.Logger
 }
@@ -129,6 +133,7 @@ func DefaultConfig() Config {
 		PingInterval:        time.Minute,
 		PingTimeout:         15 * time.Second,
 		StreamWriteTimeout:  30 * time.Second,
+		StreamSendBudget:    64 << 20,
 	}
 }
 
@@ -219,6 +224,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnectionsPerIP <= 0 || c.MaxConnectionsPerIP > c.MaxConnections {
 		return fmt.Errorf("%w: max connections per IP is %d; it must be positive and at most max connections (%d)", ErrConfig, c.MaxConnectionsPerIP, c.MaxConnections)
+	}
+	if c.StreamSendBudget < 0 {
+		return fmt.Errorf("%w: stream send budget is %d bytes; it must not be negative (0 makes every assignment send share one encoding)", ErrConfig, c.StreamSendBudget)
 	}
 	for _, h := range c.AllowedHosts {
 		if err := hostcheck.ValidateAllowed(h); err != nil {

@@ -20,20 +20,35 @@ import (
 // Every WatchAssignment stream of a job, on the Assigner, the Distributor
 // and the Backup, sends the same *sharedResponse per generation, and
 // sharingCodec encodes it in protobuf once, however many streams send it.
-// connect-go still copies the encoding into each stream's send buffer (its
-// buffer pool recycles the bytes a codec returns, so they cannot be shared
-// safely), and that copy stays pinned while the HTTP/2 write waits for a
-// reader that does not read. StreamWriteTimeout bounds that wait: a send
-// still blocked after it resets the stream, which frees the copy. So a
-// node's memory for assignment streams is at most
 //
-//	jobs × generations held × encoded size   (the shared encodings)
-//	+ sends in flight × encoded size         (one copy per blocked send, for at most StreamWriteTimeout)
-//	+ streams × a few KiB                    (goroutine, HTTP/2 stream state)
+// connect-go normally copies that encoding into a pooled buffer per send,
+// and the copy stays pinned while the HTTP/2 write waits for a reader
+// that does not read. Such copies are limited to StreamSendBudget bytes
+// in flight per node. A send that finds the budget spent is handed the
+// shared encoding itself instead: it lives in a slice whose capacity
+// exceeds connect-go's buffer-recycling limit (noRecycleCap), which
+// connect-go then uses as the send buffer as is and drops after the send
+// rather than pooling it, so nothing reuses or writes into the shared
+// bytes (TestZeroCopySendLeavesSharedBytesIntact guards this). Such a
+// slice is made only when the budget runs out, once per generation.
 //
-// where a send is in flight only while its stream is behind. The measured
-// figures for 5,000 slow subscribers of a 10,000-slice assignment are in
-// docs/benchmarks.md.
+// StreamWriteTimeout bounds how long one send may wait for its reader:
+// the stream is then reset, freeing what it held. A node's memory for
+// assignment streams is therefore at most
+//
+//	StreamSendBudget                                   (copies in flight)
+//	+ generations sent within StreamWriteTimeout × max(encoded size, 8 MiB)
+//	+ streams × a few KiB                              (goroutine, HTTP/2 stream state)
+//
+// per job for the middle term, and only under stalled readers. A stream
+// that asked for gzip compresses its own copy, which stays pinned too: at
+// most streams × compressed size. The measured figures for 5,000 stalled
+// subscribers of a 10,000-slice assignment are in docs/benchmarks.md.
+
+// noRecycleCap is a capacity above connect-go's maxRecycleBufferSize
+// (8 MiB, connectrpc.com/connect buffer_pool.go): a send buffer larger than
+// that is dropped after the send, not returned to the pool.
+const noRecycleCap = 8<<20 + 1
 
 // sharedResponse is the WatchAssignmentResponse of one generation, sent
 // as is to every stream of its job. It embeds the message, so it is a
@@ -45,6 +60,9 @@ type sharedResponse struct {
 	wire    []byte // protobuf encoding; never written after once
 	err     error
 	encodes *atomic.Int64 // counts encodings, for tests; may be nil
+
+	pinOnce sync.Once
+	pinned  []byte // wire in a slice of capacity noRecycleCap or more
 }
 
 func newSharedResponse(msg *slicerv1.WatchAssignmentResponse, encodes *atomic.Int64) *sharedResponse {
@@ -63,25 +81,62 @@ func (s *sharedResponse) encoded() ([]byte, error) {
 	return s.wire, s.err
 }
 
-// sharingCodec is connect-go's protobuf codec, except that a
-// *sharedResponse is encoded once and its bytes copied on every send.
-// It never returns the shared bytes themselves: connect-go puts the slices
-// Marshal returns into a buffer pool and reuses them, and MarshalAppend
-// appends into a pooled buffer, so both hand out copies.
+// unrecycled returns the encoding in a slice connect-go will not pool.
+func (s *sharedResponse) unrecycled() ([]byte, error) {
+	wire, err := s.encoded()
+	if err != nil {
+		return nil, err
+	}
+	s.pinOnce.Do(func() {
+		if cap(wire) >= noRecycleCap {
+			s.pinned = wire
+			return
+		}
+		s.pinned = make([]byte, len(wire), noRecycleCap)
+		copy(s.pinned, wire)
+	})
+	return s.pinned, nil
+}
+
+// zeroCopyResponse asks sharingCodec to hand connect-go the shared
+// encoding itself rather than a copy.
+type zeroCopyResponse struct{ *sharedResponse }
+
+// sharingCodec is connect-go's protobuf codec, except for shared
+// responses: a *sharedResponse is encoded once and copied into each send
+// buffer, and a zeroCopyResponse becomes the send buffer itself.
 type sharingCodec struct{}
 
 var _ connect.Codec = sharingCodec{}
 
 func (sharingCodec) Name() string { return "proto" }
 
+// Marshal returns a slice connect-go may pool and reuse, so never shared
+// bytes. connect-go calls it only for codecs without MarshalAppend.
 func (c sharingCodec) Marshal(m any) ([]byte, error) {
+	if z, ok := m.(zeroCopyResponse); ok {
+		m = z.sharedResponse
+	}
 	return c.MarshalAppend(nil, m)
 }
 
 // MarshalAppend implements connect-go's optional appending codec, which
-// its envelope writer prefers.
+// its envelope writer prefers: it passes an empty pooled buffer as dst,
+// and replaces the buffer with the result when the result's capacity is
+// larger, then drops it after the send when that capacity exceeds its
+// recycling limit.
 func (sharingCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
-	if s, ok := m.(*sharedResponse); ok {
+	switch s := m.(type) {
+	case zeroCopyResponse:
+		if len(dst) == 0 {
+			return s.unrecycled()
+		}
+		wire, err := s.encoded()
+		if err != nil {
+			return nil, err
+		}
+		return append(dst, wire...), nil
+	case *sharedResponse:
 		wire, err := s.encoded()
 		if err != nil {
 			return nil, err
@@ -108,23 +163,45 @@ func (sharingCodec) Unmarshal(b []byte, m any) error {
 
 var errCodec = errors.New("roles: codec")
 
-// writeBoundKey is the context key of a request's *writeBound.
-type writeBoundKey struct{}
-
-// writeBound is what a streaming handler needs to bound its own sends:
-// the request's ResponseController (connect-go does not expose the
-// ResponseWriter) and the longest a send may block.
-type writeBound struct {
-	rc      *http.ResponseController
-	timeout time.Duration
+// sendBudget counts the bytes of stream send copies in flight.
+type sendBudget struct {
+	limit int64
+	used  atomic.Int64
 }
 
-// withWriteBound stores each request's writeBound in its context; timeout
-// 0 leaves sends unbounded.
-func withWriteBound(h http.Handler, timeout time.Duration) http.Handler {
+// take reserves n bytes if the budget has them.
+func (b *sendBudget) take(n int64) bool {
+	if b == nil {
+		return false
+	}
+	if b.used.Add(n) > b.limit {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *sendBudget) give(n int64) { b.used.Add(-n) }
+
+// streamLimitsKey is the context key of a request's *streamLimits.
+type streamLimitsKey struct{}
+
+// streamLimits is what a streaming handler needs to bound its own sends:
+// the request's ResponseController (connect-go does not expose the
+// ResponseWriter), the longest a send may block, and the node's budget
+// for send copies.
+type streamLimits struct {
+	rc      *http.ResponseController
+	timeout time.Duration
+	budget  *sendBudget
+}
+
+// withStreamLimits stores each request's streamLimits in its context;
+// timeout 0 leaves sends unbounded in time.
+func withStreamLimits(h http.Handler, timeout time.Duration, budget *sendBudget) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		wb := &writeBound{rc: http.NewResponseController(w), timeout: timeout}
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), writeBoundKey{}, wb)))
+		sl := &streamLimits{rc: http.NewResponseController(w), timeout: timeout, budget: budget}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), streamLimitsKey{}, sl)))
 	})
 }
 
@@ -132,25 +209,34 @@ func withWriteBound(h http.Handler, timeout time.Duration) http.Handler {
 // reader fell behind by more than the stream write timeout.
 var errStreamSend = errors.New("roles: assignment stream send failed: the client stopped reading for longer than --stream-write-timeout, or went away; it can resume from its known generation")
 
-// sendShared returns the send function of a WatchAssignment stream. Each
-// send must finish within the request's write bound, or the stream is
-// reset (HTTP/2 RST_STREAM, which clients see as a stream error and retry
-// from their known generation; on HTTP/1 the connection closes), which
-// frees what the send pinned.
+// sendShared returns the send function of a WatchAssignment stream. A send
+// copies the shared encoding while the node's send budget allows, and
+// hands over the shared encoding itself beyond. Each send must finish
+// within the stream write timeout, or the stream is reset (HTTP/2
+// RST_STREAM, which clients see as a stream error and retry from their
+// known generation; on HTTP/1 the connection closes), which frees what the
+// send held.
 func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) func(*sharedResponse) error {
-	wb, _ := ctx.Value(writeBoundKey{}).(*writeBound)
+	sl, _ := ctx.Value(streamLimitsKey{}).(*streamLimits)
+	if sl == nil {
+		sl = &streamLimits{}
+	}
 	return func(s *sharedResponse) error {
-		if wb == nil || wb.timeout <= 0 {
-			return stream.Conn().Send(s)
+		var msg any = s
+		if wire, err := s.encoded(); err == nil {
+			n := int64(len(wire))
+			if sl.budget.take(n) {
+				defer sl.budget.give(n)
+			} else {
+				msg = zeroCopyResponse{s}
+			}
 		}
-		// A ResponseWriter without deadlines (none of net/http's) sends
-		// unbounded.
-		bounded := wb.rc.SetWriteDeadline(time.Now().Add(wb.timeout)) == nil
-		err := stream.Conn().Send(s)
+		bounded := sl.rc != nil && sl.timeout > 0 && sl.rc.SetWriteDeadline(time.Now().Add(sl.timeout)) == nil
+		err := stream.Conn().Send(msg)
 		if bounded && err == nil {
 			// The deadline would reset an idle stream too; clear it
 			// until the next send.
-			err = wb.rc.SetWriteDeadline(time.Time{})
+			err = sl.rc.SetWriteDeadline(time.Time{})
 		}
 		if err != nil && ctx.Err() == nil {
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %w", errStreamSend, err))

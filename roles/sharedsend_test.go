@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -69,7 +70,14 @@ func (d *Distributor) latestOf(t *testing.T, job string) *latest {
 // job gets the assignment from one encoding per generation, and that each
 // protocol and codec (Connect, gRPC, gRPC-Web, gzip, JSON) still decodes it.
 func TestWatchStreamsShareOneEncoding(t *testing.T) {
-	node := startAgent(t, testConfig(t, "node-1", t.TempDir()))
+	t.Run("copies", func(t *testing.T) { testWatchStreamsShareOneEncoding(t, DefaultConfig().StreamSendBudget) })
+	t.Run("zero-copy", func(t *testing.T) { testWatchStreamsShareOneEncoding(t, 0) })
+}
+
+func testWatchStreamsShareOneEncoding(t *testing.T, budget int64) {
+	cfg := testConfig(t, "node-1", t.TempDir())
+	cfg.StreamSendBudget = budget
+	node := startAgent(t, cfg)
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	seesTask(t, node, "kv", "t0")
 
@@ -105,14 +113,72 @@ func TestWatchStreamsShareOneEncoding(t *testing.T) {
 	if encodes < 1 || encodes > gens {
 		t.Errorf("%d protobuf encodings for %d generations sent to %d streams; want at most one per generation", encodes, gens, len(protoStreams))
 	}
+	_, msg, _, _ := l.get()
+	if zeroCopy := msg.pinned != nil; zeroCopy != (budget == 0) {
+		t.Errorf("with a send budget of %d bytes, zero-copy sends %v; want %v", budget, zeroCopy, budget == 0)
+	}
+}
+
+// TestZeroCopySendLeavesSharedBytesIntact sends a generation's shared
+// encoding as the send buffer itself on many streams, with other calls on
+// the same handlers meanwhile, and checks that nothing wrote into it: the
+// shared bytes are never taken into connect-go's buffer pool.
+func TestZeroCopySendLeavesSharedBytesIntact(t *testing.T) {
+	cfg := testConfig(t, "node-1", t.TempDir())
+	cfg.StreamSendBudget = 0
+	node := startAgent(t, cfg)
+	taskMember(t, "kv", "t0", node.GossipAddr())
+	seesTask(t, node, "kv", "t0")
+	first := watch(t, node.RPCAddr(), "kv", false)
+	a := first.until(t, "t0 alone", hasTasks("t0"))
+	_, msg, _, _ := node.distributor.latestOf(t, "kv").get()
+	if msg.pinned == nil || msg.Assignment.GetGeneration() != a.Generation {
+		t.Fatalf("generation %d was not sent from a shared buffer", a.Generation)
+	}
+	want, err := proto.Marshal(msg.WatchAssignmentResponse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// More streams (their requests are read into pooled buffers) and
+	// unary calls, some of which also answer with pooled buffers.
+	for i := range 20 {
+		var opts []connect.ClientOption
+		if i%2 == 1 {
+			opts = append(opts, connect.WithGRPC())
+		}
+		w := watchWith(t, node.RPCAddr(), "kv", opts...)
+		w.until(t, "t0 alone on another stream", hasTasks("t0"))
+		hc := api.NewH2CClient()
+		resp, err := slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(node.RPCAddr())).
+			GetAssignment(context.Background(), connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "kv"}))
+		hc.CloseIdleConnections()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Msg.GetAssignment().GetGeneration() != a.Generation {
+			t.Fatalf("GetAssignment answered generation %d, want %d", resp.Msg.GetAssignment().GetGeneration(), a.Generation)
+		}
+	}
+	if !bytes.Equal(msg.pinned, want) {
+		t.Fatal("the shared encoding changed while streams sent it")
+	}
+	if cap(msg.pinned) < noRecycleCap {
+		t.Fatalf("shared encoding capacity %d; connect-go would pool it", cap(msg.pinned))
+	}
 }
 
 // TestSlowSubscriberIsResetAndOthersGoOn opens a stream that never reads:
 // other streams still get every new generation, and the stalled stream is
 // reset once its send has waited the stream write timeout.
 func TestSlowSubscriberIsResetAndOthersGoOn(t *testing.T) {
+	t.Run("copies", func(t *testing.T) { testSlowSubscriber(t, DefaultConfig().StreamSendBudget) })
+	t.Run("zero-copy", func(t *testing.T) { testSlowSubscriber(t, 0) })
+}
+
+func testSlowSubscriber(t *testing.T, budget int64) {
 	cfg := testConfig(t, "node-1", t.TempDir())
 	cfg.StreamWriteTimeout = 300 * time.Millisecond
+	cfg.StreamSendBudget = budget
 	node := startAgent(t, cfg)
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	seesTask(t, node, "kv", "t0")

@@ -126,6 +126,11 @@ func agentFlags() []cli.Flag {
 			Usage: "how long one send on an assignment watch stream may wait for a client that does not read; " +
 				"the stream is then reset, freeing the memory the send held, and the client resumes from the generation it has",
 		},
+		&cli.IntFlag{
+			Name: "stream-send-budget-mib", Value: int(d.StreamSendBudget >> 20), EnvVars: []string{"SLICERD_STREAM_SEND_BUDGET_MIB"},
+			Usage: "MiB of assignment copies that watch stream sends may hold at once; sends beyond it share one encoding " +
+				"per generation, so slow subscribers cannot pin a copy each (0: always share)",
+		},
 		&cli.StringFlag{
 			Name: "allowed-hosts", EnvVars: []string{"SLICERD_ALLOWED_HOSTS"},
 			Usage: "host names the RPC port answers to, comma-separated (name, *.domain, or * for any, behind a proxy); " +
@@ -185,6 +190,11 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.PingInterval = c.Duration("ping-interval")
 	cfg.PingTimeout = c.Duration("ping-timeout")
 	cfg.StreamWriteTimeout = c.Duration("stream-write-timeout")
+	mib := c.Int("stream-send-budget-mib")
+	if mib < 0 || mib > 1<<20 {
+		return cfg, usageError("invalid --stream-send-budget-mib %d: use 0 to %d MiB", mib, 1<<20)
+	}
+	cfg.StreamSendBudget = int64(mib) << 20
 	for _, h := range strings.Split(c.String("allowed-hosts"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			cfg.AllowedHosts = append(cfg.AllowedHosts, h)
