@@ -38,12 +38,15 @@ import (
 //
 //	StreamSendBudget                                   (copies in flight)
 //	+ generations sent within StreamWriteTimeout × max(encoded size, 8 MiB)
-//	+ streams × a few KiB                              (goroutine, HTTP/2 stream state)
+//	+ connections × ~55 KB + streams × a few KB        (HTTP/2 state, goroutines, buffers)
 //
-// per job for the middle term, and only under stalled readers. A stream
-// that asked for gzip compresses its own copy, which stays pinned too: at
-// most streams × compressed size. The measured figures for 5,000 stalled
-// subscribers of a 10,000-slice assignment are in docs/benchmarks.md.
+// the middle term per job and per role sending it, and only while the
+// budget is spent. A stream that asked for gzip compresses its own copy,
+// which stays pinned too: at most streams × compressed size. Measured
+// (docs/benchmarks.md): 5,000 stalled subscribers of a 10,000-slice
+// assignment (260 KB encoded), each on its own connection, took slicerd
+// from 34 MB to 362 MB, and to 431 MB after four more generations; 1,522 MB
+// when every stream pinned its own copy.
 
 // noRecycleCap is a capacity above connect-go's maxRecycleBufferSize
 // (8 MiB, connectrpc.com/connect buffer_pool.go): a send buffer larger than
