@@ -29,6 +29,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,6 +82,8 @@ type options struct {
 	hold         time.Duration
 	slicerdFlags multiFlag
 	logDir       string
+	target       string // hold mode
+	ipFrom       int    // hold mode
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -97,12 +100,16 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.settle, "settle", 5*time.Second, "wait after opening the connections before measuring")
 	fs.DurationVar(&o.hold, "hold", 40*time.Second, "wait at the end, longer than slicerd's --stream-write-timeout (subscribers) or --idle-timeout (idle), before the last measurement")
 	fs.Var(&o.slicerdFlags, "slicerd-flag", "extra flag for slicerd, e.g. -slicerd-flag=--stream-write-timeout=10s (repeatable)")
+	fs.StringVar(&o.target, "target", "", "internal: the RPC address a holder process floods")
+	fs.IntVar(&o.ipFrom, "ip-from", 2, "internal: a holder process's first loopback source address, 127.0.0.<ip-from>")
 	fs.StringVar(&o.logDir, "log-dir", "", "keep slicerd's log and data here (default: a temporary directory, removed)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	switch {
-	case o.mode != "subscribers" && o.mode != "idle":
+	case o.mode == "hold" && o.target == "":
+		return nil, errors.New("-mode hold needs -target")
+	case o.mode != "subscribers" && o.mode != "idle" && o.mode != "hold":
 		return nil, fmt.Errorf("-mode %q: use subscribers or idle", o.mode)
 	case o.slices < 1 || o.slices > 2*assign.MaxSlicesPerTaskLimit:
 		return nil, fmt.Errorf("-slices %d: use 1 to %d (two tasks)", o.slices, 2*assign.MaxSlicesPerTaskLimit)
@@ -110,7 +117,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-subscribers and -conns must not be negative")
 	case o.perIP < 1:
 		return nil, fmt.Errorf("-per-ip %d: use at least 1", o.perIP)
-	case (o.subscribers+o.perIP-1)/o.perIP > 250 || (o.conns+o.perIP-1)/o.perIP > 250:
+	case o.ipFrom < 2 || o.ipFrom+(o.subscribers+o.perIP-1)/o.perIP > 252 || o.ipFrom+(o.conns+o.perIP-1)/o.perIP > 252:
 		return nil, errors.New("too many connections for -per-ip: at most 250 source addresses (127.0.0.2-251)")
 	}
 	return o, nil
@@ -125,7 +132,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "slowsub:", err)
 		return 2
 	}
-	if err := attack(o, stdout, stderr); err != nil {
+	if o.mode == "hold" {
+		err = hold(o, os.Stdin, stdout)
+	} else {
+		err = attack(o, stdout, stderr)
+	}
+	if err != nil {
 		fmt.Fprintln(stderr, "slowsub:", err)
 		return 1
 	}
@@ -139,14 +151,11 @@ func raiseFDLimit(n uint64) error {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return err
 	}
+	// Set even when high enough: a Go program that never sets the limit
+	// gives its children the limit it started with, not the raised one.
 	want := n + 4096
-	if lim.Cur >= want {
-		return nil
-	}
-	lim.Cur = want
-	if lim.Max < want {
-		lim.Max = want
-	}
+	lim.Cur = max(lim.Cur, want)
+	lim.Max = max(lim.Max, want)
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return fmt.Errorf("raise the file-descriptor limit to %d for %d connections: %w; run as root or lower -subscribers/-conns", want, n, err)
 	}
@@ -157,7 +166,7 @@ func attack(o *options, stdout, stderr io.Writer) error {
 	say := func(format string, args ...any) { fmt.Fprintf(stderr, "slowsub: "+format+"\n", args...) }
 	n := o.subscribers
 	if o.mode == "idle" {
-		n = o.conns
+		n = 8192 // holder processes keep the connections; slicerd keeps at most its --max-connections
 	}
 	if err := raiseFDLimit(uint64(n)); err != nil {
 		return err
@@ -251,7 +260,7 @@ func slowSubscribers(ctx context.Context, o *options, m *meter, tasks *taskSet, 
 		return err
 	}
 	path := "/" + slicerv1connect.DistributorServiceName + "/WatchAssignment"
-	conns, err := dialMany(o.subscribers, o.perIP, rpc, func(c net.Conn) error {
+	conns, _, err := dialMany(o.subscribers, o.perIP, 2, rpc, func(c net.Conn) error {
 		return testnet.StalledStream(c, rpc, path, req)
 	})
 	defer closeAll(conns)
@@ -292,48 +301,174 @@ func slowSubscribers(ctx context.Context, o *options, m *meter, tasks *taskSet, 
 	return nil
 }
 
+// preface is what an idle HTTP/2 connection sends: the client preface and
+// an empty SETTINGS frame.
+const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+// holdPerProcess is how many idle connections one holder process opens,
+// under the usual hard file-descriptor limit of 20,000 or more.
+const holdPerProcess = 9000
+
 func idleConns(ctx context.Context, o *options, m *meter, tasks *taskSet, rpc string, say func(string, ...any)) error {
-	conns, err := dialMany(o.conns, o.perIP, rpc, func(c net.Conn) error {
-		_, err := io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
-		return err
-	})
-	defer closeAll(conns)
+	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
+	var holders []*holder
+	defer func() {
+		for _, h := range holders {
+			h.stop()
+		}
+	}()
+	ipFrom := 2
+	for left := o.conns; left > 0; left -= holdPerProcess {
+		n := min(left, holdPerProcess)
+		h, err := startHolder(self, rpc, n, o.perIP, ipFrom)
+		if err != nil {
+			return err
+		}
+		holders = append(holders, h)
+		ipFrom += (n + o.perIP - 1) / o.perIP
+	}
+	opened, failed := 0, 0
+	for _, h := range holders {
+		o, f, err := h.ready()
+		if err != nil {
+			return err
+		}
+		opened, failed = opened+o, failed+f
+	}
+	say("%d idle connections sent the preface from %d processes (%d refused while dialing)", opened, len(holders), failed)
+	closed := func() int {
+		total := 0
+		for _, h := range holders {
+			n, err := h.closed()
+			if err != nil {
+				say("holder: %v", err)
+			}
+			total += n
+		}
+		return total
+	}
+	if err := sleep(ctx, o.settle); err != nil {
+		return err
+	}
+	m.measure(fmt.Sprintf("%d idle conns (%d closed)", o.conns, closed()))
+	if err := tasks.start("t2"); err != nil {
+		return fmt.Errorf("a new task could not join during the flood: %w", err)
+	}
+	if _, err := m.normal.waitFor(func(a *assign.Assignment) bool { return len(a.Tasks) == 3 }, 60*time.Second); err != nil {
+		return fmt.Errorf("the new task got no slices during the flood: %w", err)
+	}
+	m.measure(fmt.Sprintf("t2 joined, assigned (%d closed)", closed()))
+	if err := sleep(ctx, o.hold); err != nil {
+		return err
+	}
+	c := closed()
+	m.measure(fmt.Sprintf("after %v hold (%d closed)", o.hold, c))
+	fmt.Fprintf(m.out, "idle connections closed by slicerd: %d of %d\n", c, o.conns)
+	return nil
+}
+
+// holder is a child process of this harness, in mode hold, that keeps
+// idle connections open: one process cannot hold 20,000 under a hard
+// file-descriptor limit of 20,000.
+type holder struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+func startHolder(self, rpc string, n, perIP, ipFrom int) (*holder, error) {
+	cmd := exec.Command(self, "-mode", "hold", "-target", rpc, "-conns", strconv.Itoa(n),
+		"-per-ip", strconv.Itoa(perIP), "-ip-from", strconv.Itoa(ipFrom))
+	setProcAttr(cmd)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start holder: %w", err)
+	}
+	return &holder{cmd: cmd, in: in, out: bufio.NewScanner(out)}, nil
+}
+
+// ready waits for the holder's "open N failed M" line.
+func (h *holder) ready() (opened, failed int, err error) {
+	if !h.out.Scan() {
+		return 0, 0, fmt.Errorf("holder exited before opening its connections: %v", h.out.Err())
+	}
+	if _, err := fmt.Sscanf(h.out.Text(), "open %d failed %d", &opened, &failed); err != nil {
+		return 0, 0, fmt.Errorf("holder said %q: %w", h.out.Text(), err)
+	}
+	return opened, failed, nil
+}
+
+// closed asks the holder how many of its connections are closed.
+func (h *holder) closed() (int, error) {
+	if _, err := io.WriteString(h.in, "report\n"); err != nil {
+		return 0, err
+	}
+	if !h.out.Scan() {
+		return 0, fmt.Errorf("holder exited: %v", h.out.Err())
+	}
+	var n int
+	_, err := fmt.Sscanf(h.out.Text(), "closed %d", &n)
+	return n, err
+}
+
+// stop closes the holder's input, which makes it close its connections
+// and exit, and waits for it.
+func (h *holder) stop() {
+	h.in.Close()
+	h.cmd.Wait()
+}
+
+// hold is the holder process: it opens o.conns idle connections to
+// o.target, reports "open N failed M", then answers each input line with
+// "closed N" (connections the server closed, refused dials included) until
+// its input ends.
+func hold(o *options, stdin io.Reader, stdout io.Writer) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) // best effort; dials fail visibly otherwise
+	}
+	conns, failed, _ := dialMany(o.conns, o.perIP, o.ipFrom, o.target, func(c net.Conn) error {
+		_, err := io.WriteString(c, preface)
+		return err
+	})
 	var closed atomic.Int64
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		wg.Add(1)
-		go func() { // ends when slicerd or closeAll closes c
+		go func() { // ends when the server or closeAll closes c
 			defer wg.Done()
-			if _, err := io.Copy(io.Discard, c); err == nil || !errors.Is(err, net.ErrClosed) {
+			if _, err := io.Copy(io.Discard, c); !errors.Is(err, net.ErrClosed) {
 				closed.Add(1)
 			}
 		}()
 	}
 	defer wg.Wait()
 	defer closeAll(conns)
-	say("%d idle connections sent the preface", len(conns))
-	if err := sleep(ctx, o.settle); err != nil {
-		return err
+	fmt.Fprintf(stdout, "open %d failed %d\n", len(conns), failed)
+	sc := bufio.NewScanner(stdin)
+	for sc.Scan() {
+		fmt.Fprintf(stdout, "closed %d\n", int(closed.Load())+failed)
 	}
-	m.measure(fmt.Sprintf("%d idle conns (%d closed)", len(conns), closed.Load()))
-	if err := tasks.start("t2"); err != nil {
-		return fmt.Errorf("a new task could not join during the flood: %w", err)
-	}
-	m.measure(fmt.Sprintf("t2 joined (%d closed)", closed.Load()))
-	if err := sleep(ctx, o.hold); err != nil {
-		return err
-	}
-	m.measure(fmt.Sprintf("after %v hold (%d closed)", o.hold, closed.Load()))
-	fmt.Fprintf(m.out, "idle connections closed by slicerd: %d of %d\n", closed.Load(), len(conns))
 	return nil
 }
 
 // dialMany opens n connections to addr, perIP from each loopback source
-// address from 127.0.0.2 up, and runs first on each.
-func dialMany(n, perIP int, addr string, first func(net.Conn) error) ([]net.Conn, error) {
+// address from 127.0.0.<ipFrom> up, and runs first on each. It returns the
+// connections on which first succeeded, how many failed, and the first
+// failure.
+func dialMany(n, perIP, ipFrom int, addr string, first func(net.Conn) error) ([]net.Conn, int, error) {
 	conns := make([]net.Conn, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -344,24 +479,35 @@ func dialMany(n, perIP int, addr string, first func(net.Conn) error) ([]net.Conn
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i/perIP))}}
+			d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(ipFrom+i/perIP))}}
 			c, err := d.Dial("tcp", addr)
 			if err != nil {
 				errs[i] = err
 				return
 			}
+			if err := first(c); err != nil {
+				c.Close()
+				errs[i] = err
+				return
+			}
 			conns[i] = c
-			errs[i] = first(c)
 		}()
 	}
 	wg.Wait()
 	var ok []net.Conn
-	for _, c := range conns {
+	var firstErr error
+	failed := 0
+	for i, c := range conns {
 		if c != nil {
 			ok = append(ok, c)
+		} else {
+			failed++
+			if firstErr == nil {
+				firstErr = errs[i]
+			}
 		}
 	}
-	return ok, errors.Join(errs...)
+	return ok, failed, firstErr
 }
 
 func closeAll(conns []net.Conn) {
