@@ -41,7 +41,9 @@ import (
 //	+ connections × ~55 KB + streams × a few KB        (HTTP/2 state, goroutines, buffers)
 //
 // the middle term per job and per role sending it, and only while the
-// budget is spent. A stream that asked for gzip compresses its own copy,
+// budget is spent. Streams that asked for JSON (Connect's
+// application/connect+json) encode their own copy on every send, as
+// before; the budget counts them at the protobuf size. A stream that asked for gzip compresses its own copy,
 // which stays pinned too: at most streams × compressed size. Measured
 // (docs/benchmarks.md): 5,000 stalled subscribers of a 10,000-slice
 // assignment (260 KB encoded), each on its own connection, took slicerd
@@ -172,10 +174,11 @@ type sendBudget struct {
 	used  atomic.Int64
 }
 
-// take reserves n bytes if the budget has them.
+// take reserves n bytes if the budget has them; a nil budget (a handler
+// served without withStreamLimits) has no limit.
 func (b *sendBudget) take(n int64) bool {
 	if b == nil {
-		return false
+		return true
 	}
 	if b.used.Add(n) > b.limit {
 		b.used.Add(-n)
@@ -184,7 +187,11 @@ func (b *sendBudget) take(n int64) bool {
 	return true
 }
 
-func (b *sendBudget) give(n int64) { b.used.Add(-n) }
+func (b *sendBudget) give(n int64) {
+	if b != nil {
+		b.used.Add(-n)
+	}
+}
 
 // streamLimitsKey is the context key of a request's *streamLimits.
 type streamLimitsKey struct{}

@@ -3,6 +3,8 @@ package roles
 import (
 	"bytes"
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,5 +214,79 @@ func testSlowSubscriber(t *testing.T, budget int64) {
 	defer hc.CloseIdleConnections()
 	if s, err := checkHealth(ctx, hc, node.RPCAddr()); err != nil || s != healthv1.HealthCheckResponse_SERVING {
 		t.Errorf("health after the reset: %v, %v", s, err)
+	}
+}
+
+func TestSendBudget(t *testing.T) {
+	b := &sendBudget{limit: 100}
+	if !b.take(60) || !b.take(40) {
+		t.Fatal("budget of 100 refused 60 then 40")
+	}
+	if b.take(1) {
+		t.Fatal("spent budget granted 1 more byte")
+	}
+	b.give(40)
+	if !b.take(30) {
+		t.Fatal("budget refused 30 after 40 were given back")
+	}
+	if b.used.Load() != 90 {
+		t.Errorf("used %d, want 90", b.used.Load())
+	}
+	var none *sendBudget
+	if !none.take(1 << 40) {
+		t.Error("a nil budget refused a send; it has no limit")
+	}
+	none.give(1 << 40)
+}
+
+// TestSharingCodecEncodings checks that every way the codec hands out a
+// shared response decodes to the same message, and that only the
+// zero-copy way into an empty buffer returns the shared bytes.
+func TestSharingCodecEncodings(t *testing.T) {
+	a, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:1"}, {Name: "t1", Addr: "127.0.0.1:2"}}, assign.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var encodes atomic.Int64
+	s := newSharedResponse(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(a)}, &encodes)
+	want, err := proto.Marshal(s.WatchAssignmentResponse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sharingCodec{}
+	prefix := []byte("prefix")
+	for _, tc := range []struct {
+		name   string
+		encode func() ([]byte, error)
+		dst    []byte
+		shared bool
+	}{
+		{"Marshal", func() ([]byte, error) { return c.Marshal(s) }, nil, false},
+		{"MarshalAppend", func() ([]byte, error) { return c.MarshalAppend(nil, s) }, nil, false},
+		{"MarshalAppend after a prefix", func() ([]byte, error) { return c.MarshalAppend(bytes.Clone(prefix), s) }, prefix, false},
+		{"Marshal zero-copy", func() ([]byte, error) { return c.Marshal(zeroCopyResponse{s}) }, nil, false},
+		{"MarshalAppend zero-copy", func() ([]byte, error) { return c.MarshalAppend(nil, zeroCopyResponse{s}) }, nil, true},
+		{"MarshalAppend zero-copy after a prefix", func() ([]byte, error) { return c.MarshalAppend(bytes.Clone(prefix), zeroCopyResponse{s}) }, prefix, false},
+	} {
+		got, err := tc.encode()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !bytes.Equal(got, append(bytes.Clone(tc.dst), want...)) {
+			t.Errorf("%s: wrong bytes", tc.name)
+		}
+		if shared := cap(got) >= noRecycleCap; shared != tc.shared {
+			t.Errorf("%s: returned the shared bytes %v, want %v", tc.name, shared, tc.shared)
+		}
+	}
+	if n := encodes.Load(); n != 1 {
+		t.Errorf("%d encodings, want 1", n)
+	}
+	var back slicerv1.WatchAssignmentResponse
+	if err := c.Unmarshal(want, &back); err != nil || !proto.Equal(&back, s.WatchAssignmentResponse) {
+		t.Errorf("Unmarshal: %v", err)
+	}
+	if _, err := c.Marshal(42); !errors.Is(err, errCodec) {
+		t.Errorf("Marshal(42): %v, want errCodec", err)
 	}
 }
