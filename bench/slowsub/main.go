@@ -370,6 +370,9 @@ func idleConns(ctx context.Context, o *options, m *meter, tasks *taskSet, rpc st
 	return nil
 }
 
+// holderEnv is set in a holder's environment.
+const holderEnv = "SLOWSUB_HOLDER"
+
 // holder is a child process of this harness, in mode hold, that keeps
 // idle connections open: one process cannot hold 20,000 under a hard
 // file-descriptor limit of 20,000.
@@ -383,6 +386,7 @@ func startHolder(self, rpc string, n, perIP, ipFrom int) (*holder, error) {
 	cmd := exec.Command(self, "-mode", "hold", "-target", rpc, "-conns", strconv.Itoa(n),
 		"-per-ip", strconv.Itoa(perIP), "-ip-from", strconv.Itoa(ipFrom))
 	setProcAttr(cmd)
+	cmd.Env = append(os.Environ(), holderEnv+"=1") // tells a test binary to act as the harness
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
