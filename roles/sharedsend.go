@@ -43,8 +43,9 @@ import (
 // the middle term per job and per role sending it, and only while the
 // budget is spent. Streams that asked for JSON (Connect's
 // application/connect+json) encode their own copy on every send, as
-// before; the budget counts them at the protobuf size. A stream that asked for gzip compresses its own copy,
-// which stays pinned too: at most streams × compressed size. Measured
+// before; the budget counts them at the protobuf size. A stream that
+// asked for gzip compresses its own copy, which stays pinned too: at most
+// streams × compressed size. Measured
 // (docs/benchmarks.md): 5,000 stalled subscribers of a 10,000-slice
 // assignment (260 KB encoded), each on its own connection, took slicerd
 // from 34 MB to 362 MB, and to 431 MB after four more generations; 1,522 MB
