@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,9 +44,10 @@ import (
 // the middle term per job and per role sending it, and only while the
 // budget is spent. Streams that asked for JSON (Connect's
 // application/connect+json) encode their own copy on every send, as
-// before; the budget counts them at the protobuf size. A stream that
-// asked for gzip compresses its own copy, which stays pinned too: at most
-// streams × compressed size. Measured
+// before; the budget counts them at the protobuf size. Streams are not
+// compressed unless the client compresses its request (see
+// withStreamLimits); those copy per send and must fit the budget.
+// Measured
 // (docs/benchmarks.md): 5,000 stalled subscribers of a 10,000-slice
 // assignment (260 KB encoded), each on its own connection, took slicerd
 // from 34 MB to 362 MB, and to 431 MB after four more generations; 1,522 MB
@@ -202,16 +204,41 @@ type streamLimitsKey struct{}
 // ResponseWriter), the longest a send may block, and the node's budget
 // for send copies.
 type streamLimits struct {
-	rc      *http.ResponseController
-	timeout time.Duration
-	budget  *sendBudget
+	rc         *http.ResponseController
+	timeout    time.Duration
+	budget     *sendBudget
+	compressed bool // responses are compressed, so each send copies
 }
 
+// uncompressedHeaders are the request headers by which Connect, gRPC and
+// gRPC-Web streaming clients accept compressed responses, and
+// compressedRequestHeaders those that say a request is compressed.
+var (
+	uncompressedHeaders      = []string{"Connect-Accept-Encoding", "Grpc-Accept-Encoding"}
+	compressedRequestHeaders = []string{"Connect-Content-Encoding", "Grpc-Encoding"}
+)
+
 // withStreamLimits stores each request's streamLimits in its context;
-// timeout 0 leaves sends unbounded in time.
+// timeout 0 leaves sends unbounded in time. It also answers WatchAssignment
+// streams uncompressed: compression would encode and pin a copy per stream
+// (5,000 stalled gzip streams of a 10,000-slice assignment took 1.6 GB and
+// 165% CPU), where the uncompressed encoding is shared. Only a client that
+// compresses its own request gets compressed responses (the protocols
+// require it), and those sends must fit the send budget.
 func withStreamLimits(h http.Handler, timeout time.Duration, budget *sendBudget) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sl := &streamLimits{rc: http.NewResponseController(w), timeout: timeout, budget: budget}
+		if strings.HasSuffix(r.URL.Path, "/WatchAssignment") {
+			for _, k := range uncompressedHeaders {
+				r.Header.Del(k)
+			}
+			// A compressed request still gets compressed responses.
+			for _, k := range compressedRequestHeaders {
+				if v := r.Header.Get(k); v != "" && v != "identity" {
+					sl.compressed = true
+				}
+			}
+		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), streamLimitsKey{}, sl)))
 	})
 }
@@ -219,6 +246,10 @@ func withStreamLimits(h http.Handler, timeout time.Duration, budget *sendBudget)
 // errStreamSend ends a stream whose send failed, most often because its
 // reader fell behind by more than the stream write timeout.
 var errStreamSend = errors.New("roles: assignment stream send failed: the client stopped reading for longer than --stream-write-timeout, or went away; it can resume from its known generation")
+
+// errCompressedOverBudget ends a compressed stream that would exceed the
+// send budget: its copy cannot be shared.
+var errCompressedOverBudget = errors.New("roles: compressed assignment streams are over the node's --stream-send-budget-mib; watch without compressing the request, whose responses share one copy")
 
 // sendShared returns the send function of a WatchAssignment stream. A send
 // copies the shared encoding while the node's send budget allows, and
@@ -236,9 +267,12 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 		var msg any = s
 		if wire, err := s.encoded(); err == nil {
 			n := int64(len(wire))
-			if sl.budget.take(n) {
+			switch {
+			case sl.budget.take(n):
 				defer sl.budget.give(n)
-			} else {
+			case sl.compressed:
+				return connect.NewError(connect.CodeResourceExhausted, errCompressedOverBudget)
+			default:
 				msg = zeroCopyResponse{s}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,8 +87,8 @@ func testWatchStreamsShareOneEncoding(t *testing.T, budget int64) {
 	protoStreams := [][]connect.ClientOption{
 		nil, nil, nil,
 		{connect.WithGRPC()}, {connect.WithGRPC()},
-		{connect.WithGRPCWeb()},
-		{connect.WithSendGzip()}, {connect.WithGRPC(), connect.WithSendGzip()},
+		{connect.WithGRPCWeb()}, {connect.WithGRPCWeb()},
+		{connect.WithGRPC(), connect.WithAcceptCompression("gzip", nil, nil)},
 	}
 	var watchers []*watcher
 	for _, opts := range protoStreams {
@@ -288,5 +289,58 @@ func TestSharingCodecEncodings(t *testing.T) {
 	}
 	if _, err := c.Marshal(42); !errors.Is(err, errCodec) {
 		t.Errorf("Marshal(42): %v, want errCodec", err)
+	}
+}
+
+// TestWatchStreamsAreNotCompressed checks that a client accepting gzip
+// gets its WatchAssignment stream uncompressed, which lets streams share
+// one encoding, and that a client compressing its request is served
+// compressed within the send budget and refused beyond it.
+func TestWatchStreamsAreNotCompressed(t *testing.T) {
+	for _, budget := range []int64{DefaultConfig().StreamSendBudget, 0} {
+		cfg := testConfig(t, fmt.Sprintf("node-%d", budget), t.TempDir())
+		cfg.StreamSendBudget = budget
+		node := startAgent(t, cfg)
+		taskMember(t, "kv", fmt.Sprintf("t%d", budget), node.GossipAddr())
+		seesTask(t, node, "kv", fmt.Sprintf("t%d", budget))
+		for _, grpc := range []bool{false, true} {
+			opts := []connect.ClientOption{}
+			header := "Connect-Content-Encoding"
+			if grpc {
+				opts, header = append(opts, connect.WithGRPC()), "Grpc-Encoding"
+			}
+			for _, sendGzip := range []bool{false, true} {
+				o := opts
+				if sendGzip {
+					o = append(o, connect.WithSendGzip())
+				}
+				hc := api.NewH2CClient()
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				stream, err := slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(node.RPCAddr()), o...).
+					WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv"}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := stream.Receive()
+				encoding := stream.ResponseHeader().Get(header)
+				err = stream.Err()
+				stream.Close()
+				cancel()
+				hc.CloseIdleConnections()
+				what := fmt.Sprintf("budget %d, grpc %v, gzip request %v", budget, grpc, sendGzip)
+				switch {
+				case sendGzip && budget == 0:
+					if got || connect.CodeOf(err) != connect.CodeResourceExhausted {
+						t.Errorf("%s: received %v, err %v; want ResourceExhausted", what, got, err)
+					}
+				case !got:
+					t.Errorf("%s: no assignment: %v", what, err)
+				case sendGzip && encoding != "gzip":
+					t.Errorf("%s: response encoding %q, want gzip", what, encoding)
+				case !sendGzip && encoding != "" && encoding != "identity":
+					t.Errorf("%s: response encoding %q, want none", what, encoding)
+				}
+			}
+		}
 	}
 }

@@ -61,11 +61,18 @@ func steps(t *testing.T, out string) ([]step, []string) {
 // assignment stay within the memory bound of docs/operations.md (Slow
 // subscribers), health stays SERVING, a normal subscriber gets every
 // generation, and every stalled stream is reset after the write timeout.
+// The subscribers accept gzip in the second run, as Connect and gRPC
+// clients do by default.
 func TestAttackSlowSubscribers(t *testing.T) {
+	t.Run("identity", func(t *testing.T) { attackSlowSubscribers(t) })
+	t.Run("gzip", func(t *testing.T) { attackSlowSubscribers(t, "-gzip") })
+}
+
+func attackSlowSubscribers(t *testing.T, extra ...string) {
 	const subscribers, generations = 5000, 4
 	var out, errs bytes.Buffer
-	if code := run([]string{"-subscribers", strconv.Itoa(subscribers), "-generations", strconv.Itoa(generations),
-		"-slicerd-flag=--stream-write-timeout=20s", "-hold", "30s"}, &out, &errs); code != 0 {
+	if code := run(append([]string{"-subscribers", strconv.Itoa(subscribers), "-generations", strconv.Itoa(generations),
+		"-slicerd-flag=--stream-write-timeout=20s", "-hold", "30s"}, extra...), &out, &errs); code != 0 {
 		t.Fatalf("harness exited %d:\n%s\n%s", code, out.String(), errs.String())
 	}
 	t.Logf("\n%s", out.String())

@@ -82,6 +82,7 @@ type options struct {
 	hold         time.Duration
 	slicerdFlags multiFlag
 	logDir       string
+	gzip         bool
 	target       string // hold mode
 	ipFrom       int    // hold mode
 }
@@ -100,6 +101,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.settle, "settle", 5*time.Second, "wait after opening the connections before measuring")
 	fs.DurationVar(&o.hold, "hold", 40*time.Second, "wait at the end, longer than slicerd's --stream-write-timeout (subscribers) or --idle-timeout (idle), before the last measurement")
 	fs.Var(&o.slicerdFlags, "slicerd-flag", "extra flag for slicerd, e.g. -slicerd-flag=--stream-write-timeout=10s (repeatable)")
+	fs.BoolVar(&o.gzip, "gzip", false, "stalled subscribers accept gzip-compressed responses (subscribers mode)")
 	fs.StringVar(&o.target, "target", "", "internal: the RPC address a holder process floods")
 	fs.IntVar(&o.ipFrom, "ip-from", 2, "internal: a holder process's first loopback source address, 127.0.0.<ip-from>")
 	fs.StringVar(&o.logDir, "log-dir", "", "keep slicerd's log and data here (default: a temporary directory, removed)")
@@ -261,6 +263,9 @@ func slowSubscribers(ctx context.Context, o *options, m *meter, tasks *taskSet, 
 	}
 	path := "/" + slicerv1connect.DistributorServiceName + "/WatchAssignment"
 	conns, _, err := dialMany(o.subscribers, o.perIP, 2, rpc, func(c net.Conn) error {
+		if o.gzip {
+			return testnet.StalledStream(c, rpc, path, req, "grpc-accept-encoding", "gzip")
+		}
 		return testnet.StalledStream(c, rpc, path, req)
 	})
 	defer closeAll(conns)

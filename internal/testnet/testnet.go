@@ -35,8 +35,9 @@ func DialFrom(t testing.TB, addr, from string) net.Conn {
 // a flow-control window of 0 for the server's streams: the server can send
 // the response headers but no response data until the client grants
 // window, which it never does. It is a subscriber that never reads. authority
-// is the Host the call names.
-func StalledStream(c net.Conn, authority, path string, body []byte) error {
+// is the Host the call names; extra are more request headers, name and
+// value in turn, such as "grpc-accept-encoding", "gzip".
+func StalledStream(c net.Conn, authority, path string, body []byte, extra ...string) error {
 	fr := http2.NewFramer(c, c)
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
 		return err
@@ -46,10 +47,14 @@ func StalledStream(c net.Conn, authority, path string, body []byte) error {
 	}
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
-	for _, f := range [][2]string{
+	fields := [][2]string{
 		{":method", "POST"}, {":scheme", "http"}, {":authority", authority}, {":path", path},
 		{"content-type", "application/grpc"}, {"te", "trailers"},
-	} {
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		fields = append(fields, [2]string{extra[i], extra[i+1]})
+	}
+	for _, f := range fields {
 		if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
 			return err
 		}
