@@ -89,7 +89,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	mux := http.NewServeMux()
 	a.streams = newStreamLimiter(cfg.MaxStreams, refusalLogInterval, cfg.Logger.With("component", "rpc"))
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithInterceptors(a.streams, messageAuth{})}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(sharingCodec{}), connect.WithInterceptors(a.streams, messageAuth{})}
 	if cfg.has(gossip.RoleAssigner) {
 		a.assigner = newAssigner(cfg, a.store, a, a.stopping)
 		a.assigner.verify, a.assigner.rawPeers = a.verify, a.rawPeers
@@ -128,7 +128,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	auth := newAuthenticator(cfg.TLS != nil, cfg.AdminTokens)
 	a.server = &http.Server{
-		Handler:           a.hosts.Wrap(auth.wrap(mux)),
+		Handler:           a.hosts.Wrap(auth.wrap(withStreamLimits(mux, cfg.StreamWriteTimeout, &sendBudget{limit: cfg.StreamSendBudget}))),
 		TLSConfig:         tlsConf,
 		Protocols:         protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,

@@ -18,7 +18,7 @@ func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[sli
 	if err != nil {
 		return toConnect(err)
 	}
-	return j.pub.stream(ctx, a.stopping, knownVersion(req.Msg), stream.Send)
+	return j.pub.stream(ctx, a.stopping, knownVersion(req.Msg), sendShared(ctx, stream))
 }
 
 // ListJobs implements slicerv1connect.JobServiceHandler.

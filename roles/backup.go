@@ -114,7 +114,7 @@ func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slice
 		return err
 	}
 	defer leave()
-	return l.stream(ctx, b.stopping, knownVersion(req.Msg), stream.Send)
+	return l.stream(ctx, b.stopping, knownVersion(req.Msg), sendShared(ctx, stream))
 }
 
 // poller reads one job's assignment from the store for all its watchers.

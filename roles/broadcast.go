@@ -3,6 +3,7 @@ package roles
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 
@@ -18,9 +19,10 @@ import (
 type latest struct {
 	mu      sync.Mutex
 	a       *assign.Assignment
-	msg     *slicerv1.WatchAssignmentResponse // a in wire form, built once for every stream
-	err     error                             // terminal error for waiters that have no assignment yet
+	msg     *sharedResponse // a in wire form, built and encoded once for every stream
+	err     error           // terminal error for waiters that have no assignment yet
 	changed chan struct{}
+	encodes atomic.Int64 // protobuf encodings of msg so far
 }
 
 func newLatest() *latest {
@@ -29,7 +31,7 @@ func newLatest() *latest {
 
 // get returns the current assignment (nil if none), the terminal error, and
 // a channel closed at the next change.
-func (l *latest) get() (*assign.Assignment, *slicerv1.WatchAssignmentResponse, error, <-chan struct{}) {
+func (l *latest) get() (*assign.Assignment, *sharedResponse, error, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.a, l.msg, l.err, l.changed
@@ -50,7 +52,7 @@ func (l *latest) publish(a *assign.Assignment) bool {
 		return false
 	}
 	l.a, l.err = a, nil
-	l.msg = &slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(a)}
+	l.msg = newSharedResponse(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(a)}, &l.encodes)
 	close(l.changed)
 	l.changed = make(chan struct{})
 	return true
@@ -68,7 +70,7 @@ func (l *latest) fail(err error) {
 // stream sends every assignment that supersedes known until ctx ends or l
 // fails before it has any assignment. stopping is closed when the agent
 // shuts down.
-func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, send func(*slicerv1.WatchAssignmentResponse) error) error {
+func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, send func(*sharedResponse) error) error {
 	for {
 		a, msg, err, changed := l.get()
 		switch {

@@ -99,6 +99,15 @@ type Config struct {
 	// is refused, so that a web page cannot reach slicerd through DNS
 	// rebinding (see internal/hostcheck).
 	AllowedHosts []string
+	// StreamWriteTimeout bounds one send on a WatchAssignment stream: a
+	// stream whose reader has not taken an assignment within it is reset,
+	// freeing the copy the send pinned (see sharedsend.go for the memory
+	// bound), and its client resumes from the generation it holds.
+	StreamWriteTimeout time.Duration
+	// StreamSendBudget bounds the bytes of assignment copies that
+	// WatchAssignment sends hold at once; sends beyond it share one
+	// encoding per generation instead (see sharedsend.go).
+	StreamSendBudget int64
 
 	// TLS, when set, serves the RPC port over TLS with its certificate and
 	// turns on authentication: every caller is known by the identities in
@@ -179,6 +188,8 @@ func DefaultConfig() Config {
 		// The Slicelet reports once per 5 s window by default.
 		MaxLoadReportsPerSecond: 10,
 		LoadReportBurst:         20,
+		StreamWriteTimeout:      30 * time.Second,
+		StreamSendBudget:        64 << 20,
 	}
 }
 
@@ -251,6 +262,7 @@ func (c Config) Validate() error {
 		{"leave timeout", c.LeaveTimeout}, {"shutdown timeout", c.ShutdownTimeout},
 		{"read header timeout", c.ReadHeaderTimeout}, {"idle timeout", c.IdleTimeout},
 		{"ping interval", c.PingInterval}, {"ping timeout", c.PingTimeout},
+		{"stream write timeout", c.StreamWriteTimeout},
 	} {
 		if d.d <= 0 {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrConfig, d.name, d.d)
@@ -294,6 +306,9 @@ func (c Config) Validate() error {
 	}
 	if c.LoadReportBurst < 1 {
 		return fmt.Errorf("%w: load report burst is %d; it must be at least 1", ErrConfig, c.LoadReportBurst)
+	}
+	if c.StreamSendBudget < 0 {
+		return fmt.Errorf("%w: stream send budget is %d bytes; it must not be negative (0 makes every assignment send share one encoding)", ErrConfig, c.StreamSendBudget)
 	}
 	for _, h := range c.AllowedHosts {
 		if err := hostcheck.ValidateAllowed(h); err != nil {

@@ -278,7 +278,7 @@ func (d *Distributor) WatchAssignment(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return err
 	}
-	return l.stream(ctx, d.stopping, knownVersion(req.Msg), stream.Send)
+	return l.stream(ctx, d.stopping, knownVersion(req.Msg), sendShared(ctx, stream))
 }
 
 // GetAssignment implements slicerv1connect.DistributorServiceHandler: it
@@ -290,8 +290,8 @@ func (d *Distributor) GetAssignment(ctx context.Context, req *connect.Request[sl
 	}
 	var first *slicerv1.WatchAssignmentResponse
 	errFound := errors.New("found")
-	err = l.stream(ctx, d.stopping, assign.Version{}, func(m *slicerv1.WatchAssignmentResponse) error {
-		first = m
+	err = l.stream(ctx, d.stopping, assign.Version{}, func(m *sharedResponse) error {
+		first = m.WatchAssignmentResponse
 		return errFound
 	})
 	if first != nil {

@@ -146,6 +146,16 @@ func agentFlags() []cli.Flag {
 			Name: "ping-timeout", Value: d.PingTimeout, EnvVars: []string{"SLICERD_PING_TIMEOUT"},
 			Usage: "how long the server waits for a ping's answer before closing the connection and its streams",
 		},
+		&cli.DurationFlag{
+			Name: "stream-write-timeout", Value: d.StreamWriteTimeout, EnvVars: []string{"SLICERD_STREAM_WRITE_TIMEOUT"},
+			Usage: "how long one send on an assignment watch stream may wait for a client that does not read; " +
+				"the stream is then reset, freeing the memory the send held, and the client resumes from the generation it has",
+		},
+		&cli.IntFlag{
+			Name: "stream-send-budget-mib", Value: int(d.StreamSendBudget >> 20), EnvVars: []string{"SLICERD_STREAM_SEND_BUDGET_MIB"},
+			Usage: "MiB of assignment copies that watch stream sends may hold at once; sends beyond it share one encoding " +
+				"per generation, so slow subscribers cannot pin a copy each (0: always share)",
+		},
 		&cli.StringFlag{
 			Name: "allowed-hosts", EnvVars: []string{"SLICERD_ALLOWED_HOSTS"},
 			Usage: "host names the RPC port answers to, comma-separated (name, *.domain, or * for any, behind a proxy); " +
@@ -242,6 +252,12 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.MaxSlicesPerJob = c.Int("max-slices-per-job")
 	cfg.MaxLoadReportsPerSecond = c.Float64("max-load-reports-per-second")
 	cfg.LoadReportBurst = c.Int("load-report-burst")
+	cfg.StreamWriteTimeout = c.Duration("stream-write-timeout")
+	mib := c.Int("stream-send-budget-mib")
+	if mib < 0 || mib > 1<<20 {
+		return cfg, usageError("invalid --stream-send-budget-mib %d: use 0 to %d MiB", mib, 1<<20)
+	}
+	cfg.StreamSendBudget = int64(mib) << 20
 	for _, h := range strings.Split(c.String("allowed-hosts"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			cfg.AllowedHosts = append(cfg.AllowedHosts, h)

@@ -1,0 +1,291 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+)
+
+// Memory a slow subscriber can pin.
+//
+// Every WatchAssignment stream of a job, on the Assigner, the Distributor
+// and the Backup, sends the same *sharedResponse per generation, and
+// sharingCodec encodes it in protobuf once, however many streams send it.
+//
+// connect-go normally copies that encoding into a pooled buffer per send,
+// and the copy stays pinned while the HTTP/2 write waits for a reader
+// that does not read. Such copies are limited to StreamSendBudget bytes
+// in flight per node. A send that finds the budget spent is handed the
+// shared encoding itself instead: it lives in a slice whose capacity
+// exceeds connect-go's buffer-recycling limit (noRecycleCap), which
+// connect-go then uses as the send buffer as is and drops after the send
+// rather than pooling it, so nothing reuses or writes into the shared
+// bytes (TestZeroCopySendLeavesSharedBytesIntact guards this). Such a
+// slice is made only when the budget runs out, once per generation.
+//
+// StreamWriteTimeout bounds how long one send may wait for its reader:
+// the stream is then reset, freeing what it held. A node's memory for
+// assignment streams is therefore at most
+//
+//	StreamSendBudget                                   (copies in flight)
+//	+ generations sent within StreamWriteTimeout × max(encoded size, 8 MiB)
+//	+ connections × ~55 KB + streams × a few KB        (HTTP/2 state, goroutines, buffers)
+//
+// the middle term per job and per role sending it, and only while the
+// budget is spent. Streams that asked for JSON (Connect's
+// application/connect+json) encode their own copy on every send, as
+// before; the budget counts them at the protobuf size. Streams are not
+// compressed unless the client compresses its request (see
+// withStreamLimits); those copy per send and must fit the budget.
+// Measured
+// (docs/benchmarks.md): 5,000 stalled subscribers of a 10,000-slice
+// assignment (260 KB encoded), each on its own connection, took slicerd
+// from 34 MB to 362 MB, and to 431 MB after four more generations; 1,522 MB
+// when every stream pinned its own copy.
+
+// noRecycleCap is a capacity above connect-go's maxRecycleBufferSize
+// (8 MiB, connectrpc.com/connect buffer_pool.go): a send buffer larger than
+// that is dropped after the send, not returned to the pool.
+const noRecycleCap = 8<<20 + 1
+
+// sharedResponse is the WatchAssignmentResponse of one generation, sent
+// as is to every stream of its job. It embeds the message, so it is a
+// proto.Message and any codec can encode it; sharingCodec encodes it once.
+type sharedResponse struct {
+	*slicerv1.WatchAssignmentResponse
+
+	once    sync.Once
+	wire    []byte // protobuf encoding; never written after once
+	err     error
+	encodes *atomic.Int64 // counts encodings, for tests; may be nil
+
+	pinOnce sync.Once
+	pinned  []byte // wire in a slice of capacity noRecycleCap or more
+}
+
+func newSharedResponse(msg *slicerv1.WatchAssignmentResponse, encodes *atomic.Int64) *sharedResponse {
+	return &sharedResponse{WatchAssignmentResponse: msg, encodes: encodes}
+}
+
+// encoded returns the protobuf encoding, made on first use. The caller
+// must not modify it.
+func (s *sharedResponse) encoded() ([]byte, error) {
+	s.once.Do(func() {
+		if s.encodes != nil {
+			s.encodes.Add(1)
+		}
+		s.wire, s.err = proto.Marshal(s.WatchAssignmentResponse)
+	})
+	return s.wire, s.err
+}
+
+// unrecycled returns the encoding in a slice connect-go will not pool.
+func (s *sharedResponse) unrecycled() ([]byte, error) {
+	wire, err := s.encoded()
+	if err != nil {
+		return nil, err
+	}
+	s.pinOnce.Do(func() {
+		if cap(wire) >= noRecycleCap {
+			s.pinned = wire
+			return
+		}
+		s.pinned = make([]byte, len(wire), noRecycleCap)
+		copy(s.pinned, wire)
+	})
+	return s.pinned, nil
+}
+
+// zeroCopyResponse asks sharingCodec to hand connect-go the shared
+// encoding itself rather than a copy.
+type zeroCopyResponse struct{ *sharedResponse }
+
+// sharingCodec is connect-go's protobuf codec, except for shared
+// responses: a *sharedResponse is encoded once and copied into each send
+// buffer, and a zeroCopyResponse becomes the send buffer itself.
+type sharingCodec struct{}
+
+var _ connect.Codec = sharingCodec{}
+
+func (sharingCodec) Name() string { return "proto" }
+
+// Marshal returns a slice connect-go may pool and reuse, so never shared
+// bytes. connect-go calls it only for codecs without MarshalAppend.
+func (c sharingCodec) Marshal(m any) ([]byte, error) {
+	if z, ok := m.(zeroCopyResponse); ok {
+		m = z.sharedResponse
+	}
+	return c.MarshalAppend(nil, m)
+}
+
+// MarshalAppend implements connect-go's optional appending codec, which
+// its envelope writer prefers: it passes an empty pooled buffer as dst,
+// and replaces the buffer with the result when the result's capacity is
+// larger, then drops it after the send when that capacity exceeds its
+// recycling limit.
+func (sharingCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
+	switch s := m.(type) {
+	case zeroCopyResponse:
+		if len(dst) == 0 {
+			return s.unrecycled()
+		}
+		wire, err := s.encoded()
+		if err != nil {
+			return nil, err
+		}
+		return append(dst, wire...), nil
+	case *sharedResponse:
+		wire, err := s.encoded()
+		if err != nil {
+			return nil, err
+		}
+		return append(dst, wire...), nil
+	}
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T is not a protobuf message", errCodec, m)
+	}
+	return proto.MarshalOptions{}.MarshalAppend(dst, pm)
+}
+
+func (sharingCodec) Unmarshal(b []byte, m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return fmt.Errorf("%w: %T is not a protobuf message", errCodec, m)
+	}
+	if err := proto.Unmarshal(b, pm); err != nil {
+		return fmt.Errorf("unmarshal into %T: %w", m, err)
+	}
+	return nil
+}
+
+var errCodec = errors.New("roles: codec")
+
+// sendBudget counts the bytes of stream send copies in flight.
+type sendBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// take reserves n bytes if the budget has them; a nil budget (a handler
+// served without withStreamLimits) has no limit.
+func (b *sendBudget) take(n int64) bool {
+	if b == nil {
+		return true
+	}
+	if b.used.Add(n) > b.limit {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *sendBudget) give(n int64) {
+	if b != nil {
+		b.used.Add(-n)
+	}
+}
+
+// streamLimitsKey is the context key of a request's *streamLimits.
+type streamLimitsKey struct{}
+
+// streamLimits is what a streaming handler needs to bound its own sends:
+// the request's ResponseController (connect-go does not expose the
+// ResponseWriter), the longest a send may block, and the node's budget
+// for send copies.
+type streamLimits struct {
+	rc         *http.ResponseController
+	timeout    time.Duration
+	budget     *sendBudget
+	compressed bool // responses are compressed, so each send copies
+}
+
+// uncompressedHeaders are the request headers by which Connect, gRPC and
+// gRPC-Web streaming clients accept compressed responses, and
+// compressedRequestHeaders those that say a request is compressed.
+var (
+	uncompressedHeaders      = []string{"Connect-Accept-Encoding", "Grpc-Accept-Encoding"}
+	compressedRequestHeaders = []string{"Connect-Content-Encoding", "Grpc-Encoding"}
+)
+
+// withStreamLimits stores each request's streamLimits in its context;
+// timeout 0 leaves sends unbounded in time. It also answers WatchAssignment
+// streams uncompressed: compression would encode and pin a copy per stream
+// (5,000 stalled gzip streams of a 10,000-slice assignment took 1.6 GB and
+// 165% CPU), where the uncompressed encoding is shared. Only a client that
+// compresses its own request gets compressed responses (the protocols
+// require it), and those sends must fit the send budget.
+func withStreamLimits(h http.Handler, timeout time.Duration, budget *sendBudget) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sl := &streamLimits{rc: http.NewResponseController(w), timeout: timeout, budget: budget}
+		if strings.HasSuffix(r.URL.Path, "/WatchAssignment") {
+			for _, k := range uncompressedHeaders {
+				r.Header.Del(k)
+			}
+			// A compressed request still gets compressed responses.
+			for _, k := range compressedRequestHeaders {
+				if v := r.Header.Get(k); v != "" && v != "identity" {
+					sl.compressed = true
+				}
+			}
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), streamLimitsKey{}, sl)))
+	})
+}
+
+// errStreamSend ends a stream whose send failed, most often because its
+// reader fell behind by more than the stream write timeout.
+var errStreamSend = errors.New("roles: assignment stream send failed: the client stopped reading for longer than --stream-write-timeout, or went away; it can resume from its known generation")
+
+// errCompressedOverBudget ends a compressed stream that would exceed the
+// send budget: its copy cannot be shared.
+var errCompressedOverBudget = errors.New("roles: compressed assignment streams are over the node's --stream-send-budget-mib; watch without compressing the request, whose responses share one copy")
+
+// sendShared returns the send function of a WatchAssignment stream. A send
+// copies the shared encoding while the node's send budget allows, and
+// hands over the shared encoding itself beyond. Each send must finish
+// within the stream write timeout, or the stream is reset (HTTP/2
+// RST_STREAM, which clients see as a stream error and retry from their
+// known generation; on HTTP/1 the connection closes), which frees what the
+// send held.
+func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) func(*sharedResponse) error {
+	sl, _ := ctx.Value(streamLimitsKey{}).(*streamLimits)
+	if sl == nil {
+		sl = &streamLimits{}
+	}
+	return func(s *sharedResponse) error {
+		var msg any = s
+		if wire, err := s.encoded(); err == nil {
+			n := int64(len(wire))
+			switch {
+			case sl.budget.take(n):
+				defer sl.budget.give(n)
+			case sl.compressed:
+				return connect.NewError(connect.CodeResourceExhausted, errCompressedOverBudget)
+			default:
+				msg = zeroCopyResponse{s}
+			}
+		}
+		bounded := sl.rc != nil && sl.timeout > 0 && sl.rc.SetWriteDeadline(time.Now().Add(sl.timeout)) == nil
+		err := stream.Conn().Send(msg)
+		if bounded && err == nil {
+			// The deadline would reset an idle stream too; clear it
+			// until the next send.
+			err = sl.rc.SetWriteDeadline(time.Time{})
+		}
+		if err != nil && ctx.Err() == nil {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %w", errStreamSend, err))
+		}
+		return err
+	}
+}
