@@ -78,6 +78,18 @@ type Config struct {
 	// leave it zero in production.
 	SendDelay time.Duration
 
+	// Keys turn on gossip encryption: memberlist encrypts everything it
+	// sends with the first key (AES-GCM) and drops every packet that none
+	// of the keys decrypts, so a member without a key cannot join or be
+	// heard. Each key is 16, 24 or 32 bytes. Nil keeps gossip unencrypted.
+	Keys [][]byte
+	// KeyringFile, if set, is where the installed keys persist (serf's
+	// format: a JSON array of base64 keys, primary first, mode 0600).
+	// Keyring rotations rewrite it, so a restarted member still holds the
+	// current keys. A file that exists wins over Keys; if it does not
+	// exist, Start creates it from Keys.
+	KeyringFile string
+
 	// Transport replaces the real UDP/TCP transport (tests inject latency
 	// and drops with NewDelayTransport). The node owns it and shuts it down,
 	// also when Start fails. BindAddr is then not bound, only validated.
@@ -201,6 +213,9 @@ func (c Config) validate() (map[string]string, error) {
 	if err := c.Preference.Validate(); err != nil {
 		return nil, err
 	}
+	if err := validateKeys(c.Keys); err != nil {
+		return nil, err
+	}
 	tags, err := c.Self.Tags()
 	if err != nil {
 		return nil, fmt.Errorf("%w: self: %w", ErrConfig, err)
@@ -305,5 +320,8 @@ func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events c
 	sc.DisableCoordinates = false
 	sc.SnapshotPath = ""
 	sc.Merge = guard
+	// Keyring operations are serf queries that wait this many gossip
+	// intervals (times log10 of the member count) for every answer.
+	sc.QueryTimeoutMult = keyQueryTimeoutMult(ml.GossipInterval)
 	return sc
 }
