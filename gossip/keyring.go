@@ -26,10 +26,17 @@ var KeySizes = []int{16, 24, 32}
 // keyring holds a handful of keys of 44 base64 characters each.
 const maxKeyringFileSize = 64 << 10
 
-// minKeyQueryTimeout is the shortest a keyring query waits for answers.
-// Serf's timeout scales with the gossip interval, which tests shrink to a
-// few milliseconds; a member slowed by a busy host would then miss it.
-const minKeyQueryTimeout = time.Second
+// minKeyQueryTimeout is the shortest a keyring query waits for answers
+// (serf's LAN default is 3.2 s). Serf's timeout scales with the gossip
+// interval, which tests shrink to a few milliseconds; a member slowed by a
+// busy host would then miss it. A query ends as soon as every member has
+// answered, so the timeout only costs time when one does not.
+const minKeyQueryTimeout = 3 * time.Second
+
+// keyRelayFactor is how many other members relay each answer to a keyring
+// query besides its direct UDP reply, so that one lost packet does not
+// count a member as silent.
+const keyRelayFactor = 2
 
 // ParseKey decodes a base64 gossip key (standard encoding, as serf's and
 // Consul's keys are written) and checks its length.
@@ -211,29 +218,32 @@ type KeyResult struct {
 func (n *Node) Encrypted() bool { return n.serf.EncryptionEnabled() }
 
 // ListKeys asks every member for its installed keys. It costs one serf
-// query: a broadcast and one answer from each member, and waits for the
-// query timeout (at least a second, more in large clusters).
+// query: a broadcast and one answer from each member (relayed by two
+// others), and waits until every member has answered or the query times
+// out (at least 3 s, more in large clusters).
 func (n *Node) ListKeys() (KeyResult, error) {
-	return n.keyOp("list", "", func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.ListKeys() })
+	return n.keyOp("list", "", func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.ListKeysWithOptions(keyOpts) })
 }
 
 // InstallKey adds key (base64) to every member's keyring, for decryption
 // only until UseKey makes it the primary key. One serf query.
 func (n *Node) InstallKey(key string) (KeyResult, error) {
-	return n.keyOp("install", key, func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.InstallKey(key) })
+	return n.keyOp("install", key, func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.InstallKeyWithOptions(key, keyOpts) })
 }
 
 // UseKey makes an installed key every member's primary key: the one it
 // encrypts with. One serf query.
 func (n *Node) UseKey(key string) (KeyResult, error) {
-	return n.keyOp("use", key, func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.UseKey(key) })
+	return n.keyOp("use", key, func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.UseKeyWithOptions(key, keyOpts) })
 }
 
 // RemoveKey removes key from every member's keyring; a member refuses to
 // remove its primary key. One serf query.
 func (n *Node) RemoveKey(key string) (KeyResult, error) {
-	return n.keyOp("remove", key, func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.RemoveKey(key) })
+	return n.keyOp("remove", key, func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.RemoveKeyWithOptions(key, keyOpts) })
 }
+
+var keyOpts = &serf.KeyRequestOptions{RelayFactor: keyRelayFactor}
 
 func (n *Node) keyOp(op, key string, call func(*serf.KeyManager) (*serf.KeyResponse, error)) (KeyResult, error) {
 	if key != "" || op != "list" {
