@@ -84,6 +84,8 @@ func agentFlags() []cli.Flag {
 			Usage: "testing aid: delay everything this node sends over gossip by this long, so that it looks far away " +
 				"to network-proximity estimates (0 = off; leave it off in production)",
 		},
+		gossipKeyFlag(),
+		gossipKeyringFileFlag(),
 		&cli.DurationFlag{
 			Name: "rebalance-delay", Value: d.RebalanceDelay, EnvVars: []string{"SLICERD_REBALANCE_DELAY"},
 			Usage: "how long the assigner waits for membership changes to settle before deciding",
@@ -183,6 +185,9 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 		if h = strings.TrimSpace(h); h != "" {
 			cfg.AllowedHosts = append(cfg.AllowedHosts, h)
 		}
+	}
+	if err := gossipKeyConfig(c, &cfg); err != nil {
+		return cfg, err
 	}
 	switch p := c.String("gossip-profile"); p {
 	case "lan", "local":
