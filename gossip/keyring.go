@@ -220,7 +220,9 @@ func (n *Node) Encrypted() bool { return n.serf.EncryptionEnabled() }
 // ListKeys asks every member for its installed keys. It costs one serf
 // query: a broadcast and one answer from each member (relayed by two
 // others), and waits until every member has answered or the query times
-// out (at least 3 s, more in large clusters).
+// out (at least 3 s, more in large clusters). When some member did not
+// answer, the query is sent again, up to three times in all; the result is
+// the last query's.
 func (n *Node) ListKeys() (KeyResult, error) {
 	return n.keyOp("list", "", func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.ListKeysWithOptions(keyOpts) })
 }
@@ -243,6 +245,10 @@ func (n *Node) RemoveKey(key string) (KeyResult, error) {
 	return n.keyOp("remove", key, func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.RemoveKeyWithOptions(key, keyOpts) })
 }
 
+// keyAttempts is how many queries a keyring operation sends at most when
+// some member does not answer.
+const keyAttempts = 3
+
 var keyOpts = &serf.KeyRequestOptions{RelayFactor: keyRelayFactor}
 
 func (n *Node) keyOp(op, key string, call func(*serf.KeyManager) (*serf.KeyResponse, error)) (KeyResult, error) {
@@ -257,7 +263,18 @@ func (n *Node) keyOp(op, key string, call func(*serf.KeyManager) (*serf.KeyRespo
 	if !n.Encrypted() {
 		return KeyResult{}, fmt.Errorf("%w: gossip encryption is off on %s; start every member with --gossip-key to use a keyring", ErrNotEncrypted, n.cfg.NodeName)
 	}
-	resp, err := call(n.serf.KeyManager())
+	// Every operation is idempotent, so a query that some member did not
+	// answer (its broadcast or its reply lost) is asked again; one that a
+	// member answered with a failure is not.
+	var resp *serf.KeyResponse
+	var err error
+	for attempt := 1; ; attempt++ {
+		resp, err = call(n.serf.KeyManager())
+		if err == nil || resp == nil || resp.NumErr > 0 || resp.NumResp >= resp.NumNodes || attempt == keyAttempts || n.isClosed() {
+			break
+		}
+		n.log.Debug("gossip keyring query not answered by every member; asking again", "op", op, "nodes", resp.NumNodes, "responses", resp.NumResp, "attempt", attempt)
+	}
 	var res KeyResult
 	if resp != nil {
 		res = KeyResult{

@@ -17,7 +17,8 @@ import (
 // member over one serf query. Who may call it: admin only (ListKeys,
 // InstallKey, UseKey and RemoveKey alike; a key list tells an attacker
 // which key to steal, and the writes can cut members off). Cost per call:
-// one serf query, waiting at most the query timeout for the answers.
+// one serf query, waiting at most the query timeout for the answers, asked
+// again up to twice when some member did not answer.
 type keyringService struct {
 	agent *Agent
 }
