@@ -264,13 +264,12 @@ func (n *Node) keyOp(op, key string, call func(*serf.KeyManager) (*serf.KeyRespo
 		return KeyResult{}, fmt.Errorf("%w: gossip encryption is off on %s; start every member with --gossip-key to use a keyring", ErrNotEncrypted, n.cfg.NodeName)
 	}
 	// Every operation is idempotent, so a query that some member did not
-	// answer (its broadcast or its reply lost) is asked again; one that a
-	// member answered with a failure is not.
+	// answer (its broadcast or its reply lost) is asked again of all.
 	var resp *serf.KeyResponse
 	var err error
 	for attempt := 1; ; attempt++ {
 		resp, err = call(n.serf.KeyManager())
-		if err == nil || resp == nil || resp.NumErr > 0 || resp.NumResp >= resp.NumNodes || attempt == keyAttempts || n.isClosed() {
+		if err == nil || resp == nil || resp.NumResp >= resp.NumNodes || attempt == keyAttempts || n.isClosed() {
 			break
 		}
 		n.log.Debug("gossip keyring query not answered by every member; asking again", "op", op, "nodes", resp.NumNodes, "responses", resp.NumResp, "attempt", attempt)
