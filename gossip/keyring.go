@@ -252,7 +252,7 @@ const keyAttempts = 3
 var keyOpts = &serf.KeyRequestOptions{RelayFactor: keyRelayFactor}
 
 func (n *Node) keyOp(op, key string, call func(*serf.KeyManager) (*serf.KeyResponse, error)) (KeyResult, error) {
-	if key != "" || op != "list" {
+	if op != "list" {
 		if _, err := ParseKey(key); err != nil {
 			return KeyResult{}, fmt.Errorf("%w: %s key: %w", ErrKeyring, op, err)
 		}
