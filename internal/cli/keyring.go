@@ -63,9 +63,11 @@ func gossipKeyConfig(c *cli.Context, cfg *roles.Config) error {
 	}
 	if path == "" && cfg.DataDir != "" {
 		path = filepath.Join(cfg.DataDir, defaultKeyringFile)
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(path); err != nil {
 			if len(cfg.Gossip.Keys) == 0 {
-				return nil // no key anywhere: gossip stays unencrypted
+				// No key anywhere: gossip stays unencrypted. A data dir
+				// that cannot hold files is the store's error to report.
+				return nil
 			}
 			if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 				return usageError("cannot create --data-dir %s for the gossip keyring file: %v", cfg.DataDir, err)
