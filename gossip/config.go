@@ -159,6 +159,10 @@ func TestConfig(name string) Config {
 	}
 }
 
+// minRetransmitMult is memberlist's LAN retransmit multiplier, kept for
+// every profile (see serfConfig).
+const minRetransmitMult = 4
+
 // maxNodeNameLen matches serf's own node-name limit.
 const maxNodeNameLen = 128
 
@@ -283,6 +287,13 @@ func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events c
 	if c.PushPullInterval > 0 {
 		ml.PushPullInterval = c.PushPullInterval
 	}
+	// A broadcast (a membership update, a keyring query) is passed on at
+	// most RetransmitMult × log10(members+1) times by each member that
+	// receives it. The local profile's 2 lets one member in four miss a
+	// keyring query about one time in nine; queries, unlike membership,
+	// are not repaired by push-pull. LAN's 4 reaches every member of a
+	// small cluster from the first sender.
+	ml.RetransmitMult = max(ml.RetransmitMult, minRetransmitMult)
 	// memberlist treats zero as "never reclaim"; a nanosecond is "at once".
 	ml.DeadNodeReclaimTime = max(c.DeadNodeReclaimTime, time.Nanosecond)
 	ml.Logger = log.New(&logWriter{logger: logger, component: "memberlist"}, "", 0)
