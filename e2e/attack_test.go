@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -219,10 +220,24 @@ func winningName() string {
 	}
 }
 
-// joinFake joins gossip as name, claiming roles, with rpcAddr advertised.
+// insiderKeys are the gossip keys of an attacker who holds the cluster's
+// gossip key, as anyone on a task's host does: encryption keeps strangers
+// out, certificates must stop the rest.
+func insiderKeys(t *testing.T) [][]byte {
+	t.Helper()
+	key, err := gossip.ParseKey(testGossipKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return [][]byte{key}
+}
+
+// joinFake joins gossip as name, claiming roles, with rpcAddr advertised,
+// holding the gossip key.
 func joinFake(t *testing.T, tg *target, name, rpcAddr string, roles ...gossip.Role) {
 	t.Helper()
 	cfg := gossip.TestConfig(name)
+	cfg.Keys = insiderKeys(t)
 	cfg.Self = gossip.Peer{Roles: roles, RPCAddr: rpcAddr}
 	n, err := gossip.Start(cfg)
 	if err != nil {
@@ -311,6 +326,7 @@ func TestAttackFakeTaskClaimsJob(t *testing.T) {
 func joinFakeTask(t *testing.T, tg *target, name, job, task string) {
 	t.Helper()
 	cfg := gossip.TestConfig(name)
+	cfg.Keys = insiderKeys(t)
 	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: job, Task: task, RPCAddr: "127.0.0.1:1"}
 	n, err := gossip.Start(cfg)
 	if err != nil {
@@ -549,4 +565,44 @@ func idleConn(addr string) (net.Conn, bool) {
 	}
 	raw.SetDeadline(time.Time{})
 	return c, true
+}
+
+// TestAttackStrangerJoinsGossip tries to join the cluster's gossip without
+// the key, and with a wrong one, as a member that claims to be an Assigner
+// and one that claims to be a task.
+func TestAttackStrangerJoinsGossip(t *testing.T) {
+	tg := startTarget(t)
+	wrong, err := gossip.ParseKey("d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktISE=")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		name string
+		keys [][]byte
+		self gossip.Peer
+	}{
+		{"stranger-assigner", nil, gossip.Peer{Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1"}},
+		{"kv/stranger", nil, gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "stranger", RPCAddr: "127.0.0.1:1"}},
+		{"kv/wrong-key", [][]byte{wrong}, gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "wrong-key", RPCAddr: "127.0.0.1:1"}},
+	} {
+		cfg := gossip.TestConfig(c.name)
+		cfg.Keys, cfg.Self = c.keys, c.self
+		if c.keys != nil {
+			cfg.KeyringFile = filepath.Join(t.TempDir(), fmt.Sprintf("keyring-%d.json", i))
+		}
+		n, err := gossip.Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Shutdown() })
+		if _, err := n.Join([]string{tg.node.gossipAddr}); err == nil {
+			t.Errorf("%s joined the encrypted cluster", c.name)
+		}
+		for _, p := range n.Peers() {
+			if p.Name == "node-1" {
+				t.Errorf("%s sees the cluster's node-1 in its member list", c.name)
+			}
+		}
+	}
+	tg.contained()
 }

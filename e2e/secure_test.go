@@ -18,9 +18,10 @@ import (
 
 // With SLICERD_E2E_SECURE=1 every test runs its cluster with the
 // documented secure settings: each slicerd node with a certificate naming
-// it in every role and an admin token file, each kvserver task with a
-// certificate naming its task, the CLI with an admin certificate, and the
-// test's own clients with a client certificate. scripts/test.sh runs the
+// it in every role, an admin token file and the gossip key, each kvserver
+// task with a certificate naming its task and the gossip key, the CLI
+// with an admin certificate, and the test's own clients with a client
+// certificate. scripts/test.sh runs the
 // package a second time this way.
 var secure = os.Getenv("SLICERD_E2E_SECURE") == "1"
 
@@ -36,6 +37,9 @@ var pki struct {
 
 // testAdminToken is the admin token secure nodes accept.
 const testAdminToken = "e2e-admin-token-0123456789abcdef0123"
+
+// testGossipKey is the gossip key of secure clusters (32 bytes, base64).
+const testGossipKey = "c2xpY2VyZC1lMmUtZ29zc2lwLWtleS0zMi1ieXRlcyE="
 
 func setupPKI(dir string) error {
 	ca, err := tlsconfig.NewCA("slicerd e2e CA", 24*time.Hour)
@@ -92,7 +96,8 @@ func secureEnv(path string, args []string) []string {
 			job = "kv"
 		}
 		f := issue("task-"+job+"-"+task, identity.ID{Role: identity.Task, Job: job, Task: task})
-		return []string{"KVSERVER_TLS_CERT=" + f.Cert, "KVSERVER_TLS_KEY=" + f.Key, "KVSERVER_TLS_CA=" + f.CA}
+		return []string{"KVSERVER_TLS_CERT=" + f.Cert, "KVSERVER_TLS_KEY=" + f.Key, "KVSERVER_TLS_CA=" + f.CA,
+			"SLICERD_GOSSIP_KEY=" + testGossipKey}
 	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		// A command: the CLI as an admin.
 		f := issue("admin", identity.ID{Role: identity.Admin, Name: "e2e"})
@@ -104,8 +109,14 @@ func secureEnv(path string, args []string) []string {
 		}
 		f := issue("node-"+node, identity.ID{Role: identity.Assigner, Node: node},
 			identity.ID{Role: identity.Distributor, Node: node}, identity.ID{Role: identity.Backup, Node: node})
-		return []string{"SLICERD_TLS_CERT=" + f.Cert, "SLICERD_TLS_KEY=" + f.Key, "SLICERD_TLS_CA=" + f.CA,
-			"SLICERD_TOKEN_FILE=" + filepath.Join(pki.dir, "tokens")}
+		env := []string{"SLICERD_TLS_CERT=" + f.Cert, "SLICERD_TLS_KEY=" + f.Key, "SLICERD_TLS_CA=" + f.CA,
+			"SLICERD_TOKEN_FILE=" + filepath.Join(pki.dir, "tokens"), "SLICERD_GOSSIP_KEY=" + testGossipKey}
+		if flagValue("--data-dir") == "" {
+			// Keep a node without a data dir from writing its keyring
+			// file into the working directory.
+			env = append(env, "SLICERD_GOSSIP_KEYRING_FILE="+filepath.Join(pki.dir, "keyring-"+node+".json"))
+		}
+		return env
 	}
 }
 

@@ -78,6 +78,18 @@ type Config struct {
 	// leave it zero in production.
 	SendDelay time.Duration
 
+	// Keys turn on gossip encryption: memberlist encrypts everything it
+	// sends with the first key (AES-GCM) and drops every packet that none
+	// of the keys decrypts, so a member without a key cannot join or be
+	// heard. Each key is 16, 24 or 32 bytes. Nil keeps gossip unencrypted.
+	Keys [][]byte
+	// KeyringFile, if set, is where the installed keys persist (serf's
+	// format: a JSON array of base64 keys, primary first, mode 0600).
+	// Keyring rotations rewrite it, so a restarted member still holds the
+	// current keys. A file that exists wins over Keys; if it does not
+	// exist, Start creates it from Keys.
+	KeyringFile string
+
 	// Transport replaces the real UDP/TCP transport (tests inject latency
 	// and drops with NewDelayTransport). The node owns it and shuts it down,
 	// also when Start fails. BindAddr is then not bound, only validated.
@@ -147,6 +159,10 @@ func TestConfig(name string) Config {
 	}
 }
 
+// minRetransmitMult is memberlist's LAN retransmit multiplier, kept for
+// every profile (see serfConfig).
+const minRetransmitMult = 4
+
 // maxNodeNameLen matches serf's own node-name limit.
 const maxNodeNameLen = 128
 
@@ -199,6 +215,9 @@ func (c Config) validate() (map[string]string, error) {
 		return nil, fmt.Errorf("%w: suspicion multiplier is negative (%d); use zero for the profile default", ErrConfig, c.SuspicionMult)
 	}
 	if err := c.Preference.Validate(); err != nil {
+		return nil, err
+	}
+	if err := validateKeys(c.Keys); err != nil {
 		return nil, err
 	}
 	tags, err := c.Self.Tags()
@@ -268,6 +287,13 @@ func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events c
 	if c.PushPullInterval > 0 {
 		ml.PushPullInterval = c.PushPullInterval
 	}
+	// A broadcast (a membership update, a keyring query) is passed on at
+	// most RetransmitMult × log10(members+1) times by each member that
+	// receives it. The local profile's 2 lets one member in four miss a
+	// keyring query about one time in nine; queries, unlike membership,
+	// are not repaired by push-pull. LAN's 4 reaches every member of a
+	// small cluster from the first sender.
+	ml.RetransmitMult = max(ml.RetransmitMult, minRetransmitMult)
 	// memberlist treats zero as "never reclaim"; a nanosecond is "at once".
 	ml.DeadNodeReclaimTime = max(c.DeadNodeReclaimTime, time.Nanosecond)
 	ml.Logger = log.New(&logWriter{logger: logger, component: "memberlist"}, "", 0)
@@ -305,5 +331,8 @@ func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events c
 	sc.DisableCoordinates = false
 	sc.SnapshotPath = ""
 	sc.Merge = guard
+	// Keyring operations are serf queries that wait this many gossip
+	// intervals (times log10 of the member count) for every answer.
+	sc.QueryTimeoutMult = keyQueryTimeoutMult(ml.GossipInterval)
 	return sc
 }

@@ -74,6 +74,16 @@
 // "[INFO]", "[WARN]" and "[ERR]" prefixes and a component attribute of
 // "serf" or "memberlist".
 //
+// # Encryption
+//
+// Config.Keys turn on memberlist's encryption: every packet is sealed with
+// the primary key and anything no installed key opens is dropped, so a
+// member without the key cannot join. Config.KeyringFile persists the
+// keyring in serf's format; it wins over Keys when it exists, and serf
+// rewrites it on every rotation (Node.InstallKey, UseKey, RemoveKey, each
+// one serf query answered by every member). Without keys gossip is
+// unencrypted, which keeps the single-node demo free of setup.
+//
 // # Proximity and the preferred Assigner
 //
 // Serf's Vivaldi network coordinates ride on the probes: every answer to a

@@ -19,6 +19,12 @@ var (
 	// holder is this task's previous incarnation (it is declared failed
 	// within the failure-detection time, and its name is then free).
 	ErrNameConflict = errors.New("gossip: node name already in use")
+	// ErrNotEncrypted reports a keyring operation on a node that does not
+	// encrypt gossip.
+	ErrNotEncrypted = errors.New("gossip: encryption is off")
+	// ErrKeyring reports a keyring operation that was malformed or that
+	// not every member carried out.
+	ErrKeyring = errors.New("gossip: keyring operation failed")
 	// ErrClosed reports a call on a node that has been shut down.
 	ErrClosed = errors.New("gossip: node is shut down")
 )

@@ -75,6 +75,13 @@ func Start(cfg Config) (*Node, error) {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	ring, ringFromFile, err := cfg.loadKeyring()
+	if err != nil {
+		if cfg.Transport != nil {
+			_ = cfg.Transport.Shutdown()
+		}
+		return nil, fmt.Errorf("gossip: start %s: %w", cfg.NodeName, err)
+	}
 	// Bind before creating serf: serf leaks a goroutine when its Create
 	// fails, and a taken port is the failure worth reporting cleanly.
 	transport := cfg.Transport
@@ -91,6 +98,12 @@ func Start(cfg Config) (*Node, error) {
 	}
 	sc := cfg.serfConfig(n.log, tags, n.events, n.guard)
 	sc.MemberlistConfig.Transport = transport
+	if ring != nil {
+		sc.MemberlistConfig.Keyring = ring
+		sc.MemberlistConfig.GossipVerifyIncoming = true
+		sc.MemberlistConfig.GossipVerifyOutgoing = true
+		sc.KeyringFile = cfg.KeyringFile
+	}
 	ip, port, err := transport.FinalAdvertiseAddr(sc.MemberlistConfig.AdvertiseAddr, sc.MemberlistConfig.AdvertisePort)
 	if err != nil {
 		_ = transport.Shutdown()
@@ -110,7 +123,14 @@ func Start(cfg Config) (*Node, error) {
 	n.addr = net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
 	n.guard.setSelf(local.Addr, local.Port)
 	go n.run()
-	n.log.Info("gossip started", "gossip_addr", n.addr, "roles", cfg.Self.Roles)
+	if ring != nil {
+		n.log.Info("gossip encryption on", "keys", len(ring.GetKeys()), "keyring_file", cfg.KeyringFile)
+	}
+	if ringFromFile && len(cfg.Keys) > 0 {
+		n.log.Warn("gossip key ignored: the keyring file exists and holds the keys installed by the last rotation; delete it to start from the given key",
+			"keyring_file", cfg.KeyringFile, "given_key_in_file", slicesContainKey(ring.GetKeys(), cfg.Keys[0]))
+	}
+	n.log.Info("gossip started", "gossip_addr", n.addr, "roles", cfg.Self.Roles, "encrypted", ring != nil)
 	return n, nil
 }
 

@@ -105,6 +105,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.backup = newBackup(cfg, a.store, a.stopping)
 		a.handle(mux, slicerv1connect.BackupServiceName)(slicerv1connect.NewBackupServiceHandler(a.backup, opts...))
 	}
+	a.handle(mux, slicerv1connect.KeyringServiceName)(slicerv1connect.NewKeyringServiceHandler(&keyringService{agent: a}, opts...))
 	a.health = grpchealth.NewStaticChecker(a.services...)
 	mux.Handle(grpchealth.NewHandler(a.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, a.services...)...)

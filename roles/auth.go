@@ -133,6 +133,11 @@ var procedureAccess = map[string]access{
 	slicerv1connect.JobServiceDeleteJobProcedure:               accessAdminOrAssigner,
 	slicerv1connect.LoadServiceReportLoadProcedure:             accessTaskOrAssigner,
 	slicerv1connect.AssignerServiceRegisterTaskProcedure:       accessTask,
+	// Listing the keys tells an attacker which key to steal.
+	slicerv1connect.KeyringServiceListKeysProcedure:   accessAdmin,
+	slicerv1connect.KeyringServiceInstallKeyProcedure: accessAdmin,
+	slicerv1connect.KeyringServiceUseKeyProcedure:     accessAdmin,
+	slicerv1connect.KeyringServiceRemoveKeyProcedure:  accessAdmin,
 }
 
 func accessOf(procedure string) access {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -354,22 +355,39 @@ func (c Config) validateSecurity() error {
 					ErrConfig, c.TLS.Files().Cert, r, want, ids, c.NodeName)
 			}
 		}
-		return nil
 	}
 	if c.Insecure {
 		return nil
 	}
-	for _, a := range []struct{ what, addr, flag string }{
-		{"rpc address", c.RPCAddr, "--rpc-addr"}, {"gossip bind address", c.Gossip.BindAddr, "--gossip-addr"},
-	} {
-		host, _, err := net.SplitHostPort(a.addr)
-		if err != nil || host == "localhost" {
-			continue
-		}
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			return fmt.Errorf("%w: %s %s (%s) is reachable from other hosts, but TLS is off, so anyone who reaches it could steer the cluster; set --tls-cert, --tls-key and --tls-ca (see docs/security.md), or pass --insecure on a network you trust",
-				ErrConfig, a.what, a.addr, a.flag)
-		}
+	if c.TLS == nil && !loopbackOnly(c.RPCAddr) {
+		return fmt.Errorf("%w: rpc address %s (--rpc-addr) is reachable from other hosts, but TLS is off, so anyone who reaches it could steer the cluster; set --tls-cert, --tls-key and --tls-ca (see docs/security.md), or pass --insecure on a network you trust",
+			ErrConfig, c.RPCAddr)
+	}
+	if !loopbackOnly(c.Gossip.BindAddr) && len(c.Gossip.Keys) == 0 && !fileExists(c.Gossip.KeyringFile) {
+		return fmt.Errorf("%w: gossip address %s (--gossip-addr) is reachable from other hosts, but gossip is not encrypted, so anyone who reaches it could join the cluster; set --gossip-key (make one with slicerd keyring generate; see docs/security.md), or pass --insecure on a network you trust",
+			ErrConfig, c.Gossip.BindAddr)
 	}
 	return nil
+}
+
+// loopbackOnly reports whether a host:port is reachable from this host
+// only: a loopback IP or localhost.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true // Validate reports it
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func fileExists(path string) bool {
+	if path == "" {
+		return false
+	}
+	_, err := os.Stat(path)
+	return err == nil
 }

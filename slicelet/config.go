@@ -30,7 +30,10 @@ type Config struct {
 	Join []string
 	// Gossip is the base gossip configuration (profile, timers,
 	// AdvertiseAddr). The Slicelet fills in NodeName, BindAddr, Join and
-	// Self. The zero value means gossip.DefaultConfig().
+	// Self. The zero value means gossip.DefaultConfig(). To join a cluster
+	// that encrypts gossip, start from gossip.DefaultConfig() and set Keys
+	// (gossip.ParseKey decodes the base64 key) and, so that a restart after
+	// a key rotation still joins, KeyringFile.
 	Gossip gossip.Config
 	// LoadWindow is how often the Slicelet sends the load measured through
 	// ReportLoad to an Assigner; 0 means DefaultLoadWindow.

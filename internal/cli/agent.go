@@ -109,6 +109,8 @@ func agentFlags() []cli.Flag {
 			Usage: "testing aid: delay everything this node sends over gossip by this long, so that it looks far away " +
 				"to network-proximity estimates (0 = off; leave it off in production)",
 		},
+		gossipKeyFlag(),
+		gossipKeyringFileFlag(),
 		&cli.DurationFlag{
 			Name: "rebalance-delay", Value: d.RebalanceDelay, EnvVars: []string{"SLICERD_REBALANCE_DELAY"},
 			Usage: "how long the assigner waits for membership changes to settle before deciding",
@@ -282,6 +284,9 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 		cfg.AdminTokens = tokens
 	}
 	cfg.Insecure = c.Bool("insecure")
+	if err := gossipKeyConfig(c, &cfg); err != nil {
+		return cfg, err
+	}
 	switch p := c.String("gossip-profile"); p {
 	case "lan", "local":
 		cfg.Gossip.Profile = p

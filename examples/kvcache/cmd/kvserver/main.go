@@ -51,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	join := fs.String("join", "127.0.0.1:7946", "gossip address of a slicerd node, comma-separated for several")
 	gossipAddr := fs.String("gossip-addr", "127.0.0.1:0", "host:port this task's gossip member binds to")
 	profile := fs.String("gossip-profile", "lan", "gossip timers: lan or local (loopback and tests)")
+	gossipKey := fs.String("gossip-key", os.Getenv("SLICERD_GOSSIP_KEY"), "base64 gossip encryption key of the slicerd cluster, if it encrypts gossip (default $SLICERD_GOSSIP_KEY)")
+	keyringFile := fs.String("gossip-keyring-file", os.Getenv("SLICERD_GOSSIP_KEYRING_FILE"), "file keeping this task's gossip keys across restarts, so a restart after a key rotation still joins; created from -gossip-key (default $SLICERD_GOSSIP_KEYRING_FILE)")
 	logLevel := fs.String("log-level", "info", "log verbosity: debug, info, warn or error")
 	cacheFile := fs.String("cache-file", "", "file to keep the job's assignment in, so a restart owns its cached keys at once even while slicerd is down (empty: no cache)")
 	loadWindow := fs.Duration("load-window", slicelet.DefaultLoadWindow, "how often the task reports the load it measured (one unit per key request) to slicerd")
@@ -77,6 +79,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvserver: invalid -gossip-profile %q: use lan or local\n", *profile)
 		return 2
 	}
+	var keys [][]byte
+	if *gossipKey != "" {
+		key, err := gossip.ParseKey(*gossipKey)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvserver: invalid -gossip-key: %v\n", err)
+			return 2
+		}
+		keys = [][]byte{key}
+	}
 	base := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	log := base.With("task", *task) // the Slicelet tags its own records
 
@@ -87,6 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	gcfg := gossip.DefaultConfig()
 	gcfg.Profile = *profile
+	gcfg.Keys, gcfg.KeyringFile = keys, *keyringFile
 	var joins []string
 	for _, j := range strings.Split(*join, ",") {
 		if j = strings.TrimSpace(j); j != "" {

@@ -1,0 +1,86 @@
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// keyLine reports whether out lists key as installed and primary on n of
+// n members ("KEY  3/3  3/3").
+func keyLine(out, key string, n string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == key {
+			return f[1] == n+"/"+n && f[2] == n+"/"+n
+		}
+	}
+	return false
+}
+
+// An encrypted cluster of real processes keeps out a member without the
+// key, rotates its key with the slicerd keyring commands while a task
+// stays a member, and takes back an agent restarted with its old key on
+// the command line: its keyring file holds the new one.
+func TestKeyringCommandsBinary(t *testing.T) {
+	code, out := runSlicerd(t, "keyring", "generate")
+	k1 := strings.TrimSpace(out)
+	if code != 0 || len(k1) != 44 {
+		t.Fatalf("keyring generate: exit %d, %q", code, out)
+	}
+	_, out = runSlicerd(t, "keyring", "generate")
+	k2 := strings.TrimSpace(out)
+
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir(), "--gossip-key", k1)
+	node.waitLine(time.Second, "gossip encryption on")
+	dir2 := t.TempDir()
+	dist := startSlicerd(t, "node-2", "--role", "distributor", "--data-dir", dir2, "--join", node.gossipAddr, "--gossip-key", k1)
+	kv := start(t, "kv-0", bin.kvserver, "-job", "kv", "-task", "kv-0", "-addr", "127.0.0.1:0",
+		"-gossip-addr", "127.0.0.1:0", "-gossip-profile", "local", "-join", node.gossipAddr, "-gossip-key", k1)
+	kv.waitLine(30*time.Second, "clerk: streaming assignments")
+
+	// A member without the key keeps failing to join.
+	stranger := startSlicerd(t, "stranger", "--role", "distributor", "--join", node.gossipAddr)
+	stranger.waitLine(30*time.Second, "gossip join failed; retrying")
+
+	list := func(want string) string {
+		t.Helper()
+		code, out := runSlicerd(t, "keyring", "list", "--addr", dist.rpcAddr)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("keyring list: exit %d, want %q:\n%s", code, want, out)
+		}
+		return out
+	}
+	if out := list("list: 3 members, 3 answered, 0 failed"); !keyLine(out, k1, "3") {
+		t.Fatalf("keyring list before rotation does not show %s on 3 of 3:\n%s", k1, out)
+	}
+	for _, step := range [][]string{{"install", k2}, {"use", k2}, {"remove", k1}} {
+		code, out := runSlicerd(t, "keyring", step[0], "--addr", dist.rpcAddr, step[1])
+		if code != 0 || !strings.Contains(out, step[0]+": 3 members, 3 answered, 0 failed") {
+			t.Fatalf("keyring %s: exit %d:\n%s", step[0], code, out)
+		}
+	}
+	if out := list("list: 3 members, 3 answered, 0 failed"); !keyLine(out, k2, "3") || strings.Contains(out, k1) {
+		t.Fatalf("keyring list after rotation does not show only %s on 3 of 3:\n%s", k2, out)
+	}
+	code, out = runSlicerd(t, "keyring", "remove", "--addr", dist.rpcAddr, k2)
+	if code != 1 || !strings.Contains(out, "removing the primary key is not allowed") {
+		t.Fatalf("keyring remove of the primary key: exit %d:\n%s", code, out)
+	}
+
+	// node-2 restarts with the old key in its flags.
+	dist.signal(syscall.SIGTERM)
+	if code := dist.wait(20 * time.Second); code != 0 {
+		t.Fatalf("node-2 exited %d after SIGTERM", code)
+	}
+	dist = startSlicerd(t, "node-2", "--role", "distributor", "--data-dir", dir2, "--join", node.gossipAddr, "--gossip-key", k1)
+	dist.waitLine(time.Second, "gossip key ignored", filepath.Join(dir2, "gossip-keyring.json"))
+	dist.waitLine(30*time.Second, "gossip joined")
+	if out := list("list: 3 members, 3 answered, 0 failed"); !keyLine(out, k2, "3") {
+		t.Fatalf("keyring list after node-2's restart:\n%s", out)
+	}
+	if strings.Contains(stranger.output(), "gossip joined") {
+		t.Fatalf("the member without the key joined:\n%s", stranger.output())
+	}
+}

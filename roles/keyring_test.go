@@ -1,0 +1,163 @@
+package roles
+
+import (
+	"context"
+	"crypto/rand"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
+)
+
+func gossipKey(t *testing.T) []byte {
+	t.Helper()
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// encryptedTask joins gossip as a task with the given keys.
+func encryptedTask(t *testing.T, job, task, join string, keys ...[]byte) *gossip.Node {
+	t.Helper()
+	cfg := gossip.TestConfig(job + "/" + task)
+	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: job, Task: task, RPCAddr: "127.0.0.1:1" + task[len(task)-1:]}
+	cfg.Keys = keys
+	cfg.Logger = testLogger(t)
+	n, err := gossip.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Shutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.RetryJoin(ctx, []string{join}, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func seesAlive(r *running, names ...string) func() bool {
+	return func() bool {
+		alive := map[string]bool{}
+		for _, p := range r.Peers() {
+			alive[p.Name] = p.Status == gossip.StatusAlive
+		}
+		for _, n := range names {
+			if !alive[n] {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// Three agents and a task rotate the gossip key through KeyringService
+// while the task stays a member and keeps its slices; an agent restarted
+// afterwards with its original key rejoins through its keyring file.
+func TestKeyringRotationAcrossAgentsAndTask(t *testing.T) {
+	k1, k2 := gossipKey(t), gossipKey(t)
+	e1, e2 := gossip.EncodeKey(k1), gossip.EncodeKey(k2)
+	var agents []*running
+	var cfgs []Config
+	for i, name := range []string{"agent-1", "agent-2", "agent-3"} {
+		dir := t.TempDir()
+		cfg := testConfig(t, name, dir, gossip.RoleDistributor)
+		if i == 0 {
+			cfg = testConfig(t, name, dir)
+		} else {
+			cfg.Gossip.Join = []string{agents[0].GossipAddr()}
+		}
+		cfg.Gossip.Keys = [][]byte{k1}
+		cfg.Gossip.KeyringFile = filepath.Join(dir, "gossip-keyring.json")
+		cfgs = append(cfgs, cfg)
+		agents = append(agents, startAgent(t, cfg))
+	}
+	task := encryptedTask(t, "kv", "t0", agents[0].GossipAddr(), k1)
+	members := []string{"agent-1", "agent-2", "agent-3", "kv/t0"}
+	for _, a := range agents {
+		testwait.For(t, "every member alive", seesAlive(a, members...))
+	}
+	watch(t, agents[1].RPCAddr(), "kv", false).until(t, "t0 assigned", hasTasks("t0"))
+
+	client := slicerv1connect.NewKeyringServiceClient(api.NewH2CClient(), api.RPCURL(agents[1].RPCAddr()))
+	ctx := context.Background()
+	list := func() *slicerv1.ListKeysResponse {
+		t.Helper()
+		resp, err := client.ListKeys(ctx, connect.NewRequest(&slicerv1.ListKeysRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg
+	}
+	if got := list(); got.GetKeys()[e1] != 4 || got.GetPrimaryKeys()[e1] != 4 || got.GetResult().GetError() != "" {
+		t.Fatalf("ListKeys before rotation = %v", got)
+	}
+	check := func(step string, res *slicerv1.KeyringResult, err error) {
+		t.Helper()
+		if err != nil || res.GetNumNodes() != 4 || res.GetNumResponses() != 4 || res.GetNumErrors() != 0 || res.GetError() != "" {
+			t.Fatalf("%s = %v, %v; want 4 members answering without errors", step, res, err)
+		}
+		for _, a := range agents {
+			testwait.For(t, "every member alive after "+step, seesAlive(a, members...))
+		}
+	}
+	ir, err := client.InstallKey(ctx, connect.NewRequest(&slicerv1.InstallKeyRequest{Key: e2}))
+	check("install", ir.Msg.GetResult(), err)
+	ur, err := client.UseKey(ctx, connect.NewRequest(&slicerv1.UseKeyRequest{Key: e2}))
+	check("use", ur.Msg.GetResult(), err)
+	rr, err := client.RemoveKey(ctx, connect.NewRequest(&slicerv1.RemoveKeyRequest{Key: e1}))
+	check("remove", rr.Msg.GetResult(), err)
+	if got := list(); len(got.GetKeys()) != 1 || got.GetKeys()[e2] != 4 || got.GetPrimaryKeys()[e2] != 4 {
+		t.Fatalf("ListKeys after rotation = %v; want only the new key on 4 members", got)
+	}
+	if keys, err := gossip.ReadKeyringFile(cfgs[2].Gossip.KeyringFile); err != nil || len(keys) != 1 || gossip.EncodeKey(keys[0]) != e2 {
+		t.Fatalf("agent-3's keyring file = %v, %v; want the new key only", keys, err)
+	}
+	if p := task.Self(); p.Status != gossip.StatusAlive {
+		t.Fatalf("task after rotation: %+v", p)
+	}
+
+	// Removing the primary key is refused by every member, each saying so.
+	rr, err = client.RemoveKey(ctx, connect.NewRequest(&slicerv1.RemoveKeyRequest{Key: e2}))
+	if err != nil || rr.Msg.GetResult().GetNumErrors() != 4 || rr.Msg.GetResult().GetError() == "" || len(rr.Msg.GetResult().GetMessages()) != 4 {
+		t.Fatalf("removing the primary key = %v, %v; want 4 per-member errors", rr.Msg.GetResult(), err)
+	}
+	// A malformed key is the caller's mistake.
+	if _, err := client.InstallKey(ctx, connect.NewRequest(&slicerv1.InstallKeyRequest{Key: "short"})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("installing a malformed key = %v, want INVALID_ARGUMENT", err)
+	}
+
+	// agent-3 restarts still configured with the old key; its keyring
+	// file holds the new one, and it rejoins.
+	agents[2].stop(t)
+	testwait.For(t, "agent-3 left", func() bool {
+		for _, p := range agents[0].Peers() {
+			if p.Name == "agent-3" {
+				return p.Status == gossip.StatusLeft
+			}
+		}
+		return false
+	})
+	restarted := startAgent(t, cfgs[2])
+	testwait.For(t, "agent-3 back", seesAlive(agents[0], members...))
+	testwait.For(t, "restarted agent-3 sees everyone", seesAlive(restarted, members...))
+	watch(t, restarted.RPCAddr(), "kv", false).until(t, "t0 assigned through agent-3", hasTasks("t0"))
+}
+
+func TestKeyringServiceWithoutEncryption(t *testing.T) {
+	node := startAgent(t, testConfig(t, "plain", t.TempDir()))
+	client := slicerv1connect.NewKeyringServiceClient(api.NewH2CClient(), api.RPCURL(node.RPCAddr()))
+	_, err := client.ListKeys(context.Background(), connect.NewRequest(&slicerv1.ListKeysRequest{}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("ListKeys on an unencrypted cluster = %v, want FAILED_PRECONDITION", err)
+	}
+}
