@@ -31,9 +31,12 @@ import (
 //   - a member that claims to be task T of job J counts as one only once a
 //     caller with a certificate for that task has registered it with this
 //     agent's Assigner (AssignerService.RegisterTask), bound to the
-//     member's gossip address; the registration ends when the member fails
-//     or leaves, so a different holder of the gossip key cannot take over a
-//     dead task's name.
+//     member's gossip address. A different holder of the gossip key cannot
+//     take over a task's name: from another address it is not the
+//     registered member, and it cannot register without the task's
+//     certificate. The registration lasts until gossip forgets the member
+//     (reaps it), so a task that was wrongly declared failed and refuted
+//     it counts again at once; a restarted task registers afresh.
 //
 // Members whose claims are not backed are left out of Peers, so no role
 // routes to them, defers to them or gives them slices.
@@ -70,7 +73,6 @@ type verdict struct {
 type taskReg struct {
 	job, task, gossipAddr string
 	by                    string // the registering identities, for logs
-	ended                 bool   // the member failed or left since
 }
 
 func newVerifier(src *tlsconfig.Source, self string, log *slog.Logger, notify func()) *verifier {
@@ -106,12 +108,6 @@ func (v *verifier) filter(peers []gossip.Peer) []gossip.Peer {
 			r, ok := v.tasks[p.Name]
 			if !ok || r.job != p.Job || r.task != p.Task || r.gossipAddr != p.GossipAddr {
 				continue
-			}
-			if p.Status != gossip.StatusAlive {
-				r.ended = true
-				v.tasks[p.Name] = r
-			} else if r.ended {
-				continue // back under the same name: it must register again
 			}
 			out = append(out, p)
 			continue
@@ -239,7 +235,7 @@ func (v *verifier) register(p gossip.Peer, by string) {
 	prev, had := v.tasks[p.Name]
 	v.tasks[p.Name] = taskReg{job: p.Job, task: p.Task, gossipAddr: p.GossipAddr, by: by}
 	v.mu.Unlock()
-	if !had || prev.ended || prev.gossipAddr != p.GossipAddr {
+	if !had || prev.gossipAddr != p.GossipAddr || prev.job != p.Job || prev.task != p.Task {
 		v.log.Info("task registered", "member", p.Name, "job", p.Job, "task", p.Task, "gossip_addr", p.GossipAddr, "by", by)
 		v.notify()
 	}

@@ -287,8 +287,8 @@ type AssignerServiceClient interface {
 	// gossip_name is task `task` of job `job`: on a cluster with TLS, an
 	// Assigner gives slices only to task members registered by a caller
 	// whose certificate names that task (spiffe://slicerd/task/JOB/TASK).
-	// The registration is bound to the member's gossip address and ends when
-	// the member fails or leaves; Slicelets register with every Assigner
+	// The registration is bound to the member's gossip address and lasts
+	// until gossip forgets the member; Slicelets register with every Assigner
 	// when they start and whenever an Assigner appears. Without TLS it is
 	// accepted and changes nothing.
 	RegisterTask(context.Context, *connect.Request[v1.RegisterTaskRequest]) (*connect.Response[v1.RegisterTaskResponse], error)
@@ -343,8 +343,8 @@ type AssignerServiceHandler interface {
 	// gossip_name is task `task` of job `job`: on a cluster with TLS, an
 	// Assigner gives slices only to task members registered by a caller
 	// whose certificate names that task (spiffe://slicerd/task/JOB/TASK).
-	// The registration is bound to the member's gossip address and ends when
-	// the member fails or leaves; Slicelets register with every Assigner
+	// The registration is bound to the member's gossip address and lasts
+	// until gossip forgets the member; Slicelets register with every Assigner
 	// when they start and whenever an Assigner appears. Without TLS it is
 	// accepted and changes nothing.
 	RegisterTask(context.Context, *connect.Request[v1.RegisterTaskRequest]) (*connect.Response[v1.RegisterTaskResponse], error)
