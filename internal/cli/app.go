@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -88,7 +90,20 @@ func usageError(format string, args ...any) error {
 
 // subcommandUsageError gives flag errors of a subcommand exit status 2.
 func subcommandUsageError(c *cli.Context, err error, _ bool) error {
-	return usageError("%v (see 'slicerd %s --help')", err, c.Command.FullName())
+	return usageError("%v (see 'slicerd %s --help')", err, commandPath(c))
+}
+
+// commandPath names the command c runs with its parents, such as "job set".
+func commandPath(c *cli.Context) string {
+	var names []string
+	for _, l := range c.Lineage() {
+		if l.Command != nil && l.Command.Name != "" && l.Command.Name != c.App.Name {
+			names = append([]string{l.Command.Name}, names...)
+		}
+	}
+	// A subcommand's context and its parent's can carry the same command.
+	names = slices.Compact(names)
+	return strings.Join(names, " ")
 }
 
 var (

@@ -101,6 +101,7 @@ func KeyringCommand() *cli.Command {
 	keyCmd := func(name, usage string, call func(context.Context, slicerv1connect.KeyringServiceClient, string) (*slicerv1.KeyringResult, error)) *cli.Command {
 		return &cli.Command{
 			Name: name, Usage: usage, ArgsUsage: "KEY", Flags: append(clientFlags(), addr),
+			OnUsageError: subcommandUsageError,
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 1 {
 					return usageError("keyring %s takes one argument, the base64 key", name)
@@ -147,6 +148,7 @@ func KeyringCommand() *cli.Command {
 			},
 			{
 				Name: "list", Usage: "list the keys installed on the cluster's members", Flags: append(clientFlags(), addr),
+				OnUsageError: subcommandUsageError,
 				Action: func(c *cli.Context) error {
 					if c.Args().Present() {
 						return usageError("keyring list takes no arguments")
