@@ -394,7 +394,7 @@ func TestAttackWritesWithoutCredentials(t *testing.T) {
 		t.Errorf("ReportLoad for kv-0 with kv-1's certificate = %v, want PERMISSION_DENIED", err)
 	}
 	// A bearer token that is not the agent's.
-	tok := slicerv1connect.NewJobServiceClient(anon, url, connect.WithInterceptors(bearerOf("not-the-token-not-the-token-not-the-token")))
+	tok := slicerv1connect.NewJobServiceClient(anon, url, connect.WithInterceptors(api.BearerToken("not-the-token-not-the-token-not-the-token")))
 	if _, err := tok.SetJobConfig(ctx, setCfg); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("SetJobConfig with a wrong token = %v, want UNAUTHENTICATED", err)
 	}
@@ -437,22 +437,6 @@ func TestAttackForeignHostHeader(t *testing.T) {
 		t.Errorf("request with Host evil.example: HTTP %d, want it refused", resp.StatusCode)
 	}
 	tg.contained()
-}
-
-// bearerOf sends a bearer token with every unary call.
-type bearerOf string
-
-func (b bearerOf) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(b))
-		return next(ctx, req)
-	}
-}
-func (b bearerOf) WrapStreamingClient(n connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return n
-}
-func (b bearerOf) WrapStreamingHandler(n connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return n
 }
 
 // rssBytes reads a process's resident memory from /proc.

@@ -136,7 +136,6 @@ type watcher struct {
 func watch(t *testing.T, addr, job string, backup bool) *watcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &watcher{latest: make(chan *assign.Assignment, 1), err: make(chan error, 1)}
 	var stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse]
 	var err error
 	req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job})
@@ -146,10 +145,18 @@ func watch(t *testing.T, addr, job string, backup bool) *watcher {
 	} else {
 		stream, err = slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(addr)).WatchAssignment(ctx, req)
 	}
+	return follow(t, hc, cancel, stream, err)
+}
+
+// follow keeps the newest assignment stream sends until the test ends,
+// then cancels it and closes hc's connections.
+func follow(t *testing.T, hc *http.Client, cancel context.CancelFunc, stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse], err error) *watcher {
+	t.Helper()
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
+	w := &watcher{latest: make(chan *assign.Assignment, 1), err: make(chan error, 1)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -26,38 +26,10 @@ import (
 func watchWith(t *testing.T, addr, job string, opts ...connect.ClientOption) *watcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &watcher{latest: make(chan *assign.Assignment, 1), err: make(chan error, 1)}
 	hc := api.NewH2CClient()
 	stream, err := slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(addr), opts...).
 		WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job}))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer stream.Close()
-		for stream.Receive() {
-			a, err := api.FromProto(stream.Msg().GetAssignment())
-			if err != nil {
-				w.err <- err
-				return
-			}
-			select {
-			case <-w.latest:
-			default:
-			}
-			w.latest <- a
-		}
-		w.err <- stream.Err()
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		hc.CloseIdleConnections()
-	})
-	return w
+	return follow(t, hc, cancel, stream, err)
 }
 
 func (d *Distributor) latestOf(t *testing.T, job string) *latest {

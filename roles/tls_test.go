@@ -82,24 +82,9 @@ func jobClientAs(t *testing.T, node *running, src *tlsconfig.Source, token strin
 	t.Cleanup(hc.CloseIdleConnections)
 	var opts []connect.ClientOption
 	if token != "" {
-		opts = append(opts, connect.WithInterceptors(tokenInterceptor(token)))
+		opts = append(opts, connect.WithInterceptors(api.BearerToken(token)))
 	}
 	return slicerv1connect.NewJobServiceClient(hc, api.URL(node.RPCAddr(), true), opts...)
-}
-
-type tokenInterceptor string
-
-func (tk tokenInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(tk))
-		return next(ctx, req)
-	}
-}
-func (tk tokenInterceptor) WrapStreamingClient(n connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return n
-}
-func (tk tokenInterceptor) WrapStreamingHandler(n connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return n
 }
 
 func startTLSTask(t testing.TB, node *running, src *tlsconfig.Source, job, task string) *slicelet.Slicelet {

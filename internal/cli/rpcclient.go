@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"strings"
@@ -63,31 +62,9 @@ func rpcClient(c *cli.Context) (*http.Client, string, []connect.ClientOption, er
 		if token == "" || strings.ContainsAny(token, " \t\r\n") {
 			return nil, "", nil, usageError("--token-file %s must hold one token on one line", path)
 		}
-		opts = append(opts, connect.WithInterceptors(bearer(token)))
+		opts = append(opts, connect.WithInterceptors(api.BearerToken(token)))
 	}
 	return api.NewHTTPClient(src.ClientConfig(tlsconfig.WantAgent())), api.URL(addr, true), opts, nil
-}
-
-// bearer sends an admin token with every call.
-type bearer string
-
-func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(b))
-		return next(ctx, req)
-	}
-}
-
-func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
-		return conn
-	}
-}
-
-func (bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
 
 // agentSecurityFlags are the agent's security flags.
