@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,11 +24,14 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/roles"
+	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
 
@@ -440,14 +444,19 @@ func TestAttackForeignHostHeader(t *testing.T) {
 }
 
 // rssBytes reads a process's resident memory from /proc.
-func rssBytes(t *testing.T, pid int) int64 {
+func rssBytes(t *testing.T, pid int) int64 { return procStatus(t, pid, "VmRSS:") }
+
+// peakRSSBytes reads a process's peak resident memory from /proc.
+func peakRSSBytes(t *testing.T, pid int) int64 { return procStatus(t, pid, "VmHWM:") }
+
+func procStatus(t *testing.T, pid int, field string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Skipf("no /proc here: %v", err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
 				t.Fatalf("VmRSS %q: %v", v, err)
@@ -455,7 +464,7 @@ func rssBytes(t *testing.T, pid int) int64 {
 			return kb << 10
 		}
 	}
-	t.Fatal("no VmRSS in /proc status")
+	t.Fatalf("no %s in /proc status", field)
 	return 0
 }
 
@@ -589,4 +598,155 @@ func TestAttackStrangerJoinsGossip(t *testing.T) {
 		}
 	}
 	tg.contained()
+}
+
+// stalledTLSConnBound is what docs/operations.md allows one stalled TLS
+// watch connection to cost slicerd at peak.
+const stalledTLSConnBound = 100 << 10
+
+// TestAttackSlowSubscribers opens 5,000 WatchAssignment streams of a
+// 10,000-slice assignment that never read (each on its own TLS connection
+// with a client certificate of the job, its flow-control window closed),
+// then makes two new generations. slicerd's memory stays within the bound
+// docs/operations.md gives ("Slow subscribers"), every stalled stream is
+// reset after --stream-write-timeout, health stays SERVING, and a normal
+// subscriber gets every generation.
+func TestAttackSlowSubscribers(t *testing.T) {
+	requireSecure(t)
+	const slices, stalled, perIP = 10000, 5000, 1000
+	dataDir := t.TempDir()
+	seedSlices(t, dataDir, slices)
+	node := startSlicerd(t, "node-1", "--data-dir", dataDir, "--stream-write-timeout", "5s")
+	for i := range 2 {
+		startKV(t, fmt.Sprintf("kv-%d", i), node.gossipAddr)
+	}
+	c := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
+	testwait.Until(t, 30*time.Second, "the seeded assignment on the running tasks", func() bool {
+		a := c.Assignment()
+		return a != nil && len(a.Slices) >= slices/2 && len(a.Tasks) == 2 && a.Tasks[0].Addr != "127.0.0.1:1"
+	})
+	pid := node.cmd.Process.Pid
+	before := rssBytes(t, pid)
+
+	src := clientSource("kv")
+	req, err := proto.Marshal(&slicerv1.WatchAssignmentRequest{Job: "kv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := slicerv1connect.DistributorServiceWatchAssignmentProcedure
+	conns := make([]net.Conn, 0, stalled)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	var failed atomic.Int64
+	for i := range stalled {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i/perIP))}, Timeout: 10 * time.Second}
+			raw, err := d.Dial("tcp", node.rpcAddr)
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			tc := tls.Client(raw, src.ClientConfig(tlsconfig.WantAgent()))
+			if err := tc.Handshake(); err != nil {
+				raw.Close()
+				failed.Add(1)
+				return
+			}
+			if err := testnet.StalledStream(tc, node.rpcAddr, path, req); err != nil {
+				tc.Close()
+				failed.Add(1)
+				return
+			}
+			mu.Lock()
+			conns = append(conns, tc)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d stalled subscribers could not be opened", failed.Load(), stalled)
+	}
+	// Two new generations while they are stalled: a task joins, then leaves.
+	gen := c.Assignment().Generation
+	extra := startKV(t, "kv-2", node.gossipAddr)
+	testwait.Until(t, 60*time.Second, "the normal subscriber to see kv-2 join", func() bool {
+		return len(c.Assignment().Tasks) == 3
+	})
+	extra.signal(syscall.SIGTERM)
+	testwait.Until(t, 60*time.Second, "the normal subscriber to see kv-2 leave", func() bool {
+		a := c.Assignment()
+		return len(a.Tasks) == 2 && a.Generation >= gen+2
+	})
+	// Every stalled stream is reset once the write timeout passes.
+	reset := 0
+	for _, conn := range conns {
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := testnet.ResetCode(conn); err == nil {
+			reset++
+		}
+	}
+	peak := peakRSSBytes(t, pid)
+	size := proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(c.Assignment())})
+	// The documented bound (docs/operations.md, "Slow subscribers"): the
+	// 64 MiB send budget, max(size, 8 MiB) for each generation sent within
+	// the write timeout by each sending role (here the seeded one, the
+	// tasks' arrival and two more, by the Distributor and the Assigner),
+	// and about 100 KB per stalled TLS connection at peak (its TLS and
+	// HTTP/2 buffers, the frame it could not send, and the garbage
+	// collector's slack).
+	bound := int64(64<<20) + 5*2*int64(max(size, 8<<20)) + stalled*stalledTLSConnBound
+	t.Logf("%d stalled subscribers of a %d-slice assignment (%d KiB encoded): slicerd RSS %.0f MiB before, peak %.0f MiB (bound %.0f MiB over the start); %d of %d streams reset by the write timeout",
+		stalled, len(c.Assignment().Slices), size>>10, float64(before)/(1<<20), float64(peak)/(1<<20), float64(bound)/(1<<20), reset, len(conns))
+	if peak-before > bound {
+		t.Errorf("slicerd peaked at %d MiB over its start, above the documented bound of %d MiB", (peak-before)>>20, bound>>20)
+	}
+	if reset < len(conns) {
+		t.Errorf("only %d of %d stalled streams were reset after the write timeout", reset, len(conns))
+	}
+	admin, _ := rpcClient("")
+	defer admin.CloseIdleConnections()
+	health := connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](
+		admin, api.URL(node.rpcAddr, true)+"/grpc.health.v1.Health/Check", connect.WithGRPC())
+	resp, err := health.CallUnary(context.Background(), connect.NewRequest(&healthv1.HealthCheckRequest{}))
+	if err != nil || resp.Msg.GetStatus() != healthv1.HealthCheckResponse_SERVING {
+		t.Errorf("health after the attack: %v, %v; want SERVING", resp, err)
+	}
+}
+
+// seedSlices stores job kv with an assignment of n equal slices over
+// tasks kv-0 and kv-1, and a configuration that keeps them unmerged.
+func seedSlices(t *testing.T, dir string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	store, err := storage.OpenDataDir(dir, storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfg := assign.DefaultConfig()
+	cfg.MinRedundancy, cfg.MaxRedundancy = 1, 1
+	cfg.MaxSlicesPerTask = assign.MaxSlicesPerTaskLimit
+	cfg.MinSlicesPerTask = cfg.MaxSlicesPerTask // no merges
+	if err := store.SetConfig(ctx, "kv", cfg); err != nil {
+		t.Fatal(err)
+	}
+	tasks := []assign.Task{{Name: "kv-0", Addr: "127.0.0.1:1"}, {Name: "kv-1", Addr: "127.0.0.1:1"}}
+	width := assign.KeySpaceEnd / assign.SliceKey(n)
+	a := &assign.Assignment{Job: "kv", Generation: 1, Tasks: tasks, Slices: make([]assign.Slice, n)}
+	for i := range n {
+		a.Slices[i] = assign.Slice{Start: assign.SliceKey(i) * width, End: assign.SliceKey(i+1) * width, Tasks: []string{tasks[i%2].Name}}
+	}
+	a.Slices[n-1].End = assign.KeySpaceEnd
+	if err := store.Commit(ctx, "kv", 0, a); err != nil {
+		t.Fatal(err)
+	}
 }
