@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -148,9 +149,9 @@ func (v *verifier) run(ctx context.Context, peers func() []gossip.Peer) {
 		case <-v.kick:
 		case <-retry.C:
 		}
-		changed := false
 		current := peers()
 		v.prune(current)
+		var todo []gossip.Peer
 		for _, p := range current {
 			roles := agentRoles(p)
 			if p.Name == v.self || roles == "" || p.Has(gossip.RoleTask) || p.Status != gossip.StatusAlive || p.RPCAddr == "" {
@@ -162,6 +163,34 @@ func (v *verifier) run(ctx context.Context, peers func() []gossip.Peer) {
 			if ok && vd.addr == p.RPCAddr && vd.roles == roles && (vd.ok || time.Since(vd.at) < verifyRetry) {
 				continue
 			}
+			todo = append(todo, p)
+		}
+		if v.verifyAll(ctx, todo) {
+			v.notify()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// verifyConcurrency bounds the verification dials in flight, so that
+// members advertising addresses that never answer (each costs up to
+// verifyTimeout) cannot hold up the verification of the others for long.
+const verifyConcurrency = 8
+
+// verifyAll dials each of peers, a few at a time, records the verdicts,
+// and reports whether any member was newly verified.
+func (v *verifier) verifyAll(ctx context.Context, peers []gossip.Peer) bool {
+	var wg sync.WaitGroup
+	var verified atomic.Bool
+	sem := make(chan struct{}, verifyConcurrency)
+	for _, p := range peers {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			roles := agentRoles(p)
 			err := v.dial(ctx, p)
 			if ctx.Err() != nil {
 				return
@@ -171,16 +200,15 @@ func (v *verifier) run(ctx context.Context, peers func() []gossip.Peer) {
 					"roles", roles, "rpc_addr", p.RPCAddr, "err", err)
 			} else {
 				v.log.Info("gossip member verified", "member", p.Name, "roles", roles, "rpc_addr", p.RPCAddr)
+				verified.Store(true)
 			}
 			v.mu.Lock()
 			v.agents[p.Name] = verdict{addr: p.RPCAddr, roles: roles, ok: err == nil, at: time.Now()}
 			v.mu.Unlock()
-			changed = changed || err == nil
-		}
-		if changed {
-			v.notify()
-		}
+		}()
 	}
+	wg.Wait()
+	return verified.Load()
 }
 
 // prune forgets verdicts and registrations of members gossip no longer
