@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/slicerd/slicerd/bench/internal/benchproc"
 	"github.com/slicerd/slicerd/bench/loadshift"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/slicelet"
@@ -237,8 +238,8 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 			return nil, err
 		}
 	}
-	var procs []*proc
-	defer func() { stopAll(procs, 10*time.Second) }()
+	var procs []*benchproc.Proc
+	defer func() { benchproc.StopAll(procs, 10*time.Second) }()
 	say := func(format string, args ...any) { fmt.Fprintf(stderr, "reaction: "+format+"\n", args...) }
 
 	// slicerd: every role, a fresh store, loopback timers.
@@ -249,13 +250,13 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 		sargs = append(sargs, "--rebalance-interval", o.rebalanceInterval)
 	}
 	sargs = append(sargs, o.slicerdFlags...)
-	sd, err := startProc("slicerd", filepath.Join(logDir, "slicerd.log"), `"msg":"slicerd started"`,
+	sd, err := benchproc.Start("slicerd", filepath.Join(logDir, "slicerd.log"), `"msg":"slicerd started"`,
 		[]string{"SLICERD_LOG_FORMAT=json"}, o.slicerd, sargs...)
 	if err != nil {
 		return nil, err
 	}
 	procs = append(procs, sd)
-	line, err := sd.waitReady(30 * time.Second)
+	line, err := sd.WaitReady(30 * time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, logDir)
 	}
@@ -280,7 +281,7 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 
 	for i := range o.tasks {
 		name := fmt.Sprintf("kv-%d", i)
-		p, err := startProc(name, filepath.Join(logDir, name+".log"), "kvserver task="+name, nil, o.kvserver,
+		p, err := benchproc.Start(name, filepath.Join(logDir, name+".log"), "kvserver task="+name, nil, o.kvserver,
 			"-job", "kv", "-task", name, "-addr", "127.0.0.1:0", "-gossip-addr", "127.0.0.1:0",
 			"-gossip-profile", "local", "-join", started.Gossip, "-load-window", o.loadWindow.String(), "-log-level", "warn")
 		if err != nil {
@@ -289,7 +290,7 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 		procs = append(procs, p)
 	}
 	for _, p := range procs[1:] {
-		if _, err := p.waitReady(30 * time.Second); err != nil {
+		if _, err := p.WaitReady(30 * time.Second); err != nil {
 			return nil, fmt.Errorf("%w (%s)", err, logDir)
 		}
 	}

@@ -55,6 +55,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/bench/internal/benchproc"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/slicelet"
@@ -209,13 +210,13 @@ func attack(o *options, stdout, stderr io.Writer) error {
 		sargs[len(sargs)-1] = "8192" // the default cap, which the flood exceeds
 	}
 	sargs = append(sargs, o.slicerdFlags...)
-	sd, err := startProc("slicerd", filepath.Join(logDir, "slicerd.log"), `"msg":"slicerd started"`,
+	sd, err := benchproc.Start("slicerd", filepath.Join(logDir, "slicerd.log"), `"msg":"slicerd started"`,
 		[]string{"SLICERD_LOG_FORMAT=json"}, o.slicerd, sargs...)
 	if err != nil {
 		return err
 	}
-	defer stopAll([]*proc{sd}, 10*time.Second)
-	line, err := sd.waitReady(60 * time.Second)
+	defer benchproc.StopAll([]*benchproc.Proc{sd}, 10*time.Second)
+	line, err := sd.WaitReady(60 * time.Second)
 	if err != nil {
 		return fmt.Errorf("%w (%s)", err, logDir)
 	}
@@ -226,7 +227,7 @@ func attack(o *options, stdout, stderr io.Writer) error {
 	if err := json.Unmarshal([]byte(line), &started); err != nil || started.RPC == "" || started.Gossip == "" {
 		return fmt.Errorf("cannot read slicerd's addresses from %q: %v", line, err)
 	}
-	say("slicerd pid %d rpc %s gossip %s; logs in %s; args %s", sd.cmd.Process.Pid, started.RPC, started.Gossip, logDir, strings.Join(sargs, " "))
+	say("slicerd pid %d rpc %s gossip %s; logs in %s; args %s", sd.Cmd.Process.Pid, started.RPC, started.Gossip, logDir, strings.Join(sargs, " "))
 
 	tasks := newTasks(ctx, started.Gossip)
 	defer tasks.stopAll()
@@ -244,7 +245,7 @@ func attack(o *options, stdout, stderr io.Writer) error {
 	size := proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(a)})
 	say("assignment generation %d: %d slices over %d tasks, %d bytes encoded", a.Generation, len(a.Slices), len(a.Tasks), size)
 
-	m := &meter{pid: sd.cmd.Process.Pid, rpc: started.RPC, out: stdout, normal: normal}
+	m := &meter{pid: sd.Cmd.Process.Pid, rpc: started.RPC, out: stdout, normal: normal}
 	fmt.Fprintf(stdout, "%-34s %9s %9s %8s %10s %12s\n", "step", "rss_mb", "hwm_mb", "cpu_%", "health", "normal_gen")
 	m.measure("baseline")
 
@@ -390,7 +391,7 @@ type holder struct {
 func startHolder(self, rpc string, n, perIP, ipFrom int) (*holder, error) {
 	cmd := exec.Command(self, "-mode", "hold", "-target", rpc, "-conns", strconv.Itoa(n),
 		"-per-ip", strconv.Itoa(perIP), "-ip-from", strconv.Itoa(ipFrom))
-	setProcAttr(cmd)
+	benchproc.SetProcAttr(cmd)
 	cmd.Env = append(os.Environ(), holderEnv+"=1") // tells a test binary to act as the harness
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()

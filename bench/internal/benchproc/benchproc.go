@@ -1,4 +1,7 @@
-package main
+// Package benchproc runs the child processes of slicerd's benchmark
+// harnesses (bench/...): a slicerd binary or example tasks, each logging
+// to a file while the harness waits for the line that says it is ready.
+package benchproc
 
 import (
 	"bufio"
@@ -7,37 +10,39 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// proc is a child process whose output goes, line by line, to a log file,
+// Proc is a child process whose output goes, line by line, to a log file,
 // while the harness watches for the line that says it is ready.
-type proc struct {
+type Proc struct {
 	name string
-	cmd  *exec.Cmd
+	// Cmd is the running command; its Process gives the pid.
+	Cmd  *exec.Cmd
 	done chan struct{} // closed when the process has exited
 	err  error         // exit status, valid after done
 
 	ready chan string // the first line containing readyMark
 }
 
-// startProc starts path with args, logging its output to logPath and
+// Start starts path with args, logging its output to logPath and
 // watching for a line containing readyMark.
-func startProc(name, logPath, readyMark string, env []string, path string, args ...string) (*proc, error) {
+func Start(name, logPath, readyMark string, env []string, path string, args ...string) (*Proc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, done: make(chan struct{}), ready: make(chan string, 1)}
-	p.cmd = exec.Command(path, args...)
-	p.cmd.Env = append(os.Environ(), env...)
-	setProcAttr(p.cmd)
+	p := &Proc{name: name, done: make(chan struct{}), ready: make(chan string, 1)}
+	p.Cmd = exec.Command(path, args...)
+	p.Cmd.Env = append(os.Environ(), env...)
+	SetProcAttr(p.Cmd)
 	pr, pw := io.Pipe()
-	p.cmd.Stdout, p.cmd.Stderr = pw, pw
-	if err := p.cmd.Start(); err != nil {
+	p.Cmd.Stdout, p.Cmd.Stderr = pw, pw
+	if err := p.Cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start %s (%s): %w", name, path, err)
 	}
@@ -60,7 +65,7 @@ func startProc(name, logPath, readyMark string, env []string, path string, args 
 		io.Copy(io.Discard, pr) // a line over 1 MiB ends the scan; keep the pipe drained
 	}()
 	go func() {
-		p.err = p.cmd.Wait()
+		p.err = p.Cmd.Wait()
 		pw.Close()
 		copied.Wait()
 		close(p.done)
@@ -68,9 +73,9 @@ func startProc(name, logPath, readyMark string, env []string, path string, args 
 	return p, nil
 }
 
-// waitReady returns the ready line, or an error when the process exits or
+// WaitReady returns the ready line, or an error when the process exits or
 // timeout passes first.
-func (p *proc) waitReady(timeout time.Duration) (string, error) {
+func (p *Proc) WaitReady(timeout time.Duration) (string, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -83,11 +88,11 @@ func (p *proc) waitReady(timeout time.Duration) (string, error) {
 	}
 }
 
-// stopAll sends SIGTERM to every process still running, waits up to grace
+// StopAll sends SIGTERM to every process still running, waits up to grace
 // for them to exit, then SIGKILLs the rest and waits for them.
-func stopAll(procs []*proc, grace time.Duration) {
+func StopAll(procs []*Proc, grace time.Duration) {
 	for _, p := range procs {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 	}
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
@@ -97,8 +102,8 @@ func stopAll(procs []*proc, grace time.Duration) {
 		case <-deadline.C:
 			// Past the grace: kill everything left, then wait for all.
 			for _, q := range procs {
-				if err := q.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-					fmt.Fprintf(os.Stderr, "reaction: kill %s: %v\n", q.name, err)
+				if err := q.Cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+					fmt.Fprintf(os.Stderr, "%s: kill %s: %v\n", filepath.Base(os.Args[0]), q.name, err)
 				}
 			}
 			for _, q := range procs {

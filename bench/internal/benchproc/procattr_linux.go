@@ -1,14 +1,14 @@
-package main
+package benchproc
 
 import (
 	"os/exec"
 	"syscall"
 )
 
-// setProcAttr puts the child in its own process group, so a Ctrl-C at the
+// SetProcAttr puts the child in its own process group, so a Ctrl-C at the
 // terminal reaches only the harness, which stops the children in order;
 // and has the kernel kill the child if the harness dies without cleaning
 // up.
-func setProcAttr(cmd *exec.Cmd) {
+func SetProcAttr(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
