@@ -23,25 +23,7 @@ import (
 
 func TestSliceletLoadReachesAssigner(t *testing.T) {
 	node := startAgent(t, testConfig(t, "node-1", t.TempDir()))
-	sl, err := slicelet.New(slicelet.Config{
-		Job: "kv", Task: "kv-0", Addr: "127.0.0.1:9000",
-		Join:       []string{node.GossipAddr()},
-		Gossip:     gossip.TestConfig("replaced"),
-		LoadWindow: 20 * time.Millisecond,
-		Logger:     testLogger(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sl.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("slicelet Run: %v", err)
-		}
-	}()
+	sl := runSlicelet(t, node, slicelet.Config{Job: "kv", Task: "kv-0", LoadWindow: 20 * time.Millisecond})
 	<-sl.Ready()
 
 	// Load lands on one key: the merged job load lies inside that key's

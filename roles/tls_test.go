@@ -94,12 +94,18 @@ func startTLSTask(t testing.TB, node *running, src *tlsconfig.Source, job, task 
 // startTask runs a Slicelet for job/task joined to node, over TLS when src
 // is set, until the test ends.
 func startTask(t testing.TB, node *running, src *tlsconfig.Source, job, task string) *slicelet.Slicelet {
+	return runSlicelet(t, node, slicelet.Config{Job: job, Task: task, TLS: src})
+}
+
+// runSlicelet runs a Slicelet configured by cfg, joined to node with test
+// gossip timers, until the test ends. An empty Addr is 127.0.0.1:9000.
+func runSlicelet(t testing.TB, node *running, cfg slicelet.Config) *slicelet.Slicelet {
 	t.Helper()
-	sl, err := slicelet.New(slicelet.Config{
-		Job: job, Task: task, Addr: "127.0.0.1:9000",
-		Join: []string{node.GossipAddr()}, Gossip: gossip.TestConfig("replaced"),
-		TLS: src, Logger: testLogger(t),
-	})
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:9000"
+	}
+	cfg.Join, cfg.Gossip, cfg.Logger = []string{node.GossipAddr()}, gossip.TestConfig("replaced"), testLogger(t)
+	sl, err := slicelet.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
