@@ -54,6 +54,7 @@ var codes = []struct {
 	{ErrTooManyReports, connect.CodeResourceExhausted},
 	{storage.ErrInvalid, connect.CodeInvalidArgument},
 	{storage.ErrConflict, connect.CodeAborted},
+	{storage.ErrFenced, connect.CodeAborted},
 	{ErrNoAssigner, connect.CodeUnavailable},
 	{storage.ErrClosed, connect.CodeUnavailable},
 	{storage.ErrUnavailable, connect.CodeUnavailable},

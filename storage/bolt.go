@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,7 +48,10 @@ type Bolt struct {
 	incarnation string
 }
 
-var _ Store = (*Bolt)(nil)
+var (
+	_ Store  = (*Bolt)(nil)
+	_ Fencer = (*Bolt)(nil)
+)
 
 // OpenDataDir creates dir (mode 0700) if it is missing and opens the data
 // file DataFileName in it.
@@ -274,6 +278,20 @@ func (b *Bolt) Load(ctx context.Context, job string) (Record, error) {
 
 // Commit implements Store.
 func (b *Bolt) Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error {
+	return b.commit(ctx, job, 0, prevGen, next)
+}
+
+// CommitFenced implements Fencer: the epoch is checked against the one the
+// last lease write (PutLeaseState) stored, in the commit's transaction.
+func (b *Bolt) CommitFenced(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error {
+	if epoch == 0 {
+		return fmt.Errorf("%w: commit job %q: a fenced commit needs the job lease's epoch, not 0", ErrInvalid, job)
+	}
+	return b.commit(ctx, job, epoch, prevGen, next)
+}
+
+// commit is Commit, fenced by epoch unless it is 0.
+func (b *Bolt) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error {
 	if err := b.checkWrite(ctx, "commit", job); err != nil {
 		return err
 	}
@@ -287,20 +305,81 @@ func (b *Bolt) Commit(ctx context.Context, job string, prevGen uint64, next *ass
 	}
 	var stored *assign.Assignment
 	err = b.update(func(tx *bbolt.Tx) error {
+		if epoch != 0 {
+			fence, err := readFence(tx, job)
+			if err != nil {
+				return err
+			}
+			if fence != epoch {
+				return fencedError{stored: fence, held: epoch}
+			}
+		}
 		var err error
 		stored, err = writeAssignment(tx, job, prevGen, stamped, enc)
 		return err
 	})
 	if err != nil {
-		var conflict conflictError
-		if errors.As(err, &conflict) {
+		var (
+			conflict conflictError
+			fenced   fencedError
+		)
+		switch {
+		case errors.As(err, &conflict):
 			b.log.Debug("commit conflict", "job", job, "stored", conflict.stored, "expected", conflict.expected)
 			return Conflict(job, next.Generation, conflict.stored, conflict.expected)
+		case errors.As(err, &fenced):
+			b.log.Debug("commit fenced", "job", job, "stored_epoch", fenced.stored, "epoch", fenced.held)
+			return Fenced(job, next.Generation, fenced.stored, fenced.held)
 		}
 		return b.opError("commit", job, err)
 	}
 	next.Incarnation, next.Generation = stored.Incarnation, stored.Generation
-	b.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen)
+	b.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen, "epoch", epoch)
+	return nil
+}
+
+// LeaseStates returns every job's lease state, as PutLeaseState stored it:
+// the embedded lease manager (package lease) reads it when it starts.
+func (b *Bolt) LeaseStates(ctx context.Context) (map[string][]byte, error) {
+	if b.closed.Load() {
+		return nil, fmt.Errorf("%w: read lease states", ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("storage: read lease states: %w", err)
+	}
+	var out map[string][]byte
+	err := b.view(func(tx *bbolt.Tx) error {
+		var err error
+		out, err = readLeaseStates(tx)
+		return err
+	})
+	if err != nil {
+		return nil, b.opError("read lease states of", "", err)
+	}
+	return out, nil
+}
+
+// PutLeaseState stores job's lease state for the embedded lease manager.
+// Its first 8 bytes are the job lease's epoch, big-endian, which every
+// later CommitFenced of the job must carry; an epoch below the stored one
+// is refused with ErrFenced, so epochs never go back. The rest is the
+// lease package's, opaque here.
+func (b *Bolt) PutLeaseState(ctx context.Context, job string, state []byte) error {
+	if err := b.checkWrite(ctx, "write lease state of", job); err != nil {
+		return err
+	}
+	if len(state) < 8 {
+		return fmt.Errorf("%w: write lease state of job %q: it is %d bytes long; it starts with the 8-byte epoch", ErrInvalid, job, len(state))
+	}
+	state = bytes.Clone(state)
+	err := b.update(func(tx *bbolt.Tx) error { return writeLeaseState(tx, job, state) })
+	var fenced fencedError
+	if errors.As(err, &fenced) {
+		return fmt.Errorf("%w: write lease state of job %q: %v; epochs never go back", ErrFenced, job, fenced)
+	}
+	if err != nil {
+		return b.opError("write lease state of", job, err)
+	}
 	return nil
 }
 

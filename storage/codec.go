@@ -123,3 +123,20 @@ func Conflict(job string, next, stored, expected uint64) error {
 	return fmt.Errorf("%w: commit job %q generation %d: %v; load the job again and retry",
 		ErrConflict, job, next, conflictError{stored: stored, expected: expected})
 }
+
+// Fenced is the error of a fenced Commit of job at generation next whose
+// epoch, held, is not the job lease's stored epoch (0: no lease is held).
+func Fenced(job string, next, stored, held uint64) error {
+	return fmt.Errorf("%w: commit job %q generation %d: %v; another assigner holds the job, so this one stops writing it",
+		ErrFenced, job, next, fencedError{stored: stored, held: held})
+}
+
+// fencedError carries the epochs of a fenced Commit that lost its lease.
+type fencedError struct{ stored, held uint64 }
+
+func (e fencedError) Error() string {
+	if e.stored == 0 {
+		return fmt.Sprintf("the job lease of epoch %d is no longer held by anyone", e.held)
+	}
+	return fmt.Sprintf("the job lease is at epoch %d, the committer holds epoch %d", e.stored, e.held)
+}

@@ -24,6 +24,10 @@ var (
 	ErrReadOnly = errors.New("storage: read-only store")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("storage: store closed")
+	// ErrFenced: a fenced commit (Fencer) carried a job lease epoch that is
+	// no longer the job's: another Assigner holds the job now. The caller
+	// has lost the job and stops writing it; retrying cannot succeed.
+	ErrFenced = errors.New("storage: job lease lost")
 	// ErrUnavailable: a networked store's servers did not answer in time.
 	// Nothing is known to have changed; retry later (it is not a conflict).
 	ErrUnavailable = errors.New("storage: store unavailable")

@@ -27,6 +27,11 @@ import (
 //	deleted/                   bucket, created by the first Delete
 //	    <job name>             the generation the job was deleted at,
 //	                           uint64, 8 bytes big-endian
+//	leases/                    bucket, created by the first lease write
+//	    <job name>             the embedded lease manager's state of the
+//	                           job (package lease): the job lease's epoch,
+//	                           uint64, 8 bytes big-endian, then the rest
+//	                           of that package's encoding
 //
 // Both top-level buckets are created with the format version and a new
 // incarnation ID when the file is created, in one transaction. A job bucket
@@ -43,6 +48,11 @@ import (
 // generations of one name only grow, within one incarnation, across
 // deletions. The bucket needs no format change: a binary that does not know
 // it ignores it.
+//
+// The leases bucket is what makes a fenced commit (CommitFenced) checkable
+// in the commit's own transaction: the epoch a lease write stored is the
+// one the commit must carry. Like deleted/, it needs no format change, and
+// it outlives a job's deletion, so that epochs of one name only grow.
 //
 // Format history: 1 had no incarnation; 2 adds meta/incarnation (and
 // assignments in codec version 2, which carry it). Opening a format 1 file
@@ -65,6 +75,7 @@ var (
 
 	bucketJobs    = []byte("jobs")
 	bucketDeleted = []byte("deleted")
+	bucketLeases  = []byte("leases")
 	keyCurrent    = []byte("current")
 	keyPrevious   = []byte("previous")
 	keyConfig     = []byte("config")
@@ -427,4 +438,54 @@ func listJobs(tx *bbolt.Tx) ([]string, error) {
 		return nil
 	})
 	return names, err
+}
+
+// readFence is the job lease epoch stored for job, 0 if none.
+func readFence(tx *bbolt.Tx, job string) (uint64, error) {
+	leases := tx.Bucket(bucketLeases)
+	if leases == nil {
+		return 0, nil
+	}
+	v := leases.Get([]byte(job))
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) < 8 {
+		return 0, errCorruptValue{fmt.Errorf("the lease state of job %q is %d bytes long, want at least 8", job, len(v))}
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// writeLeaseState stores job's lease state, whose first 8 bytes are the
+// job lease epoch, refusing an epoch below the stored one.
+func writeLeaseState(tx *bbolt.Tx, job string, state []byte) error {
+	stored, err := readFence(tx, job)
+	if err != nil {
+		return err
+	}
+	if epoch := binary.BigEndian.Uint64(state); epoch < stored {
+		return fencedError{stored: stored, held: epoch}
+	}
+	leases, err := tx.CreateBucketIfNotExists(bucketLeases)
+	if err != nil {
+		return err
+	}
+	return leases.Put([]byte(job), state)
+}
+
+// readLeaseStates copies every job's lease state out of the transaction.
+func readLeaseStates(tx *bbolt.Tx) (map[string][]byte, error) {
+	out := make(map[string][]byte)
+	leases := tx.Bucket(bucketLeases)
+	if leases == nil {
+		return out, nil
+	}
+	err := leases.ForEach(func(k, v []byte) error {
+		if v == nil || len(v) < 8 {
+			return errCorruptValue{fmt.Errorf("the lease state of job %q is not a value of at least 8 bytes", k)}
+		}
+		out[string(k)] = bytes.Clone(v)
+		return nil
+	})
+	return out, err
 }

@@ -69,3 +69,15 @@ type Store interface {
 	// Close releases the store. Calls after Close return ErrClosed.
 	Close() error
 }
+
+// Fencer is implemented by a Store that can make a commit conditional on
+// the committer still holding the job's lease (package lease), checked in
+// the same write as the generation: so of two Assigners that both believe
+// they lead a job, only the one whose lease is current ever commits, and
+// one that lost its lease while computing cannot write afterwards.
+type Fencer interface {
+	// CommitFenced is Commit, applied only if the job lease's epoch
+	// stored with the job's lease is epoch (which must not be 0); it fails
+	// with ErrFenced, changing nothing, when it is not.
+	CommitFenced(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error
+}

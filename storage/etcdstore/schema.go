@@ -17,6 +17,11 @@ import (
 //	<prefix>jobs/<job>/config       assign.Config as JSON
 //	<prefix>deleted/<job>           the generation the job was deleted at,
 //	                                uint64, 8 bytes big-endian
+//	<prefix>leases/<job>/job        the job lease: its holder's name, put
+//	                                with the holder's etcd lease; its create
+//	                                revision is the lease's epoch
+//	<prefix>leases/<job>/...        the guard and bridge leases and their
+//	                                readers, laid out by package lease
 //
 // The values are encoded exactly as in the bbolt file (storage.Encode*).
 // Job names cannot contain '/', so a job's keys are exactly those under
@@ -56,6 +61,8 @@ func (k keys) current(job string) string  { return k.job(job) + leafCurrent }
 func (k keys) previous(job string) string { return k.job(job) + leafPrevious }
 func (k keys) config(job string) string   { return k.job(job) + leafConfig }
 func (k keys) deleted(job string) string  { return k.prefix + "deleted/" + job }
+func (k keys) leases(job string) string   { return k.prefix + "leases/" + job + "/" }
+func (k keys) jobLease(job string) string { return k.leases(job) + "job" }
 
 // jobOf returns the job a key under jobs() belongs to, and its leaf.
 func (k keys) jobOf(key []byte) (job, leaf string, err error) {

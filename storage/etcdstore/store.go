@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -91,6 +92,7 @@ type Store struct {
 var (
 	_ storage.Store   = (*Store)(nil)
 	_ storage.Watcher = (*Store)(nil)
+	_ storage.Fencer  = (*Store)(nil)
 )
 
 // Open connects to etcd and checks the store's format version, creating it
@@ -300,6 +302,19 @@ func (s *Store) readMeta(kvs []*mvccpb.KeyValue) (meta, error) {
 // Prefix returns the store's key prefix, ending in '/'.
 func (s *Store) Prefix() string { return s.keys.prefix }
 
+// Client is the store's etcd client, which the etcd lease manager (package
+// lease) shares so that its leases live beside the records they fence.
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// JobLeaseKey is the key of job's lease, which CommitFenced compares: the
+// lease manager creates it when it grants the lease, and its create
+// revision is the lease's epoch.
+func (s *Store) JobLeaseKey(job string) string { return s.keys.jobLease(job) }
+
+// LeaseKeys is the prefix of every lease key of job: the job lease and the
+// guard and bridge leases with their readers.
+func (s *Store) LeaseKeys(job string) string { return s.keys.leases(job) }
+
 // Incarnation implements storage.Store.
 func (s *Store) Incarnation() string { return s.incarnation }
 
@@ -334,6 +349,24 @@ func (s *Store) Load(ctx context.Context, job string) (storage.Record, error) {
 // transaction that applies only if the current and previous keys are still
 // at the revisions it read, moving current to previous.
 func (s *Store) Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error {
+	return s.commit(ctx, job, 0, prevGen, next)
+}
+
+// CommitFenced implements storage.Fencer. The job lease is the key
+// JobLeaseKey(job), which the etcd lease manager (package lease) creates
+// when it grants the lease, with the lease's epoch as its create revision
+// and attached to an etcd lease: the commit's transaction also compares
+// that create revision, so it fails once the lease expired or passed to
+// another holder.
+func (s *Store) CommitFenced(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error {
+	if epoch == 0 || epoch > math.MaxInt64 {
+		return fmt.Errorf("%w: commit job %q: a fenced commit needs the job lease's epoch (an etcd revision), not %d", storage.ErrInvalid, job, epoch)
+	}
+	return s.commit(ctx, job, epoch, prevGen, next)
+}
+
+// commit is Commit, fenced by epoch unless it is 0.
+func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error {
 	if err := s.checkWrite(ctx, "commit", job); err != nil {
 		return err
 	}
@@ -347,12 +380,25 @@ func (s *Store) Commit(ctx context.Context, job string, prevGen uint64, next *as
 	}
 	rctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(rctx, s.keys.job(job), clientv3.WithPrefix())
+	leaseKey := s.keys.jobLease(job)
+	reads := []clientv3.Op{clientv3.OpGet(s.keys.job(job), clientv3.WithPrefix()), clientv3.OpGet(leaseKey)}
+	resp, err := s.cli.Txn(rctx).Then(reads...).Commit()
 	if err != nil {
 		return s.opError(ctx, "commit", job, err)
 	}
-	kvs := resp.Kvs
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	lease := resp.Responses[1].GetResponseRange().Kvs
 	for attempt := 1; ; attempt++ {
+		if epoch != 0 {
+			var fence uint64
+			if len(lease) > 0 {
+				fence = uint64(lease[0].CreateRevision)
+			}
+			if fence != epoch {
+				s.log.Debug("commit fenced", "job", job, "stored_epoch", fence, "epoch", epoch)
+				return storage.Fenced(job, next.Generation, fence, epoch)
+			}
+		}
 		raw := s.split(job, kvs)
 		rec, err := storage.DecodeRecord(job, raw.value(raw.cur), raw.value(raw.prev), raw.value(raw.cfg))
 		if err != nil && !errors.Is(err, storage.ErrNotFound) {
@@ -397,22 +443,27 @@ func (s *Store) Commit(ctx context.Context, job string, prevGen uint64, next *as
 		if raw.cur == nil {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.keys.deleted(job)), "=", raw.rev(tomb)))
 		}
+		if epoch != 0 {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", int64(epoch)))
+		}
 		tresp, err := s.cli.Txn(rctx).
 			If(cmps...).
 			Then(ops...).
-			Else(clientv3.OpGet(s.keys.job(job), clientv3.WithPrefix())).
+			Else(reads...).
 			Commit()
 		if err != nil {
 			return s.opError(ctx, "commit", job, err)
 		}
 		if tresp.Succeeded {
 			next.Incarnation, next.Generation = stored.Incarnation, stored.Generation
-			s.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen, "revision", tresp.Header.Revision)
+			s.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen, "revision", tresp.Header.Revision,
+				"epoch", epoch)
 			return nil
 		}
 		// Another writer changed the keys between the read and the
 		// transaction: judge again against what it wrote.
 		kvs = tresp.Responses[0].GetResponseRange().Kvs
+		lease = tresp.Responses[1].GetResponseRange().Kvs
 	}
 }
 

@@ -1,0 +1,64 @@
+// Package lease grants the leases that let slicerd offer strongly
+// consistent jobs, where at most one task at a time believes it owns a key,
+// and that fence Assigners, so that one Assigner at a time writes a job.
+// It follows the Slicer paper's three locks per job (§4.5): a job lease,
+// a guard lease and a bridge lease.
+//
+// # Contract
+//
+// The job lease is exclusive and taken by Assigners. Acquire grants it to
+// one holder for a TTL, with an epoch above every epoch granted for the
+// job before; the holder renews it (Renew) and gives it up (Release), or
+// it expires. Acquire fails with ErrHeld while anyone holds it, the holder
+// included. The store's fenced commit (storage.Fencer) checks the epoch in
+// the same write as the generation: once another holder has been granted
+// the lease, a commit under an older epoch fails with storage.ErrFenced,
+// however long its Assigner was paused. The etcd manager's commits fail
+// as soon as the lease expires or is released; the embedded one's only
+// once another holder takes it, which is all fencing needs, since the
+// holder that let its lease lapse stops by itself (see Time, below).
+//
+// The guard and the bridge are shared leases with a value. The holder of
+// the job lease writes them (Set, Recall, Wait, all failing with ErrLost
+// under a lease that is not the job's); Slicelets read them (Read, Unread).
+// A Read succeeds only while the lease is open at exactly the value asked
+// for, and lasts a TTL from when the manager received it; renewing is
+// reading again. Recall closes the lease to readers: no Read succeeds
+// until the next Set. Wait returns once no reader holds it, each having
+// released it or let it expire. Set needs no reader at all (ErrBusy), and
+// opens the lease at its new value. So a value replaces another only
+// after every reader of the old one has stopped using it: a guard never
+// has readers of two values.
+//
+// # Time
+//
+// A read lease lasts at least its TTL from when the manager received the
+// request, and the manager grants nothing incompatible until it has
+// expired by the manager's clock. A reader that counts the TTL from when
+// it sent the request, less a margin for the two clocks' rates (see the
+// slicelet package), therefore stops using the lease before anyone else
+// can be granted what it covered; a reader paused past its deadline must
+// not use it again until it reads again. Wait never returns earlier than
+// that, and the contract suite checks it.
+//
+// # Implementations
+//
+// Embedded serves a single-node slicerd from its own memory and persists
+// epochs and guard and bridge values in the bbolt file (storage.Bolt),
+// whose fenced commit checks the epoch in the commit's transaction. While
+// that node is down, nothing grants or renews leases: a strongly
+// consistent job cannot change its assignment, and its Slicelets keep
+// using their guard and bridge only until their leases run out, then stop
+// serving the job's keys until the node is back. When it starts again it
+// serves the persisted guard and bridge values, so readers renew at once;
+// but it cannot know which readers the previous run granted, so it
+// refuses to move a guard or bridge (Set, Wait) for MaxReadTTL, the
+// longest read lease it grants.
+//
+// etcdlease keeps every lease in etcd, beside the store's records, with
+// etcd leases and transactions, so that any slicerd node on the store
+// serves them and they outlive every slicerd process. While etcd is down,
+// the same holds as for the embedded manager's node.
+//
+// The suite in lease/leasetest holds both to this contract.
+package lease

@@ -1,0 +1,573 @@
+package lease
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Persister keeps the embedded manager's state across restarts: per job,
+// the last epoch granted and the guard and bridge values. *storage.Bolt is
+// one, and its fenced commits check the epoch written here in their own
+// transaction.
+type Persister interface {
+	// LeaseStates returns every job's state as PutLeaseState stored it.
+	LeaseStates(ctx context.Context) (map[string][]byte, error)
+	// PutLeaseState stores job's state, whose first 8 bytes are the job
+	// lease's epoch, big-endian; it refuses an epoch below the stored one.
+	PutLeaseState(ctx context.Context, job string, state []byte) error
+}
+
+// EmbeddedOptions configures NewEmbedded.
+type EmbeddedOptions struct {
+	// MaxReadTTL caps the lifetime of a read lease (default
+	// DefaultMaxReadTTL): longer requests are granted this. It is also how
+	// long after starting the manager keeps every guard and bridge as if
+	// held by readers it cannot see, those that a previous run of the
+	// process granted.
+	MaxReadTTL time.Duration
+	// Logger receives grants, losses and recalls; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultMaxReadTTL is EmbeddedOptions.MaxReadTTL's default.
+const DefaultMaxReadTTL = 10 * time.Second
+
+// Embedded is the lease manager of a single-node slicerd: leases live in
+// its memory, and what must survive a restart (epochs, guard and bridge
+// values) in its store. See the package documentation for what it
+// guarantees while its process is down.
+type Embedded struct {
+	p       Persister
+	log     *slog.Logger
+	maxRead time.Duration
+	// unknownUntil: until then, readers granted by the process's previous
+	// run may still hold the guards and bridges it persisted.
+	unknownUntil time.Time
+
+	mu      sync.Mutex
+	closed  bool
+	nextID  int64
+	jobs    map[string]*jobState
+	changed chan struct{} // closed and replaced whenever a reader leaves
+}
+
+var _ Manager = (*Embedded)(nil)
+
+// jobState is one job's leases in the embedded manager.
+type jobState struct {
+	epoch   uint64 // last granted, persisted
+	holder  string // "" when nobody holds the job lease
+	id      int64
+	ttl     time.Duration
+	expires time.Time
+	shared  [2]sharedState // Guard, Bridge
+}
+
+type sharedState struct {
+	st      State
+	unknown bool // persisted before this run: readers of the last run may hold it
+	readers map[string]heldRead
+}
+
+type heldRead struct {
+	value   Value
+	expires time.Time
+}
+
+// NewEmbedded reads the persisted state and returns a manager serving it.
+func NewEmbedded(ctx context.Context, p Persister, opts EmbeddedOptions) (*Embedded, error) {
+	if opts.MaxReadTTL == 0 {
+		opts.MaxReadTTL = DefaultMaxReadTTL
+	}
+	if err := CheckTTL("embedded lease manager", opts.MaxReadTTL); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	states, err := p.LeaseStates(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lease: read the stored lease states: %w", err)
+	}
+	m := &Embedded{
+		p:            p,
+		log:          opts.Logger,
+		maxRead:      opts.MaxReadTTL,
+		unknownUntil: time.Now().Add(opts.MaxReadTTL),
+		jobs:         make(map[string]*jobState, len(states)),
+		changed:      make(chan struct{}),
+	}
+	for job, b := range states {
+		js, err := decodeState(b)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the stored lease state of job %q: %w; delete the job (slicerd job delete) to reset it", ErrCorrupt, job, err)
+		}
+		for i := range js.shared {
+			js.shared[i].unknown = js.shared[i].st.Set
+		}
+		m.jobs[job] = js
+	}
+	return m, nil
+}
+
+// Acquire implements Manager.
+func (m *Embedded) Acquire(ctx context.Context, job, holder string, ttl time.Duration) (Job, error) {
+	const op = "acquire job lease"
+	if err := m.checkCall(ctx, op, job); err != nil {
+		return Job{}, err
+	}
+	if err := CheckName(op, "holder", holder); err != nil {
+		return Job{}, err
+	}
+	if err := CheckTTL(op, ttl); err != nil {
+		return Job{}, err
+	}
+	if err := m.lockOpen(op, job); err != nil {
+		return Job{}, err
+	}
+	defer m.mu.Unlock()
+	js := m.job(job)
+	now := time.Now()
+	if js.holder != "" && now.Before(js.expires) {
+		return Job{}, fmt.Errorf("%w: job %q: %s holds its lease at epoch %d for another %v",
+			ErrHeld, job, js.holder, js.epoch, js.expires.Sub(now).Round(time.Millisecond))
+	}
+	next := *js
+	next.epoch++
+	if err := m.p.PutLeaseState(ctx, job, encodeState(&next)); err != nil {
+		return Job{}, fmt.Errorf("lease: %s %q: store the new epoch: %w", op, job, err)
+	}
+	m.nextID++
+	js.epoch, js.holder, js.id, js.ttl, js.expires = next.epoch, holder, m.nextID, ttl, now.Add(ttl)
+	m.log.Info("job lease granted", "job", job, "holder", holder, "epoch", js.epoch, "ttl", ttl)
+	return Job{Job: job, Holder: holder, Epoch: js.epoch, TTL: ttl, ID: js.id}, nil
+}
+
+// Renew implements Manager.
+func (m *Embedded) Renew(ctx context.Context, l Job) (Job, error) {
+	const op = "renew job lease"
+	if err := m.checkCall(ctx, op, l.Job); err != nil {
+		return Job{}, err
+	}
+	if err := m.lockOpen(op, l.Job); err != nil {
+		return Job{}, err
+	}
+	defer m.mu.Unlock()
+	js := m.jobs[l.Job]
+	if err := m.held(js, l, time.Now()); err != nil {
+		return Job{}, err
+	}
+	js.expires = time.Now().Add(js.ttl)
+	l.TTL = js.ttl
+	return l, nil
+}
+
+// Release implements Manager.
+func (m *Embedded) Release(ctx context.Context, l Job) error {
+	const op = "release job lease"
+	if err := m.checkCall(ctx, op, l.Job); err != nil {
+		return err
+	}
+	if err := m.lockOpen(op, l.Job); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	js := m.jobs[l.Job]
+	if js != nil && js.epoch == l.Epoch && js.id == l.ID && js.holder != "" {
+		js.holder = ""
+		m.log.Info("job lease released", "job", l.Job, "holder", l.Holder, "epoch", l.Epoch)
+	}
+	return nil
+}
+
+// Holder implements Manager.
+func (m *Embedded) Holder(ctx context.Context, job string) (Job, error) {
+	const op = "read job lease"
+	if err := m.checkCall(ctx, op, job); err != nil {
+		return Job{}, err
+	}
+	if err := m.lockOpen(op, job); err != nil {
+		return Job{}, err
+	}
+	defer m.mu.Unlock()
+	js := m.jobs[job]
+	now := time.Now()
+	if js == nil || js.holder == "" || !now.Before(js.expires) {
+		return Job{}, fmt.Errorf("%w: job %q", ErrNotHeld, job)
+	}
+	return Job{Job: job, Holder: js.holder, Epoch: js.epoch, TTL: js.expires.Sub(now), ID: js.id}, nil
+}
+
+// State implements Manager.
+func (m *Embedded) State(ctx context.Context, job string, kind Kind) (State, error) {
+	const op = "read lease state"
+	if err := m.checkShared(ctx, op, job, kind); err != nil {
+		return State{}, err
+	}
+	if err := m.lockOpen(op, job); err != nil {
+		return State{}, err
+	}
+	defer m.mu.Unlock()
+	if js := m.jobs[job]; js != nil {
+		return js.shared[kind-1].st, nil
+	}
+	return State{}, nil
+}
+
+// Set implements Manager.
+func (m *Embedded) Set(ctx context.Context, l Job, kind Kind, v Value) error {
+	op := "set " + kind.String()
+	if err := m.checkShared(ctx, op, l.Job, kind); err != nil {
+		return err
+	}
+	if err := CheckValue(op, kind, v); err != nil {
+		return err
+	}
+	if err := m.lockOpen(op, l.Job); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	js := m.jobs[l.Job]
+	now := time.Now()
+	if err := m.held(js, l, now); err != nil {
+		return err
+	}
+	sh := &js.shared[kind-1]
+	if n := m.prune(sh, now); n > 0 {
+		return fmt.Errorf("%w: %s of job %q: %d readers still hold %v; recall it and wait for them",
+			ErrBusy, op, l.Job, n, sh.st.Value)
+	}
+	if sh.unknown {
+		return fmt.Errorf("%w: %s of job %q: readers granted before this manager started may hold %v for another %v",
+			ErrBusy, op, l.Job, sh.st.Value, m.unknownUntil.Sub(now).Round(time.Millisecond))
+	}
+	next := *js
+	next.shared[kind-1].st = State{Set: true, Value: v}
+	if err := m.p.PutLeaseState(ctx, l.Job, encodeState(&next)); err != nil {
+		return fmt.Errorf("lease: %s of job %q: store it: %w", op, l.Job, err)
+	}
+	sh.st = next.shared[kind-1].st
+	m.log.Debug("lease set", "job", l.Job, "kind", kind.String(), "value", v.String(), "epoch", l.Epoch)
+	return nil
+}
+
+// Recall implements Manager.
+func (m *Embedded) Recall(ctx context.Context, l Job, kind Kind) error {
+	op := "recall " + kind.String()
+	if err := m.checkShared(ctx, op, l.Job, kind); err != nil {
+		return err
+	}
+	if err := m.lockOpen(op, l.Job); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	js := m.jobs[l.Job]
+	if err := m.held(js, l, time.Now()); err != nil {
+		return err
+	}
+	sh := &js.shared[kind-1]
+	if !sh.st.Set || sh.st.Recalled {
+		return nil
+	}
+	next := *js
+	next.shared[kind-1].st.Recalled = true
+	if err := m.p.PutLeaseState(ctx, l.Job, encodeState(&next)); err != nil {
+		return fmt.Errorf("lease: %s of job %q: store it: %w", op, l.Job, err)
+	}
+	sh.st.Recalled = true
+	m.log.Debug("lease recalled", "job", l.Job, "kind", kind.String(), "value", sh.st.Value.String(), "readers", len(sh.readers))
+	return nil
+}
+
+// Wait implements Manager.
+func (m *Embedded) Wait(ctx context.Context, l Job, kind Kind) error {
+	op := "wait for " + kind.String() + " readers"
+	if err := m.checkShared(ctx, op, l.Job, kind); err != nil {
+		return err
+	}
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return fmt.Errorf("%w: %s of job %q", ErrClosed, op, l.Job)
+		}
+		js := m.jobs[l.Job]
+		now := time.Now()
+		if err := m.held(js, l, now); err != nil {
+			m.mu.Unlock()
+			return err
+		}
+		sh := &js.shared[kind-1]
+		m.prune(sh, now)
+		var next time.Time
+		for _, r := range sh.readers {
+			if next.IsZero() || r.expires.Before(next) {
+				next = r.expires
+			}
+		}
+		if sh.unknown && (next.IsZero() || m.unknownUntil.Before(next)) {
+			next = m.unknownUntil
+		}
+		changed := m.changed
+		m.mu.Unlock()
+		if next.IsZero() {
+			return nil
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("lease: %s of job %q: %w", op, l.Job, ctx.Err())
+		case <-changed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// Readers implements Manager.
+func (m *Embedded) Readers(ctx context.Context, job string, kind Kind) ([]Reader, error) {
+	const op = "list readers"
+	if err := m.checkShared(ctx, op, job, kind); err != nil {
+		return nil, err
+	}
+	if err := m.lockOpen(op, job); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	js := m.jobs[job]
+	if js == nil {
+		return nil, nil
+	}
+	sh := &js.shared[kind-1]
+	m.prune(sh, time.Now())
+	out := make([]Reader, 0, len(sh.readers))
+	for name, r := range sh.readers {
+		out = append(out, Reader{Name: name, Value: r.value})
+	}
+	slices.SortFunc(out, func(a, b Reader) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// Read implements Manager.
+func (m *Embedded) Read(ctx context.Context, job string, kind Kind, reader string, v Value, ttl time.Duration) (Read, error) {
+	op := "read " + kind.String()
+	if err := m.checkShared(ctx, op, job, kind); err != nil {
+		return Read{}, err
+	}
+	if err := CheckName(op, "reader", reader); err != nil {
+		return Read{}, err
+	}
+	if err := CheckValue(op, kind, v); err != nil {
+		return Read{}, err
+	}
+	if err := CheckTTL(op, ttl); err != nil {
+		return Read{}, err
+	}
+	ttl = min(ttl, m.maxRead)
+	if err := m.lockOpen(op, job); err != nil {
+		return Read{}, err
+	}
+	defer m.mu.Unlock()
+	js := m.jobs[job]
+	var st State
+	if js != nil {
+		st = js.shared[kind-1].st
+	}
+	if !st.Set || st.Recalled || st.Value != v {
+		return Read{}, RecalledError(job, kind, v, st)
+	}
+	sh := &js.shared[kind-1]
+	if sh.readers == nil {
+		sh.readers = make(map[string]heldRead)
+	}
+	sh.readers[reader] = heldRead{value: v, expires: time.Now().Add(ttl)}
+	return Read{Job: job, Kind: kind, Reader: reader, Value: v, TTL: ttl}, nil
+}
+
+// Unread implements Manager.
+func (m *Embedded) Unread(ctx context.Context, job string, kind Kind, reader string) error {
+	op := "release " + kind.String()
+	if err := m.checkShared(ctx, op, job, kind); err != nil {
+		return err
+	}
+	if err := CheckName(op, "reader", reader); err != nil {
+		return err
+	}
+	if err := m.lockOpen(op, job); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	if js := m.jobs[job]; js != nil {
+		if _, ok := js.shared[kind-1].readers[reader]; ok {
+			delete(js.shared[kind-1].readers, reader)
+			m.signal()
+		}
+	}
+	return nil
+}
+
+// Close implements Manager.
+func (m *Embedded) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.closed {
+		m.closed = true
+		m.signal()
+	}
+	return nil
+}
+
+// lockOpen locks mu, which the caller unlocks, unless the manager is
+// closed.
+func (m *Embedded) lockOpen(op, job string) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %s of job %q", ErrClosed, op, job)
+	}
+	return nil
+}
+
+// job returns job's state, creating it. Called with mu held.
+func (m *Embedded) job(job string) *jobState {
+	js := m.jobs[job]
+	if js == nil {
+		js = &jobState{}
+		m.jobs[job] = js
+	}
+	return js
+}
+
+// held checks that l is job's current lease. Called with mu held.
+func (m *Embedded) held(js *jobState, l Job, now time.Time) error {
+	switch {
+	case js == nil || js.epoch != l.Epoch || js.id != l.ID:
+		return fmt.Errorf("%w: job %q: the lease of epoch %d is no longer the job's", ErrLost, l.Job, l.Epoch)
+	case js.holder == "":
+		return fmt.Errorf("%w: job %q: the lease of epoch %d was released", ErrLost, l.Job, l.Epoch)
+	case !now.Before(js.expires):
+		return fmt.Errorf("%w: job %q: the lease of epoch %d expired %v ago", ErrLost, l.Job, l.Epoch, now.Sub(js.expires).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// prune drops expired readers and ends the restart's uncertainty once it
+// has passed, returning how many readers are left. Called with mu held.
+func (m *Embedded) prune(sh *sharedState, now time.Time) int {
+	for name, r := range sh.readers {
+		if !now.Before(r.expires) {
+			delete(sh.readers, name)
+		}
+	}
+	if sh.unknown && !now.Before(m.unknownUntil) {
+		sh.unknown = false
+	}
+	return len(sh.readers)
+}
+
+// signal wakes every Wait. Called with mu held.
+func (m *Embedded) signal() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+func (m *Embedded) checkCall(ctx context.Context, op, job string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("lease: %s %q: %w", op, job, err)
+	}
+	return checkJob(op, job)
+}
+
+func (m *Embedded) checkShared(ctx context.Context, op, job string, kind Kind) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("lease: %s of job %q: %w", op, job, err)
+	}
+	return CheckArgs(op, job, kind)
+}
+
+// RecalledError is the error of a Read of v that found the lease in state
+// st, saying why.
+func RecalledError(job string, kind Kind, v Value, st State) error {
+	switch {
+	case !st.Set:
+		return fmt.Errorf("%w: job %q has no %s yet; retry once its assigner sets one", ErrRecalled, job, kind)
+	case st.Value != v:
+		return fmt.Errorf("%w: job %q's %s is at %v, not %v; use the assignment of its generation", ErrRecalled, job, kind, st.Value, v)
+	}
+	return fmt.Errorf("%w: job %q's %s at %v is recalled; stop using it and read the next value once it is set", ErrRecalled, job, kind, v)
+}
+
+// The persisted state of one job, as the embedded manager stores it:
+//
+//	epoch    uint64, big-endian (the storage layer's fence)
+//	version  1 byte, stateVersion
+//	guard    flags 1 byte (1 set, 2 recalled), from uint64, to uint64
+//	bridge   the same
+const (
+	stateVersion = 1
+	stateLen     = 8 + 1 + 2*17
+	flagSet      = 1
+	flagRecalled = 2
+)
+
+func encodeState(js *jobState) []byte {
+	b := make([]byte, 0, stateLen)
+	b = binary.BigEndian.AppendUint64(b, js.epoch)
+	b = append(b, stateVersion)
+	for _, sh := range js.shared {
+		var flags byte
+		if sh.st.Set {
+			flags |= flagSet
+		}
+		if sh.st.Recalled {
+			flags |= flagRecalled
+		}
+		b = append(b, flags)
+		b = binary.BigEndian.AppendUint64(b, sh.st.Value.From)
+		b = binary.BigEndian.AppendUint64(b, sh.st.Value.To)
+	}
+	return b
+}
+
+func decodeState(b []byte) (*jobState, error) {
+	if len(b) != stateLen {
+		return nil, fmt.Errorf("it is %d bytes long, want %d", len(b), stateLen)
+	}
+	if b[8] != stateVersion {
+		return nil, fmt.Errorf("it is of version %d; this slicerd reads version %d", b[8], stateVersion)
+	}
+	js := &jobState{epoch: binary.BigEndian.Uint64(b)}
+	for i := range js.shared {
+		rec := b[9+17*i : 9+17*(i+1)]
+		flags := rec[0]
+		if flags&^(flagSet|flagRecalled) != 0 || (flags&flagSet == 0 && flags != 0) {
+			return nil, fmt.Errorf("the %s has flags %#x", Kind(i+1), flags)
+		}
+		v := Value{From: binary.BigEndian.Uint64(rec[1:]), To: binary.BigEndian.Uint64(rec[9:])}
+		if flags&flagSet == 0 {
+			if v != (Value{}) {
+				return nil, fmt.Errorf("the %s is unset but has value %v", Kind(i+1), v)
+			}
+			continue
+		}
+		if CheckValue("decode", Kind(i+1), v) != nil {
+			return nil, fmt.Errorf("the %s has the invalid value %v", Kind(i+1), v)
+		}
+		js.shared[i].st = State{Set: true, Value: v, Recalled: flags&flagRecalled != 0}
+	}
+	return js, nil
+}
