@@ -134,8 +134,7 @@ func (m *Embedded) Acquire(ctx context.Context, job, holder string, ttl time.Dur
 	js := m.job(job)
 	now := time.Now()
 	if js.holder != "" && now.Before(js.expires) {
-		return Job{}, fmt.Errorf("%w: job %q: %s holds its lease at epoch %d for another %v",
-			ErrHeld, job, js.holder, js.epoch, js.expires.Sub(now).Round(time.Millisecond))
+		return Job{}, &HeldError{Job: job, Holder: js.holder, Epoch: js.epoch, Remaining: js.expires.Sub(now)}
 	}
 	next := *js
 	next.epoch++

@@ -1,6 +1,10 @@
 package lease
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Sentinel errors. Callers match them with errors.Is; the wrapped message
 // names the job and lease and says what to do.
@@ -32,3 +36,23 @@ var (
 	// ErrCorrupt: the manager's stored state cannot be read.
 	ErrCorrupt = errors.New("lease: corrupt state")
 )
+
+// HeldError is the error of an Acquire that found the job lease held; it
+// matches ErrHeld.
+type HeldError struct {
+	Job, Holder string
+	Epoch       uint64
+	// Remaining is how long the lease lasts unless renewed, 0 if unknown.
+	Remaining time.Duration
+}
+
+func (e *HeldError) Error() string {
+	msg := fmt.Sprintf("lease: held by another: job %q: %s holds its lease at epoch %d", e.Job, e.Holder, e.Epoch)
+	if e.Remaining > 0 {
+		msg += fmt.Sprintf(" for another %v", e.Remaining.Round(time.Millisecond))
+	}
+	return msg
+}
+
+// Is makes a HeldError match ErrHeld.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }

@@ -21,6 +21,7 @@ import (
 	"github.com/slicerd/slicerd/internal/connlimit"
 	"github.com/slicerd/slicerd/internal/fanout"
 	"github.com/slicerd/slicerd/internal/hostcheck"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -36,6 +37,7 @@ type Agent struct {
 	cfg         Config
 	log         *slog.Logger
 	store       storage.Store
+	leases      lease.Manager // the assigner role's; nil without it
 	listener    net.Listener
 	server      *http.Server
 	hosts       *hostcheck.Checker
@@ -74,6 +76,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		}
 		a.store = store
 	}
+	if cfg.has(gossip.RoleAssigner) {
+		leases, err := openLeases(ctx, cfg, a.store)
+		if err != nil {
+			a.closeStore()
+			return nil, err
+		}
+		a.leases = leases
+	}
 	ln, err := net.Listen("tcp", cfg.RPCAddr)
 	if err != nil {
 		a.closeStore()
@@ -91,7 +101,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.streams = newStreamLimiter(cfg.MaxStreams, refusalLogInterval, cfg.Logger.With("component", "rpc"))
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(sharingCodec{}), connect.WithInterceptors(a.streams, messageAuth{})}
 	if cfg.has(gossip.RoleAssigner) {
-		a.assigner = newAssigner(cfg, a.store, a, a.stopping)
+		a.assigner = newAssigner(cfg, a.store, a.leases, a, a.stopping)
 		a.assigner.verify, a.assigner.rawPeers = a.verify, a.rawPeers
 		a.handle(mux, slicerv1connect.AssignerServiceName)(slicerv1connect.NewAssignerServiceHandler(a.assigner, opts...))
 		a.handle(mux, slicerv1connect.JobServiceName)(slicerv1connect.NewJobServiceHandler(a.assigner, opts...))
@@ -347,6 +357,11 @@ func (a *Agent) shutdown(node *gossip.Node) {
 }
 
 func (a *Agent) closeStore() {
+	if a.leases != nil {
+		if err := a.leases.Close(); err != nil {
+			a.log.Error("closing the lease manager", "err", err)
+		}
+	}
 	if a.store == nil {
 		return
 	}

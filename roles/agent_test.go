@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -55,6 +57,42 @@ func testStore(t *testing.T) storage.Store {
 	}
 	t.Cleanup(func() { store.Close() })
 	return store
+}
+
+// testLeases maps each test store to the one embedded lease manager all
+// the test's Assigners on it share, as the agents of one process would.
+var testLeases sync.Map // storage.Store → lease.Manager
+
+// testAssigner builds an Assigner as the agent does, with the embedded
+// lease manager of store (nil for tests that never commit).
+func testAssigner(t *testing.T, cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
+	t.Helper()
+	var leases lease.Manager
+	if b, ok := store.(*storage.Bolt); ok {
+		if m, ok := testLeases.Load(store); ok {
+			leases = m.(lease.Manager)
+		} else {
+			m, err := lease.NewEmbedded(context.Background(), b, lease.EmbeddedOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			testLeases.Store(store, m)
+			t.Cleanup(func() { testLeases.Delete(store); m.Close() })
+			leases = m
+		}
+	}
+	return newAssigner(cfg, store, leases, members, stopping)
+}
+
+// lead makes a take job's lease, as its leader does for a job it prefers,
+// so that a test can drive its decisions directly.
+func lead(t *testing.T, a *Assigner, job string) {
+	t.Helper()
+	a.leader.Evaluate(context.Background(), []string{job})
+	a.leader.Gained()
+	if _, held := a.leader.Held(job); !held {
+		t.Fatalf("assigner %s did not get the lease of job %s", a.self, job)
+	}
 }
 
 // running is an agent started in the background, stopped at cleanup.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -60,21 +61,21 @@ type membership interface {
 	Changes() (<-chan struct{}, func())
 }
 
-// Assigner generates, stores and publishes assignments for the jobs it is
-// the preferred Assigner of (see gossip.Preference), and serves every
-// other job it knows from the store, forwarding writes to that job's
-// preferred Assigner.
+// Assigner generates, stores and publishes assignments for the jobs whose
+// lease it holds (see lease.Leader: it tries to take the jobs it is the
+// preferred Assigner of), and serves every other job it knows from the
+// store, forwarding writes to that job's lease holder.
 type Assigner struct {
 	log        *slog.Logger
 	self       string // this node's gossip name
 	store      storage.Store
+	fencer     storage.Fencer // store's fenced commits; nil only in tests without a store
+	leader     *lease.Leader
 	members    membership
-	rtt        gossip.RTTFunc // nil when membership estimates no distances
 	pref       gossip.Preference
-	choices    gossip.Choices // this Assigner's preferred Assigner per job
-	poll       time.Duration  // standby store reads, when the store cannot watch
-	rpcClients *peerClients   // forwarded writes
-	verify     *verifier      // nil without TLS: every member is believed
+	poll       time.Duration // standby store reads, when the store cannot watch
+	rpcClients *peerClients  // forwarded writes
+	verify     *verifier     // nil without TLS: every member is believed
 	rawPeers   func() []gossip.Peer
 	forwarded  atomic.Uint64 // writes forwarded to the preferred Assigner
 	delay      time.Duration
@@ -86,10 +87,6 @@ type Assigner struct {
 	kick chan struct{} // a job's configuration changed
 
 	loads *loads // tasks' latest load reports; see load.go
-
-	// adoptions and orphans are guarded by mu; see adopt.
-	adoptions map[string]time.Time // job → when its adoption lapses
-	orphans   map[string]time.Time // job → since when its assignment is out of date
 
 	// setConfig orders SetJobConfig calls, so the configuration stored
 	// last is the one applied last.
@@ -110,7 +107,7 @@ type Assigner struct {
 	}
 }
 
-func newAssigner(cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
+func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members membership, stopping <-chan struct{}) *Assigner {
 	a := &Assigner{
 		log:        cfg.Logger.With("role", "assigner"),
 		self:       cfg.NodeName,
@@ -126,16 +123,27 @@ func newAssigner(cfg Config, store storage.Store, members membership, stopping <
 		stopping:   stopping,
 		kick:       make(chan struct{}, 1),
 		jobs:       make(map[string]*assignerJob),
-		adoptions:  make(map[string]time.Time),
-		orphans:    make(map[string]time.Time),
 		loads:      newLoads(cfg.LoadHalfLife),
 		maxJobs:    cfg.MaxJobs,
 		maxSlices:  cfg.MaxSlicesPerJob,
 		reports:    newReportLimiter(cfg.MaxLoadReportsPerSecond, cfg.LoadReportBurst),
 	}
+	a.fencer, _ = store.(storage.Fencer)
+	var rtt gossip.RTTFunc // nil when membership estimates no distances
 	if p, ok := members.(proximity); ok {
-		a.rtt = p.RTT
+		rtt = p.RTT
 	}
+	a.leader = lease.NewLeader(lease.LeaderConfig{
+		Self:        cfg.NodeName,
+		Manager:     leases,
+		TTL:         cfg.JobLeaseTTL,
+		Preference:  a.pref,
+		Members:     members.Peers,
+		RTT:         rtt,
+		Stale:       a.outOfDate,
+		OrphanAfter: 10*a.pref.Recheck + 10*a.delay,
+		Logger:      a.log,
+	})
 	return a
 }
 
@@ -245,6 +253,19 @@ func (a *Assigner) Run(ctx context.Context) error {
 	if err := a.loadRetrying(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
+	// The leader renews the job leases while the Assigner decides, and
+	// releases them once it has stopped, so that another Assigner takes
+	// the jobs over at once.
+	leaderCtx, stopLeader := context.WithCancel(context.WithoutCancel(ctx))
+	leaderDone := make(chan struct{})
+	go func() {
+		defer close(leaderDone)
+		_ = a.leader.Run(leaderCtx)
+	}()
+	defer func() {
+		stopLeader()
+		<-leaderDone
+	}()
 	changes, unsubscribe := a.members.Changes()
 	defer unsubscribe()
 	recheck := time.NewTicker(a.pref.Recheck)
@@ -304,6 +325,9 @@ func (a *Assigner) Run(ctx context.Context) error {
 			}
 		case <-recheck.C:
 			a.evaluate(ctx, ready)
+		case <-a.leader.Changes():
+			// A lease was gained (take the job over) or lost.
+			a.evaluate(ctx, ready)
 		case name, ok := <-watched:
 			if !ok {
 				if ctx.Err() != nil {
@@ -350,7 +374,7 @@ func (a *Assigner) reconcileAll(ctx context.Context) bool {
 		if ctx.Err() != nil {
 			return true
 		}
-		if _, self := a.preferred(name); !self {
+		if _, held := a.leader.Held(name); !held {
 			continue
 		}
 		if err := a.reconcile(ctx, name, triggerChange); err != nil {
@@ -368,7 +392,7 @@ func (a *Assigner) balanceAll(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, self := a.preferred(name); !self {
+		if _, held := a.leader.Held(name); !held {
 			continue
 		}
 		a.mu.Lock()
@@ -391,12 +415,17 @@ func (a *Assigner) balanceAll(ctx context.Context) {
 	}
 }
 
-// reconcile takes one decision for a job: read the assignment, compute the
-// next one from the live tasks and the measured load, and store it
-// conditionally on the one read. On a conflict it re-reads the stored
-// assignment and starts over (§4.1). A load-driven decision is committed
-// only when it lowers the imbalance.
+// reconcile takes one decision for a job whose lease this Assigner holds:
+// read the assignment, compute the next one from the live tasks and the
+// measured load, and store it conditionally on the one read and on the
+// lease's epoch. On a conflict it re-reads the stored assignment and
+// starts over (§4.1). A load-driven decision is committed only when it
+// lowers the imbalance. Without the lease, or once it is lost, it does
+// nothing.
 func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) error {
+	if _, held := a.leader.Held(name); !held {
+		return nil
+	}
 	j, err := a.job(ctx, name, true)
 	if err != nil {
 		return err
@@ -442,16 +471,21 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 				"churn", decision.Churn, "moves", len(decision.Moves))
 			return nil
 		}
-		err = a.store.Commit(ctx, name, prevGen, next)
+		// The lease is checked again just before the write: one that ran
+		// out while the decision was computed stops it here, and one
+		// another Assigner took since is refused by the store's fence.
+		held, ok := a.leader.Held(name)
+		if !ok {
+			a.log.Warn("job lease ran out before the commit; not writing the job", "job", name, "generation", next.Generation)
+			return nil
+		}
+		err = a.commit(ctx, name, held.Epoch, prevGen, next)
+		if errors.Is(err, storage.ErrFenced) {
+			a.leader.Lost(name, err)
+			return nil
+		}
 		if errors.Is(err, storage.ErrConflict) {
 			a.log.Warn("assignment changed in the store since it was read; rebasing", "job", name, "attempt", attempt, "err", err)
-			a.mu.Lock()
-			leading := j.leading
-			a.mu.Unlock()
-			if leading {
-				// Another Assigner generates this job too; see refresh.
-				a.choices.Forget(name)
-			}
 			rec, lerr := a.store.Load(ctx, name)
 			if errors.Is(lerr, storage.ErrNotFound) {
 				return nil // deleted meanwhile; see jobdelete.go
@@ -469,10 +503,9 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		}
 		a.mu.Lock()
 		j.committed = a.loads.now()
-		j.own = next.Generation
 		a.mu.Unlock()
 		j.pub.publish(next)
-		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "trigger", why.String(),
+		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "epoch", held.Epoch, "trigger", why.String(),
 			"tasks", len(next.Tasks), "slices", len(next.Slices), "imbalance_before", before, "imbalance_after", after,
 			"load", load.Total(), "churn", decision.Churn, "moves", len(decision.Moves))
 		for _, m := range decision.Moves {
@@ -482,4 +515,12 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		return nil
 	}
 	return fmt.Errorf("gave up after %d conflicting commits", maxCommitAttempts)
+}
+
+// commit stores next fenced by the job lease's epoch.
+func (a *Assigner) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error {
+	if a.fencer == nil {
+		return fmt.Errorf("%w: the store (%T) cannot fence commits by the job lease", ErrConfig, a.store)
+	}
+	return a.fencer.CommitFenced(ctx, job, epoch, prevGen, next)
 }

@@ -37,7 +37,8 @@ func TestAssignerRebasesOnConflict(t *testing.T) {
 	}
 
 	stopping := make(chan struct{})
-	a := newAssigner(testConfig(t, "assigner-1", ""), store, node, stopping)
+	a := testAssigner(t, testConfig(t, "assigner-1", ""), store, node, stopping)
+	lead(t, a, "kv")
 	j, err := a.job(ctx, "kv", true)
 	if err != nil {
 		t.Fatal(err)

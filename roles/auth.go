@@ -214,6 +214,7 @@ func (au *authenticator) wrap(next http.Handler) http.Handler {
 		} else {
 			r.Header.Del(ForwardedHeader)
 			r.Header.Del(ForwardedForHeader)
+			r.Header.Del(ForwardedToHolderHeader)
 		}
 		if err := allowed(accessOf(r.URL.Path), c); err != nil {
 			au.errors.Write(w, r, err)

@@ -55,7 +55,8 @@ func TestBalanceDecisions(t *testing.T) {
 	members.set("kv", "t0", "t1", "t2")
 	cfg := testConfig(t, "n", "")
 	cfg.RebalanceInterval = time.Second
-	as := newAssigner(cfg, store, members, nil)
+	as := testAssigner(t, cfg, store, members, nil)
+	lead(t, as, "kv")
 	now := time.Unix(1000, 0)
 	as.loads.now = func() time.Time { return now }
 
@@ -142,7 +143,8 @@ func TestBalanceOff(t *testing.T) {
 	members.set("kv", "t0", "t1", "t2")
 	cfg := testConfig(t, "n", "")
 	cfg.RebalanceInterval = 0
-	as := newAssigner(cfg, store, members, nil)
+	as := testAssigner(t, cfg, store, members, nil)
+	lead(t, as, "kv")
 	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +324,7 @@ func BenchmarkLoadDecision(b *testing.B) {
 	members.set("kv", names...)
 	cfg := DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	as := newAssigner(cfg, nil, members, nil)
+	as := newAssigner(cfg, nil, nil, members, nil)
 
 	// Power-law load on 1,000 keys over a uniform background.
 	parts := []assign.Load{{{Start: 0, End: assign.KeySpaceEnd, Load: 1000}}}

@@ -133,7 +133,8 @@ func TestTakeoverWithLoadMovesNothing(t *testing.T) {
 	}
 	cfg := testConfig(t, "a1", "")
 	cfg.RebalanceInterval = time.Second
-	a := newAssigner(cfg, store, members, nil)
+	a := testAssigner(t, cfg, store, members, nil)
+	lead(t, a, "kv")
 	truth := skewed()
 	for _, task := range tasks {
 		if _, err := a.ReportLoad(ctx, connect.NewRequest(reportFor(stored, task.Name, truth, 1))); err != nil {
@@ -216,7 +217,8 @@ func TestLoadDecisionWaitsForMembershipDecision(t *testing.T) {
 	members.set("kv", "t0", "t1", "t2")
 	cfg := testConfig(t, "a1", "")
 	cfg.RebalanceInterval = time.Second
-	a := newAssigner(cfg, store, members, nil)
+	a := testAssigner(t, cfg, store, members, nil)
+	lead(t, a, "kv")
 	now := time.Unix(1000, 0)
 	a.loads.now = func() time.Time { return now }
 	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {

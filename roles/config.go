@@ -14,6 +14,7 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/hostcheck"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -37,6 +38,17 @@ type Config struct {
 	// that only runs the backup role. The agent closes what it returns.
 	// In-process clusters use it to share one store among agents.
 	OpenStore func(readOnly bool) (storage.Store, error)
+	// JobLeaseTTL is the lifetime of the job leases the assigner role
+	// holds (package lease): exactly one Assigner writes a job, and a
+	// failed Assigner's jobs are taken over once its lease has run out.
+	// etcd rounds it up to whole seconds, and to its least lease TTL.
+	JobLeaseTTL time.Duration
+	// OpenLeases, if set, returns the assigner role's lease manager for the
+	// store the agent opened, instead of the one the store's kind implies
+	// (embedded for bbolt, etcdlease for etcd). In-process clusters use it
+	// to share one embedded manager among agents that share one store. The
+	// agent closes what it returns.
+	OpenLeases func(store storage.Store) (lease.Manager, error)
 	// RPCAddr is where the Connect/gRPC API listens (host:port; port 0 picks one).
 	RPCAddr string
 	// AdvertiseRPCAddr is the RPC address other members are told; default
@@ -165,6 +177,7 @@ func DefaultConfig() Config {
 		StartupGrace:        3 * time.Second,
 		BackupPollInterval:  time.Second,
 		StandbyPollInterval: 500 * time.Millisecond,
+		JobLeaseTTL:         lease.DefaultJobTTL,
 		PullMinBackoff:      50 * time.Millisecond,
 		PullMaxBackoff:      2 * time.Second,
 		LeaveTimeout:        5 * time.Second,
@@ -208,6 +221,7 @@ func TestConfig(name string) Config {
 	c.StartupGrace = 50 * time.Millisecond
 	c.BackupPollInterval = 20 * time.Millisecond
 	c.StandbyPollInterval = 20 * time.Millisecond
+	c.JobLeaseTTL = 500 * time.Millisecond
 	c.PullMinBackoff = 10 * time.Millisecond
 	c.PullMaxBackoff = 100 * time.Millisecond
 	c.LeaveTimeout = time.Second
@@ -268,6 +282,9 @@ func (c Config) Validate() error {
 		if d.d <= 0 {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrConfig, d.name, d.d)
 		}
+	}
+	if c.JobLeaseTTL <= 0 || c.JobLeaseTTL > lease.MaxTTL {
+		return fmt.Errorf("%w: job lease TTL (--job-lease-ttl) is %v; it must be above 0 and at most %v", ErrConfig, c.JobLeaseTTL, lease.MaxTTL)
 	}
 	if c.StartupGrace < 0 {
 		return fmt.Errorf("%w: startup grace is %v; it must not be negative", ErrConfig, c.StartupGrace)

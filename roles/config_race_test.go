@@ -39,7 +39,7 @@ func soloAssigner(t *testing.T, store storage.Store) *Assigner {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { node.Shutdown() })
-	return newAssigner(testConfig(t, "assigner-1", ""), store, node, make(chan struct{}))
+	return testAssigner(t, testConfig(t, "assigner-1", ""), store, node, make(chan struct{}))
 }
 
 // A refresh that read the stored record before SetJobConfig stored a new

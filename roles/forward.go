@@ -12,6 +12,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/lease"
 )
 
 // ForwardedHeader marks a request one Assigner forwarded to another, with
@@ -20,23 +21,39 @@ import (
 // views of gossip disagree cannot bounce it between them.
 const ForwardedHeader = "Slicerd-Forwarded-By"
 
+// ForwardedToHolderHeader, "1" on a forwarded request, says the forwarding
+// Assigner sent it to the job's lease holder rather than to the job's
+// preferred Assigner (see lease.Leader.Forwarded). It means nothing
+// without ForwardedHeader, which the RPC edge strips from callers that are
+// not verified Assigners.
+const ForwardedToHolderHeader = "Slicerd-Forwarded-To-Holder"
+
 // forwardTo returns the Assigner a request for job should go to, and
 // whether that is another one: writes (load reports, configuration) are
-// taken by the job's preferred Assigner.
-func (a *Assigner) forwardTo(job string, h http.Header) (gossip.Peer, bool) {
+// taken by the job's lease holder, or its preferred Assigner while nobody
+// holds the lease (lease.Leader.Target).
+func (a *Assigner) forwardTo(job string, h http.Header) (lease.Route, bool) {
 	if from := h.Get(ForwardedHeader); from != "" {
-		// Judged on the estimates alone, so that an adoption is renewed
-		// for as long as the writes keep coming.
-		if p, ok := a.choices.Preferred(a.pref, job, a.members.Peers(), a.rtt); ok && p.Name != a.self {
-			a.adopt(job, "assigner "+from+" forwards the job's writes here")
-		}
-		return gossip.Peer{}, false
+		// The sender takes this Assigner for the job's: an adoption, if
+		// this one disagrees, lasts as long as the writes keep coming.
+		a.leader.Forwarded(job, from, h.Get(ForwardedToHolderHeader) == "1")
+		return lease.Route{}, false
 	}
-	p, self := a.preferred(job)
-	if !self {
+	r := a.leader.Target(job)
+	if !r.Self {
 		a.forwarded.Add(1)
 	}
-	return p, !self
+	return r, !r.Self
+}
+
+// forwardRequest marks a request forwarded along r: by this Assigner, for
+// the caller, and to a holder or a preferred Assigner.
+func (a *Assigner) forwardRequest(ctx context.Context, h http.Header, r lease.Route) {
+	h.Set(ForwardedHeader, a.self)
+	h.Set(ForwardedForHeader, forwardedFor(callerFrom(ctx).p))
+	if r.Holder {
+		h.Set(ForwardedToHolderHeader, "1")
+	}
 }
 
 // forwardErr turns a failed forward into what the caller sees: the
@@ -54,11 +71,11 @@ func forwardErr(p gossip.Peer, job, what string, err error) error {
 }
 
 // forwardLoad sends a load report on to the job's preferred Assigner.
-func (a *Assigner) forwardLoad(ctx context.Context, p gossip.Peer, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
+func (a *Assigner) forwardLoad(ctx context.Context, r lease.Route, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
+	p := r.Peer
 	client := slicerv1connect.NewLoadServiceClient(a.rpcClients.get(identity.Assigner, p.Name, p.RPCAddr))
 	fwd := connect.NewRequest(req.Msg)
-	fwd.Header().Set(ForwardedHeader, a.self)
-	fwd.Header().Set(ForwardedForHeader, forwardedFor(callerFrom(ctx).p))
+	a.forwardRequest(ctx, fwd.Header(), r)
 	resp, err := client.ReportLoad(ctx, fwd)
 	if err != nil {
 		return nil, forwardErr(p, req.Msg.GetJob(), "a load report", err)
@@ -69,11 +86,11 @@ func (a *Assigner) forwardLoad(ctx context.Context, p gossip.Peer, req *connect.
 
 // forwardConfig sends a configuration change on to the job's preferred
 // Assigner, and serves the stored result at once.
-func (a *Assigner) forwardConfig(ctx context.Context, p gossip.Peer, req *connect.Request[slicerv1.SetJobConfigRequest]) (*connect.Response[slicerv1.SetJobConfigResponse], error) {
+func (a *Assigner) forwardConfig(ctx context.Context, r lease.Route, req *connect.Request[slicerv1.SetJobConfigRequest]) (*connect.Response[slicerv1.SetJobConfigResponse], error) {
+	p := r.Peer
 	client := slicerv1connect.NewJobServiceClient(a.rpcClients.get(identity.Assigner, p.Name, p.RPCAddr))
 	fwd := connect.NewRequest(req.Msg)
-	fwd.Header().Set(ForwardedHeader, a.self)
-	fwd.Header().Set(ForwardedForHeader, forwardedFor(callerFrom(ctx).p))
+	a.forwardRequest(ctx, fwd.Header(), r)
 	resp, err := client.SetJobConfig(ctx, fwd)
 	if err != nil {
 		return nil, forwardErr(p, req.Msg.GetJob(), "a configuration change", err)

@@ -7,23 +7,27 @@ package roles
 func (a *Agent) PreferredAssigner(job string) string {
 	switch {
 	case a.assigner != nil:
-		return a.assigner.preferredName(job)
+		return a.assigner.leader.PreferredName(job)
 	case a.distributor != nil:
 		return a.distributor.choices.Current(job)
 	}
 	return ""
 }
 
-// Leads reports whether this agent's Assigner has taken job over and
-// generates its assignments.
+// Leads reports whether this agent's Assigner holds job's lease and has
+// taken the job over under it: it generates the job's assignments.
 func (a *Agent) Leads(job string) bool {
 	if a.assigner == nil {
+		return false
+	}
+	held, ok := a.assigner.leader.Held(job)
+	if !ok {
 		return false
 	}
 	a.assigner.mu.Lock()
 	defer a.assigner.mu.Unlock()
 	j := a.assigner.jobs[job]
-	return j != nil && j.leading
+	return j != nil && j.takenOver == held.Epoch
 }
 
 // PullsFrom returns the name of the Assigner this agent's Distributor

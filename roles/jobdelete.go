@@ -11,8 +11,8 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
-	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -100,11 +100,11 @@ func (a *Assigner) deleteJob(ctx context.Context, req *connect.Request[slicerv1.
 // forwardDelete sends a deletion on to the job's preferred Assigner and,
 // once it succeeded, forgets the job here too, without waiting for the
 // store to report it.
-func (a *Assigner) forwardDelete(ctx context.Context, p gossip.Peer, req *connect.Request[slicerv1.DeleteJobRequest]) (*connect.Response[slicerv1.DeleteJobResponse], error) {
+func (a *Assigner) forwardDelete(ctx context.Context, r lease.Route, req *connect.Request[slicerv1.DeleteJobRequest]) (*connect.Response[slicerv1.DeleteJobResponse], error) {
+	p := r.Peer
 	client := slicerv1connect.NewJobServiceClient(a.rpcClients.get(identity.Assigner, p.Name, p.RPCAddr))
 	fwd := connect.NewRequest(req.Msg)
-	fwd.Header().Set(ForwardedHeader, a.self)
-	fwd.Header().Set(ForwardedForHeader, forwardedFor(callerFrom(ctx).p))
+	a.forwardRequest(ctx, fwd.Header(), r)
 	resp, err := client.DeleteJob(ctx, fwd)
 	if err != nil {
 		return nil, forwardErr(p, req.Msg.GetJob(), "a deletion", err)
@@ -139,14 +139,12 @@ func (a *Assigner) forgetJob(name string) {
 	a.mu.Lock()
 	j := a.jobs[name]
 	delete(a.jobs, name)
-	delete(a.adoptions, name)
-	delete(a.orphans, name)
 	if a.deleted == nil {
 		a.deleted = make(map[string]struct{})
 	}
 	a.deleted[name] = struct{}{}
 	a.mu.Unlock()
-	a.choices.Forget(name)
+	a.leader.Forget(context.Background(), name)
 	a.loads.mu.Lock()
 	delete(a.loads.jobs, name)
 	a.loads.mu.Unlock()

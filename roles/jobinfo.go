@@ -23,11 +23,10 @@ type assignerJob struct {
 	// job (zero if never); load measured before it is partly under the
 	// previous assignment. Guarded by Assigner.mu.
 	committed time.Time
-	// leading: this Assigner is the job's preferred one and has taken it
-	// over. own is the generation it last committed. Guarded by
-	// Assigner.mu.
-	leading bool
-	own     uint64
+	// takenOver is the job lease epoch under which this Assigner last
+	// committed its takeover generation: it generates the job while it
+	// holds the lease at that epoch. Guarded by Assigner.mu.
+	takenOver uint64
 	// cfgSet counts the configurations SetJobConfig applied; a refresh
 	// that sees it change while it reads the store read too early, and
 	// reads again. Guarded by Assigner.mu.
@@ -124,7 +123,7 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	cfg, configured := j.cfg, j.configured
 	a.mu.Unlock()
 	info := &slicerv1.JobInfo{Name: j.name, Config: api.ConfigToProto(cfg), Configured: configured,
-		PreferredAssigner: a.preferredNow(j.name)}
+		PreferredAssigner: a.leader.PreferredNow(j.name)}
 	for _, t := range a.tasksOf(j.name, true) {
 		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr})
 	}

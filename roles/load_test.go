@@ -147,7 +147,7 @@ func TestJobLoadMergesDecaysAndPrunes(t *testing.T) {
 	members.set("kv", "a", "b")
 	cfg := testConfig(t, "n", t.TempDir())
 	cfg.LoadHalfLife = 10 * time.Second
-	as := newAssigner(cfg, nil, members, nil)
+	as := testAssigner(t, cfg, nil, members, nil)
 	now := time.Unix(1000, 0)
 	as.loads.now = func() time.Time { return now }
 

@@ -18,27 +18,26 @@ import (
 // assignerState is everything of an Assigner a decision depends on.
 type assignerState struct {
 	jobs      map[string]string // job → its state, printed
-	choices   map[string]string // job → remembered preferred Assigner
-	adoptions int
-	orphans   int
-	reporting map[string]int // job → tasks with a load report
+	choices   map[string]string // job → remembered preferred Assigner, adoption included
+	held      map[string]bool   // job → whether its lease is held
+	reporting map[string]int    // job → tasks with a load report
 }
 
 func stateOf(a *Assigner, names ...string) assignerState {
-	s := assignerState{jobs: map[string]string{}, choices: map[string]string{}, reporting: map[string]int{}}
+	s := assignerState{jobs: map[string]string{}, choices: map[string]string{}, held: map[string]bool{}, reporting: map[string]int{}}
 	a.mu.Lock()
 	for name, j := range a.jobs {
 		var gen uint64
 		if cur := j.pub.current(); cur != nil {
 			gen = cur.Generation
 		}
-		s.jobs[name] = fmt.Sprintf("cfg=%+v configured=%v generation=%d leading=%v own=%d committed=%v cfgSet=%d",
-			j.cfg, j.configured, gen, j.leading, j.own, j.committed, j.cfgSet)
+		s.jobs[name] = fmt.Sprintf("cfg=%+v configured=%v generation=%d committed=%v cfgSet=%d",
+			j.cfg, j.configured, gen, j.committed, j.cfgSet)
 	}
-	s.adoptions, s.orphans = len(a.adoptions), len(a.orphans)
 	a.mu.Unlock()
 	for _, name := range names {
-		s.choices[name] = a.choices.Current(name)
+		s.choices[name] = a.leader.PreferredName(name)
+		_, s.held[name] = a.leader.Held(name)
 		s.reporting[name] = a.loads.reporting(name)
 	}
 	return s

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/lease/etcdlease"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/storage/etcdstore"
 )
@@ -115,6 +117,26 @@ func openStore(ctx context.Context, cfg Config, readOnly bool) (storage.Store, e
 		opts.Password = pw
 	}
 	return etcdstore.Open(ctx, opts)
+}
+
+// openLeases returns the assigner role's lease manager for store: the one
+// cfg.OpenLeases gives, else the embedded manager over a bbolt store or
+// the etcd manager over an etcd store.
+func openLeases(ctx context.Context, cfg Config, store storage.Store) (lease.Manager, error) {
+	if cfg.OpenLeases != nil {
+		return cfg.OpenLeases(store)
+	}
+	switch s := store.(type) {
+	case *storage.Bolt:
+		m, err := lease.NewEmbedded(ctx, s, lease.EmbeddedOptions{Logger: cfg.Logger.With("component", "lease")})
+		if err != nil {
+			return nil, fmt.Errorf("open the embedded lease manager: %w", err)
+		}
+		return m, nil
+	case *etcdstore.Store:
+		return etcdlease.New(s, etcdlease.Options{Logger: cfg.Logger.With("component", "lease")}), nil
+	}
+	return nil, fmt.Errorf("%w: the store (%T) has no lease manager; set Config.OpenLeases", ErrConfig, store)
 }
 
 // EtcdSecurity is how the agent reaches an etcd store over TLS and logs in

@@ -12,6 +12,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -40,9 +41,9 @@ func TestTakeoverCommitsNextGeneration(t *testing.T) {
 	for i := range members.peers {
 		members.peers[i].RPCAddr = stored.Tasks[i].Addr
 	}
-	a := newAssigner(testConfig(t, "a1", ""), store, members, nil)
+	a := testAssigner(t, testConfig(t, "a1", ""), store, members, nil)
 
-	a.takeover(ctx, "kv")
+	a.evaluate(ctx, true) // takes the lease, and the job over
 	rec, err := store.Load(ctx, "kv")
 	if err != nil {
 		t.Fatal(err)
@@ -51,15 +52,25 @@ func TestTakeoverCommitsNextGeneration(t *testing.T) {
 		t.Fatalf("takeover stored generation %d %v, want generation 6 with the stored slices %v", rec.Current.Generation, rec.Current.Slices, stored.Slices)
 	}
 	j, _ := a.job(ctx, "kv", false)
-	if !j.leading || j.own != 6 {
-		t.Errorf("after the takeover leading=%v own=%d", j.leading, j.own)
+	if _, held := a.leader.Held("kv"); !held {
+		t.Error("after the takeover the assigner does not hold the job's lease")
 	}
 
-	// Another Assigner takes over with t1 dead.
+	// Another Assigner cannot take the job while the first holds it.
 	members.set("kv", "t0")
 	members.peers[0].RPCAddr = "127.0.0.1:10"
-	b := newAssigner(testConfig(t, "a2", ""), store, members, nil)
-	b.takeover(ctx, "kv")
+	b := testAssigner(t, testConfig(t, "a2", ""), store, members, nil)
+	b.evaluate(ctx, true)
+	if rec, _ := store.Load(ctx, "kv"); rec.Current.Generation != 6 {
+		t.Fatalf("an assigner without the lease committed generation %d", rec.Current.Generation)
+	}
+	// Once the first gives the lease up, it takes over with t1 dead.
+	a.leader.Forget(ctx, "kv")
+	testwait.For(t, "a2 to take the released lease", func() bool {
+		b.evaluate(ctx, true)
+		_, held := b.leader.Held("kv")
+		return held
+	})
 	rec, _ = store.Load(ctx, "kv")
 	if rec.Current.Generation != 7 || len(rec.Current.Tasks) != 1 || rec.Current.Tasks[0].Name != "t0" {
 		t.Fatalf("takeover with t1 dead stored generation %d tasks %v", rec.Current.Generation, taskNames(rec.Current))
@@ -108,7 +119,7 @@ func TestForwardToUnreachablePreferred(t *testing.T) {
 	members.peers = append(members.peers,
 		gossip.Peer{Name: "a1", Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive},
 		gossip.Peer{Name: other, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: dead, Status: gossip.StatusAlive})
-	a := newAssigner(testConfig(t, "a1", ""), tmpStore(t), members, nil)
+	a := testAssigner(t, testConfig(t, "a1", ""), tmpStore(t), members, nil)
 	defer a.rpcClients.closeIdle()
 
 	report := &slicerv1.ReportLoadRequest{Job: "kv", Task: "t0", WindowSeconds: 1}
@@ -134,10 +145,10 @@ func TestForwardToUnreachablePreferred(t *testing.T) {
 	}
 	// The sender prefers a1: a1 adopts the job, so that views that
 	// disagree the other way round cannot leave it without an Assigner.
-	if _, self := a.preferred("kv"); !self {
+	if _, self := a.leader.Preferred("kv"); !self {
 		t.Error("a write forwarded here did not make this assigner adopt the job")
 	}
-	if got := a.preferredName("kv"); got != "a1" {
+	if got := a.leader.PreferredName("kv"); got != "a1" {
 		t.Errorf("preferredName = %q after adopting, want a1", got)
 	}
 }
@@ -170,19 +181,19 @@ func TestStandbyAdoptsOrphanedJob(t *testing.T) {
 	cfg := testConfig(t, "a1", "")
 	cfg.RebalanceDelay = time.Millisecond
 	cfg.Gossip.Preference.Recheck = time.Millisecond
-	a := newAssigner(cfg, store, members, nil)
+	a := testAssigner(t, cfg, store, members, nil)
 	defer a.rpcClients.closeIdle()
 	if err := a.load(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	a.evaluate(ctx, true) // notices the orphan
-	if a.adopted("kv") {
-		t.Fatal("adopted at once; the preferred assigner gets orphanAfter to act")
+	if a.leader.PreferredName("kv") == "a1" {
+		t.Fatal("adopted at once; the preferred assigner gets its orphan time to act")
 	}
-	time.Sleep(a.orphanAfter())
+	time.Sleep(10*cfg.Gossip.Preference.Recheck + 10*cfg.RebalanceDelay)
 	a.evaluate(ctx, true) // adopts
-	a.evaluate(ctx, true) // takes over
+	a.evaluate(ctx, true) // takes the lease, and the job over
 	rec, _ := store.Load(ctx, "kv")
 	if rec.Current.Generation != 2 || len(rec.Current.Tasks) != 1 {
 		t.Fatalf("after adopting, the store holds generation %d with tasks %v; want generation 2 without t1", rec.Current.Generation, taskNames(rec.Current))

@@ -178,10 +178,11 @@ func TestKillPreferredFailsOver(t *testing.T) {
 	}
 }
 
-// Two Assigners cut off from each other both believe they are preferred
-// and both commit; the store's conditional commits keep one history, in
-// which no generation goes backwards or is lost. After healing they agree
-// on one preferred Assigner again.
+// Two Assigners cut off from each other in gossip both believe they are
+// preferred, but only the one holding the job's lease commits: the store's
+// history shows every commit of the partition under one epoch of one
+// holder. After healing they agree on one preferred Assigner again and the
+// job converges on all four tasks.
 func TestPartitionedAssignersConverge(t *testing.T) {
 	opts := storeOptions(t)
 	opts.Latency = 10 * time.Millisecond
@@ -197,16 +198,23 @@ func TestPartitionedAssignersConverge(t *testing.T) {
 
 	// Each Assigner keeps two tasks on its side.
 	c.Partition([]string{"a1", "kv/t0", "kv/t1"}, []string{"a2", "kv/t2", "kv/t3"})
-	testwait.For(t, "both assigners to generate kv and commit during the partition", func() bool {
-		by := map[string]bool{}
-		for _, cm := range c.Commits("kv")[start:] {
-			by[cm.Agent] = true
-		}
-		return by["a1"] && by["a2"] && slices.Equal(c.Leaders("kv"), []string{"a1", "a2"})
+	testwait.For(t, "both assigners to prefer themselves, and the job to be committed during the partition", func() bool {
+		return c.Agent("a1").PreferredAssigner("kv") == "a1" && c.Agent("a2").PreferredAssigner("kv") == "a2" &&
+			len(c.Commits("kv")) > start
 	})
+	// An observation window, not a wait for a condition: the Assigner
+	// without the lease keeps trying to take it, and must never commit.
+	time.Sleep(10 * c.Agent("a1").Config().JobLeaseTTL)
 	during := c.Commits("kv")[start:]
 	for _, cm := range during {
-		t.Logf("during the partition: generation %d by %s on %d, tasks %v", cm.Generation, cm.Agent, cm.PrevGen, cm.Tasks)
+		t.Logf("during the partition: generation %d by %s under epoch %d on %d, tasks %v", cm.Generation, cm.Agent, cm.Epoch, cm.PrevGen, cm.Tasks)
+		if cm.Agent != during[0].Agent || cm.Epoch != during[0].Epoch {
+			t.Errorf("generation %d was committed by %s under epoch %d, but %s committed under epoch %d in the same partition",
+				cm.Generation, cm.Agent, cm.Epoch, during[0].Agent, during[0].Epoch)
+		}
+	}
+	if leaders := c.Leaders("kv"); len(leaders) != 1 {
+		t.Errorf("assigners generating kv during the partition: %v, want one", leaders)
 	}
 
 	c.Heal()
@@ -223,6 +231,7 @@ func TestPartitionedAssignersConverge(t *testing.T) {
 	})
 	t.Logf("after healing %s generates kv, at generation %d", winner, c.Record("kv").Generation())
 	c.CheckHistory("kv")
+	c.CheckEpochs("kv")
 }
 
 // With one Assigner nearer the job's tasks (15 ms one way against 30 ms)

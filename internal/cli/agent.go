@@ -105,6 +105,10 @@ func agentFlags() []cli.Flag {
 			Usage: "how often an assigner that is not preferred for a job re-reads it from a store that cannot push changes (bolt); etcd pushes them",
 		},
 		&cli.DurationFlag{
+			Name: "job-lease-ttl", Value: d.JobLeaseTTL, EnvVars: []string{"SLICERD_JOB_LEASE_TTL"},
+			Usage: "lifetime of the job leases an assigner holds (one writer per job; renewed every third of it): a failed assigner's jobs move once it has run out (etcd rounds it up to whole seconds and to its least lease TTL, 2s by default; at most 1m)",
+		},
+		&cli.DurationFlag{
 			Name: "gossip-delay", EnvVars: []string{"SLICERD_GOSSIP_DELAY"},
 			Usage: "testing aid: delay everything this node sends over gossip by this long, so that it looks far away " +
 				"to network-proximity estimates (0 = off; leave it off in production)",
@@ -242,6 +246,7 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.Gossip.Preference.MinGain = c.Duration("preference-min-gain")
 	cfg.Gossip.Preference.Recheck = c.Duration("preference-recheck")
 	cfg.StandbyPollInterval = c.Duration("standby-poll-interval")
+	cfg.JobLeaseTTL = c.Duration("job-lease-ttl")
 	cfg.MaxConnections = c.Int("max-connections")
 	cfg.MaxConnectionsPerIP = c.Int("max-connections-per-ip")
 	cfg.IdleTimeout = c.Duration("idle-timeout")

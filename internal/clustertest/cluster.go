@@ -31,9 +31,12 @@ import (
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/lease/etcdlease"
 	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/slicelet"
 	"github.com/slicerd/slicerd/storage"
+	"github.com/slicerd/slicerd/storage/etcdstore"
 )
 
 // Timeout bounds every wait helper (scaled as testwait scales it).
@@ -69,8 +72,11 @@ type Cluster struct {
 	t     testing.TB
 	opts  Options
 	store storage.Store
-	log   *slog.Logger
-	dir   string // agents' data directories, one per name
+	// leases is the embedded lease manager of a shared bbolt store; nil
+	// when agents open stores of their own (Options.OpenStore).
+	leases lease.Manager
+	log    *slog.Logger
+	dir    string // agents' data directories, one per name
 
 	mu       sync.Mutex
 	names    map[string]string           // gossip address → member name
@@ -110,8 +116,20 @@ func New(t testing.TB, opts Options) *Cluster {
 		}
 		c.store = s
 	}
+	if b, ok := c.store.(*storage.Bolt); ok && opts.OpenStore == nil {
+		// Agents that share one bbolt store share its lease manager, as
+		// the Assigners of one process would.
+		m, err := lease.NewEmbedded(context.Background(), b, lease.EmbeddedOptions{Logger: c.log})
+		if err != nil {
+			t.Fatalf("clustertest: open the shared lease manager: %v", err)
+		}
+		c.leases = m
+	}
 	// Registered first, so it runs last: after every member has stopped.
 	t.Cleanup(func() {
+		if c.leases != nil {
+			c.leases.Close()
+		}
 		if err := c.store.Close(); err != nil {
 			t.Errorf("clustertest: close store: %v", err)
 		}
@@ -278,6 +296,9 @@ func (a *Agent) Addr() string {
 	return a.front.addr()
 }
 
+// Config is the configuration the agent was started with.
+func (a *Agent) Config() roles.Config { return a.cfg }
+
 func (a *Agent) running() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -322,15 +343,26 @@ func (c *Cluster) start(a *Agent, transport memberlist.NodeAwareTransport) {
 		c.t.Fatalf("clustertest: agent %s: rpc proxy: %v", a.Name, err)
 	}
 	cfg.AdvertiseRPCAddr = front.addr()
+	var own storage.Store // the agent's own store, with OpenStore
 	cfg.OpenStore = func(bool) (storage.Store, error) {
 		if c.opts.OpenStore != nil {
 			s, err := c.opts.OpenStore(a.Name)
 			if err != nil {
 				return nil, err
 			}
+			own = s
 			return c.record(a.Name, s), nil
 		}
 		return c.record(a.Name, shared(c.store)), nil
+	}
+	cfg.OpenLeases = func(storage.Store) (lease.Manager, error) {
+		if es, ok := own.(*etcdstore.Store); ok {
+			return etcdlease.New(es, etcdlease.Options{Logger: c.log}), nil
+		}
+		if c.leases == nil {
+			return nil, fmt.Errorf("clustertest: agent %s: no lease manager for a store of type %T", a.Name, own)
+		}
+		return sharedLeases{c.leases}, nil
 	}
 	ra, err := roles.New(context.Background(), cfg)
 	if err != nil {

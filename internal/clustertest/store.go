@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -30,6 +31,32 @@ type sharedStore struct{ storage.Store }
 // Close does nothing: the store outlives the agent.
 func (sharedStore) Close() error { return nil }
 
+// CommitFenced passes a fenced commit on to the shared store.
+func (s sharedStore) CommitFenced(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error {
+	return fencer(s.Store).CommitFenced(ctx, job, epoch, prevGen, next)
+}
+
+// fencer is s's fenced commit; a store without one fences every commit
+// out, so that a test using it fails clearly.
+func fencer(s storage.Store) storage.Fencer {
+	if f, ok := s.(storage.Fencer); ok {
+		return f
+	}
+	return noFence{}
+}
+
+type noFence struct{}
+
+func (noFence) CommitFenced(_ context.Context, job string, epoch, _ uint64, next *assign.Assignment) error {
+	return storage.Fenced(job, next.Generation, 0, epoch)
+}
+
+// sharedLeases is the cluster's one embedded lease manager as an agent
+// sees it: the agent's Close leaves it open for the others.
+type sharedLeases struct{ lease.Manager }
+
+func (sharedLeases) Close() error { return nil }
+
 type sharedWatcher struct {
 	sharedStore
 	w watcher
@@ -48,8 +75,11 @@ type Commit struct {
 	Job        string
 	PrevGen    uint64
 	Generation uint64
-	Tasks      []string
-	At         time.Time
+	// Epoch is the job lease's epoch the commit was fenced by, 0 for an
+	// unfenced commit (made by a test, never by an Assigner).
+	Epoch uint64
+	Tasks []string
+	At    time.Time
 }
 
 // recording wraps an agent's store and logs every successful commit.
@@ -62,15 +92,28 @@ type recording struct {
 func (r recording) Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error {
 	err := r.Store.Commit(ctx, job, prevGen, next)
 	if err == nil {
-		names := make([]string, len(next.Tasks))
-		for i, t := range next.Tasks {
-			names[i] = t.Name
-		}
-		r.c.mu.Lock()
-		r.c.commits = append(r.c.commits, Commit{Agent: r.agent, Job: job, PrevGen: prevGen, Generation: next.Generation, Tasks: names, At: time.Now()})
-		r.c.mu.Unlock()
+		r.log(job, 0, prevGen, next)
 	}
 	return err
+}
+
+func (r recording) CommitFenced(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error {
+	err := fencer(r.Store).CommitFenced(ctx, job, epoch, prevGen, next)
+	if err == nil {
+		r.log(job, epoch, prevGen, next)
+	}
+	return err
+}
+
+func (r recording) log(job string, epoch, prevGen uint64, next *assign.Assignment) {
+	names := make([]string, len(next.Tasks))
+	for i, t := range next.Tasks {
+		names[i] = t.Name
+	}
+	r.c.mu.Lock()
+	r.c.commits = append(r.c.commits, Commit{Agent: r.agent, Job: job, PrevGen: prevGen, Generation: next.Generation,
+		Epoch: epoch, Tasks: names, At: time.Now()})
+	r.c.mu.Unlock()
 }
 
 type recordingWatcher struct {
@@ -104,6 +147,32 @@ func (c *Cluster) Commits(job string) []Commit {
 		}
 	}
 	return out
+}
+
+// CheckEpochs fails the test unless job's history shows one writer at a
+// time: every commit by an Assigner fenced by a job lease, every epoch
+// held by one Assigner, and epochs never going back along the
+// generations.
+func (c *Cluster) CheckEpochs(job string) {
+	c.t.Helper()
+	commits := slices.Clone(c.Commits(job))
+	slices.SortFunc(commits, func(x, y Commit) int { return cmp.Compare(x.Generation, y.Generation) })
+	holder := map[uint64]string{}
+	var last uint64
+	for _, cm := range commits {
+		if cm.Epoch == 0 {
+			c.t.Errorf("generation %d of %s was committed by %s without a job lease", cm.Generation, job, cm.Agent)
+			continue
+		}
+		if h, ok := holder[cm.Epoch]; ok && h != cm.Agent {
+			c.t.Errorf("epoch %d of %s committed by both %s and %s", cm.Epoch, job, h, cm.Agent)
+		}
+		holder[cm.Epoch] = cm.Agent
+		if cm.Epoch < last {
+			c.t.Errorf("generation %d of %s was committed under epoch %d, after epoch %d", cm.Generation, job, cm.Epoch, last)
+		}
+		last = max(last, cm.Epoch)
+	}
 }
 
 // CheckHistory fails the test unless job's commits form one chain: every

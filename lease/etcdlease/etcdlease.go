@@ -127,7 +127,7 @@ func (m *Manager) Acquire(ctx context.Context, job, holder string, ttl time.Dura
 		if len(kvs) == 0 {
 			return lease.Job{}, fmt.Errorf("%w: job %q: its lease was held a moment ago; retry", lease.ErrHeld, job)
 		}
-		return lease.Job{}, fmt.Errorf("%w: job %q: %s holds its lease at epoch %d", lease.ErrHeld, job, kvs[0].Value, kvs[0].CreateRevision)
+		return lease.Job{}, &lease.HeldError{Job: job, Holder: string(kvs[0].Value), Epoch: uint64(kvs[0].CreateRevision)}
 	}
 	l := lease.Job{Job: job, Holder: holder, Epoch: uint64(t.Header.Revision), TTL: time.Duration(g.TTL) * time.Second, ID: int64(g.ID)}
 	m.log.Info("job lease granted", "job", job, "holder", holder, "epoch", l.Epoch, "ttl", l.TTL)

@@ -1,0 +1,523 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/slicerd/slicerd/gossip"
+)
+
+// LeaderConfig configures a Leader.
+type LeaderConfig struct {
+	// Self is this Assigner's gossip name, the holder name of its leases.
+	Self string
+	// Manager grants the job leases.
+	Manager Manager
+	// TTL is the job lease's lifetime (default DefaultJobTTL). A failed
+	// Assigner's jobs are taken over once it has run out, so it bounds
+	// failover from below; renewals cost one manager call per job every
+	// TTL/3.
+	TTL time.Duration
+	// ClockMargin is the fraction of a lease's TTL the holder gives up to
+	// the difference between its clock's rate and the manager's (default
+	// DefaultClockMargin): it stops using a lease at send + TTL×(1−margin).
+	ClockMargin float64
+	// Preference chooses the Assigner that tries to take each job.
+	Preference gossip.Preference
+	// Members is the current gossip view.
+	Members func() []gossip.Peer
+	// RTT estimates distances; nil: none is known.
+	RTT gossip.RTTFunc
+	// Stale reports whether job's served assignment routes keys to a dead
+	// task: the signal that a job nobody generates needs adopting. Nil:
+	// never.
+	Stale func(job string) bool
+	// OrphanAfter is how long a job may stay Stale while another Assigner
+	// is preferred before this one adopts it; AdoptFor is how long an
+	// adoption lasts unless renewed. Defaults: 10 and 10 preference
+	// rechecks.
+	OrphanAfter, AdoptFor time.Duration
+	Logger                *slog.Logger
+}
+
+// DefaultJobTTL is LeaderConfig.TTL's default: etcd's least lease TTL
+// with its default election timeout.
+const DefaultJobTTL = 2 * time.Second
+
+// DefaultClockMargin is LeaderConfig.ClockMargin's default: clocks of
+// healthy machines differ in rate by far less than 5%, and the margin
+// costs the holder 100 ms of a 2 s lease.
+const DefaultClockMargin = 0.05
+
+// Leader keeps one Assigner's job leases: proximity (gossip.Preference,
+// with its hysteresis) decides which jobs it tries to take, and the lease
+// manager decides which it may write. The Assigner asks Held: "do I hold
+// job J, at which epoch?". It is safe for concurrent use; Run renews the
+// leases it holds.
+type Leader struct {
+	cfg     LeaderConfig
+	log     *slog.Logger
+	choices gossip.Choices
+	changes chan struct{} // a lease was gained or lost
+
+	mu        sync.Mutex
+	held      map[string]*heldJob
+	gained    []string             // gained since the last Gained
+	wanted    map[string]bool      // jobs the last Evaluate wanted
+	holders   map[string]string    // job → another holder, as Acquire last found
+	retry     map[string]time.Time // job → earliest next Acquire
+	adoptions map[string]time.Time // job → when its adoption lapses
+	orphans   map[string]time.Time // job → since when it is Stale
+}
+
+type heldJob struct {
+	l        Job
+	deadline time.Time
+}
+
+// NewLeader returns a Leader holding no lease; Run renews what Evaluate
+// acquires.
+func NewLeader(cfg LeaderConfig) *Leader {
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultJobTTL
+	}
+	if cfg.ClockMargin == 0 {
+		cfg.ClockMargin = DefaultClockMargin
+	}
+	cfg.Preference = cfg.Preference.WithDefaults()
+	if cfg.OrphanAfter == 0 {
+		cfg.OrphanAfter = 10 * cfg.Preference.Recheck
+	}
+	if cfg.AdoptFor == 0 {
+		cfg.AdoptFor = 10 * cfg.Preference.Recheck
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Members == nil {
+		cfg.Members = func() []gossip.Peer { return nil }
+	}
+	return &Leader{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		changes:   make(chan struct{}, 1),
+		held:      make(map[string]*heldJob),
+		wanted:    make(map[string]bool),
+		holders:   make(map[string]string),
+		retry:     make(map[string]time.Time),
+		adoptions: make(map[string]time.Time),
+		orphans:   make(map[string]time.Time),
+	}
+}
+
+// Changes signals, coalesced, that a lease was gained or lost: the
+// Assigner takes over the Gained jobs and stops writing the others.
+func (l *Leader) Changes() <-chan struct{} { return l.changes }
+
+// Held reports whether this Assigner holds job's lease, and at which
+// epoch. It is false from the moment the lease's local deadline passes,
+// renewed or not, so an Assigner paused past it (SIGSTOP, a long GC)
+// does not write when it resumes until it holds a lease again.
+func (l *Leader) Held(job string) (Job, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.held[job]
+	if h == nil || !time.Now().Before(h.deadline) {
+		return Job{}, false
+	}
+	return h.l, true
+}
+
+// Gained returns the jobs whose lease was acquired since the last call, for
+// the Assigner to take over.
+func (l *Leader) Gained() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g := l.gained
+	l.gained = nil
+	return g
+}
+
+// Lost drops job's lease at once: a fenced write found it was no longer
+// the job's.
+func (l *Leader) Lost(job string, err error) {
+	l.mu.Lock()
+	_, had := l.held[job]
+	delete(l.held, job)
+	l.mu.Unlock()
+	if had {
+		l.log.Warn("job lease lost; no longer writing the job", "job", job, "err", err)
+		l.signal()
+	}
+}
+
+// Forget drops everything known about job (it was deleted), releasing its
+// lease if held.
+func (l *Leader) Forget(ctx context.Context, job string) {
+	l.mu.Lock()
+	h := l.held[job]
+	delete(l.held, job)
+	delete(l.wanted, job)
+	delete(l.holders, job)
+	delete(l.retry, job)
+	delete(l.adoptions, job)
+	delete(l.orphans, job)
+	l.choices.Forget(job)
+	l.mu.Unlock()
+	if h != nil {
+		l.release(ctx, h.l)
+	}
+}
+
+// Preferred returns the job's preferred Assigner as this Assigner sees it,
+// and whether that is this one: the Assigner that tries to take the job.
+// With no live Assigner in view (gossip not started, or a membership
+// without Assigners in tests) it acts alone. A job this Assigner has
+// adopted is its own while the adoption lasts.
+func (l *Leader) Preferred(job string) (gossip.Peer, bool) {
+	p, ok := l.choices.Preferred(l.cfg.Preference, job, l.cfg.Members(), l.cfg.RTT)
+	if !ok {
+		return gossip.Peer{Name: l.cfg.Self}, true
+	}
+	if p.Name != l.cfg.Self && l.adopted(job) {
+		return gossip.Peer{Name: l.cfg.Self}, true
+	}
+	return p, p.Name == l.cfg.Self
+}
+
+// PreferredName is the job's preferred Assigner as this one last chose it,
+// adoption included; "" if it has not chosen.
+func (l *Leader) PreferredName(job string) string {
+	if l.adopting(job) {
+		return l.cfg.Self
+	}
+	return l.choices.Current(job)
+}
+
+// PreferredNow is the job's preferred Assigner as this one would choose it
+// now, adoption included, without remembering the choice or ending a
+// lapsed adoption: what a read-only RPC reports.
+func (l *Leader) PreferredNow(job string) string {
+	if l.adopting(job) {
+		return l.cfg.Self
+	}
+	p, ok := l.cfg.Preference.Preferred(job, l.cfg.Members(), l.cfg.RTT, l.choices.Current(job))
+	if !ok {
+		return l.cfg.Self
+	}
+	return p.Name
+}
+
+// Route is where a write for a job goes.
+type Route struct {
+	Peer gossip.Peer
+	// Self: the write is taken here.
+	Self bool
+	// Holder: Peer holds the job's lease, as the manager last said;
+	// otherwise it is the job's preferred Assigner.
+	Holder bool
+}
+
+// Target is where a write for job goes: here while this Assigner holds
+// the lease; else to the holder the manager last named, while gossip has
+// it alive; else to the preferred Assigner, which takes the lease once it
+// is free.
+func (l *Leader) Target(job string) Route {
+	if _, ok := l.Held(job); ok {
+		return Route{Peer: gossip.Peer{Name: l.cfg.Self}, Self: true}
+	}
+	l.mu.Lock()
+	holder := l.holders[job]
+	l.mu.Unlock()
+	if holder != "" && holder != l.cfg.Self {
+		for _, p := range l.cfg.Members() {
+			if p.Name == holder && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner) && p.RPCAddr != "" {
+				return Route{Peer: p, Holder: true}
+			}
+		}
+	}
+	p, self := l.Preferred(job)
+	return Route{Peer: p, Self: self}
+}
+
+// Forwarded notes that another Assigner forwarded a write for job here,
+// taking this one for the job's lease holder (toHolder) or its preferred
+// Assigner. In the second case, if this one neither holds nor prefers the
+// job, it adopts it, so that two Assigners that each prefer the other do
+// not leave the job to nobody. A write sent to a holder that has since
+// released the lease adopts nothing: the sender wants the job itself, or
+// knows who does, and takes the lease at its next attempt.
+func (l *Leader) Forwarded(job, from string, toHolder bool) {
+	if _, ok := l.Held(job); ok || toHolder {
+		return
+	}
+	if p, ok := l.choices.Preferred(l.cfg.Preference, job, l.cfg.Members(), l.cfg.RTT); ok && p.Name != l.cfg.Self {
+		l.adopt(job, "assigner "+from+" forwards the job's writes here")
+	}
+}
+
+// Evaluate decides, for each of jobs, whether this Assigner should hold
+// its lease, and acts: it tries to acquire the lease of a job it prefers
+// (or has adopted) and does not hold, and releases that of a job another
+// live Assigner is now preferred for, so that one can take it at once.
+// Jobs whose lease it gains are reported by Gained.
+func (l *Leader) Evaluate(ctx context.Context, jobs []string) {
+	for _, job := range jobs {
+		if ctx.Err() != nil {
+			return
+		}
+		p, want := l.Preferred(job)
+		if !want {
+			l.watchOrphan(job)
+		}
+		l.mu.Lock()
+		l.wanted[job] = want
+		h := l.held[job]
+		l.mu.Unlock()
+		switch {
+		case want && (h == nil || !time.Now().Before(h.deadline)):
+			l.acquire(ctx, job)
+		case !want && h != nil:
+			l.log.Info("another assigner is preferred for the job; releasing its lease", "job", job, "preferred", p.Name, "epoch", h.l.Epoch)
+			l.mu.Lock()
+			delete(l.held, job)
+			l.mu.Unlock()
+			l.release(ctx, h.l)
+			l.signal()
+		}
+	}
+}
+
+// acquire tries to take job's lease unless a recent attempt found it held
+// and the time to try again has not come.
+func (l *Leader) acquire(ctx context.Context, job string) {
+	now := time.Now()
+	l.mu.Lock()
+	if now.Before(l.retry[job]) {
+		l.mu.Unlock()
+		return
+	}
+	delete(l.held, job)
+	l.mu.Unlock()
+	sent := time.Now()
+	lj, err := l.cfg.Manager.Acquire(ctx, job, l.cfg.Self, l.cfg.TTL)
+	if err != nil {
+		var he *HeldError
+		l.mu.Lock()
+		if errors.As(err, &he) {
+			l.holders[job] = he.Holder
+		}
+		l.retry[job] = time.Now().Add(l.retryAfter(he))
+		l.mu.Unlock()
+		if !errors.Is(err, ErrHeld) && ctx.Err() == nil {
+			l.log.Warn("acquiring the job lease failed; retrying", "job", job, "err", err)
+		}
+		return
+	}
+	l.mu.Lock()
+	l.held[job] = &heldJob{l: lj, deadline: l.deadline(sent, lj.TTL)}
+	delete(l.holders, job)
+	delete(l.retry, job)
+	l.gained = append(l.gained, job)
+	l.mu.Unlock()
+	l.signal()
+}
+
+// retryAfter paces attempts on a lease another holds. While gossip has the
+// holder alive, it is renewing: the two disagree on preference, or it is
+// about to release, and the next Evaluate tries again. A holder gossip
+// has failed leaves a lease that expires within a TTL: it is tried often,
+// so that failover waits for little more than the expiry.
+func (l *Leader) retryAfter(he *HeldError) time.Duration {
+	if he != nil {
+		for _, p := range l.cfg.Members() {
+			if p.Name == he.Holder && p.Status == gossip.StatusAlive {
+				return l.cfg.Preference.Recheck
+			}
+		}
+	}
+	return l.cfg.TTL / 10
+}
+
+// deadline is when a lease granted or renewed by a request sent at sent
+// stops being used here.
+func (l *Leader) deadline(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - time.Duration(float64(ttl)*l.cfg.ClockMargin))
+}
+
+func (l *Leader) release(ctx context.Context, lj Job) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.TTL)
+	defer cancel()
+	if err := l.cfg.Manager.Release(rctx, lj); err != nil {
+		l.log.Warn("releasing the job lease failed; it expires instead", "job", lj.Job, "epoch", lj.Epoch, "err", err)
+	}
+}
+
+func (l *Leader) signal() {
+	select {
+	case l.changes <- struct{}{}:
+	default:
+	}
+}
+
+// maxParallelRenewals bounds the renewals in flight at once.
+const maxParallelRenewals = 16
+
+// Run renews the held leases every TTL/3 and retries, every TTL/10, the
+// wanted jobs whose holder gossip has failed, until ctx ends; then it
+// releases every lease it holds, so that another Assigner takes the jobs
+// at once rather than after their TTL.
+func (l *Leader) Run(ctx context.Context) error {
+	renew := time.NewTicker(l.cfg.TTL / 3)
+	defer renew.Stop()
+	retry := time.NewTicker(l.cfg.TTL / 10)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.releaseAll(ctx)
+			return nil
+		case <-renew.C:
+			l.renewAll(ctx)
+		case <-retry.C:
+			l.retryWanted(ctx)
+		}
+	}
+}
+
+func (l *Leader) renewAll(ctx context.Context) {
+	l.mu.Lock()
+	held := make([]*heldJob, 0, len(l.held))
+	for _, h := range l.held {
+		held = append(held, h)
+	}
+	l.mu.Unlock()
+	var g errgroup.Group
+	g.SetLimit(maxParallelRenewals)
+	for _, h := range held {
+		g.Go(func() error {
+			l.renew(ctx, h)
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+func (l *Leader) renew(ctx context.Context, h *heldJob) {
+	sent := time.Now()
+	rctx, cancel := context.WithDeadline(ctx, h.deadline)
+	lj, err := l.cfg.Manager.Renew(rctx, h.l)
+	cancel()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held[h.l.Job] != h {
+		return // released or lost meanwhile
+	}
+	switch {
+	case err == nil:
+		h.l, h.deadline = lj, l.deadline(sent, lj.TTL)
+	case errors.Is(err, ErrLost):
+		delete(l.held, h.l.Job)
+		l.log.Warn("job lease lost; no longer writing the job", "job", h.l.Job, "epoch", h.l.Epoch, "err", err)
+		l.signal()
+	case !time.Now().Before(h.deadline):
+		delete(l.held, h.l.Job)
+		l.log.Warn("job lease not renewed before its deadline; no longer writing the job", "job", h.l.Job, "epoch", h.l.Epoch, "err", err)
+		l.signal()
+	case ctx.Err() == nil:
+		l.log.Warn("renewing the job lease failed; retrying until its deadline", "job", h.l.Job, "epoch", h.l.Epoch,
+			"deadline_in", time.Until(h.deadline).Round(time.Millisecond), "err", err)
+	}
+}
+
+func (l *Leader) retryWanted(ctx context.Context) {
+	now := time.Now()
+	l.mu.Lock()
+	var jobs []string
+	for job, want := range l.wanted {
+		if h := l.held[job]; want && (h == nil || !now.Before(h.deadline)) && !now.Before(l.retry[job]) {
+			jobs = append(jobs, job)
+		}
+	}
+	l.mu.Unlock()
+	slices.Sort(jobs)
+	for _, job := range jobs {
+		if ctx.Err() != nil {
+			return
+		}
+		l.acquire(ctx, job)
+	}
+}
+
+func (l *Leader) releaseAll(ctx context.Context) {
+	l.mu.Lock()
+	held := make([]Job, 0, len(l.held))
+	for _, h := range l.held {
+		held = append(held, h.l)
+	}
+	clear(l.held)
+	l.mu.Unlock()
+	for _, lj := range held {
+		l.release(ctx, lj)
+	}
+	if len(held) > 0 {
+		l.log.Info("released the job leases on shutdown", "jobs", len(held))
+	}
+}
+
+// adopt makes job this Assigner's for AdoptFor, renewed while the signal
+// lasts, whatever its estimates say; see Forwarded and watchOrphan.
+func (l *Leader) adopt(job, why string) {
+	l.mu.Lock()
+	renewing := l.adoptions[job].After(time.Now())
+	l.adoptions[job] = time.Now().Add(l.cfg.AdoptFor)
+	l.mu.Unlock()
+	if !renewing {
+		l.log.Warn("adopting the job: another assigner is preferred in this assigner's view, but "+why, "job", job,
+			"for", l.cfg.AdoptFor)
+		l.signal()
+	}
+}
+
+// adopting reports whether job's adoption lasts, without ending one that
+// has lapsed, for readers.
+func (l *Leader) adopting(job string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.adoptions[job].After(time.Now())
+}
+
+func (l *Leader) adopted(job string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, ok := l.adoptions[job]
+	if ok && !until.After(time.Now()) {
+		delete(l.adoptions, job)
+		return false
+	}
+	return ok
+}
+
+// watchOrphan adopts job when it has been Stale for OrphanAfter while
+// another Assigner is preferred: nobody is generating it.
+func (l *Leader) watchOrphan(job string) {
+	stale := l.cfg.Stale != nil && l.cfg.Stale(job)
+	l.mu.Lock()
+	since, seen := l.orphans[job]
+	switch {
+	case !stale:
+		delete(l.orphans, job)
+	case !seen:
+		l.orphans[job] = time.Now()
+	}
+	l.mu.Unlock()
+	if stale && seen && time.Since(since) >= l.cfg.OrphanAfter {
+		l.adopt(job, "the job's stored assignment has routed keys to a dead task for "+time.Since(since).Round(time.Millisecond).String())
+	}
+}

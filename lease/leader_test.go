@@ -1,0 +1,183 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/storage"
+	"github.com/slicerd/slicerd/storage/storagetest"
+)
+
+func embedded(t *testing.T) (*lease.Embedded, *storage.Bolt) {
+	t.Helper()
+	b, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lease.NewEmbedded(t.Context(), b, lease.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); b.Close() })
+	return m, b
+}
+
+func assigners(names ...string) func() []gossip.Peer {
+	var peers []gossip.Peer
+	for _, n := range names {
+		peers = append(peers, gossip.Peer{Name: n, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive})
+	}
+	return func() []gossip.Peer { return peers }
+}
+
+// Two Assigners that both consider themselves preferred (each sees only
+// itself, as in a partition) never both hold the job: the second gets it
+// once the first releases it on stopping, and the first's commits are
+// fenced out from then on.
+func TestLeaderOneHolderAtATime(t *testing.T) {
+	m, store := embedded(t)
+	ctx := context.Background()
+	a := lease.NewLeader(lease.LeaderConfig{Self: "a", Manager: m, TTL: time.Second, Members: assigners("a")})
+	b := lease.NewLeader(lease.LeaderConfig{Self: "b", Manager: m, TTL: time.Second, Members: assigners("b")})
+	a.Evaluate(ctx, []string{"j"})
+	b.Evaluate(ctx, []string{"j"})
+	la, aHeld := a.Held("j")
+	_, bHeld := b.Held("j")
+	if !aHeld || bHeld {
+		t.Fatalf("after both tried: a holds %v, b holds %v; want only a", aHeld, bHeld)
+	}
+	if g := a.Gained(); len(g) != 1 || g[0] != "j" {
+		t.Errorf("a gained %v, want [j]", g)
+	}
+	if g := b.Gained(); len(g) != 0 {
+		t.Errorf("b gained %v without the lease", g)
+	}
+	// b cannot see the holder a in gossip: it takes the writes itself, and
+	// only a commits them.
+	if r := b.Target("j"); !r.Self {
+		t.Errorf("b routes writes for j to %+v, want itself", r)
+	}
+	if err := store.CommitFenced(ctx, "j", la.Epoch, 0, storagetest.Assignment("j", 1, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	stop()
+	<-done // releases the lease
+	if _, held := a.Held("j"); held {
+		t.Error("a still holds j after its Run returned")
+	}
+	testwait.For(t, "b to take the released lease", func() bool {
+		b.Evaluate(ctx, []string{"j"})
+		_, held := b.Held("j")
+		return held
+	})
+	lb, _ := b.Held("j")
+	if lb.Epoch <= la.Epoch {
+		t.Errorf("b's epoch %d is not above a's %d", lb.Epoch, la.Epoch)
+	}
+	err := store.CommitFenced(ctx, "j", la.Epoch, 1, storagetest.Assignment("j", 2, 1, 1))
+	if !errors.Is(err, storage.ErrFenced) {
+		t.Fatalf("a's commit after b took the lease: got %v, want ErrFenced", err)
+	}
+}
+
+// A holder that does not renew (a process paused past its lease) stops
+// holding at its local deadline, before the manager could grant the lease
+// to anyone else.
+func TestLeaderHeldEndsAtDeadline(t *testing.T) {
+	m, _ := embedded(t)
+	ctx := context.Background()
+	const ttl = 200 * time.Millisecond
+	a := lease.NewLeader(lease.LeaderConfig{Self: "a", Manager: m, TTL: ttl})
+	sent := time.Now()
+	a.Evaluate(ctx, []string{"j"})
+	if _, held := a.Held("j"); !held {
+		t.Fatal("a did not take the lease")
+	}
+	time.Sleep(time.Until(sent.Add(ttl)))
+	// A safety bound, not a speed claim: past the TTL since the request
+	// was sent, the manager may grant the lease again, so a must not
+	// consider it held.
+	if _, held := a.Held("j"); held {
+		t.Fatal("a still holds j a TTL after it asked for the lease, without renewing")
+	}
+	b := lease.NewLeader(lease.LeaderConfig{Self: "b", Manager: m, TTL: ttl})
+	testwait.For(t, "b to take the expired lease", func() bool {
+		b.Evaluate(ctx, []string{"j"})
+		_, held := b.Held("j")
+		return held
+	})
+}
+
+// A renewing holder keeps its lease and epoch; a lease found lost is
+// dropped at once.
+func TestLeaderRenewsAndLoses(t *testing.T) {
+	m, _ := embedded(t)
+	ctx := context.Background()
+	const ttl = 300 * time.Millisecond
+	a := lease.NewLeader(lease.LeaderConfig{Self: "a", Manager: m, TTL: ttl})
+	a.Evaluate(ctx, []string{"j"})
+	first, _ := a.Held("j")
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	deadline := time.Now().Add(3 * ttl)
+	for time.Now().Before(deadline) {
+		time.Sleep(ttl / 10)
+		l, held := a.Held("j")
+		if !held || l.Epoch != first.Epoch {
+			t.Fatalf("while renewing: held %v at epoch %d, want epoch %d", held, l.Epoch, first.Epoch)
+		}
+	}
+	a.Lost("j", storage.ErrFenced)
+	if _, held := a.Held("j"); held {
+		t.Fatal("a holds j after Lost")
+	}
+	select {
+	case <-a.Changes():
+	default:
+		t.Error("Lost did not signal a change")
+	}
+}
+
+// A write forwarded to an Assigner as the job's preferred one makes it
+// adopt the job when it prefers another; one forwarded to it as the
+// holder, after it released the lease, does not.
+func TestLeaderForwardedAdoption(t *testing.T) {
+	m, _ := embedded(t)
+	ctx := context.Background()
+	// With no distances known, the rendezvous hash picks; find the
+	// Assigner it prefers over "a" for job j.
+	other := ""
+	for _, n := range []string{"b", "c", "d", "e", "f"} {
+		if gossip.DefaultPreference().Choose("j", []string{"a", n}, nil, nil, "") == n {
+			other = n
+			break
+		}
+	}
+	a := lease.NewLeader(lease.LeaderConfig{Self: "a", Manager: m, Members: assigners("a", other)})
+	if _, self := a.Preferred("j"); self {
+		t.Fatalf("a prefers itself over %s", other)
+	}
+	a.Forwarded("j", other, true)
+	if _, self := a.Preferred("j"); self {
+		t.Error("a write sent to a as a holder made it adopt the job")
+	}
+	a.Forwarded("j", other, false)
+	if _, self := a.Preferred("j"); !self {
+		t.Error("a write sent to a as the preferred assigner did not make it adopt the job")
+	}
+	a.Evaluate(ctx, []string{"j"})
+	if _, held := a.Held("j"); !held {
+		t.Error("a adopted j but did not take its lease")
+	}
+}
