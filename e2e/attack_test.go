@@ -30,6 +30,7 @@ import (
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/tlsconfig"
@@ -215,7 +216,7 @@ func otherCA(t *testing.T, name string, ids ...identity.ID) tls.Certificate {
 // node-1 for job kv, so that without verification the cluster would take
 // it as the job's Assigner.
 func winningName() string {
-	pref := gossip.DefaultPreference()
+	pref := lease.DefaultPreference()
 	for i := 0; ; i++ {
 		name := fmt.Sprintf("assigner-%d", i)
 		if pref.Choose("kv", []string{"node-1", name}, nil, nil, "") == name {

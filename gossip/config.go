@@ -66,11 +66,6 @@ type Config struct {
 	// a task restarted elsewhere under the same name rejoins without delay.
 	DeadNodeReclaimTime time.Duration
 
-	// Preference tunes how each job's preferred Assigner is chosen (see
-	// Preference). Every member of a cluster should use the same values;
-	// zero fields take DefaultPreference's.
-	Preference Preference
-
 	// SendDelay, when positive, holds back everything this member sends
 	// over gossip by that long, so that its network coordinate, and every
 	// round-trip estimate to it, moves away from the others'. It is a
@@ -155,7 +150,6 @@ func TestConfig(name string) Config {
 		ReapInterval:     100 * time.Millisecond,
 		ReconnectTimeout: 5 * time.Second,
 		TombstoneTimeout: 5 * time.Second,
-		Preference:       Preference{Recheck: 50 * time.Millisecond},
 	}
 }
 
@@ -213,9 +207,6 @@ func (c Config) validate() (map[string]string, error) {
 	}
 	if c.SuspicionMult < 0 {
 		return nil, fmt.Errorf("%w: suspicion multiplier is negative (%d); use zero for the profile default", ErrConfig, c.SuspicionMult)
-	}
-	if err := c.Preference.Validate(); err != nil {
-		return nil, err
 	}
 	if err := validateKeys(c.Keys); err != nil {
 		return nil, err
@@ -327,7 +318,8 @@ func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events c
 	sc.EnableNameConflictResolution = false
 	// Vivaldi network coordinates ride on the probes memberlist sends
 	// anyway (a few dozen bytes per ack); they estimate the round trip
-	// between any two members, which picks each job's preferred Assigner.
+	// between any two members, from which package lease picks each job's
+	// preferred Assigner.
 	sc.DisableCoordinates = false
 	sc.SnapshotPath = ""
 	sc.Merge = guard

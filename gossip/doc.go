@@ -88,14 +88,15 @@
 //
 // Serf's Vivaldi network coordinates ride on the probes: every answer to a
 // probe carries the prober's peer's coordinate, and Node.RTT estimates the
-// round trip between any two members from them. Preference.Choose is the
-// one function that picks a job's preferred Assigner from the live
-// Assigners, the job's live tasks and those estimates: the Assigner with
-// the lowest median RTT to the job's tasks, kept until another is nearer
-// by a margin (20% and 1 ms by default), with ties and unknown distances
-// broken by a rendezvous hash of job and Assigner name. Assigners,
-// Distributors and Slicelets all call it (Node.PreferredAssigner), so they
-// agree whenever their gossip views do.
+// round trip between any two members from them. Gossip is membership
+// only: the lease package chooses each job's preferred Assigner from the
+// live Assigners, the job's live tasks and these estimates
+// (lease.Preference): the Assigner with the lowest median RTT to the job's
+// tasks, kept until another is nearer by a margin (20% and 1 ms by
+// default), with ties and unknown distances broken by a rendezvous hash of
+// job and Assigner name. Assigners, Distributors and Slicelets all choose
+// with Node.Peers and Node.RTT, so they agree whenever their gossip views
+// do.
 //
 // For tests of many members on one machine, NewDelayTransport wraps a
 // member's transport to add per-link latency or drop a link, since the

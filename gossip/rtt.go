@@ -32,14 +32,3 @@ func (n *Node) coordinate(name string) (*coordinate.Coordinate, bool) {
 	c, ok := n.serf.GetCachedCoordinate(name)
 	return c, ok && c != nil
 }
-
-// Preference returns the node's preference settings, defaults filled in.
-func (n *Node) Preference() Preference { return n.cfg.Preference.WithDefaults() }
-
-// PreferredAssigner returns job's preferred Assigner as this node sees it:
-// Preference.Choose over the live Assigners and the job's live tasks, with
-// this node's RTT estimates. current is the caller's previous choice for
-// the job ("" if none). It returns false when no Assigner is live.
-func (n *Node) PreferredAssigner(job, current string) (Peer, bool) {
-	return n.Preference().Preferred(job, n.Peers(), n.RTT, current)
-}

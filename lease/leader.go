@@ -29,11 +29,11 @@ type LeaderConfig struct {
 	// DefaultClockMargin): it stops using a lease at send + TTL×(1−margin).
 	ClockMargin float64
 	// Preference chooses the Assigner that tries to take each job.
-	Preference gossip.Preference
+	Preference Preference
 	// Members is the current gossip view.
 	Members func() []gossip.Peer
 	// RTT estimates distances; nil: none is known.
-	RTT gossip.RTTFunc
+	RTT RTTFunc
 	// Stale reports whether job's served assignment routes keys to a dead
 	// task: the signal that a job nobody generates needs adopting. Nil:
 	// never.
@@ -55,7 +55,7 @@ const DefaultJobTTL = 2 * time.Second
 // costs the holder 100 ms of a 2 s lease.
 const DefaultClockMargin = 0.05
 
-// Leader keeps one Assigner's job leases: proximity (gossip.Preference,
+// Leader keeps one Assigner's job leases: proximity (Preference,
 // with its hysteresis) decides which jobs it tries to take, and the lease
 // manager decides which it may write. The Assigner asks Held: "do I hold
 // job J, at which epoch?". It is safe for concurrent use; Run renews the
@@ -63,7 +63,7 @@ const DefaultClockMargin = 0.05
 type Leader struct {
 	cfg     LeaderConfig
 	log     *slog.Logger
-	choices gossip.Choices
+	choices Choices
 	changes chan struct{} // a lease was gained or lost
 
 	mu        sync.Mutex

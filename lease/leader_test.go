@@ -159,7 +159,7 @@ func TestLeaderForwardedAdoption(t *testing.T) {
 	// Assigner it prefers over "a" for job j.
 	other := ""
 	for _, n := range []string{"b", "c", "d", "e", "f"} {
-		if gossip.DefaultPreference().Choose("j", []string{"a", n}, nil, nil, "") == n {
+		if lease.DefaultPreference().Choose("j", []string{"a", n}, nil, nil, "") == n {
 			other = n
 			break
 		}

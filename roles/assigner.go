@@ -72,7 +72,7 @@ type Assigner struct {
 	fencer     storage.Fencer // store's fenced commits; nil only in tests without a store
 	leader     *lease.Leader
 	members    membership
-	pref       gossip.Preference
+	pref       lease.Preference
 	poll       time.Duration // standby store reads, when the store cannot watch
 	rpcClients *peerClients  // forwarded writes
 	verify     *verifier     // nil without TLS: every member is believed
@@ -113,7 +113,7 @@ func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members 
 		self:       cfg.NodeName,
 		store:      store,
 		members:    members,
-		pref:       cfg.Gossip.Preference.WithDefaults(),
+		pref:       cfg.Preference.WithDefaults(),
 		poll:       cfg.StandbyPollInterval,
 		rpcClients: newPeerClients(cfg.TLS),
 		delay:      cfg.RebalanceDelay,
@@ -129,7 +129,7 @@ func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members 
 		reports:    newReportLimiter(cfg.MaxLoadReportsPerSecond, cfg.LoadReportBurst),
 	}
 	a.fencer, _ = store.(storage.Fencer)
-	var rtt gossip.RTTFunc // nil when membership estimates no distances
+	var rtt lease.RTTFunc // nil when membership estimates no distances
 	if p, ok := members.(proximity); ok {
 		rtt = p.RTT
 	}

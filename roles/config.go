@@ -59,6 +59,10 @@ type Config struct {
 	Gossip gossip.Config
 	// JoinRetryInterval paces attempts to join Gossip.Join.
 	JoinRetryInterval time.Duration
+	// Preference tunes how each job's preferred Assigner is chosen (see
+	// lease.Preference). Every member of a cluster should use the same
+	// values; zero fields take lease.DefaultPreference's.
+	Preference lease.Preference
 
 	// RebalanceDelay coalesces a burst of membership changes into one decision.
 	RebalanceDelay time.Duration
@@ -217,6 +221,7 @@ func TestConfig(name string) Config {
 	c.RPCAddr = "127.0.0.1:0"
 	c.Gossip = gossip.TestConfig(name)
 	c.JoinRetryInterval = 50 * time.Millisecond
+	c.Preference = lease.Preference{Recheck: 50 * time.Millisecond}
 	c.RebalanceDelay = 20 * time.Millisecond
 	c.StartupGrace = 50 * time.Millisecond
 	c.BackupPollInterval = 20 * time.Millisecond
@@ -286,6 +291,9 @@ func (c Config) Validate() error {
 	if c.JobLeaseTTL <= 0 || c.JobLeaseTTL > lease.MaxTTL {
 		return fmt.Errorf("%w: job lease TTL (--job-lease-ttl) is %v; it must be above 0 and at most %v", ErrConfig, c.JobLeaseTTL, lease.MaxTTL)
 	}
+	if err := c.validatePreference(); err != nil {
+		return err
+	}
 	if c.StartupGrace < 0 {
 		return fmt.Errorf("%w: startup grace is %v; it must not be negative", ErrConfig, c.StartupGrace)
 	}
@@ -332,6 +340,29 @@ func (c Config) Validate() error {
 		if err := hostcheck.ValidateAllowed(h); err != nil {
 			return fmt.Errorf("%w: allowed hosts: %v; list host names, *.domain or *, comma-separated", ErrConfig, err)
 		}
+	}
+	return nil
+}
+
+// validatePreference checks Preference one field at a time, so that the
+// error names the setting to fix.
+func (c Config) validatePreference() error {
+	p := c.Preference
+	for _, f := range []struct {
+		setting string
+		p       lease.Preference
+	}{
+		{"--preference-margin", lease.Preference{Margin: p.Margin}},
+		{"--preference-min-gain", lease.Preference{MinGain: p.MinGain}},
+		{"Preference.SampleTasks", lease.Preference{SampleTasks: p.SampleTasks}},
+		{"--preference-recheck", lease.Preference{Recheck: p.Recheck}},
+	} {
+		if err := f.p.Validate(); err != nil {
+			return fmt.Errorf("%w: %w; fix %s", ErrConfig, err, f.setting)
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/lease"
 )
 
 // Distributor fans assignments out to subscribers. It pulls a job from the
@@ -26,9 +27,9 @@ import (
 type Distributor struct {
 	log        *slog.Logger
 	members    membership
-	rtt        gossip.RTTFunc // nil when membership estimates no distances
-	pref       gossip.Preference
-	choices    gossip.Choices
+	rtt        lease.RTTFunc // nil when membership estimates no distances
+	pref       lease.Preference
+	choices    lease.Choices
 	rpcClients *peerClients
 	minBackoff time.Duration
 	maxBackoff time.Duration
@@ -66,7 +67,7 @@ func newDistributor(cfg Config, members membership, stopping <-chan struct{}) *D
 	d := &Distributor{
 		log:        cfg.Logger.With("role", "distributor"),
 		members:    members,
-		pref:       cfg.Gossip.Preference.WithDefaults(),
+		pref:       cfg.Preference.WithDefaults(),
 		rpcClients: newPeerClients(cfg.TLS),
 		minBackoff: cfg.PullMinBackoff,
 		maxBackoff: cfg.PullMaxBackoff,

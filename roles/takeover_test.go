@@ -13,6 +13,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -106,7 +107,7 @@ func TestForwardToUnreachablePreferred(t *testing.T) {
 	// distances known, that is how the preference is made.
 	other := ""
 	for _, name := range []string{"a0", "a2", "a3", "a4", "a5", "a6"} {
-		if gossip.DefaultPreference().Choose("kv", []string{"a1", name}, nil, nil, "") == name {
+		if lease.DefaultPreference().Choose("kv", []string{"a1", name}, nil, nil, "") == name {
 			other = name
 			break
 		}
@@ -167,7 +168,7 @@ func TestStandbyAdoptsOrphanedJob(t *testing.T) {
 	}
 	other := ""
 	for _, name := range []string{"a0", "a2", "a3", "a4", "a5", "a6"} {
-		if gossip.DefaultPreference().Choose("kv", []string{"a1", name}, nil, nil, "") == name {
+		if lease.DefaultPreference().Choose("kv", []string{"a1", name}, nil, nil, "") == name {
 			other = name
 			break
 		}
@@ -180,7 +181,7 @@ func TestStandbyAdoptsOrphanedJob(t *testing.T) {
 		gossip.Peer{Name: other, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:2", Status: gossip.StatusAlive})
 	cfg := testConfig(t, "a1", "")
 	cfg.RebalanceDelay = time.Millisecond
-	cfg.Gossip.Preference.Recheck = time.Millisecond
+	cfg.Preference.Recheck = time.Millisecond
 	a := testAssigner(t, cfg, store, members, nil)
 	defer a.rpcClients.closeIdle()
 	if err := a.load(ctx); err != nil {
@@ -191,7 +192,7 @@ func TestStandbyAdoptsOrphanedJob(t *testing.T) {
 	if a.leader.PreferredName("kv") == "a1" {
 		t.Fatal("adopted at once; the preferred assigner gets its orphan time to act")
 	}
-	time.Sleep(10*cfg.Gossip.Preference.Recheck + 10*cfg.RebalanceDelay)
+	time.Sleep(10*cfg.Preference.Recheck + 10*cfg.RebalanceDelay)
 	a.evaluate(ctx, true) // adopts
 	a.evaluate(ctx, true) // takes the lease, and the job over
 	rec, _ := store.Load(ctx, "kv")

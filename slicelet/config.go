@@ -10,6 +10,7 @@ import (
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
 
@@ -35,6 +36,11 @@ type Config struct {
 	// (gossip.ParseKey decodes the base64 key) and, so that a restart after
 	// a key rotation still joins, KeyringFile.
 	Gossip gossip.Config
+	// Preference tunes how the job's preferred Assigner, the one its load
+	// reports go to, is chosen (see lease.Preference). Use the values the
+	// slicerd agents use (their --preference-* flags); zero fields take
+	// lease.DefaultPreference's.
+	Preference lease.Preference
 	// LoadWindow is how often the Slicelet sends the load measured through
 	// ReportLoad to an Assigner; 0 means DefaultLoadWindow.
 	LoadWindow time.Duration
@@ -116,6 +122,9 @@ func (c Config) validate() error {
 	}
 	if c.LoadWindow < 0 {
 		return fmt.Errorf("%w: task %s/%s has load window %v; set a positive LoadWindow, or 0 for the default %v", ErrInvalidConfig, c.Job, c.Task, c.LoadWindow, DefaultLoadWindow)
+	}
+	if err := c.Preference.Validate(); err != nil {
+		return fmt.Errorf("%w: task %s/%s: %w", ErrInvalidConfig, c.Job, c.Task, err)
 	}
 	if len(c.Join) == 0 {
 		return fmt.Errorf("%w: task %s/%s has nothing to join; set Join to the gossip address of at least one slicerd node", ErrInvalidConfig, c.Job, c.Task)

@@ -14,6 +14,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/lease"
 )
 
 // atomicFloat is a float64 that many goroutines add to without a lock.
@@ -117,7 +118,7 @@ type loadState struct {
 	unowned     atomicFloat // load on keys the current assignment does not give this task
 	rejected    atomic.Uint64
 	reportsSent atomic.Uint64
-	choices     gossip.Choices // the job's preferred Assigner, with hysteresis
+	choices     lease.Choices // the job's preferred Assigner, with hysteresis
 }
 
 // ReportLoad adds cost units of load (requests, CPU time, bytes: any
@@ -263,7 +264,7 @@ func (r *windowReport) proto(job, task string) *slicerv1.ReportLoadRequest {
 }
 
 // assignerAddr returns the RPC address of the job's preferred Assigner, as
-// every Assigner and Distributor chooses it (gossip.Preference): load
+// every Assigner and Distributor chooses it (lease.Preference): load
 // reports go to the Assigner that generates the job's assignments. "" when
 // gossip knows no live Assigner.
 func (s *Slicelet) assigner() (gossip.Peer, bool) {
@@ -271,7 +272,7 @@ func (s *Slicelet) assigner() (gossip.Peer, bool) {
 	if n == nil {
 		return gossip.Peer{}, false
 	}
-	return s.load.choices.Preferred(n.Preference(), s.cfg.Job, n.Peers(), n.RTT)
+	return s.load.choices.Preferred(s.cfg.Preference, s.cfg.Job, n.Peers(), n.RTT)
 }
 
 // reportLoop sends one load report per window until ctx ends.

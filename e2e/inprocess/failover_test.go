@@ -13,9 +13,9 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/clerk"
-	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/clustertest"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/lease"
 )
 
 // placeNear puts the named members 0.5 ms apart (one way); every other
@@ -239,7 +239,7 @@ func TestPartitionedAssignersConverge(t *testing.T) {
 // then never moves and nothing is committed, over 20 probe intervals in
 // which every node refreshes its coordinates many times. (The hysteresis
 // between Assigners within the margin of each other is tested on the
-// preference function itself, TestChooseNoFlapping in gossip: on a
+// preference function itself, TestChooseNoFlapping in lease: on a
 // five-member loopback cluster under the race detector, Vivaldi estimates
 // of two almost equally near Assigners wander by more than the margin.)
 func TestNoFlappingUnderJitter(t *testing.T) {
@@ -248,7 +248,7 @@ func TestNoFlappingUnderJitter(t *testing.T) {
 	c.StartAgent("a2")
 	// The nearer one is the one the rendezvous hash picks while distances
 	// are unknown, so the test starts where it should settle.
-	nearer := gossip.DefaultPreference().Choose("kv", []string{"a1", "a2"}, nil, nil, "")
+	nearer := lease.DefaultPreference().Choose("kv", []string{"a1", "a2"}, nil, nil, "")
 	tasks := taskNames("kv", 3)
 	placeNear(c, tasks...)
 	for _, task := range tasks {

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -88,16 +89,16 @@ func agentFlags() []cli.Flag {
 			Usage: "gossip timers: lan (memberlist's LAN timers, with faster failure detection) or local (shorter probe timeouts, for loopback and tests)",
 		},
 		&cli.Float64Flag{
-			Name: "preference-margin", Value: d.Gossip.Preference.WithDefaults().Margin, EnvVars: []string{"SLICERD_PREFERENCE_MARGIN"},
+			Name: "preference-margin", Value: lease.DefaultPreference().Margin, EnvVars: []string{"SLICERD_PREFERENCE_MARGIN"},
 			Usage: "hysteresis of the preferred assigner: another assigner takes a job over only when its estimated round trip " +
 				"to the job's tasks is lower by more than this fraction (and by --preference-min-gain); use the same value on every node",
 		},
 		&cli.DurationFlag{
-			Name: "preference-min-gain", Value: d.Gossip.Preference.WithDefaults().MinGain, EnvVars: []string{"SLICERD_PREFERENCE_MIN_GAIN"},
+			Name: "preference-min-gain", Value: lease.DefaultPreference().MinGain, EnvVars: []string{"SLICERD_PREFERENCE_MIN_GAIN"},
 			Usage: "hysteresis of the preferred assigner: the least round-trip improvement that moves a job to another assigner",
 		},
 		&cli.DurationFlag{
-			Name: "preference-recheck", Value: d.Gossip.Preference.WithDefaults().Recheck, EnvVars: []string{"SLICERD_PREFERENCE_RECHECK"},
+			Name: "preference-recheck", Value: lease.DefaultPreference().Recheck, EnvVars: []string{"SLICERD_PREFERENCE_RECHECK"},
 			Usage: "how often each node re-evaluates every job's preferred assigner while membership is quiet (network coordinates move without membership events)",
 		},
 		&cli.DurationFlag{
@@ -242,9 +243,9 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	if d := cfg.Gossip.SendDelay; d < 0 || d > time.Minute {
 		return cfg, usageError("invalid --gossip-delay %v: use a duration from 0 (off) to 1m", d)
 	}
-	cfg.Gossip.Preference.Margin = c.Float64("preference-margin")
-	cfg.Gossip.Preference.MinGain = c.Duration("preference-min-gain")
-	cfg.Gossip.Preference.Recheck = c.Duration("preference-recheck")
+	cfg.Preference.Margin = c.Float64("preference-margin")
+	cfg.Preference.MinGain = c.Duration("preference-min-gain")
+	cfg.Preference.Recheck = c.Duration("preference-recheck")
 	cfg.StandbyPollInterval = c.Duration("standby-poll-interval")
 	cfg.JobLeaseTTL = c.Duration("job-lease-ttl")
 	cfg.MaxConnections = c.Int("max-connections")

@@ -245,17 +245,25 @@ func (c *Cluster) gossipConfig(name string) gossip.Config {
 	g.ProbeTimeout = 150 * time.Millisecond
 	g.GossipInterval = 20 * time.Millisecond
 	g.SuspicionMult = 4
-	g.Preference.Recheck = 100 * time.Millisecond
 	if c.opts.DefaultTimers {
 		d := gossip.DefaultConfig()
 		g.Profile = d.Profile
 		g.ProbeInterval, g.ProbeTimeout, g.SuspicionMult = d.ProbeInterval, d.ProbeTimeout, d.SuspicionMult
 		g.GossipInterval = 0
-		g.Preference = d.Preference
 	}
 	g.Transport = c.transport(name)
 	g.Logger = c.log
 	return g
+}
+
+// preference returns the members' preference settings: a recheck that
+// follows the coordinates the fast probes move, or slicerd's defaults with
+// DefaultTimers.
+func (c *Cluster) preference() lease.Preference {
+	if c.opts.DefaultTimers {
+		return lease.Preference{}
+	}
+	return lease.Preference{Recheck: 100 * time.Millisecond}
 }
 
 // joinAddrs lists the gossip addresses of the running agents.
@@ -324,6 +332,7 @@ func (c *Cluster) StartAgent(name string, rs ...gossip.Role) *Agent {
 		cfg.PullMinBackoff, cfg.PullMaxBackoff = d.PullMinBackoff, d.PullMaxBackoff
 	}
 	cfg.Gossip = c.gossipConfig(name)
+	cfg.Preference = c.preference()
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)
 	}
@@ -491,7 +500,7 @@ func (c *Cluster) StartTask(job, task string) *Task {
 	c.mu.Unlock()
 	g := c.gossipConfig(name)
 	s, err := slicelet.New(slicelet.Config{
-		Job: job, Task: task, Addr: addr, Join: c.joinAddrs(), Gossip: g,
+		Job: job, Task: task, Addr: addr, Join: c.joinAddrs(), Gossip: g, Preference: c.preference(),
 		LoadWindow: 100 * time.Millisecond, Logger: c.log.With("task", name),
 	})
 	if err != nil {

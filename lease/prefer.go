@@ -1,4 +1,4 @@
-package gossip
+package lease
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/slicerd/slicerd/gossip"
 )
 
 // Preference chooses each job's preferred Assigner: the one generating the
@@ -67,19 +69,19 @@ func (p Preference) WithDefaults() Preference {
 func (p Preference) Validate() error {
 	switch {
 	case !(p.Margin >= 0 && p.Margin < 1): // also rejects NaN
-		return fmt.Errorf("%w: preference margin %g must be in [0, 1): the fraction by which another Assigner must be nearer to take a job over", ErrConfig, p.Margin)
+		return fmt.Errorf("%w: preference margin %g must be in [0, 1): the fraction by which another Assigner must be nearer to take a job over", ErrInvalid, p.Margin)
 	case p.MinGain < 0:
-		return fmt.Errorf("%w: preference minimum gain %v is negative; use zero for the default", ErrConfig, p.MinGain)
+		return fmt.Errorf("%w: preference minimum gain %v is negative; use zero for the default", ErrInvalid, p.MinGain)
 	case p.SampleTasks < 0:
-		return fmt.Errorf("%w: preference task sample %d is negative; use zero for the default", ErrConfig, p.SampleTasks)
+		return fmt.Errorf("%w: preference task sample %d is negative; use zero for the default", ErrInvalid, p.SampleTasks)
 	case p.Recheck < 0:
-		return fmt.Errorf("%w: preference recheck interval %v is negative; use zero for the default", ErrConfig, p.Recheck)
+		return fmt.Errorf("%w: preference recheck interval %v is negative; use zero for the default", ErrInvalid, p.Recheck)
 	}
 	return nil
 }
 
 // RTTFunc estimates the round-trip time between two members by name,
-// reporting false when it has no estimate. Node.RTT is one.
+// reporting false when it has no estimate. gossip.Node.RTT is one.
 type RTTFunc func(a, b string) (time.Duration, bool)
 
 // score is one Assigner's distance to a job.
@@ -223,19 +225,19 @@ func rendezvous(job, name string) uint64 {
 
 // Preferred applies Choose to a membership view: the live Assigners that
 // advertise an RPC address, and the job's live tasks. It returns the
-// chosen Assigner's Peer, or false when no Assigner is live.
-func (p Preference) Preferred(job string, peers []Peer, rtt RTTFunc, current string) (Peer, bool) {
+// chosen Assigner's gossip.Peer, or false when no Assigner is live.
+func (p Preference) Preferred(job string, peers []gossip.Peer, rtt RTTFunc, current string) (gossip.Peer, bool) {
 	var assignerBuf [8]string
 	assigners := assignerBuf[:0]
 	var tasks []string
 	for _, m := range peers {
-		if m.Status != StatusAlive {
+		if m.Status != gossip.StatusAlive {
 			continue
 		}
-		if m.Has(RoleAssigner) && m.RPCAddr != "" {
+		if m.Has(gossip.RoleAssigner) && m.RPCAddr != "" {
 			assigners = append(assigners, m.Name)
 		}
-		if m.Has(RoleTask) && m.Job == job {
+		if m.Has(gossip.RoleTask) && m.Job == job {
 			tasks = append(tasks, m.Name)
 		}
 	}
@@ -245,7 +247,7 @@ func (p Preference) Preferred(job string, peers []Peer, rtt RTTFunc, current str
 			return m, true
 		}
 	}
-	return Peer{}, false
+	return gossip.Peer{}, false
 }
 
 // Choices is one observer's memory of the Assigner it prefers for each job:
@@ -271,11 +273,11 @@ type Choices struct {
 // a different set of Assigners, or the job's choice been changed or
 // forgotten, the choice made here rests on an older view and would
 // overwrite a newer one.
-func (c *Choices) Preferred(p Preference, job string, peers []Peer, rtt RTTFunc) (Peer, bool) {
+func (c *Choices) Preferred(p Preference, job string, peers []gossip.Peer, rtt RTTFunc) (gossip.Peer, bool) {
 	var assignerBuf [8]string
 	assigners := assignerBuf[:0]
 	for _, m := range peers {
-		if m.Status == StatusAlive && m.Has(RoleAssigner) && m.RPCAddr != "" {
+		if m.Status == gossip.StatusAlive && m.Has(gossip.RoleAssigner) && m.RPCAddr != "" {
 			assigners = append(assigners, m.Name)
 		}
 	}

@@ -1,11 +1,14 @@
-package gossip
+package lease
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/slicerd/slicerd/gossip"
 )
 
 // table is an RTT estimator from a map of "a b" → RTT, symmetric.
@@ -219,18 +222,18 @@ func TestPreferenceValidate(t *testing.T) {
 		t.Errorf("default preference: %v", err)
 	}
 	for _, p := range []Preference{{Margin: -0.1}, {Margin: 1}, {MinGain: -1}, {SampleTasks: -1}, {Recheck: -1}} {
-		if err := p.Validate(); err == nil {
-			t.Errorf("%+v validated", p)
+		if err := p.Validate(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: Validate = %v, want ErrInvalid", p, err)
 		}
 	}
 }
 
 func TestPreferredSkipsDeadAndAddressless(t *testing.T) {
-	peers := []Peer{
-		{Name: "a1", Roles: []Role{RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: StatusFailed},
-		{Name: "a2", Roles: []Role{RoleAssigner}, Status: StatusAlive},
-		{Name: "a3", Roles: []Role{RoleAssigner, RoleDistributor}, RPCAddr: "127.0.0.1:3", Status: StatusAlive},
-		{Name: "kv/t0", Roles: []Role{RoleTask}, Job: "kv", Task: "t0", Status: StatusAlive},
+	peers := []gossip.Peer{
+		{Name: "a1", Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusFailed},
+		{Name: "a2", Roles: []gossip.Role{gossip.RoleAssigner}, Status: gossip.StatusAlive},
+		{Name: "a3", Roles: []gossip.Role{gossip.RoleAssigner, gossip.RoleDistributor}, RPCAddr: "127.0.0.1:3", Status: gossip.StatusAlive},
+		{Name: "kv/t0", Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "t0", Status: gossip.StatusAlive},
 	}
 	p, ok := DefaultPreference().Preferred("kv", peers, nil, "a1")
 	if !ok || p.Name != "a3" {
@@ -276,20 +279,20 @@ func BenchmarkChoose(b *testing.B) {
 func TestChoicesForgetOnAssignerSetChange(t *testing.T) {
 	ms := time.Millisecond
 	p := DefaultPreference()
-	peer := func(name string, s Status) Peer {
-		return Peer{Name: name, Roles: []Role{RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: s}
+	peer := func(name string, s gossip.Status) gossip.Peer {
+		return gossip.Peer{Name: name, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: s}
 	}
-	task := Peer{Name: "kv/t0", Roles: []Role{RoleTask}, Job: "kv", Task: "t0", Status: StatusAlive}
+	task := gossip.Peer{Name: "kv/t0", Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "t0", Status: gossip.StatusAlive}
 	tb := near(map[string]time.Duration{"a1": 5 * ms, "a2": 5200 * time.Microsecond}, "kv/t0")
 	var x, y Choices
 	// Partitioned: each sees only itself, and keeps itself.
-	if got, _ := x.Preferred(p, "kv", []Peer{peer("a1", StatusAlive), peer("a2", StatusFailed), task}, tb.rtt); got.Name != "a1" {
+	if got, _ := x.Preferred(p, "kv", []gossip.Peer{peer("a1", gossip.StatusAlive), peer("a2", gossip.StatusFailed), task}, tb.rtt); got.Name != "a1" {
 		t.Fatalf("x chose %s", got.Name)
 	}
-	if got, _ := y.Preferred(p, "kv", []Peer{peer("a1", StatusFailed), peer("a2", StatusAlive), task}, tb.rtt); got.Name != "a2" {
+	if got, _ := y.Preferred(p, "kv", []gossip.Peer{peer("a1", gossip.StatusFailed), peer("a2", gossip.StatusAlive), task}, tb.rtt); got.Name != "a2" {
 		t.Fatalf("y chose %s", got.Name)
 	}
-	healed := []Peer{peer("a1", StatusAlive), peer("a2", StatusAlive), task}
+	healed := []gossip.Peer{peer("a1", gossip.StatusAlive), peer("a2", gossip.StatusAlive), task}
 	gx, _ := x.Preferred(p, "kv", healed, tb.rtt)
 	gy, _ := y.Preferred(p, "kv", healed, tb.rtt)
 	if gx.Name != gy.Name {
@@ -310,15 +313,15 @@ func TestChoicesForgetOnAssignerSetChange(t *testing.T) {
 // old call's choice (an Assigner the new set does not have) must not
 // overwrite the new one.
 func TestChoicesStaleViewDoesNotOverwrite(t *testing.T) {
-	peer := func(name string) Peer {
-		return Peer{Name: name, Roles: []Role{RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: StatusAlive}
+	peer := func(name string) gossip.Peer {
+		return gossip.Peer{Name: name, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive}
 	}
-	task := Peer{Name: "kv/t0", Roles: []Role{RoleTask}, Job: "kv", Task: "t0", Status: StatusAlive}
-	oldView := []Peer{peer("old"), task}
-	newView := []Peer{peer("new"), task}
+	task := gossip.Peer{Name: "kv/t0", Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "t0", Status: gossip.StatusAlive}
+	oldView := []gossip.Peer{peer("old"), task}
+	newView := []gossip.Peer{peer("new"), task}
 	p := DefaultPreference()
 	var c Choices
-	var nested Peer
+	var nested gossip.Peer
 	once := false
 	// The estimator of the old-view call: before it answers, a call with
 	// the new view chooses and remembers its choice.
@@ -347,10 +350,10 @@ func TestChoicesStaleViewDoesNotOverwrite(t *testing.T) {
 // A Forget while a choice is being made wins: the choice computed from the
 // forgotten one is not remembered.
 func TestChoicesForgetDuringChoice(t *testing.T) {
-	peer := func(name string) Peer {
-		return Peer{Name: name, Roles: []Role{RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: StatusAlive}
+	peer := func(name string) gossip.Peer {
+		return gossip.Peer{Name: name, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive}
 	}
-	view := []Peer{peer("a1"), peer("a2")}
+	view := []gossip.Peer{peer("a1"), peer("a2")}
 	p := DefaultPreference()
 	var c Choices
 	if _, ok := c.Preferred(p, "kv", view, nil); !ok {
@@ -364,7 +367,7 @@ func TestChoicesForgetDuringChoice(t *testing.T) {
 		}
 		return 0, false
 	}
-	c.Preferred(p, "kv", append(view, Peer{Name: "kv/t0", Roles: []Role{RoleTask}, Job: "kv", Task: "t0", Status: StatusAlive}), rtt)
+	c.Preferred(p, "kv", append(view, gossip.Peer{Name: "kv/t0", Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "t0", Status: gossip.StatusAlive}), rtt)
 	if !forgot {
 		t.Fatal("the estimator was not called")
 	}
