@@ -68,7 +68,17 @@ func ConfigToProto(c assign.Config) *slicerv1.JobConfig {
 		SplitLoadFactor:  c.SplitLoadFactor,
 		SuppressBelow:    c.SuppressBelow,
 		MaxSlices:        clampUint32(c.MaxSlices),
+		Consistency:      consistencyToProto(c.Consistency),
 	}
+}
+
+// consistencyToProto writes affinity, the default, as the unset value, so
+// that configurations from before the field round-trip unchanged.
+func consistencyToProto(c assign.Consistency) slicerv1.Consistency {
+	if c == assign.Strong {
+		return slicerv1.Consistency_CONSISTENCY_STRONG
+	}
+	return slicerv1.Consistency_CONSISTENCY_UNSPECIFIED
 }
 
 // clampUint32 keeps an out-of-range count out of the wire form; a valid
@@ -98,7 +108,16 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 	if p.GetMaxSlices() > assign.MaxSlicesLimit {
 		return assign.Config{}, fmt.Errorf("%w: max slices %d is above the limit of %d", assign.ErrInvalidConfig, p.GetMaxSlices(), assign.MaxSlicesLimit)
 	}
+	var consistency assign.Consistency
+	switch p.GetConsistency() {
+	case slicerv1.Consistency_CONSISTENCY_UNSPECIFIED, slicerv1.Consistency_CONSISTENCY_AFFINITY:
+	case slicerv1.Consistency_CONSISTENCY_STRONG:
+		consistency = assign.Strong
+	default:
+		return assign.Config{}, fmt.Errorf("%w: consistency %d is neither affinity (1) nor strong (2)", assign.ErrInvalidConfig, p.GetConsistency())
+	}
 	c := assign.Config{
+		Consistency:      consistency,
 		MinRedundancy:    int(p.GetMinRedundancy()),
 		MaxRedundancy:    int(p.GetMaxRedundancy()),
 		MinSlicesPerTask: int(p.GetMinSlicesPerTask()),

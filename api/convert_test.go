@@ -49,6 +49,27 @@ func TestConfigRoundTrip(t *testing.T) {
 	}
 }
 
+// A strong job's configuration round-trips; affinity is written as the
+// unset value, as configurations from before the field have it.
+func TestConsistencyRoundTrip(t *testing.T) {
+	strong := assign.Config{MinRedundancy: 1, MaxRedundancy: 1, Consistency: assign.Strong}
+	p := ConfigToProto(strong)
+	if p.GetConsistency() != slicerv1.Consistency_CONSISTENCY_STRONG {
+		t.Fatalf("strong written as %v", p.GetConsistency())
+	}
+	back, err := ConfigFromProto(p)
+	if err != nil || back != strong {
+		t.Fatalf("round trip of a strong config = %+v, %v", back, err)
+	}
+	if got := ConfigToProto(assign.DefaultConfig()).GetConsistency(); got != slicerv1.Consistency_CONSISTENCY_UNSPECIFIED {
+		t.Errorf("affinity written as %v, want unset", got)
+	}
+	p.Consistency = slicerv1.Consistency_CONSISTENCY_AFFINITY
+	if back, err := ConfigFromProto(p); err != nil || back.IsStrong() {
+		t.Errorf("explicit affinity read as %+v, %v", back, err)
+	}
+}
+
 func TestConfigFromProtoRejects(t *testing.T) {
 	valid := func() *slicerv1.JobConfig { return &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 2} }
 	for name, tc := range map[string]struct {
@@ -69,6 +90,9 @@ func TestConfigFromProtoRejects(t *testing.T) {
 		"merge factor infinite": {func(p *slicerv1.JobConfig) { p.MergeLoadFactor = math.Inf(1) }, "merge load factor"},
 		"split factor at 1":     {func(p *slicerv1.JobConfig) { p.SplitLoadFactor = 1 }, "split load factor"},
 		"suppress negative":     {func(p *slicerv1.JobConfig) { p.SuppressBelow = -1 }, "suppress below"},
+		"strong replicated": {func(p *slicerv1.JobConfig) { p.Consistency = slicerv1.Consistency_CONSISTENCY_STRONG },
+			"max redundancy must be 1, not 2"},
+		"unknown consistency": {func(p *slicerv1.JobConfig) { p.Consistency = 7 }, "consistency 7"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := valid()

@@ -26,6 +26,33 @@ const (
 	DefaultSplitLoadFactor  = 2.0
 )
 
+// Consistency is what a job's tasks may believe about owning a key.
+type Consistency string
+
+const (
+	// Affinity (the default, also written "") routes each key to tasks
+	// that likely hold its state; during a change two tasks may both
+	// believe they own a key for a moment, and a task may answer a key it
+	// does not own (the Clerk retries elsewhere).
+	Affinity Consistency = "affinity"
+	// Strong gives each key at most one owner at any instant: a Slicelet
+	// uses an assignment only under the job's guard and bridge leases
+	// (package lease), and hands out fencing tokens. It needs max
+	// redundancy 1.
+	Strong Consistency = "strong"
+)
+
+// ParseConsistency parses "affinity", "strong" or "" (affinity).
+func ParseConsistency(s string) (Consistency, error) {
+	switch Consistency(s) {
+	case "", Affinity:
+		return Affinity, nil
+	case Strong:
+		return Strong, nil
+	}
+	return "", fmt.Errorf("%w: consistency %q is neither %q nor %q", ErrInvalidConfig, s, Affinity, Strong)
+}
+
 // Config is a job's sharding configuration.
 //
 // Every field but the redundancies may be zero in a stored configuration,
@@ -64,7 +91,12 @@ type Config struct {
 	// while the hottest task's load is below it: an idle job is not worth
 	// churning. Zero never suppresses.
 	SuppressBelow float64 `json:"suppress_below,omitempty"`
+	// Consistency is Affinity (also "", the default) or Strong.
+	Consistency Consistency `json:"consistency,omitempty"`
 }
+
+// IsStrong reports whether the job is configured for strong consistency.
+func (c Config) IsStrong() bool { return c.Consistency == Strong }
 
 // DefaultConfig returns the configuration a job gets when nobody set one:
 // every key on exactly one task, and the paper's weighted-move constants.
@@ -111,6 +143,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max slices per task %d is outside [0, %d]; use 0 for the default %d", ErrInvalidConfig, c.MaxSlicesPerTask, MaxSlicesPerTaskLimit, DefaultMaxSlicesPerTask)
 	case c.MaxSlices < 0 || c.MaxSlices > MaxSlicesLimit:
 		return fmt.Errorf("%w: max slices %d is outside [0, %d]; use 0 for no cap", ErrInvalidConfig, c.MaxSlices, MaxSlicesLimit)
+	}
+	if _, err := ParseConsistency(string(c.Consistency)); err != nil {
+		return err
+	}
+	if c.IsStrong() && c.MaxRedundancy > 1 {
+		return fmt.Errorf("%w: a strongly consistent job gives each key at most one task, so its max redundancy must be 1, not %d; use consistency affinity for replicated keys",
+			ErrInvalidConfig, c.MaxRedundancy)
 	}
 	if d := c.WithDefaults(); d.MaxSlicesPerTask < d.MinSlicesPerTask {
 		return fmt.Errorf("%w: max slices per task %d is below min slices per task %d", ErrInvalidConfig, d.MaxSlicesPerTask, d.MinSlicesPerTask)

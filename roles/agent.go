@@ -106,6 +106,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.handle(mux, slicerv1connect.AssignerServiceName)(slicerv1connect.NewAssignerServiceHandler(a.assigner, opts...))
 		a.handle(mux, slicerv1connect.JobServiceName)(slicerv1connect.NewJobServiceHandler(a.assigner, opts...))
 		a.handle(mux, slicerv1connect.LoadServiceName)(slicerv1connect.NewLoadServiceHandler(a.assigner, opts...))
+		a.handle(mux, slicerv1connect.LeaseServiceName)(slicerv1connect.NewLeaseServiceHandler(a.assigner, opts...))
 	}
 	if cfg.has(gossip.RoleDistributor) {
 		a.distributor = newDistributor(cfg, a, a.stopping)

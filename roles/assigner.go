@@ -70,6 +70,7 @@ type Assigner struct {
 	self       string // this node's gossip name
 	store      storage.Store
 	fencer     storage.Fencer // store's fenced commits; nil only in tests without a store
+	leases     lease.Manager  // job leases, and the guards and bridges tasks read
 	leader     *lease.Leader
 	members    membership
 	pref       lease.Preference
@@ -101,7 +102,16 @@ type Assigner struct {
 	// Limits; see limits.go.
 	maxJobs, maxSlices int
 	reports            *reportLimiter
-	ignoredLog         struct {
+	leaseCalls         *reportLimiter // LeaseService calls per task
+
+	// Strong jobs' guard drivers (guard.go): runCtx is Run's, set when it
+	// starts; guards and runCtx are guarded by mu; Run waits for drivers.
+	runCtx     context.Context
+	guards     map[string]*guardDriver
+	drivers    sync.WaitGroup
+	noBridge   bool
+	bridgeWait time.Duration
+	ignoredLog struct {
 		sync.Mutex
 		last time.Time
 	}
@@ -129,6 +139,10 @@ func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members 
 		reports:    newReportLimiter(cfg.MaxLoadReportsPerSecond, cfg.LoadReportBurst),
 	}
 	a.fencer, _ = store.(storage.Fencer)
+	a.leases = leases
+	a.guards = make(map[string]*guardDriver)
+	a.noBridge, a.bridgeWait = cfg.DisableBridge, cfg.BridgeWait
+	a.leaseCalls = newReportLimiter(leaseCallsPerSecond, leaseCallBurst)
 	var rtt lease.RTTFunc // nil when membership estimates no distances
 	if p, ok := members.(proximity); ok {
 		rtt = p.RTT
@@ -265,6 +279,15 @@ func (a *Assigner) Run(ctx context.Context) error {
 	defer func() {
 		stopLeader()
 		<-leaderDone
+	}()
+	// The guard drivers stop, and are waited for, before the leases go.
+	driverCtx, stopDrivers := context.WithCancel(ctx)
+	a.mu.Lock()
+	a.runCtx = driverCtx
+	a.mu.Unlock()
+	defer func() {
+		stopDrivers()
+		a.drivers.Wait()
 	}()
 	changes, unsubscribe := a.members.Changes()
 	defer unsubscribe()
@@ -505,6 +528,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		j.committed = a.loads.now()
 		a.mu.Unlock()
 		j.pub.publish(next)
+		a.moveGuard(name)
 		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "epoch", held.Epoch, "trigger", why.String(),
 			"tasks", len(next.Tasks), "slices", len(next.Slices), "imbalance_before", before, "imbalance_after", after,
 			"load", load.Total(), "churn", decision.Churn, "moves", len(decision.Moves))

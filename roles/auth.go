@@ -133,6 +133,8 @@ var procedureAccess = map[string]access{
 	slicerv1connect.JobServiceDeleteJobProcedure:               accessAdminOrAssigner,
 	slicerv1connect.LoadServiceReportLoadProcedure:             accessTaskOrAssigner,
 	slicerv1connect.AssignerServiceRegisterTaskProcedure:       accessTask,
+	slicerv1connect.LeaseServiceReadLeaseProcedure:             accessTask,
+	slicerv1connect.LeaseServiceReleaseLeaseProcedure:          accessTask,
 	// Listing the keys tells an attacker which key to steal.
 	slicerv1connect.KeyringServiceListKeysProcedure:   accessAdmin,
 	slicerv1connect.KeyringServiceInstallKeyProcedure: accessAdmin,
@@ -325,13 +327,22 @@ func checkMessage(c caller, procedure string, msg any) error {
 		}
 		return nil
 	}
-	if m, ok := msg.(taskRequest); ok && procedure == slicerv1connect.LoadServiceReportLoadProcedure {
-		if !c.p.TaskOf(m.GetJob(), m.GetTask()) {
+	if m, ok := msg.(taskRequest); ok {
+		var what string
+		switch procedure {
+		case slicerv1connect.LoadServiceReportLoadProcedure:
+			what = "report load"
+		case slicerv1connect.LeaseServiceReadLeaseProcedure, slicerv1connect.LeaseServiceReleaseLeaseProcedure:
+			what = "hold leases"
+		}
+		if what != "" && !c.p.TaskOf(m.GetJob(), m.GetTask()) {
 			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
-				"%s may not report load for task %q of job %q: that needs a certificate naming %s", c.p, m.GetTask(), m.GetJob(),
+				"%s may not %s for task %q of job %q: that needs a certificate naming %s", c.p, what, m.GetTask(), m.GetJob(),
 				identity.ID{Role: identity.Task, Job: m.GetJob(), Task: m.GetTask()}))
 		}
-		return nil
+		if what != "" {
+			return nil
+		}
 	}
 	if m, ok := msg.(jobRequest); ok && accessOf(procedure) == accessAuthenticated && m.GetJob() != "" {
 		if !c.p.MayWatch(m.GetJob()) {

@@ -43,6 +43,14 @@ type Config struct {
 	// failed Assigner's jobs are taken over once its lease has run out.
 	// etcd rounds it up to whole seconds, and to its least lease TTL.
 	JobLeaseTTL time.Duration
+	// BridgeWait bounds how long moving a strong job's guard waits for the
+	// guard's readers to take the bridge before recalling the guard; the
+	// readers that have not then wait for the guard's next value.
+	BridgeWait time.Duration
+	// DisableBridge moves strong jobs' guards without a bridge lease, so
+	// that every key is unavailable while the guard is recalled: kept to
+	// measure what the bridge is worth, never for production.
+	DisableBridge bool
 	// OpenLeases, if set, returns the assigner role's lease manager for the
 	// store the agent opened, instead of the one the store's kind implies
 	// (embedded for bbolt, etcdlease for etcd). In-process clusters use it
@@ -182,6 +190,7 @@ func DefaultConfig() Config {
 		BackupPollInterval:  time.Second,
 		StandbyPollInterval: 500 * time.Millisecond,
 		JobLeaseTTL:         lease.DefaultJobTTL,
+		BridgeWait:          time.Second,
 		PullMinBackoff:      50 * time.Millisecond,
 		PullMaxBackoff:      2 * time.Second,
 		LeaveTimeout:        5 * time.Second,
@@ -282,7 +291,7 @@ func (c Config) Validate() error {
 		{"leave timeout", c.LeaveTimeout}, {"shutdown timeout", c.ShutdownTimeout},
 		{"read header timeout", c.ReadHeaderTimeout}, {"idle timeout", c.IdleTimeout},
 		{"ping interval", c.PingInterval}, {"ping timeout", c.PingTimeout},
-		{"stream write timeout", c.StreamWriteTimeout},
+		{"stream write timeout", c.StreamWriteTimeout}, {"bridge wait (--bridge-wait)", c.BridgeWait},
 	} {
 		if d.d <= 0 {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrConfig, d.name, d.d)

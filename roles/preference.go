@@ -88,12 +88,18 @@ func (a *Assigner) evaluate(ctx context.Context, ready bool) {
 	if !ready {
 		return
 	}
-	a.leader.Evaluate(ctx, a.jobNames())
+	names := a.jobNames()
+	a.leader.Evaluate(ctx, names)
 	for _, name := range a.leader.Gained() {
 		if ctx.Err() != nil {
 			return
 		}
 		a.takeover(ctx, name)
+	}
+	for _, name := range names {
+		if _, held := a.leader.Held(name); held {
+			a.moveGuard(name) // a strong job's guard follows its generation
+		}
 	}
 }
 

@@ -106,6 +106,14 @@ func agentFlags() []cli.Flag {
 			Usage: "how often an assigner that is not preferred for a job re-reads it from a store that cannot push changes (bolt); etcd pushes them",
 		},
 		&cli.DurationFlag{
+			Name: "bridge-wait", Value: d.BridgeWait, EnvVars: []string{"SLICERD_BRIDGE_WAIT"},
+			Usage: "how long moving a strongly consistent job's guard waits for its tasks to take the bridge lease, which keeps their unchanged keys available, before recalling the guard",
+		},
+		&cli.BoolFlag{
+			Name: "disable-bridge", EnvVars: []string{"SLICERD_DISABLE_BRIDGE"},
+			Usage: "benchmarking aid: move strongly consistent jobs' guards without a bridge lease, so every key waits for each recall (never in production)",
+		},
+		&cli.DurationFlag{
 			Name: "job-lease-ttl", Value: d.JobLeaseTTL, EnvVars: []string{"SLICERD_JOB_LEASE_TTL"},
 			Usage: "lifetime of the job leases an assigner holds (one writer per job; renewed every third of it): a failed assigner's jobs move once it has run out (etcd rounds it up to whole seconds and to its least lease TTL, 2s by default; at most 1m)",
 		},
@@ -248,6 +256,8 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.Preference.Recheck = c.Duration("preference-recheck")
 	cfg.StandbyPollInterval = c.Duration("standby-poll-interval")
 	cfg.JobLeaseTTL = c.Duration("job-lease-ttl")
+	cfg.BridgeWait = c.Duration("bridge-wait")
+	cfg.DisableBridge = c.Bool("disable-bridge")
 	cfg.MaxConnections = c.Int("max-connections")
 	cfg.MaxConnectionsPerIP = c.Int("max-connections-per-ip")
 	cfg.IdleTimeout = c.Duration("idle-timeout")

@@ -25,6 +25,117 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// JobConfig is a job's sharding configuration. Every field after the
+// redundancies tunes the weighted-move algorithm (docs/algorithm.md); 0
+// there means the default, so a configuration written before a field
+// existed keeps working.
+// Consistency of a job's key ownership.
+type Consistency int32
+
+const (
+	// Affinity, the default.
+	Consistency_CONSISTENCY_UNSPECIFIED Consistency = 0
+	// Keys go to tasks that likely hold their state; two tasks may both
+	// believe they own a key for a moment during a change.
+	Consistency_CONSISTENCY_AFFINITY Consistency = 1
+	// At most one task believes it owns a key at any instant.
+	Consistency_CONSISTENCY_STRONG Consistency = 2
+)
+
+// Enum value maps for Consistency.
+var (
+	Consistency_name = map[int32]string{
+		0: "CONSISTENCY_UNSPECIFIED",
+		1: "CONSISTENCY_AFFINITY",
+		2: "CONSISTENCY_STRONG",
+	}
+	Consistency_value = map[string]int32{
+		"CONSISTENCY_UNSPECIFIED": 0,
+		"CONSISTENCY_AFFINITY":    1,
+		"CONSISTENCY_STRONG":      2,
+	}
+)
+
+func (x Consistency) Enum() *Consistency {
+	p := new(Consistency)
+	*p = x
+	return p
+}
+
+func (x Consistency) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Consistency) Descriptor() protoreflect.EnumDescriptor {
+	return file_slicer_v1_slicer_proto_enumTypes[0].Descriptor()
+}
+
+func (Consistency) Type() protoreflect.EnumType {
+	return &file_slicer_v1_slicer_proto_enumTypes[0]
+}
+
+func (x Consistency) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Consistency.Descriptor instead.
+func (Consistency) EnumDescriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{0}
+}
+
+// Which of a strongly consistent job's shared leases a call is about.
+type LeaseKind int32
+
+const (
+	LeaseKind_LEASE_KIND_UNSPECIFIED LeaseKind = 0
+	// The guard: its readers may use the assignment of its generation.
+	LeaseKind_LEASE_KIND_GUARD LeaseKind = 1
+	// The bridge over a transition: its readers may use the keys assigned
+	// to them in both generations.
+	LeaseKind_LEASE_KIND_BRIDGE LeaseKind = 2
+)
+
+// Enum value maps for LeaseKind.
+var (
+	LeaseKind_name = map[int32]string{
+		0: "LEASE_KIND_UNSPECIFIED",
+		1: "LEASE_KIND_GUARD",
+		2: "LEASE_KIND_BRIDGE",
+	}
+	LeaseKind_value = map[string]int32{
+		"LEASE_KIND_UNSPECIFIED": 0,
+		"LEASE_KIND_GUARD":       1,
+		"LEASE_KIND_BRIDGE":      2,
+	}
+)
+
+func (x LeaseKind) Enum() *LeaseKind {
+	p := new(LeaseKind)
+	*p = x
+	return p
+}
+
+func (x LeaseKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LeaseKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_slicer_v1_slicer_proto_enumTypes[1].Descriptor()
+}
+
+func (LeaseKind) Type() protoreflect.EnumType {
+	return &file_slicer_v1_slicer_proto_enumTypes[1]
+}
+
+func (x LeaseKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LeaseKind.Descriptor instead.
+func (LeaseKind) EnumDescriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{1}
+}
+
 // Task is one server process of a job.
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -233,10 +344,6 @@ func (x *Assignment) GetIncarnation() string {
 	return ""
 }
 
-// JobConfig is a job's sharding configuration. Every field after the
-// redundancies tunes the weighted-move algorithm (docs/algorithm.md); 0
-// there means the default, so a configuration written before a field
-// existed keeps working.
 type JobConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Tasks each slice is assigned to, when that many are live. At least 1.
@@ -268,7 +375,11 @@ type JobConfig struct {
 	// Most slices the job may have, whatever its task count: splits stop
 	// there. 0 (the default) means the Assigner's --max-slices-per-job,
 	// which also caps a higher value; SetJobConfig refuses one above it.
-	MaxSlices     uint32 `protobuf:"varint,10,opt,name=max_slices,json=maxSlices,proto3" json:"max_slices,omitempty"`
+	MaxSlices uint32 `protobuf:"varint,10,opt,name=max_slices,json=maxSlices,proto3" json:"max_slices,omitempty"`
+	// What the job's tasks may believe about owning a key: affinity (the
+	// default) or strong (at most one owner per key at any instant, under
+	// the job's guard and bridge leases; needs max_redundancy 1).
+	Consistency   Consistency `protobuf:"varint,11,opt,name=consistency,proto3,enum=slicer.v1.Consistency" json:"consistency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -371,6 +482,13 @@ func (x *JobConfig) GetMaxSlices() uint32 {
 		return x.MaxSlices
 	}
 	return 0
+}
+
+func (x *JobConfig) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_CONSISTENCY_UNSPECIFIED
 }
 
 type WatchAssignmentRequest struct {
@@ -1415,6 +1533,390 @@ func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
 	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{22}
 }
 
+// What a guard or bridge lease says: the guard names one generation
+// (from_generation == to_generation), the bridge a transition.
+type LeaseValue struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	FromGeneration uint64                 `protobuf:"varint,1,opt,name=from_generation,json=fromGeneration,proto3" json:"from_generation,omitempty"`
+	ToGeneration   uint64                 `protobuf:"varint,2,opt,name=to_generation,json=toGeneration,proto3" json:"to_generation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LeaseValue) Reset() {
+	*x = LeaseValue{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseValue) ProtoMessage() {}
+
+func (x *LeaseValue) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseValue.ProtoReflect.Descriptor instead.
+func (*LeaseValue) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LeaseValue) GetFromGeneration() uint64 {
+	if x != nil {
+		return x.FromGeneration
+	}
+	return 0
+}
+
+func (x *LeaseValue) GetToGeneration() uint64 {
+	if x != nil {
+		return x.ToGeneration
+	}
+	return 0
+}
+
+// A guard or bridge lease as the lease manager holds it.
+type LeaseState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the job's Assigner ever wrote it.
+	Set   bool        `protobuf:"varint,1,opt,name=set,proto3" json:"set,omitempty"`
+	Value *LeaseValue `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Closed to readers: no read is granted or renewed until the next value.
+	Recalled      bool `protobuf:"varint,3,opt,name=recalled,proto3" json:"recalled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseState) Reset() {
+	*x = LeaseState{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseState) ProtoMessage() {}
+
+func (x *LeaseState) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
+func (*LeaseState) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LeaseState) GetSet() bool {
+	if x != nil {
+		return x.Set
+	}
+	return false
+}
+
+func (x *LeaseState) GetValue() *LeaseValue {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *LeaseState) GetRecalled() bool {
+	if x != nil {
+		return x.Recalled
+	}
+	return false
+}
+
+type ReadLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The calling task; with TLS, the task its certificate names.
+	Task string    `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Kind LeaseKind `protobuf:"varint,3,opt,name=kind,proto3,enum=slicer.v1.LeaseKind" json:"kind,omitempty"`
+	// The value to read; unset only asks for the leases' state.
+	Value *LeaseValue `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	// The lifetime asked for, in milliseconds; the Assigner grants at most
+	// its own limit.
+	TtlMs         uint32 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadLeaseRequest) Reset() {
+	*x = ReadLeaseRequest{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadLeaseRequest) ProtoMessage() {}
+
+func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadLeaseRequest.ProtoReflect.Descriptor instead.
+func (*ReadLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ReadLeaseRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ReadLeaseRequest) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *ReadLeaseRequest) GetKind() LeaseKind {
+	if x != nil {
+		return x.Kind
+	}
+	return LeaseKind_LEASE_KIND_UNSPECIFIED
+}
+
+func (x *ReadLeaseRequest) GetValue() *LeaseValue {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *ReadLeaseRequest) GetTtlMs() uint32 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+type ReadLeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the read lease was granted (or renewed) at the value asked.
+	Granted bool `protobuf:"varint,1,opt,name=granted,proto3" json:"granted,omitempty"`
+	// Its lifetime, in milliseconds, counted by the manager from when it
+	// received the request. The task counts it from when it sent the
+	// request, less its clock-rate margin, and stops using the lease then.
+	TtlMs uint32 `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// The job's guard and bridge as they are now.
+	Guard  *LeaseState `protobuf:"bytes,3,opt,name=guard,proto3" json:"guard,omitempty"`
+	Bridge *LeaseState `protobuf:"bytes,4,opt,name=bridge,proto3" json:"bridge,omitempty"`
+	// Whether the job is configured for strong consistency.
+	Strong bool `protobuf:"varint,5,opt,name=strong,proto3" json:"strong,omitempty"`
+	// The store's incarnation: the generations above are of it.
+	Incarnation   string `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadLeaseResponse) Reset() {
+	*x = ReadLeaseResponse{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadLeaseResponse) ProtoMessage() {}
+
+func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadLeaseResponse.ProtoReflect.Descriptor instead.
+func (*ReadLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ReadLeaseResponse) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
+func (x *ReadLeaseResponse) GetTtlMs() uint32 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *ReadLeaseResponse) GetGuard() *LeaseState {
+	if x != nil {
+		return x.Guard
+	}
+	return nil
+}
+
+func (x *ReadLeaseResponse) GetBridge() *LeaseState {
+	if x != nil {
+		return x.Bridge
+	}
+	return nil
+}
+
+func (x *ReadLeaseResponse) GetStrong() bool {
+	if x != nil {
+		return x.Strong
+	}
+	return false
+}
+
+func (x *ReadLeaseResponse) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+type ReleaseLeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Task          string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Kind          LeaseKind              `protobuf:"varint,3,opt,name=kind,proto3,enum=slicer.v1.LeaseKind" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseLeaseRequest) Reset() {
+	*x = ReleaseLeaseRequest{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseLeaseRequest) ProtoMessage() {}
+
+func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReleaseLeaseRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ReleaseLeaseRequest) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *ReleaseLeaseRequest) GetKind() LeaseKind {
+	if x != nil {
+		return x.Kind
+	}
+	return LeaseKind_LEASE_KIND_UNSPECIFIED
+}
+
+type ReleaseLeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseLeaseResponse) Reset() {
+	*x = ReleaseLeaseResponse{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseLeaseResponse) ProtoMessage() {}
+
+func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
+}
+
 var File_slicer_v1_slicer_proto protoreflect.FileDescriptor
 
 const file_slicer_v1_slicer_proto_rawDesc = "" +
@@ -1435,7 +1937,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12(\n" +
 	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\x95\x03\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xcf\x03\n" +
 	"\tJobConfig\x12%\n" +
 	"\x0emin_redundancy\x18\x01 \x01(\rR\rminRedundancy\x12%\n" +
 	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\x12-\n" +
@@ -1450,7 +1952,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x0esuppress_below\x18\t \x01(\x01R\rsuppressBelow\x12\x1d\n" +
 	"\n" +
 	"max_slices\x18\n" +
-	" \x01(\rR\tmaxSlices\"\x82\x01\n" +
+	" \x01(\rR\tmaxSlices\x128\n" +
+	"\vconsistency\x18\v \x01(\x0e2\x16.slicer.v1.ConsistencyR\vconsistency\"\x82\x01\n" +
 	"\x16WatchAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
 	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\x12+\n" +
@@ -1523,7 +2026,42 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x06slices\x18\x05 \x03(\v2\x14.slicer.v1.SliceLoadR\x06slices\x12!\n" +
 	"\funowned_load\x18\x06 \x01(\x01R\vunownedLoad\x12)\n" +
 	"\x10rejected_reports\x18\a \x01(\x04R\x0frejectedReports\"\x14\n" +
-	"\x12ReportLoadResponse2\xc9\x01\n" +
+	"\x12ReportLoadResponse\"Z\n" +
+	"\n" +
+	"LeaseValue\x12'\n" +
+	"\x0ffrom_generation\x18\x01 \x01(\x04R\x0efromGeneration\x12#\n" +
+	"\rto_generation\x18\x02 \x01(\x04R\ftoGeneration\"g\n" +
+	"\n" +
+	"LeaseState\x12\x10\n" +
+	"\x03set\x18\x01 \x01(\bR\x03set\x12+\n" +
+	"\x05value\x18\x02 \x01(\v2\x15.slicer.v1.LeaseValueR\x05value\x12\x1a\n" +
+	"\brecalled\x18\x03 \x01(\bR\brecalled\"\xa6\x01\n" +
+	"\x10ReadLeaseRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04task\x18\x02 \x01(\tR\x04task\x12(\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x14.slicer.v1.LeaseKindR\x04kind\x12+\n" +
+	"\x05value\x18\x04 \x01(\v2\x15.slicer.v1.LeaseValueR\x05value\x12\x15\n" +
+	"\x06ttl_ms\x18\x05 \x01(\rR\x05ttlMs\"\xda\x01\n" +
+	"\x11ReadLeaseResponse\x12\x18\n" +
+	"\agranted\x18\x01 \x01(\bR\agranted\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\rR\x05ttlMs\x12+\n" +
+	"\x05guard\x18\x03 \x01(\v2\x15.slicer.v1.LeaseStateR\x05guard\x12-\n" +
+	"\x06bridge\x18\x04 \x01(\v2\x15.slicer.v1.LeaseStateR\x06bridge\x12\x16\n" +
+	"\x06strong\x18\x05 \x01(\bR\x06strong\x12 \n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"e\n" +
+	"\x13ReleaseLeaseRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04task\x18\x02 \x01(\tR\x04task\x12(\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x14.slicer.v1.LeaseKindR\x04kind\"\x16\n" +
+	"\x14ReleaseLeaseResponse*\\\n" +
+	"\vConsistency\x12\x1b\n" +
+	"\x17CONSISTENCY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14CONSISTENCY_AFFINITY\x10\x01\x12\x16\n" +
+	"\x12CONSISTENCY_STRONG\x10\x02*T\n" +
+	"\tLeaseKind\x12\x1a\n" +
+	"\x16LEASE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10LEASE_KIND_GUARD\x10\x01\x12\x15\n" +
+	"\x11LEASE_KIND_BRIDGE\x10\x022\xc9\x01\n" +
 	"\x12DistributorService\x12Z\n" +
 	"\x0fWatchAssignment\x12!.slicer.v1.WatchAssignmentRequest\x1a\".slicer.v1.WatchAssignmentResponse0\x01\x12W\n" +
 	"\rGetAssignment\x12\x1f.slicer.v1.GetAssignmentRequest\x1a .slicer.v1.GetAssignmentResponse\"\x03\x90\x02\x012\xc4\x01\n" +
@@ -1541,7 +2079,10 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\tDeleteJob\x12\x1b.slicer.v1.DeleteJobRequest\x1a\x1c.slicer.v1.DeleteJobResponse\"\x03\x90\x02\x022X\n" +
 	"\vLoadService\x12I\n" +
 	"\n" +
-	"ReportLoad\x12\x1c.slicer.v1.ReportLoadRequest\x1a\x1d.slicer.v1.ReportLoadResponseB7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
+	"ReportLoad\x12\x1c.slicer.v1.ReportLoadRequest\x1a\x1d.slicer.v1.ReportLoadResponse2\xa7\x01\n" +
+	"\fLeaseService\x12F\n" +
+	"\tReadLease\x12\x1b.slicer.v1.ReadLeaseRequest\x1a\x1c.slicer.v1.ReadLeaseResponse\x12O\n" +
+	"\fReleaseLease\x12\x1e.slicer.v1.ReleaseLeaseRequest\x1a\x1f.slicer.v1.ReleaseLeaseResponseB7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
 
 var (
 	file_slicer_v1_slicer_proto_rawDescOnce sync.Once
@@ -1555,73 +2096,93 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 	return file_slicer_v1_slicer_proto_rawDescData
 }
 
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_slicer_v1_slicer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_slicer_v1_slicer_proto_goTypes = []any{
-	(*Task)(nil),                    // 0: slicer.v1.Task
-	(*Slice)(nil),                   // 1: slicer.v1.Slice
-	(*Assignment)(nil),              // 2: slicer.v1.Assignment
-	(*JobConfig)(nil),               // 3: slicer.v1.JobConfig
-	(*WatchAssignmentRequest)(nil),  // 4: slicer.v1.WatchAssignmentRequest
-	(*WatchAssignmentResponse)(nil), // 5: slicer.v1.WatchAssignmentResponse
-	(*GetAssignmentRequest)(nil),    // 6: slicer.v1.GetAssignmentRequest
-	(*GetAssignmentResponse)(nil),   // 7: slicer.v1.GetAssignmentResponse
-	(*RegisterTaskRequest)(nil),     // 8: slicer.v1.RegisterTaskRequest
-	(*RegisterTaskResponse)(nil),    // 9: slicer.v1.RegisterTaskResponse
-	(*JobInfo)(nil),                 // 10: slicer.v1.JobInfo
-	(*TaskLoad)(nil),                // 11: slicer.v1.TaskLoad
-	(*ListJobsRequest)(nil),         // 12: slicer.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 13: slicer.v1.ListJobsResponse
-	(*GetJobRequest)(nil),           // 14: slicer.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 15: slicer.v1.GetJobResponse
-	(*SetJobConfigRequest)(nil),     // 16: slicer.v1.SetJobConfigRequest
-	(*SetJobConfigResponse)(nil),    // 17: slicer.v1.SetJobConfigResponse
-	(*DeleteJobRequest)(nil),        // 18: slicer.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 19: slicer.v1.DeleteJobResponse
-	(*SliceLoad)(nil),               // 20: slicer.v1.SliceLoad
-	(*ReportLoadRequest)(nil),       // 21: slicer.v1.ReportLoadRequest
-	(*ReportLoadResponse)(nil),      // 22: slicer.v1.ReportLoadResponse
+	(Consistency)(0),                // 0: slicer.v1.Consistency
+	(LeaseKind)(0),                  // 1: slicer.v1.LeaseKind
+	(*Task)(nil),                    // 2: slicer.v1.Task
+	(*Slice)(nil),                   // 3: slicer.v1.Slice
+	(*Assignment)(nil),              // 4: slicer.v1.Assignment
+	(*JobConfig)(nil),               // 5: slicer.v1.JobConfig
+	(*WatchAssignmentRequest)(nil),  // 6: slicer.v1.WatchAssignmentRequest
+	(*WatchAssignmentResponse)(nil), // 7: slicer.v1.WatchAssignmentResponse
+	(*GetAssignmentRequest)(nil),    // 8: slicer.v1.GetAssignmentRequest
+	(*GetAssignmentResponse)(nil),   // 9: slicer.v1.GetAssignmentResponse
+	(*RegisterTaskRequest)(nil),     // 10: slicer.v1.RegisterTaskRequest
+	(*RegisterTaskResponse)(nil),    // 11: slicer.v1.RegisterTaskResponse
+	(*JobInfo)(nil),                 // 12: slicer.v1.JobInfo
+	(*TaskLoad)(nil),                // 13: slicer.v1.TaskLoad
+	(*ListJobsRequest)(nil),         // 14: slicer.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 15: slicer.v1.ListJobsResponse
+	(*GetJobRequest)(nil),           // 16: slicer.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 17: slicer.v1.GetJobResponse
+	(*SetJobConfigRequest)(nil),     // 18: slicer.v1.SetJobConfigRequest
+	(*SetJobConfigResponse)(nil),    // 19: slicer.v1.SetJobConfigResponse
+	(*DeleteJobRequest)(nil),        // 20: slicer.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 21: slicer.v1.DeleteJobResponse
+	(*SliceLoad)(nil),               // 22: slicer.v1.SliceLoad
+	(*ReportLoadRequest)(nil),       // 23: slicer.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),      // 24: slicer.v1.ReportLoadResponse
+	(*LeaseValue)(nil),              // 25: slicer.v1.LeaseValue
+	(*LeaseState)(nil),              // 26: slicer.v1.LeaseState
+	(*ReadLeaseRequest)(nil),        // 27: slicer.v1.ReadLeaseRequest
+	(*ReadLeaseResponse)(nil),       // 28: slicer.v1.ReadLeaseResponse
+	(*ReleaseLeaseRequest)(nil),     // 29: slicer.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),    // 30: slicer.v1.ReleaseLeaseResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
-	0,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
-	1,  // 1: slicer.v1.Assignment.slices:type_name -> slicer.v1.Slice
-	2,  // 2: slicer.v1.WatchAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
-	2,  // 3: slicer.v1.GetAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
-	3,  // 4: slicer.v1.JobInfo.config:type_name -> slicer.v1.JobConfig
-	0,  // 5: slicer.v1.JobInfo.live_tasks:type_name -> slicer.v1.Task
-	11, // 6: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
-	10, // 7: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
-	10, // 8: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
-	3,  // 9: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
-	10, // 10: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
-	10, // 11: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
-	20, // 12: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
-	4,  // 13: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	6,  // 14: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	4,  // 15: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	6,  // 16: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	4,  // 17: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	8,  // 18: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
-	12, // 19: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	14, // 20: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	16, // 21: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	18, // 22: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
-	21, // 23: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	5,  // 24: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	7,  // 25: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	5,  // 26: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	7,  // 27: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	5,  // 28: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	9,  // 29: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
-	13, // 30: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	15, // 31: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	17, // 32: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	19, // 33: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
-	22, // 34: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	2,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
+	3,  // 1: slicer.v1.Assignment.slices:type_name -> slicer.v1.Slice
+	0,  // 2: slicer.v1.JobConfig.consistency:type_name -> slicer.v1.Consistency
+	4,  // 3: slicer.v1.WatchAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
+	4,  // 4: slicer.v1.GetAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
+	5,  // 5: slicer.v1.JobInfo.config:type_name -> slicer.v1.JobConfig
+	2,  // 6: slicer.v1.JobInfo.live_tasks:type_name -> slicer.v1.Task
+	13, // 7: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
+	12, // 8: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
+	12, // 9: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
+	5,  // 10: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
+	12, // 11: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
+	12, // 12: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
+	22, // 13: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
+	25, // 14: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
+	1,  // 15: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	25, // 16: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
+	26, // 17: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
+	26, // 18: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
+	1,  // 19: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	6,  // 20: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	8,  // 21: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	6,  // 22: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	8,  // 23: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	6,  // 24: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 25: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
+	14, // 26: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	16, // 27: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	18, // 28: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	20, // 29: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
+	23, // 30: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	27, // 31: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
+	29, // 32: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
+	7,  // 33: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	9,  // 34: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	7,  // 35: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	9,  // 36: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	7,  // 37: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 38: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	15, // 39: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	17, // 40: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	19, // 41: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	21, // 42: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
+	24, // 43: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	28, // 44: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
+	30, // 45: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
+	33, // [33:46] is the sub-list for method output_type
+	20, // [20:33] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
@@ -1634,13 +2195,14 @@ func file_slicer_v1_slicer_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   23,
+			NumEnums:      2,
+			NumMessages:   29,
 			NumExtensions: 0,
-			NumServices:   5,
+			NumServices:   6,
 		},
 		GoTypes:           file_slicer_v1_slicer_proto_goTypes,
 		DependencyIndexes: file_slicer_v1_slicer_proto_depIdxs,
+		EnumInfos:         file_slicer_v1_slicer_proto_enumTypes,
 		MessageInfos:      file_slicer_v1_slicer_proto_msgTypes,
 	}.Build()
 	File_slicer_v1_slicer_proto = out.File

@@ -34,6 +34,8 @@ const (
 	JobServiceName = "slicer.v1.JobService"
 	// LoadServiceName is the fully-qualified name of the LoadService service.
 	LoadServiceName = "slicer.v1.LoadService"
+	// LeaseServiceName is the fully-qualified name of the LeaseService service.
+	LeaseServiceName = "slicer.v1.LeaseService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -72,6 +74,11 @@ const (
 	JobServiceDeleteJobProcedure = "/slicer.v1.JobService/DeleteJob"
 	// LoadServiceReportLoadProcedure is the fully-qualified name of the LoadService's ReportLoad RPC.
 	LoadServiceReportLoadProcedure = "/slicer.v1.LoadService/ReportLoad"
+	// LeaseServiceReadLeaseProcedure is the fully-qualified name of the LeaseService's ReadLease RPC.
+	LeaseServiceReadLeaseProcedure = "/slicer.v1.LeaseService/ReadLease"
+	// LeaseServiceReleaseLeaseProcedure is the fully-qualified name of the LeaseService's ReleaseLease
+	// RPC.
+	LeaseServiceReleaseLeaseProcedure = "/slicer.v1.LeaseService/ReleaseLease"
 )
 
 // DistributorServiceClient is a client for the slicer.v1.DistributorService service.
@@ -648,4 +655,112 @@ type UnimplementedLoadServiceHandler struct{}
 
 func (UnimplementedLoadServiceHandler) ReportLoad(context.Context, *connect.Request[v1.ReportLoadRequest]) (*connect.Response[v1.ReportLoadResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.LoadService.ReportLoad is not implemented"))
+}
+
+// LeaseServiceClient is a client for the slicer.v1.LeaseService service.
+type LeaseServiceClient interface {
+	// ReadLease acquires or renews the task's read lease on the job's guard
+	// or bridge at the value given, and returns the state of both leases
+	// whether or not it was granted. Refused at once (granted false) when
+	// the lease is recalled or at another value.
+	ReadLease(context.Context, *connect.Request[v1.ReadLeaseRequest]) (*connect.Response[v1.ReadLeaseResponse], error)
+	// ReleaseLease gives the task's read lease up at once, so that a recall
+	// need not wait for it to expire.
+	ReleaseLease(context.Context, *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error)
+}
+
+// NewLeaseServiceClient constructs a client for the slicer.v1.LeaseService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) LeaseServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	leaseServiceMethods := v1.File_slicer_v1_slicer_proto.Services().ByName("LeaseService").Methods()
+	return &leaseServiceClient{
+		readLease: connect.NewClient[v1.ReadLeaseRequest, v1.ReadLeaseResponse](
+			httpClient,
+			baseURL+LeaseServiceReadLeaseProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("ReadLease")),
+			connect.WithClientOptions(opts...),
+		),
+		releaseLease: connect.NewClient[v1.ReleaseLeaseRequest, v1.ReleaseLeaseResponse](
+			httpClient,
+			baseURL+LeaseServiceReleaseLeaseProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("ReleaseLease")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// leaseServiceClient implements LeaseServiceClient.
+type leaseServiceClient struct {
+	readLease    *connect.Client[v1.ReadLeaseRequest, v1.ReadLeaseResponse]
+	releaseLease *connect.Client[v1.ReleaseLeaseRequest, v1.ReleaseLeaseResponse]
+}
+
+// ReadLease calls slicer.v1.LeaseService.ReadLease.
+func (c *leaseServiceClient) ReadLease(ctx context.Context, req *connect.Request[v1.ReadLeaseRequest]) (*connect.Response[v1.ReadLeaseResponse], error) {
+	return c.readLease.CallUnary(ctx, req)
+}
+
+// ReleaseLease calls slicer.v1.LeaseService.ReleaseLease.
+func (c *leaseServiceClient) ReleaseLease(ctx context.Context, req *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error) {
+	return c.releaseLease.CallUnary(ctx, req)
+}
+
+// LeaseServiceHandler is an implementation of the slicer.v1.LeaseService service.
+type LeaseServiceHandler interface {
+	// ReadLease acquires or renews the task's read lease on the job's guard
+	// or bridge at the value given, and returns the state of both leases
+	// whether or not it was granted. Refused at once (granted false) when
+	// the lease is recalled or at another value.
+	ReadLease(context.Context, *connect.Request[v1.ReadLeaseRequest]) (*connect.Response[v1.ReadLeaseResponse], error)
+	// ReleaseLease gives the task's read lease up at once, so that a recall
+	// need not wait for it to expire.
+	ReleaseLease(context.Context, *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error)
+}
+
+// NewLeaseServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	leaseServiceMethods := v1.File_slicer_v1_slicer_proto.Services().ByName("LeaseService").Methods()
+	leaseServiceReadLeaseHandler := connect.NewUnaryHandler(
+		LeaseServiceReadLeaseProcedure,
+		svc.ReadLease,
+		connect.WithSchema(leaseServiceMethods.ByName("ReadLease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	leaseServiceReleaseLeaseHandler := connect.NewUnaryHandler(
+		LeaseServiceReleaseLeaseProcedure,
+		svc.ReleaseLease,
+		connect.WithSchema(leaseServiceMethods.ByName("ReleaseLease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/slicer.v1.LeaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case LeaseServiceReadLeaseProcedure:
+			leaseServiceReadLeaseHandler.ServeHTTP(w, r)
+		case LeaseServiceReleaseLeaseProcedure:
+			leaseServiceReleaseLeaseHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedLeaseServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedLeaseServiceHandler struct{}
+
+func (UnimplementedLeaseServiceHandler) ReadLease(context.Context, *connect.Request[v1.ReadLeaseRequest]) (*connect.Response[v1.ReadLeaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.LeaseService.ReadLease is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) ReleaseLease(context.Context, *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.LeaseService.ReleaseLease is not implemented"))
 }
