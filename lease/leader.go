@@ -313,8 +313,17 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 		if errors.As(err, &he) {
 			l.holders[job] = he.Holder
 		}
-		l.retry[job] = time.Now().Add(l.retryAfter(he))
+		wait, alive := l.retryAfter(he)
+		l.retry[job] = time.Now().Add(wait)
 		l.mu.Unlock()
+		if alive {
+			// Another live Assigner holds the job: it becomes this one's
+			// remembered choice, which the hysteresis keeps unless this
+			// one is nearer by more than the margin. Views that differ
+			// only slightly then agree on the holder instead of each
+			// wanting the job forever.
+			l.choices.Remember(job, he.Holder)
+		}
 		if !errors.Is(err, ErrHeld) && ctx.Err() == nil {
 			l.log.Warn("acquiring the job lease failed; retrying", "job", job, "err", err)
 		}
@@ -329,20 +338,21 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 	l.signal()
 }
 
-// retryAfter paces attempts on a lease another holds. While gossip has the
+// retryAfter paces attempts on a lease another holds, and reports whether
+// gossip has its holder alive. While gossip has the
 // holder alive, it is renewing: the two disagree on preference, or it is
 // about to release, and the next Evaluate tries again. A holder gossip
 // has failed leaves a lease that expires within a TTL: it is tried often,
 // so that failover waits for little more than the expiry.
-func (l *Leader) retryAfter(he *HeldError) time.Duration {
+func (l *Leader) retryAfter(he *HeldError) (wait time.Duration, holderAlive bool) {
 	if he != nil {
 		for _, p := range l.cfg.Members() {
-			if p.Name == he.Holder && p.Status == gossip.StatusAlive {
-				return l.cfg.Preference.Recheck
+			if p.Name == he.Holder && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner) {
+				return l.cfg.Preference.Recheck, true
 			}
 		}
 	}
-	return l.cfg.TTL / 10
+	return l.cfg.TTL / 10, false
 }
 
 // deadline is when a lease granted or renewed by a request sent at sent

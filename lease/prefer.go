@@ -322,3 +322,17 @@ func (c *Choices) Forget(job string) {
 	defer c.mu.Unlock()
 	delete(c.prev, job)
 }
+
+// Remember makes name the remembered choice for job, as if Preferred had
+// chosen it: the hysteresis then keeps it unless another Assigner is
+// nearer by more than the margin. The Leader remembers the holder of a
+// job's lease this way, so that an Assigner whose estimates only slightly
+// favour itself defers to the one already writing the job.
+func (c *Choices) Remember(job, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.prev == nil {
+		c.prev = make(map[string]string)
+	}
+	c.prev[job] = name
+}

@@ -61,6 +61,26 @@ type Config struct {
 	// DefaultConfig sets clerk.DefaultSubsetSize; 0 means all
 	// Distributors, tried in turn.
 	SubsetSize int
+	// Consistency is the job's: assign.Strong makes this task use an
+	// assignment only under the job's guard and bridge leases, which it
+	// reads from the Assigners, so that at most one task owns a key at any
+	// instant (Owns, Handle, Handle.Token; see docs/consistency.md). The
+	// job must be configured strong too. The default, affinity, needs no
+	// lease.
+	Consistency assign.Consistency
+	// LeaseTTL is the lifetime of the guard and bridge reads asked for in
+	// strong mode (default DefaultLeaseTTL; the Assigner may grant less,
+	// and etcd rounds up to whole seconds). A task that dies holding the
+	// guard holds up a change of assignment for at most this long.
+	LeaseTTL time.Duration
+	// ClockMargin is the fraction of a lease's TTL given up to the
+	// difference between this machine's clock rate and the lease
+	// manager's (default lease.DefaultClockMargin): the task stops using a
+	// lease at send + TTL×(1−margin).
+	ClockMargin float64
+	// ReleaseWait bounds how long a key leaving this task in strong mode
+	// waits for its outstanding handles (default DefaultReleaseWait).
+	ReleaseWait time.Duration
 	// TLS, when set, talks to slicerd over TLS with a certificate naming
 	// this task (spiffe://slicerd/task/JOB/TASK, or JOB/* for any task of
 	// the job): the Slicelet registers the task with every Assigner (which
@@ -122,6 +142,17 @@ func (c Config) validate() error {
 	}
 	if c.LoadWindow < 0 {
 		return fmt.Errorf("%w: task %s/%s has load window %v; set a positive LoadWindow, or 0 for the default %v", ErrInvalidConfig, c.Job, c.Task, c.LoadWindow, DefaultLoadWindow)
+	}
+	if _, err := assign.ParseConsistency(string(c.Consistency)); err != nil {
+		return fmt.Errorf("%w: task %s/%s: %w", ErrInvalidConfig, c.Job, c.Task, err)
+	}
+	switch {
+	case c.LeaseTTL < 0 || c.LeaseTTL > lease.MaxTTL:
+		return fmt.Errorf("%w: task %s/%s has lease TTL %v; use 0 for the default %v, or up to %v", ErrInvalidConfig, c.Job, c.Task, c.LeaseTTL, DefaultLeaseTTL, lease.MaxTTL)
+	case !(c.ClockMargin >= 0 && c.ClockMargin < 0.5):
+		return fmt.Errorf("%w: task %s/%s has clock margin %g; it must be in [0, 0.5), 0 meaning the default %g", ErrInvalidConfig, c.Job, c.Task, c.ClockMargin, lease.DefaultClockMargin)
+	case c.ReleaseWait < 0:
+		return fmt.Errorf("%w: task %s/%s has release wait %v; use 0 for the default %v", ErrInvalidConfig, c.Job, c.Task, c.ReleaseWait, DefaultReleaseWait)
 	}
 	if err := c.Preference.Validate(); err != nil {
 		return fmt.Errorf("%w: task %s/%s: %w", ErrInvalidConfig, c.Job, c.Task, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/subset"
 )
 
@@ -62,6 +63,8 @@ type Slicelet struct {
 	assignersMu sync.Mutex
 	assigners   map[string]*http.Client
 
+	strong strongState // strong mode's leases; see strong.go
+
 	// listenMu serialises listener calls with AddListener, so every
 	// listener sees one unbroken sequence of changes.
 	listenMu  sync.Mutex
@@ -80,6 +83,15 @@ func New(cfg Config) (*Slicelet, error) {
 	if cfg.LoadWindow == 0 {
 		cfg.LoadWindow = DefaultLoadWindow
 	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.ClockMargin == 0 {
+		cfg.ClockMargin = lease.DefaultClockMargin
+	}
+	if cfg.ReleaseWait == 0 {
+		cfg.ReleaseWait = DefaultReleaseWait
+	}
 	s := &Slicelet{
 		cfg:        cfg,
 		log:        cfg.Logger.With("job", cfg.Job, "task", cfg.Task),
@@ -87,6 +99,10 @@ func New(cfg Config) (*Slicelet, error) {
 		joined:     make(chan struct{}),
 		httpClient: api.NewH2CClient(),
 	}
+	s.strong.base = time.Now()
+	s.strong.kick = make(chan struct{}, 1)
+	s.strong.recent = make(map[uint64]*assign.Assignment)
+	s.strong.view.Store(&strongView{})
 	if cfg.TLS != nil {
 		s.assigners = map[string]*http.Client{}
 	}
@@ -226,6 +242,12 @@ func (s *Slicelet) Run(ctx context.Context) error {
 		s.reportLoop(gctx)
 		return nil
 	})
+	if s.strongMode() {
+		g.Go(func() error {
+			s.strongLoop(gctx)
+			return nil
+		})
+	}
 	if s.cfg.TLS != nil {
 		g.Go(func() error {
 			s.registerLoop(gctx, node)
@@ -302,6 +324,9 @@ func (s *Slicelet) resolve() (dists, backups []string) {
 func (s *Slicelet) install(_, next *assign.Assignment) {
 	if v := s.view.Load(); v != nil && v.table.Assignment() == next {
 		return // the cached assignment New installed, reported again by Run
+	}
+	if s.strongMode() {
+		s.strong.remember(next)
 	}
 	t := s.clerk.Table()
 	if t == nil || t.Assignment() != next {

@@ -56,6 +56,8 @@ type Options struct {
 	OpenStore func(node string) (storage.Store, error)
 	// Configure adjusts each agent's configuration before it starts.
 	Configure func(*roles.Config)
+	// ConfigureTask adjusts each Slicelet's configuration before it starts.
+	ConfigureTask func(*slicelet.Config)
 	// Latency is the one-way delay of every gossip link without its own
 	// (SetLatency). Default 0.
 	Latency time.Duration
@@ -499,10 +501,14 @@ func (c *Cluster) StartTask(job, task string) *Task {
 	addr := fmt.Sprintf("127.0.0.1:%d", c.nextPort)
 	c.mu.Unlock()
 	g := c.gossipConfig(name)
-	s, err := slicelet.New(slicelet.Config{
+	scfg := slicelet.Config{
 		Job: job, Task: task, Addr: addr, Join: c.joinAddrs(), Gossip: g, Preference: c.preference(),
 		LoadWindow: 100 * time.Millisecond, Logger: c.log.With("task", name),
-	})
+	}
+	if c.opts.ConfigureTask != nil {
+		c.opts.ConfigureTask(&scfg)
+	}
+	s, err := slicelet.New(scfg)
 	if err != nil {
 		c.t.Fatalf("clustertest: task %s: %v", name, err)
 	}

@@ -1,0 +1,521 @@
+package slicelet
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/lease"
+)
+
+// DefaultLeaseTTL is Config.LeaseTTL's default: etcd's least lease TTL
+// with its default election timeout.
+const DefaultLeaseTTL = 2 * time.Second
+
+// DefaultReleaseWait is Config.ReleaseWait's default.
+const DefaultReleaseWait = time.Second
+
+// transitionPoll paces the lease loop while a transition waits on this
+// task: a new assignment, a bridge to take, or a guard to read.
+const transitionPoll = 20 * time.Millisecond
+
+// recentAssignments is how many of the newest assignments the Slicelet
+// keeps for its leases: a guard or bridge names generations, and the task
+// can read it only with their assignments at hand.
+const recentAssignments = 8
+
+// maxLosses bounds the log of ranges this task stopped owning, which
+// handles check for continuity; a handle older than the log is judged
+// discontinuous.
+const maxLosses = 256
+
+// ownership is one read lease this task holds on its job's guard or
+// bridge, and the key ranges it lets the task use. Only deadline changes
+// after it is installed.
+type ownership struct {
+	kind  lease.Kind
+	value lease.Value
+	// owned are the ranges the task may use: under the guard, those the
+	// guard's generation assigns it; under the bridge from f to t, those
+	// both assign it. Sorted and merged.
+	owned []assign.Slice
+	// token is the fencing token of the keys it covers: the generation at
+	// which the task's ownership of them began, as far as this lease can
+	// tell (the guard's generation; the bridge's from).
+	token uint64
+	// deadline is when the task stops using the lease, in nanoseconds of
+	// the Slicelet's monotonic clock (Slicelet.since).
+	deadline atomic.Int64
+	// handles counts the outstanding handles per handleBuckets-th of the
+	// key space: a drain waits for the buckets a loss touches, so a handle
+	// on a kept key holds it up only when the two share a bucket.
+	handles [handleBuckets]atomic.Int32
+	// draining is set while the task waits for handles before giving
+	// ranges up; a Release then wakes it.
+	draining atomic.Bool
+	wake     chan struct{}
+}
+
+// newOwnership returns a lease not yet installed; extend sets its
+// deadline.
+func newOwnership(kind lease.Kind, v lease.Value, owned []assign.Slice) *ownership {
+	o := &ownership{kind: kind, value: v, owned: owned, token: v.From, wake: make(chan struct{}, 1)}
+	o.deadline.Store(math.MaxInt64)
+	return o
+}
+
+// handleBuckets is how finely handle counts split the key space.
+const handleBuckets = 1024
+
+// bucket is k's handle bucket.
+func bucket(k assign.SliceKey) int { return int(uint64(k) >> (63 - 10)) }
+
+// find returns the index of the owned range holding k, or -1.
+func (o *ownership) find(k assign.SliceKey) int {
+	if o == nil {
+		return -1
+	}
+	// The last range starting at or before k.
+	lo, hi := 0, len(o.owned)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if o.owned[m].Start <= k {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == 0 || k >= o.owned[lo-1].End {
+		return -1
+	}
+	return lo - 1
+}
+
+// strongView is what strong-mode lookups read, swapped atomically.
+type strongView struct {
+	guard, bridge *ownership
+}
+
+// loss is a set of ranges this task stopped owning, numbered in order.
+type loss struct {
+	seq    uint64
+	all    bool // every key
+	ranges []assign.Slice
+}
+
+// strongState is a strong-mode Slicelet's lease state.
+type strongState struct {
+	base time.Time // the monotonic clock's origin
+	view atomic.Pointer[strongView]
+	kick chan struct{} // a new assignment arrived
+
+	// lossSeq is the number of the newest loss; handles remember it.
+	lossSeq atomic.Uint64
+
+	mu     sync.Mutex
+	losses []loss                        // the newest maxLosses losses, oldest first
+	recent map[uint64]*assign.Assignment // generation → assignment, newest few
+	inc    string                        // their store incarnation
+
+	client     slicerv1connect.LeaseServiceClient
+	clientAddr string
+
+	// Counters for tests and operators.
+	reads, refused atomic.Uint64
+}
+
+func (s *Slicelet) strongMode() bool { return s.cfg.Consistency == assign.Strong }
+
+// since is the Slicelet's monotonic clock, in nanoseconds.
+func (s *Slicelet) since() int64 { return int64(time.Since(s.strong.base)) }
+
+// valid reports whether o may be used now.
+func (s *Slicelet) valid(o *ownership) bool {
+	return o != nil && s.since() < o.deadline.Load()
+}
+
+// remember keeps a for the leases: called for every assignment installed.
+func (st *strongState) remember(a *assign.Assignment) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if a.Incarnation != st.inc {
+		clear(st.recent)
+		st.inc = a.Incarnation
+	}
+	st.recent[a.Generation] = a
+	if len(st.recent) > recentAssignments {
+		oldest := a.Generation
+		for g := range st.recent {
+			oldest = min(oldest, g)
+		}
+		delete(st.recent, oldest)
+	}
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (st *strongState) assignment(gen uint64) *assign.Assignment {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.recent[gen]
+}
+
+func (st *strongState) newest() uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var g uint64
+	for gen := range st.recent {
+		g = max(g, gen)
+	}
+	return g
+}
+
+// lose records that the task stopped owning ranges, so that handles taken
+// before report discontinuity.
+func (st *strongState) lose(ranges []assign.Slice) {
+	if len(ranges) > 0 {
+		st.record(loss{ranges: ranges})
+	}
+}
+
+// loseAll records that the task stopped owning every key.
+func (st *strongState) loseAll() { st.record(loss{all: true}) }
+
+func (st *strongState) record(l loss) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	seq := st.lossSeq.Load() + 1
+	l.seq = seq
+	st.losses = append(st.losses, l)
+	if len(st.losses) > maxLosses {
+		st.losses = slices.Delete(st.losses, 0, len(st.losses)-maxLosses)
+	}
+	st.lossSeq.Store(seq)
+}
+
+// lostSince reports whether k was in a loss after seq, or whether the log
+// no longer reaches back to seq.
+func (st *strongState) lostSince(seq uint64, k assign.SliceKey) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.losses) == 0 || st.losses[0].seq > seq+1 {
+		return len(st.losses) > 0
+	}
+	for _, l := range st.losses {
+		if l.seq <= seq {
+			continue
+		}
+		if l.all {
+			return true
+		}
+		for _, r := range l.ranges {
+			if r.Start <= k && k < r.End {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// strongLoop keeps this task's guard and bridge leases until ctx ends, then
+// releases them.
+func (s *Slicelet) strongLoop(ctx context.Context) {
+	defer s.releaseLeases()
+	for {
+		wait := s.strongStep(ctx)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-s.strong.kick:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// leaseClient returns a LeaseService client for the job's preferred
+// Assigner; with an etcd store any Assigner serves every lease.
+func (s *Slicelet) leaseClient() (slicerv1connect.LeaseServiceClient, string, bool) {
+	p, ok := s.assigner()
+	if !ok || p.RPCAddr == "" {
+		return nil, "", false
+	}
+	st := &s.strong
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.client == nil || st.clientAddr != p.Name+"@"+p.RPCAddr {
+		hc, url := s.assignerClient(p)
+		st.client = slicerv1connect.NewLeaseServiceClient(hc, url)
+		st.clientAddr = p.Name + "@" + p.RPCAddr
+	}
+	return st.client, p.RPCAddr, true
+}
+
+// read sends one ReadLease; v nil only asks for the state. It returns the
+// response and when the request was sent.
+func (s *Slicelet) read(ctx context.Context, client slicerv1connect.LeaseServiceClient, kind lease.Kind, v *lease.Value) (*slicerv1.ReadLeaseResponse, int64, error) {
+	req := &slicerv1.ReadLeaseRequest{Job: s.cfg.Job, Task: s.cfg.Task, Kind: kindProto(kind), TtlMs: uint32(s.cfg.LeaseTTL.Milliseconds())}
+	if v != nil {
+		req.Value = &slicerv1.LeaseValue{FromGeneration: v.From, ToGeneration: v.To}
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL)
+	defer cancel()
+	sent := s.since()
+	resp, err := client.ReadLease(rctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, sent, err
+	}
+	s.strong.reads.Add(1)
+	return resp.Msg, sent, nil
+}
+
+func kindProto(k lease.Kind) slicerv1.LeaseKind {
+	if k == lease.Bridge {
+		return slicerv1.LeaseKind_LEASE_KIND_BRIDGE
+	}
+	return slicerv1.LeaseKind_LEASE_KIND_GUARD
+}
+
+func stateOf(p *slicerv1.LeaseState) lease.State {
+	return lease.State{Set: p.GetSet(), Recalled: p.GetRecalled(),
+		Value: lease.Value{From: p.GetValue().GetFromGeneration(), To: p.GetValue().GetToGeneration()}}
+}
+
+// extend moves o's deadline to a renewal sent at sent for ttl. A renewal
+// sent after the deadline had passed may follow a gap in which the lease
+// had lapsed: the task's ownership of o's ranges starts again, and
+// handles taken before it are no longer continuous.
+func (s *Slicelet) extend(o *ownership, sent int64, ttlMs uint32) {
+	ttl := time.Duration(ttlMs) * time.Millisecond
+	deadline := sent + int64(ttl) - int64(float64(ttl)*s.cfg.ClockMargin)
+	if sent >= o.deadline.Load() {
+		s.strong.lose(o.owned)
+	}
+	o.deadline.Store(deadline)
+}
+
+// strongStep renews what the task holds and takes the next lease of a
+// transition, and returns how long to wait before the next step.
+func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
+	renew := s.cfg.LeaseTTL / 3
+	select {
+	case <-s.joined:
+	default:
+		return transitionPoll
+	}
+	client, addr, ok := s.leaseClient()
+	if !ok {
+		return transitionPoll
+	}
+	st := &s.strong
+	v := st.view.Load()
+	fail := func(what string, err error) time.Duration {
+		if ctx.Err() == nil {
+			s.log.Warn("slicelet: "+what+" failed; the task stops using its leases at their deadlines", "assigner", addr, "err", err)
+		}
+		return transitionPoll * 5
+	}
+
+	// The guard: renew the one held, or read the state.
+	var resp *slicerv1.ReadLeaseResponse
+	var err error
+	if v.guard != nil {
+		var sent int64
+		resp, sent, err = s.read(ctx, client, lease.Guard, &v.guard.value)
+		if err != nil {
+			return fail("renewing the guard", err)
+		}
+		if resp.GetGranted() {
+			s.extend(v.guard, sent, resp.GetTtlMs())
+		} else {
+			st.refused.Add(1)
+		}
+	} else {
+		if resp, _, err = s.read(ctx, client, lease.Guard, nil); err != nil {
+			return fail("reading the leases' state", err)
+		}
+	}
+	if !resp.GetStrong() {
+		s.log.Error("slicelet: this Slicelet is in strong mode but its job is not configured strong; it owns no key until it is (slicerd job set JOB --consistency strong)")
+		s.dropAll()
+		return renew
+	}
+	guard, bridge := stateOf(resp.GetGuard()), stateOf(resp.GetBridge())
+	if v.guard != nil && guard.Value.From > v.guard.value.From {
+		// The guard moved on: the manager let this task's read expire.
+		var kept []assign.Slice
+		if v.bridge != nil {
+			kept = v.bridge.owned
+		}
+		s.setView(nil, v.bridge, subtract(v.guard.owned, kept))
+		v = st.view.Load()
+	}
+
+	// The bridge: renew the one held, or take one from the guard held.
+	if v.bridge != nil {
+		if bridge.Set && !bridge.Recalled && bridge.Value == v.bridge.value {
+			r, sent, err := s.read(ctx, client, lease.Bridge, &v.bridge.value)
+			if err != nil {
+				return fail("renewing the bridge", err)
+			}
+			if r.GetGranted() {
+				s.extend(v.bridge, sent, r.GetTtlMs())
+			}
+		}
+	} else if bridge.Set && !bridge.Recalled && v.guard != nil && s.valid(v.guard) && bridge.Value.From == v.guard.value.From {
+		s.takeBridge(ctx, client, bridge.Value)
+		v = st.view.Load()
+	}
+
+	// The guard's next value.
+	if guard.Set && !guard.Recalled && (v.guard == nil || guard.Value != v.guard.value) {
+		if a := st.assignment(guard.Value.From); a != nil {
+			r, sent, err := s.read(ctx, client, lease.Guard, &guard.Value)
+			if err != nil {
+				return fail("reading the guard", err)
+			}
+			if r.GetGranted() {
+				o := newOwnership(lease.Guard, guard.Value, ownedRanges(a, s.cfg.Task))
+				s.extend(o, sent, r.GetTtlMs())
+				var dropped []assign.Slice
+				if v.bridge != nil {
+					dropped = subtract(v.bridge.owned, o.owned)
+				}
+				s.setView(o, nil, dropped)
+				if v.bridge != nil {
+					s.unread(ctx, client, lease.Bridge)
+				}
+				s.log.Debug("slicelet: guard read", "generation", guard.Value.From, "ranges", len(o.owned))
+				v = st.view.Load()
+			}
+		}
+	}
+
+	// Poll fast while a transition waits on this task.
+	switch {
+	case v.guard == nil:
+		return transitionPoll
+	case guard.Recalled || (bridge.Set && !bridge.Recalled && v.bridge == nil && bridge.Value.From == v.guard.value.From):
+		return transitionPoll
+	case st.newest() > v.guard.value.From:
+		return transitionPoll
+	}
+	return renew
+}
+
+// takeBridge reads the bridge b, and once it is held, gives the guard up:
+// it waits (up to ReleaseWait) for the handles on the keys the bridge does
+// not cover, stops owning them, and releases the guard so that its recall
+// need not wait for the read to expire.
+func (s *Slicelet) takeBridge(ctx context.Context, client slicerv1connect.LeaseServiceClient, b lease.Value) {
+	st := &s.strong
+	from, to := st.assignment(b.From), st.assignment(b.To)
+	if from == nil || to == nil {
+		return // the new assignment has not reached this task yet
+	}
+	r, sent, err := s.read(ctx, client, lease.Bridge, &b)
+	if err != nil || !r.GetGranted() {
+		return
+	}
+	v := st.view.Load()
+	mine := ownedRanges(from, s.cfg.Task)
+	o := newOwnership(lease.Bridge, b, subtract(mine, subtract(mine, ownedRanges(to, s.cfg.Task))))
+	s.extend(o, sent, r.GetTtlMs())
+	lost := subtract(v.guard.owned, o.owned)
+	s.setView(v.guard, o, nil)
+	s.drainHandles(v.guard, lost)
+	s.setView(nil, o, lost)
+	s.unread(ctx, client, lease.Guard)
+	s.log.Debug("slicelet: bridge read; guard released", "from", b.From, "to", b.To, "kept_ranges", len(o.owned), "lost_ranges", len(lost))
+}
+
+// drainHandles waits, up to ReleaseWait, until no handle taken under o is
+// outstanding on the ranges about to be lost, as a slab release waits for
+// its items' reference counts.
+func (s *Slicelet) drainHandles(o *ownership, lost []assign.Slice) {
+	if len(lost) == 0 {
+		return
+	}
+	o.draining.Store(true)
+	defer o.draining.Store(false)
+	timer := time.NewTimer(s.cfg.ReleaseWait)
+	defer timer.Stop()
+	for {
+		busy := 0
+		for _, r := range lost {
+			for b := bucket(r.Start); b <= bucket(r.End-1); b++ {
+				busy += int(o.handles[b].Load())
+			}
+		}
+		if busy == 0 {
+			return
+		}
+		select {
+		case <-o.wake:
+		case <-timer.C:
+			s.log.Warn("slicelet: handles still outstanding on keys leaving this task; giving the keys up anyway", "handles", busy, "waited", s.cfg.ReleaseWait)
+			return
+		}
+	}
+}
+
+// setView installs guard and bridge, recording lost, and the ranges of any
+// lease it replaces that had lapsed, as no longer owned.
+func (s *Slicelet) setView(guard, bridge *ownership, lost []assign.Slice) {
+	if old := s.strong.view.Load(); old != nil {
+		for _, o := range []*ownership{old.guard, old.bridge} {
+			if o != nil && o != guard && o != bridge && !s.valid(o) {
+				lost = append(slices.Clip(lost), o.owned...)
+			}
+		}
+	}
+	s.strong.lose(lost)
+	s.strong.view.Store(&strongView{guard: guard, bridge: bridge})
+}
+
+// dropAll stops owning every key.
+func (s *Slicelet) dropAll() {
+	s.strong.loseAll()
+	s.strong.view.Store(&strongView{})
+}
+
+func (s *Slicelet) unread(ctx context.Context, client slicerv1connect.LeaseServiceClient, kind lease.Kind) {
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL)
+	defer cancel()
+	_, err := client.ReleaseLease(rctx, connect.NewRequest(&slicerv1.ReleaseLeaseRequest{Job: s.cfg.Job, Task: s.cfg.Task, Kind: kindProto(kind)}))
+	if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+		s.log.Debug("slicelet: releasing a lease failed; it expires instead", "kind", kind.String(), "err", err)
+	}
+}
+
+// releaseLeases gives up both leases when the Slicelet stops, after
+// dropping them from the view.
+func (s *Slicelet) releaseLeases() {
+	v := s.strong.view.Load()
+	s.dropAll()
+	client, _, ok := s.leaseClient()
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL)
+	defer cancel()
+	if v.guard != nil {
+		s.unread(ctx, client, lease.Guard)
+	}
+	if v.bridge != nil {
+		s.unread(ctx, client, lease.Bridge)
+	}
+}
