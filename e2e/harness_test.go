@@ -206,10 +206,11 @@ type kvTask struct {
 	task, addr string
 }
 
-func startKV(t *testing.T, task, join string) *kvTask {
+func startKV(t *testing.T, task, join string, extra ...string) *kvTask {
 	t.Helper()
-	p := start(t, task, bin.kvserver, "-job", "kv", "-task", task, "-addr", "127.0.0.1:0",
-		"-gossip-addr", "127.0.0.1:0", "-gossip-profile", "local", "-join", join)
+	args := []string{"-job", "kv", "-task", task, "-addr", "127.0.0.1:0",
+		"-gossip-addr", "127.0.0.1:0", "-gossip-profile", "local", "-join", join}
+	p := start(t, task, bin.kvserver, append(args, extra...)...)
 	line := p.waitLine(30*time.Second, "kvserver task="+task)
 	var addr string
 	for _, f := range strings.Fields(line) {

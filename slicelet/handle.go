@@ -137,3 +137,12 @@ func (s *Slicelet) owns(k assign.SliceKey) bool {
 	}
 	return false
 }
+
+// Consistency is the mode the Slicelet runs in (Config.Consistency):
+// assign.Strong or assign.Affinity.
+func (s *Slicelet) Consistency() assign.Consistency {
+	if s.strongMode() {
+		return assign.Strong
+	}
+	return assign.Affinity
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/slicerd/slicerd/clerk"
@@ -35,6 +36,17 @@ const (
 type Client struct {
 	clerk *clerk.Clerk
 	hc    *http.Client
+
+	// Every request sent to a task, and those it satisfied; see Attempts.
+	attempts, satisfied atomic.Uint64
+}
+
+// Attempts reports how many requests the client sent to tasks and how many
+// of them a task satisfied: the others were refused (421, 409, 5xx) or
+// found no task, and were retried. satisfied/attempts is the fraction of
+// requests satisfied, as Slicer's consistency benchmark counts it.
+func (c *Client) Attempts() (attempts, satisfied uint64) {
+	return c.attempts.Load(), c.satisfied.Load()
 }
 
 // NewClient returns a Client routing with c. A nil hc uses
@@ -166,6 +178,15 @@ func (c *Client) toAll(ctx context.Context, method, key string, body []byte, han
 }
 
 func (c *Client) once(ctx context.Context, addr, method, key string, body []byte, handle func(*http.Response) error) error {
+	c.attempts.Add(1)
+	err := c.send(ctx, addr, method, key, body, handle)
+	if err == nil {
+		c.satisfied.Add(1)
+	}
+	return err
+}
+
+func (c *Client) send(ctx context.Context, addr, method, key string, body []byte, handle func(*http.Response) error) error {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)

@@ -26,6 +26,14 @@ type Server struct {
 	log *slog.Logger
 	mux *http.ServeMux
 
+	// Strong mode (the Slicelet's consistency): every request holds a
+	// handle on its key, writes go through to backing with the handle's
+	// fencing token, and a satisfied request is passed to record.
+	strong  bool
+	backing Backing
+	now     func() int64
+	record  func(key string, token uint64, start, end int64)
+
 	mu      sync.RWMutex
 	entries map[string]entry
 }
@@ -35,14 +43,35 @@ type entry struct {
 	sk  assign.SliceKey // cached so dropping a slice does not rehash every key
 }
 
+// Option configures a Server.
+type Option func(*Server)
+
+// WithBacking makes the cache write through to b, and read a key it does
+// not hold from b. In strong mode each write carries its handle's fencing
+// token, and b refuses a former owner's late write.
+func WithBacking(b Backing) Option { return func(s *Server) { s.backing = b } }
+
+// WithRecorder makes a strongly consistent Server report every satisfied
+// request: its key, its fencing token, and now() before the handle was
+// taken and after it was confirmed continuous. The end-to-end tests check
+// the reports of every task (lease/leasecheck).
+func WithRecorder(now func() int64, record func(key string, token uint64, start, end int64)) Option {
+	return func(s *Server) { s.now, s.record = now, record }
+}
+
 // NewServer returns a Server for the task sl runs and registers it as a
 // listener of sl, so that entries of slices moved away are dropped. A nil
-// log discards.
-func NewServer(sl *slicelet.Slicelet, log *slog.Logger) *Server {
+// log discards. A Slicelet in strong mode makes a strongly consistent
+// cache: it serves a key only while it holds a lease on it.
+func NewServer(sl *slicelet.Slicelet, log *slog.Logger, opts ...Option) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{sl: sl, log: log, mux: http.NewServeMux(), entries: make(map[string]entry)}
+	s := &Server{sl: sl, log: log, mux: http.NewServeMux(), entries: make(map[string]entry),
+		strong: sl.Consistency() == assign.Strong}
+	for _, o := range opts {
+		o(s)
+	}
 	// Every key request counts one unit of load on its key, which the
 	// Slicelet reports to slicerd so hot keys get spread out.
 	count := func(h http.HandlerFunc) http.Handler {
@@ -110,15 +139,74 @@ func (s *Server) misdirected(w http.ResponseWriter, key string) {
 	http.Error(w, fmt.Sprintf("kvcache: key %q is not assigned to task %s; refresh the assignment and retry at the owner", key, s.sl.Task()), http.StatusMisdirectedRequest)
 }
 
+// claim is a request's hold on its key: a handle in strong mode; in
+// affinity mode, the assignment's say at the start.
+type claim struct {
+	s     *Server
+	h     slicelet.Handle
+	start int64
+	owned bool
+}
+
+func (s *Server) claim(key string) claim {
+	c := claim{s: s}
+	if !s.strong {
+		c.owned = s.sl.IsAffinitizedKeyString(key)
+		return c
+	}
+	if s.now != nil {
+		c.start = s.now()
+	}
+	c.h = s.sl.HandleString(key)
+	c.owned = c.h.Owned()
+	return c
+}
+
+// kept reports whether the key stayed the task's throughout the request;
+// in strong mode it records the satisfied request.
+func (c claim) kept(key string) bool {
+	if !c.s.strong {
+		return true
+	}
+	if !c.h.IsAssignedContinuously() {
+		return false
+	}
+	if c.s.record != nil {
+		c.s.record(key, c.h.Token(), c.start, c.s.now())
+	}
+	return true
+}
+
+func (c claim) release() { c.h.Release() }
+
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	if !s.sl.IsAffinitizedKeyString(key) {
+	c := s.claim(key)
+	defer c.release()
+	if !c.owned {
 		s.misdirected(w, key)
 		return
 	}
 	s.mu.RLock()
 	e, ok := s.entries[key]
 	s.mu.RUnlock()
+	if !ok && s.backing != nil {
+		val, found, err := s.backing.Get(r.Context(), key)
+		if err != nil {
+			http.Error(w, "kvcache: reading the backing store: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if found {
+			e, ok = entry{val: val, sk: assign.HashString(key)}, true
+			s.mu.Lock()
+			s.entries[key] = e
+			s.mu.Unlock()
+		}
+	}
+	if !c.kept(key) {
+		s.misdirected(w, key)
+		return
+	}
 	if !ok {
 		http.Error(w, "kvcache: key not found", http.StatusNotFound)
 		return
@@ -129,7 +217,9 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) put(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	if !s.sl.IsAffinitizedKeyString(key) {
+	c := s.claim(key)
+	defer c.release()
+	if !c.owned {
 		s.misdirected(w, key)
 		return
 	}
@@ -143,31 +233,59 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "kvcache: reading the value: "+err.Error(), http.StatusBadRequest)
 		return
 	}
+	if s.backing != nil {
+		var token uint64
+		if s.strong {
+			token = c.h.Token()
+		}
+		err := s.backing.Put(r.Context(), key, val, token)
+		if errors.Is(err, ErrStaleToken) {
+			// A newer owner has written the key: this task's lease view
+			// is behind. The client finds the owner and retries.
+			s.misdirected(w, key)
+			return
+		}
+		if err != nil {
+			http.Error(w, "kvcache: writing the backing store: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
 	sk := assign.HashString(key)
 	s.mu.Lock()
 	s.entries[key] = entry{val: val, sk: sk}
 	s.mu.Unlock()
 	// The slice may have moved away between the check and the store, after
 	// the listener already dropped it: check again so no orphan survives.
-	if !s.sl.IsAffinitizedKeyString(key) {
+	// In strong mode the write stands if the lease held throughout (it
+	// went through to the backing store); only the cached copy goes.
+	kept := c.kept(key)
+	if !kept || !s.sl.IsAffinitizedKeyString(key) {
 		s.mu.Lock()
 		delete(s.entries, key)
 		s.mu.Unlock()
-		s.misdirected(w, key)
-		return
+		if !kept || !s.strong {
+			s.misdirected(w, key)
+			return
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) del(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	if !s.sl.IsAffinitizedKeyString(key) {
+	c := s.claim(key)
+	defer c.release()
+	if !c.owned {
 		s.misdirected(w, key)
 		return
 	}
 	s.mu.Lock()
 	delete(s.entries, key)
 	s.mu.Unlock()
+	if !c.kept(key) {
+		s.misdirected(w, key)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

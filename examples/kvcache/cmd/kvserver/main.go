@@ -28,6 +28,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/slicelet"
@@ -59,7 +60,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", os.Getenv("KVSERVER_TLS_CERT"), "certificate naming this task (spiffe://slicerd/task/JOB/TASK) for a slicerd cluster with TLS; env KVSERVER_TLS_CERT")
 	tlsKey := fs.String("tls-key", os.Getenv("KVSERVER_TLS_KEY"), "private key of -tls-cert; env KVSERVER_TLS_KEY")
 	tlsCA := fs.String("tls-ca", os.Getenv("KVSERVER_TLS_CA"), "CA certificate slicerd's certificates chain to; env KVSERVER_TLS_CA")
+	consistency := fs.String("consistency", "affinity", "the job's consistency: affinity, or strong (serve a key only under the job's leases; the job must be configured strong)")
+	leaseTTL := fs.Duration("lease-ttl", slicelet.DefaultLeaseTTL, "strong mode: lifetime of the guard and bridge reads this task asks for")
+	backingURL := fs.String("backing", "", "base URL of a backing store to write through to and read misses from (kvcache.BackingHandler); strong mode writes carry fencing tokens")
+	recordFile := fs.String("record", "", "strong mode: append every satisfied request to this file as 'task key token start end' (CLOCK_MONOTONIC nanoseconds), for lease/leasecheck")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cons, err := assign.ParseConsistency(*consistency)
+	if err != nil {
+		fmt.Fprintf(stderr, "kvserver: invalid -consistency %q: use affinity or strong\n", *consistency)
+		return 2
+	}
+	if *leaseTTL <= 0 {
+		fmt.Fprintf(stderr, "kvserver: invalid -lease-ttl %v: use a positive duration such as 2s\n", *leaseTTL)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -109,6 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.Job, cfg.Task, cfg.Addr = *job, *task, ln.Addr().String()
 	cfg.GossipAddr, cfg.Join, cfg.Gossip = *gossipAddr, joins, gcfg
 	cfg.LoadWindow, cfg.CacheFile, cfg.Logger = *loadWindow, *cacheFile, base
+	cfg.Consistency, cfg.LeaseTTL = cons, *leaseTTL
 	if files := (tlsconfig.Files{Cert: *tlsCert, Key: *tlsKey, CA: *tlsCA}); files.Enabled() {
 		if err := files.Validate("tls-", true); err != nil {
 			ln.Close()
@@ -129,8 +144,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvserver: %v\n", err)
 		return 2
 	}
+	var opts []kvcache.Option
+	if *backingURL != "" {
+		opts = append(opts, kvcache.WithBacking(kvcache.HTTPBacking{Base: strings.TrimSuffix(*backingURL, "/"), Client: &http.Client{Timeout: 5 * time.Second}}))
+	}
+	if *recordFile != "" {
+		rec, err := openRecord(*recordFile, *task)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "kvserver: -record: %v\n", err)
+			return 1
+		}
+		defer rec.close()
+		opts = append(opts, kvcache.WithRecorder(monotonic, rec.add))
+	}
 	srv := &http.Server{
-		Handler:           kvcache.NewServer(sl, log),
+		Handler:           kvcache.NewServer(sl, log, opts...),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
