@@ -61,4 +61,17 @@
 // the same holds as for the embedded manager's node.
 //
 // The suite in lease/leasetest holds both to this contract.
+//
+// # Who leads a job
+//
+// Leader keeps one Assigner's job leases. Proximity (Preference, over
+// gossip's network coordinates, with hysteresis) decides which jobs it
+// tries to take; the manager decides which it may write. It releases a
+// job another live Assigner is now preferred for, adopts a job nobody
+// generates, routes writes to the holder (Target), and renews what it
+// holds, treating a lease as lost from its local deadline on. The Assigner
+// asks it one thing: Held, "do I hold job J, at which epoch?".
+//
+// Package leasecheck checks recorded histories of a strongly consistent
+// job's requests for double owners and fencing tokens going back.
 package lease
