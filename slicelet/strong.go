@@ -53,8 +53,9 @@ type ownership struct {
 	// tell (the guard's generation; the bridge's from).
 	token uint64
 	// deadline is when the task stops using the lease, in nanoseconds of
-	// the Slicelet's monotonic clock (Slicelet.since).
-	deadline atomic.Int64
+	// the Slicelet's monotonic clock (Slicelet.since); renewed is when the
+	// request that last granted or renewed it was sent.
+	deadline, renewed atomic.Int64
 	// handles counts the outstanding handles per handleBuckets-th of the
 	// key space: a drain waits for the buckets a loss touches, so a handle
 	// on a kept key holds it up only when the two share a bucket.
@@ -305,6 +306,13 @@ func (s *Slicelet) extend(o *ownership, sent int64, ttlMs uint32) {
 		s.strong.lose(o.owned)
 	}
 	o.deadline.Store(deadline)
+	o.renewed.Store(sent)
+}
+
+// due reports whether o's renewal is due: a third of the TTL has passed
+// since the last one was sent.
+func (s *Slicelet) due(o *ownership) bool {
+	return s.since()-o.renewed.Load() >= int64(s.cfg.LeaseTTL/3)
 }
 
 // strongStep renews what the task holds and takes the next lease of a
@@ -329,10 +337,10 @@ func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
 		return transitionPoll * 5
 	}
 
-	// The guard: renew the one held, or read the state.
+	// The guard: renew the one held when due, or read the state.
 	var resp *slicerv1.ReadLeaseResponse
 	var err error
-	if v.guard != nil {
+	if v.guard != nil && s.due(v.guard) {
 		var sent int64
 		resp, sent, err = s.read(ctx, client, lease.Guard, &v.guard.value)
 		if err != nil {
@@ -364,9 +372,10 @@ func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
 		v = st.view.Load()
 	}
 
-	// The bridge: renew the one held, or take one from the guard held.
+	// The bridge: renew the one held when due, or take one from the guard
+	// held.
 	if v.bridge != nil {
-		if bridge.Set && !bridge.Recalled && bridge.Value == v.bridge.value {
+		if bridge.Set && !bridge.Recalled && bridge.Value == v.bridge.value && s.due(v.bridge) {
 			r, sent, err := s.read(ctx, client, lease.Bridge, &v.bridge.value)
 			if err != nil {
 				return fail("renewing the bridge", err)

@@ -199,7 +199,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		name := fmt.Sprintf("assigner-%d", i)
 		args := []string{"--node-name", name, "--store", store, "--data-dir", filepath.Join(logDir, name),
 			"--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local",
-			"--rebalance-delay", "200ms", "--startup-grace", "500ms", "--rebalance-interval", "5s"}
+			"--rebalance-delay", "200ms", "--startup-grace", "500ms"}
 		if !o.bridge {
 			args = append(args, "--disable-bridge")
 		}
