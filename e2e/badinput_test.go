@@ -126,6 +126,8 @@ func TestBadInputKeepsAssignment(t *testing.T) {
 		{[]string{"--split-load-factor", "0.5"}, "split load factor"},
 		{[]string{"--min-slices-per-task", "500", "--max-slices-per-task", "100"}, "below min slices per task"},
 		{[]string{"--suppress-below", "-5"}, "suppress below"},
+		{[]string{"--consistency", "strong", "--max-redundancy", "2"}, "max redundancy must be 1, not 2"},
+		{[]string{"--consistency", "eventual"}, "use affinity or strong"},
 	} {
 		code, out := runSlicerd(t, append([]string{"job", "set", "--addr", node.rpcAddr}, append(tc.args, "kv")...)...)
 		if code == 0 || !strings.Contains(strings.ToLower(out), tc.want) {
@@ -137,7 +139,8 @@ func TestBadInputKeepsAssignment(t *testing.T) {
 		t.Errorf("job set with a bad name: exit %d, output:\n%s", code, out)
 	}
 	code, out = runSlicerd(t, "job", "get", "--addr", node.rpcAddr, "kv")
-	if code != 0 || !strings.Contains(out, "min redundancy  1") || !strings.Contains(out, "move churn           0.09 (default)") {
+	if code != 0 || !strings.Contains(out, "min redundancy  1") || !strings.Contains(out, "move churn           0.09 (default)") ||
+		!strings.Contains(out, "consistency     affinity") {
 		t.Errorf("job get kv after bad sets: exit %d, output:\n%s", code, out)
 	}
 

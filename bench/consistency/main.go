@@ -179,6 +179,15 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	if err := build(ctx, &o, logDir); err != nil {
 		return nil, err
 	}
+	// Records of an earlier run in the same directory would join this
+	// run's history.
+	if old, _ := filepath.Glob(filepath.Join(logDir, "*.rec")); len(old) > 0 {
+		for _, f := range old {
+			if err := os.Remove(f); err != nil {
+				return nil, err
+			}
+		}
+	}
 	etcd, err := startEtcd(filepath.Join(logDir, "etcd"))
 	if err != nil {
 		return nil, err
