@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -102,8 +101,12 @@ type router struct {
 	done   chan struct{}
 	live   map[string]bool
 
-	ok, total atomic.Int64
-	miss      atomic.Pointer[string] // the first lookup of the phase that reached no live task
+	// The phase's lookups, counted together under mu so that a report or
+	// a reset never splits one: ok of total reached a live task, and miss
+	// is the first that did not.
+	mu        sync.Mutex
+	ok, total int64
+	miss      string
 }
 
 func startRouter(t *testing.T, h *haCluster, cacheFile string) *router {
@@ -148,28 +151,38 @@ func startRouter(t *testing.T, h *haCluster, cacheFile string) *router {
 	return r
 }
 
+// lookup routes one key and counts it.
 func (r *router) lookup() {
 	key := fmt.Sprintf("user:%d", rand.IntN(10000))
-	r.total.Add(1)
 	addrs := r.c.AssignedTasksString(key)
+	hit := false
 	for _, addr := range addrs {
-		if r.live[addr] {
-			r.ok.Add(1)
-			return
-		}
+		hit = hit || r.live[addr]
 	}
-	miss := fmt.Sprintf("key %s at generation %d went to %v", key, r.c.Generation(), addrs)
-	r.miss.CompareAndSwap(nil, &miss)
+	var miss string
+	if !hit {
+		miss = fmt.Sprintf("key %s at generation %d went to %v", key, r.c.Generation(), addrs)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.total++
+	if hit {
+		r.ok++
+	} else if r.miss == "" {
+		r.miss = miss
+	}
 }
 
 // phase resets the counters and returns a func reporting the phase's
 // fraction of lookups that reached a live task.
 func (r *router) phase() func(name string) float64 {
-	r.ok.Store(0)
-	r.total.Store(0)
-	r.miss.Store(nil)
+	r.mu.Lock()
+	r.ok, r.total, r.miss = 0, 0, ""
+	r.mu.Unlock()
 	return func(name string) float64 {
-		ok, total := r.ok.Load(), r.total.Load()
+		r.mu.Lock()
+		ok, total, first := r.ok, r.total, r.miss
+		r.mu.Unlock()
 		frac := 0.0
 		if total > 0 {
 			frac = float64(ok) / float64(total)
@@ -177,8 +190,8 @@ func (r *router) phase() func(name string) float64 {
 		r.t.Logf("phase %s: %d of %d lookups returned a live task (%.4f%%)", name, ok, total, 100*frac)
 		if total == 0 || ok != total {
 			miss := "no lookup ran"
-			if m := r.miss.Load(); m != nil {
-				miss = "first miss: " + *m
+			if first != "" {
+				miss = "first miss: " + first
 			}
 			r.t.Errorf("phase %s: %d of %d lookups returned a live task; want all (%s; live tasks %v)", name, ok, total, miss, r.live)
 		}
