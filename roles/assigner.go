@@ -111,7 +111,10 @@ type Assigner struct {
 	drivers    sync.WaitGroup
 	noBridge   bool
 	bridgeWait time.Duration
-	ignoredLog struct {
+	// replicatedWarned: the generation each strong job was last warned
+	// about for giving a key to several tasks. Guarded by mu.
+	replicatedWarned map[string]uint64
+	ignoredLog       struct {
 		sync.Mutex
 		last time.Time
 	}
@@ -141,6 +144,7 @@ func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members 
 	a.fencer, _ = store.(storage.Fencer)
 	a.leases = leases
 	a.guards = make(map[string]*guardDriver)
+	a.replicatedWarned = make(map[string]uint64)
 	a.noBridge, a.bridgeWait = cfg.DisableBridge, cfg.BridgeWait
 	a.leaseCalls = newReportLimiter(leaseCallsPerSecond, leaseCallBurst)
 	var rtt lease.RTTFunc // nil when membership estimates no distances

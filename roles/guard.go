@@ -120,8 +120,14 @@ func (a *Assigner) guardStep(ctx context.Context, held lease.Job, cur *assign.As
 	}
 	for _, s := range cur.Slices {
 		if len(s.Tasks) > 1 {
-			a.log.Warn("the newest assignment gives a key to more than one task; the guard stays until one that does not", "job", name,
-				"generation", cur.Generation)
+			a.mu.Lock()
+			warned := a.replicatedWarned[name] == cur.Generation
+			a.replicatedWarned[name] = cur.Generation
+			a.mu.Unlock()
+			if !warned {
+				a.log.Warn("the newest assignment gives a key to more than one task; the guard stays until one that does not", "job", name,
+					"generation", cur.Generation)
+			}
 			return true, nil
 		}
 	}

@@ -139,6 +139,7 @@ func (a *Assigner) forgetJob(name string) {
 	a.mu.Lock()
 	j := a.jobs[name]
 	delete(a.jobs, name)
+	delete(a.replicatedWarned, name)
 	if a.deleted == nil {
 		a.deleted = make(map[string]struct{})
 	}
