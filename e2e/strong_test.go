@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,40 +22,6 @@ import (
 	"github.com/slicerd/slicerd/lease/leasecheck"
 	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
 )
-
-// readRecords reads the satisfied requests the strong kvservers recorded
-// (kvserver -record), on the machine's CLOCK_MONOTONIC.
-func readRecords(t *testing.T, dir string) []leasecheck.Op {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.rec"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ops []leasecheck.Op
-	for _, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) != 5 {
-				continue // a line cut short by a kill
-			}
-			token, err1 := strconv.ParseUint(fields[2], 10, 64)
-			start, err2 := strconv.ParseInt(fields[3], 10, 64)
-			end, err3 := strconv.ParseInt(fields[4], 10, 64)
-			if err1 != nil || err2 != nil || err3 != nil {
-				continue
-			}
-			ops = append(ops, leasecheck.Op{Task: fields[0], Key: fields[1], Token: token,
-				Start: time.Duration(start), End: time.Duration(end)})
-		}
-		f.Close()
-	}
-	return ops
-}
 
 // leaseHolder names which of the Assigners last took the job over.
 func leaseHolder(t *testing.T, nodes ...*slicerdNode) *slicerdNode {
@@ -171,7 +135,11 @@ func TestStrongConsistencyUnderFaults(t *testing.T) {
 		task.wait(30 * time.Second)
 	}
 	attempts, satisfied := client.Attempts()
-	r := leasecheck.Check(readRecords(t, recDir))
+	ops, err := leasecheck.ReadRecords(filepath.Join(recDir, "*.rec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := leasecheck.Check(ops)
 	t.Logf("%v; client requests: %d succeeded, %d failed; %d of %d attempts satisfied; backing store refused %d stale writes",
 		r, ok.Load(), failed.Load(), satisfied, attempts, backing.Refused())
 	if !r.OK() {

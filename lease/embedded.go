@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -349,15 +350,7 @@ func (m *Embedded) Readers(ctx context.Context, job string, kind Kind) ([]Reader
 	for name, r := range sh.readers {
 		out = append(out, Reader{Name: name, Value: r.value})
 	}
-	slices.SortFunc(out, func(a, b Reader) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Reader) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -488,7 +481,7 @@ func (m *Embedded) checkCall(ctx context.Context, op, job string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("lease: %s %q: %w", op, job, err)
 	}
-	return checkJob(op, job)
+	return CheckJob(op, job)
 }
 
 func (m *Embedded) checkShared(ctx context.Context, op, job string, kind Kind) error {

@@ -158,8 +158,8 @@ type Manager interface {
 // implementation stores.
 const MaxNameLen = 256
 
-// checkJob validates a job name.
-func checkJob(op, job string) error {
+// CheckJob validates a job name.
+func CheckJob(op, job string) error {
 	if err := assign.ValidateJobName(job); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInvalid, op, err)
 	}
@@ -198,7 +198,7 @@ const MaxTTL = time.Minute
 
 // CheckArgs validates the job and kind of a shared-lease call.
 func CheckArgs(op, job string, kind Kind) error {
-	if err := checkJob(op, job); err != nil {
+	if err := CheckJob(op, job); err != nil {
 		return err
 	}
 	if !kind.Valid() {
@@ -206,9 +206,6 @@ func CheckArgs(op, job string, kind Kind) error {
 	}
 	return nil
 }
-
-// CheckJob validates a job name.
-func CheckJob(op, job string) error { return checkJob(op, job) }
 
 // CheckValue validates a shared lease's value: a guard's From and To are
 // one generation above 0; a bridge goes from a generation above 0 to a

@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -17,8 +18,8 @@ var (
 	ErrUnknownJob = errors.New("roles: unknown job")
 	// ErrNoAssigner means gossip knows no live Assigner to pull a job from.
 	ErrNoAssigner = errors.New("roles: no live assigner")
-	// ErrNotMember rejects a load report from a task that gossip does not
-	// list as an alive member of the job.
+	// ErrNotMember rejects a load report or a lease call from a task that
+	// gossip does not list as an alive member of the job.
 	ErrNotMember = errors.New("roles: task not a live member of the job")
 	// ErrConfig is a configuration the agent cannot run with.
 	ErrConfig = errors.New("roles: invalid configuration")
@@ -58,6 +59,12 @@ var codes = []struct {
 	{ErrNoAssigner, connect.CodeUnavailable},
 	{storage.ErrClosed, connect.CodeUnavailable},
 	{storage.ErrUnavailable, connect.CodeUnavailable},
+	{lease.ErrInvalid, connect.CodeInvalidArgument},
+	{lease.ErrRecalled, connect.CodeFailedPrecondition},
+	{lease.ErrBusy, connect.CodeFailedPrecondition},
+	{lease.ErrLost, connect.CodeFailedPrecondition},
+	{lease.ErrUnavailable, connect.CodeUnavailable},
+	{lease.ErrClosed, connect.CodeUnavailable},
 	{context.Canceled, connect.CodeCanceled},
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
 }

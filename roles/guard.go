@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/slicerd/slicerd/assign"
@@ -223,15 +224,7 @@ func (a *Assigner) openBridge(ctx context.Context, held lease.Job, from, to uint
 // at want.
 func covered(guard, bridge []lease.Reader, want lease.Value) bool {
 	for _, g := range guard {
-		i, ok := slices.BinarySearchFunc(bridge, g.Name, func(r lease.Reader, name string) int {
-			switch {
-			case r.Name < name:
-				return -1
-			case r.Name > name:
-				return 1
-			}
-			return 0
-		})
+		i, ok := slices.BinarySearchFunc(bridge, g.Name, func(r lease.Reader, name string) int { return strings.Compare(r.Name, name) })
 		if !ok || bridge[i].Value != want {
 			return false
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -23,6 +24,11 @@ const (
 	leaseCallsPerSecond = 100
 	leaseCallBurst      = 200
 )
+
+// maxReadTTL caps the read leases granted to tasks, whatever they ask: a
+// task that dies holding the guard holds up the next change of assignment
+// for at most this long.
+const maxReadTTL = 10 * time.Second
 
 // ReadLease implements LeaseService: the calling task's read lease on a
 // strongly consistent job's guard or bridge, and both leases' state.
@@ -46,7 +52,7 @@ func (a *Assigner) ReadLease(ctx context.Context, req *connect.Request[slicerv1.
 				"job %q is not configured for strong consistency, so it has no guard or bridge to read; set it with 'slicerd job set %s --consistency strong', or run the task's Slicelet in affinity mode",
 				m.GetJob(), m.GetJob()))
 		}
-		ttl := time.Duration(m.GetTtlMs()) * time.Millisecond
+		ttl := min(time.Duration(m.GetTtlMs())*time.Millisecond, maxReadTTL)
 		val := lease.Value{From: v.GetFromGeneration(), To: v.GetToGeneration()}
 		r, err := a.leases.Read(ctx, m.GetJob(), kind, m.GetTask(), val, ttl)
 		switch {
@@ -55,13 +61,13 @@ func (a *Assigner) ReadLease(ctx context.Context, req *connect.Request[slicerv1.
 			resp.TtlMs = uint32(min(r.TTL.Milliseconds(), math.MaxUint32))
 		case errors.Is(err, lease.ErrRecalled):
 		default:
-			return nil, leaseError(err)
+			return nil, toConnect(err)
 		}
 	}
 	for _, k := range []lease.Kind{lease.Guard, lease.Bridge} {
 		st, err := a.leases.State(ctx, m.GetJob(), k)
 		if err != nil {
-			return nil, leaseError(err)
+			return nil, toConnect(err)
 		}
 		ps := &slicerv1.LeaseState{Set: st.Set, Recalled: st.Recalled,
 			Value: &slicerv1.LeaseValue{FromGeneration: st.Value.From, ToGeneration: st.Value.To}}
@@ -82,19 +88,21 @@ func (a *Assigner) ReleaseLease(ctx context.Context, req *connect.Request[slicer
 		return nil, err
 	}
 	if err := a.leases.Unread(ctx, m.GetJob(), kind, m.GetTask()); err != nil {
-		return nil, leaseError(err)
+		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&slicerv1.ReleaseLeaseResponse{}), nil
 }
 
-// checkLeaseCall validates a lease call's job, task and kind, and paces
-// the task's calls.
+// checkLeaseCall validates a lease call's job, task and kind, refuses a
+// task gossip does not list as an alive member of the job, so that the
+// readers a lease manager keeps are the job's live tasks, and paces the
+// task's calls.
 func (a *Assigner) checkLeaseCall(job, task string, kind slicerv1.LeaseKind) (lease.Kind, error) {
 	if err := assign.ValidateJobName(job); err != nil {
 		return 0, toConnect(err)
 	}
-	if err := lease.CheckName("lease call", "task", task); err != nil {
-		return 0, leaseError(err)
+	if err := assign.ValidateTaskName(task); err != nil {
+		return 0, toConnect(err)
 	}
 	var k lease.Kind
 	switch kind {
@@ -105,28 +113,14 @@ func (a *Assigner) checkLeaseCall(job, task string, kind slicerv1.LeaseKind) (le
 	default:
 		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("lease kind %d is neither guard (1) nor bridge (2)", kind))
 	}
+	if _, ok := slices.BinarySearch(a.liveTaskNames(job), task); !ok {
+		return 0, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip, so it may hold none of the job's leases; "+
+			"start the task's Slicelet (it joins gossip first) or wait until gossip has seen it join", ErrNotMember, task, job))
+	}
 	if ok, wait := a.leaseCalls.allow(job, task, time.Now()); !ok {
 		return 0, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
 			"task %q of job %q makes more than %d lease calls per second (burst %d); retry in %v",
 			task, job, leaseCallsPerSecond, leaseCallBurst, wait.Round(time.Millisecond)))
 	}
 	return k, nil
-}
-
-// leaseError maps a lease manager error to its Connect code.
-func leaseError(err error) error {
-	code := connect.CodeInternal
-	switch {
-	case errors.Is(err, lease.ErrInvalid):
-		code = connect.CodeInvalidArgument
-	case errors.Is(err, lease.ErrUnavailable), errors.Is(err, lease.ErrClosed):
-		code = connect.CodeUnavailable
-	case errors.Is(err, lease.ErrRecalled), errors.Is(err, lease.ErrBusy), errors.Is(err, lease.ErrLost):
-		code = connect.CodeFailedPrecondition
-	case errors.Is(err, context.Canceled):
-		code = connect.CodeCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		code = connect.CodeDeadlineExceeded
-	}
-	return connect.NewError(code, err)
 }

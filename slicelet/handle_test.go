@@ -41,8 +41,8 @@ func keyIn(t testing.TB, lo, hi assign.SliceKey) string {
 }
 
 // grant installs a lease as the lease loop would after a read sent now.
-func grant(s *Slicelet, kind lease.Kind, v lease.Value, owned []assign.Slice, ttl time.Duration) *ownership {
-	o := newOwnership(kind, v, owned)
+func grant(s *Slicelet, v lease.Value, owned []assign.Slice, ttl time.Duration) *ownership {
+	o := newOwnership(v, owned)
 	s.extend(o, s.since(), uint32(ttl.Milliseconds()))
 	return o
 }
@@ -58,7 +58,7 @@ func TestHandleUnderGuard(t *testing.T) {
 	if s.Owns([]byte(mine)) || s.HandleString(mine).Owned() {
 		t.Fatal("a key is owned before any lease")
 	}
-	guard := grant(s, lease.Guard, lease.GuardValue(1), ownedRanges(a1, "a"), time.Hour)
+	guard := grant(s, lease.GuardValue(1), ownedRanges(a1, "a"), time.Hour)
 	s.setView(guard, nil, nil)
 	h := s.HandleString(mine)
 	if !h.Owned() || h.Token() != 1 || !h.IsAssignedContinuously() {
@@ -104,12 +104,11 @@ func TestHandleAcrossBridge(t *testing.T) {
 	a2.Slices = []assign.Slice{{Start: 0, End: q, Tasks: []string{"a"}}, {Start: q, End: assign.KeySpaceEnd, Tasks: []string{"b"}}}
 	kept, leaving := keyIn(t, 0, q), keyIn(t, q, assign.KeySpaceEnd/2)
 	s.install(nil, a1)
-	g1 := grant(s, lease.Guard, lease.GuardValue(1), ownedRanges(a1, "a"), time.Hour)
+	g1 := grant(s, lease.GuardValue(1), ownedRanges(a1, "a"), time.Hour)
 	s.setView(g1, nil, nil)
 	hKept, hLeaving := s.HandleString(kept), s.HandleString(leaving)
 
-	mine := ownedRanges(a1, "a")
-	bridge := grant(s, lease.Bridge, lease.Value{From: 1, To: 2}, subtract(mine, subtract(mine, ownedRanges(a2, "a"))), time.Hour)
+	bridge := grant(s, lease.Value{From: 1, To: 2}, intersect(ownedRanges(a1, "a"), ownedRanges(a2, "a")), time.Hour)
 	lost := subtract(g1.owned, bridge.owned)
 	drained := make(chan struct{})
 	go func() {
@@ -131,7 +130,7 @@ func TestHandleAcrossBridge(t *testing.T) {
 	if h := s.HandleString(kept); h.Token() != 1 {
 		t.Errorf("a kept key's token under the bridge is %d, want 1 (its owner has not changed)", h.Token())
 	}
-	g2 := grant(s, lease.Guard, lease.GuardValue(2), ownedRanges(a2, "a"), time.Hour)
+	g2 := grant(s, lease.GuardValue(2), ownedRanges(a2, "a"), time.Hour)
 	s.setView(g2, nil, subtract(bridge.owned, g2.owned))
 	if !hKept.IsAssignedContinuously() {
 		t.Fatal("a kept key lost continuity when the new guard came")
@@ -148,7 +147,7 @@ func TestHandleAllocs(t *testing.T) {
 	s := newStrongOffline(t, "a")
 	a1 := twoHalves(1, "a", "b")
 	s.install(nil, a1)
-	s.setView(grant(s, lease.Guard, lease.GuardValue(1), ownedRanges(a1, "a"), time.Hour), nil, nil)
+	s.setView(grant(s, lease.GuardValue(1), ownedRanges(a1, "a"), time.Hour), nil, nil)
 	key := []byte(keyIn(t, 0, assign.KeySpaceEnd/2))
 	if n := testing.AllocsPerRun(100, func() {
 		h := s.Handle(key)
@@ -173,7 +172,7 @@ func benchStrong(b *testing.B) (*Slicelet, [][]byte) {
 	a, names, keys := benchAssignment()
 	s := newStrongOffline(b, names[0])
 	s.install(nil, a)
-	s.setView(grant(s, lease.Guard, lease.GuardValue(1), ownedRanges(a, names[0]), time.Hour), nil, nil)
+	s.setView(grant(s, lease.GuardValue(1), ownedRanges(a, names[0]), time.Hour), nil, nil)
 	return s, keys
 }
 

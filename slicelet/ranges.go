@@ -37,6 +37,9 @@ func diffRanges(old, new []assign.Slice) (assigned, unassigned []assign.Slice) {
 	return subtract(new, old), subtract(old, new)
 }
 
+// intersect returns the parts of x inside y.
+func intersect(x, y []assign.Slice) []assign.Slice { return subtract(x, subtract(x, y)) }
+
 // subtract returns the parts of x outside y, in one sweep over both. The
 // pieces of one x range are separated by y ranges and the x ranges by
 // gaps, so the result needs no merging.

@@ -42,7 +42,6 @@ const maxLosses = 256
 // bridge, and the key ranges it lets the task use. Only deadline changes
 // after it is installed.
 type ownership struct {
-	kind  lease.Kind
 	value lease.Value
 	// owned are the ranges the task may use: under the guard, those the
 	// guard's generation assigns it; under the bridge from f to t, those
@@ -68,8 +67,8 @@ type ownership struct {
 
 // newOwnership returns a lease not yet installed; extend sets its
 // deadline.
-func newOwnership(kind lease.Kind, v lease.Value, owned []assign.Slice) *ownership {
-	o := &ownership{kind: kind, value: v, owned: owned, token: v.From, wake: make(chan struct{}, 1)}
+func newOwnership(v lease.Value, owned []assign.Slice) *ownership {
+	o := &ownership{value: v, owned: owned, token: v.From, wake: make(chan struct{}, 1)}
 	o.deadline.Store(math.MaxInt64)
 	return o
 }
@@ -129,9 +128,6 @@ type strongState struct {
 
 	client     slicerv1connect.LeaseServiceClient
 	clientAddr string
-
-	// Counters for tests and operators.
-	reads, refused atomic.Uint64
 }
 
 func (s *Slicelet) strongMode() bool { return s.cfg.Consistency == assign.Strong }
@@ -279,7 +275,6 @@ func (s *Slicelet) read(ctx context.Context, client slicerv1connect.LeaseService
 	if err != nil {
 		return nil, sent, err
 	}
-	s.strong.reads.Add(1)
 	return resp.Msg, sent, nil
 }
 
@@ -348,8 +343,6 @@ func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
 		}
 		if resp.GetGranted() {
 			s.extend(v.guard, sent, resp.GetTtlMs())
-		} else {
-			st.refused.Add(1)
 		}
 	} else {
 		if resp, _, err = s.read(ctx, client, lease.Guard, nil); err != nil {
@@ -397,7 +390,7 @@ func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
 				return fail("reading the guard", err)
 			}
 			if r.GetGranted() {
-				o := newOwnership(lease.Guard, guard.Value, ownedRanges(a, s.cfg.Task))
+				o := newOwnership(guard.Value, ownedRanges(a, s.cfg.Task))
 				s.extend(o, sent, r.GetTtlMs())
 				var dropped []assign.Slice
 				if v.bridge != nil {
@@ -440,8 +433,7 @@ func (s *Slicelet) takeBridge(ctx context.Context, client slicerv1connect.LeaseS
 		return
 	}
 	v := st.view.Load()
-	mine := ownedRanges(from, s.cfg.Task)
-	o := newOwnership(lease.Bridge, b, subtract(mine, subtract(mine, ownedRanges(to, s.cfg.Task))))
+	o := newOwnership(b, intersect(ownedRanges(from, s.cfg.Task), ownedRanges(to, s.cfg.Task)))
 	s.extend(o, sent, r.GetTtlMs())
 	lost := subtract(v.guard.owned, o.owned)
 	s.setView(v.guard, o, nil)

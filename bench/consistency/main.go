@@ -176,7 +176,8 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := build(ctx, &o, logDir); err != nil {
+	if err := benchproc.Build(ctx, logDir, benchproc.Binary{Path: &o.slicerd, Name: "slicerd", Pkg: "."},
+		benchproc.Binary{Path: &o.kvserver, Name: "kvserver", Pkg: "./examples/kvcache/cmd/kvserver"}); err != nil {
 		return nil, err
 	}
 	// Records of an earlier run in the same directory would join this
@@ -275,7 +276,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	cdone := make(chan error, 1)
 	go func() { cdone <- ck.Run(cctx) }()
 	defer func() { ccancel(); <-cdone }()
-	if err := waitTasks(ctx, ck, o.tasks, 60*time.Second); err != nil {
+	if err := benchproc.WaitTasks(ctx, ck, o.tasks, 60*time.Second); err != nil {
 		return nil, err
 	}
 	say("job kv strong over %d tasks (generation %d); %d clients at %g req/s each for %v; logs in %s",
@@ -342,7 +343,9 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	if o.faults {
 		// The faults at fixed fractions of the run, each after a quiet
 		// stretch so its effect can be told apart in the logs.
-		at := func(frac float64) error { return sleepUntil(rctx, start.Add(time.Duration(frac*float64(o.duration)))) }
+		at := func(frac float64) error {
+			return benchproc.SleepUntil(rctx, start.Add(time.Duration(frac*float64(o.duration))))
+		}
 		note := func(f string) {
 			rep.Faults = append(rep.Faults, fmt.Sprintf("%5.1f s %s", time.Since(start).Seconds(), f))
 			say("%s", f)
@@ -351,7 +354,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 			p := tasks["kv-1"]
 			p.Cmd.Process.Signal(syscall.SIGSTOP)
 			note("SIGSTOP kv-1 for " + (2 * o.leaseTTL).String())
-			if sleepUntil(rctx, time.Now().Add(2*o.leaseTTL)) == nil {
+			if benchproc.SleepUntil(rctx, time.Now().Add(2*o.leaseTTL)) == nil {
 				p.Cmd.Process.Signal(syscall.SIGCONT)
 				note("SIGCONT kv-1")
 			}
@@ -372,7 +375,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		if at(0.75) == nil {
 			etcd.stop()
 			note("etcd stopped")
-			if sleepUntil(rctx, time.Now().Add(time.Second)) == nil {
+			if benchproc.SleepUntil(rctx, time.Now().Add(time.Second)) == nil {
 				if err := etcd.restart(); err != nil {
 					return nil, err
 				}
@@ -400,7 +403,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		rep.SatisfiedPct = 100 * float64(rep.Satisfied) / float64(rep.Attempts)
 	}
 	rep.StaleWrites = backing.Refused()
-	ops, err := readRecords(logDir)
+	ops, err := leasecheck.ReadRecords(filepath.Join(logDir, "*.rec"))
 	if err != nil {
 		return nil, err
 	}
@@ -480,37 +483,6 @@ func leaseHolder(logs ...string) string {
 	return holder
 }
 
-// readRecords reads every task's record of satisfied requests.
-func readRecords(dir string) ([]leasecheck.Op, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.rec"))
-	if err != nil {
-		return nil, err
-	}
-	var ops []leasecheck.Op
-	for _, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
-			return nil, err
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) != 5 {
-				continue // a line cut short by a kill
-			}
-			token, err1 := strconv.ParseUint(fields[2], 10, 64)
-			start, err2 := strconv.ParseInt(fields[3], 10, 64)
-			end, err3 := strconv.ParseInt(fields[4], 10, 64)
-			if err1 != nil || err2 != nil || err3 != nil {
-				continue
-			}
-			ops = append(ops, leasecheck.Op{Task: fields[0], Key: fields[1], Token: token, Start: time.Duration(start), End: time.Duration(end)})
-		}
-		f.Close()
-	}
-	return ops, nil
-}
-
 func pct(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
 		return 0
@@ -577,61 +549,5 @@ func (s *etcdServer) stop() {
 	if s.e != nil {
 		s.e.Close()
 		s.e = nil
-	}
-}
-
-// build compiles slicerd and kvserver from the module this command is in.
-func build(ctx context.Context, o *options, dir string) error {
-	if o.slicerd != "" && o.kvserver != "" {
-		return nil
-	}
-	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	if err != nil || root == "." || strings.TrimSpace(string(gomod)) == os.DevNull {
-		return fmt.Errorf("cannot find the slicerd module to build from (go env GOMOD: %v); run from the repository or pass -slicerd and -kvserver", err)
-	}
-	for _, b := range []struct {
-		path *string
-		name string
-		pkg  string
-	}{{&o.slicerd, "slicerd", "."}, {&o.kvserver, "kvserver", "./examples/kvcache/cmd/kvserver"}} {
-		if *b.path != "" {
-			continue
-		}
-		out := filepath.Join(dir, b.name)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, b.pkg)
-		cmd.Dir = root
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %w: %s", b.pkg, err, msg)
-		}
-		*b.path = out
-	}
-	return nil
-}
-
-// waitTasks waits until the Clerk's assignment names n tasks.
-func waitTasks(ctx context.Context, ck *clerk.Clerk, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if a := ck.Assignment(); a != nil && len(a.Tasks) == n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no assignment over all %d tasks within %v (generation %d)", n, timeout, ck.Generation())
-		}
-		if err := sleepUntil(ctx, time.Now().Add(100*time.Millisecond)); err != nil {
-			return err
-		}
-	}
-}
-
-func sleepUntil(ctx context.Context, t time.Time) error {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
 	}
 }

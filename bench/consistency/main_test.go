@@ -38,9 +38,4 @@ func TestReadLogs(t *testing.T) {
 	if got := leaseHolder(filepath.Join(dir, "none.log"), log); got != log {
 		t.Errorf("leaseHolder = %q", got)
 	}
-	os.WriteFile(filepath.Join(dir, "kv-0.rec"), []byte("kv-0 key-1 3 100 200\nkv-0 cut\n"), 0o644)
-	ops, err := readRecords(dir)
-	if err != nil || len(ops) != 1 || ops[0].Token != 3 || ops[0].Start != 100 {
-		t.Errorf("readRecords = %v, %v", ops, err)
-	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/slicerd/slicerd/bench/internal/benchproc"
 )
 
 // Measure configures the observation of one shift.
@@ -70,7 +72,7 @@ func (d *Driver) MeasureShift(ctx context.Context, m Measure) (ShiftResult, erro
 			m.Window, m.Threshold, m.Period)
 	}
 	b0 := d.meter.Bucket(time.Now()) + 1
-	if err := sleepUntil(ctx, d.meter.BucketStart(b0)); err != nil {
+	if err := benchproc.SleepUntil(ctx, d.meter.BucketStart(b0)); err != nil {
 		return ShiftResult{}, err
 	}
 	r := ShiftResult{GenerationBefore: d.ck.Generation()}
@@ -81,7 +83,7 @@ func (d *Driver) MeasureShift(ctx context.Context, m Measure) (ShiftResult, erro
 	r.HotKey = d.HotKey()
 	last := int(m.Period / time.Second)
 	for k := m.Window; m.Period == 0 || k <= last; k++ {
-		if err := sleepUntil(ctx, d.meter.BucketStart(b0+k).Add(bucketSlack)); err != nil {
+		if err := benchproc.SleepUntil(ctx, d.meter.BucketStart(b0+k).Add(bucketSlack)); err != nil {
 			return r, err
 		}
 		tasks := d.Tasks()
@@ -114,7 +116,7 @@ func (d *Driver) MeasureShift(ctx context.Context, m Measure) (ShiftResult, erro
 func (d *Driver) WaitBalanced(ctx context.Context, m Measure) error {
 	b := d.meter.Bucket(time.Now()) + 1
 	for k := b + m.Window; ; k++ {
-		if err := sleepUntil(ctx, d.meter.BucketStart(k).Add(bucketSlack)); err != nil {
+		if err := benchproc.SleepUntil(ctx, d.meter.BucketStart(k).Add(bucketSlack)); err != nil {
 			return err
 		}
 		x, ok := d.meter.Imbalance(k-m.Window, k, d.Tasks())
@@ -125,16 +127,5 @@ func (d *Driver) WaitBalanced(ctx context.Context, m Measure) error {
 		if ok && x < m.Threshold {
 			return nil
 		}
-	}
-}
-
-func sleepUntil(ctx context.Context, t time.Time) error {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
 	}
 }

@@ -233,10 +233,9 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("log dir: %w", err)
 	}
-	if o.slicerd == "" || o.kvserver == "" {
-		if err := build(ctx, o, logDir); err != nil {
-			return nil, err
-		}
+	if err := benchproc.Build(ctx, logDir, benchproc.Binary{Path: &o.slicerd, Name: "slicerd", Pkg: "."},
+		benchproc.Binary{Path: &o.kvserver, Name: "kvserver", Pkg: "./examples/kvcache/cmd/kvserver"}); err != nil {
+		return nil, err
 	}
 	var procs []*benchproc.Proc
 	defer func() { benchproc.StopAll(procs, 10*time.Second) }()
@@ -303,7 +302,7 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	cdone := make(chan error, 1)
 	go func() { cdone <- ck.Run(cctx) }()
 	defer func() { ccancel(); <-cdone }()
-	if err := waitTasks(ctx, ck, o.tasks, 60*time.Second); err != nil {
+	if err := benchproc.WaitTasks(ctx, ck, o.tasks, 60*time.Second); err != nil {
 		return nil, err
 	}
 	say("assignment generation %d over %d tasks; offering %g req/s", ck.Generation(), o.tasks, o.load.Rate)
@@ -323,7 +322,7 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 			fmt.Fprintf(stderr, "  t=%3ds imbalance %5.2f (assignment gives %5.2f) generation %d tasks %d hot keys on %v tasks\n", s.Seconds, s.Imbalance, s.Expected, s.Generation, s.Tasks, s.HotReplicas)
 		}
 	}
-	if err := sleep(ctx, o.warmup); err != nil {
+	if err := benchproc.Sleep(ctx, o.warmup); err != nil {
 		return nil, err
 	}
 	rep := &report{Command: "go run ./bench/reaction " + strings.Join(os.Args[1:], " "),
@@ -344,57 +343,4 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	rep.Answered, rep.Failed, rep.Dropped = d.Stats()
 	rep.median()
 	return rep, nil
-}
-
-// build compiles slicerd and kvserver from the module this command is in.
-func build(ctx context.Context, o *options, dir string) error {
-	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	if err != nil || root == "." || strings.TrimSpace(string(gomod)) == os.DevNull {
-		return fmt.Errorf("cannot find the slicerd module to build from (go env GOMOD: %v); run from the repository or pass -slicerd and -kvserver", err)
-	}
-	for _, b := range []struct {
-		path *string
-		name string
-		pkg  string
-	}{{&o.slicerd, "slicerd", "."}, {&o.kvserver, "kvserver", "./examples/kvcache/cmd/kvserver"}} {
-		if *b.path != "" {
-			continue
-		}
-		out := filepath.Join(dir, b.name)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, b.pkg)
-		cmd.Dir = root
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %w: %s", b.pkg, err, msg)
-		}
-		*b.path = out
-	}
-	return nil
-}
-
-// waitTasks waits until the Clerk's assignment names n tasks.
-func waitTasks(ctx context.Context, ck *clerk.Clerk, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if a := ck.Assignment(); a != nil && len(a.Tasks) == n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no assignment over all %d tasks within %v (generation %d); see the logs", n, timeout, ck.Generation())
-		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
-			return err
-		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

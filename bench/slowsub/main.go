@@ -185,15 +185,11 @@ func attack(o *options, stdout, stderr io.Writer) error {
 	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return fmt.Errorf("log dir: %w", err)
 	}
-	if o.slicerd == "" {
-		bin, err := build(logDir)
-		if err != nil {
-			return err
-		}
-		o.slicerd = bin
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if err := benchproc.Build(ctx, logDir, benchproc.Binary{Path: &o.slicerd, Name: "slicerd", Pkg: "."}); err != nil {
+		return err
+	}
 
 	dataDir := filepath.Join(logDir, "data")
 	if o.mode == "subscribers" {
@@ -274,7 +270,7 @@ func slowSubscribers(ctx context.Context, o *options, m *meter, tasks *taskSet, 
 		return err
 	}
 	say("%d stalled subscribers open", len(conns))
-	if err := sleep(ctx, o.settle); err != nil {
+	if err := benchproc.Sleep(ctx, o.settle); err != nil {
 		return err
 	}
 	m.measure(fmt.Sprintf("%d stalled subscribers", len(conns)))
@@ -293,12 +289,12 @@ func slowSubscribers(ctx context.Context, o *options, m *meter, tasks *taskSet, 
 		if _, err := normal.waitFor(func(a *assign.Assignment) bool { return len(a.Tasks) == want }, 60*time.Second); err != nil {
 			return fmt.Errorf("normal subscriber after %s: %w", step, err)
 		}
-		if err := sleep(ctx, o.settle); err != nil {
+		if err := benchproc.Sleep(ctx, o.settle); err != nil {
 			return err
 		}
 		m.measure(fmt.Sprintf("generation %d: %s", i+1, step))
 	}
-	if err := sleep(ctx, o.hold); err != nil {
+	if err := benchproc.Sleep(ctx, o.hold); err != nil {
 		return err
 	}
 	m.measure(fmt.Sprintf("after %v hold", o.hold))
@@ -356,7 +352,7 @@ func idleConns(ctx context.Context, o *options, m *meter, tasks *taskSet, rpc st
 		}
 		return total
 	}
-	if err := sleep(ctx, o.settle); err != nil {
+	if err := benchproc.Sleep(ctx, o.settle); err != nil {
 		return err
 	}
 	m.measure(fmt.Sprintf("%d idle conns (%d closed)", o.conns, closed()))
@@ -367,7 +363,7 @@ func idleConns(ctx context.Context, o *options, m *meter, tasks *taskSet, rpc st
 		return fmt.Errorf("the new task got no slices during the flood: %w", err)
 	}
 	m.measure(fmt.Sprintf("t2 joined, assigned (%d closed)", closed()))
-	if err := sleep(ctx, o.hold); err != nil {
+	if err := benchproc.Sleep(ctx, o.hold); err != nil {
 		return err
 	}
 	c := closed()
@@ -686,7 +682,7 @@ func newSubscriber(ctx context.Context, addr string) *subscriber {
 				}
 				stream.Close()
 			}
-			_ = sleep(ctx, 100*time.Millisecond)
+			_ = benchproc.Sleep(ctx, 100*time.Millisecond)
 		}
 	}()
 	return s
@@ -797,31 +793,4 @@ func health(addr string) string {
 		return "error:" + connect.CodeOf(err).String()
 	}
 	return resp.Msg.GetStatus().String()
-}
-
-// build compiles slicerd from this module into dir.
-func build(dir string) (string, error) {
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	if err != nil || root == "." || strings.TrimSpace(string(gomod)) == os.DevNull {
-		return "", fmt.Errorf("cannot find the slicerd module to build from (go env GOMOD: %v); run from the repository or pass -slicerd", err)
-	}
-	out := filepath.Join(dir, "slicerd")
-	cmd := exec.Command("go", "build", "-o", out, ".")
-	cmd.Dir = root
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build slicerd: %w: %s", err, msg)
-	}
-	return out, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -13,9 +13,14 @@
 package leasecheck
 
 import (
+	"bufio"
 	"cmp"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -165,4 +170,57 @@ func Check(ops []Op) Report {
 		}
 	}
 	return rep
+}
+
+// AppendRecord appends op to b as one line of a record file, the form a
+// process that serves a strong job writes its satisfied requests in so
+// that another process can check them: "task token start end key", start
+// and end in nanoseconds of the machine's CLOCK_MONOTONIC (which every
+// process shares), the key last so that it may hold spaces.
+func AppendRecord(b []byte, op Op) []byte {
+	return fmt.Appendf(b, "%s %d %d %d %s\n", op.Task, op.Token, int64(op.Start), int64(op.End), op.Key)
+}
+
+// ReadRecords reads the record files matching pattern (filepath.Glob). A
+// line that does not parse, such as the last one of a writer killed
+// mid-line, is skipped: the history then lacks that request, which makes
+// the check weaker, never wrong.
+func ReadRecords(pattern string) ([]Op, error) {
+	files, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil, err
+	}
+	var ops []Op
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if op, ok := parseRecord(sc.Text()); ok {
+				ops = append(ops, op)
+			}
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("leasecheck: read %s: %w", name, err)
+		}
+	}
+	return ops, nil
+}
+
+func parseRecord(line string) (Op, bool) {
+	f := strings.SplitN(line, " ", 5)
+	if len(f) != 5 || f[0] == "" {
+		return Op{}, false
+	}
+	token, err1 := strconv.ParseUint(f[1], 10, 64)
+	start, err2 := strconv.ParseInt(f[2], 10, 64)
+	end, err3 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || end < start {
+		return Op{}, false
+	}
+	return Op{Task: f[0], Key: f[4], Token: token, Start: time.Duration(start), End: time.Duration(end)}, true
 }

@@ -1,6 +1,9 @@
 package leasecheck
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -35,6 +38,25 @@ func TestCheck(t *testing.T) {
 				t.Errorf("OK() = %v", r.OK())
 			}
 		})
+	}
+}
+
+// Records round-trip through a file, keys with spaces included; a line cut
+// short is skipped.
+func TestRecords(t *testing.T) {
+	ops := []Op{op("kv-0", "key 1", 3, 100, 200), op("kv-1", "k", 9, 300, 300)}
+	var b []byte
+	for _, o := range ops {
+		b = AppendRecord(b, o)
+	}
+	b = append(b, "kv-2 4 500"...) // a writer killed mid-line
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.rec"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadRecords(filepath.Join(dir, "*.rec"))
+	if err != nil || !slices.Equal(got, ops) {
+		t.Fatalf("ReadRecords = %v, %v; want %v", got, err, ops)
 	}
 }
 

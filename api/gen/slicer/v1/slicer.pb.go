@@ -1659,7 +1659,8 @@ type ReadLeaseRequest struct {
 	// The value to read; unset only asks for the leases' state.
 	Value *LeaseValue `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
 	// The lifetime asked for, in milliseconds; the Assigner grants at most
-	// its own limit.
+	// 10 s (the embedded lease manager also at most 10 s; etcd rounds up to
+	// whole seconds).
 	TtlMs         uint32 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	consistency := fs.String("consistency", "affinity", "the job's consistency: affinity, or strong (serve a key only under the job's leases; the job must be configured strong)")
 	leaseTTL := fs.Duration("lease-ttl", slicelet.DefaultLeaseTTL, "strong mode: lifetime of the guard and bridge reads this task asks for")
 	backingURL := fs.String("backing", "", "base URL of a backing store to write through to and read misses from (kvcache.BackingHandler); strong mode writes carry fencing tokens")
-	recordFile := fs.String("record", "", "strong mode: append every satisfied request to this file as 'task key token start end' (CLOCK_MONOTONIC nanoseconds), for lease/leasecheck")
+	recordFile := fs.String("record", "", "strong mode: append every satisfied request to this file in lease/leasecheck's record form (task, token, start and end in CLOCK_MONOTONIC nanoseconds, key), for checking the history")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

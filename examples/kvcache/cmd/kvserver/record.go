@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slicerd/slicerd/lease/leasecheck"
 )
 
 // monotonic reads CLOCK_MONOTONIC, which every process on the machine
@@ -18,7 +21,8 @@ func monotonic() int64 {
 	return ts.Nano()
 }
 
-// record appends satisfied requests to a file, one line and one write
+// record appends satisfied requests to a file (leasecheck.AppendRecord),
+// one line and one write
 // each, unbuffered: a task killed with SIGKILL loses none, since what it
 // served last is what the check most needs.
 type record struct {
@@ -39,7 +43,8 @@ func openRecord(path, task string) (*record, error) {
 func (r *record) add(key string, token uint64, start, end int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.buf = fmt.Appendf(r.buf[:0], "%s %s %d %d %d\n", r.task, key, token, start, end)
+	r.buf = leasecheck.AppendRecord(r.buf[:0], leasecheck.Op{Task: r.task, Key: key, Token: token,
+		Start: time.Duration(start), End: time.Duration(end)})
 	r.f.Write(r.buf)
 }
 

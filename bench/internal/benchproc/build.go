@@ -1,0 +1,79 @@
+package benchproc
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/slicerd/slicerd/clerk"
+)
+
+// Binary is a program a harness runs: the package to build it from
+// (relative to the module root) when Path is empty.
+type Binary struct {
+	Path *string // set by Build when empty
+	Name string  // file name in the build directory
+	Pkg  string  // e.g. "." for slicerd, "./examples/kvcache/cmd/kvserver"
+}
+
+// Build compiles, into dir, every binary whose Path is empty, from the
+// module the harness runs in, and sets its Path. A harness given the paths
+// of prebuilt binaries builds nothing.
+func Build(ctx context.Context, dir string, bins ...Binary) error {
+	var root string
+	for _, b := range bins {
+		if *b.Path != "" {
+			continue
+		}
+		if root == "" {
+			gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+			root = filepath.Dir(strings.TrimSpace(string(gomod)))
+			if err != nil || root == "." || strings.TrimSpace(string(gomod)) == os.DevNull {
+				return fmt.Errorf("cannot find the slicerd module to build from (go env GOMOD: %v); run from the repository or give the %s binary's path", err, b.Name)
+			}
+		}
+		out := filepath.Join(dir, b.Name)
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, b.Pkg)
+		cmd.Dir = root
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w: %s", b.Pkg, err, msg)
+		}
+		*b.Path = out
+	}
+	return nil
+}
+
+// WaitTasks waits until the Clerk's assignment names n tasks.
+func WaitTasks(ctx context.Context, ck *clerk.Clerk, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if a := ck.Assignment(); a != nil && len(a.Tasks) == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no assignment over all %d tasks within %v (generation %d); see the logs", n, timeout, ck.Generation())
+		}
+		if err := Sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// Sleep waits d, or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// SleepUntil waits until t, or until ctx ends.
+func SleepUntil(ctx context.Context, t time.Time) error { return Sleep(ctx, time.Until(t)) }
