@@ -76,6 +76,8 @@ type Leader struct {
 	orphans   map[string]time.Time // job → since when it is Stale
 }
 
+// heldJob is never changed once in l.held: a renewal replaces it, so that
+// a copy of the pointer taken under l.mu may be read without it.
 type heldJob struct {
 	l        Job
 	deadline time.Time
@@ -431,7 +433,7 @@ func (l *Leader) renew(ctx context.Context, h *heldJob) {
 	}
 	switch {
 	case err == nil:
-		h.l, h.deadline = lj, l.deadline(sent, lj.TTL)
+		l.held[h.l.Job] = &heldJob{l: lj, deadline: l.deadline(sent, lj.TTL)}
 	case errors.Is(err, ErrLost):
 		delete(l.held, h.l.Job)
 		l.log.Warn("job lease lost; no longer writing the job", "job", h.l.Job, "epoch", h.l.Epoch, "err", err)
