@@ -341,7 +341,11 @@ func (s *Slicelet) install(_, next *assign.Assignment) {
 	s.listenMu.Lock()
 	defer s.listenMu.Unlock()
 	var oldOwned []assign.Slice
-	if old := s.view.Swap(v); old != nil {
+	old := s.view.Swap(v)
+	if s.strongMode() {
+		s.strong.changes.notify() // keys stop or start being on their way here
+	}
+	if old != nil {
 		oldOwned = old.owned
 		s.retire(old)
 	} else {

@@ -120,6 +120,9 @@ type strongState struct {
 
 	// lossSeq is the number of the newest loss; handles remember it.
 	lossSeq atomic.Uint64
+	// changes wakes AwaitHandle on any change of the view, of a lease's
+	// validity or of the newest assignment.
+	changes broadcast
 
 	mu     sync.Mutex
 	losses []loss                        // the newest maxLosses losses, oldest first
@@ -297,11 +300,15 @@ func stateOf(p *slicerv1.LeaseState) lease.State {
 func (s *Slicelet) extend(o *ownership, sent int64, ttlMs uint32) {
 	ttl := time.Duration(ttlMs) * time.Millisecond
 	deadline := sent + int64(ttl) - int64(float64(ttl)*s.cfg.ClockMargin)
-	if sent >= o.deadline.Load() {
+	lapsed := sent >= o.deadline.Load()
+	if lapsed {
 		s.strong.lose(o.owned)
 	}
 	o.deadline.Store(deadline)
 	o.renewed.Store(sent)
+	if lapsed {
+		s.strong.changes.notify() // valid again
+	}
 }
 
 // due reports whether o's renewal is due: a third of the TTL has passed
@@ -485,12 +492,14 @@ func (s *Slicelet) setView(guard, bridge *ownership, lost []assign.Slice) {
 	}
 	s.strong.lose(lost)
 	s.strong.view.Store(&strongView{guard: guard, bridge: bridge})
+	s.strong.changes.notify()
 }
 
 // dropAll stops owning every key.
 func (s *Slicelet) dropAll() {
 	s.strong.loseAll()
 	s.strong.view.Store(&strongView{})
+	s.strong.changes.notify()
 }
 
 func (s *Slicelet) unread(ctx context.Context, client slicerv1connect.LeaseServiceClient, kind lease.Kind) {

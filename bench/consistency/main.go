@@ -65,7 +65,8 @@ type options struct {
 	hotShare          float64
 	rate              float64
 	duration, shift   time.Duration
-	leaseTTL          time.Duration
+	leaseTTL, await   time.Duration
+	taskLogLevel      string
 	bridge, faults    bool
 	logDir            string
 	jsonOut           bool
@@ -86,6 +87,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.duration, "duration", 5*time.Minute, "how long the clients run")
 	fs.DurationVar(&o.shift, "shift", 10*time.Second, "how often the hot keys move")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 2*time.Second, "the tasks' guard and bridge read TTL")
+	fs.DurationVar(&o.await, "await", kvcache.DefaultAwait, "how long a task holds a request for a key on its way to it (kvserver -await; 0: answer 421 at once)")
+	fs.StringVar(&o.taskLogLevel, "task-log-level", "warn", "the tasks' log level (kvserver -log-level)")
 	fs.BoolVar(&o.bridge, "bridge", true, "move the guard through a bridge lease (false: slicerd --disable-bridge)")
 	fs.BoolVar(&o.faults, "faults", true, "inject the faults")
 	fs.StringVar(&o.logDir, "log-dir", "", "keep the processes' logs and records here (default: a temporary directory, removed)")
@@ -254,7 +257,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		name := fmt.Sprintf("kv-%d", i)
 		p, err := benchproc.Start(name, filepath.Join(logDir, name+".log"), "kvserver task="+name, nil, o.kvserver,
 			"-job", "kv", "-task", name, "-addr", "127.0.0.1:0", "-gossip-addr", "127.0.0.1:0", "-gossip-profile", "local",
-			"-join", assigners[0].gossip, "-load-window", "1s", "-log-level", "warn",
+			"-join", assigners[0].gossip, "-load-window", "1s", "-log-level", o.taskLogLevel, "-await", o.await.String(),
 			"-consistency", "strong", "-lease-ttl", o.leaseTTL.String(),
 			"-backing", "http://"+dbln.Addr().String(), "-record", filepath.Join(logDir, name+".rec"))
 		if err != nil {

@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/slicelet"
@@ -30,6 +32,7 @@ type Server struct {
 	// handle on its key, writes go through to backing with the handle's
 	// fencing token, and a satisfied request is passed to record.
 	strong  bool
+	await   time.Duration
 	backing Backing
 	now     func() int64
 	record  func(key string, token uint64, start, end int64)
@@ -51,6 +54,16 @@ type Option func(*Server)
 // token, and b refuses a former owner's late write.
 func WithBacking(b Backing) Option { return func(s *Server) { s.backing = b } }
 
+// WithAwait sets how long a strongly consistent Server holds a request
+// for a key that is on its way to this task (the newest assignment gives
+// it here, the lease covering it has not come yet) before answering 421;
+// DefaultAwait unless set. 0 answers at once.
+func WithAwait(d time.Duration) Option { return func(s *Server) { s.await = max(d, 0) } }
+
+// DefaultAwait is how long a request for a key on its way to the task
+// waits for it: a move normally completes in tens of milliseconds.
+const DefaultAwait = time.Second
+
 // WithRecorder makes a strongly consistent Server report every satisfied
 // request: its key, its fencing token, and now() before the handle was
 // taken and after it was confirmed continuous. The end-to-end tests check
@@ -68,7 +81,7 @@ func NewServer(sl *slicelet.Slicelet, log *slog.Logger, opts ...Option) *Server 
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{sl: sl, log: log, mux: http.NewServeMux(), entries: make(map[string]entry),
-		strong: sl.Consistency() == assign.Strong}
+		strong: sl.Consistency() == assign.Strong, await: DefaultAwait}
 	for _, o := range opts {
 		o(s)
 	}
@@ -148,7 +161,7 @@ type claim struct {
 	owned bool
 }
 
-func (s *Server) claim(key string) claim {
+func (s *Server) claim(ctx context.Context, key string) claim {
 	c := claim{s: s}
 	if !s.strong {
 		c.owned = s.sl.IsAffinitizedKeyString(key)
@@ -157,7 +170,20 @@ func (s *Server) claim(key string) claim {
 	if s.now != nil {
 		c.start = s.now()
 	}
-	c.h = s.sl.HandleString(key)
+	if c.h = s.sl.HandleString(key); !c.h.Owned() && s.await > 0 {
+		ctx, cancel := context.WithTimeout(ctx, s.await)
+		h := s.sl.AwaitHandleString(ctx, key)
+		cancel()
+		if h.Owned() {
+			// Take it again, so that a recorded request starts after the
+			// wait, when the task owned the key, and not before.
+			h.Release()
+			if s.now != nil {
+				c.start = s.now()
+			}
+			c.h = s.sl.HandleString(key)
+		}
+	}
 	c.owned = c.h.Owned()
 	return c
 }
@@ -181,7 +207,7 @@ func (c claim) release() { c.h.Release() }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	c := s.claim(key)
+	c := s.claim(r.Context(), key)
 	defer c.release()
 	if !c.owned {
 		s.misdirected(w, key)
@@ -217,7 +243,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) put(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	c := s.claim(key)
+	c := s.claim(r.Context(), key)
 	defer c.release()
 	if !c.owned {
 		s.misdirected(w, key)
@@ -273,7 +299,7 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) del(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	c := s.claim(key)
+	c := s.claim(r.Context(), key)
 	defer c.release()
 	if !c.owned {
 		s.misdirected(w, key)

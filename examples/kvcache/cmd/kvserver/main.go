@@ -61,6 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tlsKey := fs.String("tls-key", os.Getenv("KVSERVER_TLS_KEY"), "private key of -tls-cert; env KVSERVER_TLS_KEY")
 	tlsCA := fs.String("tls-ca", os.Getenv("KVSERVER_TLS_CA"), "CA certificate slicerd's certificates chain to; env KVSERVER_TLS_CA")
 	consistency := fs.String("consistency", "affinity", "the job's consistency: affinity, or strong (serve a key only under the job's leases; the job must be configured strong)")
+	await := fs.Duration("await", kvcache.DefaultAwait, "strong mode: how long a request for a key on its way to this task waits for it before the 421 (0: none)")
 	leaseTTL := fs.Duration("lease-ttl", slicelet.DefaultLeaseTTL, "strong mode: lifetime of the guard and bridge reads this task asks for")
 	backingURL := fs.String("backing", "", "base URL of a backing store to write through to and read misses from (kvcache.BackingHandler); strong mode writes carry fencing tokens")
 	recordFile := fs.String("record", "", "strong mode: append every satisfied request to this file in lease/leasecheck's record form (task, token, start and end in CLOCK_MONOTONIC nanoseconds, key), for checking the history")
@@ -70,6 +71,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cons, err := assign.ParseConsistency(*consistency)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvserver: invalid -consistency %q: use affinity or strong\n", *consistency)
+		return 2
+	}
+	if *await < 0 {
+		fmt.Fprintf(stderr, "kvserver: invalid -await %v: use 0 or a positive duration such as 1s\n", *await)
 		return 2
 	}
 	if *leaseTTL <= 0 {
@@ -144,7 +149,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kvserver: %v\n", err)
 		return 2
 	}
-	var opts []kvcache.Option
+	opts := []kvcache.Option{kvcache.WithAwait(*await)}
 	if *backingURL != "" {
 		opts = append(opts, kvcache.WithBacking(kvcache.HTTPBacking{Base: strings.TrimSuffix(*backingURL, "/"), Client: &http.Client{Timeout: 5 * time.Second}}))
 	}
