@@ -389,8 +389,10 @@ func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
 		v = st.view.Load()
 	}
 
-	// The guard's next value.
-	if guard.Set && !guard.Recalled && (v.guard == nil || guard.Value != v.guard.value) {
+	// The guard's next value: never the one the bridge held leads away
+	// from, which this task has just released so that it can be recalled.
+	if guard.Set && !guard.Recalled && (v.guard == nil || guard.Value != v.guard.value) &&
+		(v.bridge == nil || guard.Value.From >= v.bridge.value.To) {
 		if a := st.assignment(guard.Value.From); a != nil {
 			r, sent, err := s.read(ctx, client, lease.Guard, &guard.Value)
 			if err != nil {

@@ -146,7 +146,16 @@ type report struct {
 	RecallP99Ms      float64  `json:"recall_p99_ms"`
 	MoveP50Ms        float64  `json:"move_p50_ms"`
 	MoveP99Ms        float64  `json:"move_p99_ms"`
+	LatencyP50Ms     float64  `json:"latency_p50_ms"`
+	LatencyP99Ms     float64  `json:"latency_p99_ms"`
+	LatencyP999Ms    float64  `json:"latency_p999_ms"`
+	LatencyMaxMs     float64  `json:"latency_max_ms"`
 	Faults           []string `json:"faults"`
+	// FailedAfterFault counts the failed requests in the faultWindow after
+	// each fault (the newest one before the failure); FailedElsewhere the
+	// others.
+	FailedAfterFault []uint64 `json:"failed_after_fault"`
+	FailedElsewhere  uint64   `json:"failed_elsewhere"`
 	Examples         []string `json:"examples,omitempty"`
 }
 
@@ -158,9 +167,16 @@ func (r report) print(w io.Writer) {
 		r.Recorded, r.DoubleOwners, r.TokenRegressions, r.StaleWrites)
 	fmt.Fprintf(w, "guard moved %d times: recall p50 %.0f ms p99 %.0f ms; whole move p50 %.0f ms p99 %.0f ms\n",
 		r.GuardMoves, r.RecallP50Ms, r.RecallP99Ms, r.MoveP50Ms, r.MoveP99Ms)
-	for _, f := range r.Faults {
-		fmt.Fprintf(w, "  fault: %s\n", f)
+	fmt.Fprintf(w, "satisfied requests took p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, max %.0f ms (retries and waits for keys on their way included)\n",
+		r.LatencyP50Ms, r.LatencyP99Ms, r.LatencyP999Ms, r.LatencyMaxMs)
+	for i, f := range r.Faults {
+		var n uint64
+		if i < len(r.FailedAfterFault) {
+			n = r.FailedAfterFault[i]
+		}
+		fmt.Fprintf(w, "  fault: %s (failed requests in the %v after it: %d)\n", f, faultWindow, n)
 	}
+	fmt.Fprintf(w, "failed requests away from any fault: %d\n", r.FailedElsewhere)
 	for _, e := range r.Examples {
 		fmt.Fprintf(w, "  violation: %s\n", e)
 	}
@@ -291,6 +307,10 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	defer rcancel()
 	var wg sync.WaitGroup
 	var ok, failed atomic.Uint64
+	latencies := make([][]float64, o.clients) // ms of each satisfied request, per client
+	var failMu sync.Mutex
+	var failedAt []time.Duration // since start
+	start := time.Now()
 	for c := range o.clients {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(c), 11))
@@ -312,6 +332,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 				}
 				key := "key-" + strconv.Itoa(k)
 				qctx, cancel := context.WithTimeout(rctx, 10*time.Second)
+				began := time.Now()
 				var err error
 				if rng.IntN(2) == 0 {
 					err = client.Put(qctx, key, []byte(strconv.Itoa(c)))
@@ -322,8 +343,12 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 				switch {
 				case err == nil:
 					ok.Add(1)
+					latencies[c] = append(latencies[c], float64(time.Since(began).Microseconds())/1e3)
 				case rctx.Err() == nil:
 					failed.Add(1)
+					failMu.Lock()
+					failedAt = append(failedAt, time.Since(start))
+					failMu.Unlock()
 				}
 			}
 		})
@@ -342,7 +367,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	})
 
 	rep := &report{Command: "go run ./bench/consistency " + strings.Join(args(), " "), Bridge: o.bridge}
-	start := time.Now()
+	var faultAt []time.Duration
 	if o.faults {
 		// The faults at fixed fractions of the run, each after a quiet
 		// stretch so its effect can be told apart in the logs.
@@ -350,6 +375,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 			return benchproc.SleepUntil(rctx, start.Add(time.Duration(frac*float64(o.duration))))
 		}
 		note := func(f string) {
+			faultAt = append(faultAt, time.Since(start))
 			rep.Faults = append(rep.Faults, fmt.Sprintf("%5.1f s %s", time.Since(start).Seconds(), f))
 			say("%s", f)
 		}
@@ -398,6 +424,20 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	procs = nil
 
 	rep.Requests, rep.Failed = ok.Load(), failed.Load()
+	all := slices.Concat(latencies...)
+	rep.LatencyP50Ms, rep.LatencyP99Ms, rep.LatencyP999Ms = pct(all, 0.5), pct(all, 0.99), pct(all, 0.999)
+	if len(all) > 0 {
+		rep.LatencyMaxMs = slices.Max(all)
+	}
+	rep.FailedAfterFault = make([]uint64, len(faultAt))
+	for _, t := range failedAt {
+		i := faultBefore(faultAt, t)
+		if i < 0 {
+			rep.FailedElsewhere++
+		} else {
+			rep.FailedAfterFault[i]++
+		}
+	}
 	rep.Attempts, rep.Satisfied = client.Attempts()
 	if n := rep.Requests + rep.Failed; n > 0 {
 		rep.RequestsPct = 100 * float64(rep.Requests) / float64(n)
@@ -484,6 +524,24 @@ func leaseHolder(logs ...string) string {
 		f.Close()
 	}
 	return holder
+}
+
+// faultWindow is how long after a fault a failed request is counted as
+// the fault's.
+const faultWindow = 20 * time.Second
+
+// faultBefore returns the index of the newest fault at most faultWindow
+// before t, or -1.
+func faultBefore(faultAt []time.Duration, t time.Duration) int {
+	for i := len(faultAt) - 1; i >= 0; i-- {
+		if faultAt[i] <= t {
+			if t-faultAt[i] <= faultWindow {
+				return i
+			}
+			return -1
+		}
+	}
+	return -1
 }
 
 func pct(xs []float64, q float64) float64 {
