@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -129,6 +131,15 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		MaxCallSendMsgSize: maxCallBytes,
 		MaxCallRecvMsgSize: maxCallBytes,
 		Logger:             zap.NewNop(),
+		// gRPC's default reconnect backoff grows from 1 s to 2 min: an
+		// etcd restarted after a second would be found only seconds
+		// later, and until then every lease renewal fails. Retry every
+		// 100 ms growing to 2 s instead; a reconnect attempt costs one
+		// TCP dial.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 2 * time.Second,
+		})},
 	}
 	sec, err := secure(&cfg, opts, log)
 	if err != nil {
