@@ -10,6 +10,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/internal/clustertest"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/lease/leasecheck"
 	"github.com/slicerd/slicerd/slicelet"
 )
@@ -45,9 +46,13 @@ func serve(ctx context.Context, rec *leasecheck.Recorder, task *clustertest.Task
 // the history of requests has no instant at which two tasks owned a key
 // and no fencing token going backwards, and the tasks keep serving.
 func TestStrongJobOneOwnerPerKey(t *testing.T) {
+	order := &readOrder{bridged: map[string]uint64{}}
 	c := clustertest.New(t, clustertest.Options{ConfigureTask: func(cfg *slicelet.Config) {
 		cfg.Consistency = assign.Strong
 		cfg.LeaseTTL = 500 * time.Millisecond
+	}, WrapLeases: func(m lease.Manager) lease.Manager {
+		order.once.Do(func() { order.Manager = m })
+		return order
 	}})
 	strong := assign.Config{MinRedundancy: 1, MaxRedundancy: 1, Consistency: assign.Strong}
 	if err := c.Store().SetConfig(context.Background(), "kv", strong); err != nil {
@@ -104,4 +109,39 @@ func TestStrongJobOneOwnerPerKey(t *testing.T) {
 	if r.Ops == 0 {
 		t.Fatal("no request was satisfied")
 	}
+	order.mu.Lock()
+	defer order.mu.Unlock()
+	for _, b := range order.bad {
+		t.Error(b)
+	}
+}
+
+// readOrder is the shared lease manager as the agents use it, checking
+// that no task reads the guard at a generation a bridge it read leads away
+// from: a task that took the bridge f→t has released guard f so that it
+// can be recalled, and reading it again holds the recall up.
+type readOrder struct {
+	lease.Manager
+	once    sync.Once
+	mu      sync.Mutex
+	bridged map[string]uint64 // reader → the newest bridge's to-generation it read
+	bad     []string
+}
+
+func (r *readOrder) Read(ctx context.Context, job string, kind lease.Kind, reader string, v lease.Value, ttl time.Duration) (lease.Read, error) {
+	rd, err := r.Manager.Read(ctx, job, kind, reader, v, ttl)
+	if err != nil {
+		return rd, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch kind {
+	case lease.Bridge:
+		r.bridged[reader] = max(r.bridged[reader], v.To)
+	case lease.Guard:
+		if to := r.bridged[reader]; v.From < to && len(r.bad) < 10 {
+			r.bad = append(r.bad, fmt.Sprintf("%s read the guard at %v after the bridge to generation %d", reader, v, to))
+		}
+	}
+	return rd, nil
 }

@@ -58,6 +58,9 @@ type Options struct {
 	Configure func(*roles.Config)
 	// ConfigureTask adjusts each Slicelet's configuration before it starts.
 	ConfigureTask func(*slicelet.Config)
+	// WrapLeases, if set, wraps the shared embedded lease manager as each
+	// agent gets it, so a test can watch the calls made to it.
+	WrapLeases func(lease.Manager) lease.Manager
 	// Latency is the one-way delay of every gossip link without its own
 	// (SetLatency). Default 0.
 	Latency time.Duration
@@ -373,7 +376,11 @@ func (c *Cluster) start(a *Agent, transport memberlist.NodeAwareTransport) {
 		if c.leases == nil {
 			return nil, fmt.Errorf("clustertest: agent %s: no lease manager for a store of type %T", a.Name, own)
 		}
-		return sharedLeases{c.leases}, nil
+		m := c.leases
+		if c.opts.WrapLeases != nil {
+			m = c.opts.WrapLeases(m)
+		}
+		return sharedLeases{m}, nil
 	}
 	ra, err := roles.New(context.Background(), cfg)
 	if err != nil {
