@@ -30,11 +30,14 @@ func (s *Slicelet) AwaitHandleString(ctx context.Context, key string) Handle {
 }
 
 func (s *Slicelet) await(ctx context.Context, k assign.SliceKey) Handle {
+	if h := s.handle(k); h.Owned() || !s.strongMode() || !s.affinitized(k) {
+		return h // the common case, without the waiters' lock
+	}
 	for {
 		// The change to wait for first: a change after it closes it.
 		changed := s.strong.changes.wait()
 		h := s.handle(k)
-		if h.Owned() || !s.strongMode() || !s.affinitized(k) {
+		if h.Owned() || !s.affinitized(k) {
 			return h
 		}
 		select {

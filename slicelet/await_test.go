@@ -91,3 +91,16 @@ func TestAwaitHandleAffinity(t *testing.T) {
 		t.Fatal("affinity-mode AwaitHandle does not follow the assignment")
 	}
 }
+
+// BenchmarkAwaitHandle: AwaitHandle on owned keys, the common case, where
+// it is Handle.
+func BenchmarkAwaitHandle(b *testing.B) {
+	s, keys := benchStrong(b)
+	ctx := context.Background()
+	benchLookups(b, keys, func(key []byte) bool {
+		h := s.AwaitHandle(ctx, key)
+		ok := h.IsAssignedContinuously()
+		h.Release()
+		return ok
+	})
+}
