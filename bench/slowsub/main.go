@@ -727,8 +727,8 @@ type meter struct {
 }
 
 func (m *meter) measure(step string) {
-	rss, hwm := procStatus(m.pid)
-	cpu := procCPU(m.pid)
+	rss, hwm := benchproc.Memory(m.pid)
+	cpu := benchproc.CPUTime(m.pid)
 	now := time.Now()
 	pct := 0.0
 	if !m.lastWall.IsZero() {
@@ -740,44 +740,6 @@ func (m *meter) measure(step string) {
 		gen = a.Generation
 	}
 	fmt.Fprintf(m.out, "%-34s %9.1f %9.1f %8.1f %10s %12d\n", step, float64(rss)/1024, float64(hwm)/1024, pct, health(m.rpc), gen)
-}
-
-// procStatus returns VmRSS and VmHWM of pid in KiB.
-func procStatus(pid int) (rss, hwm int64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return -1, -1
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = v
-		case "VmHWM:":
-			hwm = v
-		}
-	}
-	return rss, hwm
-}
-
-// procCPU returns the user and system CPU time pid has used.
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from 3 (state) on
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)        // field 14
-	st, _ := strconv.ParseInt(f[12], 10, 64)        // field 15
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
 }
 
 // health asks slicerd's gRPC health service over a fresh connection.
