@@ -32,6 +32,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -41,6 +42,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slicerd/slicerd/api"
@@ -58,6 +60,7 @@ func main() {
 }
 
 type options struct {
+	mode, join   string
 	slicerd      string
 	streams      int
 	conns        int
@@ -79,6 +82,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("fanout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.StringVar(&o.mode, "mode", "measure", "measure, or tasks: run the job's tasks joining -join until stdin closes (the harness starts itself so)")
+	fs.StringVar(&o.join, "join", "", "mode tasks: slicerd's gossip address")
 	fs.StringVar(&o.slicerd, "slicerd", "", "slicerd binary (default: build it)")
 	fs.IntVar(&o.streams, "streams", 10000, "WatchAssignment streams to open")
 	fs.IntVar(&o.conns, "conns", 100, "HTTP/2 connections to spread them over")
@@ -95,6 +100,10 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	switch {
 	case fs.NArg() > 0:
 		return nil, fmt.Errorf("unexpected argument %q; the harness takes flags only", fs.Arg(0))
+	case o.mode != "measure" && o.mode != "tasks":
+		return nil, fmt.Errorf("invalid -mode %q: use measure (tasks is the harness's own)", o.mode)
+	case o.mode == "tasks" && o.join == "":
+		return nil, errors.New("-mode tasks needs -join")
 	case o.streams < 1 || o.conns < 1 || o.conns > o.streams:
 		return nil, fmt.Errorf("invalid -streams %d / -conns %d: need 1 ≤ conns ≤ streams", o.streams, o.conns)
 	case o.generations < 1:
@@ -114,6 +123,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "fanout: %v\n", err)
 		}
 		return 2
+	}
+	if o.mode == "tasks" {
+		if err := runTasks(o.join, os.Stdin, stdout); err != nil {
+			fmt.Fprintf(stderr, "fanout: tasks: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	rep, err := measure(o, stderr)
 	if err != nil {
@@ -229,7 +245,9 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		return nil, err
 	}
 
-	tasks, err := startTasks(ctx, started.Gossip, []string{"t0", "t1", "t2"})
+	// The tasks run in a process of their own, so that the streams'
+	// load on this one cannot starve their gossip.
+	tasks, err := startTaskProcess(started.Gossip)
 	if err != nil {
 		return nil, err
 	}
@@ -363,29 +381,74 @@ func seed(ctx context.Context, dir string, n int) error {
 // no request is routed.
 func taskAddr(name string) string { return "127.0.0.1:1900" + name[len(name)-1:] }
 
-// startTasks runs the job's Slicelets in this process until the returned
-// function stops them.
-func startTasks(ctx context.Context, join string, names []string) (func(), error) {
-	ctx, cancel := context.WithCancel(ctx)
+// tasksEnv is set in the environment of the tasks process, which tells a
+// test binary to act as the harness.
+const tasksEnv = "FANOUT_TASKS"
+
+// startTaskProcess starts this program in mode tasks and waits until the
+// tasks have joined; the returned function stops them.
+func startTaskProcess(join string) (func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-mode", "tasks", "-join", join)
+	benchproc.SetProcAttr(cmd)
+	cmd.Env = append(os.Environ(), tasksEnv+"=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the tasks: %w", err)
+	}
+	stop := func() {
+		in.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		stop()
+		return nil, fmt.Errorf("the tasks did not start (%q, %v)", line, err)
+	}
+	return stop, nil
+}
+
+// runTasks runs the job's Slicelets, joining slicerd at join, until stdin
+// closes; it prints "ready" once they all joined.
+func runTasks(join string, stdin io.Reader, stdout io.Writer) error {
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	stop := func() { cancel(); wg.Wait() }
-	for _, name := range names {
+	defer func() { cancel(); wg.Wait() }()
+	for _, name := range []string{"t0", "t1", "t2"} {
 		g := gossip.DefaultConfig()
 		g.Profile = gossip.ProfileLocal
 		s, err := slicelet.New(slicelet.Config{Job: "kv", Task: name, Addr: taskAddr(name), Join: []string{join}, Gossip: g})
 		if err != nil {
-			stop()
-			return nil, err
+			return err
 		}
 		wg.Go(func() { _ = s.Run(ctx) })
 		select {
 		case <-s.Joined():
 		case <-time.After(60 * time.Second):
-			stop()
-			return nil, fmt.Errorf("task %s did not join gossip within 60s", name)
+			return fmt.Errorf("task %s did not join gossip within 60s", name)
 		}
 	}
-	return stop, nil
+	fmt.Fprintln(stdout, "ready")
+	_, _ = io.Copy(io.Discard, stdin)
+	return nil
 }
 
 // commitLog follows slicerd's JSON log for "assignment committed" lines.
@@ -453,6 +516,7 @@ func (c *commitLog) wait(gen uint64, timeout time.Duration) (time.Time, error) {
 // generation in its own slot, so receipts do not wait on one another.
 type subscribers struct {
 	n       int
+	first   slicerv1connect.DistributorServiceClient // stream 0's
 	clients []slicerv1connect.DistributorServiceClient
 	hcs     []*http.Client
 	cancel  context.CancelFunc
@@ -478,6 +542,13 @@ func newSubscribers(n, conns int, addr string, gzip bool) *subscribers {
 	if !gzip {
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
 	}
+	// Stream 0 decodes whole assignments, on a connection of its own; the
+	// others read only the generation, so that this process spends its
+	// CPU on receiving rather than on decoding copies of one message.
+	hc := api.NewH2CClient()
+	s.hcs = append(s.hcs, hc)
+	s.first = slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(addr), opts...)
+	opts = append(opts, connect.WithCodec(generationCodec{}))
 	for range conns {
 		hc := api.NewH2CClient()
 		s.hcs = append(s.hcs, hc)
@@ -486,10 +557,84 @@ func newSubscribers(n, conns int, addr string, gzip bool) *subscribers {
 	return s
 }
 
+// generationCodec decodes a WatchAssignmentResponse's generation and
+// incarnation only, skipping the slices.
+type generationCodec struct{}
+
+func (generationCodec) Name() string { return "proto" }
+
+func (generationCodec) Marshal(m any) ([]byte, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a protobuf message", m)
+	}
+	return proto.Marshal(pm)
+}
+
+func (generationCodec) Unmarshal(b []byte, m any) error {
+	resp, ok := m.(*slicerv1.WatchAssignmentResponse)
+	if !ok {
+		pm, ok := m.(proto.Message)
+		if !ok {
+			return fmt.Errorf("%T is not a protobuf message", m)
+		}
+		return proto.Unmarshal(b, pm)
+	}
+	a := &slicerv1.Assignment{}
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num != 1 || typ != protowire.BytesType {
+			return nil
+		}
+		return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+			switch {
+			case num == 2 && typ == protowire.VarintType:
+				g, n := protowire.ConsumeVarint(v)
+				if n < 0 {
+					return protowire.ParseError(n)
+				}
+				a.Generation = g
+			case num == 5 && typ == protowire.BytesType:
+				a.Incarnation = string(v)
+			}
+			return nil
+		})
+	})
+	resp.Assignment = a
+	return err
+}
+
+// eachField calls f with each field of the protobuf message b: for a
+// length-delimited field its contents, otherwise its encoded value.
+func eachField(b []byte, f func(protowire.Number, protowire.Type, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return protowire.ParseError(m)
+		}
+		v := b[:m]
+		if typ == protowire.BytesType {
+			v, _ = protowire.ConsumeBytes(v)
+		}
+		if err := f(num, typ, v); err != nil {
+			return err
+		}
+		b = b[m:]
+	}
+	return nil
+}
+
 // watchOne is stream i, reopened from the generation it holds when it
 // ends; stream 0 also keeps the newest assignment.
 func (s *subscribers) watchOne(ctx context.Context, i int) {
 	client := s.clients[i%len(s.clients)]
+	if i == 0 {
+		client = s.first
+	}
 	log := &s.streams[i]
 	var known uint64
 	var inc string

@@ -5,9 +5,23 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"os"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 )
+
+// TestMain runs the harness itself when the test binary is started as its
+// tasks process.
+func TestMain(m *testing.M) {
+	if os.Getenv(tasksEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
 
 func TestParseRefusesBadFlags(t *testing.T) {
 	for _, args := range [][]string{
@@ -18,6 +32,8 @@ func TestParseRefusesBadFlags(t *testing.T) {
 		{"-slices", "100001"},
 		{"-timeout", "0s"},
 		{"extra"},
+		{"-mode", "hold"},
+		{"-mode", "tasks"},
 	} {
 		if _, err := parse(args, io.Discard); err == nil {
 			t.Errorf("parse(%s) accepted", strings.Join(args, " "))
@@ -63,5 +79,26 @@ func TestFanoutReachesEveryStream(t *testing.T) {
 		if g.Received != 200 || g.Bytes == 0 || g.AllMs < g.P50Ms {
 			t.Errorf("generation %+v: want 200 receipts, a size, and the last receipt no earlier than the median", g)
 		}
+	}
+}
+
+// The generation codec reads what the full decoder reads of a response.
+func TestGenerationCodec(t *testing.T) {
+	full := &slicerv1.WatchAssignmentResponse{Assignment: &slicerv1.Assignment{Job: "kv", Generation: 1234567, Incarnation: "inc-1",
+		Tasks:  []*slicerv1.Task{{Name: "t0", Address: "127.0.0.1:1"}},
+		Slices: []*slicerv1.Slice{{Start: 0, End: 1 << 62, Tasks: []string{"t0"}}}}}
+	b, err := proto.Marshal(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got slicerv1.WatchAssignmentResponse
+	if err := (generationCodec{}).Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.GetAssignment().GetGeneration() != 1234567 || got.GetAssignment().GetIncarnation() != "inc-1" {
+		t.Fatalf("decoded %v", got.GetAssignment())
+	}
+	if err := (generationCodec{}).Unmarshal(b[:len(b)-3], &got); err == nil {
+		t.Fatal("a truncated message decoded")
 	}
 }
