@@ -278,15 +278,30 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	say("job kv generation %d: %d slices over %d tasks", first.Generation, len(first.Slices), len(first.Tasks))
 	opened := time.Now()
 	subs.start(ctx)
-	if err := subs.waitAll(first.Generation, 5*time.Minute); err != nil {
+	if err := subs.waitOpen(5 * time.Minute); err != nil {
 		return nil, fmt.Errorf("opening the streams: %w", err)
 	}
 	rep := &report{Streams: o.streams, Conns: o.conns, Slices: len(first.Slices), Gzip: o.gzip,
 		OpenSeconds: time.Since(opened).Seconds()}
 	say("%d streams open in %.1f s", o.streams, rep.OpenSeconds)
-	_ = benchproc.Sleep(ctx, 2*time.Second) // let the open's garbage settle
+	// Start from a generation every stream holds, after the open's
+	// garbage settled.
+	var gen uint64
+	for {
+		_ = benchproc.Sleep(ctx, 2*time.Second)
+		a, err := subs.waitAfter(ctx, 0, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		if err := subs.waitAll(a.Generation, time.Minute); err != nil {
+			return nil, fmt.Errorf("settling: %w", err)
+		}
+		if b, _ := subs.waitAfter(ctx, 0, time.Minute); b.Generation == a.Generation {
+			gen = a.Generation
+			break
+		}
+	}
 
-	gen := first.Generation
 	for range o.generations {
 		redundancy = 3 - redundancy
 		cpu0 := benchproc.CPUTime(pid)
@@ -522,8 +537,10 @@ type subscribers struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	streams []streamLog
-	// counts[g % len] counts the streams that had generation g.
+	// counts[g % len] counts the streams that had generation g; opened
+	// those that had any.
 	counts [1024]atomic.Int64
+	opened atomic.Int64
 
 	mu      sync.Mutex
 	newest  *assign.Assignment // as stream 0 has it
@@ -651,6 +668,7 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 			log.mu.Lock()
 			if log.got == nil {
 				log.got = map[uint64]int64{}
+				s.opened.Add(1)
 			}
 			_, seen := log.got[known]
 			if !seen {
@@ -730,6 +748,21 @@ func (s *subscribers) waitAll(gen uint64, timeout time.Duration) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d of %d streams had generation %d after %v", n, s.n, gen, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitOpen waits until every stream had an assignment.
+func (s *subscribers) waitOpen(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		n := s.opened.Load()
+		if n >= int64(s.n) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d streams had an assignment after %v", n, s.n, timeout)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
