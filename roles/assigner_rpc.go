@@ -18,7 +18,9 @@ func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[sli
 	if err != nil {
 		return toConnect(err)
 	}
-	return j.pub.stream(ctx, a.stopping, knownVersion(req.Msg), sendShared(ctx, stream))
+	send, stop := sendShared(ctx, stream)
+	defer stop()
+	return j.pub.stream(ctx, a.stopping, knownVersion(req.Msg), send)
 }
 
 // ListJobs implements slicerv1connect.JobServiceHandler.

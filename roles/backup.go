@@ -114,7 +114,9 @@ func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slice
 		return err
 	}
 	defer leave()
-	return l.stream(ctx, b.stopping, knownVersion(req.Msg), sendShared(ctx, stream))
+	send, stop := sendShared(ctx, stream)
+	defer stop()
+	return l.stream(ctx, b.stopping, knownVersion(req.Msg), send)
 }
 
 // poller reads one job's assignment from the store for all its watchers.

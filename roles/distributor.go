@@ -279,7 +279,9 @@ func (d *Distributor) WatchAssignment(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return err
 	}
-	return l.stream(ctx, d.stopping, knownVersion(req.Msg), sendShared(ctx, stream))
+	send, stop := sendShared(ctx, stream)
+	defer stop()
+	return l.stream(ctx, d.stopping, knownVersion(req.Msg), send)
 }
 
 // GetAssignment implements slicerv1connect.DistributorServiceHandler: it

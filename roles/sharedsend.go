@@ -251,19 +251,24 @@ var errStreamSend = errors.New("roles: assignment stream send failed: the client
 // send budget: its copy cannot be shared.
 var errCompressedOverBudget = errors.New("roles: compressed assignment streams are over the node's --stream-send-budget-mib; watch without compressing the request, whose responses share one copy")
 
-// sendShared returns the send function of a WatchAssignment stream. A send
-// copies the shared encoding while the node's send budget allows, and
-// hands over the shared encoding itself beyond. Each send must finish
+// sendShared returns the send function of a WatchAssignment stream, and
+// the function that ends its use, to be called when the stream ends. A
+// send copies the shared encoding while the node's send budget allows,
+// and hands over the shared encoding itself beyond. Each send must finish
 // within the stream write timeout, or the stream is reset (HTTP/2
 // RST_STREAM, which clients see as a stream error and retry from their
 // known generation; on HTTP/1 the connection closes), which frees what the
 // send held.
-func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) func(*sharedResponse) error {
+func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) (send func(*sharedResponse) error, stop func()) {
 	sl, _ := ctx.Value(streamLimitsKey{}).(*streamLimits)
 	if sl == nil {
 		sl = &streamLimits{}
 	}
-	return func(s *sharedResponse) error {
+	var dog *sendWatchdog
+	if sl.rc != nil && sl.timeout > 0 {
+		dog = &sendWatchdog{rc: sl.rc, timeout: sl.timeout}
+	}
+	send = func(s *sharedResponse) error {
 		var msg any = s
 		if wire, err := s.encoded(); err == nil {
 			n := int64(len(wire))
@@ -276,16 +281,74 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 				msg = zeroCopyResponse{s}
 			}
 		}
-		bounded := sl.rc != nil && sl.timeout > 0 && sl.rc.SetWriteDeadline(time.Now().Add(sl.timeout)) == nil
+		dog.arm()
 		err := stream.Conn().Send(msg)
-		if bounded && err == nil {
-			// The deadline would reset an idle stream too; clear it
-			// until the next send.
-			err = sl.rc.SetWriteDeadline(time.Time{})
-		}
+		dog.disarm()
 		if err != nil && ctx.Err() == nil {
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %w", errStreamSend, err))
 		}
 		return err
+	}
+	return send, dog.stop
+}
+
+// sendWatchdog bounds each send of a stream in time. It does not give the
+// server a write deadline per send, which would cost two hand-offs to the
+// connection's goroutine on every send of every stream; a timer, reset
+// per send, sets a deadline in the past only when a send has waited the
+// whole timeout, and the server then resets the stream at once. A stream
+// between sends has no deadline, so an idle subscriber is never reset.
+type sendWatchdog struct {
+	rc      *http.ResponseController
+	timeout time.Duration
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	sending bool
+	stopped bool // the stream ended: rc must not be used
+}
+
+func (w *sendWatchdog) arm() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sending = true
+	if w.timer == nil {
+		w.timer = time.AfterFunc(w.timeout, w.fire)
+	} else {
+		w.timer.Reset(w.timeout)
+	}
+}
+
+func (w *sendWatchdog) disarm() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sending = false
+	w.timer.Stop()
+}
+
+// fire ends a send that is still waiting.
+func (w *sendWatchdog) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sending && !w.stopped {
+		_ = w.rc.SetWriteDeadline(time.Unix(1, 0)) // in the past: reset now
+	}
+}
+
+func (w *sendWatchdog) stop() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	if w.timer != nil {
+		w.timer.Stop()
 	}
 }

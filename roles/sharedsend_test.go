@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -315,4 +317,63 @@ func TestWatchStreamsAreNotCompressed(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestIdleStreamOutlivesWriteTimeout: the write timeout bounds sends, not
+// the quiet between them, so a subscriber waiting longer than it for the
+// next generation keeps its stream.
+func TestIdleStreamOutlivesWriteTimeout(t *testing.T) {
+	cfg := testConfig(t, "node-1", t.TempDir())
+	cfg.StreamWriteTimeout = 100 * time.Millisecond
+	node := startAgent(t, cfg)
+	taskMember(t, "kv", "t0", node.GossipAddr())
+	seesTask(t, node, "kv", "t0")
+	w := watch(t, node.RPCAddr(), "kv", false)
+	w.until(t, "t0 alone", hasTasks("t0"))
+	time.Sleep(5 * cfg.StreamWriteTimeout) // time passing while the stream is idle, not a wait for an event
+	taskMember(t, "kv", "t1", node.GossipAddr())
+	w.until(t, "t0 and t1 on the same stream", hasTasks("t0", "t1")) // fails if the stream ended
+}
+
+// A watchdog that fires after its send finished, or after its stream
+// ended, does nothing; one that fires during a send sets a deadline in
+// the past.
+func TestSendWatchdogFiresOnlyDuringASend(t *testing.T) {
+	var nilDog *sendWatchdog
+	nilDog.arm() // no timeout: a no-op
+	nilDog.disarm()
+	nilDog.stop()
+
+	rec := &deadlineRecorder{ResponseWriter: httptest.NewRecorder()}
+	w := &sendWatchdog{rc: http.NewResponseController(rec), timeout: time.Hour}
+	w.arm()
+	w.disarm()
+	w.fire() // late: the send is over
+	if rec.set != 0 {
+		t.Fatalf("a late fire set %d deadlines", rec.set)
+	}
+	w.arm()
+	w.fire() // the send is stuck
+	if rec.set != 1 || !rec.last.Before(time.Now()) {
+		t.Fatalf("a fire during a send set %d deadlines, the last %v; want one in the past", rec.set, rec.last)
+	}
+	w.stop()
+	w.fire()
+	if rec.set != 1 {
+		t.Fatal("a fire after the stream ended used its ResponseController")
+	}
+}
+
+// deadlineRecorder records the write deadlines http.ResponseController
+// sets on it.
+type deadlineRecorder struct {
+	http.ResponseWriter
+	set  int
+	last time.Time
+}
+
+func (d *deadlineRecorder) SetWriteDeadline(t time.Time) error {
+	d.set++
+	d.last = t
+	return nil
 }
