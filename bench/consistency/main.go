@@ -184,17 +184,11 @@ func (r report) print(w io.Writer) {
 
 func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) {
 	say := func(format string, args ...any) { fmt.Fprintf(stderr, "consistency: "+format+"\n", args...) }
-	logDir := o.logDir
-	if logDir == "" {
-		dir, err := os.MkdirTemp("", "slicerd-consistency")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		logDir = dir
-	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+	logDir, cleanup, err := benchproc.LogDir("consistency", o.logDir)
+	if err != nil {
 		return nil, err
 	}
+	defer cleanup()
 	if err := benchproc.Build(ctx, logDir, benchproc.Binary{Path: &o.slicerd, Name: "slicerd", Pkg: "."},
 		benchproc.Binary{Path: &o.kvserver, Name: "kvserver", Pkg: "./examples/kvcache/cmd/kvserver"}); err != nil {
 		return nil, err
@@ -245,11 +239,8 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		if err != nil {
 			return nil, fmt.Errorf("%w (%s)", err, logDir)
 		}
-		var st struct {
-			RPC    string `json:"rpc_addr"`
-			Gossip string `json:"gossip_addr"`
-		}
-		if err := json.Unmarshal([]byte(line), &st); err != nil {
+		st, err := benchproc.StartedAddrs(line)
+		if err != nil {
 			return nil, err
 		}
 		assigners = append(assigners, &node{p: p, name: name, rpc: st.RPC, gossip: st.Gossip, logf: logf})

@@ -52,7 +52,6 @@ import (
 	"github.com/slicerd/slicerd/bench/internal/benchproc"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/slicelet"
-	"github.com/slicerd/slicerd/storage"
 )
 
 func main() {
@@ -70,13 +69,8 @@ type options struct {
 	timeout      time.Duration
 	logDir       string
 	jsonOut      bool
-	slicerdFlags multiFlag
+	slicerdFlags benchproc.Flags
 }
-
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
@@ -193,17 +187,11 @@ func (r *report) print(w io.Writer) {
 
 func measure(o *options, stderr io.Writer) (*report, error) {
 	say := func(format string, args ...any) { fmt.Fprintf(stderr, "fanout: "+format+"\n", args...) }
-	logDir := o.logDir
-	if logDir == "" {
-		dir, err := os.MkdirTemp("", "slicerd-fanout")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		logDir = dir
-	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, fmt.Errorf("log dir: %w", err)
+	logDir, cleanup, err := benchproc.LogDir("fanout", o.logDir)
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := benchproc.Build(ctx, logDir, benchproc.Binary{Path: &o.slicerd, Name: "slicerd", Pkg: "."}); err != nil {
@@ -212,7 +200,11 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	dataDir := filepath.Join(logDir, "data")
 	os.RemoveAll(dataDir)
 	if o.slices > 0 {
-		if err := seed(ctx, dataDir, o.slices); err != nil {
+		var tasks []assign.Task
+		for _, name := range taskNames {
+			tasks = append(tasks, assign.Task{Name: name, Addr: taskAddr(name)})
+		}
+		if err := benchproc.Seed(ctx, dataDir, "kv", tasks, o.slices); err != nil {
 			return nil, fmt.Errorf("seed: %w", err)
 		}
 	}
@@ -231,12 +223,9 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, logDir)
 	}
-	var started struct {
-		RPC    string `json:"rpc_addr"`
-		Gossip string `json:"gossip_addr"`
-	}
-	if err := json.Unmarshal([]byte(line), &started); err != nil || started.RPC == "" {
-		return nil, fmt.Errorf("cannot read slicerd's addresses from %q: %v", line, err)
+	started, err := benchproc.StartedAddrs(line)
+	if err != nil {
+		return nil, err
 	}
 	pid := sd.Cmd.Process.Pid
 	say("slicerd pid %d rpc %s; logs in %s", pid, started.RPC, logDir)
@@ -361,36 +350,8 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// seed stores an n-slice assignment of job kv over t0..t2, with a
-// configuration that keeps its slices.
-func seed(ctx context.Context, dir string, n int) error {
-	store, err := storage.OpenDataDir(dir, storage.BoltOptions{})
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	cfg := assign.DefaultConfig()
-	cfg.MinRedundancy, cfg.MaxRedundancy = 1, 1
-	cfg.MaxSlicesPerTask = assign.MaxSlicesPerTaskLimit
-	cfg.MinSlicesPerTask = cfg.MaxSlicesPerTask // no merges
-	if err := store.SetConfig(ctx, "kv", cfg); err != nil {
-		return err
-	}
-	names := []string{"t0", "t1", "t2"}
-	a := &assign.Assignment{Job: "kv", Generation: 1, Slices: make([]assign.Slice, n)}
-	for _, name := range names {
-		a.Tasks = append(a.Tasks, assign.Task{Name: name, Addr: taskAddr(name)})
-	}
-	width := assign.KeySpaceEnd / assign.SliceKey(n)
-	for i := range n {
-		a.Slices[i] = assign.Slice{Start: assign.SliceKey(i) * width, End: assign.SliceKey(i+1) * width, Tasks: []string{names[i%3]}}
-	}
-	a.Slices[n-1].End = assign.KeySpaceEnd
-	if err := a.Validate(); err != nil {
-		return err
-	}
-	return store.Commit(ctx, "kv", 0, a)
-}
+// taskNames are the job's tasks.
+var taskNames = []string{"t0", "t1", "t2"}
 
 // taskAddr is the address task tN advertises; nothing listens there, as
 // no request is routed.
@@ -447,7 +408,7 @@ func runTasks(join string, stdin io.Reader, stdout io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	for _, name := range []string{"t0", "t1", "t2"} {
+	for _, name := range taskNames {
 		g := gossip.DefaultConfig()
 		g.Profile = gossip.ProfileLocal
 		s, err := slicelet.New(slicelet.Config{Job: "kv", Task: name, Addr: taskAddr(name), Join: []string{join}, Gossip: g})

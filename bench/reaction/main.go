@@ -58,16 +58,11 @@ type options struct {
 	loadWindow        time.Duration
 	maxRedundancy     int
 	rebalanceInterval string
-	slicerdFlags      multiFlag
+	slicerdFlags      benchproc.Flags
 	jsonOut           bool
 	trace             bool
 	logDir            string
 }
-
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
 	o := &options{load: loadshift.DefaultConfig(), measure: loadshift.DefaultMeasure()}
@@ -222,17 +217,11 @@ func (r *report) print(w io.Writer) {
 // experiment runs the cluster, the load and the shifts, and always stops
 // the processes it started.
 func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, error) {
-	logDir := o.logDir
-	if logDir == "" {
-		dir, err := os.MkdirTemp("", "slicerd-reaction")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		logDir = dir
-	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, fmt.Errorf("log dir: %w", err)
+	logDir, cleanup, err := benchproc.LogDir("reaction", o.logDir)
+	if err != nil {
+		return nil, err
 	}
+	defer cleanup()
 	if err := benchproc.Build(ctx, logDir, benchproc.Binary{Path: &o.slicerd, Name: "slicerd", Pkg: "."},
 		benchproc.Binary{Path: &o.kvserver, Name: "kvserver", Pkg: "./examples/kvcache/cmd/kvserver"}); err != nil {
 		return nil, err
@@ -259,12 +248,9 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	if err != nil {
 		return nil, fmt.Errorf("%w (%s)", err, logDir)
 	}
-	var started struct {
-		RPC    string `json:"rpc_addr"`
-		Gossip string `json:"gossip_addr"`
-	}
-	if err := json.Unmarshal([]byte(line), &started); err != nil || started.RPC == "" || started.Gossip == "" {
-		return nil, fmt.Errorf("cannot read slicerd's addresses from %q: %v", line, err)
+	started, err := benchproc.StartedAddrs(line)
+	if err != nil {
+		return nil, err
 	}
 	say("slicerd rpc %s gossip %s; logs in %s", started.RPC, started.Gossip, logDir)
 

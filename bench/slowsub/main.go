@@ -31,7 +31,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,17 +58,11 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/slicelet"
-	"github.com/slicerd/slicerd/storage"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
-
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 type options struct {
 	mode         string
@@ -81,7 +74,7 @@ type options struct {
 	generations  int
 	settle       time.Duration
 	hold         time.Duration
-	slicerdFlags multiFlag
+	slicerdFlags benchproc.Flags
 	logDir       string
 	gzip         bool
 	target       string // hold mode
@@ -174,17 +167,11 @@ func attack(o *options, stdout, stderr io.Writer) error {
 	if err := raiseFDLimit(uint64(n)); err != nil {
 		return err
 	}
-	logDir := o.logDir
-	if logDir == "" {
-		dir, err := os.MkdirTemp("", "slicerd-slowsub")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		logDir = dir
-	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return fmt.Errorf("log dir: %w", err)
+	logDir, cleanup, err := benchproc.LogDir("slowsub", o.logDir)
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := benchproc.Build(ctx, logDir, benchproc.Binary{Path: &o.slicerd, Name: "slicerd", Pkg: "."}); err != nil {
@@ -193,7 +180,7 @@ func attack(o *options, stdout, stderr io.Writer) error {
 
 	dataDir := filepath.Join(logDir, "data")
 	if o.mode == "subscribers" {
-		if err := seed(ctx, dataDir, o.slices); err != nil {
+		if err := benchproc.Seed(ctx, dataDir, "kv", []assign.Task{{Name: "t0", Addr: taskAddr("t0")}, {Name: "t1", Addr: taskAddr("t1")}}, o.slices); err != nil {
 			return err
 		}
 	}
@@ -216,12 +203,9 @@ func attack(o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w (%s)", err, logDir)
 	}
-	var started struct {
-		RPC    string `json:"rpc_addr"`
-		Gossip string `json:"gossip_addr"`
-	}
-	if err := json.Unmarshal([]byte(line), &started); err != nil || started.RPC == "" || started.Gossip == "" {
-		return fmt.Errorf("cannot read slicerd's addresses from %q: %v", line, err)
+	started, err := benchproc.StartedAddrs(line)
+	if err != nil {
+		return err
 	}
 	say("slicerd pid %d rpc %s gossip %s; logs in %s; args %s", sd.Cmd.Process.Pid, started.RPC, started.Gossip, logDir, strings.Join(sargs, " "))
 
@@ -546,34 +530,6 @@ func countResets(conns []net.Conn) (reset, open int) {
 	}
 	wg.Wait()
 	return reset, open
-}
-
-// seed stores an assignment of job kv with n even slices over tasks t0
-// and t1, and a configuration that keeps that many slices.
-func seed(ctx context.Context, dir string, n int) error {
-	store, err := storage.OpenDataDir(dir, storage.BoltOptions{})
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	cfg := assign.DefaultConfig()
-	cfg.MinRedundancy, cfg.MaxRedundancy = 1, 1
-	cfg.MaxSlicesPerTask = assign.MaxSlicesPerTaskLimit
-	cfg.MinSlicesPerTask = cfg.MaxSlicesPerTask // no merges
-	if err := store.SetConfig(ctx, "kv", cfg); err != nil {
-		return err
-	}
-	tasks := []assign.Task{{Name: "t0", Addr: taskAddr("t0")}, {Name: "t1", Addr: taskAddr("t1")}}
-	width := assign.KeySpaceEnd / assign.SliceKey(n)
-	a := &assign.Assignment{Job: "kv", Generation: 1, Tasks: tasks, Slices: make([]assign.Slice, n)}
-	for i := range n {
-		a.Slices[i] = assign.Slice{Start: assign.SliceKey(i) * width, End: assign.SliceKey(i+1) * width, Tasks: []string{tasks[i%2].Name}}
-	}
-	a.Slices[n-1].End = assign.KeySpaceEnd
-	if err := a.Validate(); err != nil {
-		return err
-	}
-	return store.Commit(ctx, "kv", 0, a)
 }
 
 // taskAddr is the serving address task tN advertises; nothing listens

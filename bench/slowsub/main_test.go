@@ -3,12 +3,9 @@
 package main
 
 import (
-	"context"
 	"io"
 	"strings"
 	"testing"
-
-	"github.com/slicerd/slicerd/storage"
 )
 
 func TestParseRefusesBadFlags(t *testing.T) {
@@ -32,27 +29,5 @@ func TestParseRefusesBadFlags(t *testing.T) {
 	}
 	if o.mode != "subscribers" || o.subscribers != 5000 || o.slices != 10000 || o.conns != 20000 {
 		t.Errorf("defaults %+v", o)
-	}
-}
-
-func TestSeedStoresTheAssignment(t *testing.T) {
-	dir := t.TempDir()
-	if err := seed(context.Background(), dir, 10000); err != nil {
-		t.Fatal(err)
-	}
-	store, err := storage.OpenDataDir(dir, storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	rec, err := store.Load(context.Background(), "kv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.Current == nil || len(rec.Current.Slices) != 10000 || len(rec.Current.Tasks) != 2 {
-		t.Fatalf("stored %+v", rec)
-	}
-	if rec.Config.MinSlicesPerTask < 5000 {
-		t.Errorf("config %+v would merge the 10,000 slices of two tasks", rec.Config)
 	}
 }

@@ -1,0 +1,80 @@
+package benchproc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
+)
+
+// Flags is a repeatable string flag, such as -slicerd-flag.
+type Flags []string
+
+func (f *Flags) String() string     { return strings.Join(*f, " ") }
+func (f *Flags) Set(v string) error { *f = append(*f, v); return nil }
+
+// LogDir returns the directory a harness keeps its processes' logs in:
+// dir, created if needed, or, when dir is "", a new temporary directory
+// named after the harness that cleanup removes.
+func LogDir(harness, dir string) (path string, cleanup func(), err error) {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, fmt.Errorf("log dir: %w", err)
+		}
+		return dir, func() {}, nil
+	}
+	tmp, err := os.MkdirTemp("", "slicerd-"+harness)
+	if err != nil {
+		return "", nil, err
+	}
+	return tmp, func() { os.RemoveAll(tmp) }, nil
+}
+
+// Seed stores, in a bbolt data directory, generation 1 of job: n slices
+// of equal width dealt to tasks in turn, under a configuration that keeps
+// them (no merges, no redundancy).
+func Seed(ctx context.Context, dir, job string, tasks []assign.Task, n int) error {
+	store, err := storage.OpenDataDir(dir, storage.BoltOptions{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	cfg := assign.DefaultConfig()
+	cfg.MinRedundancy, cfg.MaxRedundancy = 1, 1
+	cfg.MaxSlicesPerTask = assign.MaxSlicesPerTaskLimit
+	cfg.MinSlicesPerTask = cfg.MaxSlicesPerTask // no merges
+	if err := store.SetConfig(ctx, job, cfg); err != nil {
+		return err
+	}
+	a := &assign.Assignment{Job: job, Generation: 1, Tasks: tasks, Slices: make([]assign.Slice, n)}
+	width := assign.KeySpaceEnd / assign.SliceKey(n)
+	for i := range n {
+		a.Slices[i] = assign.Slice{Start: assign.SliceKey(i) * width, End: assign.SliceKey(i+1) * width, Tasks: []string{tasks[i%len(tasks)].Name}}
+	}
+	a.Slices[n-1].End = assign.KeySpaceEnd
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	return store.Commit(ctx, job, 0, a)
+}
+
+// Addrs are the addresses a slicerd process serves on, as its JSON
+// "slicerd started" log line gives them.
+type Addrs struct {
+	RPC    string `json:"rpc_addr"`
+	Gossip string `json:"gossip_addr"`
+}
+
+// StartedAddrs reads slicerd's addresses from its "slicerd started" line
+// (SLICERD_LOG_FORMAT=json).
+func StartedAddrs(line string) (Addrs, error) {
+	var a Addrs
+	if err := json.Unmarshal([]byte(line), &a); err != nil || a.RPC == "" || a.Gossip == "" {
+		return Addrs{}, fmt.Errorf("cannot read slicerd's addresses from %q: %v", line, err)
+	}
+	return a, nil
+}
