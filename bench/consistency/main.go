@@ -230,19 +230,11 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 			args = append(args, "--join", assigners[0].gossip)
 		}
 		logf := filepath.Join(logDir, name+".log")
-		p, err := benchproc.Start(name, logf, `"msg":"slicerd started"`, []string{"SLICERD_LOG_FORMAT=json"}, o.slicerd, args...)
+		p, st, err := benchproc.StartSlicerd(name, logf, o.slicerd, args, 30*time.Second)
 		if err != nil {
 			return nil, err
 		}
 		procs = append(procs, p)
-		line, err := p.WaitReady(30 * time.Second)
-		if err != nil {
-			return nil, fmt.Errorf("%w (%s)", err, logDir)
-		}
-		st, err := benchproc.StartedAddrs(line)
-		if err != nil {
-			return nil, err
-		}
 		assigners = append(assigners, &node{p: p, name: name, rpc: st.RPC, gossip: st.Gossip, logf: logf})
 	}
 	out, err := exec.CommandContext(ctx, o.slicerd, "job", "set", "--addr", assigners[0].rpc, "--consistency", "strong", "kv").CombinedOutput()

@@ -214,19 +214,11 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		"--max-connections", strconv.Itoa(o.conns*4 + 1024)}
 	sargs = append(sargs, o.slicerdFlags...)
 	logPath := filepath.Join(logDir, "slicerd.log")
-	sd, err := benchproc.Start("slicerd", logPath, `"msg":"slicerd started"`, []string{"SLICERD_LOG_FORMAT=json"}, o.slicerd, sargs...)
+	sd, started, err := benchproc.StartSlicerd("slicerd", logPath, o.slicerd, sargs, 60*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	defer benchproc.StopAll([]*benchproc.Proc{sd}, 10*time.Second)
-	line, err := sd.WaitReady(60 * time.Second)
-	if err != nil {
-		return nil, fmt.Errorf("%w (%s)", err, logDir)
-	}
-	started, err := benchproc.StartedAddrs(line)
-	if err != nil {
-		return nil, err
-	}
 	pid := sd.Cmd.Process.Pid
 	say("slicerd pid %d rpc %s; logs in %s", pid, started.RPC, logDir)
 	commits, err := followCommits(ctx, logPath)

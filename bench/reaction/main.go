@@ -238,20 +238,11 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 		sargs = append(sargs, "--rebalance-interval", o.rebalanceInterval)
 	}
 	sargs = append(sargs, o.slicerdFlags...)
-	sd, err := benchproc.Start("slicerd", filepath.Join(logDir, "slicerd.log"), `"msg":"slicerd started"`,
-		[]string{"SLICERD_LOG_FORMAT=json"}, o.slicerd, sargs...)
+	sd, started, err := benchproc.StartSlicerd("slicerd", filepath.Join(logDir, "slicerd.log"), o.slicerd, sargs, 30*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	procs = append(procs, sd)
-	line, err := sd.WaitReady(30 * time.Second)
-	if err != nil {
-		return nil, fmt.Errorf("%w (%s)", err, logDir)
-	}
-	started, err := benchproc.StartedAddrs(line)
-	if err != nil {
-		return nil, err
-	}
 	say("slicerd rpc %s gossip %s; logs in %s", started.RPC, started.Gossip, logDir)
 
 	// The job's redundancy before any task joins, so the first assignment

@@ -193,20 +193,11 @@ func attack(o *options, stdout, stderr io.Writer) error {
 		sargs[len(sargs)-1] = "8192" // the default cap, which the flood exceeds
 	}
 	sargs = append(sargs, o.slicerdFlags...)
-	sd, err := benchproc.Start("slicerd", filepath.Join(logDir, "slicerd.log"), `"msg":"slicerd started"`,
-		[]string{"SLICERD_LOG_FORMAT=json"}, o.slicerd, sargs...)
+	sd, started, err := benchproc.StartSlicerd("slicerd", filepath.Join(logDir, "slicerd.log"), o.slicerd, sargs, 60*time.Second)
 	if err != nil {
 		return err
 	}
 	defer benchproc.StopAll([]*benchproc.Proc{sd}, 10*time.Second)
-	line, err := sd.WaitReady(60 * time.Second)
-	if err != nil {
-		return fmt.Errorf("%w (%s)", err, logDir)
-	}
-	started, err := benchproc.StartedAddrs(line)
-	if err != nil {
-		return err
-	}
 	say("slicerd pid %d rpc %s gossip %s; logs in %s; args %s", sd.Cmd.Process.Pid, started.RPC, started.Gossip, logDir, strings.Join(sargs, " "))
 
 	tasks := newTasks(ctx, started.Gossip)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/storage"
@@ -77,4 +78,23 @@ func StartedAddrs(line string) (Addrs, error) {
 		return Addrs{}, fmt.Errorf("cannot read slicerd's addresses from %q: %v", line, err)
 	}
 	return a, nil
+}
+
+// StartSlicerd starts the slicerd binary at path as name, logging JSON to
+// logPath, and waits up to ready for it to serve. On failure it stops the
+// process and says where its log is.
+func StartSlicerd(name, logPath, path string, args []string, ready time.Duration) (*Proc, Addrs, error) {
+	p, err := Start(name, logPath, `"msg":"slicerd started"`, []string{"SLICERD_LOG_FORMAT=json"}, path, args...)
+	if err != nil {
+		return nil, Addrs{}, err
+	}
+	line, err := p.WaitReady(ready)
+	if err == nil {
+		var a Addrs
+		if a, err = StartedAddrs(line); err == nil {
+			return p, a, nil
+		}
+	}
+	StopAll([]*Proc{p}, 10*time.Second)
+	return nil, Addrs{}, fmt.Errorf("%s: %w (log: %s)", name, err, logPath)
 }
