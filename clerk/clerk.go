@@ -61,6 +61,10 @@ type Clerk struct {
 	// server answers with its current assignment, and a store that was
 	// recreated (another incarnation) is noticed.
 	heard assign.Version
+	// heardA is the assignment of version heard, which the next stream's
+	// first delta applies to; nil when none is (the server then sends a
+	// full assignment first, or a delta the Clerk refuses).
+	heardA *assign.Assignment
 }
 
 // New validates cfg and builds a Clerk without connecting; Run connects.
@@ -494,6 +498,7 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 	began := time.Now()
 	req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{
 		Job: c.cfg.Job, KnownGeneration: c.heard.Generation, KnownIncarnation: c.heard.Incarnation,
+		DeltaVersion: api.DeltaVersion,
 	})
 	var stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse]
 	var err error
@@ -509,7 +514,21 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 
 	delivered := false
 	for stream.Receive() {
-		if err := c.accept(stream.Msg().GetAssignment()); err != nil {
+		a, err := api.Receive(c.heardA, stream.Msg())
+		if errors.Is(err, api.ErrDelta) {
+			// Watch again from nothing: the server sends the full
+			// assignment, and the held one serves until it arrives.
+			c.heard, c.heardA = assign.Version{}, nil
+			c.log.Warn("clerk: server sent a delta that does not apply to the assignment it was sent for; keeping the held assignment and watching again for a full one",
+				"addr", addr, "backup", backup, "err", err)
+			return false, err
+		}
+		if err != nil {
+			err = fmt.Errorf("%w: %w", errRejected, err)
+		} else {
+			err = c.accept(a)
+		}
+		if err != nil {
 			c.log.Error("clerk: server sent an assignment that is not valid; dropping the stream and trying another server",
 				"addr", addr, "backup", backup, "err", err)
 			return false, err
@@ -531,22 +550,18 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 	return healthy, err
 }
 
-// accept installs p if it is a valid assignment of the job that supersedes
-// the current one: a newer generation, or any generation of another store
-// incarnation (slicerd's store was recreated, and the held assignment's
-// tasks went with it). An older or equal generation of the same
-// incarnation is ignored; anything invalid is an error.
-func (c *Clerk) accept(p *slicerv1.Assignment) error {
-	a, err := api.FromProto(p)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errRejected, err)
-	}
+// accept installs a, a valid assignment a server sent, if it is of the
+// job and supersedes the current one: a newer generation, or any
+// generation of another store incarnation (slicerd's store was recreated,
+// and the held assignment's tasks went with it). An older or equal
+// generation of the same incarnation is ignored; another job is an error.
+func (c *Clerk) accept(a *assign.Assignment) error {
 	if a.Job != c.cfg.Job {
 		return fmt.Errorf("%w: asked for job %q, got job %q", errRejected, c.cfg.Job, a.Job)
 	}
 	v := a.Version()
 	if v.Supersedes(c.heard) {
-		c.heard = v
+		c.heard, c.heardA = v, a
 	}
 	prev := c.table.Load()
 	if prev != nil && !v.Supersedes(prev.a.Version()) {

@@ -202,6 +202,9 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 			return true
 		}
 	}
+	// resync asks the next stream for the full assignment: a delta of
+	// the last one did not apply.
+	resync := false
 	for ctx.Err() == nil {
 		p, ok := d.assigner(job)
 		addr := p.RPCAddr
@@ -215,20 +218,34 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 			}
 			continue
 		}
-		known := l.current().Version()
+		// base is what the Assigner's next delta applies to: the held
+		// assignment, then each one the stream brings.
+		base := l.current()
+		if resync {
+			base, resync = nil, false
+		}
+		known := base.Version()
 		client := slicerv1connect.NewAssignerServiceClient(d.rpcClients.get(identity.Assigner, p.Name, addr))
 		sctx, cancel := context.WithCancel(ctx)
 		d.mu.Lock()
 		dj.from, dj.cancel, dj.tried = p.Name, cancel, p.Name
 		d.mu.Unlock()
-		stream, err := client.WatchAssignment(sctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job, KnownGeneration: known.Generation, KnownIncarnation: known.Incarnation}))
+		stream, err := client.WatchAssignment(sctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{
+			Job: job, KnownGeneration: known.Generation, KnownIncarnation: known.Incarnation, DeltaVersion: api.DeltaVersion,
+		}))
 		if err == nil {
 			for stream.Receive() {
-				a, err := api.FromProto(stream.Msg().GetAssignment())
+				a, err := api.Receive(base, stream.Msg())
+				if errors.Is(err, api.ErrDelta) {
+					d.log.Error("assigner sent a delta that does not apply; serving the cached assignment and asking for a full one", "job", job, "assigner", addr, "err", err)
+					resync = true
+					break
+				}
 				if err != nil {
 					d.log.Error("assigner sent an invalid assignment; ignoring it", "job", job, "assigner", addr, "err", err)
 					continue
 				}
+				base = a
 				if l.publish(a) {
 					d.log.Debug("assignment received", "job", job, "generation", a.Generation)
 				}
@@ -281,7 +298,7 @@ func (d *Distributor) WatchAssignment(ctx context.Context, req *connect.Request[
 	}
 	send, stop := sendShared(ctx, stream)
 	defer stop()
-	return l.stream(ctx, d.stopping, knownVersion(req.Msg), send)
+	return l.stream(ctx, d.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), send)
 }
 
 // GetAssignment implements slicerv1connect.DistributorServiceHandler: it
@@ -293,7 +310,7 @@ func (d *Distributor) GetAssignment(ctx context.Context, req *connect.Request[sl
 	}
 	var first *slicerv1.WatchAssignmentResponse
 	errFound := errors.New("found")
-	err = l.stream(ctx, d.stopping, assign.Version{}, func(m *sharedResponse) error {
+	err = l.stream(ctx, d.stopping, assign.Version{}, false, func(m *sharedResponse) error {
 		first = m.WatchAssignmentResponse
 		return errFound
 	})

@@ -174,16 +174,6 @@ func (a *Assigner) undelete(name string) {
 	a.mu.Unlock()
 }
 
-// end drops the held assignment and ends every stream of l with err: the
-// job is gone. A later publish starts afresh.
-func (l *latest) end(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.a, l.msg, l.err = nil, nil, err
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
 // knownToGossip reports whether gossip lists a task of the job: any task,
 // or only a live one once the job was deleted, since the failed tasks of a
 // deleted job linger in gossip until they are reaped.

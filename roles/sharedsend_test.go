@@ -90,7 +90,7 @@ func testWatchStreamsShareOneEncoding(t *testing.T, budget int64) {
 	if encodes < 1 || encodes > gens {
 		t.Errorf("%d protobuf encodings for %d generations sent to %d streams; want at most one per generation", encodes, gens, len(protoStreams))
 	}
-	_, msg, _, _ := l.get()
+	msg := l.get().msg
 	if zeroCopy := msg.pinned != nil; zeroCopy != (budget == 0) {
 		t.Errorf("with a send budget of %d bytes, zero-copy sends %v; want %v", budget, zeroCopy, budget == 0)
 	}
@@ -108,7 +108,7 @@ func TestZeroCopySendLeavesSharedBytesIntact(t *testing.T) {
 	seesTask(t, node, "kv", "t0")
 	first := watch(t, node.RPCAddr(), "kv", false)
 	a := first.until(t, "t0 alone", hasTasks("t0"))
-	_, msg, _, _ := node.distributor.latestOf(t, "kv").get()
+	msg := node.distributor.latestOf(t, "kv").get().msg
 	if msg.pinned == nil || msg.Assignment.GetGeneration() != a.Generation {
 		t.Fatalf("generation %d was not sent from a shared buffer", a.Generation)
 	}

@@ -24,7 +24,8 @@ import (
 // assignment if it supersedes the caller's known one (a newer generation,
 // or another store incarnation, as slicerd's servers decide), then every
 // message published afterwards, whatever its generation, so a test can also
-// send stale or malformed ones. A job nothing was published for is
+// send stale or malformed ones. It sends full assignments only, as a
+// server that predates deltas does, unless the test sends a delta. A job nothing was published for is
 // NOT_FOUND.
 type Server struct {
 	ln   net.Listener
@@ -43,7 +44,7 @@ type Server struct {
 
 type job struct {
 	latest *slicerv1.Assignment
-	log    []*slicerv1.Assignment
+	log    []*slicerv1.WatchAssignmentResponse
 }
 
 // NewServer starts a Server on a free loopback port.
@@ -93,7 +94,24 @@ func (s *Server) Send(jobName string, p *slicerv1.Assignment) {
 		s.jobs[jobName] = j
 	}
 	j.latest = p
-	j.log = append(j.log, p)
+	j.log = append(j.log, &slicerv1.WatchAssignmentResponse{Assignment: p})
+	s.notify()
+}
+
+// SendDelta sends d, as is, to the streams of jobName, and makes latest
+// the job's latest assignment, the one a new stream starts with. A test
+// sends a delta that does not lead to latest to see a subscriber repair
+// what it holds.
+func (s *Server) SendDelta(jobName string, latest *slicerv1.Assignment, d *slicerv1.AssignmentDelta) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[jobName]
+	if j == nil {
+		j = &job{}
+		s.jobs[jobName] = j
+	}
+	j.latest = latest
+	j.log = append(j.log, &slicerv1.WatchAssignmentResponse{Delta: d})
 	s.notify()
 }
 
@@ -147,10 +165,10 @@ func (s *Server) WatchAssignment(ctx context.Context, req *connect.Request[slice
 		s.mu.Unlock()
 		return connect.NewError(connect.CodeNotFound, errors.New("clerktest: no assignment published for job "+req.Msg.GetJob()))
 	}
-	var pending []*slicerv1.Assignment
+	var pending []*slicerv1.WatchAssignmentResponse
 	latest := assign.Version{Incarnation: j.latest.GetIncarnation(), Generation: j.latest.GetGeneration()}
 	if latest.Supersedes(assign.Version{Incarnation: req.Msg.GetKnownIncarnation(), Generation: req.Msg.GetKnownGeneration()}) {
-		pending = append(pending, j.latest)
+		pending = append(pending, &slicerv1.WatchAssignmentResponse{Assignment: j.latest})
 	}
 	next, drops := len(j.log), s.drops
 	s.open++
@@ -163,7 +181,7 @@ func (s *Server) WatchAssignment(ctx context.Context, req *connect.Request[slice
 
 	for {
 		for _, p := range pending {
-			if err := stream.Send(&slicerv1.WatchAssignmentResponse{Assignment: p}); err != nil {
+			if err := stream.Send(p); err != nil {
 				return err
 			}
 		}

@@ -504,8 +504,13 @@ type WatchAssignmentRequest struct {
 	// known_incarnation (a caller that holds none, or predates incarnations)
 	// counts as another one, so the caller learns the server's.
 	KnownIncarnation string `protobuf:"bytes,3,opt,name=known_incarnation,json=knownIncarnation,proto3" json:"known_incarnation,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The newest delta format the caller can apply: 0 (a caller that
+	// predates deltas) receives only full assignments; 1 may receive
+	// AssignmentDelta messages as described there. A server that predates
+	// deltas ignores the field and sends full assignments.
+	DeltaVersion  uint32 `protobuf:"varint,4,opt,name=delta_version,json=deltaVersion,proto3" json:"delta_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchAssignmentRequest) Reset() {
@@ -559,9 +564,20 @@ func (x *WatchAssignmentRequest) GetKnownIncarnation() string {
 	return ""
 }
 
+func (x *WatchAssignmentRequest) GetDeltaVersion() uint32 {
+	if x != nil {
+		return x.DeltaVersion
+	}
+	return 0
+}
+
+// WatchAssignmentResponse carries either a full assignment or, to a caller
+// that asked for deltas, a delta from the generation it holds. Exactly one
+// of the two is set.
 type WatchAssignmentResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Assignment    *Assignment            `protobuf:"bytes,1,opt,name=assignment,proto3" json:"assignment,omitempty"`
+	Delta         *AssignmentDelta       `protobuf:"bytes,2,opt,name=delta,proto3" json:"delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -603,6 +619,143 @@ func (x *WatchAssignmentResponse) GetAssignment() *Assignment {
 	return nil
 }
 
+func (x *WatchAssignmentResponse) GetDelta() *AssignmentDelta {
+	if x != nil {
+		return x.Delta
+	}
+	return nil
+}
+
+// AssignmentDelta (delta_version 1) turns the assignment of
+// (incarnation, base_generation) into the one of (incarnation,
+// generation). A stream sends one only to a caller that holds the base,
+// which is the generation the caller last received on the stream or, for
+// the first message, its known_generation; it sends the full assignment
+// instead when it no longer holds the base, when the caller holds none,
+// and when the delta would not be smaller.
+//
+// To apply it, take the held slices and paint each slice of `slices` over
+// them in order: a painted slice replaces whatever held slices cover its
+// range, and cuts held slices it overlaps only in part. Then remove the
+// tasks of removed_tasks and add or update those of tasks (by name).
+// Slices in `slices` are sorted by start and disjoint; the result must be
+// a valid Assignment (slices sorted and contiguous over the key space,
+// tasks sorted, every task a slice names listed in tasks) and its checksum
+// must equal `checksum`. A caller for whom either check fails, or whose
+// held generation is not base_generation, must discard the delta, keep
+// what it holds and watch again with known_generation 0, which gets it the
+// full assignment.
+type AssignmentDelta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// Of both the base and the result.
+	Incarnation    string `protobuf:"bytes,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	BaseGeneration uint64 `protobuf:"varint,3,opt,name=base_generation,json=baseGeneration,proto3" json:"base_generation,omitempty"`
+	Generation     uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The slices that differ from the base's, in the result's form.
+	Slices []*Slice `protobuf:"bytes,5,rep,name=slices,proto3" json:"slices,omitempty"`
+	// Tasks the result lists that the base does not, or with another
+	// address.
+	Tasks []*Task `protobuf:"bytes,6,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Names of the base's tasks the result no longer lists.
+	RemovedTasks []string `protobuf:"bytes,7,rep,name=removed_tasks,json=removedTasks,proto3" json:"removed_tasks,omitempty"`
+	// XXH64 (seed 0) of the result's canonical form: the job, the
+	// incarnation, each followed by a zero byte; the generation as 8 bytes
+	// big-endian; then each task in order, its name and address each
+	// followed by a zero byte; then each slice in order, its start and end
+	// as 8 bytes big-endian each, then its task names each followed by a
+	// zero byte, then the byte 0xFF.
+	Checksum      uint64 `protobuf:"fixed64,8,opt,name=checksum,proto3" json:"checksum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AssignmentDelta) Reset() {
+	*x = AssignmentDelta{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AssignmentDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AssignmentDelta) ProtoMessage() {}
+
+func (x *AssignmentDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AssignmentDelta.ProtoReflect.Descriptor instead.
+func (*AssignmentDelta) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AssignmentDelta) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *AssignmentDelta) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *AssignmentDelta) GetBaseGeneration() uint64 {
+	if x != nil {
+		return x.BaseGeneration
+	}
+	return 0
+}
+
+func (x *AssignmentDelta) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *AssignmentDelta) GetSlices() []*Slice {
+	if x != nil {
+		return x.Slices
+	}
+	return nil
+}
+
+func (x *AssignmentDelta) GetTasks() []*Task {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *AssignmentDelta) GetRemovedTasks() []string {
+	if x != nil {
+		return x.RemovedTasks
+	}
+	return nil
+}
+
+func (x *AssignmentDelta) GetChecksum() uint64 {
+	if x != nil {
+		return x.Checksum
+	}
+	return 0
+}
+
 type GetAssignmentRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -612,7 +765,7 @@ type GetAssignmentRequest struct {
 
 func (x *GetAssignmentRequest) Reset() {
 	*x = GetAssignmentRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[6]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +777,7 @@ func (x *GetAssignmentRequest) String() string {
 func (*GetAssignmentRequest) ProtoMessage() {}
 
 func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[6]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +790,7 @@ func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssignmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAssignmentRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{6}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetAssignmentRequest) GetJob() string {
@@ -656,7 +809,7 @@ type GetAssignmentResponse struct {
 
 func (x *GetAssignmentResponse) Reset() {
 	*x = GetAssignmentResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[7]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +821,7 @@ func (x *GetAssignmentResponse) String() string {
 func (*GetAssignmentResponse) ProtoMessage() {}
 
 func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[7]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +834,7 @@ func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssignmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{7}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetAssignmentResponse) GetAssignment() *Assignment {
@@ -703,7 +856,7 @@ type RegisterTaskRequest struct {
 
 func (x *RegisterTaskRequest) Reset() {
 	*x = RegisterTaskRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +868,7 @@ func (x *RegisterTaskRequest) String() string {
 func (*RegisterTaskRequest) ProtoMessage() {}
 
 func (x *RegisterTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +881,7 @@ func (x *RegisterTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterTaskRequest.ProtoReflect.Descriptor instead.
 func (*RegisterTaskRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{8}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RegisterTaskRequest) GetJob() string {
@@ -760,7 +913,7 @@ type RegisterTaskResponse struct {
 
 func (x *RegisterTaskResponse) Reset() {
 	*x = RegisterTaskResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +925,7 @@ func (x *RegisterTaskResponse) String() string {
 func (*RegisterTaskResponse) ProtoMessage() {}
 
 func (x *RegisterTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +938,7 @@ func (x *RegisterTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterTaskResponse.ProtoReflect.Descriptor instead.
 func (*RegisterTaskResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{9}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{10}
 }
 
 // JobInfo describes a job as the Assigner sees it.
@@ -825,7 +978,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +990,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +1003,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{10}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobInfo) GetName() string {
@@ -935,7 +1088,7 @@ type TaskLoad struct {
 
 func (x *TaskLoad) Reset() {
 	*x = TaskLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1100,7 @@ func (x *TaskLoad) String() string {
 func (*TaskLoad) ProtoMessage() {}
 
 func (x *TaskLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1113,7 @@ func (x *TaskLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLoad.ProtoReflect.Descriptor instead.
 func (*TaskLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{11}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskLoad) GetTask() string {
@@ -985,7 +1138,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1150,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1163,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{13}
 }
 
 type ListJobsResponse struct {
@@ -1022,7 +1175,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1187,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1200,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{13}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListJobsResponse) GetJobs() []*JobInfo {
@@ -1066,7 +1219,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1231,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1244,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{14}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetJobRequest) GetJob() string {
@@ -1110,7 +1263,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1275,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1288,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetJobResponse) GetJob() *JobInfo {
@@ -1155,7 +1308,7 @@ type SetJobConfigRequest struct {
 
 func (x *SetJobConfigRequest) Reset() {
 	*x = SetJobConfigRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1320,7 @@ func (x *SetJobConfigRequest) String() string {
 func (*SetJobConfigRequest) ProtoMessage() {}
 
 func (x *SetJobConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1333,7 @@ func (x *SetJobConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetJobConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetJobConfigRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetJobConfigRequest) GetJob() string {
@@ -1206,7 +1359,7 @@ type SetJobConfigResponse struct {
 
 func (x *SetJobConfigResponse) Reset() {
 	*x = SetJobConfigResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1371,7 @@ func (x *SetJobConfigResponse) String() string {
 func (*SetJobConfigResponse) ProtoMessage() {}
 
 func (x *SetJobConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1384,7 @@ func (x *SetJobConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetJobConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetJobConfigResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetJobConfigResponse) GetJob() *JobInfo {
@@ -1250,7 +1403,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1415,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1428,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteJobRequest) GetJob() string {
@@ -1295,7 +1448,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1460,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1473,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{19}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteJobResponse) GetJob() *JobInfo {
@@ -1345,7 +1498,7 @@ type SliceLoad struct {
 
 func (x *SliceLoad) Reset() {
 	*x = SliceLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1510,7 @@ func (x *SliceLoad) String() string {
 func (*SliceLoad) ProtoMessage() {}
 
 func (x *SliceLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1523,7 @@ func (x *SliceLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceLoad.ProtoReflect.Descriptor instead.
 func (*SliceLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{20}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SliceLoad) GetStart() uint64 {
@@ -1420,7 +1573,7 @@ type ReportLoadRequest struct {
 
 func (x *ReportLoadRequest) Reset() {
 	*x = ReportLoadRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1585,7 @@ func (x *ReportLoadRequest) String() string {
 func (*ReportLoadRequest) ProtoMessage() {}
 
 func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1598,7 @@ func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadRequest.ProtoReflect.Descriptor instead.
 func (*ReportLoadRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{21}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReportLoadRequest) GetJob() string {
@@ -1505,7 +1658,7 @@ type ReportLoadResponse struct {
 
 func (x *ReportLoadResponse) Reset() {
 	*x = ReportLoadResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1670,7 @@ func (x *ReportLoadResponse) String() string {
 func (*ReportLoadResponse) ProtoMessage() {}
 
 func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1683,7 @@ func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
 func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{22}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{23}
 }
 
 // What a guard or bridge lease says: the guard names one generation
@@ -1545,7 +1698,7 @@ type LeaseValue struct {
 
 func (x *LeaseValue) Reset() {
 	*x = LeaseValue{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1710,7 @@ func (x *LeaseValue) String() string {
 func (*LeaseValue) ProtoMessage() {}
 
 func (x *LeaseValue) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1723,7 @@ func (x *LeaseValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseValue.ProtoReflect.Descriptor instead.
 func (*LeaseValue) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{23}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaseValue) GetFromGeneration() uint64 {
@@ -1601,7 +1754,7 @@ type LeaseState struct {
 
 func (x *LeaseState) Reset() {
 	*x = LeaseState{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1766,7 @@ func (x *LeaseState) String() string {
 func (*LeaseState) ProtoMessage() {}
 
 func (x *LeaseState) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1779,7 @@ func (x *LeaseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
 func (*LeaseState) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{24}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LeaseState) GetSet() bool {
@@ -1668,7 +1821,7 @@ type ReadLeaseRequest struct {
 
 func (x *ReadLeaseRequest) Reset() {
 	*x = ReadLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1833,7 @@ func (x *ReadLeaseRequest) String() string {
 func (*ReadLeaseRequest) ProtoMessage() {}
 
 func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1846,7 @@ func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReadLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadLeaseRequest) GetJob() string {
@@ -1752,7 +1905,7 @@ type ReadLeaseResponse struct {
 
 func (x *ReadLeaseResponse) Reset() {
 	*x = ReadLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1917,7 @@ func (x *ReadLeaseResponse) String() string {
 func (*ReadLeaseResponse) ProtoMessage() {}
 
 func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1930,7 @@ func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReadLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadLeaseResponse) GetGranted() bool {
@@ -1833,7 +1986,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1998,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2011,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReleaseLeaseRequest) GetJob() string {
@@ -1890,7 +2043,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2055,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2068,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
 }
 
 var File_slicer_v1_slicer_proto protoreflect.FileDescriptor
@@ -1954,15 +2107,28 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\n" +
 	"max_slices\x18\n" +
 	" \x01(\rR\tmaxSlices\x128\n" +
-	"\vconsistency\x18\v \x01(\x0e2\x16.slicer.v1.ConsistencyR\vconsistency\"\x82\x01\n" +
+	"\vconsistency\x18\v \x01(\x0e2\x16.slicer.v1.ConsistencyR\vconsistency\"\xa7\x01\n" +
 	"\x16WatchAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
 	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\x12+\n" +
-	"\x11known_incarnation\x18\x03 \x01(\tR\x10knownIncarnation\"P\n" +
+	"\x11known_incarnation\x18\x03 \x01(\tR\x10knownIncarnation\x12#\n" +
+	"\rdelta_version\x18\x04 \x01(\rR\fdeltaVersion\"\x82\x01\n" +
 	"\x17WatchAssignmentResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x15.slicer.v1.AssignmentR\n" +
-	"assignment\"(\n" +
+	"assignment\x120\n" +
+	"\x05delta\x18\x02 \x01(\v2\x1a.slicer.v1.AssignmentDeltaR\x05delta\"\xa0\x02\n" +
+	"\x0fAssignmentDelta\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\tR\vincarnation\x12'\n" +
+	"\x0fbase_generation\x18\x03 \x01(\x04R\x0ebaseGeneration\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\x12(\n" +
+	"\x06slices\x18\x05 \x03(\v2\x10.slicer.v1.SliceR\x06slices\x12%\n" +
+	"\x05tasks\x18\x06 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12#\n" +
+	"\rremoved_tasks\x18\a \x03(\tR\fremovedTasks\x12\x1a\n" +
+	"\bchecksum\x18\b \x01(\x06R\bchecksum\"(\n" +
 	"\x14GetAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"N\n" +
 	"\x15GetAssignmentResponse\x125\n" +
@@ -2098,7 +2264,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 }
 
 var file_slicer_v1_slicer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(Consistency)(0),                // 0: slicer.v1.Consistency
 	(LeaseKind)(0),                  // 1: slicer.v1.LeaseKind
@@ -2108,82 +2274,86 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*JobConfig)(nil),               // 5: slicer.v1.JobConfig
 	(*WatchAssignmentRequest)(nil),  // 6: slicer.v1.WatchAssignmentRequest
 	(*WatchAssignmentResponse)(nil), // 7: slicer.v1.WatchAssignmentResponse
-	(*GetAssignmentRequest)(nil),    // 8: slicer.v1.GetAssignmentRequest
-	(*GetAssignmentResponse)(nil),   // 9: slicer.v1.GetAssignmentResponse
-	(*RegisterTaskRequest)(nil),     // 10: slicer.v1.RegisterTaskRequest
-	(*RegisterTaskResponse)(nil),    // 11: slicer.v1.RegisterTaskResponse
-	(*JobInfo)(nil),                 // 12: slicer.v1.JobInfo
-	(*TaskLoad)(nil),                // 13: slicer.v1.TaskLoad
-	(*ListJobsRequest)(nil),         // 14: slicer.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 15: slicer.v1.ListJobsResponse
-	(*GetJobRequest)(nil),           // 16: slicer.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 17: slicer.v1.GetJobResponse
-	(*SetJobConfigRequest)(nil),     // 18: slicer.v1.SetJobConfigRequest
-	(*SetJobConfigResponse)(nil),    // 19: slicer.v1.SetJobConfigResponse
-	(*DeleteJobRequest)(nil),        // 20: slicer.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 21: slicer.v1.DeleteJobResponse
-	(*SliceLoad)(nil),               // 22: slicer.v1.SliceLoad
-	(*ReportLoadRequest)(nil),       // 23: slicer.v1.ReportLoadRequest
-	(*ReportLoadResponse)(nil),      // 24: slicer.v1.ReportLoadResponse
-	(*LeaseValue)(nil),              // 25: slicer.v1.LeaseValue
-	(*LeaseState)(nil),              // 26: slicer.v1.LeaseState
-	(*ReadLeaseRequest)(nil),        // 27: slicer.v1.ReadLeaseRequest
-	(*ReadLeaseResponse)(nil),       // 28: slicer.v1.ReadLeaseResponse
-	(*ReleaseLeaseRequest)(nil),     // 29: slicer.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),    // 30: slicer.v1.ReleaseLeaseResponse
+	(*AssignmentDelta)(nil),         // 8: slicer.v1.AssignmentDelta
+	(*GetAssignmentRequest)(nil),    // 9: slicer.v1.GetAssignmentRequest
+	(*GetAssignmentResponse)(nil),   // 10: slicer.v1.GetAssignmentResponse
+	(*RegisterTaskRequest)(nil),     // 11: slicer.v1.RegisterTaskRequest
+	(*RegisterTaskResponse)(nil),    // 12: slicer.v1.RegisterTaskResponse
+	(*JobInfo)(nil),                 // 13: slicer.v1.JobInfo
+	(*TaskLoad)(nil),                // 14: slicer.v1.TaskLoad
+	(*ListJobsRequest)(nil),         // 15: slicer.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 16: slicer.v1.ListJobsResponse
+	(*GetJobRequest)(nil),           // 17: slicer.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 18: slicer.v1.GetJobResponse
+	(*SetJobConfigRequest)(nil),     // 19: slicer.v1.SetJobConfigRequest
+	(*SetJobConfigResponse)(nil),    // 20: slicer.v1.SetJobConfigResponse
+	(*DeleteJobRequest)(nil),        // 21: slicer.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 22: slicer.v1.DeleteJobResponse
+	(*SliceLoad)(nil),               // 23: slicer.v1.SliceLoad
+	(*ReportLoadRequest)(nil),       // 24: slicer.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),      // 25: slicer.v1.ReportLoadResponse
+	(*LeaseValue)(nil),              // 26: slicer.v1.LeaseValue
+	(*LeaseState)(nil),              // 27: slicer.v1.LeaseState
+	(*ReadLeaseRequest)(nil),        // 28: slicer.v1.ReadLeaseRequest
+	(*ReadLeaseResponse)(nil),       // 29: slicer.v1.ReadLeaseResponse
+	(*ReleaseLeaseRequest)(nil),     // 30: slicer.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),    // 31: slicer.v1.ReleaseLeaseResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	2,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
 	3,  // 1: slicer.v1.Assignment.slices:type_name -> slicer.v1.Slice
 	0,  // 2: slicer.v1.JobConfig.consistency:type_name -> slicer.v1.Consistency
 	4,  // 3: slicer.v1.WatchAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
-	4,  // 4: slicer.v1.GetAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
-	5,  // 5: slicer.v1.JobInfo.config:type_name -> slicer.v1.JobConfig
-	2,  // 6: slicer.v1.JobInfo.live_tasks:type_name -> slicer.v1.Task
-	13, // 7: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
-	12, // 8: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
-	12, // 9: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
-	5,  // 10: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
-	12, // 11: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
-	12, // 12: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
-	22, // 13: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
-	25, // 14: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
-	1,  // 15: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	25, // 16: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
-	26, // 17: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
-	26, // 18: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
-	1,  // 19: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	6,  // 20: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	8,  // 21: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	6,  // 22: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	8,  // 23: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	6,  // 24: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	10, // 25: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
-	14, // 26: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	16, // 27: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	18, // 28: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	20, // 29: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
-	23, // 30: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	27, // 31: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
-	29, // 32: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
-	7,  // 33: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	9,  // 34: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	7,  // 35: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	9,  // 36: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	7,  // 37: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 38: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
-	15, // 39: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	17, // 40: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	19, // 41: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	21, // 42: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
-	24, // 43: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	28, // 44: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
-	30, // 45: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
-	33, // [33:46] is the sub-list for method output_type
-	20, // [20:33] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	8,  // 4: slicer.v1.WatchAssignmentResponse.delta:type_name -> slicer.v1.AssignmentDelta
+	3,  // 5: slicer.v1.AssignmentDelta.slices:type_name -> slicer.v1.Slice
+	2,  // 6: slicer.v1.AssignmentDelta.tasks:type_name -> slicer.v1.Task
+	4,  // 7: slicer.v1.GetAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
+	5,  // 8: slicer.v1.JobInfo.config:type_name -> slicer.v1.JobConfig
+	2,  // 9: slicer.v1.JobInfo.live_tasks:type_name -> slicer.v1.Task
+	14, // 10: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
+	13, // 11: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
+	13, // 12: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
+	5,  // 13: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
+	13, // 14: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
+	13, // 15: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
+	23, // 16: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
+	26, // 17: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
+	1,  // 18: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	26, // 19: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
+	27, // 20: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
+	27, // 21: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
+	1,  // 22: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	6,  // 23: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	9,  // 24: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	6,  // 25: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	9,  // 26: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	6,  // 27: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	11, // 28: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
+	15, // 29: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	17, // 30: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	19, // 31: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	21, // 32: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
+	24, // 33: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	28, // 34: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
+	30, // 35: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
+	7,  // 36: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	10, // 37: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	7,  // 38: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	10, // 39: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	7,  // 40: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	12, // 41: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	16, // 42: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	18, // 43: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	20, // 44: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	22, // 45: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
+	25, // 46: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	29, // 47: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
+	31, // 48: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
+	36, // [36:49] is the sub-list for method output_type
+	23, // [23:36] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
@@ -2197,7 +2367,7 @@ func file_slicer_v1_slicer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   6,
 		},

@@ -85,7 +85,8 @@ const (
 type DistributorServiceClient interface {
 	// WatchAssignment sends the job's current assignment (if newer than
 	// known_generation, or of another incarnation than known_incarnation)
-	// and then every new one, until the caller cancels.
+	// and then every new one, until the caller cancels; to a caller that
+	// sets delta_version, as deltas where they are smaller.
 	// An unknown job fails with NOT_FOUND.
 	WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest]) (*connect.ServerStreamForClient[v1.WatchAssignmentResponse], error)
 	// GetAssignment returns the job's current assignment.
@@ -139,7 +140,8 @@ func (c *distributorServiceClient) GetAssignment(ctx context.Context, req *conne
 type DistributorServiceHandler interface {
 	// WatchAssignment sends the job's current assignment (if newer than
 	// known_generation, or of another incarnation than known_incarnation)
-	// and then every new one, until the caller cancels.
+	// and then every new one, until the caller cancels; to a caller that
+	// sets delta_version, as deltas where they are smaller.
 	// An unknown job fails with NOT_FOUND.
 	WatchAssignment(context.Context, *connect.Request[v1.WatchAssignmentRequest], *connect.ServerStream[v1.WatchAssignmentResponse]) error
 	// GetAssignment returns the job's current assignment.
