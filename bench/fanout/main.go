@@ -17,7 +17,25 @@
 //
 // -slices N seeds the store with an N-slice assignment first (slicerd
 // keeps its slices; a redundancy switch rewrites every slice's tasks).
-// Streams accept gzip, as the Clerk does, unless -gzip=false. slicerd and
+// With -change load the tasks report load instead, a uniform part and a
+// hot spot that moves every 15 s, and each timed generation is one of the
+// Assigner's load-balancing decisions (moving at most the job's
+// move_churn, 9% of the key space):
+//
+//	go run ./bench/fanout -streams 10000 -slices 10000 -change load
+//
+// With -kill, task t2 (which runs in a process of its own) is SIGKILLed
+// after the timed generations, and the report gives the time from the
+// kill to the commit of the assignment without it, how long that took to
+// reach the streams, and how many other members slicerd suspected or
+// declared failed meanwhile (false failures: gossip starved by fan-out):
+//
+//	go run ./bench/fanout -streams 100000 -conns 100 -kill
+//
+// Streams ask for deltas, as the Clerk does, unless -deltas=false; the
+// report gives the bytes stream 0 received per generation beside the
+// size of the full assignment. Streams accept gzip, as the Clerk does,
+// unless -gzip=false. slicerd and
 // the harness share the machine, as they would share a 2-core CI runner.
 // Linux only (/proc).
 package main
@@ -30,6 +48,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -66,6 +85,11 @@ type options struct {
 	generations  int
 	slices       int
 	gzip         bool
+	deltas       bool
+	change       string
+	hotPercent   int
+	kill         bool
+	tasks        string
 	timeout      time.Duration
 	logDir       string
 	jsonOut      bool
@@ -84,6 +108,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.generations, "generations", 10, "new generations to make and time")
 	fs.IntVar(&o.slices, "slices", 0, "seed an assignment of this many slices (0: the job's own, a few slices)")
 	fs.BoolVar(&o.gzip, "gzip", true, "accept gzip-compressed responses, as the Clerk does")
+	fs.BoolVar(&o.deltas, "deltas", true, "ask for deltas, as the Clerk does")
+	fs.BoolVar(&o.kill, "kill", false, "after the timed generations, SIGKILL task t2 and time its detection")
+	fs.StringVar(&o.tasks, "tasks", strings.Join(taskNames, ","), "mode tasks: the tasks to run (the harness's own)")
+	fs.IntVar(&o.hotPercent, "hot-percent", 3, "-change load: the hot spot's share of the key space, in percent")
+	fs.StringVar(&o.change, "change", "redundancy", "what makes each generation: redundancy (switch the job's redundancy between 1 and 2, which changes every slice) or load (a moving hot spot in the tasks' load reports; each generation is one load-balancing decision)")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long one generation may take to reach every stream")
 	fs.StringVar(&o.logDir, "log-dir", "", "keep slicerd's log and data here (default: a temporary directory, removed)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
@@ -96,6 +125,10 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected argument %q; the harness takes flags only", fs.Arg(0))
 	case o.mode != "measure" && o.mode != "tasks":
 		return nil, fmt.Errorf("invalid -mode %q: use measure (tasks is the harness's own)", o.mode)
+	case o.change != "redundancy" && o.change != "load":
+		return nil, fmt.Errorf("invalid -change %q: use redundancy or load", o.change)
+	case o.hotPercent < 1 || o.hotPercent > 100:
+		return nil, fmt.Errorf("invalid -hot-percent %d: use 1 to 100", o.hotPercent)
 	case o.mode == "tasks" && o.join == "":
 		return nil, errors.New("-mode tasks needs -join")
 	case o.streams < 1 || o.conns < 1 || o.conns > o.streams:
@@ -119,7 +152,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if o.mode == "tasks" {
-		if err := runTasks(o.join, os.Stdin, stdout); err != nil {
+		hot := 0
+		if o.change == "load" {
+			hot = o.hotPercent
+		}
+		if err := runTasks(o.join, strings.Split(o.tasks, ","), hot, os.Stdin, stdout); err != nil {
 			fmt.Fprintf(stderr, "fanout: tasks: %v\n", err)
 			return 1
 		}
@@ -147,7 +184,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 // generation is one timed update.
 type generation struct {
 	Generation uint64  `json:"generation"`
-	Bytes      int     `json:"bytes"` // the update's protobuf encoding
+	Bytes      int     `json:"bytes"`      // what stream 0 received: a delta or the full assignment
+	FullBytes  int     `json:"full_bytes"` // the full assignment's protobuf encoding
+	Slices     int     `json:"slices"`
 	P50Ms      float64 `json:"p50_ms"`
 	P99Ms      float64 `json:"p99_ms"`
 	AllMs      float64 `json:"all_ms"` // until every stream had it
@@ -162,27 +201,80 @@ type report struct {
 	Conns       int          `json:"conns"`
 	Slices      int          `json:"slices"`
 	Gzip        bool         `json:"gzip"`
+	Deltas      bool         `json:"deltas"`
+	Change      string       `json:"change"`
 	OpenSeconds float64      `json:"open_seconds"` // until every stream had the first assignment
 	Generations []generation `json:"generations"`
 	// Medians over the generations.
-	P50Ms  float64 `json:"p50_ms"`
-	P99Ms  float64 `json:"p99_ms"`
-	AllMs  float64 `json:"all_ms"`
-	CPUMs  float64 `json:"cpu_ms"`
-	RSSMiB float64 `json:"rss_mib"` // the largest seen
-	Lost   int     `json:"lost"`    // stream-generations never received
+	P50Ms  float64     `json:"p50_ms"`
+	P99Ms  float64     `json:"p99_ms"`
+	AllMs  float64     `json:"all_ms"`
+	CPUMs  float64     `json:"cpu_ms"`
+	RSSMiB float64     `json:"rss_mib"` // the largest seen
+	Lost   int         `json:"lost"`    // stream-generations never received
+	Kill   *killReport `json:"kill,omitempty"`
+}
+
+// killReport is what -kill measured.
+type killReport struct {
+	Generation uint64  `json:"generation"` // the first without the killed task
+	CommitMs   float64 `json:"commit_ms"`  // from the kill to its commit
+	P99Ms      float64 `json:"p99_ms"`     // from the commit to the streams
+	AllMs      float64 `json:"all_ms"`
+	Received   int     `json:"received"`
+	// From slicerd's log, about members other than the killed task.
+	Suspicions    int `json:"suspicions"`
+	FalseFailures int `json:"false_failures"`
+}
+
+// killTask SIGKILLs the victim's process and times its detection.
+func killTask(ctx context.Context, victim *taskProcess, subs *subscribers, commits *commitLog, timeout time.Duration) (*killReport, error) {
+	suspected, failed := commits.others(victimName)
+	killed := time.Now()
+	if err := victim.cmd.Process.Kill(); err != nil {
+		return nil, fmt.Errorf("kill task %s: %w", victimName, err)
+	}
+	next, err := subs.waitFor(func(a *assign.Assignment) bool {
+		_, ok := a.TaskIndex(victimName)
+		return !ok
+	}, 2*time.Minute)
+	if err != nil {
+		return nil, fmt.Errorf("after killing %s: %w", victimName, err)
+	}
+	werr := subs.waitAll(next.Generation, timeout)
+	at, err := commits.wait(next.Generation, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	got := subs.receipts(next.Generation)
+	lat := make([]float64, 0, len(got))
+	for _, t := range got {
+		lat = append(lat, float64(t-at.UnixNano())/1e6)
+	}
+	slices.Sort(lat)
+	s2, f2 := commits.others(victimName)
+	k := &killReport{Generation: next.Generation, CommitMs: float64(at.Sub(killed).Microseconds()) / 1e3, Received: len(got),
+		Suspicions: s2 - suspected, FalseFailures: f2 - failed}
+	if len(lat) > 0 {
+		k.P99Ms, k.AllMs = pct(lat, 0.99), lat[len(lat)-1]
+	}
+	return k, werr
 }
 
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "%s\n", r.Command)
-	fmt.Fprintf(w, "%d streams over %d connections, gzip accepted %v; every stream had the first assignment after %.1f s\n",
-		r.Streams, r.Conns, r.Gzip, r.OpenSeconds)
-	fmt.Fprintf(w, "%-10s %8s %9s %9s %9s %9s %9s %9s\n", "generation", "bytes", "p50_ms", "p99_ms", "all_ms", "received", "rss_mib", "cpu_ms")
+	fmt.Fprintf(w, "%d streams over %d connections, gzip accepted %v, deltas %v, changes by %s; every stream had the first assignment after %.1f s\n",
+		r.Streams, r.Conns, r.Gzip, r.Deltas, r.Change, r.OpenSeconds)
+	fmt.Fprintf(w, "%-10s %7s %8s %9s %9s %9s %9s %9s %9s %9s\n", "generation", "slices", "bytes", "full", "p50_ms", "p99_ms", "all_ms", "received", "rss_mib", "cpu_ms")
 	for _, g := range r.Generations {
-		fmt.Fprintf(w, "%-10d %8d %9.1f %9.1f %9.1f %9d %9.0f %9.0f\n", g.Generation, g.Bytes, g.P50Ms, g.P99Ms, g.AllMs, g.Received, g.RSSMiB, g.CPUMs)
+		fmt.Fprintf(w, "%-10d %7d %8d %9d %9.1f %9.1f %9.1f %9d %9.0f %9.0f\n", g.Generation, g.Slices, g.Bytes, g.FullBytes, g.P50Ms, g.P99Ms, g.AllMs, g.Received, g.RSSMiB, g.CPUMs)
 	}
 	fmt.Fprintf(w, "median: commit → stream p50 %.1f ms, p99 %.1f ms, until all %.1f ms; slicerd CPU per update %.0f ms; RSS up to %.0f MiB; lost %d\n",
 		r.P50Ms, r.P99Ms, r.AllMs, r.CPUMs, r.RSSMiB, r.Lost)
+	if k := r.Kill; k != nil {
+		fmt.Fprintf(w, "kill %s: generation %d without it committed %.0f ms after the kill; commit → stream p99 %.1f ms, all %.1f ms (%d streams); slicerd suspected %d and failed %d live members meanwhile\n",
+			victimName, k.Generation, k.CommitMs, k.P99Ms, k.AllMs, k.Received, k.Suspicions, k.FalseFailures)
+	}
 }
 
 func measure(o *options, stderr io.Writer) (*report, error) {
@@ -208,9 +300,13 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 			return nil, fmt.Errorf("seed: %w", err)
 		}
 	}
+	rebalance := "0s"
+	if o.change == "load" {
+		rebalance = "2s"
+	}
 	sargs := []string{"--node-name", "slicerd-0", "--data-dir", dataDir,
 		"--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local",
-		"--rebalance-delay", "100ms", "--startup-grace", "500ms", "--rebalance-interval", "0s",
+		"--rebalance-delay", "100ms", "--startup-grace", "500ms", "--rebalance-interval", rebalance,
 		"--max-connections", strconv.Itoa(o.conns*4 + 1024)}
 	sargs = append(sargs, o.slicerdFlags...)
 	logPath := filepath.Join(logDir, "slicerd.log")
@@ -226,13 +322,19 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		return nil, err
 	}
 
-	// The tasks run in a process of their own, so that the streams'
-	// load on this one cannot starve their gossip.
-	tasks, err := startTaskProcess(started.Gossip)
+	// The tasks run in processes of their own, so that the streams'
+	// load on this one cannot starve their gossip; t2 alone in one, so
+	// that it can be killed.
+	tasks, err := startTaskProcess(started.Gossip, o.change, o.hotPercent, taskNames[:2])
 	if err != nil {
 		return nil, err
 	}
-	defer tasks()
+	defer tasks.stop()
+	victim, err := startTaskProcess(started.Gossip, o.change, o.hotPercent, taskNames[2:])
+	if err != nil {
+		return nil, err
+	}
+	defer victim.stop()
 	admin := slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(started.RPC))
 	redundancy := uint32(1)
 	setRedundancy := func(r uint32) error {
@@ -240,7 +342,10 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		defer ccancel()
 		cfg := &slicerv1.JobConfig{MinRedundancy: r, MaxRedundancy: r}
 		if o.slices > 0 {
+			// Keep the seeded slices: no merging, and no splitting
+			// beyond their number.
 			cfg.MaxSlicesPerTask, cfg.MinSlicesPerTask = assign.MaxSlicesPerTaskLimit, assign.MaxSlicesPerTaskLimit
+			cfg.MaxSlices = uint32(o.slices)
 		}
 		_, err := admin.SetJobConfig(cctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: cfg}))
 		return err
@@ -249,7 +354,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		return nil, fmt.Errorf("set the job's configuration: %w", err)
 	}
 
-	subs := newSubscribers(o.streams, o.conns, started.RPC, o.gzip)
+	subs := newSubscribers(o.streams, o.conns, started.RPC, o.gzip, o.deltas)
 	defer subs.stop()
 	// The first assignment naming the three tasks, at every stream.
 	first, err := subs.waitTasks(ctx, 3, 2*time.Minute)
@@ -262,7 +367,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	if err := subs.waitOpen(5 * time.Minute); err != nil {
 		return nil, fmt.Errorf("opening the streams: %w", err)
 	}
-	rep := &report{Streams: o.streams, Conns: o.conns, Slices: len(first.Slices), Gzip: o.gzip,
+	rep := &report{Streams: o.streams, Conns: o.conns, Slices: len(first.Slices), Gzip: o.gzip, Deltas: o.deltas, Change: o.change,
 		OpenSeconds: time.Since(opened).Seconds()}
 	say("%d streams open in %.1f s", o.streams, rep.OpenSeconds)
 	// Start from a generation every stream holds, after the open's
@@ -284,11 +389,16 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	}
 
 	for range o.generations {
-		redundancy = 3 - redundancy
 		cpu0 := benchproc.CPUTime(pid)
-		if err := setRedundancy(redundancy); err != nil {
-			return nil, fmt.Errorf("switch redundancy: %w", err)
+		if o.change == "redundancy" {
+			redundancy = 3 - redundancy
+			if err := setRedundancy(redundancy); err != nil {
+				return nil, fmt.Errorf("switch redundancy: %w", err)
+			}
 		}
+		// A load decision comes when the Assigner makes it; the CPU
+		// measured then includes the wait, at least the rebalance
+		// interval, in which slicerd mostly idles.
 		next, err := subs.waitAfter(ctx, gen, 60*time.Second)
 		if err != nil {
 			return nil, err
@@ -307,8 +417,8 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		}
 		slices.Sort(lat)
 		rss, _ := benchproc.Memory(pid)
-		g := generation{Generation: gen, Bytes: proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(next)}),
-			Received: len(got), RSSMiB: float64(rss) / 1024, CPUMs: float64(cpu) / 1e6}
+		g := generation{Generation: gen, Bytes: subs.size(gen), FullBytes: proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(next)}),
+			Slices: len(next.Slices), Received: len(got), RSSMiB: float64(rss) / 1024, CPUMs: float64(cpu) / 1e6}
 		if len(lat) > 0 {
 			g.P50Ms, g.P99Ms, g.AllMs = pct(lat, 0.5), pct(lat, 0.99), lat[len(lat)-1]
 		}
@@ -319,6 +429,15 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 			say("generation %d: %v", gen, werr)
 		}
 		_ = benchproc.Sleep(ctx, time.Second)
+	}
+	if o.kill {
+		k, err := killTask(ctx, victim, subs, commits, o.timeout)
+		if err != nil {
+			return nil, err
+		}
+		rep.Kill = k
+		say("kill: detected and reassigned %.0f ms after the kill; at every stream %.0f ms after the commit; %d suspicions, %d failures of live members",
+			k.CommitMs, k.AllMs, k.Suspicions, k.FalseFailures)
 	}
 	var p50, p99, all, cpu []float64
 	for _, g := range rep.Generations {
@@ -342,8 +461,10 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// taskNames are the job's tasks.
+// taskNames are the job's tasks; -kill kills the last, victimName.
 var taskNames = []string{"t0", "t1", "t2"}
+
+const victimName = "t2"
 
 // taskAddr is the address task tN advertises; nothing listens there, as
 // no request is routed.
@@ -353,14 +474,20 @@ func taskAddr(name string) string { return "127.0.0.1:1900" + name[len(name)-1:]
 // test binary to act as the harness.
 const tasksEnv = "FANOUT_TASKS"
 
-// startTaskProcess starts this program in mode tasks and waits until the
-// tasks have joined; the returned function stops them.
-func startTaskProcess(join string) (func(), error) {
+// taskProcess is a process running some of the job's tasks.
+type taskProcess struct {
+	cmd  *exec.Cmd
+	stop func()
+}
+
+// startTaskProcess starts this program in mode tasks, running the named
+// tasks, and waits until they have joined.
+func startTaskProcess(join, change string, hotPercent int, names []string) (*taskProcess, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "-mode", "tasks", "-join", join)
+	cmd := exec.Command(self, "-mode", "tasks", "-join", join, "-change", change, "-hot-percent", strconv.Itoa(hotPercent), "-tasks", strings.Join(names, ","))
 	benchproc.SetProcAttr(cmd)
 	cmd.Env = append(os.Environ(), tasksEnv+"=1")
 	cmd.Stderr = os.Stderr
@@ -391,22 +518,28 @@ func startTaskProcess(join string) (func(), error) {
 		stop()
 		return nil, fmt.Errorf("the tasks did not start (%q, %v)", line, err)
 	}
-	return stop, nil
+	return &taskProcess{cmd: cmd, stop: stop}, nil
 }
 
 // runTasks runs the job's Slicelets, joining slicerd at join, until stdin
-// closes; it prints "ready" once they all joined.
-func runTasks(join string, stdin io.Reader, stdout io.Writer) error {
+// closes; it prints "ready" once they all joined. With hotPercent above 0
+// they report load (driveLoad).
+func runTasks(join string, names []string, hotPercent int, stdin io.Reader, stdout io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	for _, name := range taskNames {
+	var lets []*slicelet.Slicelet
+	for _, name := range names {
+		if !slices.Contains(taskNames, name) {
+			return fmt.Errorf("unknown task %q: the job's tasks are %v", name, taskNames)
+		}
 		g := gossip.DefaultConfig()
 		g.Profile = gossip.ProfileLocal
-		s, err := slicelet.New(slicelet.Config{Job: "kv", Task: name, Addr: taskAddr(name), Join: []string{join}, Gossip: g})
+		s, err := slicelet.New(slicelet.Config{Job: "kv", Task: name, Addr: taskAddr(name), Join: []string{join}, Gossip: g, LoadWindow: time.Second})
 		if err != nil {
 			return err
 		}
+		lets = append(lets, s)
 		wg.Go(func() { _ = s.Run(ctx) })
 		select {
 		case <-s.Joined():
@@ -414,16 +547,85 @@ func runTasks(join string, stdin io.Reader, stdout io.Writer) error {
 			return fmt.Errorf("task %s did not join gossip within 60s", name)
 		}
 	}
+	if hotPercent > 0 {
+		wg.Go(func() { driveLoad(ctx, lets, hotPercent) })
+	}
 	fmt.Fprintln(stdout, "ready")
 	_, _ = io.Copy(io.Discard, stdin)
 	return nil
 }
 
-// commitLog follows slicerd's JSON log for "assignment committed" lines.
+// driveLoad reports load on the tasks until ctx ends: every 100 ms, 300
+// requests on keys spread over the key space and 300 on a hot spot of
+// hotPercent of it, which moves to another place every 15 s. Each request
+// counts on the task that owns its key, as the task serving it would count
+// it.
+func driveLoad(ctx context.Context, lets []*slicelet.Slicelet, hotPercent int) {
+	r := rand.New(rand.NewPCG(1, 2))
+	width := assign.KeySpaceEnd / 100 * assign.SliceKey(hotPercent)
+	key := func() string { return strconv.FormatUint(r.Uint64(), 36) }
+	hotKey := func(start assign.SliceKey) string {
+		for {
+			k := key()
+			if h := assign.HashString(k); h >= start && h-start < width {
+				return k
+			}
+		}
+	}
+	report := func(k string) {
+		for _, s := range lets {
+			if s.IsAffinitizedKeyString(k) {
+				_ = s.ReportLoadString(k, 1)
+				return
+			}
+		}
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var hot assign.SliceKey
+	var moved time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if now.Sub(moved) >= 15*time.Second {
+				hot, moved = assign.SliceKey(r.Uint64N(uint64(assign.KeySpaceEnd-width)+1)), now
+			}
+		}
+		for range 300 {
+			report(key())
+			report(hotKey(hot))
+		}
+	}
+}
+
+// commitLog follows slicerd's JSON log for "assignment committed" lines,
+// and for gossip's suspicions and failures of members.
 type commitLog struct {
 	mu      sync.Mutex
 	at      map[uint64]time.Time
 	changed chan struct{}
+	// suspected and failed count, by member name, memberlist's
+	// "Suspect NAME has failed" and serf's "EventMemberFailed: NAME".
+	suspected, failed map[string]int
+}
+
+// others counts suspicions and failures of members other than task.
+func (c *commitLog) others(task string) (suspected, failed int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, n := range c.suspected {
+		if name != "kv/"+task {
+			suspected += n
+		}
+	}
+	for name, n := range c.failed {
+		if name != "kv/"+task {
+			failed += n
+		}
+	}
+	return suspected, failed
 }
 
 func followCommits(ctx context.Context, path string) (*commitLog, error) {
@@ -431,7 +633,7 @@ func followCommits(ctx context.Context, path string) (*commitLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &commitLog{at: map[uint64]time.Time{}, changed: make(chan struct{})}
+	c := &commitLog{at: map[uint64]time.Time{}, changed: make(chan struct{}), suspected: map[string]int{}, failed: map[string]int{}}
 	go func() {
 		defer f.Close()
 		r := bufio.NewReaderSize(f, 1<<20)
@@ -448,11 +650,18 @@ func followCommits(ctx context.Context, path string) (*commitLog, error) {
 				Msg        string    `json:"msg"`
 				Generation uint64    `json:"generation"`
 			}
-			if json.Unmarshal(partial, &rec) == nil && rec.Msg == "assignment committed" {
+			if json.Unmarshal(partial, &rec) == nil {
 				c.mu.Lock()
-				c.at[rec.Generation] = rec.Time
-				close(c.changed)
-				c.changed = make(chan struct{})
+				switch f := strings.Fields(rec.Msg); {
+				case rec.Msg == "assignment committed":
+					c.at[rec.Generation] = rec.Time
+					close(c.changed)
+					c.changed = make(chan struct{})
+				case len(f) >= 2 && f[0] == "Suspect":
+					c.suspected[f[1]]++
+				case len(f) >= 2 && f[0] == "EventMemberFailed:":
+					c.failed[f[1]]++
+				}
 				c.mu.Unlock()
 			}
 			partial = partial[:0]
@@ -495,8 +704,11 @@ type subscribers struct {
 	counts [1024]atomic.Int64
 	opened atomic.Int64
 
+	deltas bool
+
 	mu      sync.Mutex
 	newest  *assign.Assignment // as stream 0 has it
+	sizes   map[uint64]int     // bytes of the message that brought stream 0 each generation
 	changed chan struct{}
 }
 
@@ -506,8 +718,8 @@ type streamLog struct {
 	got map[uint64]int64 // generation → receipt time, Unix ns
 }
 
-func newSubscribers(n, conns int, addr string, gzip bool) *subscribers {
-	s := &subscribers{n: n, streams: make([]streamLog, n), changed: make(chan struct{})}
+func newSubscribers(n, conns int, addr string, gzip, deltas bool) *subscribers {
+	s := &subscribers{n: n, deltas: deltas, streams: make([]streamLog, n), sizes: map[uint64]int{}, changed: make(chan struct{})}
 	var opts []connect.ClientOption
 	if !gzip {
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
@@ -527,8 +739,8 @@ func newSubscribers(n, conns int, addr string, gzip bool) *subscribers {
 	return s
 }
 
-// generationCodec decodes a WatchAssignmentResponse's generation and
-// incarnation only, skipping the slices.
+// generationCodec decodes the generation and incarnation of a
+// WatchAssignmentResponse's assignment or delta only, skipping the rest.
 type generationCodec struct{}
 
 func (generationCodec) Name() string { return "proto" }
@@ -550,20 +762,24 @@ func (generationCodec) Unmarshal(b []byte, m any) error {
 		}
 		return proto.Unmarshal(b, pm)
 	}
+	// The field numbers of the generation and incarnation in an
+	// Assignment (field 1) and in an AssignmentDelta (field 2).
+	fields := map[protowire.Number][2]protowire.Number{1: {2, 5}, 2: {4, 2}}
 	a := &slicerv1.Assignment{}
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		if num != 1 || typ != protowire.BytesType {
+		f, ok := fields[num]
+		if !ok || typ != protowire.BytesType {
 			return nil
 		}
 		return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
 			switch {
-			case num == 2 && typ == protowire.VarintType:
+			case num == f[0] && typ == protowire.VarintType:
 				g, n := protowire.ConsumeVarint(v)
 				if n < 0 {
 					return protowire.ParseError(n)
 				}
 				a.Generation = g
-			case num == 5 && typ == protowire.BytesType:
+			case num == f[1] && typ == protowire.BytesType:
 				a.Incarnation = string(v)
 			}
 			return nil
@@ -571,6 +787,14 @@ func (generationCodec) Unmarshal(b []byte, m any) error {
 	})
 	resp.Assignment = a
 	return err
+}
+
+// generationOf returns the generation and incarnation a message brings.
+func generationOf(m *slicerv1.WatchAssignmentResponse) (uint64, string) {
+	if d := m.GetDelta(); d != nil {
+		return d.GetGeneration(), d.GetIncarnation()
+	}
+	return m.GetAssignment().GetGeneration(), m.GetAssignment().GetIncarnation()
 }
 
 // eachField calls f with each field of the protobuf message b: for a
@@ -608,16 +832,20 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 	log := &s.streams[i]
 	var known uint64
 	var inc string
+	var held *assign.Assignment // stream 0's, which deltas apply to
+	var deltas uint32
+	if s.deltas {
+		deltas = api.DeltaVersion
+	}
 	for ctx.Err() == nil {
-		stream, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv", KnownGeneration: known, KnownIncarnation: inc}))
+		stream, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv", KnownGeneration: known, KnownIncarnation: inc, DeltaVersion: deltas}))
 		if err != nil {
 			_ = benchproc.Sleep(ctx, 100*time.Millisecond)
 			continue
 		}
 		for stream.Receive() {
 			now := time.Now().UnixNano()
-			p := stream.Msg().GetAssignment()
-			known, inc = p.GetGeneration(), p.GetIncarnation()
+			known, inc = generationOf(stream.Msg())
 			log.mu.Lock()
 			if log.got == nil {
 				log.got = map[uint64]int64{}
@@ -632,13 +860,19 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 				s.counts[known%uint64(len(s.counts))].Add(1)
 			}
 			if i == 0 {
-				if a, err := api.FromProto(p); err == nil {
-					s.mu.Lock()
-					s.newest = a
-					close(s.changed)
-					s.changed = make(chan struct{})
-					s.mu.Unlock()
+				a, err := api.Receive(held, stream.Msg())
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "fanout: stream 0: %v\n", err)
+					known, inc = 0, ""
+					break
 				}
+				held = a
+				s.mu.Lock()
+				s.newest = a
+				s.sizes[a.Generation] = proto.Size(stream.Msg())
+				close(s.changed)
+				s.changed = make(chan struct{})
+				s.mu.Unlock()
 			}
 		}
 		stream.Close()
@@ -646,6 +880,13 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 			_ = benchproc.Sleep(ctx, 100*time.Millisecond)
 		}
 	}
+}
+
+// size is the bytes of the message that brought stream 0 gen.
+func (s *subscribers) size(gen uint64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sizes[gen]
 }
 
 // waitTasks opens stream 0 alone and waits for an assignment naming n

@@ -34,6 +34,9 @@ func TestParseRefusesBadFlags(t *testing.T) {
 		{"extra"},
 		{"-mode", "hold"},
 		{"-mode", "tasks"},
+		{"-change", "config"},
+		{"-hot-percent", "0"},
+		{"-hot-percent", "101"},
 	} {
 		if _, err := parse(args, io.Discard); err == nil {
 			t.Errorf("parse(%s) accepted", strings.Join(args, " "))
