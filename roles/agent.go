@@ -50,6 +50,12 @@ type Agent struct {
 	services    []string
 
 	stopping chan struct{}
+	// stopCtx is the base of every request's context, cancelled right
+	// after stopping closes: a stream waits on its own context only, not
+	// on one channel shared by every stream.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+	sendWatch  *sendWatch // bounds stream sends by --stream-write-timeout
 
 	mu      sync.Mutex
 	node    *gossip.Node
@@ -68,6 +74,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	a.stopCtx, a.stopCancel = context.WithCancel(context.Background())
+	a.sendWatch = newSendWatch(cfg.StreamWriteTimeout)
 
 	if cfg.has(gossip.RoleAssigner) || cfg.has(gossip.RoleBackup) {
 		// A backup-only agent opens the store read-only.
@@ -141,7 +149,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	auth := newAuthenticator(cfg.TLS != nil, cfg.AdminTokens)
 	a.server = &http.Server{
-		Handler:           a.hosts.Wrap(auth.wrap(withStreamLimits(mux, cfg.StreamWriteTimeout, &sendBudget{limit: cfg.StreamSendBudget}))),
+		Handler:           a.hosts.Wrap(auth.wrap(withStreamLimits(mux, a.sendWatch, &sendBudget{limit: cfg.StreamSendBudget}))),
 		TLSConfig:         tlsConf,
 		Protocols:         protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -153,6 +161,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		},
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),
+		BaseContext:    func(net.Listener) context.Context { return a.stopCtx },
 	}
 	// HTTP/2 from golang.org/x/net rather than net/http's bundled copy,
 	// for its choice of write scheduler: the bundled one walks every open
@@ -320,6 +329,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	g.Go(func() error {
+		a.sendWatch.run(gctx)
+		return nil
+	})
 	if a.assigner != nil {
 		g.Go(func() error { return a.assigner.Run(gctx) })
 	}
@@ -357,6 +370,7 @@ func (a *Agent) shutdown(node *gossip.Node) {
 	}
 	cancel()
 	close(a.stopping)
+	a.stopCancel()
 	drainCtx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := a.server.Shutdown(drainCtx); err != nil {

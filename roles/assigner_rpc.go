@@ -20,7 +20,7 @@ func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[sli
 	}
 	send, stop := sendShared(ctx, stream)
 	defer stop()
-	return j.pub.stream(ctx, a.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), send)
+	return j.pub.stream(ctx, a.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
 }
 
 // ListJobs implements slicerv1connect.JobServiceHandler.

@@ -116,7 +116,7 @@ func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slice
 	defer leave()
 	send, stop := sendShared(ctx, stream)
 	defer stop()
-	return l.stream(ctx, b.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), send)
+	return l.stream(ctx, b.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
 }
 
 // poller reads one job's assignment from the store for all its watchers.

@@ -21,10 +21,69 @@ import (
 // so the streams a change wakes (up to one per subscriber) load it from
 // one atomic pointer instead of queueing on a mutex. Writers serialise on
 // mu.
+//
+// Each stream waits on a channel of its own, which a change signals, one
+// group of streams after another, a group being the streams of one client
+// connection: the streams of one HTTP/2 connection then run back to back,
+// so the connection can write their frames in fewer flushes, and a waiting
+// stream costs one channel receive rather than a select over channels that
+// thousands of streams share.
 type latest struct {
 	mu      sync.Mutex
 	state   atomic.Pointer[latestState]
 	encodes atomic.Int64 // protobuf encodings of full assignments so far
+
+	subMu sync.Mutex
+	subs  map[string]map[*subscriber]struct{} // by group
+}
+
+// subscriber is one waiting stream: wake is signalled at every change and
+// when its context ends.
+type subscriber struct {
+	wake chan struct{}
+}
+
+func (s *subscriber) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default: // a signal is pending already
+	}
+}
+
+// subscribe registers a stream of group; the returned function
+// unregisters it.
+func (l *latest) subscribe(group string) (*subscriber, func()) {
+	sub := &subscriber{wake: make(chan struct{}, 1)}
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	if l.subs == nil {
+		l.subs = map[string]map[*subscriber]struct{}{}
+	}
+	g := l.subs[group]
+	if g == nil {
+		g = map[*subscriber]struct{}{}
+		l.subs[group] = g
+	}
+	g[sub] = struct{}{}
+	return sub, func() {
+		l.subMu.Lock()
+		defer l.subMu.Unlock()
+		delete(g, sub)
+		if len(g) == 0 && l.subs[group] != nil {
+			delete(l.subs, group)
+		}
+	}
+}
+
+// wakeAll signals every subscriber, group by group.
+func (l *latest) wakeAll() {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	for _, g := range l.subs {
+		for sub := range g {
+			sub.signal()
+		}
+	}
 }
 
 // deltaBases is how many earlier generations a latest keeps to send
@@ -34,10 +93,9 @@ const deltaBases = 8
 // latestState is one value of a latest. It is never modified once
 // installed, except for the deltas it computes and encodes on first use.
 type latestState struct {
-	a       *assign.Assignment
-	msg     *sharedResponse // a in wire form, built and encoded once for every stream
-	err     error           // terminal error for waiters that have no assignment yet
-	changed chan struct{}   // closed when the next state replaces this one
+	a   *assign.Assignment
+	msg *sharedResponse // a in wire form, built and encoded once for every stream
+	err error           // terminal error for waiters that have no assignment yet
 	// bases are the earlier assignments of a's incarnation, oldest first,
 	// and deltas the deltas from each of them to a, made on first use.
 	bases  []*assign.Assignment
@@ -54,7 +112,7 @@ type lazyDelta struct {
 
 func newLatest() *latest {
 	l := &latest{}
-	l.state.Store(&latestState{changed: make(chan struct{})})
+	l.state.Store(&latestState{})
 	return l
 }
 
@@ -68,13 +126,10 @@ func (l *latest) current() *assign.Assignment {
 	return l.get().a
 }
 
-// replace installs next and wakes the waiters of the state it replaces;
-// l.mu is held.
+// replace installs next and wakes every stream; l.mu is held.
 func (l *latest) replace(next *latestState) {
-	prev := l.state.Load()
-	next.changed = make(chan struct{})
 	l.state.Store(next)
-	close(prev.changed)
+	l.wakeAll()
 }
 
 // publish installs a if it supersedes what is held (a newer generation, or
@@ -149,9 +204,15 @@ func (s *latestState) delta(known assign.Version) *sharedResponse {
 
 // stream sends every assignment that supersedes known until ctx ends or l
 // fails before it has any assignment; as deltas where it can when deltas
-// is set (the subscriber applies them). stopping is closed when the agent
-// shuts down.
-func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, deltas bool, send func(*sharedResponse) error) error {
+// is set (the subscriber applies them). It waits for changes in group,
+// the caller's connection ("" for none). stopping is closed when the
+// agent shuts down, which then cancels ctx: a stream ended so returns
+// UNAVAILABLE, telling the client to reconnect elsewhere.
+func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, deltas bool, group string, send func(*sharedResponse) error) error {
+	sub, unsubscribe := l.subscribe(group)
+	defer unsubscribe()
+	stop := context.AfterFunc(ctx, sub.signal)
+	defer stop()
 	for {
 		s := l.get()
 		switch {
@@ -170,12 +231,15 @@ func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known ass
 		case s.a == nil && s.err != nil:
 			return s.err
 		}
-		select {
-		case <-s.changed:
-		case <-ctx.Done():
-			return nil
-		case <-stopping:
-			return connect.NewError(connect.CodeUnavailable, errShuttingDown)
+		<-sub.wake
+		if ctx.Err() != nil {
+			// The agent cancels every request's context when it stops.
+			select {
+			case <-stopping:
+				return connect.NewError(connect.CodeUnavailable, errShuttingDown)
+			default:
+				return nil
+			}
 		}
 	}
 }

@@ -298,7 +298,7 @@ func (d *Distributor) WatchAssignment(ctx context.Context, req *connect.Request[
 	}
 	send, stop := sendShared(ctx, stream)
 	defer stop()
-	return l.stream(ctx, d.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), send)
+	return l.stream(ctx, d.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
 }
 
 // GetAssignment implements slicerv1connect.DistributorServiceHandler: it
@@ -310,7 +310,7 @@ func (d *Distributor) GetAssignment(ctx context.Context, req *connect.Request[sl
 	}
 	var first *slicerv1.WatchAssignmentResponse
 	errFound := errors.New("found")
-	err = l.stream(ctx, d.stopping, assign.Version{}, false, func(m *sharedResponse) error {
+	err = l.stream(ctx, d.stopping, assign.Version{}, false, "", func(m *sharedResponse) error {
 		first = m.WatchAssignmentResponse
 		return errFound
 	})

@@ -33,8 +33,9 @@ import (
 // bytes (TestZeroCopySendLeavesSharedBytesIntact guards this). Such a
 // slice is made only when the budget runs out, once per generation.
 //
-// StreamWriteTimeout bounds how long one send may wait for its reader:
-// the stream is then reset, freeing what it held. A node's memory for
+// StreamWriteTimeout bounds how long one send may wait for its reader (up
+// to a quarter more, see sendWatch): the stream is then reset, freeing
+// what it held. A node's memory for
 // assignment streams is therefore at most
 //
 //	StreamSendBudget                                   (copies in flight)
@@ -201,11 +202,11 @@ type streamLimitsKey struct{}
 
 // streamLimits is what a streaming handler needs to bound its own sends:
 // the request's ResponseController (connect-go does not expose the
-// ResponseWriter), the longest a send may block, and the node's budget
-// for send copies.
+// ResponseWriter), the node's watch on how long a send may block, and the
+// node's budget for send copies.
 type streamLimits struct {
 	rc         *http.ResponseController
-	timeout    time.Duration
+	watch      *sendWatch
 	budget     *sendBudget
 	compressed bool // responses are compressed, so each send copies
 }
@@ -218,16 +219,16 @@ var (
 	compressedRequestHeaders = []string{"Connect-Content-Encoding", "Grpc-Encoding"}
 )
 
-// withStreamLimits stores each request's streamLimits in its context;
-// timeout 0 leaves sends unbounded in time. It also answers WatchAssignment
+// withStreamLimits stores each request's streamLimits in its context; a
+// nil watch leaves sends unbounded in time. It also answers WatchAssignment
 // streams uncompressed: compression would encode and pin a copy per stream
 // (5,000 stalled gzip streams of a 10,000-slice assignment took 1.6 GB and
 // 165% CPU), where the uncompressed encoding is shared. Only a client that
 // compresses its own request gets compressed responses (the protocols
 // require it), and those sends must fit the send budget.
-func withStreamLimits(h http.Handler, timeout time.Duration, budget *sendBudget) http.Handler {
+func withStreamLimits(h http.Handler, watch *sendWatch, budget *sendBudget) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sl := &streamLimits{rc: http.NewResponseController(w), timeout: timeout, budget: budget}
+		sl := &streamLimits{rc: http.NewResponseController(w), watch: watch, budget: budget}
 		if strings.HasSuffix(r.URL.Path, "/WatchAssignment") {
 			for _, k := range uncompressedHeaders {
 				r.Header.Del(k)
@@ -264,10 +265,7 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 	if sl == nil {
 		sl = &streamLimits{}
 	}
-	var dog *sendWatchdog
-	if sl.rc != nil && sl.timeout > 0 {
-		dog = &sendWatchdog{rc: sl.rc, timeout: sl.timeout}
-	}
+	dog := sl.watch.watch(sl.rc)
 	send = func(s *sharedResponse) error {
 		var msg any = s
 		if wire, err := s.encoded(); err == nil {
@@ -292,63 +290,119 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 	return send, dog.stop
 }
 
-// sendWatchdog bounds each send of a stream in time. It does not give the
-// server a write deadline per send, which would cost two hand-offs to the
-// connection's goroutine on every send of every stream; a timer, reset
-// per send, sets a deadline in the past only when a send has waited the
-// whole timeout, and the server then resets the stream at once. A stream
-// between sends has no deadline, so an idle subscriber is never reset.
-type sendWatchdog struct {
-	rc      *http.ResponseController
+// sendWatch bounds every stream's sends in time with one sweep rather
+// than a timer per send: arming and resetting a timer on every send of
+// every stream costs a timer-heap operation each, and setting a write
+// deadline per send two hand-offs to the connection's goroutine. A send
+// records the tick it began at (two atomic stores per send); every quarter
+// of the timeout the sweep advances the tick and resets each stream whose
+// send has waited at least the whole timeout (so between 1 and 1.25 times
+// it) by setting its write deadline in the past, after which the server
+// resets the stream at once. A stream between sends is never reset, so an
+// idle subscriber keeps its stream. The sweep walks every open stream, a
+// few hundred microseconds at 100,000.
+type sendWatch struct {
 	timeout time.Duration
+	tick    atomic.Int64
+
+	mu   sync.Mutex
+	dogs map[*sendWatchdog]struct{}
+}
+
+// sweepsPerTimeout is how many sweeps make up a timeout.
+const sweepsPerTimeout = 4
+
+func newSendWatch(timeout time.Duration) *sendWatch {
+	return &sendWatch{timeout: timeout, dogs: map[*sendWatchdog]struct{}{}}
+}
+
+// run sweeps until ctx ends; the Agent owns it.
+func (w *sendWatch) run(ctx context.Context) {
+	if w == nil || w.timeout <= 0 {
+		return
+	}
+	t := time.NewTicker(w.timeout / sweepsPerTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.sweep()
+		}
+	}
+}
+
+// sweep advances the tick and resets the sends that began a timeout ago.
+func (w *sendWatch) sweep() {
+	now := w.tick.Add(1)
+	var late []*sendWatchdog
+	w.mu.Lock()
+	for d := range w.dogs {
+		if b := d.began.Load(); b != 0 && now-(b-1) > sweepsPerTimeout {
+			late = append(late, d)
+		}
+	}
+	w.mu.Unlock()
+	for _, d := range late {
+		d.fire()
+	}
+}
+
+// watch returns the watchdog of a new stream, or nil when sends are not
+// bounded; the stream must call its stop when it ends.
+func (w *sendWatch) watch(rc *http.ResponseController) *sendWatchdog {
+	if w == nil || w.timeout <= 0 || rc == nil {
+		return nil
+	}
+	d := &sendWatchdog{watch: w, rc: rc}
+	w.mu.Lock()
+	w.dogs[d] = struct{}{}
+	w.mu.Unlock()
+	return d
+}
+
+// sendWatchdog is one stream's entry in its sendWatch.
+type sendWatchdog struct {
+	watch *sendWatch
+	rc    *http.ResponseController
+	// began is 1 + the tick at which the send in progress began, 0
+	// between sends.
+	began atomic.Int64
 
 	mu      sync.Mutex
-	timer   *time.Timer
-	sending bool
 	stopped bool // the stream ended: rc must not be used
 }
 
-func (w *sendWatchdog) arm() {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.sending = true
-	if w.timer == nil {
-		w.timer = time.AfterFunc(w.timeout, w.fire)
-	} else {
-		w.timer.Reset(w.timeout)
+func (d *sendWatchdog) arm() {
+	if d != nil {
+		d.began.Store(d.watch.tick.Load() + 1)
 	}
 }
 
-func (w *sendWatchdog) disarm() {
-	if w == nil {
-		return
+func (d *sendWatchdog) disarm() {
+	if d != nil {
+		d.began.Store(0)
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.sending = false
-	w.timer.Stop()
 }
 
 // fire ends a send that is still waiting.
-func (w *sendWatchdog) fire() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.sending && !w.stopped {
-		_ = w.rc.SetWriteDeadline(time.Unix(1, 0)) // in the past: reset now
+func (d *sendWatchdog) fire() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.began.Load() != 0 && !d.stopped {
+		_ = d.rc.SetWriteDeadline(time.Unix(1, 0)) // in the past: reset now
 	}
 }
 
-func (w *sendWatchdog) stop() {
-	if w == nil {
+func (d *sendWatchdog) stop() {
+	if d == nil {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stopped = true
-	if w.timer != nil {
-		w.timer.Stop()
-	}
+	d.mu.Lock()
+	d.stopped = true
+	d.mu.Unlock()
+	d.watch.mu.Lock()
+	delete(d.watch.dogs, d)
+	d.watch.mu.Unlock()
 }

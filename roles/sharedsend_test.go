@@ -335,32 +335,49 @@ func TestIdleStreamOutlivesWriteTimeout(t *testing.T) {
 	w.until(t, "t0 and t1 on the same stream", hasTasks("t0", "t1")) // fails if the stream ended
 }
 
-// A watchdog that fires after its send finished, or after its stream
-// ended, does nothing; one that fires during a send sets a deadline in
-// the past.
-func TestSendWatchdogFiresOnlyDuringASend(t *testing.T) {
+// The sweep resets a send only once it has waited a whole timeout, never
+// a stream between sends, and never one that ended.
+func TestSendWatchResetsOnlyLateSends(t *testing.T) {
 	var nilDog *sendWatchdog
 	nilDog.arm() // no timeout: a no-op
 	nilDog.disarm()
 	nilDog.stop()
+	if (*sendWatch)(nil).watch(nil) != nil || newSendWatch(0).watch(http.NewResponseController(httptest.NewRecorder())) != nil {
+		t.Fatal("a watchdog without a timeout")
+	}
 
+	w := newSendWatch(time.Hour) // swept by hand below
 	rec := &deadlineRecorder{ResponseWriter: httptest.NewRecorder()}
-	w := &sendWatchdog{rc: http.NewResponseController(rec), timeout: time.Hour}
-	w.arm()
-	w.disarm()
-	w.fire() // late: the send is over
+	d := w.watch(http.NewResponseController(rec))
+	sweep := func(n int) {
+		for range n {
+			w.sweep()
+		}
+	}
+	d.arm()
+	d.disarm()
+	sweep(2 * sweepsPerTimeout)
 	if rec.set != 0 {
-		t.Fatalf("a late fire set %d deadlines", rec.set)
+		t.Fatalf("an idle stream was reset (%d deadlines)", rec.set)
 	}
-	w.arm()
-	w.fire() // the send is stuck
+	d.arm()
+	sweep(sweepsPerTimeout)
+	if rec.set != 0 {
+		t.Fatalf("a send was reset before a whole timeout had passed (%d deadlines)", rec.set)
+	}
+	sweep(1)
 	if rec.set != 1 || !rec.last.Before(time.Now()) {
-		t.Fatalf("a fire during a send set %d deadlines, the last %v; want one in the past", rec.set, rec.last)
+		t.Fatalf("a send stuck for a timeout set %d deadlines, the last %v; want one in the past", rec.set, rec.last)
 	}
-	w.stop()
-	w.fire()
+	d.disarm()
+	d.arm()
+	d.stop()
+	sweep(2 * sweepsPerTimeout)
 	if rec.set != 1 {
-		t.Fatal("a fire after the stream ended used its ResponseController")
+		t.Fatal("the sweep used the ResponseController of a stream that ended")
+	}
+	if len(w.dogs) != 0 {
+		t.Fatalf("%d watchdogs left after their streams ended", len(w.dogs))
 	}
 }
 

@@ -53,6 +53,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,6 +91,7 @@ type options struct {
 	hotPercent   int
 	kill         bool
 	tasks        string
+	cpuProfile   string
 	timeout      time.Duration
 	logDir       string
 	jsonOut      bool
@@ -109,6 +111,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.slices, "slices", 0, "seed an assignment of this many slices (0: the job's own, a few slices)")
 	fs.BoolVar(&o.gzip, "gzip", true, "accept gzip-compressed responses, as the Clerk does")
 	fs.BoolVar(&o.deltas, "deltas", true, "ask for deltas, as the Clerk does")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the harness's own CPU profile to this file")
 	fs.BoolVar(&o.kill, "kill", false, "after the timed generations, SIGKILL task t2 and time its detection")
 	fs.StringVar(&o.tasks, "tasks", strings.Join(taskNames, ","), "mode tasks: the tasks to run (the harness's own)")
 	fs.IntVar(&o.hotPercent, "hot-percent", 3, "-change load: the hot spot's share of the key space, in percent")
@@ -161,6 +164,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "fanout: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "fanout: %v\n", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := measure(o, stderr)
 	if err != nil {
