@@ -2,8 +2,10 @@ package roles
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -19,8 +21,16 @@ import (
 // Memory a slow subscriber can pin.
 //
 // Every WatchAssignment stream of a job, on the Assigner, the Distributor
-// and the Backup, sends the same *sharedResponse per generation, and
-// sharingCodec encodes it in protobuf once, however many streams send it.
+// and the Backup, sends the same *sharedResponse per generation (or the
+// same delta per base generation), encoded in protobuf once, however many
+// streams send it.
+//
+// After its first message, a protobuf stream that is not compressed
+// writes that shared encoding straight to the HTTP/2 server, which frames
+// it while the write waits and keeps no reference after: such sends copy
+// nothing (small messages pass through the stream's own 4 KB write
+// buffer). The first message of every stream, and every message of a JSON
+// or compressed stream, goes through connect-go and sharingCodec:
 //
 // connect-go normally copies that encoding into a pooled buffer per send,
 // and the copy stays pinned while the HTTP/2 write waits for a reader
@@ -66,7 +76,8 @@ type sharedResponse struct {
 	*slicerv1.WatchAssignmentResponse
 
 	once    sync.Once
-	wire    []byte // protobuf encoding; never written after once
+	env     []byte // the gRPC/Connect envelope: flags, length, then wire
+	wire    []byte // protobuf encoding, env[5:]; neither is written after once
 	err     error
 	encodes *atomic.Int64 // counts encodings, for tests; may be nil
 
@@ -85,9 +96,36 @@ func (s *sharedResponse) encoded() ([]byte, error) {
 		if s.encodes != nil {
 			s.encodes.Add(1)
 		}
-		s.wire, s.err = proto.Marshal(s.WatchAssignmentResponse)
+		m := s.WatchAssignmentResponse
+		env := make([]byte, envelopePrefix, envelopePrefix+proto.Size(m))
+		env, s.err = proto.MarshalOptions{}.MarshalAppend(env, m)
+		if s.err != nil {
+			return
+		}
+		if len(env)-envelopePrefix > math.MaxUint32 {
+			s.err = fmt.Errorf("%w: a %d-byte message does not fit an envelope", errCodec, len(env)-envelopePrefix)
+			return
+		}
+		env[0] = 0 // flags: an uncompressed message
+		binary.BigEndian.PutUint32(env[1:envelopePrefix], uint32(len(env)-envelopePrefix))
+		s.env, s.wire = env, env[envelopePrefix:]
 	})
 	return s.wire, s.err
+}
+
+// envelopePrefix is the length of the prefix the Connect, gRPC and
+// gRPC-Web protocols put before each streamed message: a flags byte and
+// the message's length, 4 bytes big-endian.
+const envelopePrefix = 5
+
+// enveloped returns the message as a streaming response carries it,
+// uncompressed: the envelope prefix, then the protobuf encoding. The
+// caller must not modify it.
+func (s *sharedResponse) enveloped() ([]byte, error) {
+	if _, err := s.encoded(); err != nil {
+		return nil, err
+	}
+	return s.env, nil
 }
 
 // unrecycled returns the encoding in a slice connect-go will not pool.
@@ -205,10 +243,25 @@ type streamLimitsKey struct{}
 // ResponseWriter), the node's watch on how long a send may block, and the
 // node's budget for send copies.
 type streamLimits struct {
+	w          http.ResponseWriter
 	rc         *http.ResponseController
 	watch      *sendWatch
 	budget     *sendBudget
 	compressed bool // responses are compressed, so each send copies
+	// direct: the stream's messages are uncompressed protobuf, which
+	// sendShared writes itself once connect-go has sent the first.
+	direct bool
+}
+
+// protobufStreamTypes are the Content-Types of streaming requests whose
+// responses are protobuf messages in the 5-byte envelope: Connect, gRPC
+// and gRPC-Web.
+var protobufStreamTypes = map[string]bool{
+	"application/connect+proto":  true,
+	"application/grpc":           true,
+	"application/grpc+proto":     true,
+	"application/grpc-web":       true,
+	"application/grpc-web+proto": true,
 }
 
 // uncompressedHeaders are the request headers by which Connect, gRPC and
@@ -228,7 +281,7 @@ var (
 // require it), and those sends must fit the send budget.
 func withStreamLimits(h http.Handler, watch *sendWatch, budget *sendBudget) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sl := &streamLimits{rc: http.NewResponseController(w), watch: watch, budget: budget}
+		sl := &streamLimits{w: w, rc: http.NewResponseController(w), watch: watch, budget: budget}
 		if strings.HasSuffix(r.URL.Path, "/WatchAssignment") {
 			for _, k := range uncompressedHeaders {
 				r.Header.Del(k)
@@ -239,6 +292,8 @@ func withStreamLimits(h http.Handler, watch *sendWatch, budget *sendBudget) http
 					sl.compressed = true
 				}
 			}
+			ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
+			sl.direct = !sl.compressed && protobufStreamTypes[strings.ToLower(strings.TrimSpace(ct))]
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), streamLimitsKey{}, sl)))
 	})
@@ -253,9 +308,18 @@ var errStreamSend = errors.New("roles: assignment stream send failed: the client
 var errCompressedOverBudget = errors.New("roles: compressed assignment streams are over the node's --stream-send-budget-mib; watch without compressing the request, whose responses share one copy")
 
 // sendShared returns the send function of a WatchAssignment stream, and
-// the function that ends its use, to be called when the stream ends. A
-// send copies the shared encoding while the node's send budget allows,
-// and hands over the shared encoding itself beyond. Each send must finish
+// the function that ends its use, to be called when the stream ends.
+//
+// The first message goes through connect-go, which sends the response
+// headers with it. After that, a stream of uncompressed protobuf (Connect,
+// gRPC or gRPC-Web) is written directly: the generation's envelope, made
+// once for every stream, in one write and a flush. That skips connect-go's
+// marshalling and copying per send, and nothing is copied or kept: the
+// HTTP/2 server is done with the bytes when the write returns (it frames
+// them in its own goroutine while the write waits). Other streams (JSON,
+// compressed) send every message through connect-go, which copies the
+// shared encoding while the node's send budget allows, and hands over the
+// shared encoding itself beyond. Each send must finish
 // within the stream write timeout, or the stream is reset (HTTP/2
 // RST_STREAM, which clients see as a stream error and retry from their
 // known generation; on HTTP/1 the connection closes), which frees what the
@@ -266,7 +330,22 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 		sl = &streamLimits{}
 	}
 	dog := sl.watch.watch(sl.rc)
+	sent := false // connect-go has sent the first message, and the headers
 	send = func(s *sharedResponse) error {
+		if sl.direct && sent {
+			if env, err := s.enveloped(); err == nil {
+				dog.arm()
+				_, err = sl.w.Write(env)
+				if err == nil {
+					err = sl.rc.Flush()
+				}
+				dog.disarm()
+				if err != nil && ctx.Err() == nil {
+					return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %w", errStreamSend, err))
+				}
+				return err
+			}
+		}
 		var msg any = s
 		if wire, err := s.encoded(); err == nil {
 			n := int64(len(wire))
@@ -282,6 +361,7 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 		dog.arm()
 		err := stream.Conn().Send(msg)
 		dog.disarm()
+		sent = sent || err == nil
 		if err != nil && ctx.Err() == nil {
 			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %w", errStreamSend, err))
 		}

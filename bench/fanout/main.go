@@ -209,6 +209,9 @@ type generation struct {
 	Received   int     `json:"received"`
 	RSSMiB     float64 `json:"rss_mib"`
 	CPUMs      float64 `json:"cpu_ms"` // slicerd's, from the trigger until every stream had it
+	// The harness's own over the same time: the subscribers' share of
+	// the machine.
+	HarnessCPUMs float64 `json:"harness_cpu_ms"`
 }
 
 type report struct {
@@ -281,9 +284,9 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "%s\n", r.Command)
 	fmt.Fprintf(w, "%d streams over %d connections, gzip accepted %v, deltas %v, changes by %s; every stream had the first assignment after %.1f s\n",
 		r.Streams, r.Conns, r.Gzip, r.Deltas, r.Change, r.OpenSeconds)
-	fmt.Fprintf(w, "%-10s %7s %8s %9s %9s %9s %9s %9s %9s %9s\n", "generation", "slices", "bytes", "full", "p50_ms", "p99_ms", "all_ms", "received", "rss_mib", "cpu_ms")
+	fmt.Fprintf(w, "%-10s %7s %8s %9s %9s %9s %9s %9s %9s %9s %11s\n", "generation", "slices", "bytes", "full", "p50_ms", "p99_ms", "all_ms", "received", "rss_mib", "cpu_ms", "harness_cpu")
 	for _, g := range r.Generations {
-		fmt.Fprintf(w, "%-10d %7d %8d %9d %9.1f %9.1f %9.1f %9d %9.0f %9.0f\n", g.Generation, g.Slices, g.Bytes, g.FullBytes, g.P50Ms, g.P99Ms, g.AllMs, g.Received, g.RSSMiB, g.CPUMs)
+		fmt.Fprintf(w, "%-10d %7d %8d %9d %9.1f %9.1f %9.1f %9d %9.0f %9.0f %11.0f\n", g.Generation, g.Slices, g.Bytes, g.FullBytes, g.P50Ms, g.P99Ms, g.AllMs, g.Received, g.RSSMiB, g.CPUMs, g.HarnessCPUMs)
 	}
 	fmt.Fprintf(w, "median: commit → stream p50 %.1f ms, p99 %.1f ms, until all %.1f ms; slicerd CPU per update %.0f ms; RSS up to %.0f MiB; lost %d\n",
 		r.P50Ms, r.P99Ms, r.AllMs, r.CPUMs, r.RSSMiB, r.Lost)
@@ -405,7 +408,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	}
 
 	for range o.generations {
-		cpu0 := benchproc.CPUTime(pid)
+		cpu0, own0 := benchproc.CPUTime(pid), benchproc.CPUTime(os.Getpid())
 		if o.change == "redundancy" {
 			redundancy = 3 - redundancy
 			if err := setRedundancy(redundancy); err != nil {
@@ -421,7 +424,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		}
 		gen = next.Generation
 		werr := subs.waitAll(gen, o.timeout)
-		cpu := benchproc.CPUTime(pid) - cpu0
+		cpu, own := benchproc.CPUTime(pid)-cpu0, benchproc.CPUTime(os.Getpid())-own0
 		at, err := commits.wait(gen, 30*time.Second)
 		if err != nil {
 			return nil, err
@@ -434,7 +437,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		slices.Sort(lat)
 		rss, _ := benchproc.Memory(pid)
 		g := generation{Generation: gen, Bytes: subs.size(gen), FullBytes: proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(next)}),
-			Slices: len(next.Slices), Received: len(got), RSSMiB: float64(rss) / 1024, CPUMs: float64(cpu) / 1e6}
+			Slices: len(next.Slices), Received: len(got), RSSMiB: float64(rss) / 1024, CPUMs: float64(cpu) / 1e6, HarnessCPUMs: float64(own) / 1e6}
 		if len(lat) > 0 {
 			g.P50Ms, g.P99Ms, g.AllMs = pct(lat, 0.5), pct(lat, 0.99), lat[len(lat)-1]
 		}
