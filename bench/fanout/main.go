@@ -92,6 +92,7 @@ type options struct {
 	kill         bool
 	tasks        string
 	cpuProfile   string
+	client       string
 	timeout      time.Duration
 	logDir       string
 	jsonOut      bool
@@ -111,6 +112,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.slices, "slices", 0, "seed an assignment of this many slices (0: the job's own, a few slices)")
 	fs.BoolVar(&o.gzip, "gzip", true, "accept gzip-compressed responses, as the Clerk does")
 	fs.BoolVar(&o.deltas, "deltas", true, "ask for deltas, as the Clerk does")
+	fs.StringVar(&o.client, "client", "connect", "how the bulk streams are read: connect (a connect-go client per connection, as a Clerk) or h2 (one goroutine reading raw HTTP/2 frames per connection: subscribers that cost this shared machine less)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the harness's own CPU profile to this file")
 	fs.BoolVar(&o.kill, "kill", false, "after the timed generations, SIGKILL task t2 and time its detection")
 	fs.StringVar(&o.tasks, "tasks", strings.Join(taskNames, ","), "mode tasks: the tasks to run (the harness's own)")
@@ -130,6 +132,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("invalid -mode %q: use measure (tasks is the harness's own)", o.mode)
 	case o.change != "redundancy" && o.change != "load":
 		return nil, fmt.Errorf("invalid -change %q: use redundancy or load", o.change)
+	case o.client != "connect" && o.client != "h2":
+		return nil, fmt.Errorf("invalid -client %q: use connect or h2", o.client)
 	case o.hotPercent < 1 || o.hotPercent > 100:
 		return nil, fmt.Errorf("invalid -hot-percent %d: use 1 to 100", o.hotPercent)
 	case o.mode == "tasks" && o.join == "":
@@ -222,6 +226,7 @@ type report struct {
 	Gzip        bool         `json:"gzip"`
 	Deltas      bool         `json:"deltas"`
 	Change      string       `json:"change"`
+	Client      string       `json:"client"`
 	OpenSeconds float64      `json:"open_seconds"` // until every stream had the first assignment
 	Generations []generation `json:"generations"`
 	// Medians over the generations.
@@ -282,8 +287,8 @@ func killTask(ctx context.Context, victim *taskProcess, subs *subscribers, commi
 
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "%s\n", r.Command)
-	fmt.Fprintf(w, "%d streams over %d connections, gzip accepted %v, deltas %v, changes by %s; every stream had the first assignment after %.1f s\n",
-		r.Streams, r.Conns, r.Gzip, r.Deltas, r.Change, r.OpenSeconds)
+	fmt.Fprintf(w, "%d streams over %d connections (%s client), gzip accepted %v, deltas %v, changes by %s; every stream had the first assignment after %.1f s\n",
+		r.Streams, r.Conns, r.Client, r.Gzip, r.Deltas, r.Change, r.OpenSeconds)
 	fmt.Fprintf(w, "%-10s %7s %8s %9s %9s %9s %9s %9s %9s %9s %11s\n", "generation", "slices", "bytes", "full", "p50_ms", "p99_ms", "all_ms", "received", "rss_mib", "cpu_ms", "harness_cpu")
 	for _, g := range r.Generations {
 		fmt.Fprintf(w, "%-10d %7d %8d %9d %9.1f %9.1f %9.1f %9d %9.0f %9.0f %11.0f\n", g.Generation, g.Slices, g.Bytes, g.FullBytes, g.P50Ms, g.P99Ms, g.AllMs, g.Received, g.RSSMiB, g.CPUMs, g.HarnessCPUMs)
@@ -374,6 +379,9 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	}
 
 	subs := newSubscribers(o.streams, o.conns, started.RPC, o.gzip, o.deltas)
+	if o.client == "h2" {
+		subs.rawAddr, subs.conns = started.RPC, o.conns
+	}
 	defer subs.stop()
 	// The first assignment naming the three tasks, at every stream.
 	first, err := subs.waitTasks(ctx, 3, 2*time.Minute)
@@ -386,7 +394,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	if err := subs.waitOpen(5 * time.Minute); err != nil {
 		return nil, fmt.Errorf("opening the streams: %w", err)
 	}
-	rep := &report{Streams: o.streams, Conns: o.conns, Slices: len(first.Slices), Gzip: o.gzip, Deltas: o.deltas, Change: o.change,
+	rep := &report{Streams: o.streams, Conns: o.conns, Slices: len(first.Slices), Gzip: o.gzip, Deltas: o.deltas, Change: o.change, Client: o.client,
 		OpenSeconds: time.Since(opened).Seconds()}
 	say("%d streams open in %.1f s", o.streams, rep.OpenSeconds)
 	// Start from a generation every stream holds, after the open's
@@ -724,6 +732,10 @@ type subscribers struct {
 	opened atomic.Int64
 
 	deltas bool
+	// rawAddr is slicerd's address when streams 1 and up are read by
+	// h2Conns rather than connect-go clients (-client h2).
+	rawAddr string
+	conns   int
 
 	mu      sync.Mutex
 	newest  *assign.Assignment // as stream 0 has it
@@ -848,7 +860,6 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 	if i == 0 {
 		client = s.first
 	}
-	log := &s.streams[i]
 	var known uint64
 	var inc string
 	var held *assign.Assignment // stream 0's, which deltas apply to
@@ -865,19 +876,7 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 		for stream.Receive() {
 			now := time.Now().UnixNano()
 			known, inc = generationOf(stream.Msg())
-			log.mu.Lock()
-			if log.got == nil {
-				log.got = map[uint64]int64{}
-				s.opened.Add(1)
-			}
-			_, seen := log.got[known]
-			if !seen {
-				log.got[known] = now
-			}
-			log.mu.Unlock()
-			if !seen {
-				s.counts[known%uint64(len(s.counts))].Add(1)
-			}
+			s.record(i, known, now)
 			if i == 0 {
 				a, err := api.Receive(held, stream.Msg())
 				if err != nil {
@@ -898,6 +897,24 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 		if ctx.Err() == nil {
 			_ = benchproc.Sleep(ctx, 100*time.Millisecond)
 		}
+	}
+}
+
+// record notes that stream i received gen at now (Unix ns).
+func (s *subscribers) record(i int, gen uint64, now int64) {
+	log := &s.streams[i]
+	log.mu.Lock()
+	if log.got == nil {
+		log.got = map[uint64]int64{}
+		s.opened.Add(1)
+	}
+	_, seen := log.got[gen]
+	if !seen {
+		log.got[gen] = now
+	}
+	log.mu.Unlock()
+	if !seen {
+		s.counts[gen%uint64(len(s.counts))].Add(1)
 	}
 }
 
@@ -922,6 +939,10 @@ func (s *subscribers) start(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	prev := s.cancel
 	s.cancel = func() { cancel(); prev() }
+	if s.rawAddr != "" {
+		s.startRaw(ctx)
+		return
+	}
 	for i := 1; i < s.n; i++ {
 		s.wg.Go(func() { s.watchOne(ctx, i) })
 	}

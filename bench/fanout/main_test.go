@@ -35,6 +35,7 @@ func TestParseRefusesBadFlags(t *testing.T) {
 		{"-mode", "hold"},
 		{"-mode", "tasks"},
 		{"-change", "config"},
+		{"-client", "grpc"},
 		{"-hot-percent", "0"},
 		{"-hot-percent", "101"},
 	} {
@@ -62,13 +63,24 @@ func TestPercentiles(t *testing.T) {
 }
 
 // The harness against the real slicerd binary, small: every stream gets
-// every generation, and the report says so.
+// every generation, and the report says so, with either client; the h2
+// run also kills a task and sees its detection.
 func TestFanoutReachesEveryStream(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts slicerd")
 	}
+	t.Run("connect", func(t *testing.T) { testFanout(t) })
+	t.Run("h2", func(t *testing.T) {
+		rep := testFanout(t, "-client", "h2", "-kill")
+		if k := rep.Kill; k == nil || k.Received != 200 || k.CommitMs <= 0 {
+			t.Errorf("kill report %+v: want the generation without the task at all 200 streams, after the kill", k)
+		}
+	})
+}
+
+func testFanout(t *testing.T, extra ...string) *report {
 	var out, errs strings.Builder
-	if code := run([]string{"-streams", "200", "-conns", "10", "-generations", "2", "-json"}, &out, &errs); code != 0 {
+	if code := run(append([]string{"-streams", "200", "-conns", "10", "-generations", "2", "-json"}, extra...), &out, &errs); code != 0 {
 		t.Fatalf("harness exited %d:\n%s\n%s", code, out.String(), errs.String())
 	}
 	var rep report
@@ -83,6 +95,7 @@ func TestFanoutReachesEveryStream(t *testing.T) {
 			t.Errorf("generation %+v: want 200 receipts, a size, and the last receipt no earlier than the median", g)
 		}
 	}
+	return &rep
 }
 
 // The generation codec reads what the full decoder reads of a response.
