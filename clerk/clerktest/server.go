@@ -86,23 +86,12 @@ func (s *Server) Publish(a *assign.Assignment) { s.Send(a.Job, api.ToProto(a)) }
 // Send sends p, as is, to the streams of jobName and makes it the job's
 // latest message.
 func (s *Server) Send(jobName string, p *slicerv1.Assignment) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j := s.jobs[jobName]
-	if j == nil {
-		j = &job{}
-		s.jobs[jobName] = j
-	}
-	j.latest = p
-	j.log = append(j.log, &slicerv1.WatchAssignmentResponse{Assignment: p})
-	s.notify()
+	s.send(jobName, p, &slicerv1.WatchAssignmentResponse{Assignment: p})
 }
 
-// SendDelta sends d, as is, to the streams of jobName, and makes latest
-// the job's latest assignment, the one a new stream starts with. A test
-// sends a delta that does not lead to latest to see a subscriber repair
-// what it holds.
-func (s *Server) SendDelta(jobName string, latest *slicerv1.Assignment, d *slicerv1.AssignmentDelta) {
+// send makes latest the job's latest assignment and sends m to its
+// streams.
+func (s *Server) send(jobName string, latest *slicerv1.Assignment, m *slicerv1.WatchAssignmentResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j := s.jobs[jobName]
@@ -111,8 +100,16 @@ func (s *Server) SendDelta(jobName string, latest *slicerv1.Assignment, d *slice
 		s.jobs[jobName] = j
 	}
 	j.latest = latest
-	j.log = append(j.log, &slicerv1.WatchAssignmentResponse{Delta: d})
+	j.log = append(j.log, m)
 	s.notify()
+}
+
+// SendDelta sends d, as is, to the streams of jobName, and makes latest
+// the job's latest assignment, the one a new stream starts with. A test
+// sends a delta that does not lead to latest to see a subscriber repair
+// what it holds.
+func (s *Server) SendDelta(jobName string, latest *slicerv1.Assignment, d *slicerv1.AssignmentDelta) {
+	s.send(jobName, latest, &slicerv1.WatchAssignmentResponse{Delta: d})
 }
 
 // Fail makes every new stream fail with err (a *connect.Error sets the
