@@ -87,8 +87,14 @@ func (l *latest) wakeAll() {
 }
 
 // deltaBases is how many earlier generations a latest keeps to send
-// deltas from: a subscriber further behind gets the full assignment.
-const deltaBases = 8
+// deltas from, and deltaBaseSlices how many slices they may hold in all
+// (about 40 bytes each beyond the task lists they share): a subscriber
+// further behind gets the full assignment. A job at the largest size
+// (100,000 slices) keeps its previous generation only, 4 MB.
+const (
+	deltaBases      = 8
+	deltaBaseSlices = 200_000
+)
 
 // latestState is one value of a latest. It is never modified once
 // installed, except for the deltas it computes and encodes on first use.
@@ -148,6 +154,14 @@ func (l *latest) publish(a *assign.Assignment) bool {
 	if prev.a != nil && prev.a.Incarnation == a.Incarnation && prev.a.Job == a.Job {
 		next.bases = append(next.bases, prev.bases[max(0, len(prev.bases)-deltaBases+1):]...)
 		next.bases = append(next.bases, prev.a)
+		n := 0
+		for _, b := range next.bases {
+			n += len(b.Slices)
+		}
+		for len(next.bases) > 1 && n > deltaBaseSlices {
+			n -= len(next.bases[0].Slices)
+			next.bases = next.bases[1:]
+		}
 	}
 	next.deltas = make([]lazyDelta, len(next.bases))
 	l.replace(next)

@@ -157,6 +157,31 @@ func TestWatchDeltas(t *testing.T) {
 	}
 }
 
+// Large assignments keep fewer bases: their slices, in all, stay within
+// deltaBaseSlices, and the previous generation is always kept.
+func TestLatestBoundsItsBases(t *testing.T) {
+	l := newLatest()
+	slicesPer := deltaBaseSlices / 3
+	var prev *assign.Assignment
+	for g := uint64(1); g <= deltaBases; g++ {
+		a := &assign.Assignment{Job: "kv", Generation: g, Incarnation: "i", Tasks: []assign.Task{{Name: "a", Addr: "a:1"}}}
+		w := assign.KeySpaceEnd / assign.SliceKey(slicesPer)
+		for i := range slicesPer {
+			end := assign.SliceKey(i+1) * w
+			if i == slicesPer-1 {
+				end = assign.KeySpaceEnd
+			}
+			a.Slices = append(a.Slices, assign.Slice{Start: assign.SliceKey(i) * w, End: end, Tasks: []string{"a"}})
+		}
+		l.publish(a)
+		prev = a
+	}
+	s := l.get()
+	if len(s.bases) != 3 || s.bases[len(s.bases)-1].Generation != prev.Generation-1 {
+		t.Fatalf("kept %d bases, the newest generation %d; want the 3 latest", len(s.bases), s.bases[len(s.bases)-1].Generation)
+	}
+}
+
 // A latest sends a delta only from a generation it keeps, and only when
 // the delta is smaller than the full assignment.
 func TestLatestDeltaChoice(t *testing.T) {
