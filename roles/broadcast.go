@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -28,6 +29,15 @@ import (
 // so the connection can write their frames in fewer flushes, and a waiting
 // stream costs one channel receive rather than a select over channels that
 // thousands of streams share.
+//
+// A change to a job with more than paceLimit streams wakes them in a
+// paced round: at most paceLimit of them are woken and still sending at
+// any moment, so that a fan-out to 100,000 streams never puts 100,000
+// goroutines in the scheduler's run queue at once, where gossip's probe
+// acknowledgements and the Assigner's work would queue behind them.
+// Senders that make no progress for paceStall (stalled subscribers, whose
+// sends wait for --stream-write-timeout) do not hold the round up: it
+// then lets paceLimit more go.
 type latest struct {
 	mu      sync.Mutex
 	state   atomic.Pointer[latestState]
@@ -35,13 +45,34 @@ type latest struct {
 
 	subMu sync.Mutex
 	subs  map[string]map[*subscriber]struct{} // by group
+
+	round    atomic.Uint64 // the latest wake-up round; a pacer stops when it is not its own
+	inflight atomic.Int64  // streams a pacer woke that have not finished sending
+	released chan struct{} // signalled when inflight falls to paceLimit/2
+	pacers   sync.WaitGroup
 }
 
+// Pacing of large wake-ups.
+const (
+	paceLimit = 512
+	paceStall = 50 * time.Millisecond
+)
+
 // subscriber is one waiting stream: wake is signalled at every change and
-// when its context ends.
+// when its context ends. paced is its part in a pacing round.
 type subscriber struct {
-	wake chan struct{}
+	wake  chan struct{}
+	paced atomic.Int32
 }
+
+// subscriber.paced: a pacer counts a stream in inflight on idle → woken,
+// and the stream uncounts itself on woken → idle (nothing left to send)
+// or woken → gone (it ended); a gone stream is never counted again.
+const (
+	paceIdle int32 = iota
+	paceWoken
+	paceGone
+)
 
 func (s *subscriber) signal() {
 	select {
@@ -75,13 +106,79 @@ func (l *latest) subscribe(group string) (*subscriber, func()) {
 	}
 }
 
-// wakeAll signals every subscriber, group by group.
+// wakeAll signals every subscriber, group by group: at once when they
+// are few, else in a paced round of its own.
 func (l *latest) wakeAll() {
 	l.subMu.Lock()
-	defer l.subMu.Unlock()
+	n := 0
+	for _, g := range l.subs {
+		n += len(g)
+	}
+	if n <= paceLimit {
+		for _, g := range l.subs {
+			for sub := range g {
+				sub.signal()
+			}
+		}
+		l.subMu.Unlock()
+		l.round.Add(1) // a round under way stops: everyone is woken
+		return
+	}
+	subs := make([]*subscriber, 0, n)
 	for _, g := range l.subs {
 		for sub := range g {
+			subs = append(subs, sub)
+		}
+	}
+	l.subMu.Unlock()
+	round := l.round.Add(1)
+	// The round ends when every stream was woken, or when a later change
+	// starts another; with every sender stuck that takes
+	// n/paceLimit × paceStall.
+	l.pacers.Go(func() { l.pace(round, subs) })
+}
+
+// pace wakes subs in order, keeping at most limit of them woken and still
+// sending; limit grows by paceLimit whenever no sender finished for
+// paceStall.
+func (l *latest) pace(round uint64, subs []*subscriber) {
+	limit := int64(paceLimit)
+	var t *time.Timer
+	for i := 0; i < len(subs); {
+		if l.round.Load() != round {
+			return
+		}
+		for ; i < len(subs) && l.inflight.Load() < limit; i++ {
+			sub := subs[i]
+			if sub.paced.CompareAndSwap(paceIdle, paceWoken) {
+				l.inflight.Add(1)
+			}
 			sub.signal()
+		}
+		if i == len(subs) {
+			return
+		}
+		if t == nil {
+			t = time.NewTimer(paceStall)
+			defer t.Stop()
+		} else {
+			t.Reset(paceStall)
+		}
+		select {
+		case <-l.released:
+		case <-t.C:
+			limit += paceLimit
+		}
+	}
+}
+
+// settle uncounts sub from inflight if a pacer counted it: the stream has
+// nothing left to send (to paceIdle) or ended (to paceGone).
+func (l *latest) settle(sub *subscriber, to int32) {
+	if sub.paced.Swap(to) == paceWoken && l.inflight.Add(-1) <= paceLimit/2 {
+		select {
+		case l.released <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -117,7 +214,7 @@ type lazyDelta struct {
 }
 
 func newLatest() *latest {
-	l := &latest{}
+	l := &latest{released: make(chan struct{}, 1)}
 	l.state.Store(&latestState{})
 	return l
 }
@@ -225,6 +322,7 @@ func (s *latestState) delta(known assign.Version) *sharedResponse {
 func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, deltas bool, group string, send func(*sharedResponse) error) error {
 	sub, unsubscribe := l.subscribe(group)
 	defer unsubscribe()
+	defer l.settle(sub, paceGone)
 	stop := context.AfterFunc(ctx, sub.signal)
 	defer stop()
 	for {
@@ -245,6 +343,7 @@ func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known ass
 		case s.a == nil && s.err != nil:
 			return s.err
 		}
+		l.settle(sub, paceIdle)
 		<-sub.wake
 		if ctx.Err() != nil {
 			// The agent cancels every request's context when it stops.

@@ -3,6 +3,9 @@ package roles
 import (
 	"context"
 	"reflect"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // rawWatcher keeps every message of a stream, and the assignment each
@@ -246,4 +250,83 @@ func TestLatestDeltaChoice(t *testing.T) {
 	if d := l.get().delta(last.Version()); d != nil {
 		t.Error("a delta no smaller than the assignment")
 	}
+}
+
+// pacedStreams runs n streams of l, each calling send for every new
+// generation, until the test ends.
+func pacedStreams(t *testing.T, l *latest, n int, send func(*sharedResponse) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		l.pacers.Wait()
+		if got := l.inflight.Load(); got != 0 {
+			t.Errorf("%d streams still counted in flight after every stream ended", got)
+		}
+	})
+	for i := range n {
+		known := l.current().Version()
+		wg.Go(func() { _ = l.stream(ctx, nil, known, false, strconv.Itoa(i%10), send) })
+	}
+	testwait.For(t, "every stream to subscribe", func() bool {
+		l.subMu.Lock()
+		defer l.subMu.Unlock()
+		m := 0
+		for _, g := range l.subs {
+			m += len(g)
+		}
+		return m == n
+	})
+}
+
+func pacedAssignment(gen uint64) *assign.Assignment {
+	return &assign.Assignment{Job: "kv", Generation: gen, Incarnation: "i", Tasks: []assign.Task{{Name: "a", Addr: "a:1"}},
+		Slices: []assign.Slice{{Start: 0, End: assign.KeySpaceEnd, Tasks: []string{"a"}}}}
+}
+
+// A change to many streams wakes at most paceLimit of them at a time
+// while their sends finish, and still reaches every one.
+func TestPacedWakeUpBoundsSendsInFlight(t *testing.T) {
+	const n = 4 * paceLimit
+	l := newLatest()
+	l.publish(pacedAssignment(1))
+	var inSend, most, sent atomic.Int64
+	pacedStreams(t, l, n, func(*sharedResponse) error {
+		now := inSend.Add(1)
+		for {
+			m := most.Load()
+			if now <= m || most.CompareAndSwap(m, now) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Microsecond) // a send that takes a while, so that sends overlap
+		inSend.Add(-1)
+		sent.Add(1)
+		return nil
+	})
+	l.publish(pacedAssignment(2))
+	testwait.For(t, "every stream to send generation 2", func() bool { return sent.Load() == n })
+	if m := most.Load(); m > paceLimit {
+		t.Errorf("%d sends at once; the pacer allows %d", m, paceLimit)
+	}
+}
+
+// Streams whose sends never finish (stalled subscribers) do not keep the
+// others from their update: the round lets more go after paceStall.
+func TestPacedWakeUpGoesPastStalledSends(t *testing.T) {
+	const n = 3 * paceLimit
+	l := newLatest()
+	l.publish(pacedAssignment(1))
+	release := make(chan struct{})
+	var sent atomic.Int64
+	pacedStreams(t, l, n, func(*sharedResponse) error {
+		sent.Add(1)
+		<-release // stuck until the test ends
+		return nil
+	})
+	t.Cleanup(func() { close(release) }) // runs before pacedStreams' cleanup
+	l.publish(pacedAssignment(2))
+	testwait.For(t, "every stream to start sending generation 2", func() bool { return sent.Load() == n })
 }
