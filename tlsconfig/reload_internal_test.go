@@ -35,7 +35,8 @@ func (h *countHandler) count(l slog.Level) int {
 }
 
 // TestRecheckReadsChangedFilesOnce drives the recheck interval with a fake
-// clock: a change is picked up at the first look after the interval, and
+// clock: a change is picked up at the first look after the interval (even
+// when the new files have the old ones' sizes and times), and
 // broken files are read and reported once, not at every look.
 func TestRecheckReadsChangedFilesOnce(t *testing.T) {
 	dir := t.TempDir()
@@ -71,7 +72,23 @@ func TestRecheckReadsChangedFilesOnce(t *testing.T) {
 		return ids[0].Node
 	}
 
+	// The renewed files carry the old ones' modification times, as a
+	// renewal within one tick of the kernel's file clock does (n1 and n2
+	// are of one size): contents decide.
+	var mods []time.Time
+	for _, p := range []string{files.Cert, files.Key} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mods = append(mods, fi.ModTime())
+	}
 	issue("n2")
+	for i, p := range []string{files.Cert, files.Key} {
+		if err := os.Chtimes(p, mods[i], mods[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if got := node(); got != "n1" {
 		t.Fatalf("within the recheck interval IDs name %s, want the loaded n1", got)
 	}

@@ -9,10 +9,12 @@
 package tlsconfig
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -27,8 +29,9 @@ var ErrConfig = errors.New("tls configuration")
 // ErrPeer reports a peer whose certificate is not acceptable.
 var ErrPeer = errors.New("tls peer")
 
-// recheck is the least time between two looks at the files' modification
-// times; a handshake in between uses what was loaded.
+// recheck is the least time between two looks at the files' contents (one
+// read of each, at most maxFile bytes); a handshake in between uses what
+// was loaded.
 const recheck = time.Second
 
 // Files names PEM files: the certificate chain and private key this side
@@ -71,10 +74,14 @@ type Source struct {
 	checked time.Time
 }
 
-type stamp struct {
-	mod  time.Time
-	size int64
-}
+// stamp is a digest of a file's contents. Size and modification time
+// would miss a replacement of the same size renamed into place within one
+// tick of the kernel's file clock.
+type stamp [sha256.Size]byte
+
+// maxFile bounds what is read of one certificate, key or CA file when
+// looking for a change.
+const maxFile = 4 << 20
 
 // Load reads and checks the files at once, so that a bad path, key or CA
 // surfaces at start with a message naming the file.
@@ -120,8 +127,15 @@ func (s *Source) stat() [3]stamp {
 		if name == "" {
 			continue
 		}
-		if fi, err := os.Stat(name); err == nil {
-			st[i] = stamp{fi.ModTime(), fi.Size()}
+		f, err := os.Open(name)
+		if err != nil {
+			continue
+		}
+		h := sha256.New()
+		_, err = io.Copy(h, io.LimitReader(f, maxFile))
+		f.Close()
+		if err == nil {
+			h.Sum(st[i][:0])
 		}
 	}
 	return st

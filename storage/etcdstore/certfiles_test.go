@@ -11,8 +11,9 @@ import (
 )
 
 // TestCertFilesReload: the files are checked at most once per
-// certReloadInterval; a change is picked up at the next check, and a file
-// caught half-written keeps the previous version in use.
+// certReloadInterval; a change is picked up at the next check even when the
+// new file has the old one's size and time, and a file caught half-written
+// keeps the previous version in use.
 func TestCertFilesReload(t *testing.T) {
 	dir := t.TempDir()
 	cert, key, caFile := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem"), filepath.Join(dir, "ca.pem")
@@ -44,8 +45,23 @@ func TestCertFilesReload(t *testing.T) {
 		t.Fatalf("first read: certificate %q, trusts one: %v", got, trusts(ca1))
 	}
 
+	// The new files carry the old ones' modification times, as a rotation
+	// within one tick of the kernel's file clock does: contents decide.
+	stamps := map[string]time.Time{}
+	for _, p := range []string{cert, key, caFile} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stamps[p] = fi.ModTime()
+	}
 	ca2.IssueTo(t, "second", cert, key)
 	replace(t, ca2.CertFile, caFile)
+	for p, mod := range stamps {
+		if err := os.Chtimes(p, mod, mod); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if got := leaf(); got != "first" || !trusts(ca1) {
 		t.Errorf("within the interval: certificate %q, trusts one: %v; want the files read at most once per %v", got, trusts(ca1), certReloadInterval)
 	}

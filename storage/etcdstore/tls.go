@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -29,9 +30,9 @@ import (
 // half-written keeps the previous version in use until the next check.
 //
 // The files are read by the slicerd process only; keep the key readable
-// by its user alone. Following them costs at most three stat calls per
-// certReloadInterval, made by a handshake, and one parse of a file that
-// changed; nothing runs between handshakes.
+// by its user alone. Following them costs at most one read of each file
+// (at most 4 MiB) per certReloadInterval, made by a handshake, and one
+// parse of a file that changed; nothing runs between handshakes.
 type TLS struct {
 	// CAFile is the bundle of CA certificates that etcd's server
 	// certificate must chain to; "" uses the system's roots.
@@ -61,35 +62,45 @@ func (t *TLS) validate() error {
 	return nil
 }
 
-// certFiles holds the parsed CA pool and client certificate, and reads the
-// files again when their size or modification time changed. A file that
-// does not parse (a rotation caught half-written) keeps the previous
-// version in use, logged, until a later check finds it whole.
+// certFiles holds the parsed CA pool and client certificate, and parses
+// the files again when their contents changed. A file that does not parse
+// (a rotation caught half-written) keeps the previous version in use,
+// logged, until a later check finds it whole.
+//
+// A change is found by comparing contents, not size and modification time:
+// a replacement of the same size renamed into place within one tick of the
+// kernel's file clock has the same stamp as the file it replaced.
 type certFiles struct {
 	ca, cert, key string
 	log           *slog.Logger
 	now           func() time.Time
 
-	mu       sync.Mutex
-	checked  time.Time
-	caStamp  fileStamp
-	crtStamp [2]fileStamp
-	pool     *x509.CertPool
-	client   *tls.Certificate
+	mu      sync.Mutex
+	checked time.Time
+	caPEM   []byte
+	crtPEM  [2][]byte
+	pool    *x509.CertPool
+	client  *tls.Certificate
 }
 
-// fileStamp tells whether a file changed since it was read.
-type fileStamp struct {
-	size int64
-	mod  time.Time
-}
+// maxCertFile bounds what is read of one certificate, key or CA file: a
+// bundle of a few hundred CAs fits.
+const maxCertFile = 4 << 20
 
-func stamp(path string) (fileStamp, error) {
-	fi, err := os.Stat(path)
+func readCertFile(path, what, flag string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return fileStamp{}, err
+		return nil, fmt.Errorf("%w: %s (%s): %w", ErrTLS, what, flag, err)
 	}
-	return fileStamp{size: fi.Size(), mod: fi.ModTime()}, nil
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxCertFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s (%s): %w", ErrTLS, what, flag, err)
+	}
+	if len(b) > maxCertFile {
+		return nil, fmt.Errorf("%w: %s %s is larger than %d MiB; give a PEM file (%s)", ErrTLS, what, path, maxCertFile>>20, flag)
+	}
+	return b, nil
 }
 
 // newCertFiles reads the files once, so that a missing or invalid file is
@@ -119,41 +130,42 @@ func (f *certFiles) current() (*x509.CertPool, *tls.Certificate) {
 	return f.pool, f.client
 }
 
-// reloadLocked reads the files that changed since they were last read, or
-// all of them when first. It keeps the previous versions on an error.
+// reloadLocked parses the files whose contents changed since they were
+// last parsed, or all of them when first. It keeps the previous versions on
+// an error.
 func (f *certFiles) reloadLocked(first bool) error {
 	if f.ca != "" {
-		st, err := stamp(f.ca)
+		b, err := readCertFile(f.ca, "etcd CA file", "--etcd-ca")
 		if err != nil {
-			return fmt.Errorf("%w: etcd CA file (--etcd-ca): %w", ErrTLS, err)
+			return err
 		}
-		if first || st != f.caStamp {
-			pool, err := readPool(f.ca)
+		if first || !bytes.Equal(b, f.caPEM) {
+			pool, err := parsePool(f.ca, b)
 			if err != nil {
 				return err
 			}
-			f.pool, f.caStamp = pool, st
+			f.pool, f.caPEM = pool, b
 			if !first {
 				f.log.Info("etcd CA file changed; new connections verify etcd with it", "file", f.ca)
 			}
 		}
 	}
 	if f.cert != "" {
-		cst, err := stamp(f.cert)
+		cb, err := readCertFile(f.cert, "etcd client certificate", "--etcd-cert")
 		if err != nil {
-			return fmt.Errorf("%w: etcd client certificate (--etcd-cert): %w", ErrTLS, err)
+			return err
 		}
-		kst, err := stamp(f.key)
+		kb, err := readCertFile(f.key, "etcd client key", "--etcd-key")
 		if err != nil {
-			return fmt.Errorf("%w: etcd client key (--etcd-key): %w", ErrTLS, err)
+			return err
 		}
-		if st := [2]fileStamp{cst, kst}; first || st != f.crtStamp {
-			pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if first || !bytes.Equal(cb, f.crtPEM[0]) || !bytes.Equal(kb, f.crtPEM[1]) {
+			pair, err := tls.X509KeyPair(cb, kb)
 			if err != nil {
 				return fmt.Errorf("%w: etcd client certificate %s and key %s: %w; give a PEM certificate (--etcd-cert) and its matching PEM key (--etcd-key)",
 					ErrTLS, f.cert, f.key, err)
 			}
-			f.client, f.crtStamp = &pair, st
+			f.client, f.crtPEM = &pair, [2][]byte{cb, kb}
 			if !first {
 				f.log.Info("etcd client certificate changed; new connections present it", "file", f.cert)
 			}
@@ -163,10 +175,14 @@ func (f *certFiles) reloadLocked(first bool) error {
 }
 
 func readPool(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
+	b, err := readCertFile(path, "etcd CA file", "--etcd-ca")
 	if err != nil {
-		return nil, fmt.Errorf("%w: etcd CA file (--etcd-ca): %w", ErrTLS, err)
+		return nil, err
 	}
+	return parsePool(path, b)
+}
+
+func parsePool(path string, pem []byte) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("%w: etcd CA file %s holds no PEM certificate; give the CA that signed etcd's server certificate (etcdctl's --cacert)", ErrTLS, path)
