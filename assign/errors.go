@@ -11,4 +11,5 @@ var (
 	ErrNoTasks           = errors.New("assign: no live tasks")
 	ErrCorruptEncoding   = errors.New("assign: corrupt assignment encoding")
 	ErrInvalidAddr       = errors.New("assign: invalid task address")
+	ErrInvalidCapacity   = errors.New("assign: invalid task capacity")
 )

@@ -15,13 +15,25 @@ type taskHeap[L uint64 | float64] struct {
 }
 
 func newTaskHeap[L uint64 | float64](load []L, most bool) *taskHeap[L] {
+	return newTaskHeapOf(load, most, nil)
+}
+
+// newTaskHeapOf is newTaskHeap over the tasks in members only (every task
+// when nil); fix must be called only for members.
+func newTaskHeapOf[L uint64 | float64](load []L, most bool, members []int32) *taskHeap[L] {
 	n := len(load)
-	h := &taskHeap[L]{load: load, items: make([]int32, n), pos: make([]int32, n), most: most}
-	for i := range n {
-		h.items[i] = int32(i)
-		h.pos[i] = int32(i)
+	if members == nil {
+		members = make([]int32, n)
+		for i := range n {
+			members[i] = int32(i)
+		}
 	}
-	for i := n/2 - 1; i >= 0; i-- {
+	h := &taskHeap[L]{load: load, items: make([]int32, len(members)), pos: make([]int32, n), most: most}
+	for i, t := range members {
+		h.items[i] = t
+		h.pos[t] = int32(i)
+	}
+	for i := len(members)/2 - 1; i >= 0; i-- {
 		h.down(i)
 	}
 	return h

@@ -31,7 +31,7 @@ func evenSplit(job string, gen uint64, live []Task, cfg Config) *Assignment {
 	n := len(live)
 	r := min(cfg.MinRedundancy, n)
 	width := KeySpaceEnd / SliceKey(n)
-	a := &Assignment{Job: job, Generation: gen, Tasks: live, Slices: make([]Slice, n)}
+	a := &Assignment{Job: job, Generation: gen, Tasks: recorded(live), Slices: make([]Slice, n)}
 	names := make([]string, n*r) // one backing array for every slice's task list
 	for i := range n {
 		start := SliceKey(i) * width

@@ -150,20 +150,46 @@ func TaskLoads(a *Assignment, l Load) []float64 {
 
 // Imbalance is the load of the most loaded task of a over the mean task
 // load: 1 is perfectly even. With no load at all it is 1.
-func Imbalance(a *Assignment, l Load) float64 {
+func Imbalance(a *Assignment, l Load) float64 { return ImbalanceWith(a, l, nil) }
+
+// ImbalanceWith is Imbalance for tasks of different capacities: the
+// utilisation (load / capacity) of the most utilised task of a over the
+// job's utilisation (all load / all capacity). Capacities are those of the
+// tasks of the same names in live, in any order; a task of a that live
+// does not list, or every task with live nil, counts as capacity 1, which
+// makes it Imbalance.
+func ImbalanceWith(a *Assignment, l Load, live []Task) float64 {
 	loads := TaskLoads(a, l)
 	if len(loads) == 0 {
 		return 1
 	}
-	var sum, most float64
-	for _, x := range loads {
+	caps := capacities(a, live)
+	var sum, capSum, most float64
+	for i, x := range loads {
 		sum += x
-		most = max(most, x)
+		capSum += caps[i]
+		most = max(most, x/caps[i])
 	}
 	if sum == 0 {
 		return 1
 	}
-	return most / (sum / float64(len(loads)))
+	return most / (sum / capSum)
+}
+
+// capacities returns the capacity of each task of a, from live.
+func capacities(a *Assignment, live []Task) []float64 {
+	caps := make([]float64, len(a.Tasks))
+	byName := make(map[string]float64, len(live))
+	for _, t := range live {
+		byName[t.Name] = capacityOf(t)
+	}
+	for i, t := range a.Tasks {
+		caps[i] = 1
+		if c, ok := byName[t.Name]; ok {
+			caps[i] = c
+		}
+	}
+	return caps
 }
 
 // Algorithm is a sharding policy. Decide takes the previous assignment (nil

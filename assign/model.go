@@ -13,6 +13,53 @@ type Task struct {
 	// Addr is where clients reach the task (host:port); informational for
 	// slicerd, used by Clerks to route.
 	Addr string
+	// Capacity is how much work the task can do relative to the job's
+	// other tasks: one of capacity 2 is meant to carry twice the load of
+	// one of capacity 1. 0 means 1. Load-driven decisions balance each
+	// task's load divided by its capacity (its utilisation); the
+	// membership phases, which weigh every key the same, ignore it. It
+	// is an input to decisions only: assignments do not record it, so a
+	// Task in an Assignment always has Capacity 0.
+	Capacity float64
+}
+
+// Capacity bounds: a task's capacity is 0 (meaning 1) or within
+// [MinCapacity, MaxCapacity], so that the ratio of two tasks' capacities
+// stays within 10^6 and utilisations stay well within float64's precision.
+const (
+	MinCapacity = 1e-3
+	MaxCapacity = 1e3
+)
+
+// ValidateCapacity reports a capacity that is not 0 or within
+// [MinCapacity, MaxCapacity] (NaN and infinities included).
+func ValidateCapacity(c float64) error {
+	if c == 0 || (c >= MinCapacity && c <= MaxCapacity) {
+		return nil
+	}
+	return fmt.Errorf("%w: %v; give a relative capacity between %v and %v (0 or unset means 1)", ErrInvalidCapacity, c, MinCapacity, MaxCapacity)
+}
+
+// capacityOf is t's capacity with 0 read as 1.
+func capacityOf(t Task) float64 {
+	if t.Capacity == 0 {
+		return 1
+	}
+	return t.Capacity
+}
+
+// recorded returns ts as an assignment records them: without capacities.
+// It returns ts itself when no task has one.
+func recorded(ts []Task) []Task {
+	i := slices.IndexFunc(ts, func(t Task) bool { return t.Capacity != 0 })
+	if i < 0 {
+		return ts
+	}
+	out := slices.Clone(ts)
+	for i := range out {
+		out[i].Capacity = 0
+	}
+	return out
 }
 
 // Slice is the half-open slice-key range [Start, End) and the tasks that
@@ -139,6 +186,9 @@ func (a *Assignment) Validate() error {
 		}
 		if i > 0 && a.Tasks[i-1].Name >= t.Name {
 			return fmt.Errorf("%w: job %q: tasks not sorted or duplicated at %q", ErrInvalidAssignment, a.Job, t.Name)
+		}
+		if t.Capacity != 0 {
+			return fmt.Errorf("%w: job %q: task %q records a capacity; assignments do not", ErrInvalidAssignment, a.Job, t.Name)
 		}
 	}
 	if len(a.Slices) == 0 {

@@ -552,7 +552,7 @@ func (p *planner) assignment(job string, gen uint64) *Assignment {
 	a := &Assignment{Job: job, Generation: gen, Slices: make([]Slice, len(p.slices))}
 	for t, u := range used {
 		if u {
-			a.Tasks = append(a.Tasks, p.live[t])
+			a.Tasks = append(a.Tasks, Task{Name: p.live[t].Name, Addr: p.live[t].Addr})
 		}
 	}
 	names := make([]string, total)

@@ -29,7 +29,10 @@ import (
 //     load median.
 //
 // Phases 3 to 5 use the measured load of each slice, shared evenly among
-// its tasks, and are skipped while the hottest task's load is below
+// its tasks, and weigh each task by its utilisation: its load divided by
+// its Capacity. "Hottest" and "coldest" are by utilisation, so a task of
+// capacity 2 ends with about twice the load of one of capacity 1. The
+// phases are skipped while the hottest task's utilisation is below
 // SuppressBelow. With no load at all they are replaced by merging adjacent
 // slices served by the same tasks, so WeightedMove then decides exactly as
 // Rebalance does.
@@ -113,7 +116,8 @@ type weigher struct {
 	load  Load
 	sl    []wslice
 	sload []float64 // by slice, parallel to sl
-	tload []float64 // by task id
+	tload []float64 // utilisation by task id: load / capacity
+	inv   []float64 // 1 / capacity by task id
 	total float64
 	held  []int32 // slices per task id, during phase 3
 	// moveChurn is the key churn phase 4 spent, in keys; tests read it.
@@ -121,14 +125,17 @@ type weigher struct {
 }
 
 func newWeigher(p *planner, load Load) *weigher {
-	w := &weigher{p: p, cfg: p.cfg, load: load, sl: p.slices, tload: make([]float64, len(p.live))}
+	w := &weigher{p: p, cfg: p.cfg, load: load, sl: p.slices, tload: make([]float64, len(p.live)), inv: make([]float64, len(p.live))}
+	for t, task := range p.live {
+		w.inv[t] = 1 / capacityOf(task)
+	}
 	w.sload = measure(w.sl, load)
 	for i := range w.sl {
 		w.total += w.sload[i]
 		ts := p.tasks(&w.sl[i])
 		share := w.sload[i] / float64(len(ts))
 		for _, t := range ts {
-			w.tload[t] += share
+			w.tload[t] += share * w.inv[t]
 		}
 	}
 	return w
@@ -161,7 +168,8 @@ func (w *weigher) hottest() float64 {
 	return m
 }
 
-// share is the load task t carries for a slice of load l and tasks ts.
+// share is the load task t carries for a slice of load l and tasks ts; its
+// utilisation is that times w.inv[t].
 func share(t int32, l float64, ts []int32) float64 {
 	if _, ok := slices.BinarySearch(ts, t); ok {
 		return l / float64(len(ts))

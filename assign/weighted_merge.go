@@ -72,7 +72,7 @@ func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceili
 		}
 		ok := true
 		for _, t := range tasks {
-			l := w.tload[t] - share(t, la, at) - share(t, lb, bt) + (la+lb)/float64(len(tasks))
+			l := w.tload[t] + w.inv[t]*((la+lb)/float64(len(tasks))-share(t, la, at)-share(t, lb, bt))
 			if l > ceiling {
 				ok = false
 				break
@@ -113,13 +113,13 @@ func (w *weigher) strands(a, b *wslice, tasks []int32) bool {
 func (w *weigher) recordMerge(a *wslice, la float64, b *wslice, lb float64, tasks []int32) {
 	at, bt := w.p.tasks(a), w.p.tasks(b)
 	for _, t := range at {
-		w.tload[t] -= la / float64(len(at))
+		w.tload[t] -= la / float64(len(at)) * w.inv[t]
 	}
 	for _, t := range bt {
-		w.tload[t] -= lb / float64(len(bt))
+		w.tload[t] -= lb / float64(len(bt)) * w.inv[t]
 	}
 	for _, t := range tasks {
-		w.tload[t] += (la + lb) / float64(len(tasks))
+		w.tload[t] += (la + lb) / float64(len(tasks)) * w.inv[t]
 	}
 	for _, ts := range [2][]int32{at, bt} {
 		for _, t := range ts {

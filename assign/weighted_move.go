@@ -49,7 +49,7 @@ func (w *weigher) moveGreedy() {
 		}
 	}
 	hot := newTaskHeap(w.tload, true)
-	cold := newTaskHeap(w.tload, false)
+	cold := w.newReceivers()
 	budget := keys(w.cfg.MoveChurn)
 	minR := min(w.cfg.MinRedundancy, n)
 	// Every applied move lowers the sorted vector of task loads, so the
@@ -85,24 +85,24 @@ func (w *weigher) moveGreedy() {
 			r := len(ts)
 			sh := l / float64(r)
 			width := s.end - s.start
-			if c := cold.bestExcept(ts); c >= 0 {
-				lc := w.tload[c]
-				if !last {
-					consider(candidate{kind: Reassign, slice: si, to: c, cost: width,
-						gain: lh - max(lh-sh, lc+sh)})
-				}
-				if r < w.cfg.MaxRedundancy {
-					ns := l / float64(r+1)
+			// Shares are loads; times inv they are utilisations.
+			ih := w.inv[h]
+			if c := cold.best(ts, sh); c >= 0 && !last {
+				consider(candidate{kind: Reassign, slice: si, to: c, cost: width,
+					gain: lh - max(lh-sh*ih, w.tload[c]+sh*w.inv[c])})
+			}
+			if ns := l / float64(r+1); r < w.cfg.MaxRedundancy {
+				if c := cold.best(ts, ns); c >= 0 {
 					consider(candidate{kind: AddReplica, slice: si, to: c, cost: width,
-						gain: lh - max(lh-sh+ns, lc+ns)})
+						gain: lh - max(lh-(sh-ns)*ih, w.tload[c]+ns*w.inv[c])})
 				}
 			}
 			if r > minR && !last {
 				ns := l / float64(r-1)
-				peak := lh - sh
+				peak := lh - sh*ih
 				for _, t := range ts {
 					if t != h {
-						peak = max(peak, w.tload[t]-sh+ns)
+						peak = max(peak, w.tload[t]+(ns-sh)*w.inv[t])
 					}
 				}
 				consider(candidate{kind: RemoveReplica, slice: si, to: -1, gain: lh - peak})
@@ -122,15 +122,20 @@ func (w *weigher) moveGreedy() {
 // considers, hottest share first.
 const makeRoomTries = 4
 
+// makeRoomReceivers bounds how many of the coldest tasks of each capacity
+// makeRoom tries to make room on, for each slice it considers.
+const makeRoomReceivers = 3
+
 // makeRoom is the two-step move phase 4 falls back on when no single move
 // helps: the coldest task is too warm to take a share of one of the
 // hottest task's slices without becoming the hottest itself. It first
 // sheds some of that cold task's slices to other tasks, none of which ends
-// above the hottest task's new load, then replicates (or, at
-// MaxRedundancy, reassigns) the slice to it. It reports whether it
-// changed anything; every step lowers the hottest task's load or moves
-// load between tasks below it, so phase 4 still ends.
-func (w *weigher) makeRoom(h int32, owned [][]int32, hot, cold *taskHeap[float64], budget uint64) bool {
+// at or above the hottest task's present load, then replicates (or, at
+// MaxRedundancy, reassigns) the slice to it; it moves nothing unless it
+// can do all of that. It reports whether it changed anything; every step
+// lowers the hottest task's load and leaves every task it changes below
+// it, so phase 4 still ends.
+func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], cold *receivers, budget uint64) bool {
 	lh := w.tload[h]
 	cands := slices.Clone(owned[h])
 	slices.SortFunc(cands, func(a, b int32) int {
@@ -145,79 +150,101 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot, cold *taskHeap[float64
 			break
 		}
 		sh := l / float64(r)
-		c := cold.bestExcept(w.p.tasks(s))
-		if c < 0 {
-			continue
-		}
-		kind, ns, hNew := AddReplica, l/float64(r+1), lh-sh+l/float64(r+1)
+		kind, give := AddReplica, l/float64(r+1)
 		if r >= w.cfg.MaxRedundancy {
 			if last {
 				continue
 			}
-			kind, ns, hNew = Reassign, sh, lh-sh
+			kind, give = Reassign, sh
 		}
-		// Ideally c ends no higher than h will. When h serves little
-		// but this slice, that would empty c, so settle for halving the
-		// gap to h: the move still lowers the peak, and the next round
-		// moves c's remaining load on.
-		target := max(hNew-ns, (lh-ns)/2)
-		ceiling := max(hNew, target+ns) // no task ends above this
-		if target <= 0 || w.tload[c] <= target {
-			continue // a plain move would have done; nothing to gain here
-		}
-		width := s.end - s.start
-		if w.moveChurn+width > budget {
-			continue
-		}
-		need := w.tload[c] - target
-		// The cold task's slices that can go, hottest share first, each
-		// to the coldest task that does not serve it yet.
-		var shed []int32
-		var sum float64
-		mine := slices.Clone(owned[c])
-		slices.SortFunc(mine, func(a, b int32) int {
-			return cmp.Compare(w.sload[b]/float64(w.sl[b].n), w.sload[a]/float64(w.sl[a].n))
-		})
-		for _, ci := range mine {
-			if ci == si || len(owned[c])-len(shed) <= 1 {
+		// The receiver: the makeRoomReceivers coldest tasks of each
+		// capacity in turn, the one that would end least utilised first.
+		for _, c := range cold.ranked(w.p.tasks(s), give, makeRoomReceivers) {
+			// From here on ns is in c's utilisation, as are target and
+			// ceiling; hNew is h's.
+			ih, ic := w.inv[h], w.inv[c]
+			ns, hNew := give*ic, lh+(l/float64(r+1)-sh)*ih
+			if kind == Reassign {
+				hNew = lh - sh*ih
+			}
+			// Ideally c ends no higher than h will. When h serves little
+			// but this slice, that would empty c, so settle for halving the
+			// gap to h: the move still lowers the peak, and the next round
+			// moves c's remaining load on.
+			target := max(hNew-ns, (lh-ns)/2)
+			if target <= 0 || w.tload[c] <= target {
+				continue // a plain move would have done; nothing to gain here
+			}
+			width := s.end - s.start
+			if w.moveChurn+width > budget {
 				continue
 			}
-			csh := w.sload[ci] / float64(w.sl[ci].n)
-			if csh == 0 || sum+csh > need+target { // overshooting only moves the problem
+			need := w.tload[c] - target
+			// The cold task's slices that can go, hottest share first, each
+			// to the coldest task that does not serve it yet.
+			var shed []int32
+			var sum float64
+			mine := slices.Clone(owned[c])
+			slices.SortFunc(mine, func(a, b int32) int {
+				return cmp.Compare(w.sload[b]/float64(w.sl[b].n), w.sload[a]/float64(w.sl[a].n))
+			})
+			for _, ci := range mine {
+				if ci == si || len(owned[c])-len(shed) <= 1 {
+					continue
+				}
+				csh := w.sload[ci] / float64(w.sl[ci].n) * ic
+				if csh == 0 || sum+csh > need+target { // overshooting only moves the problem
+					continue
+				}
+				shed = append(shed, ci)
+				sum += csh
+				if sum >= need {
+					break
+				}
+			}
+			if sum < need {
 				continue
 			}
-			shed = append(shed, ci)
-			sum += csh
-			if sum >= need {
-				break
+			var cost uint64 = width
+			for _, ci := range shed {
+				cost += w.sl[ci].end - w.sl[ci].start
 			}
-		}
-		if sum < need {
-			continue
-		}
-		var cost uint64 = width
-		for _, ci := range shed {
-			cost += w.sl[ci].end - w.sl[ci].start
-		}
-		if w.moveChurn+cost > budget {
-			continue
-		}
-		moved := false
-		for _, ci := range shed {
-			cs := w.p.tasks(&w.sl[ci])
-			csh := w.sload[ci] / float64(len(cs))
-			d := cold.bestExcept(insertID(cs, c))
-			if d < 0 || w.tload[d]+csh >= ceiling {
+			if w.moveChurn+cost > budget {
 				continue
 			}
-			w.apply(candidate{kind: Reassign, slice: ci, to: d, cost: w.sl[ci].end - w.sl[ci].start}, c, owned, hot, cold)
-			moved = true
-		}
-		if w.tload[c]+ns < lh {
+			// Every shed slice needs a receiver that ends below h's
+			// present utilisation, planned before anything moves: the
+			// whole step then lowers the peak or moves nothing, so the
+			// sorted vector of utilisations falls and phase 4 ends.
+			// Receivers are chosen as if the earlier sheds had landed:
+			// their load is added for the search and taken off again.
+			to := make([]int32, len(shed))
+			was := make([]float64, len(shed))
+			planned := true
+			for i, ci := range shed {
+				cs := w.p.tasks(&w.sl[ci])
+				csh := w.sload[ci] / float64(len(cs))
+				d := cold.best(insertID(cs, c), csh)
+				if d < 0 || w.tload[d]+csh*w.inv[d] >= lh {
+					to = to[:i]
+					planned = false
+					break
+				}
+				to[i], was[i] = d, w.tload[d]
+				w.tload[d] += csh * w.inv[d]
+				cold.fix(d)
+			}
+			for i := len(to) - 1; i >= 0; i-- {
+				w.tload[to[i]] = was[i]
+				cold.fix(to[i])
+			}
+			if !planned || w.tload[c]-sum+ns >= lh {
+				continue
+			}
+			for i, ci := range shed {
+				w.apply(candidate{kind: Reassign, slice: ci, to: to[i], cost: w.sl[ci].end - w.sl[ci].start}, c, owned, hot, cold)
+			}
 			w.apply(candidate{kind: kind, slice: si, to: c, cost: width}, h, owned, hot, cold)
-			return true
-		}
-		if moved {
 			return true
 		}
 	}
@@ -225,19 +252,19 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot, cold *taskHeap[float64
 }
 
 // apply carries out a phase-4 move of slice c.slice off task h.
-func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot, cold *taskHeap[float64]) {
+func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot *taskHeap[float64], cold *receivers) {
 	s := &w.sl[c.slice]
 	l := w.sload[c.slice]
 	r := int(s.n)
 	sh := l / float64(r)
-	reason := fmt.Sprintf("task %q is the hottest (load %.4g); gain %.4g per key moved", w.p.live[h].Name, w.tload[h], c.score)
+	reason := w.hottestReason(h, c.score)
 	fix := func(t int32) { hot.fix(t); cold.fix(t) }
 	switch c.kind {
 	case Reassign:
 		w.p.withoutTask(s, h)
 		w.p.withTask(s, c.to)
-		w.tload[h] -= sh
-		w.tload[c.to] += sh
+		w.tload[h] -= sh * w.inv[h]
+		w.tload[c.to] += sh * w.inv[c.to]
 		removeSlice(owned, h, c.slice)
 		owned[c.to] = append(owned[c.to], c.slice)
 		fix(h)
@@ -246,27 +273,118 @@ func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot, cold *taskHe
 	case AddReplica:
 		ns := l / float64(r+1)
 		for _, t := range w.p.tasks(s) {
-			w.tload[t] += ns - sh
+			w.tload[t] += (ns - sh) * w.inv[t]
 			fix(t)
 		}
 		w.p.withTask(s, c.to)
-		w.tload[c.to] += ns
+		w.tload[c.to] += ns * w.inv[c.to]
 		owned[c.to] = append(owned[c.to], c.slice)
 		fix(c.to)
 		w.p.move(AddReplica, s, -1, c.to, reason)
 	case RemoveReplica:
 		ns := l / float64(r-1)
 		w.p.withoutTask(s, h)
-		w.tload[h] -= sh
+		w.tload[h] -= sh * w.inv[h]
 		fix(h)
 		for _, t := range w.p.tasks(s) {
-			w.tload[t] += ns - sh
+			w.tload[t] += (ns - sh) * w.inv[t]
 			fix(t)
 		}
 		removeSlice(owned, h, c.slice)
 		w.p.move(RemoveReplica, s, h, -1, reason)
 	}
 	w.moveChurn += c.cost
+}
+
+// maxCapacityClasses bounds the capacity classes receivers keeps a heap
+// for: a job whose tasks have more distinct capacities than this looks
+// for receivers by utilisation alone, as if all had one capacity.
+const maxCapacityClasses = 8
+
+// receivers finds the task that would end least utilised after taking a
+// share of load: the coldest task by utilisation is that task only when
+// all tasks have one capacity, since a task of capacity 2 takes a share at
+// half the utilisation of one of capacity 1. It keeps a heap of the tasks
+// of each capacity, coldest first, and compares their tops.
+type receivers struct {
+	w     *weigher
+	heaps []*taskHeap[float64]
+	class []int32 // heap of each task id
+}
+
+func (w *weigher) newReceivers() *receivers {
+	r := &receivers{w: w, class: make([]int32, len(w.inv))}
+	var invs []float64
+	var members [][]int32
+	for t, inv := range w.inv {
+		i := slices.Index(invs, inv)
+		if i < 0 {
+			i = len(invs)
+			invs = append(invs, inv)
+			members = append(members, nil)
+		}
+		members[i] = append(members[i], int32(t))
+		r.class[t] = int32(i)
+	}
+	if len(invs) > maxCapacityClasses {
+		members = [][]int32{nil}
+		clear(r.class)
+	}
+	for _, m := range members {
+		r.heaps = append(r.heaps, newTaskHeapOf(w.tload, false, m))
+	}
+	return r
+}
+
+// fix restores order after task t's utilisation changed.
+func (r *receivers) fix(t int32) { r.heaps[r.class[t]].fix(t) }
+
+// ranked returns, for each capacity, the k coldest tasks not in excl
+// (sorted ids), ordered by the utilisation each would end at after taking
+// load l, least first.
+func (r *receivers) ranked(excl []int32, l float64, k int) []int32 {
+	out := make([]int32, 0, k*len(r.heaps))
+	for _, h := range r.heaps {
+		ex := excl
+		for range k {
+			t := h.bestExcept(ex)
+			if t < 0 {
+				break
+			}
+			out = append(out, t)
+			ex = insertID(ex, t)
+		}
+	}
+	slices.SortFunc(out, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(r.w.tload[a]+l*r.w.inv[a], r.w.tload[b]+l*r.w.inv[b]), cmp.Compare(a, b))
+	})
+	return out
+}
+
+// best returns the task not in excl (sorted ids) that would be least
+// utilised after taking load l, ties to the lower id; -1 if none.
+func (r *receivers) best(excl []int32, l float64) int32 {
+	best, bestU := int32(-1), 0.0
+	for _, h := range r.heaps {
+		t := h.bestExcept(excl)
+		if t < 0 {
+			continue
+		}
+		u := r.w.tload[t] + l*r.w.inv[t]
+		if best < 0 || u < bestU || (u == bestU && t < best) {
+			best, bestU = t, u
+		}
+	}
+	return best
+}
+
+// hottestReason is the reason recorded for a move off the hottest task h.
+func (w *weigher) hottestReason(h int32, score float64) string {
+	if w.inv[h] == 1 {
+		return fmt.Sprintf("task %q is the hottest (load %.4g); gain %.4g per key moved", w.p.live[h].Name, w.tload[h], score)
+	}
+	return fmt.Sprintf("task %q is the hottest (load %.4g, capacity %.4g: %.4g per unit); gain %.4g per key moved",
+		w.p.live[h].Name, w.tload[h]/w.inv[h], 1/w.inv[h], w.tload[h], score)
 }
 
 func index(ts []int32, t int32) int {

@@ -485,12 +485,12 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 				return nil
 			}
 		}
-		after := assign.Imbalance(next, load)
+		after := assign.ImbalanceWith(next, load, live)
 		before := after
 		var prevGen uint64
 		if cur != nil {
 			prevGen = cur.Generation
-			before = assign.Imbalance(cur, load)
+			before = assign.ImbalanceWith(cur, load, live)
 		}
 		if why == triggerLoad && before-after < minImbalanceGain {
 			a.log.Debug("load-driven decision not committed: it would not lower the imbalance",

@@ -34,9 +34,12 @@ func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Tas
 }
 
 // sameTasks reports whether live (sorted by name) are exactly cur's tasks,
-// at the same addresses.
+// at the same addresses. Capacities are not compared: assignments do not
+// record them.
 func sameTasks(cur *assign.Assignment, live []assign.Task) bool {
-	return cur != nil && slices.Equal(cur.Tasks, live)
+	return cur != nil && slices.EqualFunc(cur.Tasks, live, func(a, b assign.Task) bool {
+		return a.Name == b.Name && a.Addr == b.Addr
+	})
 }
 
 // keepsTask reports whether a task of cur is among live.

@@ -124,7 +124,8 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	a.mu.Unlock()
 	info := &slicerv1.JobInfo{Name: j.name, Config: api.ConfigToProto(cfg), Configured: configured,
 		PreferredAssigner: a.leader.PreferredNow(j.name)}
-	for _, t := range a.tasksOf(j.name, true) {
+	live := a.tasksOf(j.name, true)
+	for _, t := range live {
 		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr})
 	}
 	// The load view is what decisions see, reported even while load
@@ -134,7 +135,7 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	info.ReportingTasks = uint32(a.loads.reportingAmong(j.name, a.liveTaskNames(j.name)))
 	if cur := j.pub.current(); cur != nil {
 		info.Generation = cur.Generation
-		info.Imbalance = assign.Imbalance(cur, load)
+		info.Imbalance = assign.ImbalanceWith(cur, load, live)
 		for i, l := range assign.TaskLoads(cur, load) {
 			info.TaskLoads = append(info.TaskLoads, &slicerv1.TaskLoad{Task: cur.Tasks[i].Name, Load: l})
 		}

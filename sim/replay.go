@@ -24,6 +24,10 @@ type Config struct {
 	// Assign is the job's sharding configuration; the zero value means
 	// assign.DefaultConfig().
 	Assign assign.Config
+	// Capacity, if not nil, sets the relative capacity of the tasks it
+	// names, over what the trace gives; tasks it does not name keep the
+	// trace's capacity (1 without one).
+	Capacity map[string]float64
 	// Now reads the clock that times each decision (default time.Now).
 	// Tests inject a fixed clock to make the output reproducible.
 	Now func() time.Time
@@ -45,6 +49,14 @@ func (c Config) withDefaults() (Config, error) {
 	if err := c.Assign.Validate(); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	for name, v := range c.Capacity {
+		if err := assign.ValidateTaskName(name); err != nil {
+			return c, fmt.Errorf("%w: capacity: %w", ErrInvalidConfig, err)
+		}
+		if err := assign.ValidateCapacity(v); err != nil {
+			return c, fmt.Errorf("%w: capacity of %q: %w", ErrInvalidConfig, name, err)
+		}
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -61,10 +73,13 @@ type SliceOut struct {
 
 // WindowResult is the decision taken for one window and how good it is.
 type WindowResult struct {
-	Window     uint64  `json:"window"`
-	Generation uint64  `json:"generation"`
-	Imbalance  float64 `json:"imbalance"`
-	Churn      float64 `json:"churn"`
+	Window     uint64 `json:"window"`
+	Generation uint64 `json:"generation"`
+	// Imbalance is the most utilised task's load per unit of capacity
+	// over the job's (assign.ImbalanceWith): max over mean load when
+	// every task has capacity 1.
+	Imbalance float64 `json:"imbalance"`
+	Churn     float64 `json:"churn"`
 	// KeyChurn is the fraction of the window's application keys (those
 	// with a load line) whose task set gained a task: churn counted in
 	// keys rather than in hashed width. Once hot keys sit in slices of
@@ -125,6 +140,11 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 		return WindowResult{}, err
 	}
 	live := w.LiveTasks()
+	for i := range live {
+		if c, ok := s.cfg.Capacity[live[i].Name]; ok {
+			live[i].Capacity = c
+		}
+	}
 	start := s.cfg.Now()
 	next, _, err := s.cfg.Algorithm.Decide(s.cfg.Job, s.prev, live, load, s.cfg.Assign)
 	elapsed := s.cfg.Now().Sub(start)
@@ -146,7 +166,7 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	res := WindowResult{
 		Window:     w.Number,
 		Generation: next.Generation,
-		Imbalance:  assign.Imbalance(next, load),
+		Imbalance:  assign.ImbalanceWith(next, load, live),
 		Churn:      churn,
 		KeyChurn:   keyChurn,
 		Slices:     len(next.Slices),

@@ -498,3 +498,60 @@ func BenchmarkReplay(b *testing.B) {
 		})
 	}
 }
+
+// TestReplayCapacity: on the repository's power-law trace, half of the
+// tasks of capacity 2 and hot keys replicated up to 4 ways, weighted-move
+// keeps every task's load per unit of capacity near the job's, where the
+// same tasks given no capacity leave the big ones half idle; a capacity
+// outside the bounds is refused.
+func TestReplayCapacity(t *testing.T) {
+	data, err := os.ReadFile("testdata/power-law.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := map[string]float64{"t1": 2, "t3": 2, "t5": 2, "t7": 2, "t9": 2}
+	cfg := Config{Algorithm: assign.NewWeightedMove(), Assign: assign.Config{MinRedundancy: 1, MaxRedundancy: 4}, Capacity: caps}
+	aware, err := Replay(bytes.NewReader(data), io.Discard, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same decisions without capacities, measured with them.
+	blindCfg := cfg
+	blindCfg.Capacity = nil
+	sim, err := NewSimulator(blindCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(bytes.NewReader(data))
+	var blindSum float64
+	windows := 0
+	for {
+		w, err := r.ReadWindow()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sim.Step(w); err != nil {
+			t.Fatal(err)
+		}
+		load, _ := w.Load()
+		live := w.LiveTasks()
+		for i := range live {
+			live[i].Capacity = caps[live[i].Name]
+		}
+		blindSum += assign.ImbalanceWith(sim.Assignment(), load, live)
+		windows++
+	}
+	blind := blindSum / float64(windows)
+	t.Logf("mean utilisation max/mean: capacity-aware %.3f (max %.3f), capacity-blind %.3f", aware.MeanImbalance, aware.MaxImbalance, blind)
+	if aware.MeanImbalance > 1.1 || blind < 1.3 {
+		t.Errorf("mean utilisation imbalance %.3f with capacities, %.3f without; want at most 1.1 and at least 1.3", aware.MeanImbalance, blind)
+	}
+
+	cfg.Capacity = map[string]float64{"t1": 0.0001}
+	if _, err := Replay(bytes.NewReader(data), io.Discard, cfg); !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, assign.ErrInvalidCapacity) {
+		t.Errorf("capacity 0.0001: err = %v, want ErrInvalidConfig and ErrInvalidCapacity", err)
+	}
+}

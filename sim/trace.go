@@ -32,7 +32,7 @@ var (
 const MaxLineLen = 1 << 20
 
 // lineFormat is the help every syntax error carries.
-const lineFormat = `a line is {"window":W,"tasks":["t0",...]} or {"window":W,"key":"K","load":L}`
+const lineFormat = `a line is {"window":W,"tasks":["t0",...]} (optionally with "capacity":[C0,...]) or {"window":W,"key":"K","load":L}`
 
 // TraceError is a problem at one line of a trace.
 type TraceError struct {
@@ -55,8 +55,11 @@ type Record struct {
 	Line   int
 	Window uint64
 	Tasks  []string
-	Key    string
-	Load   float64
+	// Capacity, on a tasks line, is each task's relative capacity,
+	// parallel to Tasks; nil when the line gives none (every task 1).
+	Capacity []float64
+	Key      string
+	Load     float64
 }
 
 // IsTasks reports whether r is a tasks line.
@@ -74,6 +77,9 @@ type Window struct {
 	// Tasks are the live task names, from this window's tasks line or the
 	// latest one before it, in trace order.
 	Tasks []string
+	// Capacity is each task's relative capacity, parallel to Tasks, or
+	// nil when the tasks line gave none.
+	Capacity []float64
 	// Keys are the window's load lines in trace order; a key may repeat,
 	// and its loads then add up.
 	Keys []KeyLoad
@@ -87,6 +93,9 @@ func (w *Window) LiveTasks() []assign.Task {
 	tasks := make([]assign.Task, len(w.Tasks))
 	for i, name := range w.Tasks {
 		tasks[i] = assign.Task{Name: name, Addr: name}
+		if w.Capacity != nil {
+			tasks[i].Capacity = w.Capacity[i]
+		}
 	}
 	return tasks
 }
@@ -121,7 +130,8 @@ type Reader struct {
 	tasksLine int // line of the current window's tasks line, 0 if none
 	loadSeen  bool
 	everTasks bool
-	live      []string // tasks in force for the window ReadWindow builds
+	live      []string  // tasks in force for the window ReadWindow builds
+	liveCap   []float64 // and their capacities
 	pending   *Record
 	err       error // sticky: ReadWindow stops at the first bad line
 }
@@ -135,10 +145,11 @@ func NewReader(r io.Reader) *Reader {
 
 // traceLine is the JSON shape of a line. Pointers tell absent from zero.
 type traceLine struct {
-	Window *json.RawMessage `json:"window"`
-	Tasks  *[]string        `json:"tasks"`
-	Key    *string          `json:"key"`
-	Load   *float64         `json:"load"`
+	Window   *json.RawMessage `json:"window"`
+	Tasks    *[]string        `json:"tasks"`
+	Capacity *[]float64       `json:"capacity"`
+	Key      *string          `json:"key"`
+	Load     *float64         `json:"load"`
 }
 
 // Next returns the next record, or io.EOF after the last one. Any other
@@ -215,9 +226,24 @@ func (r *Reader) parse(b []byte) (Record, error) {
 			}
 			seen[name] = struct{}{}
 		}
+		if tl.Capacity != nil {
+			caps := *tl.Capacity
+			if len(caps) != len(tasks) {
+				return Record{}, r.fail(r.line, fmt.Errorf("%d capacities for %d tasks; give one capacity per task, in the order of \"tasks\"", len(caps), len(tasks)))
+			}
+			for i, c := range caps {
+				if err := assign.ValidateCapacity(c); err != nil {
+					return Record{}, r.fail(r.line, fmt.Errorf("task %q: %w", tasks[i], err))
+				}
+			}
+			rec.Capacity = caps
+		}
 		r.tasksLine, r.everTasks = r.line, true
 		rec.Tasks = tasks
 	case tl.Key != nil:
+		if tl.Capacity != nil {
+			return Record{}, r.fail(r.line, fmt.Errorf("a load line has no \"capacity\"; give capacities on the tasks line"))
+		}
 		if *tl.Key == "" {
 			return Record{}, r.fail(r.line, fmt.Errorf("empty key; name the application key that generated the load"))
 		}
@@ -234,6 +260,8 @@ func (r *Reader) parse(b []byte) (Record, error) {
 		rec.Key, rec.Load = *tl.Key, *tl.Load
 	case tl.Load != nil:
 		return Record{}, r.fail(r.line, fmt.Errorf("load line has no \"key\"; name the application key"))
+	case tl.Capacity != nil:
+		return Record{}, r.fail(r.line, fmt.Errorf("\"capacity\" without \"tasks\"; give capacities on a tasks line, one per task"))
 	default:
 		return Record{}, r.fail(r.line, fmt.Errorf("line has neither \"tasks\" nor \"key\"; %s", lineFormat))
 	}
@@ -361,7 +389,7 @@ func (r *Reader) ReadWindow() (*Window, error) {
 	add := func(rec Record) {
 		w.LastLine = rec.Line
 		if rec.IsTasks() {
-			r.live = rec.Tasks
+			r.live, r.liveCap = rec.Tasks, rec.Capacity
 			return
 		}
 		w.Keys = append(w.Keys, KeyLoad{Key: rec.Key, Load: rec.Load})
@@ -383,6 +411,6 @@ func (r *Reader) ReadWindow() (*Window, error) {
 		}
 		add(rec)
 	}
-	w.Tasks = r.live
+	w.Tasks, w.Capacity = r.live, r.liveCap
 	return w, nil
 }

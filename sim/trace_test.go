@@ -109,6 +109,11 @@ func TestParseTraceRejects(t *testing.T) {
 		{"huge load", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\",\"load\":1e300}", 2, "above the limit"},
 		{"neither", `{"window":0}`, 1, `neither "tasks" nor "key"`},
 		{"line too long", "{\"window\":0,\"tasks\":[\"a\"]}\n" + long, 2, "longer than"},
+		{"capacities not one per task", `{"window":0,"tasks":["a","b"],"capacity":[1]}`, 1, "1 capacities for 2 tasks"},
+		{"negative capacity", `{"window":0,"tasks":["a","b"],"capacity":[1,-2]}`, 1, `task "b": assign: invalid task capacity: -2`},
+		{"huge capacity", `{"window":0,"tasks":["a"],"capacity":[1e9]}`, 1, "between 0.001 and 1000"},
+		{"capacity without tasks", `{"window":0,"capacity":[1]}`, 1, `"capacity" without "tasks"`},
+		{"capacity on a load line", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\",\"load\":1,\"capacity\":[1]}", 2, `load line has no "capacity"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := readAll(t, tc.trace)
@@ -217,6 +222,29 @@ func BenchmarkParseTrace(b *testing.B) {
 			}
 			if err != nil {
 				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestTraceCapacity: a tasks line may give each task's capacity; it stays
+// in force with the task set, and LiveTasks carries it.
+func TestTraceCapacity(t *testing.T) {
+	ws, err := readAll(t, strings.Join([]string{
+		`{"window":0,"tasks":["a","b"],"capacity":[1,2.5]}`,
+		`{"window":0,"key":"k","load":1}`,
+		`{"window":1,"key":"k","load":1}`,
+		`{"window":2,"tasks":["a","b"]}`,
+	}, "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]float64{{1, 2.5}, {1, 2.5}, {0, 0}}
+	for i, w := range ws {
+		live := w.LiveTasks()
+		for j, task := range live {
+			if task.Capacity != want[i][j] {
+				t.Errorf("window %d: %s has capacity %v, want %v", w.Number, task.Name, task.Capacity, want[i][j])
 			}
 		}
 	}

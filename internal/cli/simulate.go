@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -27,6 +28,7 @@ func SimulateCommand() *cli.Command {
 			&cli.IntFlag{Name: "min-redundancy", Value: 1, Usage: "tasks each slice is assigned to (at least 1)"},
 			&cli.IntFlag{Name: "max-redundancy", Value: 0, Usage: "most tasks a hot slice may be replicated to (default: min-redundancy)"},
 			&cli.StringFlag{Name: "job", Value: sim.DefaultJob, Usage: "job name the algorithm sees"},
+			&cli.StringFlag{Name: "capacity", Usage: "relative task capacities over the trace's, as NAME=C[,NAME=C...] (e.g. t0=2,t1=2); unnamed tasks keep the trace's (1 without)"},
 			&cli.StringFlag{Name: "out", Usage: "write the results to this file instead of stdout"},
 		},
 		OnUsageError: subcommandUsageError,
@@ -56,6 +58,13 @@ func runSimulate(c *cli.Context) error {
 	if err := assign.ValidateJobName(cfg.Job); err != nil {
 		return usageError("invalid --job: %v", err)
 	}
+	if s := c.String("capacity"); s != "" {
+		caps, err := parseCapacities(s)
+		if err != nil {
+			return usageError("invalid --capacity: %v", err)
+		}
+		cfg.Capacity = caps
+	}
 	path := c.String("trace")
 	in := io.Reader(os.Stdin)
 	if path != "-" {
@@ -72,6 +81,32 @@ func runSimulate(c *cli.Context) error {
 		}
 		return nil
 	})
+}
+
+// parseCapacities reads NAME=C[,NAME=C...].
+func parseCapacities(s string) (map[string]float64, error) {
+	caps := make(map[string]float64)
+	for _, item := range strings.Split(s, ",") {
+		name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not NAME=CAPACITY", item)
+		}
+		if err := assign.ValidateTaskName(name); err != nil {
+			return nil, err
+		}
+		if _, dup := caps[name]; dup {
+			return nil, fmt.Errorf("task %q is given twice", name)
+		}
+		c, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, fmt.Errorf("capacity of %q: %q is not a number", name, v)
+		}
+		if err := assign.ValidateCapacity(c); err != nil {
+			return nil, fmt.Errorf("capacity of %q: %w", name, err)
+		}
+		caps[name] = c
+	}
+	return caps, nil
 }
 
 // TraceCommand makes load traces for simulate.

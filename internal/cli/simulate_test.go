@@ -49,6 +49,11 @@ func TestTraceGenerateAndSimulate(t *testing.T) {
 			t.Errorf("summary %q: %v", lines[12], err)
 		}
 	}
+	// --capacity: utilisation is measured with it.
+	code, stdout, stderr = runCLI(t, "simulate", "--trace", trace, "--capacity", "t0=2,t1=0.5")
+	if code != 0 || !strings.Contains(stdout, `"summary":true`) {
+		t.Fatalf("simulate --capacity: exit %d: %s", code, stderr)
+	}
 	code, stdout, stderr = runCLI(t, "simulate", "--trace", trace, "--out", results)
 	if code != 0 || stdout != "" {
 		t.Fatalf("simulate --out: exit %d, stdout %q: %s", code, stdout, stderr)
@@ -80,6 +85,11 @@ func TestSimulateErrors(t *testing.T) {
 		{"argument", []string{"simulate", "--trace", good, "extra"}, 2, "unexpected argument"},
 		{"missing file", []string{"simulate", "--trace", filepath.Join(dir, "none.jsonl")}, 1, "cannot read the trace"},
 		{"malformed trace", []string{"simulate", "--trace", bad, "--out", out}, 1, `line 3: json: unknown field "lode"`},
+		{"capacity not NAME=C", []string{"simulate", "--trace", good, "--capacity", "a2"}, 2, `invalid --capacity: "a2" is not NAME=CAPACITY`},
+		{"capacity not a number", []string{"simulate", "--trace", good, "--capacity", "a=two"}, 2, `capacity of "a": "two" is not a number`},
+		{"capacity out of bounds", []string{"simulate", "--trace", good, "--capacity", "a=2,b=5000"}, 2, "between 0.001 and 1000"},
+		{"capacity twice", []string{"simulate", "--trace", good, "--capacity", "a=2,a=3"}, 2, `task "a" is given twice`},
+		{"capacity bad name", []string{"simulate", "--trace", good, "--capacity", "-a=2"}, 2, "invalid --capacity"},
 		{"generate without workload", []string{"trace", "generate"}, 2, "needs --workload"},
 		{"generate unknown workload", []string{"trace", "generate", "--workload", "spiky"}, 2, `unknown workload "spiky"`},
 		{"generate zero windows", []string{"trace", "generate", "--workload", "zipf", "--windows", "0"}, 2, "0 windows"},
