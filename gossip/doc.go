@@ -17,6 +17,9 @@
 //	task     task name (assign.ValidateTaskName)          task members only
 //	rpc      host:port of the member's RPC server; for    once the member serves
 //	         a task, its serving address
+//	cap      a task's relative capacity, the shortest     task members whose
+//	         decimal of assign.Task.Capacity ("2",        capacity is not 1
+//	         "0.5"); absent means 1
 //
 // The member name and gossip address come from serf, not tags. Members
 // without the slicerd tag, or with another schema version, are not

@@ -104,11 +104,14 @@ func statusFromSerf(s serf.MemberStatus) Status {
 // Peer is the typed identity of a gossip member. Its serf tags are encoded by
 // Tags and parsed by ParseMember, and nowhere else.
 type Peer struct {
-	Name       string // serf member name
-	Roles      []Role // sorted, unique
-	Job        string // set for RoleTask members
-	Task       string // set for RoleTask members
-	RPCAddr    string // host:port of the member's RPC server (a task's serving address); "" while not serving
+	Name    string // serf member name
+	Roles   []Role // sorted, unique
+	Job     string // set for RoleTask members
+	Task    string // set for RoleTask members
+	RPCAddr string // host:port of the member's RPC server (a task's serving address); "" while not serving
+	// Capacity is a task's relative capacity (assign.Task.Capacity); 0,
+	// meaning 1, is not advertised. Task members only.
+	Capacity   float64
 	GossipAddr string // host:port of the member's gossip endpoint (from the member, not a tag)
 	Status     Status
 }
@@ -125,6 +128,7 @@ const (
 	tagJob    = "job"
 	tagTask   = "task"
 	tagRPC    = "rpc"
+	tagCap    = "cap"
 
 	schemaVersion = "1"
 )
@@ -157,6 +161,14 @@ func (p Peer) Tags() (map[string]string, error) {
 		}
 		tags[tagJob] = p.Job
 		tags[tagTask] = p.Task
+		if err := assign.ValidateCapacity(p.Capacity); err != nil {
+			return nil, fmt.Errorf("%w: task member: %w", ErrInvalidPeer, err)
+		}
+		if p.Capacity != 0 {
+			tags[tagCap] = formatCapacity(p.Capacity)
+		}
+	} else if p.Capacity != 0 {
+		return nil, fmt.Errorf("%w: capacity %v is set but the roles %v do not include task; only tasks have a capacity", ErrInvalidPeer, p.Capacity, roles)
 	} else if p.Job != "" || p.Task != "" {
 		return nil, fmt.Errorf("%w: job %q and task %q are set but the roles %v do not include task; set both only for task members", ErrInvalidPeer, p.Job, p.Task, roles)
 	}
@@ -171,6 +183,10 @@ func (p Peer) Tags() (map[string]string, error) {
 	}
 	return tags, nil
 }
+
+// formatCapacity is the canonical encoding of a capacity tag: the shortest
+// decimal that reads back as the same float64.
+func formatCapacity(c float64) string { return strconv.FormatFloat(c, 'g', -1, 64) }
 
 func joinRoles(roles []Role) string {
 	var b strings.Builder
@@ -266,8 +282,18 @@ func parseTags(tags map[string]string) (Peer, error) {
 			return Peer{}, fmt.Errorf("%w: %w", ErrInvalidPeer, err)
 		}
 		p.Job, p.Task = job, task
-	} else if hasJob || hasTask {
-		return Peer{}, fmt.Errorf("%w: job or task tag on a member without the task role", ErrInvalidPeer)
+		if v, ok := tags[tagCap]; ok {
+			c, err := strconv.ParseFloat(v, 64)
+			if err != nil || c == 0 || formatCapacity(c) != v {
+				return Peer{}, fmt.Errorf("%w: capacity tag %q is not a canonical non-zero number", ErrInvalidPeer, v)
+			}
+			if err := assign.ValidateCapacity(c); err != nil {
+				return Peer{}, fmt.Errorf("%w: %w", ErrInvalidPeer, err)
+			}
+			p.Capacity = c
+		}
+	} else if _, hasCap := tags[tagCap]; hasJob || hasTask || hasCap {
+		return Peer{}, fmt.Errorf("%w: job, task or capacity tag on a member without the task role", ErrInvalidPeer)
 	}
 	if rpc, ok := tags[tagRPC]; ok {
 		if err := validateRPCAddr(rpc); err != nil {

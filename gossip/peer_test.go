@@ -50,6 +50,9 @@ func TestTagsRoundTrip(t *testing.T) {
 		{Roles: []Role{RoleTask}, Job: "kv.prod_1", Task: "Pod:abc-1.x", RPCAddr: "[::1]:1"},
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t"}, // not serving yet
 		{Roles: []Role{RoleAssigner, RoleTask}, Job: "j", Task: "t", RPCAddr: "host.example:65535"},
+		{Roles: []Role{RoleTask}, Job: "j", Task: "t", RPCAddr: "127.0.0.1:1", Capacity: 2},
+		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: 0.125},
+		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: 1000},
 	} {
 		tags, err := p.Tags()
 		if err != nil {
@@ -81,20 +84,23 @@ func TestTagsNormaliseRoles(t *testing.T) {
 func TestTagsRejects(t *testing.T) {
 	long := strings.Repeat("h", 300)
 	for name, p := range map[string]Peer{
-		"no roles":           {},
-		"unknown role":       {Roles: []Role{"worker"}},
-		"task without job":   {Roles: []Role{RoleTask}, Task: "t"},
-		"task without task":  {Roles: []Role{RoleTask}, Job: "j"},
-		"bad job name":       {Roles: []Role{RoleTask}, Job: "Job", Task: "t"},
-		"bad task name":      {Roles: []Role{RoleTask}, Job: "j", Task: "t/1"},
-		"job on non-task":    {Roles: []Role{RoleAssigner}, Job: "j"},
-		"task on non-task":   {Roles: []Role{RoleDistributor}, Task: "t"},
-		"rpc without port":   {Roles: []Role{RoleAssigner}, RPCAddr: "10.0.0.1"},
-		"rpc empty host":     {Roles: []Role{RoleAssigner}, RPCAddr: ":8080"},
-		"rpc port zero":      {Roles: []Role{RoleAssigner}, RPCAddr: "h:0"},
-		"rpc port too big":   {Roles: []Role{RoleAssigner}, RPCAddr: "h:65536"},
-		"rpc port not a num": {Roles: []Role{RoleAssigner}, RPCAddr: "h:http"},
-		"rpc host space":     {Roles: []Role{RoleAssigner}, RPCAddr: "a b:1"},
+		"no roles":             {},
+		"unknown role":         {Roles: []Role{"worker"}},
+		"task without job":     {Roles: []Role{RoleTask}, Task: "t"},
+		"task without task":    {Roles: []Role{RoleTask}, Job: "j"},
+		"bad job name":         {Roles: []Role{RoleTask}, Job: "Job", Task: "t"},
+		"bad task name":        {Roles: []Role{RoleTask}, Job: "j", Task: "t/1"},
+		"job on non-task":      {Roles: []Role{RoleAssigner}, Job: "j"},
+		"task on non-task":     {Roles: []Role{RoleDistributor}, Task: "t"},
+		"rpc without port":     {Roles: []Role{RoleAssigner}, RPCAddr: "10.0.0.1"},
+		"rpc empty host":       {Roles: []Role{RoleAssigner}, RPCAddr: ":8080"},
+		"rpc port zero":        {Roles: []Role{RoleAssigner}, RPCAddr: "h:0"},
+		"rpc port too big":     {Roles: []Role{RoleAssigner}, RPCAddr: "h:65536"},
+		"rpc port not a num":   {Roles: []Role{RoleAssigner}, RPCAddr: "h:http"},
+		"rpc host space":       {Roles: []Role{RoleAssigner}, RPCAddr: "a b:1"},
+		"capacity negative":    {Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: -1},
+		"capacity too large":   {Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: 1e4},
+		"capacity on non-task": {Roles: []Role{RoleAssigner}, Capacity: 2},
 		"tags too large": {Roles: []Role{RoleTask}, Job: strings.Repeat("j", 63), Task: strings.Repeat("t", 128),
 			RPCAddr: long + ":1"},
 	} {
@@ -130,23 +136,29 @@ func TestParseMemberIgnoresForeign(t *testing.T) {
 		return m
 	}
 	for name, tags := range map[string]map[string]string{
-		"nil tags":              nil,
-		"consul member":         {"role": "consul", "dc": "dc1", "port": "8300"},
-		"serf role-only":        {"role": "web"},
-		"no schema":             with(tagSchema, "\x00delete"),
-		"future schema":         with(tagSchema, "2"),
-		"no roles":              with(tagRoles, "\x00delete"),
-		"empty roles":           with(tagRoles, ""),
-		"unknown role":          with(tagRoles, "task,worker"),
-		"unsorted roles":        with(tagRoles, "task,assigner"),
-		"duplicate roles":       with(tagRoles, "task,task"),
-		"trailing comma":        with(tagRoles, "task,"),
-		"task without job":      with(tagJob, "\x00delete"),
-		"task with bad task":    with(tagTask, "-x"),
-		"bad rpc":               with(tagRPC, "nope"),
-		"empty rpc":             with(tagRPC, ""),
-		"job on assigner":       {tagSchema: "1", tagRoles: "assigner", tagJob: "j"},
-		"empty job on assigner": {tagSchema: "1", tagRoles: "assigner", tagJob: ""},
+		"nil tags":               nil,
+		"consul member":          {"role": "consul", "dc": "dc1", "port": "8300"},
+		"serf role-only":         {"role": "web"},
+		"no schema":              with(tagSchema, "\x00delete"),
+		"future schema":          with(tagSchema, "2"),
+		"no roles":               with(tagRoles, "\x00delete"),
+		"empty roles":            with(tagRoles, ""),
+		"unknown role":           with(tagRoles, "task,worker"),
+		"unsorted roles":         with(tagRoles, "task,assigner"),
+		"duplicate roles":        with(tagRoles, "task,task"),
+		"trailing comma":         with(tagRoles, "task,"),
+		"task without job":       with(tagJob, "\x00delete"),
+		"task with bad task":     with(tagTask, "-x"),
+		"bad rpc":                with(tagRPC, "nope"),
+		"empty rpc":              with(tagRPC, ""),
+		"job on assigner":        {tagSchema: "1", tagRoles: "assigner", tagJob: "j"},
+		"empty job on assigner":  {tagSchema: "1", tagRoles: "assigner", tagJob: ""},
+		"capacity not a number":  with(tagCap, "two"),
+		"capacity not canonical": with(tagCap, "2.0"),
+		"capacity zero":          with(tagCap, "0"),
+		"capacity NaN":           with(tagCap, "NaN"),
+		"capacity out of range":  with(tagCap, "1e9"),
+		"capacity on assigner":   {tagSchema: "1", tagRoles: "assigner", tagCap: "2"},
 	} {
 		m := serf.Member{Name: "x", Addr: net.ParseIP("10.1.1.1"), Port: 1, Tags: tags, Status: serf.StatusAlive}
 		if p, ok := ParseMember(m); ok {
@@ -179,7 +191,7 @@ func TestParseMemberStatuses(t *testing.T) {
 
 func peersEqual(a, b Peer) bool {
 	return a.Name == b.Name && slices.Equal(a.Roles, b.Roles) && a.Job == b.Job && a.Task == b.Task &&
-		a.RPCAddr == b.RPCAddr && a.GossipAddr == b.GossipAddr && a.Status == b.Status
+		a.RPCAddr == b.RPCAddr && a.GossipAddr == b.GossipAddr && a.Status == b.Status && a.Capacity == b.Capacity
 }
 
 // FuzzParseTags checks that parsing arbitrary tag maps never panics and
@@ -191,6 +203,8 @@ func FuzzParseTags(f *testing.F) {
 	f.Add(uint8(0x1f), "1", "task,assigner", "j", "t", ":1", "", "")
 	f.Add(uint8(0x07), "2", "task", "J", "t", "h:0", "", "")
 	f.Add(uint8(0xff), "1", "distributor", "", "", "[::1]:80", "roles", "x")
+	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "cap", "2.5")
+	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "cap", "2.50")
 	f.Fuzz(func(t *testing.T, present uint8, schema, roles, job, task, rpc, extraK, extraV string) {
 		tags := map[string]string{}
 		for i, kv := range [][2]string{{tagSchema, schema}, {tagRoles, roles}, {tagJob, job}, {tagTask, task}, {tagRPC, rpc}, {extraK, extraV}} {
@@ -208,7 +222,7 @@ func FuzzParseTags(f *testing.F) {
 		}
 		known := maps.Clone(tags)
 		maps.DeleteFunc(known, func(k, _ string) bool {
-			return k != tagSchema && k != tagRoles && k != tagJob && k != tagTask && k != tagRPC
+			return k != tagSchema && k != tagRoles && k != tagJob && k != tagTask && k != tagRPC && k != tagCap
 		})
 		if !maps.Equal(again, known) {
 			t.Fatalf("re-encoding differs\n  in %v\n out %v", known, again)

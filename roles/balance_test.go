@@ -15,6 +15,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -358,4 +359,61 @@ func BenchmarkLoadDecision(b *testing.B) {
 		_, _ = assign.Imbalance(cur, load), assign.Imbalance(next, load)
 	}
 	b.ReportMetric(float64(len(cur.Slices)), "slices")
+}
+
+// Tasks advertise capacities in gossip (here: t2 has capacity 3), and the
+// periodic decisions balance load per unit of capacity: t2 ends carrying
+// about three times the load of each of the others.
+func TestBalanceByCapacity(t *testing.T) {
+	ctx := context.Background()
+	store := testStore(t)
+	members := &fakeMembers{}
+	caps := map[string]float64{"t0": 1, "t1": 1, "t2": 3}
+	for _, name := range []string{"t0", "t1", "t2"} {
+		members.peers = append(members.peers, gossip.Peer{Name: "kv/" + name, Roles: []gossip.Role{gossip.RoleTask},
+			Job: "kv", Task: name, Status: gossip.StatusAlive, Capacity: caps[name]})
+	}
+	cfg := testConfig(t, "n", "")
+	cfg.RebalanceInterval = time.Second
+	as := testAssigner(t, cfg, store, members, nil)
+	lead(t, as, "kv")
+	now := time.Unix(1000, 0)
+	as.loads.now = func() time.Time { return now }
+	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	j, err := as.job(ctx, "kv", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An even load: the even first split leaves t2 at a third of its share.
+	truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: 1000}}
+	live := as.tasksOf("kv", true)
+	if len(live) != 3 || live[2].Capacity != 3 {
+		t.Fatalf("live tasks %+v; want t2 with the capacity it advertises", live)
+	}
+	for range 30 {
+		now = now.Add(time.Second)
+		cur := j.pub.current()
+		for _, task := range []string{"t0", "t1", "t2"} {
+			if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(cur, task, truth, 1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		as.balanceAll(ctx)
+		if j.pub.current().Generation == cur.Generation {
+			break
+		}
+	}
+	cur := j.pub.current()
+	loads := assign.TaskLoads(cur, truth)
+	t.Logf("tasks %v carry %v", cur.Tasks, loads)
+	if got := assign.ImbalanceWith(cur, truth, live); got > 1.1 {
+		t.Errorf("utilisation imbalance %.3f, want at most 1.1 (loads %v)", got, loads)
+	}
+	for _, task := range cur.Tasks {
+		if task.Capacity != 0 {
+			t.Errorf("the committed assignment records capacity %v for %s", task.Capacity, task.Name)
+		}
+	}
 }

@@ -23,6 +23,13 @@ type Config struct {
 	// advertised in gossip and recorded in assignments, so Clerks route to
 	// it. Required.
 	Addr string
+	// Capacity is this task's relative capacity, advertised in gossip: a
+	// task of capacity 2 is given about twice the load of one of capacity
+	// 1 by load-driven decisions (docs/algorithm.md, "Capacity"). 0 means
+	// 1; otherwise assign.MinCapacity to assign.MaxCapacity. It is this
+	// task's own claim, trusted as its load reports are: it can only draw
+	// more or less of its own job's load to itself.
+	Capacity float64
 	// GossipAddr is the IP:port this task's gossip member binds; default
 	// "127.0.0.1:0" (a free loopback port). Use a routable IP when slicerd
 	// runs on other hosts.
@@ -118,7 +125,7 @@ func (c Config) gossipConfig(log *slog.Logger) gossip.Config {
 		g.BindAddr = defaultGossipAddr
 	}
 	g.Join = c.Join
-	g.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: c.Job, Task: c.Task, RPCAddr: c.Addr}
+	g.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: c.Job, Task: c.Task, RPCAddr: c.Addr, Capacity: c.Capacity}
 	if g.Logger == nil {
 		g.Logger = log
 	}
@@ -129,6 +136,9 @@ func (c Config) gossipConfig(log *slog.Logger) gossip.Config {
 // checked when Run starts gossip.
 func (c Config) validate() error {
 	if err := assign.ValidateJobName(c.Job); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := assign.ValidateCapacity(c.Capacity); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := assign.ValidateTaskName(c.Task); err != nil {

@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	keyringFile := fs.String("gossip-keyring-file", os.Getenv("SLICERD_GOSSIP_KEYRING_FILE"), "file keeping this task's gossip keys across restarts, so a restart after a key rotation still joins; created from -gossip-key (default $SLICERD_GOSSIP_KEYRING_FILE)")
 	logLevel := fs.String("log-level", "info", "log verbosity: debug, info, warn or error")
 	cacheFile := fs.String("cache-file", "", "file to keep the job's assignment in, so a restart owns its cached keys at once even while slicerd is down (empty: no cache)")
+	capacity := fs.Float64("capacity", 0, "this task's relative capacity: a task of capacity 2 is given about twice the load of one of capacity 1 (0 means 1; 0.001 to 1000)")
 	loadWindow := fs.Duration("load-window", slicelet.DefaultLoadWindow, "how often the task reports the load it measured (one unit per key request) to slicerd")
 	tlsCert := fs.String("tls-cert", os.Getenv("KVSERVER_TLS_CERT"), "certificate naming this task (spiffe://slicerd/task/JOB/TASK) for a slicerd cluster with TLS; env KVSERVER_TLS_CERT")
 	tlsKey := fs.String("tls-key", os.Getenv("KVSERVER_TLS_KEY"), "private key of -tls-cert; env KVSERVER_TLS_KEY")
@@ -125,7 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	cfg := slicelet.DefaultConfig()
-	cfg.Job, cfg.Task, cfg.Addr = *job, *task, ln.Addr().String()
+	cfg.Job, cfg.Task, cfg.Addr, cfg.Capacity = *job, *task, ln.Addr().String(), *capacity
 	cfg.GossipAddr, cfg.Join, cfg.Gossip = *gossipAddr, joins, gcfg
 	cfg.LoadWindow, cfg.CacheFile, cfg.Logger = *loadWindow, *cacheFile, base
 	cfg.Consistency, cfg.LeaseTTL = cons, *leaseTTL
