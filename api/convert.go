@@ -69,6 +69,7 @@ func ConfigToProto(c assign.Config) *slicerv1.JobConfig {
 		SuppressBelow:    c.SuppressBelow,
 		MaxSlices:        clampUint32(c.MaxSlices),
 		Consistency:      consistencyToProto(c.Consistency),
+		Algorithm:        c.Algorithm,
 	}
 }
 
@@ -86,6 +87,9 @@ func consistencyToProto(c assign.Consistency) slicerv1.Consistency {
 func clampUint32(n int) uint32 {
 	return uint32(min(max(n, 0), math.MaxUint32))
 }
+
+// maxAlgorithmName bounds JobConfig.algorithm before it is looked up.
+const maxAlgorithmName = 64
 
 // ConfigFromProto converts and validates a wire job configuration.
 func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
@@ -116,7 +120,11 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 	default:
 		return assign.Config{}, fmt.Errorf("%w: consistency %d is neither affinity (1) nor strong (2)", assign.ErrInvalidConfig, p.GetConsistency())
 	}
+	if n := len(p.GetAlgorithm()); n > maxAlgorithmName {
+		return assign.Config{}, fmt.Errorf("%w: algorithm name of %d bytes; use one of %q", assign.ErrInvalidConfig, n, assign.AlgorithmNames())
+	}
 	c := assign.Config{
+		Algorithm:        p.GetAlgorithm(),
 		Consistency:      consistency,
 		MinRedundancy:    int(p.GetMinRedundancy()),
 		MaxRedundancy:    int(p.GetMaxRedundancy()),

@@ -93,6 +93,9 @@ type Config struct {
 	SuppressBelow float64 `json:"suppress_below,omitempty"`
 	// Consistency is Affinity (also "", the default) or Strong.
 	Consistency Consistency `json:"consistency,omitempty"`
+	// Algorithm names the sharding algorithm of the job's load-driven
+	// decisions (AlgorithmNames); "" is AlgorithmWeightedMove.
+	Algorithm string `json:"algorithm,omitempty"`
 }
 
 // IsStrong reports whether the job is configured for strong consistency.
@@ -146,6 +149,11 @@ func (c Config) Validate() error {
 	}
 	if _, err := ParseConsistency(string(c.Consistency)); err != nil {
 		return err
+	}
+	if c.Algorithm != "" {
+		if _, err := AlgorithmByName(c.Algorithm); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
 	}
 	if c.IsStrong() && c.MaxRedundancy > 1 {
 		return fmt.Errorf("%w: a strongly consistent job gives each key at most one task, so its max redundancy must be 1, not %d; use consistency affinity for replicated keys",

@@ -385,6 +385,8 @@ func TestJobService(t *testing.T) {
 		{&slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1, SplitLoadFactor: 0.5}, "split load factor"},
 		{&slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1, MinSlicesPerTask: 200, MaxSlicesPerTask: 100}, "below min slices per task"},
 		{&slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1, SuppressBelow: -1}, "suppress below"},
+		{&slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1, Algorithm: "round-robin"}, `unknown algorithm: "round-robin"`},
+		{&slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1, Algorithm: strings.Repeat("x", 65)}, "algorithm name of 65 bytes"},
 	} {
 		_, err := jobs.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: tc.cfg}))
 		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tc.want) {

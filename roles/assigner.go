@@ -81,8 +81,7 @@ type Assigner struct {
 	forwarded  atomic.Uint64 // writes forwarded to the preferred Assigner
 	delay      time.Duration
 	grace      time.Duration
-	interval   time.Duration    // load-driven decisions; 0: never, and load is ignored
-	algo       assign.Algorithm // weighted-move
+	interval   time.Duration // load-driven decisions; 0: never, and load is ignored
 	stopping   <-chan struct{}
 
 	kick chan struct{} // a job's configuration changed
@@ -132,7 +131,6 @@ func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members 
 		delay:      cfg.RebalanceDelay,
 		grace:      cfg.StartupGrace,
 		interval:   cfg.RebalanceInterval,
-		algo:       assign.NewWeightedMove(),
 		stopping:   stopping,
 		kick:       make(chan struct{}, 1),
 		jobs:       make(map[string]*assignerJob),

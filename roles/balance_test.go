@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -336,12 +337,12 @@ func BenchmarkLoadDecision(b *testing.B) {
 	truth := assign.MergeLoads(parts...)
 	jcfg := assign.DefaultConfig()
 	jcfg.MaxRedundancy = 4
-	cur, _, err := as.algo.Decide("kv", nil, live, nil, jcfg)
+	cur, _, err := algorithmOf(jcfg).Decide("kv", nil, live, nil, jcfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for range 10 {
-		if cur, _, err = as.algo.Decide("kv", cur, live, truth, jcfg); err != nil {
+		if cur, _, err = algorithmOf(jcfg).Decide("kv", cur, live, truth, jcfg); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -352,7 +353,7 @@ func BenchmarkLoadDecision(b *testing.B) {
 	}
 	for b.Loop() {
 		load := as.jobLoad("kv")
-		next, _, err := as.algo.Decide("kv", cur, live, load, jcfg)
+		next, _, err := algorithmOf(jcfg).Decide("kv", cur, live, load, jcfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -415,5 +416,63 @@ func TestBalanceByCapacity(t *testing.T) {
 		if task.Capacity != 0 {
 			t.Errorf("the committed assignment records capacity %v for %s", task.Capacity, task.Name)
 		}
+	}
+}
+
+// A job's configured algorithm decides for it: consistent-hash places the
+// first assignment on its ring, and static makes no load-driven move under
+// load that weighted-move would balance (TestBalanceDecisions).
+func TestJobAlgorithm(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{assign.AlgorithmConsistentHash, assign.AlgorithmStatic} {
+		t.Run(name, func(t *testing.T) {
+			store := testStore(t)
+			jcfg := assign.DefaultConfig()
+			jcfg.Algorithm = name
+			if err := store.SetConfig(ctx, "kv", jcfg); err != nil {
+				t.Fatal(err)
+			}
+			members := &fakeMembers{}
+			members.set("kv", "t0", "t1", "t2")
+			cfg := testConfig(t, "n", "")
+			cfg.RebalanceInterval = time.Second
+			as := testAssigner(t, cfg, store, members, nil)
+			lead(t, as, "kv")
+			now := time.Unix(1000, 0)
+			as.loads.now = func() time.Time { return now }
+			if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+				t.Fatal(err)
+			}
+			j, err := as.job(ctx, "kv", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := j.pub.current()
+			alg, _ := assign.AlgorithmByName(name)
+			want, _, err := alg.Decide("kv", nil, as.tasksOf("kv", true), nil, jcfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(first.Slices, want.Slices, func(a, b assign.Slice) bool {
+				return a.Start == b.Start && a.End == b.End && slices.Equal(a.Tasks, b.Tasks)
+			}) {
+				t.Fatalf("first assignment has %d slices, not the %d of %s", len(first.Slices), len(want.Slices), name)
+			}
+			if name != assign.AlgorithmStatic {
+				return
+			}
+			for range 3 {
+				now = now.Add(time.Second)
+				for _, task := range []string{"t0", "t1", "t2"} {
+					if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(j.pub.current(), task, skewed(), 1))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				as.balanceAll(ctx)
+			}
+			if got := j.pub.current().Generation; got != first.Generation {
+				t.Errorf("a static job moved keys for load: generation %d after %d", got, first.Generation)
+			}
+		})
 	}
 }

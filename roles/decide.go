@@ -28,9 +28,22 @@ func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Tas
 	case why == triggerLoad && !sameTasks(cur, live):
 		return cur, assign.Decision{}, nil
 	case why == triggerLoad || a.interval == 0 || !keepsTask(cur, live):
-		return a.algo.Decide(name, cur, live, load, cfg)
+		return algorithmOf(cfg).Decide(name, cur, live, load, cfg)
 	}
 	return assign.Membership(name, cur, live, cfg)
+}
+
+// algorithmOf returns the job's algorithm (assign.Config.Algorithm,
+// weighted-move by default). A stored configuration was validated, so the
+// name is known; one that is not (written by a newer slicerd) falls back
+// to weighted-move rather than stopping the job's decisions.
+func algorithmOf(cfg assign.Config) assign.Algorithm {
+	if cfg.Algorithm != "" {
+		if alg, err := assign.AlgorithmByName(cfg.Algorithm); err == nil {
+			return alg
+		}
+	}
+	return assign.NewWeightedMove()
 }
 
 // sameTasks reports whether live (sorted by name) are exactly cur's tasks,

@@ -175,6 +175,7 @@ func jobSetFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "split-load-factor", DefaultText: "unchanged", Usage: fmt.Sprintf("split a slice whose load is at least this times the mean slice load (above 1); 0 means %g", d.SplitLoadFactor)},
 		&cli.Float64Flag{Name: "suppress-below", DefaultText: "unchanged", Usage: "leave the job alone while its hottest task's load per second is below this; 0 means never"},
 		&cli.IntFlag{Name: "max-slices", DefaultText: "unchanged", Usage: "most slices the job may have, whatever its task count; 0 means the assigner's --max-slices-per-job, which also caps it"},
+		&cli.StringFlag{Name: "algorithm", DefaultText: "unchanged", Usage: "sharding algorithm of the job's decisions: " + strings.Join(assign.AlgorithmNames(), ", ") + " (weighted-move is the default and the only one that balances load; the others are baselines)"},
 		&cli.StringFlag{Name: "consistency", DefaultText: "unchanged", Usage: "affinity (the default: keys go to tasks that likely hold their state) or strong (at most one task owns a key at any instant, under leases; needs --max-redundancy 1; see docs/consistency.md)"},
 	)
 }
@@ -230,6 +231,16 @@ func mergeConfigFlags(c *cli.Context, p *slicerv1.JobConfig) error {
 			p.Consistency = slicerv1.Consistency_CONSISTENCY_STRONG
 		default:
 			p.Consistency = slicerv1.Consistency_CONSISTENCY_AFFINITY
+		}
+	}
+	if c.IsSet("algorithm") {
+		name := c.String("algorithm")
+		if _, err := assign.AlgorithmByName(name); err != nil {
+			return usageError("invalid --algorithm %q: use one of %s", name, strings.Join(assign.AlgorithmNames(), ", "))
+		}
+		p.Algorithm = name
+		if name == assign.AlgorithmWeightedMove {
+			p.Algorithm = "" // the default, stored as configurations from before the field are
 		}
 	}
 	if c.IsSet("min-redundancy") && !c.IsSet("max-redundancy") && p.MinRedundancy > p.MaxRedundancy {

@@ -379,7 +379,12 @@ type JobConfig struct {
 	// What the job's tasks may believe about owning a key: affinity (the
 	// default) or strong (at most one owner per key at any instant, under
 	// the job's guard and bridge leases; needs max_redundancy 1).
-	Consistency   Consistency `protobuf:"varint,11,opt,name=consistency,proto3,enum=slicer.v1.Consistency" json:"consistency,omitempty"`
+	Consistency Consistency `protobuf:"varint,11,opt,name=consistency,proto3,enum=slicer.v1.Consistency" json:"consistency,omitempty"`
+	// The sharding algorithm of the job's decisions: "weighted-move" (the
+	// default, also ""), "static" or "consistent-hash" (baselines: static
+	// cuts the key space evenly over the live tasks and ignores load;
+	// consistent-hash places keys on a hash ring). At most 64 bytes.
+	Algorithm     string `protobuf:"bytes,12,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -489,6 +494,13 @@ func (x *JobConfig) GetConsistency() Consistency {
 		return x.Consistency
 	}
 	return Consistency_CONSISTENCY_UNSPECIFIED
+}
+
+func (x *JobConfig) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
 }
 
 type WatchAssignmentRequest struct {
@@ -2091,7 +2103,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12(\n" +
 	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xcf\x03\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xed\x03\n" +
 	"\tJobConfig\x12%\n" +
 	"\x0emin_redundancy\x18\x01 \x01(\rR\rminRedundancy\x12%\n" +
 	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\x12-\n" +
@@ -2107,7 +2119,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\n" +
 	"max_slices\x18\n" +
 	" \x01(\rR\tmaxSlices\x128\n" +
-	"\vconsistency\x18\v \x01(\x0e2\x16.slicer.v1.ConsistencyR\vconsistency\"\xa7\x01\n" +
+	"\vconsistency\x18\v \x01(\x0e2\x16.slicer.v1.ConsistencyR\vconsistency\x12\x1c\n" +
+	"\talgorithm\x18\f \x01(\tR\talgorithm\"\xa7\x01\n" +
 	"\x16WatchAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
 	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\x12+\n" +
