@@ -70,6 +70,7 @@ func ConfigToProto(c assign.Config) *slicerv1.JobConfig {
 		MaxSlices:        clampUint32(c.MaxSlices),
 		Consistency:      consistencyToProto(c.Consistency),
 		Algorithm:        c.Algorithm,
+		Frozen:           c.Frozen,
 	}
 }
 
@@ -125,6 +126,7 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 	}
 	c := assign.Config{
 		Algorithm:        p.GetAlgorithm(),
+		Frozen:           p.GetFrozen(),
 		Consistency:      consistency,
 		MinRedundancy:    int(p.GetMinRedundancy()),
 		MaxRedundancy:    int(p.GetMaxRedundancy()),

@@ -96,6 +96,9 @@ type Config struct {
 	// Algorithm names the sharding algorithm of the job's load-driven
 	// decisions (AlgorithmNames); "" is AlgorithmWeightedMove.
 	Algorithm string `json:"algorithm,omitempty"`
+	// Frozen stops load-driven decisions for the job; membership and
+	// configuration changes are still decided.
+	Frozen bool `json:"frozen,omitempty"`
 }
 
 // IsStrong reports whether the job is configured for strong consistency.

@@ -73,6 +73,20 @@ func TestJobCommandsBinary(t *testing.T) {
 			t.Errorf("job get: exit %d, output lacks %q:\n%s", code, want, out)
 		}
 	}
+	// freeze and unfreeze keep every other setting; an unknown job is an
+	// error, not a new job.
+	code, out = runSlicerd(t, "job", "freeze", "--addr", node.rpcAddr, "kv")
+	if code != 0 || !strings.Contains(out, "frozen          true\n") || !strings.Contains(out, "max redundancy  2\n") {
+		t.Errorf("job freeze: exit %d, output:\n%s", code, out)
+	}
+	code, out = runSlicerd(t, "job", "unfreeze", "--addr", node.rpcAddr, "kv")
+	if code != 0 || !strings.Contains(out, "frozen          false\n") || !strings.Contains(out, "move churn           0.2\n") {
+		t.Errorf("job unfreeze: exit %d, output:\n%s", code, out)
+	}
+	code, out = runSlicerd(t, "job", "freeze", "--addr", node.rpcAddr, "nosuchjob")
+	if code != 1 || !strings.Contains(out, `no job "nosuchjob"`) {
+		t.Errorf("job freeze of an unknown job: exit %d, output:\n%s", code, out)
+	}
 	code, out = runSlicerd(t, "job", "list", "--addr", node.rpcAddr)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "JOB ") || strings.Fields(lines[1])[0] != "kv" ||

@@ -66,6 +66,12 @@ func (a *Assigner) audit(e auditEntry) {
 // and served generation.
 func summarize(cfg assign.Config, configured bool, generation uint64) string {
 	s := fmt.Sprintf("min_redundancy=%d max_redundancy=%d", cfg.MinRedundancy, cfg.MaxRedundancy)
+	if cfg.Algorithm != "" {
+		s += " algorithm=" + cfg.Algorithm
+	}
+	if cfg.Frozen {
+		s += " frozen=true"
+	}
 	if !configured {
 		s = "default config (" + s + ")"
 	}

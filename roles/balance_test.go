@@ -476,3 +476,67 @@ func TestJobAlgorithm(t *testing.T) {
 		})
 	}
 }
+
+// A frozen job takes no load-driven decision under load that weighted-move
+// would balance (TestBalanceDecisions), but a task leaving still moves its
+// keys; unfrozen, the load is balanced again.
+func TestFrozenJob(t *testing.T) {
+	ctx := context.Background()
+	store := testStore(t)
+	jcfg := assign.DefaultConfig()
+	jcfg.Frozen = true
+	if err := store.SetConfig(ctx, "kv", jcfg); err != nil {
+		t.Fatal(err)
+	}
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2", "t3")
+	cfg := testConfig(t, "n", "")
+	cfg.RebalanceInterval = time.Second
+	as := testAssigner(t, cfg, store, members, nil)
+	lead(t, as, "kv")
+	now := time.Unix(1000, 0)
+	as.loads.now = func() time.Time { return now }
+	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	j, err := as.job(ctx, "kv", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	balance := func(tasks ...string) {
+		t.Helper()
+		for range 5 {
+			now = now.Add(time.Second)
+			for _, task := range tasks {
+				if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(j.pub.current(), task, skewed(), 1))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			as.balanceAll(ctx)
+		}
+	}
+	first := j.pub.current()
+	balance("t0", "t1", "t2", "t3")
+	if got := j.pub.current(); got.Generation != first.Generation {
+		t.Fatalf("a frozen job moved keys for load: generation %d after %d", got.Generation, first.Generation)
+	}
+
+	members.set("kv", "t0", "t1", "t2")
+	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	left := j.pub.current()
+	if left.Generation == first.Generation || slices.ContainsFunc(left.Tasks, func(task assign.Task) bool { return task.Name == "t3" }) {
+		t.Fatalf("a frozen job kept the departed t3: generation %d, tasks %v", left.Generation, left.Tasks)
+	}
+
+	jcfg.Frozen = false
+	if _, err := as.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: api.ConfigToProto(jcfg)})); err != nil {
+		t.Fatal(err)
+	}
+	before := assign.Imbalance(left, skewed())
+	balance("t0", "t1", "t2")
+	if after := assign.Imbalance(j.pub.current(), skewed()); after >= before {
+		t.Errorf("unfrozen, the imbalance went %.3f -> %.3f; want it balanced", before, after)
+	}
+}

@@ -20,12 +20,13 @@ import (
 // no task of the current one live), the algorithm decides with the load at
 // once; with load balancing off it never sees load.
 //
-// A load-driven decision taken while the live tasks differ from the
+// A frozen job (assign.Config.Frozen) takes no load-driven decision at
+// all. A load-driven decision taken while the live tasks differ from the
 // current assignment's changes nothing: the membership decision that the
 // same change armed goes first, and load moves at a later tick.
 func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Task, load assign.Load, cfg assign.Config, why trigger) (*assign.Assignment, assign.Decision, error) {
 	switch {
-	case why == triggerLoad && !sameTasks(cur, live):
+	case why == triggerLoad && (cfg.Frozen || !sameTasks(cur, live)):
 		return cur, assign.Decision{}, nil
 	case why == triggerLoad || a.interval == 0 || !keepsTask(cur, live):
 		return algorithmOf(cfg).Decide(name, cur, live, load, cfg)

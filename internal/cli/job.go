@@ -20,11 +20,13 @@ import (
 
 // servedBy names the role whose RPC service each job subcommand calls.
 var servedBy = map[string]gossip.Role{
-	"list":   gossip.RoleAssigner,
-	"get":    gossip.RoleAssigner,
-	"set":    gossip.RoleAssigner,
-	"watch":  gossip.RoleDistributor,
-	"delete": gossip.RoleAssigner,
+	"list":     gossip.RoleAssigner,
+	"get":      gossip.RoleAssigner,
+	"set":      gossip.RoleAssigner,
+	"freeze":   gossip.RoleAssigner,
+	"unfreeze": gossip.RoleAssigner,
+	"watch":    gossip.RoleDistributor,
+	"delete":   gossip.RoleAssigner,
 }
 
 // addrFlag is the --addr flag of the job subcommand cmd.
@@ -53,6 +55,25 @@ func JobCommand() *cli.Command {
 				ArgsUsage: "JOB",
 				Flags:     append(clientFlags(), addrFlag("get")),
 				Action:    func(c *cli.Context) error { return jobGet(c) },
+			},
+			{
+				Name:      "freeze",
+				Usage:     "stop a job's load-driven moves; task failures, joins and leaves are still handled",
+				ArgsUsage: "JOB",
+				Description: "A frozen job keeps its assignment whatever its load does: the Assigner decides again only\n" +
+					"when a task fails, leaves or joins, or the configuration changes. The flag is stored with\n" +
+					"the job's configuration, so it survives restarts and Assigner failover. 'unfreeze' clears it.",
+				Flags:        append(clientFlags(), addrFlag("freeze")),
+				OnUsageError: subcommandUsageError,
+				Action:       func(c *cli.Context) error { return jobFreeze(c, true) },
+			},
+			{
+				Name:         "unfreeze",
+				Usage:        "let a frozen job's load move its keys again",
+				ArgsUsage:    "JOB",
+				Flags:        append(clientFlags(), addrFlag("unfreeze")),
+				OnUsageError: subcommandUsageError,
+				Action:       func(c *cli.Context) error { return jobFreeze(c, false) },
 			},
 			{
 				Name:      "set",
@@ -252,6 +273,22 @@ func mergeConfigFlags(c *cli.Context, p *slicerv1.JobConfig) error {
 // jobSet reads the job's stored configuration, changes the fields whose
 // flags were given, and stores the result; the Assigner validates it.
 func jobSet(c *cli.Context) error {
+	return updateJobConfig(c, true, func(p *slicerv1.JobConfig) error { return mergeConfigFlags(c, p) })
+}
+
+// jobFreeze sets or clears a job's frozen flag. Unlike set it never
+// creates a job: freezing a name with no job is a mistake to report.
+func jobFreeze(c *cli.Context, frozen bool) error {
+	return updateJobConfig(c, false, func(p *slicerv1.JobConfig) error {
+		p.Frozen = frozen
+		return nil
+	})
+}
+
+// updateJobConfig reads the stored configuration of the job named by the
+// argument (the default for a job with none, if create), applies change
+// and stores the result, printing the job as stored.
+func updateJobConfig(c *cli.Context, create bool, change func(*slicerv1.JobConfig) error) error {
 	job, err := jobArg(c)
 	if err != nil {
 		return err
@@ -267,10 +304,12 @@ func jobSet(c *cli.Context) error {
 	switch {
 	case err == nil && resp.Msg.GetJob().GetConfig() != nil:
 		cfg = resp.Msg.GetJob().GetConfig()
+	case err != nil && connect.CodeOf(err) == connect.CodeNotFound && !create:
+		return cli.Exit(fmt.Sprintf("%s: no job %q; 'slicerd job list' shows the jobs", c.Command.FullName(), job), 1)
 	case err != nil && connect.CodeOf(err) != connect.CodeNotFound:
 		return rpcError(c, err)
 	}
-	if err := mergeConfigFlags(c, cfg); err != nil {
+	if err := change(cfg); err != nil {
 		return err
 	}
 	set, err := client.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: job, Config: cfg}))

@@ -384,7 +384,11 @@ type JobConfig struct {
 	// default, also ""), "static" or "consistent-hash" (baselines: static
 	// cuts the key space evenly over the live tasks and ignores load;
 	// consistent-hash places keys on a hash ring). At most 64 bytes.
-	Algorithm     string `protobuf:"bytes,12,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	Algorithm string `protobuf:"bytes,12,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	// A frozen job makes no load-driven decisions: its assignment changes
+	// only for membership (a task failing, leaving or joining) and for
+	// configuration. Set by `slicerd job freeze`, cleared by `unfreeze`.
+	Frozen        bool `protobuf:"varint,13,opt,name=frozen,proto3" json:"frozen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -501,6 +505,13 @@ func (x *JobConfig) GetAlgorithm() string {
 		return x.Algorithm
 	}
 	return ""
+}
+
+func (x *JobConfig) GetFrozen() bool {
+	if x != nil {
+		return x.Frozen
+	}
+	return false
 }
 
 type WatchAssignmentRequest struct {
@@ -2103,7 +2114,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12(\n" +
 	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xed\x03\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\x85\x04\n" +
 	"\tJobConfig\x12%\n" +
 	"\x0emin_redundancy\x18\x01 \x01(\rR\rminRedundancy\x12%\n" +
 	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\x12-\n" +
@@ -2120,7 +2131,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"max_slices\x18\n" +
 	" \x01(\rR\tmaxSlices\x128\n" +
 	"\vconsistency\x18\v \x01(\x0e2\x16.slicer.v1.ConsistencyR\vconsistency\x12\x1c\n" +
-	"\talgorithm\x18\f \x01(\tR\talgorithm\"\xa7\x01\n" +
+	"\talgorithm\x18\f \x01(\tR\talgorithm\x12\x16\n" +
+	"\x06frozen\x18\r \x01(\bR\x06frozen\"\xa7\x01\n" +
 	"\x16WatchAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
 	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\x12+\n" +
