@@ -59,6 +59,8 @@ type options struct {
 	maxRedundancy     int
 	rebalanceInterval string
 	slicerdFlags      benchproc.Flags
+	freeze            bool
+	kill              bool
 	jsonOut           bool
 	trace             bool
 	logDir            string
@@ -91,6 +93,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.maxRedundancy, "max-redundancy", 0, "job's max redundancy (default: -tasks)")
 	fs.StringVar(&o.rebalanceInterval, "rebalance-interval", "", "slicerd --rebalance-interval (default: slicerd's own)")
 	fs.Var(&o.slicerdFlags, "slicerd-flag", "extra flag for slicerd, e.g. -slicerd-flag=--log-level=debug (repeatable)")
+	fs.BoolVar(&o.freeze, "freeze", false, "freeze the job (slicerd job freeze) after the warmup: the shifts should then move nothing")
+	fs.BoolVar(&o.kill, "kill", false, "after the shifts, SIGKILL task kv-1 and time until the assignment no longer names it")
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of text")
 	fs.BoolVar(&o.trace, "trace", false, "print every second's imbalance to stderr")
 	fs.StringVar(&o.logDir, "log-dir", "", "keep the processes' logs in this directory (default: a temporary one, removed)")
@@ -168,9 +172,19 @@ type report struct {
 	// infinitely slow; it is null when that is the median.
 	MedianSeconds *float64 `json:"median_s"`
 	Balanced      int      `json:"balanced"`
-	Answered      uint64   `json:"answered"`
-	Failed        uint64   `json:"failed"`
-	Dropped       uint64   `json:"dropped"`
+	// Frozen: the job was frozen after the warmup; FrozenGeneration is its
+	// generation then, and LastShiftGeneration the generation after the
+	// last shift's period.
+	Frozen              bool   `json:"frozen,omitempty"`
+	FrozenGeneration    uint64 `json:"frozen_generation,omitempty"`
+	LastShiftGeneration uint64 `json:"last_shift_generation,omitempty"`
+	// KillSeconds is the time from SIGKILL of kv-1 until the Clerk held
+	// an assignment without it (-kill); KillGeneration is that assignment's.
+	KillSeconds    float64 `json:"kill_s,omitempty"`
+	KillGeneration uint64  `json:"kill_generation,omitempty"`
+	Answered       uint64  `json:"answered"`
+	Failed         uint64  `json:"failed"`
+	Dropped        uint64  `json:"dropped"`
 }
 
 func (r *report) median() {
@@ -209,6 +223,12 @@ func (r *report) print(w io.Writer) {
 	med := "none (most shifts never balanced)"
 	if r.MedianSeconds != nil {
 		med = fmt.Sprintf("%.0f s", *r.MedianSeconds)
+	}
+	if r.Frozen {
+		fmt.Fprintf(w, "frozen at generation %d; generation %d after the last shift\n", r.FrozenGeneration, r.LastShiftGeneration)
+	}
+	if r.KillGeneration != 0 {
+		fmt.Fprintf(w, "kv-1 SIGKILLed: an assignment without it (generation %d) reached the clerk %.2f s later\n", r.KillGeneration, r.KillSeconds)
 	}
 	fmt.Fprintf(w, "median %s over %d shifts, %d balanced within %gs (imbalance < %g over %d s; %d tasks, %d keys, exponent %g, %g req/s; answered %d, failed %d, dropped %d)\n",
 		med, len(r.Shifts), r.Balanced, r.Period, r.Thresh, r.Window, r.Tasks, r.Keys, r.Exponent, r.Rate, r.Answered, r.Failed, r.Dropped)
@@ -305,6 +325,16 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	rep := &report{Command: "go run ./bench/reaction " + strings.Join(os.Args[1:], " "),
 		Tasks: o.tasks, Keys: o.load.Keys, Exponent: o.load.Exponent, Rate: o.load.Rate,
 		Period: o.measure.Period.Seconds(), Window: o.measure.Window, Thresh: o.measure.Threshold}
+	if o.freeze {
+		jctx, jcancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err := exec.CommandContext(jctx, o.slicerd, "job", "freeze", "--addr", started.RPC, "kv").CombinedOutput()
+		jcancel()
+		if err != nil {
+			return nil, fmt.Errorf("slicerd job freeze: %w: %s", err, out)
+		}
+		rep.Frozen, rep.FrozenGeneration = true, ck.Generation()
+		say("job frozen at generation %d", rep.FrozenGeneration)
+	}
 	for range o.shifts {
 		r, err := d.MeasureShift(ctx, m)
 		if err != nil {
@@ -315,6 +345,33 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 			say("shift %d (hot %s): balanced after %.0f s, peak imbalance %.2f", r.Shift, r.HotKey, r.ReactionSeconds, r.PeakImbalance)
 		} else {
 			say("shift %d (hot %s): not balanced within %v, final imbalance %.2f", r.Shift, r.HotKey, o.measure.Period, r.FinalImbalance)
+		}
+	}
+	rep.LastShiftGeneration = ck.Generation()
+	if o.kill && o.tasks > 1 {
+		victim := procs[2] // procs[0] is slicerd, then kv-0, kv-1, ...
+		killed := time.Now()
+		if err := victim.Cmd.Process.Kill(); err != nil {
+			return nil, fmt.Errorf("kill kv-1: %w", err)
+		}
+		deadline := time.NewTimer(60 * time.Second)
+		defer deadline.Stop()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			a := ck.Assignment()
+			if _, named := a.TaskIndex("kv-1"); !named {
+				rep.KillSeconds, rep.KillGeneration = time.Since(killed).Seconds(), a.Generation
+				say("kv-1 killed; generation %d without it after %.2f s", a.Generation, rep.KillSeconds)
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-deadline.C:
+				return nil, fmt.Errorf("kv-1 killed 60 s ago and the assignment still names it (generation %d)", a.Generation)
+			case <-tick.C:
+			}
 		}
 	}
 	rep.Answered, rep.Failed, rep.Dropped = d.Stats()
