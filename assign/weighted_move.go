@@ -160,8 +160,8 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], col
 		// The receiver: the makeRoomReceivers coldest tasks of each
 		// capacity in turn, the one that would end least utilised first.
 		for _, c := range cold.ranked(w.p.tasks(s), give, makeRoomReceivers) {
-			// From here on ns is in c's utilisation, as are target and
-			// ceiling; hNew is h's.
+			// From here on ns, target and need are in c's utilisation;
+			// hNew is h's.
 			ih, ic := w.inv[h], w.inv[c]
 			ns, hNew := give*ic, lh+(l/float64(r+1)-sh)*ih
 			if kind == Reassign {
