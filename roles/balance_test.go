@@ -417,6 +417,17 @@ func TestBalanceByCapacity(t *testing.T) {
 			t.Errorf("the committed assignment records capacity %v for %s", task.Capacity, task.Name)
 		}
 	}
+	// GetJob shows what each task advertises, and the imbalance per unit
+	// of capacity.
+	info := as.jobInfo(j)
+	for _, lt := range info.GetLiveTasks() {
+		if want := caps[lt.GetName()]; lt.GetCapacity() != want {
+			t.Errorf("JobInfo: %s has capacity %v, want %v", lt.GetName(), lt.GetCapacity(), want)
+		}
+	}
+	if got := info.GetImbalance(); got > 1.1 {
+		t.Errorf("JobInfo imbalance %.3f, want the utilisation imbalance (at most 1.1)", got)
+	}
 }
 
 // A job's configured algorithm decides for it: consistent-hash places the

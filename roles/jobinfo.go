@@ -126,7 +126,7 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 		PreferredAssigner: a.leader.PreferredNow(j.name)}
 	live := a.tasksOf(j.name, true)
 	for _, t := range live {
-		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr})
+		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr, Capacity: t.Capacity})
 	}
 	// The load view is what decisions see, reported even while load
 	// balancing is off so an operator can tell whether it is needed.

@@ -25,7 +25,11 @@ func printJob(w io.Writer, j *slicerv1.JobInfo) {
 	fmt.Fprintf(w, "job %s\n  generation      %d\n  assigner        %s\n  min redundancy  %d\n  max redundancy  %d\n  consistency     %s\n  algorithm       %s\n  frozen          %v\n  configured      %v\n  live tasks      %d\n",
 		j.GetName(), j.GetGeneration(), assigner, p.GetMinRedundancy(), p.GetMaxRedundancy(), consistency, algorithm, p.GetFrozen(), j.GetConfigured(), len(j.GetLiveTasks()))
 	for _, t := range j.GetLiveTasks() {
-		fmt.Fprintf(w, "    %-20s %s\n", t.GetName(), t.GetAddress())
+		if c := t.GetCapacity(); c != 0 {
+			fmt.Fprintf(w, "    %-20s %s  capacity %g\n", t.GetName(), t.GetAddress(), c)
+		} else {
+			fmt.Fprintf(w, "    %-20s %s\n", t.GetName(), t.GetAddress())
+		}
 	}
 	// The effective tuning: stored zeros are the defaults.
 	cfg := assign.Config{

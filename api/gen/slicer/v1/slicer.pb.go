@@ -142,7 +142,10 @@ type Task struct {
 	// Stable name of the task within its job, e.g. "kv-0".
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Address clients use to reach the task, host:port.
-	Address       string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// The task's relative capacity as it advertises it (0 means 1). Set only
+	// in JobInfo.live_tasks: assignments do not record capacities.
+	Capacity      float64 `protobuf:"fixed64,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +192,13 @@ func (x *Task) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *Task) GetCapacity() float64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
 }
 
 // Slice is the half-open range [start, end) of 63-bit slice keys and the
@@ -2098,10 +2108,11 @@ var File_slicer_v1_slicer_proto protoreflect.FileDescriptor
 
 const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\n" +
-	"\x16slicer/v1/slicer.proto\x12\tslicer.v1\"4\n" +
+	"\x16slicer/v1/slicer.proto\x12\tslicer.v1\"P\n" +
 	"\x04Task\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"E\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
+	"\bcapacity\x18\x03 \x01(\x01R\bcapacity\"E\n" +
 	"\x05Slice\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x14\n" +
