@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // TestDemoOnceBinary runs 'slicerd demo --once' as a user would and checks
@@ -103,5 +105,30 @@ func TestJobCommandsBinary(t *testing.T) {
 	code, out = runSlicerd(t, "job", "list", "--addr", distributor.rpcAddr)
 	if want := "job list is served by the assigner role; " + distributor.rpcAddr + " runs no assigner"; code != 1 || !strings.Contains(out, want) {
 		t.Errorf("job list against a distributor: exit %d, output:\n%s\nwant exit 1 and %q", code, out, want)
+	}
+}
+
+// TestTaskCapacityBinary: a kvserver started with -capacity advertises it
+// in its gossip tags, and job get shows it for that task alone; an invalid
+// -capacity stops kvserver at start with a message naming the bounds.
+func TestTaskCapacityBinary(t *testing.T) {
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
+	startKV(t, "kv-0", node.gossipAddr)
+	startKV(t, "kv-1", node.gossipAddr, "-capacity", "2.5")
+	var out string
+	testwait.Until(t, 30*time.Second, "job get to show both tasks, kv-1 with capacity 2.5", func() bool {
+		var code int
+		code, out = runSlicerd(t, "job", "get", "--addr", node.rpcAddr, "kv")
+		return code == 0 && strings.Contains(out, "live tasks      2\n") && strings.Contains(out, " capacity 2.5\n")
+	})
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "kv-0 ") && strings.Contains(line, "capacity") {
+			t.Errorf("kv-0 advertises no capacity, but job get shows %q", line)
+		}
+	}
+
+	bad := start(t, "kv-bad", bin.kvserver, "-job", "kv", "-task", "kv-9", "-capacity", "-1", "-join", node.gossipAddr)
+	if code := bad.wait(20 * time.Second); code != 2 || !strings.Contains(bad.output(), "invalid task capacity: -1; give a relative capacity between 0.001 and 1000") {
+		t.Errorf("kvserver -capacity -1: exit %d, output:\n%s", code, bad.output())
 	}
 }
