@@ -48,8 +48,14 @@ type latest struct {
 
 	round    atomic.Uint64 // the latest wake-up round; a pacer stops when it is not its own
 	inflight atomic.Int64  // streams a pacer woke that have not finished sending
-	released chan struct{} // signalled when inflight falls to paceLimit/2
-	pacers   sync.WaitGroup
+	released chan struct{} // signalled when inflight falls to paceLimit/2, and by stopPacing
+	// pacers are the pacing goroutines, at most one running its round and
+	// any superseded one on its way out. A round ends when every stream
+	// was woken (at the latest n/paceLimit × paceStall after it began),
+	// when a later change starts another, or at stopPacing, which end
+	// calls and which waits for them.
+	pacers  sync.WaitGroup
+	running atomic.Int32 // pacing goroutines started and not yet returned
 }
 
 // Pacing of large wake-ups.
@@ -115,13 +121,8 @@ func (l *latest) wakeAll() {
 		n += len(g)
 	}
 	if n <= paceLimit {
-		for _, g := range l.subs {
-			for sub := range g {
-				sub.signal()
-			}
-		}
 		l.subMu.Unlock()
-		l.round.Add(1) // a round under way stops: everyone is woken
+		l.wakeNow()
 		return
 	}
 	subs := make([]*subscriber, 0, n)
@@ -135,7 +136,24 @@ func (l *latest) wakeAll() {
 	// The round ends when every stream was woken, or when a later change
 	// starts another; with every sender stuck that takes
 	// n/paceLimit × paceStall.
-	l.pacers.Go(func() { l.pace(round, subs) })
+	l.running.Add(1)
+	l.pacers.Go(func() {
+		defer l.running.Add(-1)
+		l.pace(round, subs)
+	})
+}
+
+// wakeNow signals every subscriber at once, group by group; a round under
+// way stops, since everyone is woken.
+func (l *latest) wakeNow() {
+	l.subMu.Lock()
+	for _, g := range l.subs {
+		for sub := range g {
+			sub.signal()
+		}
+	}
+	l.subMu.Unlock()
+	l.round.Add(1)
 }
 
 // pace wakes subs in order, keeping at most limit of them woken and still
@@ -170,6 +188,16 @@ func (l *latest) pace(round uint64, subs []*subscriber) {
 			limit += paceLimit
 		}
 	}
+}
+
+// stopPacing ends any pacing round and waits for its goroutine.
+func (l *latest) stopPacing() {
+	l.round.Add(1)
+	select {
+	case l.released <- struct{}{}: // a pacer waiting for senders looks at its round
+	default:
+	}
+	l.pacers.Wait()
 }
 
 // settle uncounts sub from inflight if a pacer counted it: the stream has
@@ -275,11 +303,15 @@ func (l *latest) fail(err error) {
 }
 
 // end drops the held assignment and ends every stream of l with err: the
-// job is gone. A later publish starts afresh.
+// job is gone. Its streams are woken at once, not paced (they end without
+// sending), and any pacing round is stopped and waited for. A later
+// publish starts afresh.
 func (l *latest) end(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.replace(&latestState{err: err})
+	l.stopPacing()
+	l.state.Store(&latestState{err: err})
+	l.wakeNow()
 }
 
 // delta returns the message that brings a subscriber holding known to

@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strconv"
 	"sync"
@@ -329,4 +330,40 @@ func TestPacedWakeUpGoesPastStalledSends(t *testing.T) {
 	t.Cleanup(func() { close(release) }) // runs before pacedStreams' cleanup
 	l.publish(pacedAssignment(2))
 	testwait.For(t, "every stream to start sending generation 2", func() bool { return sent.Load() == n })
+}
+
+// end stops a pacing round under way and waits for its goroutine, and
+// every stream, woken at once, ends with the error.
+func TestEndStopsPacing(t *testing.T) {
+	const n = 3 * paceLimit
+	l := newLatest()
+	l.publish(pacedAssignment(1))
+	release := make(chan struct{})
+	var sent atomic.Int64
+	pacedStreams(t, l, n, func(*sharedResponse) error {
+		sent.Add(1)
+		<-release
+		return nil
+	})
+	l.publish(pacedAssignment(2))
+	testwait.For(t, "the first paced streams to start sending generation 2", func() bool { return sent.Load() >= paceLimit })
+	done := make(chan struct{})
+	go func() {
+		l.end(errors.New("job deleted"))
+		close(done)
+	}()
+	select {
+	case <-done: // end returned with the pacer stopped, while senders are still stuck
+	case <-time.After(30 * time.Second):
+		t.Fatal("end did not return while a pacing round was under way")
+	}
+	if n := l.running.Load(); n != 0 {
+		t.Errorf("%d pacing goroutines still running after end", n)
+	}
+	close(release)
+	testwait.For(t, "every stream to end", func() bool {
+		l.subMu.Lock()
+		defer l.subMu.Unlock()
+		return len(l.subs) == 0
+	})
 }
