@@ -48,16 +48,21 @@ func capacityOf(t Task) float64 {
 	return t.Capacity
 }
 
-// recorded returns ts as an assignment records them: without capacities.
-// It returns ts itself when no task has one.
+// recorded returns t as an assignment records it: without its capacity.
+func (t Task) recorded() Task {
+	t.Capacity = 0
+	return t
+}
+
+// recorded returns ts as an assignment records them. It returns ts itself
+// when no task has a capacity.
 func recorded(ts []Task) []Task {
-	i := slices.IndexFunc(ts, func(t Task) bool { return t.Capacity != 0 })
-	if i < 0 {
+	if !slices.ContainsFunc(ts, func(t Task) bool { return t.Capacity != 0 }) {
 		return ts
 	}
-	out := slices.Clone(ts)
-	for i := range out {
-		out[i].Capacity = 0
+	out := make([]Task, len(ts))
+	for i, t := range ts {
+		out[i] = t.recorded()
 	}
 	return out
 }

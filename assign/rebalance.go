@@ -552,7 +552,7 @@ func (p *planner) assignment(job string, gen uint64) *Assignment {
 	a := &Assignment{Job: job, Generation: gen, Slices: make([]Slice, len(p.slices))}
 	for t, u := range used {
 		if u {
-			a.Tasks = append(a.Tasks, Task{Name: p.live[t].Name, Addr: p.live[t].Addr})
+			a.Tasks = append(a.Tasks, p.live[t].recorded())
 		}
 	}
 	names := make([]string, total)

@@ -331,6 +331,14 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 	}
 	dog := sl.watch.watch(sl.rc)
 	sent := false // connect-go has sent the first message, and the headers
+	// failed is what a send that failed returns: UNAVAILABLE, so the
+	// client reconnects, unless the stream's own context ended.
+	failed := func(err error) error {
+		if err != nil && ctx.Err() == nil {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %w", errStreamSend, err))
+		}
+		return err
+	}
 	send = func(s *sharedResponse) error {
 		if sl.direct && sent {
 			if env, err := s.enveloped(); err == nil {
@@ -340,10 +348,7 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 					err = sl.rc.Flush()
 				}
 				dog.disarm()
-				if err != nil && ctx.Err() == nil {
-					return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %w", errStreamSend, err))
-				}
-				return err
+				return failed(err)
 			}
 		}
 		var msg any = s
@@ -362,10 +367,7 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 		err := stream.Conn().Send(msg)
 		dog.disarm()
 		sent = sent || err == nil
-		if err != nil && ctx.Err() == nil {
-			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %w", errStreamSend, err))
-		}
-		return err
+		return failed(err)
 	}
 	return send, dog.stop
 }
