@@ -9,6 +9,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/clerk/clerktest"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
@@ -20,13 +21,21 @@ func moved(a *assign.Assignment, gen uint64, i int, task string) *assign.Assignm
 	return b
 }
 
-// The Clerk asks for deltas, applies them, and routes by the result.
-func TestClerkAppliesDeltas(t *testing.T) {
+// startAtGeneration1 starts a server holding generation 1 (16 slices) and a
+// Clerk that has it.
+func startAtGeneration1(t *testing.T) (*clerktest.Server, *clerk.Clerk, *assign.Assignment) {
+	t.Helper()
 	srv := newServer(t)
 	a1 := clerktest.Uniform(job, 1, tasks, 16)
 	srv.Publish(a1)
 	c := start(t, testConfig(srv.Addr()))
 	waitGen(t, c, 1)
+	return srv, c, a1
+}
+
+// The Clerk asks for deltas, applies them, and routes by the result.
+func TestClerkAppliesDeltas(t *testing.T) {
+	srv, c, a1 := startAtGeneration1(t)
 	a2 := moved(a1, 2, 3, "t2")
 	srv.SendDelta(job, api.ToProto(a2), api.Diff(a1, a2))
 	waitGen(t, c, 2)
@@ -54,11 +63,7 @@ func TestClerkRepairsABadDeltaWithAFullAssignment(t *testing.T) {
 		"out of order": func(d *slicerv1.AssignmentDelta) { d.BaseGeneration = 0 },
 	} {
 		t.Run(name, func(t *testing.T) {
-			srv := newServer(t)
-			a1 := clerktest.Uniform(job, 1, tasks, 16)
-			srv.Publish(a1)
-			c := start(t, testConfig(srv.Addr()))
-			waitGen(t, c, 1)
+			srv, c, a1 := startAtGeneration1(t)
 
 			a2 := moved(a1, 2, 3, "t2")
 			d := proto.Clone(api.Diff(a1, a2)).(*slicerv1.AssignmentDelta)
@@ -82,11 +87,7 @@ func TestClerkRepairsABadDeltaWithAFullAssignment(t *testing.T) {
 // A Clerk on a server that predates deltas gets full assignments and
 // follows them, as before.
 func TestClerkOnAServerWithoutDeltas(t *testing.T) {
-	srv := newServer(t)
-	a1 := clerktest.Uniform(job, 1, tasks, 16)
-	srv.Publish(a1)
-	c := start(t, testConfig(srv.Addr()))
-	waitGen(t, c, 1)
+	srv, c, a1 := startAtGeneration1(t)
 	for g := uint64(2); g <= 5; g++ {
 		srv.Publish(moved(a1, g, int(g), "t1"))
 		waitGen(t, c, g)

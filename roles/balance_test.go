@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -46,39 +45,68 @@ func reportFor(a *assign.Assignment, task string, truth assign.Load, window floa
 	return req
 }
 
+// balanceFixture is a leading Assigner, with load decisions every second
+// and a fake clock for its load reports, over a job "kv" of members' tasks
+// that has its first assignment. jcfg, if not nil, is stored as the job's
+// configuration first.
+type balanceFixture struct {
+	as  *Assigner
+	j   *assignerJob
+	now time.Time
+}
+
+func newBalanceFixture(t *testing.T, members *fakeMembers, jcfg *assign.Config) *balanceFixture {
+	t.Helper()
+	ctx := context.Background()
+	store := testStore(t)
+	if jcfg != nil {
+		if err := store.SetConfig(ctx, "kv", *jcfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := testConfig(t, "n", "")
+	cfg.RebalanceInterval = time.Second
+	f := &balanceFixture{as: testAssigner(t, cfg, store, members, nil), now: time.Unix(1000, 0)}
+	lead(t, f.as, "kv")
+	f.as.loads.now = func() time.Time { return f.now }
+	if err := f.as.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	j, err := f.as.job(ctx, "kv", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.j = j
+	return f
+}
+
+// report advances the clock a second and has each task report truth as
+// measured under the current assignment.
+func (f *balanceFixture) report(t *testing.T, truth assign.Load, tasks ...string) {
+	t.Helper()
+	f.now = f.now.Add(time.Second)
+	cur := f.j.pub.current()
+	for _, task := range tasks {
+		if _, err := f.as.ReportLoad(context.Background(), connect.NewRequest(reportFor(cur, task, truth, 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // The periodic decision, driven by hand with a fake clock: skewed load is
 // balanced over a few decisions, each waiting for reports measured after
 // the previous commit, and a decision that would not lower the imbalance
 // is not committed.
 func TestBalanceDecisions(t *testing.T) {
 	ctx := context.Background()
-	store := testStore(t)
 	members := &fakeMembers{}
 	members.set("kv", "t0", "t1", "t2")
-	cfg := testConfig(t, "n", "")
-	cfg.RebalanceInterval = time.Second
-	as := testAssigner(t, cfg, store, members, nil)
-	lead(t, as, "kv")
-	now := time.Unix(1000, 0)
-	as.loads.now = func() time.Time { return now }
-
-	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
-		t.Fatal(err)
-	}
-	j, err := as.job(ctx, "kv", false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newBalanceFixture(t, members, nil)
+	as, j := f.as, f.j
 	truth := skewed()
 	reportAll := func() {
 		t.Helper()
-		now = now.Add(time.Second)
-		cur := j.pub.current()
-		for _, task := range []string{"t0", "t1", "t2"} {
-			if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(cur, task, truth, 1))); err != nil {
-				t.Fatal(err)
-			}
-		}
+		f.report(t, truth, "t0", "t1", "t2")
 	}
 	start := assign.Imbalance(j.pub.current(), truth)
 	if start < 2.5 {
@@ -102,7 +130,7 @@ func TestBalanceDecisions(t *testing.T) {
 
 	// Every report predates the commit, and none is overdue yet: no
 	// decision until the tasks report again.
-	now = now.Add(100 * time.Millisecond)
+	f.now = f.now.Add(100 * time.Millisecond)
 	as.balanceAll(ctx)
 	if got := j.pub.current().Generation; got != first.Generation {
 		t.Fatalf("decided again (generation %d) on load measured before the last commit", got)
@@ -367,26 +395,14 @@ func BenchmarkLoadDecision(b *testing.B) {
 // about three times the load of each of the others.
 func TestBalanceByCapacity(t *testing.T) {
 	ctx := context.Background()
-	store := testStore(t)
 	members := &fakeMembers{}
 	caps := map[string]float64{"t0": 1, "t1": 1, "t2": 3}
 	for _, name := range []string{"t0", "t1", "t2"} {
 		members.peers = append(members.peers, gossip.Peer{Name: "kv/" + name, Roles: []gossip.Role{gossip.RoleTask},
 			Job: "kv", Task: name, Status: gossip.StatusAlive, Capacity: caps[name]})
 	}
-	cfg := testConfig(t, "n", "")
-	cfg.RebalanceInterval = time.Second
-	as := testAssigner(t, cfg, store, members, nil)
-	lead(t, as, "kv")
-	now := time.Unix(1000, 0)
-	as.loads.now = func() time.Time { return now }
-	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
-		t.Fatal(err)
-	}
-	j, err := as.job(ctx, "kv", false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newBalanceFixture(t, members, nil)
+	as, j := f.as, f.j
 	// An even load: the even first split leaves t2 at a third of its share.
 	truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: 1000}}
 	live := as.tasksOf("kv", true)
@@ -394,13 +410,8 @@ func TestBalanceByCapacity(t *testing.T) {
 		t.Fatalf("live tasks %+v; want t2 with the capacity it advertises", live)
 	}
 	for range 30 {
-		now = now.Add(time.Second)
 		cur := j.pub.current()
-		for _, task := range []string{"t0", "t1", "t2"} {
-			if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(cur, task, truth, 1))); err != nil {
-				t.Fatal(err)
-			}
-		}
+		f.report(t, truth, "t0", "t1", "t2")
 		as.balanceAll(ctx)
 		if j.pub.current().Generation == cur.Generation {
 			break
@@ -437,48 +448,26 @@ func TestJobAlgorithm(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{assign.AlgorithmConsistentHash, assign.AlgorithmStatic} {
 		t.Run(name, func(t *testing.T) {
-			store := testStore(t)
 			jcfg := assign.DefaultConfig()
 			jcfg.Algorithm = name
-			if err := store.SetConfig(ctx, "kv", jcfg); err != nil {
-				t.Fatal(err)
-			}
 			members := &fakeMembers{}
 			members.set("kv", "t0", "t1", "t2")
-			cfg := testConfig(t, "n", "")
-			cfg.RebalanceInterval = time.Second
-			as := testAssigner(t, cfg, store, members, nil)
-			lead(t, as, "kv")
-			now := time.Unix(1000, 0)
-			as.loads.now = func() time.Time { return now }
-			if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
-				t.Fatal(err)
-			}
-			j, err := as.job(ctx, "kv", false)
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := newBalanceFixture(t, members, &jcfg)
+			as, j := f.as, f.j
 			first := j.pub.current()
 			alg, _ := assign.AlgorithmByName(name)
 			want, _, err := alg.Decide("kv", nil, as.tasksOf("kv", true), nil, jcfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.EqualFunc(first.Slices, want.Slices, func(a, b assign.Slice) bool {
-				return a.Start == b.Start && a.End == b.End && slices.Equal(a.Tasks, b.Tasks)
-			}) {
+			if !assign.Equal(first, want) {
 				t.Fatalf("first assignment has %d slices, not the %d of %s", len(first.Slices), len(want.Slices), name)
 			}
 			if name != assign.AlgorithmStatic {
 				return
 			}
 			for range 3 {
-				now = now.Add(time.Second)
-				for _, task := range []string{"t0", "t1", "t2"} {
-					if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(j.pub.current(), task, skewed(), 1))); err != nil {
-						t.Fatal(err)
-					}
-				}
+				f.report(t, skewed(), "t0", "t1", "t2")
 				as.balanceAll(ctx)
 			}
 			if got := j.pub.current().Generation; got != first.Generation {
@@ -493,36 +482,16 @@ func TestJobAlgorithm(t *testing.T) {
 // keys; unfrozen, the load is balanced again.
 func TestFrozenJob(t *testing.T) {
 	ctx := context.Background()
-	store := testStore(t)
 	jcfg := assign.DefaultConfig()
 	jcfg.Frozen = true
-	if err := store.SetConfig(ctx, "kv", jcfg); err != nil {
-		t.Fatal(err)
-	}
 	members := &fakeMembers{}
 	members.set("kv", "t0", "t1", "t2", "t3")
-	cfg := testConfig(t, "n", "")
-	cfg.RebalanceInterval = time.Second
-	as := testAssigner(t, cfg, store, members, nil)
-	lead(t, as, "kv")
-	now := time.Unix(1000, 0)
-	as.loads.now = func() time.Time { return now }
-	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
-		t.Fatal(err)
-	}
-	j, err := as.job(ctx, "kv", false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newBalanceFixture(t, members, &jcfg)
+	as, j := f.as, f.j
 	balance := func(tasks ...string) {
 		t.Helper()
 		for range 5 {
-			now = now.Add(time.Second)
-			for _, task := range tasks {
-				if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(j.pub.current(), task, skewed(), 1))); err != nil {
-					t.Fatal(err)
-				}
-			}
+			f.report(t, skewed(), tasks...)
 			as.balanceAll(ctx)
 		}
 	}
@@ -537,7 +506,7 @@ func TestFrozenJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := j.pub.current()
-	if left.Generation == first.Generation || slices.ContainsFunc(left.Tasks, func(task assign.Task) bool { return task.Name == "t3" }) {
+	if left.Generation == first.Generation || func() bool { _, ok := left.TaskIndex("t3"); return ok }() {
 		t.Fatalf("a frozen job kept the departed t3: generation %d, tasks %v", left.Generation, left.Tasks)
 	}
 
