@@ -62,7 +62,9 @@ func JobCommand() *cli.Command {
 				ArgsUsage: "JOB",
 				Description: "A frozen job keeps its assignment whatever its load does: the Assigner decides again only\n" +
 					"when a task fails, leaves or joins, or the configuration changes. The flag is stored with\n" +
-					"the job's configuration, so it survives restarts and Assigner failover. 'unfreeze' clears it.",
+					"the job's configuration, so it survives restarts and Assigner failover. 'unfreeze' clears it.\n" +
+					"It is a configuration write: with TLS it needs an admin identity (certificate or --token-file),\n" +
+					"as 'job set' does, and the audit log records it.",
 				Flags:        append(clientFlags(), addrFlag("freeze")),
 				OnUsageError: subcommandUsageError,
 				Action:       func(c *cli.Context) error { return jobFreeze(c, true) },
