@@ -55,16 +55,14 @@ type Clerk struct {
 	// Distributors outside the subset (all of them without subsetting)
 	// and among the Backups.
 	nextDist, nextBackup int
-	// heard is the version of the newest assignment a server has sent
-	// this process, sent as the known generation and incarnation. It lags
-	// the held version while that came from the cache file, so the first
-	// server answers with its current assignment, and a store that was
-	// recreated (another incarnation) is noticed.
-	heard assign.Version
-	// heardA is the assignment of version heard, which the next stream's
-	// first delta applies to; nil when none is (the server then sends a
-	// full assignment first, or a delta the Clerk refuses).
-	heardA *assign.Assignment
+	// heard is the newest assignment a server has sent this process; its
+	// version is sent as the known generation and incarnation, and the
+	// next stream's first delta applies to it. It lags the held assignment
+	// while that came from the cache file, so the first server answers
+	// with its current assignment, and a store that was recreated (another
+	// incarnation) is noticed. nil when none: the server then sends a full
+	// assignment first.
+	heard *assign.Assignment
 }
 
 // New validates cfg and builds a Clerk without connecting; Run connects.
@@ -496,8 +494,9 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 	}
 
 	began := time.Now()
+	known := c.heard.Version()
 	req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{
-		Job: c.cfg.Job, KnownGeneration: c.heard.Generation, KnownIncarnation: c.heard.Incarnation,
+		Job: c.cfg.Job, KnownGeneration: known.Generation, KnownIncarnation: known.Incarnation,
 		DeltaVersion: api.DeltaVersion,
 	})
 	var stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse]
@@ -514,11 +513,11 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 
 	delivered := false
 	for stream.Receive() {
-		a, err := api.Receive(c.heardA, stream.Msg())
+		a, err := api.Receive(c.heard, stream.Msg())
 		if errors.Is(err, api.ErrDelta) {
 			// Watch again from nothing: the server sends the full
 			// assignment, and the held one serves until it arrives.
-			c.heard, c.heardA = assign.Version{}, nil
+			c.heard = nil
 			c.log.Warn("clerk: server sent a delta that does not apply to the assignment it was sent for; keeping the held assignment and watching again for a full one",
 				"addr", addr, "backup", backup, "err", err)
 			return false, err
@@ -560,8 +559,8 @@ func (c *Clerk) accept(a *assign.Assignment) error {
 		return fmt.Errorf("%w: asked for job %q, got job %q", errRejected, c.cfg.Job, a.Job)
 	}
 	v := a.Version()
-	if v.Supersedes(c.heard) {
-		c.heard, c.heardA = v, a
+	if v.Supersedes(c.heard.Version()) {
+		c.heard = a
 	}
 	prev := c.table.Load()
 	if prev != nil && !v.Supersedes(prev.a.Version()) {
