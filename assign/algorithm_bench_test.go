@@ -10,11 +10,13 @@ import (
 
 // benchAlgorithm times one decision of alg for n tasks holding 50 to 150
 // slices each under a power-law load, and reports the 99th percentile.
-func benchAlgorithm(b *testing.B, alg Algorithm, n int) { benchAlgorithmCaps(b, alg, n, nil) }
+func benchAlgorithm(b *testing.B, alg Algorithm, n int) { benchAlgorithmCaps(b, alg, n, nil, 0) }
 
 // benchAlgorithmCaps is benchAlgorithm with task i of capacity
-// caps[i%len(caps)] (nil: all 1).
-func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64) {
+// caps[i%len(caps)] (nil: all 1) and, when memory is positive, every
+// slice holding state and every task a memory limit of memory times its
+// even share of it.
+func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64, memory float64) {
 	rng := rand.New(rand.NewPCG(7, uint64(n)))
 	tasks := testTasks(n)
 	prev := scattered(rng, tasks, 50+rng.IntN(101), 1)
@@ -23,6 +25,10 @@ func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64) {
 		if len(caps) > 0 {
 			tasks[i].Capacity = caps[i%len(caps)]
 		}
+	}
+	if memory > 0 {
+		load = withBytes(rng, load, 1e6)
+		tasks = limited(tasks, load, 1, memory)
 	}
 	cfg := DefaultConfig()
 	var times []time.Duration
@@ -49,7 +55,17 @@ func BenchmarkWeightedMove(b *testing.B) {
 // capacities 1, 2 and 4 in turn: phase 4 compares a receiver per capacity.
 func BenchmarkWeightedMoveCapacities(b *testing.B) {
 	for _, n := range []int{100, 10000} {
-		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithmCaps(b, NewWeightedMove(), n, []float64{1, 2, 4}) })
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithmCaps(b, NewWeightedMove(), n, []float64{1, 2, 4}, 0) })
+	}
+}
+
+// BenchmarkWeightedMoveMemory is BenchmarkWeightedMove with state on every
+// slice and every task limited to 1.3 times its even share of it: each
+// placement checks room, and tasks the scattered start left past their
+// limits are relieved first.
+func BenchmarkWeightedMoveMemory(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithmCaps(b, NewWeightedMove(), n, nil, 1.3) })
 	}
 }
 

@@ -14,12 +14,26 @@ var ErrInvalidLoad = errors.New("assign: invalid load")
 // not a hot key, and would drown every real signal if folded in.
 const MaxLoad = 1e15
 
+// MaxBytes bounds one report of state size and one task's memory limit:
+// 2^50 bytes (a pebibyte) is far beyond any one task's memory, so
+// anything above it is a broken reporter.
+const MaxBytes = 1 << 50
+
 // LoadEntry says the keys in [Start, End) generated Load units of load
 // (requests, CPU seconds, bytes: any additive metric) in one measurement
-// window. Within an entry, load is taken as spread evenly over its keys.
+// window, and that each task serving them holds Bytes bytes of state for
+// them (0 when the application does not report state size). Within an
+// entry, load and bytes are taken as spread evenly over its keys.
+//
+// Load is a rate: the loads several tasks report for the same keys add
+// up. Bytes is a gauge of what each serving task holds: every replica
+// holds the keys' state, so reports of the same keys do not add up (see
+// MergeLoads), and a task's memory use is the sum of Bytes over the keys
+// it serves.
 type LoadEntry struct {
 	Start, End SliceKey
 	Load       float64
+	Bytes      float64
 }
 
 // within is the part of e's load that falls in [start, end), taking load
@@ -38,13 +52,26 @@ func (e *LoadEntry) within(start, end SliceKey) float64 {
 	return e.Load * float64(b-a) / float64(e.End-e.Start)
 }
 
+// bytesWithin is within for e's Bytes.
+func (e *LoadEntry) bytesWithin(start, end SliceKey) float64 {
+	a, b := max(e.Start, start), min(e.End, end)
+	switch {
+	case a >= b || e.Bytes == 0:
+		return 0
+	case a == e.Start && b == e.End:
+		return e.Bytes
+	}
+	return e.Bytes * float64(b-a) / float64(e.End-e.Start)
+}
+
 // Load is a job's measured load over one window: entries sorted by Start
 // and not overlapping. Keys no entry covers carry no load. A single hot
 // application key is an entry of width one.
 type Load []LoadEntry
 
 // Validate checks that l is sorted, non-overlapping, inside the key space,
-// and that every value is finite, non-negative and at most MaxLoad.
+// and that every load is finite, non-negative and at most MaxLoad and
+// every byte count finite, non-negative and at most MaxBytes.
 func (l Load) Validate() error {
 	var prevEnd SliceKey
 	for i, e := range l {
@@ -57,6 +84,9 @@ func (l Load) Validate() error {
 			return fmt.Errorf("%w: entry %d starts at %#x, inside or before the previous entry ending at %#x; sort and merge entries", ErrInvalidLoad, i, e.Start, prevEnd)
 		}
 		if err := ValidateLoadValue(e.Load); err != nil {
+			return fmt.Errorf("entry %d [%#x, %#x): %w", i, e.Start, e.End, err)
+		}
+		if err := ValidateBytesValue(e.Bytes); err != nil {
 			return fmt.Errorf("entry %d [%#x, %#x): %w", i, e.Start, e.End, err)
 		}
 		prevEnd = e.End
@@ -79,6 +109,21 @@ func ValidateLoadValue(v float64) error {
 	return nil
 }
 
+// ValidateBytesValue accepts a finite byte count in [0, MaxBytes].
+func ValidateBytesValue(v float64) error {
+	switch {
+	case math.IsNaN(v):
+		return fmt.Errorf("%w: bytes is NaN", ErrInvalidLoad)
+	case math.IsInf(v, 0):
+		return fmt.Errorf("%w: bytes is infinite", ErrInvalidLoad)
+	case v < 0:
+		return fmt.Errorf("%w: bytes %g is negative", ErrInvalidLoad, v)
+	case v > MaxBytes:
+		return fmt.Errorf("%w: bytes %g is above the limit %g (1 PiB)", ErrInvalidLoad, v, float64(MaxBytes))
+	}
+	return nil
+}
+
 // Total is the load of the whole key space.
 func (l Load) Total() float64 {
 	var sum float64
@@ -90,13 +135,26 @@ func (l Load) Total() float64 {
 
 // In is the load of the keys in [start, end): every entry overlapping the
 // range contributes in proportion to the overlap.
-func (l Load) In(start, end SliceKey) float64 {
+func (l Load) In(start, end SliceKey) float64 { return l.sum(start, end, (*LoadEntry).within) }
+
+// sum adds part over the entries of l overlapping [start, end).
+func (l Load) sum(start, end SliceKey, part func(*LoadEntry, SliceKey, SliceKey) float64) float64 {
 	var sum float64
 	for i := l.after(start, 0); i < len(l) && l[i].Start < end; i++ {
-		sum += l[i].within(start, end)
+		sum += part(&l[i], start, end)
 	}
 	return sum
 }
+
+// HasBytes reports whether any entry of l carries a byte count.
+func (l Load) HasBytes() bool {
+	return slices.ContainsFunc(l, func(e LoadEntry) bool { return e.Bytes > 0 })
+}
+
+// BytesIn is the state each task serving all of [start, end) holds for
+// those keys: every entry overlapping the range contributes its bytes in
+// proportion to the overlap.
+func (l Load) BytesIn(start, end SliceKey) float64 { return l.sum(start, end, (*LoadEntry).bytesWithin) }
 
 // covers reports whether a single entry of l spans all of [start, end).
 func (l Load) covers(start, end SliceKey) bool {
@@ -146,6 +204,65 @@ func TaskLoads(a *Assignment, l Load) []float64 {
 		}
 	}
 	return loads
+}
+
+// TaskBytes returns the state each task of a holds under l, indexed like
+// a.Tasks: the bytes of every slice it serves, in full.
+func TaskBytes(a *Assignment, l Load) []float64 {
+	out := make([]float64, len(a.Tasks))
+	if !l.HasBytes() {
+		return out
+	}
+	for _, s := range a.Slices {
+		b := l.BytesIn(s.Start, s.End)
+		if b == 0 {
+			continue
+		}
+		for _, name := range s.Tasks {
+			if i, ok := a.TaskIndex(name); ok {
+				out[i] += b
+			}
+		}
+	}
+	return out
+}
+
+// MemoryOverage is how far the tasks of a exceed their memory limits
+// under l, summed over tasks: each task that holds more bytes than the
+// MemoryLimit of the task of the same name in live (in any order)
+// contributes the excess. Tasks without a limit contribute nothing.
+func MemoryOverage(a *Assignment, l Load, live []Task) float64 {
+	var over float64
+	forLimited(a, l, live, func(b, limit float64) { over += max(b-limit, 0) })
+	return over
+}
+
+// MemoryUse is the largest share of its memory limit that a task of a
+// with one (in live, in any order) holds under l: above 1, that task is
+// past its limit. It is 0 when no task has a limit.
+func MemoryUse(a *Assignment, l Load, live []Task) float64 {
+	var most float64
+	forLimited(a, l, live, func(b, limit float64) { most = max(most, b/limit) })
+	return most
+}
+
+// forLimited calls f with the bytes and limit of each task of a that has
+// a memory limit in live.
+func forLimited(a *Assignment, l Load, live []Task, f func(bytes, limit float64)) {
+	limits := make(map[string]float64, len(live))
+	for _, t := range live {
+		if t.MemoryLimit > 0 {
+			limits[t.Name] = t.MemoryLimit
+		}
+	}
+	if len(limits) == 0 {
+		return
+	}
+	for i, b := range TaskBytes(a, l) {
+		if limit, ok := limits[a.Tasks[i].Name]; ok {
+			f(b, limit)
+		}
+	}
 }
 
 // Imbalance is the load of the most loaded task of a over the mean task
@@ -206,7 +323,9 @@ type Algorithm interface {
 // non-overlapping Load. An entry that only partly covers a piece
 // contributes in proportion to the overlap (load is taken as spread evenly
 // over an entry's keys). Sums are capped at MaxLoad so the result
-// always validates.
+// always validates. Bytes do not add up: a piece's bytes are the largest
+// any entry covering it gives (replicas each hold the keys' state, and the
+// largest report is the safe one to place by).
 func MergeLoads(ls ...Load) Load {
 	var all Load
 	for _, l := range ls {
@@ -242,16 +361,19 @@ func MergeLoads(ls ...Load) Load {
 			}
 			next++
 		}
-		var sum float64
+		var sum, most float64
 		for _, e := range active {
 			if e.Start == p && e.End == q {
 				sum += e.Load
+				most = max(most, e.Bytes)
 			} else {
-				sum += e.Load * (float64(q-p) / float64(e.End-e.Start))
+				f := float64(q-p) / float64(e.End-e.Start)
+				sum += e.Load * f
+				most = max(most, e.Bytes*f)
 			}
 		}
-		if sum > 0 {
-			out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad)})
+		if sum > 0 || most > 0 {
+			out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad), Bytes: min(most, MaxBytes)})
 		}
 	}
 	return out

@@ -5,16 +5,18 @@ package assign
 // tasks go to the least-loaded live tasks, every slice gets between
 // min(MinRedundancy, live tasks) and MaxRedundancy tasks, and tasks that
 // hold nothing take their fair share of the key space (phases 1 and 2 of
-// WeightedMove, weighing every key the same). Nothing else moves and no
-// slice is merged, so the load measured under prev still describes the
-// result, and with the same live tasks and configuration the result is
-// prev under the next generation. Moving load is left to a later
-// WeightedMove decision.
+// WeightedMove, weighing every key the same). Of load it reads only the
+// bytes: where tasks have memory limits it places each slice on a task
+// with room, and moves slices off tasks past their limits. Nothing else
+// moves and no slice is merged, so the load measured under prev still
+// describes the result, and with the same live tasks and configuration and
+// every task within its memory limit the result is prev under the next
+// generation. Moving load is left to a later WeightedMove decision.
 //
 // Without prev, or when no task of prev is live, the key space is split
 // evenly.
-func Membership(job string, prev *Assignment, live []Task, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, err := prepare("membership", job, prev, live, nil, cfg)
+func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
+	tasks, gen, err := prepare("membership", job, prev, live, load, cfg)
 	if err != nil {
 		return nil, Decision{}, err
 	}
@@ -27,9 +29,11 @@ func Membership(job string, prev *Assignment, live []Task, cfg Config) (*Assignm
 		return next, decision(prev, next, evenSplitMoves(next, "no task of the previous assignment is live; splitting the key space evenly")), nil
 	}
 	p := newPlanner(prev, tasks, cfg.WithDefaults())
+	p.mem = newMemory(p, load)
 	p.replaceDeparted()
 	p.enforceRedundancy()
 	p.placeJoined()
+	p.relieveMemory()
 	next := p.assignment(job, gen)
 	return next, decision(prev, next, p.moves), nil
 }

@@ -8,7 +8,7 @@ import (
 
 func mustMembership(t *testing.T, prev *Assignment, live []Task, cfg Config) (*Assignment, Decision) {
 	t.Helper()
-	next, d, err := Membership("j", prev, live, cfg)
+	next, d, err := Membership("j", prev, live, nil, cfg)
 	if err != nil {
 		t.Fatalf("Membership: %v", err)
 	}

@@ -21,6 +21,14 @@ type Task struct {
 	// is an input to decisions only: assignments do not record it, so a
 	// Task in an Assignment always has Capacity 0.
 	Capacity float64
+	// MemoryLimit is the most state, in bytes, the task may hold; 0 means
+	// no limit. Where the job's load reports give the keys' state size
+	// (LoadEntry.Bytes), weighted-move and Membership place no slice on a
+	// task that it would take past its limit, and move slices off a task
+	// that is past it, when another task has room (keys never go without
+	// an owner: with no room anywhere a slice stays where it is). Like
+	// Capacity it is an input only: assignments do not record it.
+	MemoryLimit float64
 }
 
 // Capacity bounds: a task's capacity is 0 (meaning 1) or within
@@ -40,6 +48,15 @@ func ValidateCapacity(c float64) error {
 	return fmt.Errorf("%w: %v; give a relative capacity between %v and %v (0 or unset means 1)", ErrInvalidCapacity, c, MinCapacity, MaxCapacity)
 }
 
+// ValidateMemoryLimit reports a memory limit that is not 0 or within
+// [1, MaxBytes] bytes (NaN and infinities included).
+func ValidateMemoryLimit(b float64) error {
+	if b == 0 || (b >= 1 && b <= MaxBytes) {
+		return nil
+	}
+	return fmt.Errorf("%w: %v; give a limit in bytes between 1 and %d (0 or unset means no limit)", ErrInvalidMemoryLimit, b, int64(MaxBytes))
+}
+
 // capacityOf is t's capacity with 0 read as 1.
 func capacityOf(t Task) float64 {
 	if t.Capacity == 0 {
@@ -48,16 +65,17 @@ func capacityOf(t Task) float64 {
 	return t.Capacity
 }
 
-// recorded returns t as an assignment records it: without its capacity.
+// recorded returns t as an assignment records it: without its capacity
+// and memory limit.
 func (t Task) recorded() Task {
-	t.Capacity = 0
+	t.Capacity, t.MemoryLimit = 0, 0
 	return t
 }
 
 // recorded returns ts as an assignment records them. It returns ts itself
-// when no task has a capacity.
+// when no task has a capacity or memory limit.
 func recorded(ts []Task) []Task {
-	if !slices.ContainsFunc(ts, func(t Task) bool { return t.Capacity != 0 }) {
+	if !slices.ContainsFunc(ts, func(t Task) bool { return t.Capacity != 0 || t.MemoryLimit != 0 }) {
 		return ts
 	}
 	out := make([]Task, len(ts))
@@ -194,6 +212,9 @@ func (a *Assignment) Validate() error {
 		}
 		if t.Capacity != 0 {
 			return fmt.Errorf("%w: job %q: task %q records a capacity; assignments do not", ErrInvalidAssignment, a.Job, t.Name)
+		}
+		if t.MemoryLimit != 0 {
+			return fmt.Errorf("%w: job %q: task %q records a memory limit; assignments do not", ErrInvalidAssignment, a.Job, t.Name)
 		}
 	}
 	if len(a.Slices) == 0 {

@@ -210,6 +210,7 @@ type planner struct {
 	least      *taskHeap[uint64]
 	most       *taskHeap[uint64]
 	moves      []Move
+	mem        *memory // nil without memory limits; see memory.go
 }
 
 // sliceLoad is the load a task carries for serving s. With no measurements
@@ -290,6 +291,7 @@ func (p *planner) addTask(si int, t int32) {
 	s := &p.slices[si]
 	p.withTask(s, t)
 	p.setLoad(t, p.load[t]+sliceLoad(s))
+	p.mem.add(t, p.mem.of(s))
 }
 
 // removeTask stops task t serving slice si.
@@ -297,6 +299,7 @@ func (p *planner) removeTask(si int, t int32) {
 	s := &p.slices[si]
 	p.withoutTask(s, t)
 	p.setLoad(t, p.load[t]-sliceLoad(s))
+	p.mem.add(t, -p.mem.of(s))
 }
 
 func (p *planner) move(kind MoveKind, s *wslice, from, to int32, reason string) {
@@ -364,7 +367,7 @@ func (p *planner) fillOrphaned(si int, departed []string, target uint64) {
 func (p *planner) fillPieces(si int, departed []string, target, minPiece uint64) {
 	for k, name := range departed {
 		s := &p.slices[si]
-		t := p.least.bestExcept(p.tasks(s))
+		t := p.placeFor(p.tasks(s), p.mem.of(s))
 		if t < 0 {
 			for _, rest := range departed[k:] {
 				p.moves = append(p.moves, Move{Kind: RemoveReplica, Start: s.start, End: s.end, From: rest,
@@ -397,7 +400,7 @@ func (p *planner) enforceRedundancy() {
 	for si := range p.slices {
 		s := &p.slices[si]
 		for int(s.n) < want {
-			t := p.least.bestExcept(p.tasks(s))
+			t := p.placeFor(p.tasks(s), p.mem.of(s))
 			reason := fmt.Sprintf("slice has %d tasks, below the minimum redundancy %d", s.n, want)
 			p.addTask(si, t)
 			p.move(AddReplica, s, -1, t, reason)
@@ -468,6 +471,15 @@ func (p *planner) placeJoined() {
 				break // unreachable: t carries more than n, so it serves a slice n does not
 			}
 			reason := fmt.Sprintf("task %q joined; moving it toward its fair share", p.live[n].Name)
+			if p.mem != nil {
+				lo := p.slices[si].start
+				if sliceLoad(&p.slices[si]) > need {
+					lo = p.slices[si].end - need
+				}
+				if !p.mem.fits(n, p.mem.load.BytesIn(lo, p.slices[si].end)) {
+					break // n is as full as its memory allows
+				}
+			}
 			if sliceLoad(&p.slices[si]) > need {
 				p.split(si, p.slices[si].end-need)
 				si++

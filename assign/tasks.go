@@ -29,6 +29,9 @@ func sortedTasks(job string, tasks []Task) ([]Task, error) {
 		if err := ValidateCapacity(t.Capacity); err != nil {
 			return nil, fmt.Errorf("job %q: task %q: %w", job, t.Name, err)
 		}
+		if err := ValidateMemoryLimit(t.MemoryLimit); err != nil {
+			return nil, fmt.Errorf("job %q: task %q: %w", job, t.Name, err)
+		}
 		if i > 0 && out[i-1].Name == t.Name {
 			return nil, fmt.Errorf("%w: job %q: task %q is listed twice; task names must be unique within a job", ErrInvalidName, job, t.Name)
 		}

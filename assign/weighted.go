@@ -65,7 +65,7 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 		from = evenSplit(job, gen, tasks, cfg)
 		base = evenSplitMoves(from, "no task of the previous assignment is live; splitting the key space evenly")
 	}
-	if from != prev && load.Total() == 0 {
+	if from != prev && load.Total() == 0 && !load.HasBytes() {
 		return from, decision(prev, from, base), nil
 	}
 	// With load, a fresh even split is balanced at once rather than one
@@ -76,9 +76,11 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	room := min(max(cfg.sliceCeiling(len(tasks))-len(from.Slices), 0), len(from.Slices)/4)
 	p := newPlannerRoom(from, tasks, cfg, room)
 	p.moves = base
+	p.mem = newMemory(p, load)
 	p.replaceDeparted()
 	p.enforceRedundancy()
 	p.placeJoined()
+	p.relieveMemory()
 	if load.Total() == 0 {
 		p.mergeAdjacent()
 	} else {
@@ -94,6 +96,9 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 			w.split()
 		}
 		p.slices = w.sl
+		// Phase 5 may have refined slices a task held whole (a fresh even
+		// split gives each task one): relief can now move a part.
+		p.relieveMemory()
 	}
 	next := p.assignment(job, gen)
 	return next, decision(prev, next, p.moves), nil
@@ -118,8 +123,11 @@ type weigher struct {
 	sload []float64 // by slice, parallel to sl
 	tload []float64 // utilisation by task id: load / capacity
 	inv   []float64 // 1 / capacity by task id
-	total float64
-	held  []int32 // slices per task id, during phase 3
+	// sbytes is the bytes of each slice, parallel to sl, when the planner
+	// has memory limits (p.mem); nil otherwise. Task totals are p.mem's.
+	sbytes []float64
+	total  float64
+	held   []int32 // slices per task id, during phase 3
 	// moveChurn is the key churn phase 4 spent, in keys; tests read it.
 	moveChurn uint64
 }
@@ -130,6 +138,9 @@ func newWeigher(p *planner, load Load) *weigher {
 		w.inv[t] = 1 / capacityOf(task)
 	}
 	w.sload = measure(w.sl, load)
+	if p.mem != nil {
+		w.sbytes = measureBytes(w.sl, load)
+	}
 	for i := range w.sl {
 		w.total += w.sload[i]
 		ts := p.tasks(&w.sl[i])
@@ -143,7 +154,11 @@ func newWeigher(p *planner, load Load) *weigher {
 
 // measure returns the load of each slice of sl (sorted, tiling) under
 // load, in one sweep over both.
-func measure(sl []wslice, load Load) []float64 {
+func measure(sl []wslice, load Load) []float64 { return sweep(sl, load, (*LoadEntry).within) }
+
+// sweep returns, for each slice of sl (sorted, tiling), the sum of part
+// over the entries of load overlapping it, in one sweep over both.
+func sweep(sl []wslice, load Load, part func(*LoadEntry, SliceKey, SliceKey) float64) []float64 {
 	out := make([]float64, len(sl), cap(sl)) // phase 5 grows both alike
 	j := 0
 	for i := range sl {
@@ -153,11 +168,19 @@ func measure(sl []wslice, load Load) []float64 {
 		}
 		var sum float64
 		for k := j; k < len(load) && load[k].Start < s.end; k++ {
-			sum += load[k].within(s.start, s.end)
+			sum += part(&load[k], s.start, s.end)
 		}
 		out[i] = sum
 	}
 	return out
+}
+
+// bytes is the bytes of slice si: 0 without memory limits.
+func (w *weigher) bytes(si int32) float64 {
+	if w.sbytes == nil {
+		return 0
+	}
+	return w.sbytes[si]
 }
 
 func (w *weigher) hottest() float64 {

@@ -23,33 +23,48 @@ func (w *weigher) merge() {
 	var spent uint64
 	count := len(w.sl)
 	out, outLoad := w.sl[:1], w.sload[:1]
+	var outBytes []float64
+	if w.sbytes != nil {
+		outBytes = w.sbytes[:1]
+	}
 	for i := 1; i < len(w.sl); i++ {
 		a, b := &out[len(out)-1], w.sl[i]
 		la, lb := outLoad[len(out)-1], w.sload[i]
+		var ba, bb float64
+		if outBytes != nil {
+			ba, bb = outBytes[len(out)-1], w.sbytes[i]
+		}
 		if count > floor && la+lb < w.cfg.MergeLoadFactor*w.total/float64(count) {
-			if by, cost, ok := w.mergeTasks(a, la, &b, lb, ceiling, budget-spent); ok {
+			if by, cost, ok := w.mergeTasks(a, la, ba, &b, lb, bb, ceiling, budget-spent); ok {
 				off, n := by.off, by.n
-				w.recordMerge(a, la, &b, lb, w.p.tasks(by))
+				w.recordMerge(a, la, ba, &b, lb, bb, w.p.tasks(by))
 				spent += cost
 				a.end = b.end
 				a.off, a.n = off, n
 				outLoad[len(out)-1] = la + lb
+				if outBytes != nil {
+					outBytes[len(out)-1] = ba + bb
+				}
 				count--
 				continue
 			}
 		}
 		out = append(out, b)
 		outLoad = append(outLoad, lb)
+		if outBytes != nil {
+			outBytes = append(outBytes, bb)
+		}
 	}
 	clear(w.sl[len(out):])
-	w.sl, w.sload = out, outLoad
+	w.sl, w.sload, w.sbytes = out, outLoad, outBytes
 }
 
-// mergeTasks picks the tasks to serve the union of adjacent slices a and b:
-// a's or b's (returned as the slice whose tasks they are), whichever moves
-// fewer keys (a's on a tie), provided the keys moved fit the budget and no
-// task ends above ceiling.
-func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceiling float64, budget uint64) (*wslice, uint64, bool) {
+// mergeTasks picks the tasks to serve the union of adjacent slices a and b
+// (of loads la, lb and bytes ba, bb): a's or b's (returned as the slice
+// whose tasks they are), whichever moves fewer keys (a's on a tie),
+// provided the keys moved fit the budget, no task ends above ceiling and
+// every task has room for the state it gains.
+func (w *weigher) mergeTasks(a *wslice, la, ba float64, b *wslice, lb, bb float64, ceiling float64, budget uint64) (*wslice, uint64, bool) {
 	type option struct {
 		by   *wslice
 		cost uint64
@@ -73,7 +88,7 @@ func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceili
 		ok := true
 		for _, t := range tasks {
 			l := w.tload[t] + w.inv[t]*((la+lb)/float64(len(tasks))-share(t, la, at)-share(t, lb, bt))
-			if l > ceiling {
+			if l > ceiling || !w.p.mem.fits(t, gained(t, at, ba)+gained(t, bt, bb)) {
 				ok = false
 				break
 			}
@@ -83,6 +98,15 @@ func (w *weigher) mergeTasks(a *wslice, la float64, b *wslice, lb float64, ceili
 		}
 	}
 	return nil, 0, false
+}
+
+// gained is the bytes task t gains by taking a slice of bytes b that the
+// tasks ts serve: b unless t is among them.
+func gained(t int32, ts []int32, b float64) float64 {
+	if _, ok := slices.BinarySearch(ts, t); ok {
+		return 0
+	}
+	return b
 }
 
 // strands reports whether serving a and b by tasks would leave a task of
@@ -108,10 +132,21 @@ func (w *weigher) strands(a, b *wslice, tasks []int32) bool {
 	return false
 }
 
-// recordMerge updates task loads for merging a and b into one slice served
-// by tasks, and records the moves.
-func (w *weigher) recordMerge(a *wslice, la float64, b *wslice, lb float64, tasks []int32) {
+// recordMerge updates task loads and bytes for merging a and b into one
+// slice served by tasks, and records the moves.
+func (w *weigher) recordMerge(a *wslice, la, ba float64, b *wslice, lb, bb float64, tasks []int32) {
 	at, bt := w.p.tasks(a), w.p.tasks(b)
+	if w.p.mem != nil {
+		for _, t := range at {
+			w.p.mem.add(t, -gained(t, tasks, ba))
+		}
+		for _, t := range bt {
+			w.p.mem.add(t, -gained(t, tasks, bb))
+		}
+		for _, t := range tasks {
+			w.p.mem.add(t, gained(t, at, ba)+gained(t, bt, bb))
+		}
+	}
 	for _, t := range at {
 		w.tload[t] -= la / float64(len(at)) * w.inv[t]
 	}

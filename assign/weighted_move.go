@@ -87,12 +87,13 @@ func (w *weigher) moveGreedy() {
 			width := s.end - s.start
 			// Shares are loads; times inv they are utilisations.
 			ih := w.inv[h]
-			if c := cold.best(ts, sh); c >= 0 && !last {
+			sb := w.bytes(si)
+			if c := cold.best(ts, sh, sb); c >= 0 && !last {
 				consider(candidate{kind: Reassign, slice: si, to: c, cost: width,
 					gain: lh - max(lh-sh*ih, w.tload[c]+sh*w.inv[c])})
 			}
 			if ns := l / float64(r+1); r < w.cfg.MaxRedundancy {
-				if c := cold.best(ts, ns); c >= 0 {
+				if c := cold.best(ts, ns, sb); c >= 0 {
 					consider(candidate{kind: AddReplica, slice: si, to: c, cost: width,
 						gain: lh - max(lh-(sh-ns)*ih, w.tload[c]+ns*w.inv[c])})
 				}
@@ -224,7 +225,7 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], col
 			for i, ci := range shed {
 				cs := w.p.tasks(&w.sl[ci])
 				csh := w.sload[ci] / float64(len(cs))
-				d := cold.best(insertID(cs, c), csh)
+				d := cold.best(insertID(cs, c), csh, w.bytes(ci))
 				if d < 0 || w.tload[d]+csh*w.inv[d] >= lh {
 					to = to[:i]
 					planned = false
@@ -232,14 +233,25 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], col
 				}
 				to[i], was[i] = d, w.tload[d]
 				w.tload[d] += csh * w.inv[d]
+				w.p.mem.add(d, w.bytes(ci))
 				cold.fix(d)
 			}
 			for i := len(to) - 1; i >= 0; i-- {
 				w.tload[to[i]] = was[i]
+				w.p.mem.add(to[i], -w.bytes(shed[i]))
 				cold.fix(to[i])
 			}
 			if !planned || w.tload[c]-sum+ns >= lh {
 				continue
+			}
+			if mem := w.p.mem; mem != nil {
+				freed := 0.0
+				for _, ci := range shed {
+					freed += w.sbytes[ci]
+				}
+				if mem.bytes[c]-freed+w.sbytes[si] > mem.limit[c] {
+					continue
+				}
 			}
 			for i, ci := range shed {
 				w.apply(candidate{kind: Reassign, slice: ci, to: to[i], cost: w.sl[ci].end - w.sl[ci].start}, c, owned, hot, cold)
@@ -259,12 +271,15 @@ func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot *taskHeap[flo
 	sh := l / float64(r)
 	reason := w.hottestReason(h, c.score)
 	fix := func(t int32) { hot.fix(t); cold.fix(t) }
+	b := w.bytes(c.slice)
 	switch c.kind {
 	case Reassign:
 		w.p.withoutTask(s, h)
 		w.p.withTask(s, c.to)
 		w.tload[h] -= sh * w.inv[h]
 		w.tload[c.to] += sh * w.inv[c.to]
+		w.p.mem.add(h, -b)
+		w.p.mem.add(c.to, b)
 		removeSlice(owned, h, c.slice)
 		owned[c.to] = append(owned[c.to], c.slice)
 		fix(h)
@@ -278,6 +293,7 @@ func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot *taskHeap[flo
 		}
 		w.p.withTask(s, c.to)
 		w.tload[c.to] += ns * w.inv[c.to]
+		w.p.mem.add(c.to, b)
 		owned[c.to] = append(owned[c.to], c.slice)
 		fix(c.to)
 		w.p.move(AddReplica, s, -1, c.to, reason)
@@ -285,6 +301,7 @@ func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot *taskHeap[flo
 		ns := l / float64(r-1)
 		w.p.withoutTask(s, h)
 		w.tload[h] -= sh * w.inv[h]
+		w.p.mem.add(h, -b)
 		fix(h)
 		for _, t := range w.p.tasks(s) {
 			w.tload[t] += (ns - sh) * w.inv[t]
@@ -362,11 +379,25 @@ func (r *receivers) ranked(excl []int32, l float64, k int) []int32 {
 }
 
 // best returns the task not in excl (sorted ids) that would be least
-// utilised after taking load l, ties to the lower id; -1 if none.
-func (r *receivers) best(excl []int32, l float64) int32 {
+// utilised after taking load l and has room for b bytes, ties to the lower
+// id; -1 if none. With memory limits it looks at the fitTries coldest
+// tasks of each capacity at most: a load move may give up on a receiver
+// further down.
+func (r *receivers) best(excl []int32, l, b float64) int32 {
 	best, bestU := int32(-1), 0.0
+	mem := r.w.p.mem
 	for _, h := range r.heaps {
 		t := h.bestExcept(excl)
+		if ex := excl; mem != nil {
+			for try := 0; t >= 0 && !mem.fits(t, b); try++ {
+				if try == fitTries {
+					t = -1
+					break
+				}
+				ex = insertID(ex, t)
+				t = h.bestExcept(ex)
+			}
+		}
 		if t < 0 {
 			continue
 		}

@@ -131,6 +131,11 @@ func (w *weigher) split() {
 		}
 	}
 	slices.Reverse(w.p.moves[first:]) // recorded from the top down
+	if w.sbytes != nil {
+		// Splitting moves no key, so no task's bytes change; the pieces'
+		// own bytes are measured afresh.
+		w.sbytes = measureBytes(w.sl, w.load)
+	}
 }
 
 // byKey orders pieces by key. Pieces of different slices do not overlap

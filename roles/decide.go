@@ -31,7 +31,7 @@ func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Tas
 	case why == triggerLoad || a.interval == 0 || !keepsTask(cur, live):
 		return algorithmOf(cfg).Decide(name, cur, live, load, cfg)
 	}
-	return assign.Membership(name, cur, live, cfg)
+	return assign.Membership(name, cur, live, load, cfg)
 }
 
 // algorithmOf returns the job's algorithm (assign.Config.Algorithm,

@@ -60,7 +60,15 @@ type GenConfig struct {
 	Tasks    int
 	// Keys overrides the workload's number of keys (0 keeps its default).
 	Keys int
+	// Bytes, if positive, gives every key state: its first load line
+	// carries "bytes", drawn once per key from a log-normal distribution
+	// with this mean (σ = 0.8, as cache entry sizes spread). The loads are
+	// the same as without it.
+	Bytes float64
 }
+
+// MaxGenBytes bounds GenConfig.Bytes, the mean state per key.
+const MaxGenBytes = 1 << 30
 
 // Validate checks the workload name and that windows, tasks and keys are
 // within the generator's limits.
@@ -76,6 +84,9 @@ func (c GenConfig) Validate() error {
 	}
 	if c.Keys < 0 || c.Keys > MaxGenKeys {
 		return fmt.Errorf("%w: %d keys; use 1 to %d, or 0 for the workload's default", ErrInvalidConfig, c.Keys, MaxGenKeys)
+	}
+	if !(c.Bytes >= 0 && c.Bytes <= MaxGenBytes) {
+		return fmt.Errorf("%w: %v bytes per key; use 0 (no state) to %d", ErrInvalidConfig, c.Bytes, MaxGenBytes)
 	}
 	return nil
 }
@@ -106,6 +117,11 @@ func Generate(w io.Writer, cfg GenConfig) error {
 		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		bw:  bufio.NewWriter(w),
 	}
+	if cfg.Bytes > 0 {
+		// A stream of its own, so that the loads do not change with it.
+		g.sizes = rand.New(rand.NewPCG(cfg.Seed^0x5bd1e995, cfg.Seed))
+		g.sized = make(map[string]bool)
+	}
 	switch cfg.Workload {
 	case WorkloadPowerLaw:
 		g.powerLaw(false)
@@ -124,6 +140,10 @@ type generator struct {
 	rng *rand.Rand
 	bw  *bufio.Writer
 	buf []byte
+	// sizes draws state sizes, and sized holds the keys given theirs,
+	// when GenConfig.Bytes is set.
+	sizes *rand.Rand
+	sized map[string]bool
 }
 
 func (g *generator) taskNames() []string {
@@ -160,6 +180,13 @@ func (g *generator) loadLine(window int, key string, load float64) {
 	b = strconv.AppendQuote(b, key)
 	b = append(b, `,"load":`...)
 	b = strconv.AppendFloat(b, math.Round(load*1000)/1000, 'f', -1, 64)
+	if g.sizes != nil && !g.sized[key] {
+		g.sized[key] = true
+		const sigma = 0.8
+		size := g.cfg.Bytes * math.Exp(sigma*g.sizes.NormFloat64()-sigma*sigma/2)
+		b = append(b, `,"bytes":`...)
+		b = strconv.AppendFloat(b, math.Max(1, math.Round(size)), 'f', -1, 64)
+	}
 	b = append(b, "}\n"...)
 	g.buf = b
 	g.bw.Write(b)

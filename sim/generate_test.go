@@ -11,10 +11,11 @@ import (
 // The committed traces are exactly what the README's commands produce.
 func TestTestdataIsReproducible(t *testing.T) {
 	for file, cfg := range map[string]GenConfig{
-		"power-law": {Workload: WorkloadPowerLaw, Windows: 24, Seed: 1, Tasks: 10},
-		"zipf":      {Workload: WorkloadZipf, Windows: 12, Seed: 1, Tasks: 10},
-		"diurnal":   {Workload: WorkloadDiurnal, Windows: 48, Seed: 1, Tasks: 10},
-		"failures":  {Workload: WorkloadFailures, Windows: 24, Seed: 1, Tasks: 10},
+		"power-law":       {Workload: WorkloadPowerLaw, Windows: 24, Seed: 1, Tasks: 10},
+		"power-law-bytes": {Workload: WorkloadPowerLaw, Windows: 24, Seed: 1, Tasks: 10, Bytes: 65536},
+		"zipf":            {Workload: WorkloadZipf, Windows: 12, Seed: 1, Tasks: 10},
+		"diurnal":         {Workload: WorkloadDiurnal, Windows: 48, Seed: 1, Tasks: 10},
+		"failures":        {Workload: WorkloadFailures, Windows: 24, Seed: 1, Tasks: 10},
 	} {
 		want, err := os.ReadFile("testdata/" + file + ".jsonl")
 		if err != nil {

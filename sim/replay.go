@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +29,10 @@ type Config struct {
 	// names, over what the trace gives; tasks it does not name keep the
 	// trace's capacity (1 without one).
 	Capacity map[string]float64
+	// Memory, if not nil, sets the memory limit in bytes of the tasks it
+	// names, over what the trace gives; the name "*" sets it for every
+	// task it does not name. 0 is no limit.
+	Memory map[string]float64
 	// Now reads the clock that times each decision (default time.Now).
 	// Tests inject a fixed clock to make the output reproducible.
 	Now func() time.Time
@@ -55,6 +60,16 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if err := assign.ValidateCapacity(v); err != nil {
 			return c, fmt.Errorf("%w: capacity of %q: %w", ErrInvalidConfig, name, err)
+		}
+	}
+	for name, v := range c.Memory {
+		if name != "*" {
+			if err := assign.ValidateTaskName(name); err != nil {
+				return c, fmt.Errorf("%w: memory: %w", ErrInvalidConfig, err)
+			}
+		}
+		if err := assign.ValidateMemoryLimit(v); err != nil {
+			return c, fmt.Errorf("%w: memory limit of %q: %w", ErrInvalidConfig, name, err)
 		}
 	}
 	if c.Now == nil {
@@ -87,6 +102,10 @@ type WindowResult struct {
 	KeyChurn  float64 `json:"key_churn"`
 	Slices    int     `json:"slices"`
 	ComputeMS float64 `json:"compute_ms"`
+	// MemoryUse is the largest share of its memory limit any task with
+	// one holds (1: exactly at it), from the keys' bytes; absent when no
+	// task has a limit.
+	MemoryUse float64 `json:"memory_use,omitempty"`
 	// Tasks are the assignment's tasks: the ones Imbalance averages over.
 	Tasks      []string   `json:"tasks"`
 	Assignment []SliceOut `json:"assignment"`
@@ -104,6 +123,11 @@ type Summary struct {
 	MeanChurn         float64 `json:"mean_churn"`
 	MeanKeyChurn      float64 `json:"mean_key_churn"`
 	MeanSlicesPerTask float64 `json:"mean_slices_per_task"`
+	// MaxMemoryUse is the largest MemoryUse of any window, and
+	// WindowsOverLimit the windows in which some task held more than its
+	// limit; both absent when no task has a limit.
+	MaxMemoryUse     float64 `json:"max_memory_use,omitempty"`
+	WindowsOverLimit int     `json:"windows_over_limit,omitempty"`
 }
 
 // Simulator takes one decision per window, keeping the assignment between
@@ -116,6 +140,11 @@ type Simulator struct {
 	sumImb, maxImb, sumChurn float64
 	sumKeyChurn              float64
 	sumSlicesPerTask         float64
+	maxMem                   float64
+	overLimit                int
+	// bytes is the state each application key holds, from the trace's
+	// "bytes" so far: state stays until a line gives the key new bytes.
+	bytes map[string]float64
 }
 
 // NewSimulator returns a Simulator with no assignment yet.
@@ -139,10 +168,17 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	if err != nil {
 		return WindowResult{}, err
 	}
+	lines := load
+	load = s.withBytes(w, load)
 	live := w.LiveTasks()
 	for i := range live {
 		if c, ok := s.cfg.Capacity[live[i].Name]; ok {
 			live[i].Capacity = c
+		}
+		if m, ok := s.cfg.Memory[live[i].Name]; ok {
+			live[i].MemoryLimit = m
+		} else if m, ok := s.cfg.Memory["*"]; ok {
+			live[i].MemoryLimit = m
 		}
 	}
 	start := s.cfg.Now()
@@ -161,7 +197,7 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	var churn, keyChurn float64
 	if s.prev != nil {
 		churn = assign.Churn(s.prev, next)
-		keyChurn = keysGained(s.prev, next, load)
+		keyChurn = keysGained(s.prev, next, lines)
 	}
 	res := WindowResult{
 		Window:     w.Number,
@@ -177,6 +213,7 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	for i, t := range next.Tasks {
 		res.Tasks[i] = t.Name
 	}
+	res.MemoryUse = assign.MemoryUse(next, load, live)
 	for i, sl := range next.Slices {
 		res.Assignment[i] = SliceOut{Start: fmt.Sprintf("%#x", sl.Start), End: fmt.Sprintf("%#x", sl.End), Tasks: sl.Tasks}
 	}
@@ -188,13 +225,18 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 		s.sumKeyChurn += keyChurn
 	}
 	s.sumSlicesPerTask += float64(len(next.Slices)) / float64(len(live))
+	s.maxMem = max(s.maxMem, res.MemoryUse)
+	if res.MemoryUse > 1 {
+		s.overLimit++
+	}
 	s.prev = next
 	return res, nil
 }
 
 // Summary aggregates the windows stepped so far.
 func (s *Simulator) Summary() Summary {
-	sum := Summary{Summary: true, Algorithm: s.cfg.Algorithm.Name(), Windows: s.windows, MaxImbalance: s.maxImb}
+	sum := Summary{Summary: true, Algorithm: s.cfg.Algorithm.Name(), Windows: s.windows, MaxImbalance: s.maxImb,
+		MaxMemoryUse: s.maxMem, WindowsOverLimit: s.overLimit}
 	if s.windows > 0 {
 		n := float64(s.windows)
 		sum.MeanImbalance = s.sumImb / n
@@ -205,6 +247,44 @@ func (s *Simulator) Summary() Summary {
 		sum.MeanKeyChurn = s.sumKeyChurn / float64(s.windows-1)
 	}
 	return sum
+}
+
+// withBytes records the window's "bytes" and returns load with every
+// key's state: the window's load entries gain their keys' bytes, and keys
+// that hold state but had no load this window get entries of their own.
+func (s *Simulator) withBytes(w *Window, load assign.Load) assign.Load {
+	for _, kl := range w.Keys {
+		if !kl.HasBytes {
+			continue
+		}
+		if s.bytes == nil {
+			s.bytes = make(map[string]float64)
+		}
+		if kl.Bytes == 0 {
+			delete(s.bytes, kl.Key)
+		} else {
+			s.bytes[kl.Key] = kl.Bytes
+		}
+	}
+	if len(s.bytes) == 0 {
+		return load
+	}
+	load = slices.Clone(load) // the caller keeps the load lines' own entries
+	byKey := make(map[assign.SliceKey]float64, len(s.bytes))
+	for k, b := range s.bytes {
+		byKey[assign.HashString(k)] += b
+	}
+	for i := range load {
+		if b, ok := byKey[load[i].Start]; ok {
+			load[i].Bytes = min(b, assign.MaxBytes)
+			delete(byKey, load[i].Start)
+		}
+	}
+	for k, b := range byKey {
+		load = append(load, assign.LoadEntry{Start: k, End: k + 1, Bytes: min(b, assign.MaxBytes)})
+	}
+	slices.SortFunc(load, func(a, b assign.LoadEntry) int { return cmp.Compare(a.Start, b.Start) })
+	return load
 }
 
 // keysGained is the fraction of the keys in load (one entry per key) whose

@@ -555,3 +555,43 @@ func TestReplayCapacity(t *testing.T) {
 		t.Errorf("capacity 0.0001: err = %v, want ErrInvalidConfig and ErrInvalidCapacity", err)
 	}
 }
+
+// TestReplayMemory: on the power-law trace with state per key (the same
+// loads as power-law.jsonl) and every task limited to 1 MB, about 1.6
+// times its even share of the state, weighted-move never takes a task past
+// its limit in any window and still balances load, where the decisions
+// taken without limits take some task past 1.7 MB; bad limits are refused.
+func TestReplayMemory(t *testing.T) {
+	data, err := os.ReadFile("testdata/power-law-bytes.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Algorithm: assign.NewWeightedMove(), Assign: assign.Config{MinRedundancy: 1, MaxRedundancy: 4}, Memory: map[string]float64{"*": 1e6}}
+	limited, err := Replay(bytes.NewReader(data), io.Discard, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Memory = map[string]float64{"*": assign.MaxBytes} // measured, never binding
+	free, err := Replay(bytes.NewReader(data), io.Discard, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeMost := free.MaxMemoryUse * assign.MaxBytes
+	t.Logf("1 MB limit: %d windows over, max use %.4f, mean imbalance %.3f; no limit: fullest task %.0f bytes, mean imbalance %.3f",
+		limited.WindowsOverLimit, limited.MaxMemoryUse, limited.MeanImbalance, freeMost, free.MeanImbalance)
+	if limited.WindowsOverLimit != 0 || limited.MaxMemoryUse > 1 {
+		t.Errorf("with a 1 MB limit %d windows had a task past it (max use %.4f)", limited.WindowsOverLimit, limited.MaxMemoryUse)
+	}
+	if freeMost <= 1.2e6 {
+		t.Errorf("without limits the fullest task holds %.0f bytes; the test no longer tells the two apart", freeMost)
+	}
+	if limited.MeanImbalance > 1.15 {
+		t.Errorf("mean imbalance %.3f with limits; the limits should cost little balance at this headroom", limited.MeanImbalance)
+	}
+	for _, bad := range []map[string]float64{{"*": -1}, {"t1": 0.5}, {"no way": 1e6}} {
+		cfg.Memory = bad
+		if _, err := Replay(bytes.NewReader(data), io.Discard, cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("memory %v: err = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+}

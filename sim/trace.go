@@ -32,7 +32,7 @@ var (
 const MaxLineLen = 1 << 20
 
 // lineFormat is the help every syntax error carries.
-const lineFormat = `a line is {"window":W,"tasks":["t0",...]} (optionally with "capacity":[C0,...]) or {"window":W,"key":"K","load":L}`
+const lineFormat = `a line is {"window":W,"tasks":["t0",...]} (optionally with "capacity":[C0,...] and "memory":[M0,...]) or {"window":W,"key":"K","load":L} (optionally with "bytes":B)`
 
 // TraceError is a problem at one line of a trace.
 type TraceError struct {
@@ -58,17 +58,27 @@ type Record struct {
 	// Capacity, on a tasks line, is each task's relative capacity,
 	// parallel to Tasks; nil when the line gives none (every task 1).
 	Capacity []float64
-	Key      string
-	Load     float64
+	// Memory, on a tasks line, is each task's memory limit in bytes (0:
+	// none), parallel to Tasks; nil when the line gives none.
+	Memory []float64
+	Key    string
+	Load   float64
+	// Bytes, on a load line with HasBytes, is the state Key holds from
+	// Window on, in bytes, until a later line says otherwise.
+	Bytes    float64
+	HasBytes bool
 }
 
 // IsTasks reports whether r is a tasks line.
 func (r *Record) IsTasks() bool { return r.Tasks != nil }
 
-// KeyLoad is the load one application key generated in a window.
+// KeyLoad is the load one application key generated in a window and,
+// with HasBytes, the state it holds from then on.
 type KeyLoad struct {
-	Key  string
-	Load float64
+	Key      string
+	Load     float64
+	Bytes    float64
+	HasBytes bool
 }
 
 // Window is everything a trace says about one measurement window.
@@ -80,6 +90,9 @@ type Window struct {
 	// Capacity is each task's relative capacity, parallel to Tasks, or
 	// nil when the tasks line gave none.
 	Capacity []float64
+	// Memory is each task's memory limit in bytes (0: none), parallel to
+	// Tasks, or nil when the tasks line gave none.
+	Memory []float64
 	// Keys are the window's load lines in trace order; a key may repeat,
 	// and its loads then add up.
 	Keys []KeyLoad
@@ -95,6 +108,9 @@ func (w *Window) LiveTasks() []assign.Task {
 		tasks[i] = assign.Task{Name: name, Addr: name}
 		if w.Capacity != nil {
 			tasks[i].Capacity = w.Capacity[i]
+		}
+		if w.Memory != nil {
+			tasks[i].MemoryLimit = w.Memory[i]
 		}
 	}
 	return tasks
@@ -132,6 +148,7 @@ type Reader struct {
 	everTasks bool
 	live      []string  // tasks in force for the window ReadWindow builds
 	liveCap   []float64 // and their capacities
+	liveMem   []float64 // and memory limits
 	pending   *Record
 	err       error // sticky: ReadWindow stops at the first bad line
 }
@@ -148,8 +165,10 @@ type traceLine struct {
 	Window   *json.RawMessage `json:"window"`
 	Tasks    *[]string        `json:"tasks"`
 	Capacity *[]float64       `json:"capacity"`
+	Memory   *[]float64       `json:"memory"`
 	Key      *string          `json:"key"`
 	Load     *float64         `json:"load"`
+	Bytes    *float64         `json:"bytes"`
 }
 
 // Next returns the next record, or io.EOF after the last one. Any other
@@ -203,8 +222,8 @@ func (r *Reader) parse(b []byte) (Record, error) {
 	rec := Record{Line: r.line, Window: w}
 	switch {
 	case tl.Tasks != nil:
-		if tl.Key != nil || tl.Load != nil {
-			return Record{}, r.fail(r.line, fmt.Errorf("a tasks line has no \"key\" or \"load\"; put them on lines of their own"))
+		if tl.Key != nil || tl.Load != nil || tl.Bytes != nil {
+			return Record{}, r.fail(r.line, fmt.Errorf("a tasks line has no \"key\", \"load\" or \"bytes\"; put them on lines of their own"))
 		}
 		if r.tasksLine != 0 {
 			return Record{}, r.fail(r.line, fmt.Errorf("window %d already has a tasks line (line %d); give one task set per window", w, r.tasksLine))
@@ -238,11 +257,23 @@ func (r *Reader) parse(b []byte) (Record, error) {
 			}
 			rec.Capacity = caps
 		}
+		if tl.Memory != nil {
+			mem := *tl.Memory
+			if len(mem) != len(tasks) {
+				return Record{}, r.fail(r.line, fmt.Errorf("%d memory limits for %d tasks; give one limit per task (0 for none), in the order of \"tasks\"", len(mem), len(tasks)))
+			}
+			for i, m := range mem {
+				if err := assign.ValidateMemoryLimit(m); err != nil {
+					return Record{}, r.fail(r.line, fmt.Errorf("task %q: %w", tasks[i], err))
+				}
+			}
+			rec.Memory = mem
+		}
 		r.tasksLine, r.everTasks = r.line, true
 		rec.Tasks = tasks
 	case tl.Key != nil:
-		if tl.Capacity != nil {
-			return Record{}, r.fail(r.line, fmt.Errorf("a load line has no \"capacity\"; give capacities on the tasks line"))
+		if tl.Capacity != nil || tl.Memory != nil {
+			return Record{}, r.fail(r.line, fmt.Errorf("a load line has no \"capacity\" or \"memory\"; give them on the tasks line"))
 		}
 		if *tl.Key == "" {
 			return Record{}, r.fail(r.line, fmt.Errorf("empty key; name the application key that generated the load"))
@@ -256,12 +287,18 @@ func (r *Reader) parse(b []byte) (Record, error) {
 		if !r.everTasks {
 			return Record{}, r.fail(r.line, fmt.Errorf("load line before any tasks line; start the trace with {\"window\":%d,\"tasks\":[...]}", w))
 		}
+		if tl.Bytes != nil {
+			if err := assign.ValidateBytesValue(*tl.Bytes); err != nil {
+				return Record{}, r.fail(r.line, fmt.Errorf("key %q: %w", *tl.Key, err))
+			}
+			rec.Bytes, rec.HasBytes = *tl.Bytes, true
+		}
 		r.loadSeen = true
 		rec.Key, rec.Load = *tl.Key, *tl.Load
-	case tl.Load != nil:
+	case tl.Load != nil || tl.Bytes != nil:
 		return Record{}, r.fail(r.line, fmt.Errorf("load line has no \"key\"; name the application key"))
-	case tl.Capacity != nil:
-		return Record{}, r.fail(r.line, fmt.Errorf("\"capacity\" without \"tasks\"; give capacities on a tasks line, one per task"))
+	case tl.Capacity != nil || tl.Memory != nil:
+		return Record{}, r.fail(r.line, fmt.Errorf("\"capacity\" or \"memory\" without \"tasks\"; give them on a tasks line, one per task"))
 	default:
 		return Record{}, r.fail(r.line, fmt.Errorf("line has neither \"tasks\" nor \"key\"; %s", lineFormat))
 	}
@@ -286,10 +323,12 @@ var (
 	fastWindow = []byte(`{"window":`)
 	fastKey    = []byte(`,"key":"`)
 	fastLoad   = []byte(`","load":`)
+	fastBytes  = []byte(`,"bytes":`)
 )
 
 // decodeLoadLineFast reads a load line written exactly as the generator
-// writes it ({"window":N,"key":"K","load":X}, no spaces, no escapes in K),
+// writes it ({"window":N,"key":"K","load":X} or with ,"bytes":Y after X;
+// no spaces, no escapes in K),
 // which is most of any trace, several times faster than encoding/json. It
 // reports false for anything else, which then takes the strict path; when
 // it reports true the result is what decodeLineJSON would return.
@@ -317,14 +356,32 @@ func decodeLoadLineFast(b []byte) (traceLine, bool) {
 	if rest, ok = bytes.CutPrefix(rest[j:], fastLoad); !ok {
 		return traceLine{}, false
 	}
-	if rest, ok = bytes.CutSuffix(rest, []byte("}")); !ok || !isJSONNumber(rest) {
+	if rest, ok = bytes.CutSuffix(rest, []byte("}")); !ok {
+		return traceLine{}, false
+	}
+	var bytesField []byte
+	if i := bytes.Index(rest, fastBytes); i >= 0 {
+		rest, bytesField = rest[:i], rest[i+len(fastBytes):]
+		if !isJSONNumber(bytesField) {
+			return traceLine{}, false
+		}
+	}
+	if !isJSONNumber(rest) {
 		return traceLine{}, false
 	}
 	load, err := strconv.ParseFloat(string(rest), 64)
 	if err != nil {
 		return traceLine{}, false
 	}
-	return traceLine{Window: &window, Key: &key, Load: &load}, true
+	tl := traceLine{Window: &window, Key: &key, Load: &load}
+	if bytesField != nil {
+		b, err := strconv.ParseFloat(string(bytesField), 64)
+		if err != nil {
+			return traceLine{}, false
+		}
+		tl.Bytes = &b
+	}
+	return tl, true
 }
 
 // isJSONNumber matches JSON's number grammar, which is stricter than
@@ -389,10 +446,10 @@ func (r *Reader) ReadWindow() (*Window, error) {
 	add := func(rec Record) {
 		w.LastLine = rec.Line
 		if rec.IsTasks() {
-			r.live, r.liveCap = rec.Tasks, rec.Capacity
+			r.live, r.liveCap, r.liveMem = rec.Tasks, rec.Capacity, rec.Memory
 			return
 		}
-		w.Keys = append(w.Keys, KeyLoad{Key: rec.Key, Load: rec.Load})
+		w.Keys = append(w.Keys, KeyLoad{Key: rec.Key, Load: rec.Load, Bytes: rec.Bytes, HasBytes: rec.HasBytes})
 	}
 	add(first)
 	for {
@@ -411,6 +468,6 @@ func (r *Reader) ReadWindow() (*Window, error) {
 		}
 		add(rec)
 	}
-	w.Tasks, w.Capacity = r.live, r.liveCap
+	w.Tasks, w.Capacity, w.Memory = r.live, r.liveCap, r.liveMem
 	return w, nil
 }

@@ -45,9 +45,9 @@ func TestParseTraceAccepts(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Window{
-		{Number: 0, Tasks: []string{"t0", "t1"}, Keys: []KeyLoad{{"user:1", 2.5}, {"user:2", 0}, {"user:1", 1}}},
-		{Number: 3, Tasks: []string{"t0", "t1"}, Keys: []KeyLoad{{"user:3", 1000}}},
-		{Number: 5, Tasks: []string{"t1", "t2", "T3:x"}, Keys: []KeyLoad{{"ü", 4}}},
+		{Number: 0, Tasks: []string{"t0", "t1"}, Keys: []KeyLoad{{Key: "user:1", Load: 2.5}, {Key: "user:2", Load: 0}, {Key: "user:1", Load: 1}}},
+		{Number: 3, Tasks: []string{"t0", "t1"}, Keys: []KeyLoad{{Key: "user:3", Load: 1000}}},
+		{Number: 5, Tasks: []string{"t1", "t2", "T3:x"}, Keys: []KeyLoad{{Key: "ü", Load: 4}}},
 		{Number: 7, Tasks: []string{"t9"}},
 	}
 	if len(ws) != len(want) {
@@ -101,7 +101,7 @@ func TestParseTraceRejects(t *testing.T) {
 		{"duplicate task", `{"window":0,"tasks":["a","b","a"]}`, 1, `"a" is listed twice`},
 		{"two tasks lines", "{\"window\":0,\"tasks\":[\"a\"]}\n\n{\"window\":0,\"tasks\":[\"b\"]}", 3, "already has a tasks line (line 1)"},
 		{"tasks after load", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":1,\"key\":\"k\",\"load\":1}\n{\"window\":1,\"tasks\":[\"b\"]}", 3, "after that window's load lines"},
-		{"tasks with key", `{"window":0,"tasks":["a"],"key":"k"}`, 1, `no "key" or "load"`},
+		{"tasks with key", `{"window":0,"tasks":["a"],"key":"k"}`, 1, `no "key", "load" or "bytes"`},
 		{"empty key", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"\",\"load\":1}", 2, "empty key"},
 		{"no load", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\"}", 2, `has no "load"`},
 		{"load without key", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"load\":1}", 2, `no "key"`},
@@ -112,7 +112,14 @@ func TestParseTraceRejects(t *testing.T) {
 		{"capacities not one per task", `{"window":0,"tasks":["a","b"],"capacity":[1]}`, 1, "1 capacities for 2 tasks"},
 		{"negative capacity", `{"window":0,"tasks":["a","b"],"capacity":[1,-2]}`, 1, `task "b": assign: invalid task capacity: -2`},
 		{"huge capacity", `{"window":0,"tasks":["a"],"capacity":[1e9]}`, 1, "between 0.001 and 1000"},
-		{"capacity without tasks", `{"window":0,"capacity":[1]}`, 1, `"capacity" without "tasks"`},
+		{"capacity without tasks", `{"window":0,"capacity":[1]}`, 1, `"capacity" or "memory" without "tasks"`},
+		{"memory not one per task", `{"window":0,"tasks":["a","b"],"memory":[1e6]}`, 1, "1 memory limits for 2 tasks"},
+		{"fractional memory", `{"window":0,"tasks":["a"],"memory":[0.5]}`, 1, `task "a": assign: invalid task memory limit: 0.5`},
+		{"memory on a load line", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\",\"load\":1,\"memory\":[1]}", 2, `load line has no "capacity" or "memory"`},
+		{"negative bytes", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\",\"load\":1,\"bytes\":-1}", 2, `key "k": assign: invalid load: bytes -1 is negative`},
+		{"huge bytes", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\",\"load\":1,\"bytes\":1e300}", 2, `above the limit`},
+		{"bytes on a tasks line", `{"window":0,"tasks":["a"],"bytes":3}`, 1, `no "key", "load" or "bytes"`},
+		{"bytes without key", `{"window":0,"bytes":3}`, 1, `load line has no "key"`},
 		{"capacity on a load line", "{\"window\":0,\"tasks\":[\"a\"]}\n{\"window\":0,\"key\":\"k\",\"load\":1,\"capacity\":[1]}", 2, `load line has no "capacity"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -156,6 +163,7 @@ func FuzzParseTrace(f *testing.F) {
 	}
 	f.Add([]byte(`{"window":01,"key":"a","load":1}` + "\n" + `{"window":1,"key":"a\"b","load":+1}` + "\n" + `{"window":1,"key":"a","load":1.}`))
 	f.Add([]byte(`{"window":1,"key":"","load":-0}` + "\n" + `{"window":1,"key":"x","load":1e400}` + "\n" + `{"window":99999999999999999999,"key":"x","load":1E+2}`))
+	f.Add([]byte("{\"window\":0,\"tasks\":[\"t0\"],\"memory\":[1e6]}\n{\"window\":0,\"key\":\"a\",\"load\":1,\"bytes\":4096}\n{\"window\":0,\"key\":\"b\",\"load\":1,\"bytes\":1,\"bytes\":2}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// The fast path agrees with encoding/json wherever it answers.
 		for _, line := range bytes.Split(data, []byte("\n")) {
@@ -170,7 +178,9 @@ func FuzzParseTrace(f *testing.F) {
 			}
 			if slow.Tasks != nil || slow.Window == nil || slow.Key == nil || slow.Load == nil ||
 				string(*slow.Window) != string(*fast.Window) || *slow.Key != *fast.Key ||
-				math.Float64bits(*slow.Load) != math.Float64bits(*fast.Load) {
+				math.Float64bits(*slow.Load) != math.Float64bits(*fast.Load) ||
+				(slow.Bytes == nil) != (fast.Bytes == nil) ||
+				slow.Bytes != nil && math.Float64bits(*slow.Bytes) != math.Float64bits(*fast.Bytes) {
 				t.Fatalf("%q: fast path read %s %q %v, encoding/json %+v", line, *fast.Window, *fast.Key, *fast.Load, slow)
 			}
 		}
@@ -198,7 +208,7 @@ func FuzzParseTrace(f *testing.F) {
 				}
 			}
 			for _, kl := range w.Keys {
-				if kl.Key == "" || assign.ValidateLoadValue(kl.Load) != nil {
+				if kl.Key == "" || assign.ValidateLoadValue(kl.Load) != nil || assign.ValidateBytesValue(kl.Bytes) != nil {
 					t.Fatalf("bad key load %+v accepted", kl)
 				}
 			}

@@ -29,6 +29,7 @@ func SimulateCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-redundancy", Value: 0, Usage: "most tasks a hot slice may be replicated to (default: min-redundancy)"},
 			&cli.StringFlag{Name: "job", Value: sim.DefaultJob, Usage: "job name the algorithm sees"},
 			&cli.StringFlag{Name: "capacity", Usage: "relative task capacities over the trace's, as NAME=C[,NAME=C...] (e.g. t0=2,t1=2); unnamed tasks keep the trace's (1 without)"},
+			&cli.StringFlag{Name: "memory", Usage: "task memory limits in bytes over the trace's, as NAME=B[,NAME=B...]; *=B sets every unnamed task's (0: no limit). Needs a trace with \"bytes\""},
 			&cli.StringFlag{Name: "out", Usage: "write the results to this file instead of stdout"},
 		},
 		OnUsageError: subcommandUsageError,
@@ -64,6 +65,13 @@ func runSimulate(c *cli.Context) error {
 			return usageError("invalid --capacity: %v", err)
 		}
 		cfg.Capacity = caps
+	}
+	if s := c.String("memory"); s != "" {
+		mem, err := parseMemory(s)
+		if err != nil {
+			return usageError("invalid --memory: %v", err)
+		}
+		cfg.Memory = mem
 	}
 	path := c.String("trace")
 	in := io.Reader(os.Stdin)
@@ -109,6 +117,34 @@ func parseCapacities(s string) (map[string]float64, error) {
 	return caps, nil
 }
 
+// parseMemory reads NAME=B[,NAME=B...], NAME being a task or "*".
+func parseMemory(s string) (map[string]float64, error) {
+	mem := make(map[string]float64)
+	for _, item := range strings.Split(s, ",") {
+		name, v, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not NAME=BYTES", item)
+		}
+		if name != "*" {
+			if err := assign.ValidateTaskName(name); err != nil {
+				return nil, err
+			}
+		}
+		if _, dup := mem[name]; dup {
+			return nil, fmt.Errorf("task %q is given twice", name)
+		}
+		b, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return nil, fmt.Errorf("memory limit of %q: %q is not a number of bytes", name, v)
+		}
+		if err := assign.ValidateMemoryLimit(b); err != nil {
+			return nil, fmt.Errorf("memory limit of %q: %w", name, err)
+		}
+		mem[name] = b
+	}
+	return mem, nil
+}
+
 // TraceCommand makes load traces for simulate.
 func TraceCommand() *cli.Command {
 	return &cli.Command{
@@ -127,6 +163,7 @@ func TraceCommand() *cli.Command {
 					&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "random seed"},
 					&cli.IntFlag{Name: "tasks", Value: 10, Usage: "live tasks (named t0, t1, ...)"},
 					&cli.IntFlag{Name: "keys", DefaultText: "the workload's own", Usage: "number of keys"},
+					&cli.Float64Flag{Name: "bytes", Usage: "mean state per key in bytes: each key's first load line gets \"bytes\", drawn log-normally (0: no state)"},
 					&cli.StringFlag{Name: "out", Usage: "write the trace to this file instead of stdout"},
 				},
 				OnUsageError: subcommandUsageError,
@@ -145,7 +182,7 @@ func runTraceGenerate(c *cli.Context) error {
 	}
 	cfg := sim.GenConfig{
 		Workload: c.String("workload"), Windows: c.Int("windows"), Seed: c.Uint64("seed"),
-		Tasks: c.Int("tasks"), Keys: c.Int("keys"),
+		Tasks: c.Int("tasks"), Keys: c.Int("keys"), Bytes: c.Float64("bytes"),
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageError("invalid flags: %v", err)

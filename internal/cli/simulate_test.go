@@ -54,6 +54,20 @@ func TestTraceGenerateAndSimulate(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, `"summary":true`) {
 		t.Fatalf("simulate --capacity: exit %d: %s", code, stderr)
 	}
+	// --bytes and --memory: every window reports the fullest task's use
+	// of its limit, and none passes it.
+	withBytes := filepath.Join(t.TempDir(), "bytes.jsonl")
+	if code, _, stderr := runCLI(t, "trace", "generate", "--workload", "power-law", "--windows", "6", "--bytes", "65536", "--out", withBytes); code != 0 {
+		t.Fatalf("trace generate --bytes: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "simulate", "--trace", withBytes, "--max-redundancy", "4", "--memory", "*=1e6")
+	var mem sim.Summary
+	if lines := strings.Split(strings.TrimSpace(stdout), "\n"); code != 0 || json.Unmarshal([]byte(lines[len(lines)-1]), &mem) != nil {
+		t.Fatalf("simulate --memory: exit %d: %s", code, stderr)
+	}
+	if mem.MaxMemoryUse <= 0.5 || mem.MaxMemoryUse > 1 || mem.WindowsOverLimit != 0 {
+		t.Errorf("simulate --memory: max memory use %v, %d windows over the limit; want (0.5, 1] and none", mem.MaxMemoryUse, mem.WindowsOverLimit)
+	}
 	code, stdout, stderr = runCLI(t, "simulate", "--trace", trace, "--out", results)
 	if code != 0 || stdout != "" {
 		t.Fatalf("simulate --out: exit %d, stdout %q: %s", code, stdout, stderr)
@@ -90,6 +104,11 @@ func TestSimulateErrors(t *testing.T) {
 		{"capacity out of bounds", []string{"simulate", "--trace", good, "--capacity", "a=2,b=5000"}, 2, "between 0.001 and 1000"},
 		{"capacity twice", []string{"simulate", "--trace", good, "--capacity", "a=2,a=3"}, 2, `task "a" is given twice`},
 		{"capacity bad name", []string{"simulate", "--trace", good, "--capacity", "-a=2"}, 2, "invalid --capacity"},
+		{"memory not NAME=B", []string{"simulate", "--trace", good, "--memory", "1e6"}, 2, `invalid --memory: "1e6" is not NAME=BYTES`},
+		{"memory not a number", []string{"simulate", "--trace", good, "--memory", "*=lots"}, 2, `memory limit of "*": "lots" is not a number of bytes`},
+		{"memory out of bounds", []string{"simulate", "--trace", good, "--memory", "a=1e20"}, 2, "give a limit in bytes between 1 and"},
+		{"memory twice", []string{"simulate", "--trace", good, "--memory", "*=1,*=2"}, 2, `task "*" is given twice`},
+		{"generate bytes negative", []string{"trace", "generate", "--workload", "zipf", "--bytes", "-1"}, 2, "bytes per key; use 0 (no state)"},
 		{"generate without workload", []string{"trace", "generate"}, 2, "needs --workload"},
 		{"generate unknown workload", []string{"trace", "generate", "--workload", "spiky"}, 2, `unknown workload "spiky"`},
 		{"generate zero windows", []string{"trace", "generate", "--workload", "zipf", "--windows", "0"}, 2, "0 windows"},

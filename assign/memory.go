@@ -1,0 +1,219 @@
+package assign
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// memory is what placement knows of the live tasks' memory: each task's
+// limit and the state it holds, from the bytes of the job's load reports.
+// A planner has one only when some task has a limit and the reports give
+// bytes; otherwise every task has room for anything and placement is
+// exactly as without limits.
+type memory struct {
+	load  Load
+	limit []float64 // by task id; +Inf for a task without a limit
+	bytes []float64 // by task id: the bytes of every slice it serves
+}
+
+// newMemory returns the memory of p's tasks under load, or nil.
+func newMemory(p *planner, load Load) *memory {
+	if !slices.ContainsFunc(p.live, func(t Task) bool { return t.MemoryLimit > 0 }) || !load.HasBytes() {
+		return nil
+	}
+	m := &memory{load: load, limit: make([]float64, len(p.live)), bytes: make([]float64, len(p.live))}
+	for t, task := range p.live {
+		m.limit[t] = math.Inf(1)
+		if task.MemoryLimit > 0 {
+			m.limit[t] = task.MemoryLimit
+		}
+	}
+	for i, b := range measureBytes(p.slices, load) {
+		for _, t := range p.tasks(&p.slices[i]) {
+			m.bytes[t] += b
+		}
+	}
+	return m
+}
+
+// measureBytes returns the bytes of each slice of sl (sorted, tiling)
+// under load, in one sweep over both.
+func measureBytes(sl []wslice, load Load) []float64 { return sweep(sl, load, (*LoadEntry).bytesWithin) }
+
+// fits reports whether task t has room for b more bytes. Without limits
+// every task has room.
+func (m *memory) fits(t int32, b float64) bool {
+	return m == nil || m.bytes[t]+b <= m.limit[t]
+}
+
+// of is the bytes of slice s; 0 without limits.
+func (m *memory) of(s *wslice) float64 {
+	if m == nil {
+		return 0
+	}
+	return m.load.BytesIn(s.start, s.end)
+}
+
+// add records that task t holds b more bytes (b < 0: fewer).
+func (m *memory) add(t int32, b float64) {
+	if m != nil {
+		m.bytes[t] += b
+	}
+}
+
+// over reports whether task t holds more than its limit.
+func (m *memory) over(t int32) bool { return m != nil && m.bytes[t] > m.limit[t] }
+
+// fitTries bounds the heap walk leastFit takes before it looks at every
+// task: a job whose least-loaded tasks are all full pays a linear scan.
+const fitTries = 16
+
+// leastFit returns the least-loaded task (by key count) not in excl
+// (sorted ids) with room for b bytes: the plain least-loaded one without
+// limits. It returns -1 when no task outside excl has room, or none is
+// outside excl.
+func (p *planner) leastFit(excl []int32, b float64) int32 {
+	t := p.least.bestExcept(excl)
+	if p.mem == nil || t < 0 || p.mem.fits(t, b) {
+		return t
+	}
+	ex := excl
+	for range fitTries {
+		ex = insertID(ex, t)
+		if t = p.least.bestExcept(ex); t < 0 || p.mem.fits(t, b) {
+			return t
+		}
+	}
+	best := int32(-1)
+	for u := range int32(len(p.live)) {
+		if _, in := slices.BinarySearch(excl, u); in || !p.mem.fits(u, b) {
+			continue
+		}
+		if best < 0 || p.load[u] < p.load[best] {
+			best = u
+		}
+	}
+	return best
+}
+
+// placeFor is leastFit falling back on the plain least-loaded task when
+// no task has room: a slice must have its tasks, and the relief phase
+// moves it on when room appears.
+func (p *planner) placeFor(excl []int32, b float64) int32 {
+	if t := p.leastFit(excl, b); t >= 0 {
+		return t
+	}
+	return p.least.bestExcept(excl)
+}
+
+// relieveMemory moves slices off every task that holds more bytes than its
+// limit: it drops the task's replica of a slice that has more than
+// min(MinRedundancy, live tasks) tasks, or reassigns the slice to the
+// least-loaded task with room for it. It takes the smallest slice that
+// brings the task within its limit, else the largest that moves, so the
+// fewest bytes travel; it never takes a task's last slice. What cannot be
+// placed anywhere stays (keys always have an owner).
+func (p *planner) relieveMemory() {
+	if p.mem == nil {
+		return
+	}
+	minR := min(p.cfg.MinRedundancy, len(p.live))
+	type cand struct {
+		slice int
+		bytes float64
+	}
+	// The slices of the tasks past their limits, in one pass: relief
+	// moves slices only to tasks with room, which never go past theirs,
+	// and splits none, so the lists stay valid throughout.
+	over := make(map[int32]int) // task id → index in lists
+	for t := range int32(len(p.live)) {
+		if p.mem.over(t) {
+			over[t] = len(over)
+		}
+	}
+	if len(over) == 0 {
+		return
+	}
+	lists := make([][]cand, len(over))
+	helds := make([]int, len(over))
+	var sb []float64
+	if len(over) > 1 {
+		sb = measureBytes(p.slices, p.mem.load)
+	}
+	for si := range p.slices {
+		s := &p.slices[si]
+		b := -1.0
+		for _, t := range p.tasks(s) {
+			k, ok := over[t]
+			if !ok {
+				continue
+			}
+			if b < 0 {
+				if sb != nil {
+					b = sb[si]
+				} else {
+					b = p.mem.of(s)
+				}
+			}
+			helds[k]++
+			if b > 0 {
+				lists[k] = append(lists[k], cand{si, b})
+			}
+		}
+	}
+	for t := range int32(len(p.live)) {
+		k, ok := over[t]
+		if !ok {
+			continue
+		}
+		cands, held := lists[k], helds[k]
+		slices.SortFunc(cands, func(a, b cand) int { return cmp.Or(cmp.Compare(a.bytes, b.bytes), cmp.Compare(a.slice, b.slice)) })
+		reason := fmt.Sprintf("task %q holds %.4g bytes, above its memory limit %.4g", p.live[t].Name, p.mem.bytes[t], p.mem.limit[t])
+		for p.mem.over(t) && held > 1 && len(cands) > 0 {
+			// The smallest slice that brings t within its limit first,
+			// then the larger ones, then the smaller ones largest first.
+			excess := p.mem.bytes[t] - p.mem.limit[t]
+			i, _ := slices.BinarySearchFunc(cands, excess, func(c cand, x float64) int { return cmp.Compare(c.bytes, x) })
+			order := make([]int, 0, len(cands))
+			for k := i; k < len(cands); k++ {
+				order = append(order, k)
+			}
+			for k := i - 1; k >= 0; k-- {
+				order = append(order, k)
+			}
+			moved := -1
+			var stuck []int
+			for _, k := range order {
+				c := cands[k]
+				s := &p.slices[c.slice]
+				if int(s.n) > minR {
+					p.removeTask(c.slice, t)
+					p.move(RemoveReplica, s, t, -1, reason)
+					moved = k
+					break
+				}
+				if r := p.leastFit(p.tasks(s), c.bytes); r >= 0 {
+					p.removeTask(c.slice, t)
+					p.addTask(c.slice, r)
+					p.move(Reassign, s, t, r, reason)
+					moved = k
+					break
+				}
+				// No task has room for it now, and room only shrinks
+				// while t sheds: drop it from the candidates.
+				stuck = append(stuck, k)
+			}
+			if moved < 0 {
+				break
+			}
+			held--
+			stuck = append(stuck, moved)
+			slices.Sort(stuck)
+			for j := len(stuck) - 1; j >= 0; j-- {
+				cands = slices.Delete(cands, stuck[j], stuck[j]+1)
+			}
+		}
+	}
+}
