@@ -119,7 +119,7 @@ func ValidateBytesValue(v float64) error {
 	case v < 0:
 		return fmt.Errorf("%w: bytes %g is negative", ErrInvalidLoad, v)
 	case v > MaxBytes:
-		return fmt.Errorf("%w: bytes %g is above the limit %g (1 PiB)", ErrInvalidLoad, v, float64(MaxBytes))
+		return fmt.Errorf("%w: bytes %g is above the limit 2^50 (1 PiB); report state in bytes", ErrInvalidLoad, v)
 	}
 	return nil
 }
@@ -154,7 +154,9 @@ func (l Load) HasBytes() bool {
 // BytesIn is the state each task serving all of [start, end) holds for
 // those keys: every entry overlapping the range contributes its bytes in
 // proportion to the overlap.
-func (l Load) BytesIn(start, end SliceKey) float64 { return l.sum(start, end, (*LoadEntry).bytesWithin) }
+func (l Load) BytesIn(start, end SliceKey) float64 {
+	return l.sum(start, end, (*LoadEntry).bytesWithin)
+}
 
 // covers reports whether a single entry of l spans all of [start, end).
 func (l Load) covers(start, end SliceKey) bool {

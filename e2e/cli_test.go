@@ -3,12 +3,15 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -131,4 +134,81 @@ func TestTaskCapacityBinary(t *testing.T) {
 	if code := bad.wait(20 * time.Second); code != 2 || !strings.Contains(bad.output(), "invalid task capacity: -1; give a relative capacity between 0.001 and 1000") {
 		t.Errorf("kvserver -capacity -1: exit %d, output:\n%s", code, bad.output())
 	}
+}
+
+// TestMemoryLimitBinary: with real processes, kvserver -memory-limit is
+// advertised through gossip and shown by slicerd job get, the entries'
+// size travels with the load reports, and once kv-1 holds more entries
+// than its limit the Assigner moves slices off it until it is within; a
+// negative limit is refused at start.
+func TestMemoryLimitBinary(t *testing.T) {
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir(), "--rebalance-interval", "1s")
+	startKV(t, "kv-0", node.gossipAddr, "-load-window", "300ms")
+	startKV(t, "kv-1", node.gossipAddr, "-load-window", "300ms", "-memory-limit", "40000")
+
+	ctx := context.Background()
+	ck := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
+	testwait.Until(t, 30*time.Second, "an assignment over both tasks", func() bool {
+		a := ck.Assignment()
+		return a != nil && len(a.Tasks) == 2
+	})
+	// 200 entries of about 1 KiB (208 KiB with the cache's overhead): an
+	// even half is more than twice kv-1's limit. They are written again in
+	// every round, so entries that a move dropped come back at their new
+	// owner; the job settles once kv-1 holds at most its limit and kv-0
+	// the rest.
+	kv := kvcache.NewClient(ck, nil)
+	val := bytes.Repeat([]byte("v"), 1000)
+	var out string
+	testwait.Until(t, 60*time.Second, "kv-1 within its 39.06 KiB limit and kv-0 holding the rest", func() bool {
+		for i := range 200 {
+			if err := kv.Put(ctx, fmt.Sprintf("key-%d", i), val); err != nil {
+				return false // a move in flight: the next round writes it
+			}
+		}
+		var code int
+		code, out = runSlicerd(t, "job", "get", "--addr", node.rpcAddr, "kv")
+		if code != 0 || !strings.Contains(out, "memory limit 39.06 KiB\n") {
+			return false
+		}
+		held0, held1 := stateOf(out, "kv-0"), stateOf(out, "kv-1")
+		return held1 <= 40000 && held0 >= 200*1064-40000
+	})
+	t.Logf("job get:\n%s", out)
+	if !strings.Contains(out, "kv-0 ") || strings.Count(out, "memory limit") != 1 {
+		t.Errorf("only kv-1 advertises a memory limit:\n%s", out)
+	}
+
+	bad := start(t, "kv-bad", bin.kvserver, "-job", "kv", "-task", "kv-9", "-memory-limit", "-1", "-join", node.gossipAddr)
+	if code := bad.wait(20 * time.Second); code != 2 || !strings.Contains(bad.output(), "invalid task memory limit: -1") {
+		t.Errorf("kvserver -memory-limit -1: exit %d, output:\n%s", code, bad.output())
+	}
+}
+
+// stateOf reads the state job get shows for task in its load lines
+// ("<task>  <load>/s  <x> x mean  state <n> <unit>"); -1 if none.
+func stateOf(out, task string) float64 {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != task || !strings.Contains(line, "/s") {
+			continue
+		}
+		i := strings.Index(line, "state ")
+		if i < 0 {
+			return 0
+		}
+		var n float64
+		var unit string
+		if _, err := fmt.Sscanf(line[i+len("state "):], "%g %s", &n, &unit); err != nil {
+			return -1
+		}
+		for _, u := range []string{"B", "KiB", "MiB", "GiB"} {
+			if unit == u {
+				return n
+			}
+			n *= 1024
+		}
+		return -1
+	}
+	return -1
 }

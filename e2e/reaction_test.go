@@ -29,13 +29,7 @@ func TestReactsToHotKeyShift(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ck, err := clerk.New(secureClerk(clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cdone := make(chan error, 1)
-	go func() { cdone <- ck.Run(ctx) }()
-	defer func() { cancel(); <-cdone }()
+	ck := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
 	testwait.Until(t, 30*time.Second, "an assignment over all tasks", func() bool {
 		a := ck.Assignment()
 		return a != nil && len(a.Tasks) == tasks

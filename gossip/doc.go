@@ -20,6 +20,9 @@
 //	cap      a task's relative capacity, the shortest     task members whose
 //	         decimal of assign.Task.Capacity ("2",        capacity is not 1
 //	         "0.5"); absent means 1
+//	mem      a task's memory limit in bytes, a decimal    task members with
+//	         integer (assign.Task.MemoryLimit); absent    a memory limit
+//	         means none
 //
 // The member name and gossip address come from serf, not tags. Members
 // without the slicerd tag, or with another schema version, are not

@@ -111,9 +111,13 @@ type Peer struct {
 	RPCAddr string // host:port of the member's RPC server (a task's serving address); "" while not serving
 	// Capacity is a task's relative capacity (assign.Task.Capacity); 0,
 	// meaning 1, is not advertised. Task members only.
-	Capacity   float64
-	GossipAddr string // host:port of the member's gossip endpoint (from the member, not a tag)
-	Status     Status
+	Capacity float64
+	// MemoryLimit is the most state, in bytes, a task may hold
+	// (assign.Task.MemoryLimit); 0, no limit, is not advertised. Task
+	// members only.
+	MemoryLimit int64
+	GossipAddr  string // host:port of the member's gossip endpoint (from the member, not a tag)
+	Status      Status
 }
 
 // Has reports whether the peer plays role r.
@@ -129,6 +133,7 @@ const (
 	tagTask   = "task"
 	tagRPC    = "rpc"
 	tagCap    = "cap"
+	tagMem    = "mem"
 
 	schemaVersion = "1"
 )
@@ -167,6 +172,14 @@ func (p Peer) Tags() (map[string]string, error) {
 		if p.Capacity != 0 {
 			tags[tagCap] = formatCapacity(p.Capacity)
 		}
+		if err := assign.ValidateMemoryLimit(float64(p.MemoryLimit)); err != nil {
+			return nil, fmt.Errorf("%w: task member: %w", ErrInvalidPeer, err)
+		}
+		if p.MemoryLimit != 0 {
+			tags[tagMem] = strconv.FormatInt(p.MemoryLimit, 10)
+		}
+	} else if p.MemoryLimit != 0 {
+		return nil, fmt.Errorf("%w: memory limit %d is set but the roles %v do not include task; only tasks have one", ErrInvalidPeer, p.MemoryLimit, roles)
 	} else if p.Capacity != 0 {
 		return nil, fmt.Errorf("%w: capacity %v is set but the roles %v do not include task; only tasks have a capacity", ErrInvalidPeer, p.Capacity, roles)
 	} else if p.Job != "" || p.Task != "" {
@@ -292,8 +305,20 @@ func parseTags(tags map[string]string) (Peer, error) {
 			}
 			p.Capacity = c
 		}
+		if v, ok := tags[tagMem]; ok {
+			m, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || m <= 0 || strconv.FormatInt(m, 10) != v {
+				return Peer{}, fmt.Errorf("%w: memory tag %q is not a canonical positive integer", ErrInvalidPeer, v)
+			}
+			if err := assign.ValidateMemoryLimit(float64(m)); err != nil {
+				return Peer{}, fmt.Errorf("%w: %w", ErrInvalidPeer, err)
+			}
+			p.MemoryLimit = m
+		}
 	} else if _, hasCap := tags[tagCap]; hasJob || hasTask || hasCap {
 		return Peer{}, fmt.Errorf("%w: job, task or capacity tag on a member without the task role", ErrInvalidPeer)
+	} else if _, hasMem := tags[tagMem]; hasMem {
+		return Peer{}, fmt.Errorf("%w: memory tag on a member without the task role", ErrInvalidPeer)
 	}
 	if rpc, ok := tags[tagRPC]; ok {
 		if err := validateRPCAddr(rpc); err != nil {

@@ -53,6 +53,8 @@ func TestTagsRoundTrip(t *testing.T) {
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", RPCAddr: "127.0.0.1:1", Capacity: 2},
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: 0.125},
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: 1000},
+		{Roles: []Role{RoleTask}, Job: "j", Task: "t", MemoryLimit: 1 << 30},
+		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: 2, MemoryLimit: 1},
 	} {
 		tags, err := p.Tags()
 		if err != nil {
@@ -101,6 +103,9 @@ func TestTagsRejects(t *testing.T) {
 		"capacity negative":    {Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: -1},
 		"capacity too large":   {Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: 1e4},
 		"capacity on non-task": {Roles: []Role{RoleAssigner}, Capacity: 2},
+		"memory negative":      {Roles: []Role{RoleTask}, Job: "j", Task: "t", MemoryLimit: -1},
+		"memory too large":     {Roles: []Role{RoleTask}, Job: "j", Task: "t", MemoryLimit: 1 << 51},
+		"memory on non-task":   {Roles: []Role{RoleDistributor}, MemoryLimit: 1 << 20},
 		"tags too large": {Roles: []Role{RoleTask}, Job: strings.Repeat("j", 63), Task: strings.Repeat("t", 128),
 			RPCAddr: long + ":1"},
 	} {
@@ -159,6 +164,12 @@ func TestParseMemberIgnoresForeign(t *testing.T) {
 		"capacity NaN":           with(tagCap, "NaN"),
 		"capacity out of range":  with(tagCap, "1e9"),
 		"capacity on assigner":   {tagSchema: "1", tagRoles: "assigner", tagCap: "2"},
+		"memory not a number":    with(tagMem, "1GB"),
+		"memory not canonical":   with(tagMem, "01024"),
+		"memory zero":            with(tagMem, "0"),
+		"memory negative":        with(tagMem, "-5"),
+		"memory out of range":    with(tagMem, "9223372036854775807"),
+		"memory on assigner":     {tagSchema: "1", tagRoles: "assigner", tagMem: "1024"},
 	} {
 		m := serf.Member{Name: "x", Addr: net.ParseIP("10.1.1.1"), Port: 1, Tags: tags, Status: serf.StatusAlive}
 		if p, ok := ParseMember(m); ok {
@@ -191,7 +202,8 @@ func TestParseMemberStatuses(t *testing.T) {
 
 func peersEqual(a, b Peer) bool {
 	return a.Name == b.Name && slices.Equal(a.Roles, b.Roles) && a.Job == b.Job && a.Task == b.Task &&
-		a.RPCAddr == b.RPCAddr && a.GossipAddr == b.GossipAddr && a.Status == b.Status && a.Capacity == b.Capacity
+		a.RPCAddr == b.RPCAddr && a.GossipAddr == b.GossipAddr && a.Status == b.Status && a.Capacity == b.Capacity &&
+		a.MemoryLimit == b.MemoryLimit
 }
 
 // FuzzParseTags checks that parsing arbitrary tag maps never panics and
@@ -205,6 +217,8 @@ func FuzzParseTags(f *testing.F) {
 	f.Add(uint8(0xff), "1", "distributor", "", "", "[::1]:80", "roles", "x")
 	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "cap", "2.5")
 	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "cap", "2.50")
+	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "mem", "1073741824")
+	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "mem", "+1")
 	f.Fuzz(func(t *testing.T, present uint8, schema, roles, job, task, rpc, extraK, extraV string) {
 		tags := map[string]string{}
 		for i, kv := range [][2]string{{tagSchema, schema}, {tagRoles, roles}, {tagJob, job}, {tagTask, task}, {tagRPC, rpc}, {extraK, extraV}} {
@@ -222,7 +236,7 @@ func FuzzParseTags(f *testing.F) {
 		}
 		known := maps.Clone(tags)
 		maps.DeleteFunc(known, func(k, _ string) bool {
-			return k != tagSchema && k != tagRoles && k != tagJob && k != tagTask && k != tagRPC && k != tagCap
+			return k != tagSchema && k != tagRoles && k != tagJob && k != tagTask && k != tagRPC && k != tagCap && k != tagMem
 		})
 		if !maps.Equal(again, known) {
 			t.Fatalf("re-encoding differs\n  in %v\n out %v", known, again)

@@ -232,7 +232,7 @@ func jobTasks(peers []gossip.Peer, job string, aliveOnly bool) []assign.Task {
 		if !p.Has(gossip.RoleTask) || p.Job != job || (aliveOnly && p.Status != gossip.StatusAlive) {
 			continue
 		}
-		claims = append(claims, claim{member: p.Name, task: assign.Task{Name: p.Task, Addr: p.RPCAddr, Capacity: p.Capacity}})
+		claims = append(claims, claim{member: p.Name, task: assign.Task{Name: p.Task, Addr: p.RPCAddr, Capacity: p.Capacity, MemoryLimit: float64(p.MemoryLimit)}})
 	}
 	slices.SortFunc(claims, func(x, y claim) int {
 		if c := strings.Compare(x.task.Name, y.task.Name); c != 0 {
@@ -490,7 +490,13 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			prevGen = cur.Generation
 			before = assign.ImbalanceWith(cur, load, live)
 		}
-		if why == triggerLoad && before-after < minImbalanceGain {
+		// A decision that relieves a task past its memory limit is worth
+		// committing whatever it does to the imbalance.
+		relieves := false
+		if cur != nil && why == triggerLoad && before-after < minImbalanceGain {
+			relieves = assign.MemoryOverage(next, load, live) < assign.MemoryOverage(cur, load, live)
+		}
+		if why == triggerLoad && before-after < minImbalanceGain && !relieves {
 			a.log.Debug("load-driven decision not committed: it would not lower the imbalance",
 				"job", name, "generation", prevGen, "imbalance_before", before, "imbalance_after", after,
 				"churn", decision.Churn, "moves", len(decision.Moves))

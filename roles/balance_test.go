@@ -37,8 +37,9 @@ func reportFor(a *assign.Assignment, task string, truth assign.Load, window floa
 			if name != task {
 				continue
 			}
-			if l := truth.In(s.Start, s.End) / float64(len(s.Tasks)) * window; l > 0 {
-				req.Slices = append(req.Slices, &slicerv1.SliceLoad{Start: s.Start, End: s.End, Load: l})
+			l := truth.In(s.Start, s.End) / float64(len(s.Tasks)) * window
+			if b := truth.BytesIn(s.Start, s.End); l > 0 || b > 0 {
+				req.Slices = append(req.Slices, &slicerv1.SliceLoad{Start: s.Start, End: s.End, Load: l, Bytes: b})
 			}
 		}
 	}
@@ -89,6 +90,20 @@ func (f *balanceFixture) report(t *testing.T, truth assign.Load, tasks ...string
 	for _, task := range tasks {
 		if _, err := f.as.ReportLoad(context.Background(), connect.NewRequest(reportFor(cur, task, truth, 1))); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// settle runs report-and-decide rounds, at most rounds of them, until a
+// round commits nothing.
+func (f *balanceFixture) settle(t *testing.T, truth assign.Load, rounds int, tasks ...string) {
+	t.Helper()
+	for range rounds {
+		cur := f.j.pub.current()
+		f.report(t, truth, tasks...)
+		f.as.balanceAll(context.Background())
+		if f.j.pub.current().Generation == cur.Generation {
+			return
 		}
 	}
 }
@@ -394,7 +409,6 @@ func BenchmarkLoadDecision(b *testing.B) {
 // periodic decisions balance load per unit of capacity: t2 ends carrying
 // about three times the load of each of the others.
 func TestBalanceByCapacity(t *testing.T) {
-	ctx := context.Background()
 	members := &fakeMembers{}
 	caps := map[string]float64{"t0": 1, "t1": 1, "t2": 3}
 	for _, name := range []string{"t0", "t1", "t2"} {
@@ -409,14 +423,7 @@ func TestBalanceByCapacity(t *testing.T) {
 	if len(live) != 3 || live[2].Capacity != 3 {
 		t.Fatalf("live tasks %+v; want t2 with the capacity it advertises", live)
 	}
-	for range 30 {
-		cur := j.pub.current()
-		f.report(t, truth, "t0", "t1", "t2")
-		as.balanceAll(ctx)
-		if j.pub.current().Generation == cur.Generation {
-			break
-		}
-	}
+	f.settle(t, truth, 30, "t0", "t1", "t2")
 	cur := j.pub.current()
 	loads := assign.TaskLoads(cur, truth)
 	t.Logf("tasks %v carry %v", cur.Tasks, loads)
@@ -438,6 +445,59 @@ func TestBalanceByCapacity(t *testing.T) {
 	}
 	if got := info.GetImbalance(); got > 1.1 {
 		t.Errorf("JobInfo imbalance %.3f, want the utilisation imbalance (at most 1.1)", got)
+	}
+}
+
+// Tasks advertise memory limits in gossip and report the state they hold
+// with their load: a task past its limit (t2, whose even third of the state
+// is 1,000 bytes against a limit of 600) has slices moved off it by the
+// next periodic decision, which is committed although, the load being
+// even, it raises the imbalance; GetJob shows limits and state per task.
+func TestBalanceByMemory(t *testing.T) {
+	members := &fakeMembers{}
+	limits := map[string]int64{"t0": 1 << 20, "t1": 1 << 20, "t2": 600}
+	for _, name := range []string{"t0", "t1", "t2"} {
+		members.peers = append(members.peers, gossip.Peer{Name: "kv/" + name, Roles: []gossip.Role{gossip.RoleTask},
+			Job: "kv", Task: name, Status: gossip.StatusAlive, MemoryLimit: limits[name]})
+	}
+	f := newBalanceFixture(t, members, nil)
+	as, j := f.as, f.j
+	// Load and state both even over the key space, in many entries so
+	// that slices can move in small steps.
+	const n = 300
+	truth := make(assign.Load, n)
+	for i := range truth {
+		truth[i] = assign.LoadEntry{Start: assign.KeySpaceEnd / n * uint64(i), End: assign.KeySpaceEnd / n * uint64(i+1), Load: 10, Bytes: 10}
+	}
+	truth[n-1].End = assign.KeySpaceEnd
+	live := as.tasksOf("kv", true)
+	if live[2].MemoryLimit != 600 {
+		t.Fatalf("live tasks %+v; want t2 with the memory limit it advertises", live)
+	}
+	first := j.pub.current()
+	if b := assign.TaskBytes(first, truth); b[2] <= 600 {
+		t.Fatalf("t2 holds %v bytes at first; the test needs it past its limit", b[2])
+	}
+	f.settle(t, truth, 10, "t0", "t1", "t2")
+	cur := j.pub.current()
+	held := assign.TaskBytes(cur, truth)
+	t.Logf("tasks %v hold %v bytes, imbalance %.3f", cur.Tasks, held, assign.Imbalance(cur, truth))
+	if cur.Generation == first.Generation {
+		t.Fatal("no decision was committed")
+	}
+	if over := assign.MemoryOverage(cur, truth, live); over > 0 {
+		t.Errorf("tasks hold %v bytes: %v past the limits %v", held, over, limits)
+	}
+	info := as.jobInfo(j)
+	for _, lt := range info.GetLiveTasks() {
+		if want := uint64(limits[lt.GetName()]); lt.GetMemoryLimit() != want {
+			t.Errorf("JobInfo: %s has memory limit %v, want %v", lt.GetName(), lt.GetMemoryLimit(), want)
+		}
+	}
+	for i, tl := range info.GetTaskLoads() {
+		if tl.GetBytes() != held[i] {
+			t.Errorf("JobInfo: %s holds %v bytes, want %v", tl.GetTask(), tl.GetBytes(), held[i])
+		}
 	}
 }
 

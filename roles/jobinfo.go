@@ -126,7 +126,7 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 		PreferredAssigner: a.leader.PreferredNow(j.name)}
 	live := a.tasksOf(j.name, true)
 	for _, t := range live {
-		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr, Capacity: t.Capacity})
+		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr, Capacity: t.Capacity, MemoryLimit: uint64(t.MemoryLimit)})
 	}
 	// The load view is what decisions see, reported even while load
 	// balancing is off so an operator can tell whether it is needed.
@@ -136,8 +136,9 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	if cur := j.pub.current(); cur != nil {
 		info.Generation = cur.Generation
 		info.Imbalance = assign.ImbalanceWith(cur, load, live)
+		held := assign.TaskBytes(cur, load)
 		for i, l := range assign.TaskLoads(cur, load) {
-			info.TaskLoads = append(info.TaskLoads, &slicerv1.TaskLoad{Task: cur.Tasks[i].Name, Load: l})
+			info.TaskLoads = append(info.TaskLoads, &slicerv1.TaskLoad{Task: cur.Tasks[i].Name, Load: l, Bytes: held[i]})
 		}
 	}
 	return info

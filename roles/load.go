@@ -62,13 +62,13 @@ func loadFromProto(m *slicerv1.ReportLoadRequest) (*loadReport, error) {
 	}
 	l := make(assign.Load, len(m.GetSlices()))
 	for i, s := range m.GetSlices() {
-		l[i] = assign.LoadEntry{Start: assign.SliceKey(s.GetStart()), End: assign.SliceKey(s.GetEnd()), Load: s.GetLoad()}
+		l[i] = assign.LoadEntry{Start: assign.SliceKey(s.GetStart()), End: assign.SliceKey(s.GetEnd()), Load: s.GetLoad(), Bytes: s.GetBytes()}
 	}
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("slices: %w", err)
 	}
 	for i := range l {
-		l[i].Load /= w
+		l[i].Load /= w // a rate; bytes are a gauge and stay as reported
 	}
 	return &loadReport{
 		generation: m.GetGeneration(),

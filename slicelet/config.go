@@ -30,6 +30,23 @@ type Config struct {
 	// task's own claim, trusted as its load reports are: it can only draw
 	// more or less of its own job's load to itself.
 	Capacity float64
+	// MemoryLimit is the most state, in bytes, this task may hold,
+	// advertised in gossip; 0 means no limit, otherwise 1 to
+	// assign.MaxBytes. The Assigner places no slice on the task past it,
+	// and moves slices off the task when its state outgrows it, judging by
+	// what StateBytes reports, which it therefore needs. Like Capacity it
+	// is the task's own claim and can only move its own job's keys.
+	MemoryLimit int64
+	// StateBytes, if set, tells the Slicelet how much state the task holds
+	// for its keys, so placement can keep it within MemoryLimit. Once per
+	// load window the Slicelet calls it on its reporting goroutine; it
+	// calls add, from that goroutine only, for each key it holds state
+	// for (or once for keys that hash to the same slice key), with h the
+	// key's slice key (assign.HashKey or assign.HashString) and the bytes
+	// held. Calls after StateBytes returns, for keys the task does not own
+	// and for bytes ≤ 0 are ignored. The sum per owned slice is reported
+	// with the window's load. It costs one slice lookup per call.
+	StateBytes func(add func(h assign.SliceKey, bytes int64))
 	// GossipAddr is the IP:port this task's gossip member binds; default
 	// "127.0.0.1:0" (a free loopback port). Use a routable IP when slicerd
 	// runs on other hosts.
@@ -125,7 +142,7 @@ func (c Config) gossipConfig(log *slog.Logger) gossip.Config {
 		g.BindAddr = defaultGossipAddr
 	}
 	g.Join = c.Join
-	g.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: c.Job, Task: c.Task, RPCAddr: c.Addr, Capacity: c.Capacity}
+	g.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: c.Job, Task: c.Task, RPCAddr: c.Addr, Capacity: c.Capacity, MemoryLimit: c.MemoryLimit}
 	if g.Logger == nil {
 		g.Logger = log
 	}
@@ -140,6 +157,12 @@ func (c Config) validate() error {
 	}
 	if err := assign.ValidateCapacity(c.Capacity); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := assign.ValidateMemoryLimit(float64(c.MemoryLimit)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.MemoryLimit != 0 && c.StateBytes == nil {
+		return fmt.Errorf("%w: task %s/%s has a memory limit but no StateBytes; set StateBytes so the Assigner knows the state it holds, or leave MemoryLimit 0", ErrInvalidConfig, c.Job, c.Task)
 	}
 	if err := assign.ValidateTaskName(c.Task); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -203,9 +203,41 @@ func (s *Slicelet) RejectedLoadReports() uint64 { return s.load.rejected.Load() 
 // LoadReportsSent counts the load reports an Assigner accepted.
 func (s *Slicelet) LoadReportsSent() uint64 { return s.load.reportsSent.Load() }
 
+// stateOf asks the application for the state it holds (Config.StateBytes)
+// and returns it per slice of v that v gives this task, as load entries
+// with bytes only; nil without StateBytes or without a view.
+func (s *Slicelet) stateOf(v *view) assign.Load {
+	if s.cfg.StateBytes == nil || v == nil {
+		return nil
+	}
+	sums := make([]float64, len(v.mine))
+	var done atomic.Bool
+	s.cfg.StateBytes(func(h assign.SliceKey, b int64) {
+		if b <= 0 || done.Load() {
+			return
+		}
+		if i := v.table.Lookup(h); v.mine[i] {
+			sums[i] += float64(b)
+		}
+	})
+	done.Store(true)
+	a := v.table.Assignment()
+	var out assign.Load
+	for i, b := range sums {
+		if b > 0 {
+			out = append(out, assign.LoadEntry{Start: a.Slices[i].Start, End: a.Slices[i].End, Bytes: min(b, assign.MaxBytes)})
+		}
+	}
+	return out
+}
+
 // collect closes the current window: it takes everything measured since
-// the last successful report and resets the accumulators.
+// the last successful report and resets the accumulators. The state the
+// application holds is read first, outside the lock; it is reported only
+// if the assignment did not change meanwhile.
 func (s *Slicelet) collect(now time.Time) *windowReport {
+	v := s.view.Load()
+	state := s.stateOf(v)
 	s.load.mu.Lock()
 	defer s.load.mu.Unlock()
 	r := &windowReport{}
@@ -214,7 +246,10 @@ func (s *Slicelet) collect(now time.Time) *windowReport {
 		r.generation = v.table.Assignment().Generation
 		cur = drainOwned(v, nil)
 	}
-	r.load = assign.MergeLoads(s.load.carry, cur)
+	if s.view.Load() != v {
+		state = nil
+	}
+	r.load = assign.MergeLoads(s.load.carry, cur, state)
 	s.load.carry = nil
 	r.unowned = s.load.unowned.take()
 	r.rejected = s.load.rejected.Swap(0)
@@ -238,6 +273,7 @@ type windowReport struct {
 func (s *Slicelet) keep(r *windowReport) {
 	for i := range r.load {
 		r.load[i].Load *= pendingDecay
+		r.load[i].Bytes = 0 // a gauge: the next window reads it afresh
 	}
 	s.load.mu.Lock()
 	defer s.load.mu.Unlock()
@@ -258,7 +294,7 @@ func (r *windowReport) proto(job, task string) *slicerv1.ReportLoadRequest {
 		Slices: make([]*slicerv1.SliceLoad, len(r.load)),
 	}
 	for i, e := range r.load {
-		req.Slices[i] = &slicerv1.SliceLoad{Start: uint64(e.Start), End: uint64(e.End), Load: min(e.Load, assign.MaxLoad)}
+		req.Slices[i] = &slicerv1.SliceLoad{Start: uint64(e.Start), End: uint64(e.End), Load: min(e.Load, assign.MaxLoad), Bytes: e.Bytes}
 	}
 	return req
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -418,5 +419,88 @@ func TestInterceptorCountsStreamMessages(t *testing.T) {
 	}
 	if calls != 2 {
 		t.Errorf("key function called %d times, want once per stream that carried messages (2)", calls)
+	}
+}
+
+// TestStateBytesReported: with Config.StateBytes the report carries, for
+// each owned slice, the bytes the application says it holds for the
+// slice's keys; keys the task does not own, non-positive sizes and calls
+// after StateBytes returned are left out; a report that could not be sent
+// keeps its load but not its bytes, which the next window reads afresh.
+func TestStateBytesReported(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	sizes := map[string]int64{}
+	for i := range 400 {
+		sizes["key-"+strconv.Itoa(i)] = int64(1 + rng.IntN(4096))
+	}
+	sizes["empty"] = 0
+	sizes["negative"] = -10
+	var late func(assign.SliceKey, int64)
+	s, err := New(Config{Job: "j", Task: "a", Addr: "127.0.0.1:9000", Join: []string{"127.0.0.1:7946"},
+		MemoryLimit: 1 << 20,
+		StateBytes: func(add func(assign.SliceKey, int64)) {
+			for k, b := range sizes {
+				add(assign.HashString(k), b)
+			}
+			late = add
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := gridAssignment(rng, 3, 30, []string{"a", "b", "c"})
+	s.install(nil, a)
+	want := make(map[int]float64)
+	for k, b := range sizes {
+		if idx := a.Find(assign.HashString(k)); hasTask(a.Slices[idx].Tasks, "a") && b > 0 {
+			want[idx] += float64(b)
+		}
+	}
+	r := s.collect(time.Now())
+	late(assign.HashString("key-1"), 1<<40) // ignored: StateBytes returned
+	if err := r.load.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for idx, b := range want {
+		sl := a.Slices[idx]
+		if got := r.load.BytesIn(sl.Start, sl.End); !near(got, b) {
+			t.Errorf("slice %d: %g bytes, want %g", idx, got, b)
+		}
+		total += b
+	}
+	if got := r.load.BytesIn(0, assign.KeySpaceEnd); !near(got, total) || total == 0 {
+		t.Errorf("report has %g bytes in all, want %g (> 0)", got, total)
+	}
+	if p := r.proto("j", "a"); len(p.GetSlices()) == 0 || p.GetSlices()[0].GetBytes() <= 0 {
+		t.Errorf("the request carries no bytes: %v", p.GetSlices())
+	}
+	// A report that failed: its bytes do not come back with the next.
+	for k := range sizes {
+		if hasTask(a.Slices[a.Find(assign.HashString(k))].Tasks, "a") {
+			s.ReportLoadString(k, 5)
+			break
+		}
+	}
+	r = s.collect(time.Now())
+	s.keep(r)
+	sizes = map[string]int64{}
+	if r2 := s.collect(time.Now()); r2.load.BytesIn(0, assign.KeySpaceEnd) != 0 || r2.load.Total() == 0 {
+		t.Errorf("after a failed report: %g bytes (want 0), load %g (want the kept load)", r2.load.BytesIn(0, assign.KeySpaceEnd), r2.load.Total())
+	}
+}
+
+// TestMemoryLimitNeedsStateBytes: a memory limit without StateBytes, or
+// out of bounds, is a configuration error that says what to do.
+func TestMemoryLimitNeedsStateBytes(t *testing.T) {
+	base := Config{Job: "j", Task: "a", Addr: "127.0.0.1:9000", Join: []string{"127.0.0.1:7946"}}
+	noState := base
+	noState.MemoryLimit = 1 << 30
+	if _, err := New(noState); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "set StateBytes") {
+		t.Errorf("limit without StateBytes: %v", err)
+	}
+	bad := base
+	bad.MemoryLimit, bad.StateBytes = -1, func(func(assign.SliceKey, int64)) {}
+	if _, err := New(bad); !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, assign.ErrInvalidMemoryLimit) {
+		t.Errorf("negative limit: %v", err)
 	}
 }

@@ -108,6 +108,23 @@ func (s *Server) Len() int {
 	return len(s.entries)
 }
 
+// entryOverhead approximates what the Go map spends on an entry beyond
+// its key and value bytes: the string and slice headers, the slice key
+// and the map's own bookkeeping.
+const entryOverhead = 64
+
+// StateBytes calls add with each entry's slice key and its size (key,
+// value and entryOverhead bytes): the state a Slicelet reports with the
+// task's load (slicelet.Config.StateBytes), which keeps the task within
+// its memory limit. It holds the read lock for one pass over the entries.
+func (s *Server) StateBytes(add func(h assign.SliceKey, bytes int64)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for k, e := range s.entries {
+		add(e.sk, int64(len(k)+len(e.val)+entryOverhead))
+	}
+}
+
 // OnChangedSlices drops the entries whose keys fall in slices no longer
 // assigned to this task. It implements the Slicelet's listener.
 func (s *Server) OnChangedSlices(assigned, unassigned []assign.Slice) {

@@ -25,11 +25,14 @@ func printJob(w io.Writer, j *slicerv1.JobInfo) {
 	fmt.Fprintf(w, "job %s\n  generation      %d\n  assigner        %s\n  min redundancy  %d\n  max redundancy  %d\n  consistency     %s\n  algorithm       %s\n  frozen          %v\n  configured      %v\n  live tasks      %d\n",
 		j.GetName(), j.GetGeneration(), assigner, p.GetMinRedundancy(), p.GetMaxRedundancy(), consistency, algorithm, p.GetFrozen(), j.GetConfigured(), len(j.GetLiveTasks()))
 	for _, t := range j.GetLiveTasks() {
+		extra := ""
 		if c := t.GetCapacity(); c != 0 {
-			fmt.Fprintf(w, "    %-20s %s  capacity %g\n", t.GetName(), t.GetAddress(), c)
-		} else {
-			fmt.Fprintf(w, "    %-20s %s\n", t.GetName(), t.GetAddress())
+			extra += fmt.Sprintf("  capacity %g", c)
 		}
+		if m := t.GetMemoryLimit(); m != 0 {
+			extra += "  memory limit " + formatBytes(float64(m))
+		}
+		fmt.Fprintf(w, "    %-20s %s%s\n", t.GetName(), t.GetAddress(), extra)
 	}
 	// The effective tuning: stored zeros are the defaults.
 	cfg := assign.Config{
@@ -77,6 +80,24 @@ func printLoad(w io.Writer, j *slicerv1.JobInfo) {
 		if mean > 0 {
 			rel = tl.GetLoad() / mean
 		}
-		fmt.Fprintf(w, "    %-20s %10.4g/s  %5.2f x mean\n", tl.GetTask(), tl.GetLoad(), rel)
+		state := ""
+		if b := tl.GetBytes(); b > 0 {
+			state = "  state " + formatBytes(b)
+		}
+		fmt.Fprintf(w, "    %-20s %10.4g/s  %5.2f x mean%s\n", tl.GetTask(), tl.GetLoad(), rel, state)
 	}
+}
+
+// formatBytes writes a byte count in binary units: 512 B, 1.5 KiB, 2 GiB.
+func formatBytes(b float64) string {
+	const units = "KMGTP"
+	if b < 1024 {
+		return fmt.Sprintf("%.0f B", b)
+	}
+	i := -1
+	for b >= 1024 && i < len(units)-1 {
+		b /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.4g %ciB", b, units[i])
 }

@@ -145,7 +145,10 @@ type Task struct {
 	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	// The task's relative capacity as it advertises it (0 means 1). Set only
 	// in JobInfo.live_tasks: assignments do not record capacities.
-	Capacity      float64 `protobuf:"fixed64,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Capacity float64 `protobuf:"fixed64,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// The most state, in bytes, the task may hold as it advertises it (0: no
+	// limit). Set only in JobInfo.live_tasks.
+	MemoryLimit   uint64 `protobuf:"varint,4,opt,name=memory_limit,json=memoryLimit,proto3" json:"memory_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -197,6 +200,13 @@ func (x *Task) GetAddress() string {
 func (x *Task) GetCapacity() float64 {
 	if x != nil {
 		return x.Capacity
+	}
+	return 0
+}
+
+func (x *Task) GetMemoryLimit() uint64 {
+	if x != nil {
+		return x.MemoryLimit
 	}
 	return 0
 }
@@ -1114,7 +1124,10 @@ type TaskLoad struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Task  string                 `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	// Load per second, in the job's own unit.
-	Load          float64 `protobuf:"fixed64,2,opt,name=load,proto3" json:"load,omitempty"`
+	Load float64 `protobuf:"fixed64,2,opt,name=load,proto3" json:"load,omitempty"`
+	// State the task holds for the keys it serves, in bytes, from the load
+	// reports (SliceLoad.bytes); 0 when no task reports state.
+	Bytes         float64 `protobuf:"fixed64,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1159,6 +1172,13 @@ func (x *TaskLoad) GetTask() string {
 func (x *TaskLoad) GetLoad() float64 {
 	if x != nil {
 		return x.Load
+	}
+	return 0
+}
+
+func (x *TaskLoad) GetBytes() float64 {
+	if x != nil {
+		return x.Bytes
 	}
 	return 0
 }
@@ -1524,7 +1544,12 @@ type SliceLoad struct {
 	End uint64 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
 	// Finite, non-negative and at most 1e15, in the job's own unit
 	// (requests, CPU seconds, bytes: any additive metric).
-	Load          float64 `protobuf:"fixed64,3,opt,name=load,proto3" json:"load,omitempty"`
+	Load float64 `protobuf:"fixed64,3,opt,name=load,proto3" json:"load,omitempty"`
+	// State the task holds for the keys in [start, end) at the end of the
+	// window, in bytes: a gauge, not part of the window's load. 0 when the
+	// task does not report state size. Finite, non-negative, at most 2^50.
+	// The Assigner keeps each task within its advertised memory limit by it.
+	Bytes         float64 `protobuf:"fixed64,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1576,6 +1601,13 @@ func (x *SliceLoad) GetEnd() uint64 {
 func (x *SliceLoad) GetLoad() float64 {
 	if x != nil {
 		return x.Load
+	}
+	return 0
+}
+
+func (x *SliceLoad) GetBytes() float64 {
+	if x != nil {
+		return x.Bytes
 	}
 	return 0
 }
@@ -2108,11 +2140,12 @@ var File_slicer_v1_slicer_proto protoreflect.FileDescriptor
 
 const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\n" +
-	"\x16slicer/v1/slicer.proto\x12\tslicer.v1\"P\n" +
+	"\x16slicer/v1/slicer.proto\x12\tslicer.v1\"s\n" +
 	"\x04Task\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
-	"\bcapacity\x18\x03 \x01(\x01R\bcapacity\"E\n" +
+	"\bcapacity\x18\x03 \x01(\x01R\bcapacity\x12!\n" +
+	"\fmemory_limit\x18\x04 \x01(\x04R\vmemoryLimit\"E\n" +
 	"\x05Slice\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x14\n" +
@@ -2195,10 +2228,11 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"task_loads\x18\b \x03(\v2\x13.slicer.v1.TaskLoadR\ttaskLoads\x12'\n" +
 	"\x0freporting_tasks\x18\t \x01(\rR\x0ereportingTasks\x12-\n" +
 	"\x12preferred_assigner\x18\n" +
-	" \x01(\tR\x11preferredAssigner\"2\n" +
+	" \x01(\tR\x11preferredAssigner\"H\n" +
 	"\bTaskLoad\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12\x12\n" +
-	"\x04load\x18\x02 \x01(\x01R\x04load\"\x11\n" +
+	"\x04load\x18\x02 \x01(\x01R\x04load\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x01R\x05bytes\"\x11\n" +
 	"\x0fListJobsRequest\":\n" +
 	"\x10ListJobsResponse\x12&\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x12.slicer.v1.JobInfoR\x04jobs\"!\n" +
@@ -2214,11 +2248,12 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x10DeleteJobRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"9\n" +
 	"\x11DeleteJobResponse\x12$\n" +
-	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job\"G\n" +
+	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job\"]\n" +
 	"\tSliceLoad\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
-	"\x04load\x18\x03 \x01(\x01R\x04load\"\xfc\x01\n" +
+	"\x04load\x18\x03 \x01(\x01R\x04load\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x01R\x05bytes\"\xfc\x01\n" +
 	"\x11ReportLoadRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1e\n" +

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log verbosity: debug, info, warn or error")
 	cacheFile := fs.String("cache-file", "", "file to keep the job's assignment in, so a restart owns its cached keys at once even while slicerd is down (empty: no cache)")
 	capacity := fs.Float64("capacity", 0, "this task's relative capacity: a task of capacity 2 is given about twice the load of one of capacity 1 (0 means 1; 0.001 to 1000)")
+	memoryLimit := fs.Int64("memory-limit", 0, "most bytes of entries (keys and values) this task may hold: slicerd places no slice here past it and moves slices away when the entries outgrow it (0: no limit)")
 	loadWindow := fs.Duration("load-window", slicelet.DefaultLoadWindow, "how often the task reports the load it measured (one unit per key request) to slicerd")
 	tlsCert := fs.String("tls-cert", os.Getenv("KVSERVER_TLS_CERT"), "certificate naming this task (spiffe://slicerd/task/JOB/TASK) for a slicerd cluster with TLS; env KVSERVER_TLS_CERT")
 	tlsKey := fs.String("tls-key", os.Getenv("KVSERVER_TLS_KEY"), "private key of -tls-cert; env KVSERVER_TLS_KEY")
@@ -130,6 +132,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.GossipAddr, cfg.Join, cfg.Gossip = *gossipAddr, joins, gcfg
 	cfg.LoadWindow, cfg.CacheFile, cfg.Logger = *loadWindow, *cacheFile, base
 	cfg.Consistency, cfg.LeaseTTL = cons, *leaseTTL
+	// The entries' size goes with every load report (so replicas and
+	// limits elsewhere in the job see it too); the cache exists only once
+	// the Slicelet does, so the report reads it through a pointer.
+	var cache atomic.Pointer[kvcache.Server]
+	cfg.MemoryLimit = *memoryLimit
+	cfg.StateBytes = func(add func(assign.SliceKey, int64)) {
+		if c := cache.Load(); c != nil {
+			c.StateBytes(add)
+		}
+	}
 	if files := (tlsconfig.Files{Cert: *tlsCert, Key: *tlsKey, CA: *tlsCA}); files.Enabled() {
 		if err := files.Validate("tls-", true); err != nil {
 			ln.Close()
@@ -164,8 +176,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer rec.close()
 		opts = append(opts, kvcache.WithRecorder(monotonic, rec.add))
 	}
+	kv := kvcache.NewServer(sl, log, opts...)
+	cache.Store(kv)
 	srv := &http.Server{
-		Handler:           kvcache.NewServer(sl, log, opts...),
+		Handler:           kv,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
