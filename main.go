@@ -29,6 +29,7 @@ func newApp(stdout, stderr io.Writer) *ucli.App {
 	return cli.NewApp(version, stdout, stderr,
 		cli.VersionCommand(),
 		cli.JobCommand(),
+		cli.TaskCommand(),
 		cli.KeyringCommand(),
 		cli.DemoCommand(),
 		cli.SimulateCommand(),

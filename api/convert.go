@@ -71,6 +71,8 @@ func ConfigToProto(c assign.Config) *slicerv1.JobConfig {
 		Consistency:      consistencyToProto(c.Consistency),
 		Algorithm:        c.Algorithm,
 		Frozen:           c.Frozen,
+		DrainedTasks:     c.Drained,
+		CordonedTasks:    c.Cordoned,
 	}
 }
 
@@ -121,12 +123,19 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 	default:
 		return assign.Config{}, fmt.Errorf("%w: consistency %d is neither affinity (1) nor strong (2)", assign.ErrInvalidConfig, p.GetConsistency())
 	}
+	for _, l := range [][]string{p.GetDrainedTasks(), p.GetCordonedTasks()} {
+		if len(l) > assign.MaxControlledTasks {
+			return assign.Config{}, fmt.Errorf("%w: %d drained or cordoned tasks; at most %d may be", assign.ErrInvalidConfig, len(l), assign.MaxControlledTasks)
+		}
+	}
 	if n := len(p.GetAlgorithm()); n > maxAlgorithmName {
 		return assign.Config{}, fmt.Errorf("%w: algorithm name of %d bytes; use one of %q", assign.ErrInvalidConfig, n, assign.AlgorithmNames())
 	}
 	c := assign.Config{
 		Algorithm:        p.GetAlgorithm(),
 		Frozen:           p.GetFrozen(),
+		Drained:          p.GetDrainedTasks(),
+		Cordoned:         p.GetCordonedTasks(),
 		Consistency:      consistency,
 		MinRedundancy:    int(p.GetMinRedundancy()),
 		MaxRedundancy:    int(p.GetMaxRedundancy()),

@@ -27,6 +27,7 @@ func TestConfigRoundTrip(t *testing.T) {
 			MergeChurn: 1, MoveChurn: 1, MergeLoadFactor: 1e6, SplitLoadFactor: 1e6, SuppressBelow: assign.MaxLoad,
 			MaxSlices: assign.MaxSlicesLimit,
 		},
+		"drained and cordoned": {MinRedundancy: 1, MaxRedundancy: 1, Drained: []string{"kv-1", "kv-7"}, Cordoned: []string{"kv-2"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			// Through the wire encoding, as a client and server see it.
@@ -42,7 +43,7 @@ func TestConfigRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ConfigFromProto: %v", err)
 			}
-			if got != c {
+			if !got.Equal(c) {
 				t.Errorf("round trip:\n got %+v\nwant %+v", got, c)
 			}
 		})
@@ -58,7 +59,7 @@ func TestConsistencyRoundTrip(t *testing.T) {
 		t.Fatalf("strong written as %v", p.GetConsistency())
 	}
 	back, err := ConfigFromProto(p)
-	if err != nil || back != strong {
+	if err != nil || !back.Equal(strong) {
 		t.Fatalf("round trip of a strong config = %+v, %v", back, err)
 	}
 	if got := ConfigToProto(assign.DefaultConfig()).GetConsistency(); got != slicerv1.Consistency_CONSISTENCY_UNSPECIFIED {
@@ -93,6 +94,10 @@ func TestConfigFromProtoRejects(t *testing.T) {
 		"strong replicated": {func(p *slicerv1.JobConfig) { p.Consistency = slicerv1.Consistency_CONSISTENCY_STRONG },
 			"max redundancy must be 1, not 2"},
 		"unknown consistency": {func(p *slicerv1.JobConfig) { p.Consistency = 7 }, "consistency 7"},
+		"drained unsorted":    {func(p *slicerv1.JobConfig) { p.DrainedTasks = []string{"b", "a"} }, "drained tasks are not sorted and unique"},
+		"cordoned twice":      {func(p *slicerv1.JobConfig) { p.CordonedTasks = []string{"a", "a"} }, "cordoned tasks are not sorted and unique"},
+		"drained bad name":    {func(p *slicerv1.JobConfig) { p.DrainedTasks = []string{"a/b"} }, "drained task 0"},
+		"too many drained":    {func(p *slicerv1.JobConfig) { p.DrainedTasks = make([]string, 1025) }, "1025 drained or cordoned tasks"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := valid()

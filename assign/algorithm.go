@@ -59,7 +59,7 @@ func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Confi
 	if err := load.Validate(); err != nil {
 		return nil, 0, fmt.Errorf("%s job %q: %w", op, job, err)
 	}
-	tasks, err := sortedTasks(job, live)
+	tasks, err := sortedTasks(job, cfg.Controls(live))
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", op, err)
 	}
@@ -103,6 +103,6 @@ func (Static) Decide(job string, prev *Assignment, live []Task, load Load, cfg C
 	if err != nil {
 		return nil, Decision{}, err
 	}
-	next := evenSplit(job, gen, tasks, cfg)
+	next := evenSplit(job, gen, staying(tasks), cfg)
 	return next, decision(prev, next, diffMoves(prev, next, "splitting the key space evenly over the live tasks")), nil
 }

@@ -3,6 +3,8 @@ package assign
 import (
 	"fmt"
 	"math"
+	"reflect"
+	"slices"
 )
 
 // MaxRedundancyLimit bounds how many tasks may serve one slice.
@@ -99,6 +101,42 @@ type Config struct {
 	// Frozen stops load-driven decisions for the job; membership and
 	// configuration changes are still decided.
 	Frozen bool `json:"frozen,omitempty"`
+	// Drained and Cordoned name the job's tasks an operator drained (their
+	// slices move to other tasks; Task.Draining) or cordoned (they get no
+	// new slices; Task.Cordoned), sorted, unique, at most
+	// MaxControlledTasks each. A name needs no live task: the mark applies
+	// whenever a task of that name is live.
+	Drained  []string `json:"drained,omitempty"`
+	Cordoned []string `json:"cordoned,omitempty"`
+}
+
+// MaxControlledTasks bounds Config.Drained and Config.Cordoned.
+const MaxControlledTasks = 1024
+
+// Equal reports whether c and d are the same configuration, field by
+// field (a zero field and its default differ).
+func (c Config) Equal(d Config) bool {
+	cs, ds := c, d
+	cs.Drained, cs.Cordoned, ds.Drained, ds.Cordoned = nil, nil, nil, nil
+	return reflect.DeepEqual(cs, ds) && slices.Equal(c.Drained, d.Drained) && slices.Equal(c.Cordoned, d.Cordoned)
+}
+
+// Controls applies the configuration's Drained and Cordoned to live, a
+// copy of which it returns with those tasks marked.
+func (c Config) Controls(live []Task) []Task {
+	if len(c.Drained) == 0 && len(c.Cordoned) == 0 {
+		return live
+	}
+	out := slices.Clone(live)
+	for i := range out {
+		if _, ok := slices.BinarySearch(c.Drained, out[i].Name); ok {
+			out[i].Draining = true
+		}
+		if _, ok := slices.BinarySearch(c.Cordoned, out[i].Name); ok {
+			out[i].Cordoned = true
+		}
+	}
+	return out
 }
 
 // IsStrong reports whether the job is configured for strong consistency.
@@ -181,6 +219,22 @@ func (c Config) Validate() error {
 	}
 	if c.SplitLoadFactor != 0 && c.SplitLoadFactor <= 1 {
 		return fmt.Errorf("%w: split load factor %g must be above 1, or a split slice would split again at once", ErrInvalidConfig, c.SplitLoadFactor)
+	}
+	for _, l := range []struct {
+		name  string
+		tasks []string
+	}{{"drained", c.Drained}, {"cordoned", c.Cordoned}} {
+		if len(l.tasks) > MaxControlledTasks {
+			return fmt.Errorf("%w: %d %s tasks; at most %d may be", ErrInvalidConfig, len(l.tasks), l.name, MaxControlledTasks)
+		}
+		for i, name := range l.tasks {
+			if err := ValidateTaskName(name); err != nil {
+				return fmt.Errorf("%w: %s task %d: %w", ErrInvalidConfig, l.name, i, err)
+			}
+			if i > 0 && l.tasks[i-1] >= name {
+				return fmt.Errorf("%w: %s tasks are not sorted and unique at %q", ErrInvalidConfig, l.name, name)
+			}
+		}
 	}
 	return nil
 }

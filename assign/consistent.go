@@ -89,6 +89,7 @@ func (ConsistentHash) Decide(job string, prev *Assignment, live []Task, load Loa
 	if err != nil {
 		return nil, Decision{}, err
 	}
+	tasks = staying(tasks)
 	counts := vnodeCounts(prev, tasks, load, cfg.MinRedundancy)
 	base, most := min(cfg.MinRedundancy, len(tasks)), min(cfg.MaxRedundancy, len(tasks))
 	var hot float64 // arc load worth one replica; 0 replicates nothing beyond base

@@ -19,11 +19,11 @@ func Initial(job string, tasks []Task, cfg Config) (*Assignment, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("initial assignment for job %q: %w", job, err)
 	}
-	live, err := sortedTasks(job, tasks)
+	live, err := sortedTasks(job, cfg.Controls(tasks))
 	if err != nil {
 		return nil, fmt.Errorf("initial assignment: %w", err)
 	}
-	return evenSplit(job, 1, live, cfg), nil
+	return evenSplit(job, 1, openTasks(live), cfg), nil
 }
 
 // evenSplit is Initial without validation; live is sorted and non-empty.

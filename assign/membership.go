@@ -21,11 +21,11 @@ func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config
 		return nil, Decision{}, err
 	}
 	if prev == nil {
-		next := evenSplit(job, gen, tasks, cfg)
+		next := evenSplit(job, gen, openTasks(tasks), cfg)
 		return next, decision(prev, next, evenSplitMoves(next, "the job has no assignment yet; splitting the key space evenly")), nil
 	}
-	if !anyLive(prev, tasks) {
-		next := evenSplit(job, gen, tasks, cfg)
+	if !anyLive(prev, staying(tasks)) {
+		next := evenSplit(job, gen, openTasks(tasks), cfg)
 		return next, decision(prev, next, evenSplitMoves(next, "no task of the previous assignment is live; splitting the key space evenly")), nil
 	}
 	p := newPlanner(prev, tasks, cfg.WithDefaults())

@@ -70,25 +70,23 @@ func (m *memory) over(t int32) bool { return m != nil && m.bytes[t] > m.limit[t]
 // task: a job whose least-loaded tasks are all full pays a linear scan.
 const fitTries = 16
 
-// leastFit returns the least-loaded task (by key count) not in excl
-// (sorted ids) with room for b bytes: the plain least-loaded one without
-// limits. It returns -1 when no task outside excl has room, or none is
-// outside excl.
-func (p *planner) leastFit(excl []int32, b float64) int32 {
+// leastWhere returns the least-loaded task (by key count) not in excl
+// (sorted ids) for which ok holds, or -1 if there is none.
+func (p *planner) leastWhere(excl []int32, ok func(int32) bool) int32 {
 	t := p.least.bestExcept(excl)
-	if p.mem == nil || t < 0 || p.mem.fits(t, b) {
+	if t < 0 || ok(t) {
 		return t
 	}
 	ex := excl
 	for range fitTries {
 		ex = insertID(ex, t)
-		if t = p.least.bestExcept(ex); t < 0 || p.mem.fits(t, b) {
+		if t = p.least.bestExcept(ex); t < 0 || ok(t) {
 			return t
 		}
 	}
 	best := int32(-1)
 	for u := range int32(len(p.live)) {
-		if _, in := slices.BinarySearch(excl, u); in || !p.mem.fits(u, b) {
+		if _, in := slices.BinarySearch(excl, u); in || !ok(u) {
 			continue
 		}
 		if best < 0 || p.load[u] < p.load[best] {
@@ -98,11 +96,28 @@ func (p *planner) leastFit(excl []int32, b float64) int32 {
 	return best
 }
 
-// placeFor is leastFit falling back on the plain least-loaded task when
-// no task has room: a slice must have its tasks, and the relief phase
-// moves it on when room appears.
+// leastFit returns the least-loaded open task not in excl (sorted ids)
+// with room for b bytes, or -1 if there is none.
+func (p *planner) leastFit(excl []int32, b float64) int32 {
+	if p.mem == nil && p.closed == nil {
+		return p.least.bestExcept(excl)
+	}
+	return p.leastWhere(excl, func(t int32) bool { return p.isOpen(t) && p.mem.fits(t, b) })
+}
+
+// placeFor is where a slice of b bytes that must have another task goes:
+// the least-loaded open task with room for it, else the least-loaded open
+// one, else the least-loaded one not draining (a cordon gives way to the
+// slice's redundancy), else any. The relief phase moves a slice placed
+// without room on when room appears.
 func (p *planner) placeFor(excl []int32, b float64) int32 {
-	if t := p.leastFit(excl, b); t >= 0 {
+	if t := p.leastFit(excl, b); t >= 0 || p.closed == nil && p.mem == nil {
+		return t
+	}
+	if t := p.leastWhere(excl, p.isOpen); t >= 0 {
+		return t
+	}
+	if t := p.leastWhere(excl, func(t int32) bool { return !p.live[t].Draining }); t >= 0 {
 		return t
 	}
 	return p.least.bestExcept(excl)

@@ -29,7 +29,24 @@ type Task struct {
 	// an owner: with no room anywhere a slice stays where it is). Like
 	// Capacity it is an input only: assignments do not record it.
 	MemoryLimit float64
+	// Cordoned is an operator's "no new slices": no placement gives a
+	// cordoned task a slice or replica it does not already serve, unless
+	// a slice's minimum redundancy can be met no other way; it keeps and
+	// serves what it has.
+	Cordoned bool
+	// Draining is "give everything up": a draining task's slices are placed
+	// on other tasks as if it had left, and it is given nothing new, while
+	// it stays live and serves until its clients hold the new assignment.
+	//
+	// When no live task is open (neither cordoned nor draining), cordons
+	// are ignored, and when every task is draining, so is draining: keys
+	// always have an owner. Both are inputs only; assignments record
+	// neither. Static and consistent-hash honour Draining only.
+	Draining bool
 }
+
+// open reports whether t may be given new slices.
+func (t Task) open() bool { return !t.Cordoned && !t.Draining }
 
 // Capacity bounds: a task's capacity is 0 (meaning 1) or within
 // [MinCapacity, MaxCapacity], so that the ratio of two tasks' capacities
@@ -68,14 +85,14 @@ func capacityOf(t Task) float64 {
 // recorded returns t as an assignment records it: without its capacity
 // and memory limit.
 func (t Task) recorded() Task {
-	t.Capacity, t.MemoryLimit = 0, 0
+	t.Capacity, t.MemoryLimit, t.Cordoned, t.Draining = 0, 0, false, false
 	return t
 }
 
 // recorded returns ts as an assignment records them. It returns ts itself
 // when no task has a capacity or memory limit.
 func recorded(ts []Task) []Task {
-	if !slices.ContainsFunc(ts, func(t Task) bool { return t.Capacity != 0 || t.MemoryLimit != 0 }) {
+	if !slices.ContainsFunc(ts, func(t Task) bool { return t != t.recorded() }) {
 		return ts
 	}
 	out := make([]Task, len(ts))
@@ -213,8 +230,8 @@ func (a *Assignment) Validate() error {
 		if t.Capacity != 0 {
 			return fmt.Errorf("%w: job %q: task %q records a capacity; assignments do not", ErrInvalidAssignment, a.Job, t.Name)
 		}
-		if t.MemoryLimit != 0 {
-			return fmt.Errorf("%w: job %q: task %q records a memory limit; assignments do not", ErrInvalidAssignment, a.Job, t.Name)
+		if t.MemoryLimit != 0 || t.Cordoned || t.Draining {
+			return fmt.Errorf("%w: job %q: task %q records a memory limit, cordon or drain; assignments do not", ErrInvalidAssignment, a.Job, t.Name)
 		}
 	}
 	if len(a.Slices) == 0 {

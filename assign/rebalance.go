@@ -116,7 +116,7 @@ func Rebalance(prev *Assignment, live []Task, cfg Config) (*Assignment, Decision
 	if err := cfg.Validate(); err != nil {
 		return nil, Decision{}, fmt.Errorf("rebalance job %q: %w", prev.Job, err)
 	}
-	tasks, err := sortedTasks(prev.Job, live)
+	tasks, err := sortedTasks(prev.Job, cfg.Controls(live))
 	if err != nil {
 		return nil, Decision{}, fmt.Errorf("rebalance: %w", err)
 	}
@@ -131,7 +131,7 @@ func Rebalance(prev *Assignment, live []Task, cfg Config) (*Assignment, Decision
 		next = p.assignment(prev.Job, prev.Generation+1)
 		moves = p.moves
 	} else {
-		next = evenSplit(prev.Job, prev.Generation+1, tasks, cfg)
+		next = evenSplit(prev.Job, prev.Generation+1, openTasks(tasks), cfg)
 		for _, s := range next.Slices {
 			for _, t := range s.Tasks {
 				moves = append(moves, Move{Kind: Reassign, Start: s.Start, End: s.End, To: t,
@@ -211,7 +211,14 @@ type planner struct {
 	most       *taskHeap[uint64]
 	moves      []Move
 	mem        *memory // nil without memory limits; see memory.go
+	// closed marks, by task id, the cordoned and draining tasks, which
+	// take no new slices; nil when every task is open.
+	closed  []bool
+	staying int // live tasks that are not draining
 }
+
+// isOpen reports whether task t may be given new slices.
+func (p *planner) isOpen(t int32) bool { return p.closed == nil || !p.closed[t] }
 
 // sliceLoad is the load a task carries for serving s. With no measurements
 // every key weighs the same, so it is the slice's width, carried in full by
@@ -237,7 +244,8 @@ func newPlannerRoom(prev *Assignment, live []Task, cfg Config, extra int) *plann
 			j++
 		}
 		toLive[i] = -1
-		if j < len(live) && live[j].Name == prev.Tasks[i].Name {
+		// A draining task's slices are placed as if it had left.
+		if j < len(live) && live[j].Name == prev.Tasks[i].Name && !live[j].Draining {
 			toLive[i] = int32(j)
 			anyLive = true
 		}
@@ -246,7 +254,19 @@ func newPlannerRoom(prev *Assignment, live []Task, cfg Config, extra int) *plann
 		return nil
 	}
 
-	p := &planner{cfg: cfg, live: live, load: make([]uint64, len(live))}
+	p := &planner{cfg: cfg, live: live, load: make([]uint64, len(live)), staying: len(live)}
+	for t, task := range live {
+		if task.open() {
+			continue
+		}
+		if p.closed == nil {
+			p.closed = make([]bool, len(live))
+		}
+		p.closed[t] = true
+		if task.Draining {
+			p.staying--
+		}
+	}
 	total := 0
 	for _, s := range prev.Slices {
 		total += len(s.Tasks)
@@ -396,7 +416,7 @@ func (p *planner) fillPieces(si int, departed []string, target, minPiece uint64)
 // enforceRedundancy is phase 2: bring every slice within
 // [min(MinRedundancy, live tasks), MaxRedundancy] tasks.
 func (p *planner) enforceRedundancy() {
-	want := min(p.cfg.MinRedundancy, len(p.live))
+	want := min(p.cfg.MinRedundancy, p.staying)
 	for si := range p.slices {
 		s := &p.slices[si]
 		for int(s.n) < want {
@@ -433,8 +453,9 @@ func (p *planner) fairShareWith(extraHi, extraLo uint64) uint64 {
 		hi += c
 	}
 	// No task carries more than the whole key space, so neither can the
-	// share; this also keeps the quotient within 64 bits.
-	n := uint64(len(p.load))
+	// share; this also keeps the quotient within 64 bits. Draining tasks
+	// hold nothing and take nothing.
+	n := uint64(p.staying)
 	if hi >= n {
 		return KeySpaceEnd
 	}
@@ -454,7 +475,7 @@ func (p *planner) placeJoined() {
 	}
 	target := p.fairShare()
 	for n := range int32(len(p.live)) {
-		if held[n] {
+		if held[n] || !p.isOpen(n) {
 			continue
 		}
 		for p.load[n] < target {

@@ -306,7 +306,7 @@ func checkStep(t *testing.T, w *world, ev event, prev *Assignment, prevCfg Confi
 		t.Fatalf("Changed = %v but Equal = %v", d.Changed, Equal(prev, next))
 	}
 
-	sameCfg := prevCfg == w.cfg
+	sameCfg := prevCfg.Equal(w.cfg)
 	switch {
 	case ev == evNothing:
 		if d.Changed || d.Churn != 0 || len(d.Moves) != 0 {

@@ -36,5 +36,33 @@ func sortedTasks(job string, tasks []Task) ([]Task, error) {
 			return nil, fmt.Errorf("%w: job %q: task %q is listed twice; task names must be unique within a job", ErrInvalidName, job, t.Name)
 		}
 	}
+	// Keys need an owner: with no task open for new slices, cordons give
+	// way, and with every task draining, draining does.
+	for _, clear := range []func(*Task){func(t *Task) { t.Cordoned = false }, func(t *Task) { t.Draining = false }} {
+		if slices.ContainsFunc(out, Task.open) {
+			break
+		}
+		for i := range out {
+			clear(&out[i])
+		}
+	}
 	return out, nil
+}
+
+// staying returns the tasks of ts (sorted) that are not draining: all of
+// them when none is, without copying.
+func staying(ts []Task) []Task {
+	if !slices.ContainsFunc(ts, func(t Task) bool { return t.Draining }) {
+		return ts
+	}
+	return slices.DeleteFunc(slices.Clone(ts), func(t Task) bool { return t.Draining })
+}
+
+// openTasks returns the tasks of ts (sorted) that are open for new
+// slices; sortedTasks leaves at least one.
+func openTasks(ts []Task) []Task {
+	if !slices.ContainsFunc(ts, func(t Task) bool { return !t.open() }) {
+		return ts
+	}
+	return slices.DeleteFunc(slices.Clone(ts), func(t Task) bool { return !t.open() })
 }

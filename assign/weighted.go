@@ -59,10 +59,10 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	var base []Move
 	from := prev
 	if prev == nil {
-		from = evenSplit(job, gen, tasks, cfg)
+		from = evenSplit(job, gen, openTasks(tasks), cfg)
 		base = evenSplitMoves(from, "the job has no assignment yet; splitting the key space evenly")
-	} else if !anyLive(prev, tasks) {
-		from = evenSplit(job, gen, tasks, cfg)
+	} else if !anyLive(prev, staying(tasks)) {
+		from = evenSplit(job, gen, openTasks(tasks), cfg)
 		base = evenSplitMoves(from, "no task of the previous assignment is live; splitting the key space evenly")
 	}
 	if from != prev && load.Total() == 0 && !load.HasBytes() {

@@ -88,7 +88,7 @@ func (w *weigher) mergeTasks(a *wslice, la, ba float64, b *wslice, lb, bb float6
 		ok := true
 		for _, t := range tasks {
 			l := w.tload[t] + w.inv[t]*((la+lb)/float64(len(tasks))-share(t, la, at)-share(t, lb, bt))
-			if l > ceiling || !w.p.mem.fits(t, gained(t, at, ba)+gained(t, bt, bb)) {
+			if l > ceiling || !w.p.isOpen(t) && gained(t, at, 1)+gained(t, bt, 1) > 0 || !w.p.mem.fits(t, gained(t, at, ba)+gained(t, bt, bb)) {
 				ok = false
 				break
 			}

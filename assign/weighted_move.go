@@ -361,15 +361,19 @@ func (r *receivers) fix(t int32) { r.heaps[r.class[t]].fix(t) }
 // load l, least first.
 func (r *receivers) ranked(excl []int32, l float64, k int) []int32 {
 	out := make([]int32, 0, k*len(r.heaps))
+	p := r.w.p
 	for _, h := range r.heaps {
 		ex := excl
-		for range k {
+		for n, try := 0, 0; n < k && try < k+fitTries; try++ {
 			t := h.bestExcept(ex)
 			if t < 0 {
 				break
 			}
-			out = append(out, t)
 			ex = insertID(ex, t)
+			if p.isOpen(t) {
+				out = append(out, t)
+				n++
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b int32) int {
@@ -385,11 +389,11 @@ func (r *receivers) ranked(excl []int32, l float64, k int) []int32 {
 // further down.
 func (r *receivers) best(excl []int32, l, b float64) int32 {
 	best, bestU := int32(-1), 0.0
-	mem := r.w.p.mem
+	p := r.w.p
 	for _, h := range r.heaps {
 		t := h.bestExcept(excl)
-		if ex := excl; mem != nil {
-			for try := 0; t >= 0 && !mem.fits(t, b); try++ {
+		if ex := excl; p.mem != nil || p.closed != nil {
+			for try := 0; t >= 0 && !(p.isOpen(t) && p.mem.fits(t, b)); try++ {
 				if try == fitTries {
 					t = -1
 					break

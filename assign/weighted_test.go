@@ -284,7 +284,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	if d.MinSlicesPerTask != 50 || d.MaxSlicesPerTask != 150 || d.MergeChurn != 0.01 || d.MoveChurn != 0.09 || d.SplitLoadFactor != 2 || d.MergeLoadFactor != 1 || d.SuppressBelow != 0 {
 		t.Errorf("defaults = %+v", d)
 	}
-	if DefaultConfig() != (Config{MinRedundancy: 1, MaxRedundancy: 1}).WithDefaults() {
+	if !DefaultConfig().Equal((Config{MinRedundancy: 1, MaxRedundancy: 1}).WithDefaults()) {
 		t.Errorf("DefaultConfig = %+v", DefaultConfig())
 	}
 	for name, c := range map[string]Config{

@@ -23,6 +23,8 @@
 //	mem      a task's memory limit in bytes, a decimal    task members with
 //	         integer (assign.Task.MemoryLimit); absent    a memory limit
 //	         means none
+//	drain    "1" while a task drains (gives up its        draining task members
+//	         slices before it stops)
 //
 // The member name and gossip address come from serf, not tags. Members
 // without the slicerd tag, or with another schema version, are not

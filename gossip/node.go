@@ -332,16 +332,33 @@ func HasLiveServer(self string, peers []Peer) bool {
 	return false
 }
 
-// UpdateSelf re-advertises this node's identity (Roles, Job, Task,
-// RPCAddr; the other fields are ignored). It waits until the update is
+// UpdateSelf re-advertises this node's identity (what Peer.Tags encodes;
+// the name, gossip address and status are not changed). It waits until the update is
 // broadcast or the profile's broadcast timeout passes.
 func (n *Node) UpdateSelf(p Peer) error {
+	n.updateMu.Lock()
+	defer n.updateMu.Unlock()
+	return n.updateSelfLocked(p)
+}
+
+// changeSelf re-advertises this node's identity as change edits it; two
+// changes at once both take effect.
+func (n *Node) changeSelf(change func(*Peer)) error {
+	n.updateMu.Lock()
+	defer n.updateMu.Unlock()
+	n.mu.Lock()
+	p := n.cfg.Self
+	n.mu.Unlock()
+	change(&p)
+	return n.updateSelfLocked(p)
+}
+
+// updateSelfLocked is UpdateSelf with updateMu held.
+func (n *Node) updateSelfLocked(p Peer) error {
 	tags, err := p.Tags()
 	if err != nil {
 		return fmt.Errorf("gossip: update self: %w", err)
 	}
-	n.updateMu.Lock()
-	defer n.updateMu.Unlock()
 	if n.isClosed() {
 		return fmt.Errorf("gossip: update self: %w", ErrClosed)
 	}
@@ -365,14 +382,16 @@ func (n *Node) UpdateSelf(p Peer) error {
 	return nil
 }
 
+// SetDraining re-advertises this node as draining (a task giving up its
+// slices before it stops) or not, keeping the rest of its identity.
+func (n *Node) SetDraining(draining bool) error {
+	return n.changeSelf(func(p *Peer) { p.Draining = draining })
+}
+
 // SetRPCAddr re-advertises this node with a new RPC address, keeping the
 // rest of its identity.
 func (n *Node) SetRPCAddr(addr string) error {
-	n.mu.Lock()
-	p := n.cfg.Self
-	n.mu.Unlock()
-	p.RPCAddr = addr
-	return n.UpdateSelf(p)
+	return n.changeSelf(func(p *Peer) { p.RPCAddr = addr })
 }
 
 // Leave leaves the cluster gracefully: it broadcasts the leave and stays up

@@ -116,8 +116,12 @@ type Peer struct {
 	// (assign.Task.MemoryLimit); 0, no limit, is not advertised. Task
 	// members only.
 	MemoryLimit int64
-	GossipAddr  string // host:port of the member's gossip endpoint (from the member, not a tag)
-	Status      Status
+	// Draining says a task is giving up its slices before it stops
+	// (slicelet.Slicelet.Drain). Task members only; it is the task's own
+	// claim and moves only its own keys.
+	Draining   bool
+	GossipAddr string // host:port of the member's gossip endpoint (from the member, not a tag)
+	Status     Status
 }
 
 // Has reports whether the peer plays role r.
@@ -134,6 +138,7 @@ const (
 	tagRPC    = "rpc"
 	tagCap    = "cap"
 	tagMem    = "mem"
+	tagDrain  = "drain"
 
 	schemaVersion = "1"
 )
@@ -178,6 +183,11 @@ func (p Peer) Tags() (map[string]string, error) {
 		if p.MemoryLimit != 0 {
 			tags[tagMem] = strconv.FormatInt(p.MemoryLimit, 10)
 		}
+		if p.Draining {
+			tags[tagDrain] = "1"
+		}
+	} else if p.Draining {
+		return nil, fmt.Errorf("%w: draining is set but the roles %v do not include task; only tasks drain", ErrInvalidPeer, roles)
 	} else if p.MemoryLimit != 0 {
 		return nil, fmt.Errorf("%w: memory limit %d is set but the roles %v do not include task; only tasks have one", ErrInvalidPeer, p.MemoryLimit, roles)
 	} else if p.Capacity != 0 {
@@ -315,6 +325,14 @@ func parseTags(tags map[string]string) (Peer, error) {
 			}
 			p.MemoryLimit = m
 		}
+		if v, ok := tags[tagDrain]; ok {
+			if v != "1" {
+				return Peer{}, fmt.Errorf("%w: drain tag %q is not \"1\"", ErrInvalidPeer, v)
+			}
+			p.Draining = true
+		}
+	} else if _, hasDrain := tags[tagDrain]; hasDrain {
+		return Peer{}, fmt.Errorf("%w: drain tag on a member without the task role", ErrInvalidPeer)
 	} else if _, hasCap := tags[tagCap]; hasJob || hasTask || hasCap {
 		return Peer{}, fmt.Errorf("%w: job, task or capacity tag on a member without the task role", ErrInvalidPeer)
 	} else if _, hasMem := tags[tagMem]; hasMem {

@@ -55,6 +55,7 @@ func TestTagsRoundTrip(t *testing.T) {
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: 1000},
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", MemoryLimit: 1 << 30},
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: 2, MemoryLimit: 1},
+		{Roles: []Role{RoleTask}, Job: "j", Task: "t", RPCAddr: "127.0.0.1:1", Draining: true},
 	} {
 		tags, err := p.Tags()
 		if err != nil {
@@ -106,6 +107,7 @@ func TestTagsRejects(t *testing.T) {
 		"memory negative":      {Roles: []Role{RoleTask}, Job: "j", Task: "t", MemoryLimit: -1},
 		"memory too large":     {Roles: []Role{RoleTask}, Job: "j", Task: "t", MemoryLimit: 1 << 51},
 		"memory on non-task":   {Roles: []Role{RoleDistributor}, MemoryLimit: 1 << 20},
+		"draining non-task":    {Roles: []Role{RoleAssigner}, Draining: true},
 		"tags too large": {Roles: []Role{RoleTask}, Job: strings.Repeat("j", 63), Task: strings.Repeat("t", 128),
 			RPCAddr: long + ":1"},
 	} {
@@ -170,6 +172,9 @@ func TestParseMemberIgnoresForeign(t *testing.T) {
 		"memory negative":        with(tagMem, "-5"),
 		"memory out of range":    with(tagMem, "9223372036854775807"),
 		"memory on assigner":     {tagSchema: "1", tagRoles: "assigner", tagMem: "1024"},
+		"drain not 1":            with(tagDrain, "true"),
+		"drain empty":            with(tagDrain, ""),
+		"drain on assigner":      {tagSchema: "1", tagRoles: "assigner", tagDrain: "1"},
 	} {
 		m := serf.Member{Name: "x", Addr: net.ParseIP("10.1.1.1"), Port: 1, Tags: tags, Status: serf.StatusAlive}
 		if p, ok := ParseMember(m); ok {
@@ -203,7 +208,7 @@ func TestParseMemberStatuses(t *testing.T) {
 func peersEqual(a, b Peer) bool {
 	return a.Name == b.Name && slices.Equal(a.Roles, b.Roles) && a.Job == b.Job && a.Task == b.Task &&
 		a.RPCAddr == b.RPCAddr && a.GossipAddr == b.GossipAddr && a.Status == b.Status && a.Capacity == b.Capacity &&
-		a.MemoryLimit == b.MemoryLimit
+		a.MemoryLimit == b.MemoryLimit && a.Draining == b.Draining
 }
 
 // FuzzParseTags checks that parsing arbitrary tag maps never panics and
@@ -219,6 +224,7 @@ func FuzzParseTags(f *testing.F) {
 	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "cap", "2.50")
 	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "mem", "1073741824")
 	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "mem", "+1")
+	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "drain", "1")
 	f.Fuzz(func(t *testing.T, present uint8, schema, roles, job, task, rpc, extraK, extraV string) {
 		tags := map[string]string{}
 		for i, kv := range [][2]string{{tagSchema, schema}, {tagRoles, roles}, {tagJob, job}, {tagTask, task}, {tagRPC, rpc}, {extraK, extraV}} {
@@ -236,7 +242,7 @@ func FuzzParseTags(f *testing.F) {
 		}
 		known := maps.Clone(tags)
 		maps.DeleteFunc(known, func(k, _ string) bool {
-			return k != tagSchema && k != tagRoles && k != tagJob && k != tagTask && k != tagRPC && k != tagCap && k != tagMem
+			return k != tagSchema && k != tagRoles && k != tagJob && k != tagTask && k != tagRPC && k != tagCap && k != tagMem && k != tagDrain
 		})
 		if !maps.Equal(again, known) {
 			t.Fatalf("re-encoding differs\n  in %v\n out %v", known, again)

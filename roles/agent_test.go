@@ -454,7 +454,7 @@ func TestJobService(t *testing.T) {
 	}
 	defer store.Close()
 	rec, err := store.Load(ctx, "kv")
-	if want, _ := api.ConfigFromProto(tuned); err != nil || rec.Config != want || !rec.Configured {
+	if want, _ := api.ConfigFromProto(tuned); err != nil || !rec.Config.Equal(want) || !rec.Configured {
 		t.Errorf("stored config %+v (configured %v), %v; want %+v", rec.Config, rec.Configured, err, want)
 	}
 }

@@ -232,7 +232,7 @@ func jobTasks(peers []gossip.Peer, job string, aliveOnly bool) []assign.Task {
 		if !p.Has(gossip.RoleTask) || p.Job != job || (aliveOnly && p.Status != gossip.StatusAlive) {
 			continue
 		}
-		claims = append(claims, claim{member: p.Name, task: assign.Task{Name: p.Task, Addr: p.RPCAddr, Capacity: p.Capacity, MemoryLimit: float64(p.MemoryLimit)}})
+		claims = append(claims, claim{member: p.Name, task: assign.Task{Name: p.Task, Addr: p.RPCAddr, Capacity: p.Capacity, MemoryLimit: float64(p.MemoryLimit), Draining: p.Draining}})
 	}
 	slices.SortFunc(claims, func(x, y claim) int {
 		if c := strings.Compare(x.task.Name, y.task.Name); c != 0 {

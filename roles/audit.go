@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -71,6 +72,12 @@ func summarize(cfg assign.Config, configured bool, generation uint64) string {
 	}
 	if cfg.Frozen {
 		s += " frozen=true"
+	}
+	if len(cfg.Drained) > 0 {
+		s += " drained=" + strings.Join(cfg.Drained, ",")
+	}
+	if len(cfg.Cordoned) > 0 {
+		s += " cordoned=" + strings.Join(cfg.Cordoned, ",")
 	}
 	if !configured {
 		s = "default config (" + s + ")"

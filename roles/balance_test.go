@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -579,4 +580,92 @@ func TestFrozenJob(t *testing.T) {
 	if after := assign.Imbalance(j.pub.current(), skewed()); after >= before {
 		t.Errorf("unfrozen, the imbalance went %.3f -> %.3f; want it balanced", before, after)
 	}
+}
+
+// An operator's drain (stored in the job's configuration) and a task's own
+// (its gossip tag) both move the task's keys off it at once while it stays
+// live, and load-driven decisions carry on for the others meanwhile; a
+// cordoned task gets nothing new. GetJob marks each.
+func TestDrainAndCordon(t *testing.T) {
+	ctx := context.Background()
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2", "t3")
+	f := newBalanceFixture(t, members, nil)
+	as, j := f.as, f.j
+	holds := func(task string) bool {
+		_, ok := j.pub.current().TaskIndex(task)
+		return ok
+	}
+
+	// The operator drains t1 and cordons t2.
+	jcfg := assign.DefaultConfig()
+	jcfg.Drained, jcfg.Cordoned = []string{"t1"}, []string{"t2"}
+	setConfig := func() {
+		t.Helper()
+		if _, err := as.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: api.ConfigToProto(jcfg)})); err != nil {
+			t.Fatal(err)
+		}
+		if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setConfig()
+	if holds("t1") {
+		t.Fatalf("t1 still holds keys after the drain: tasks %v", j.pub.current().Tasks)
+	}
+	cordoned := keysOfTask(j.pub.current(), "t2")
+
+	// Load decisions go on for the others, and never give t2 more.
+	before := j.pub.current().Generation
+	for range 6 {
+		f.report(t, skewed(), "t0", "t1", "t2", "t3")
+		as.balanceAll(ctx)
+	}
+	if j.pub.current().Generation == before {
+		t.Errorf("no load-driven decision while t1 is drained")
+	}
+	if holds("t1") {
+		t.Errorf("a load-driven decision gave the drained t1 keys")
+	}
+	if now := keysOfTask(j.pub.current(), "t2"); now > cordoned {
+		t.Errorf("the cordoned t2 went from %d to %d keys", cordoned, now)
+	}
+
+	// t3 drains itself through gossip.
+	for i := range members.peers {
+		if members.peers[i].Task == "t3" {
+			members.peers[i].Draining = true
+		}
+	}
+	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	if holds("t3") {
+		t.Errorf("t3 still holds keys after draining itself")
+	}
+	info := as.jobInfo(j)
+	for _, lt := range info.GetLiveTasks() {
+		want := map[string][2]bool{"t1": {true, false}, "t2": {false, true}, "t3": {true, false}}[lt.GetName()]
+		if lt.GetDraining() != want[0] || lt.GetCordoned() != want[1] {
+			t.Errorf("JobInfo: %s draining=%v cordoned=%v, want %v", lt.GetName(), lt.GetDraining(), lt.GetCordoned(), want)
+		}
+	}
+
+	// Undrained, t1 takes its share again.
+	jcfg.Drained = nil
+	setConfig()
+	if !holds("t1") {
+		t.Errorf("t1 holds nothing after the undrain")
+	}
+}
+
+// keysOfTask is the slice-key width task serves in a.
+func keysOfTask(a *assign.Assignment, task string) uint64 {
+	var n uint64
+	for _, s := range a.Slices {
+		if slices.Contains(s.Tasks, task) {
+			n += s.Width()
+		}
+	}
+	return n
 }

@@ -73,7 +73,7 @@ func TestRefreshKeepsConfigSetMeanwhile(t *testing.T) {
 	a.mu.Lock()
 	got := j.cfg
 	a.mu.Unlock()
-	if got != next {
+	if !got.Equal(next) {
 		t.Errorf("after a refresh that read before SetJobConfig, the Assigner decides with %+v, want the configuration set: %+v", got, next)
 	}
 }

@@ -1,8 +1,6 @@
 package roles
 
 import (
-	"slices"
-
 	"github.com/slicerd/slicerd/assign"
 )
 
@@ -26,7 +24,7 @@ import (
 // same change armed goes first, and load moves at a later tick.
 func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Task, load assign.Load, cfg assign.Config, why trigger) (*assign.Assignment, assign.Decision, error) {
 	switch {
-	case why == triggerLoad && (cfg.Frozen || !sameTasks(cur, live)):
+	case why == triggerLoad && (cfg.Frozen || !settled(cur, cfg.Controls(live))):
 		return cur, assign.Decision{}, nil
 	case why == triggerLoad || a.interval == 0 || !keepsTask(cur, live):
 		return algorithmOf(cfg).Decide(name, cur, live, load, cfg)
@@ -47,13 +45,32 @@ func algorithmOf(cfg assign.Config) assign.Algorithm {
 	return assign.NewWeightedMove()
 }
 
-// sameTasks reports whether live (sorted by name) are exactly cur's tasks,
-// at the same addresses. Capacities are not compared: assignments do not
-// record them.
-func sameTasks(cur *assign.Assignment, live []assign.Task) bool {
-	return cur != nil && slices.EqualFunc(cur.Tasks, live, func(a, b assign.Task) bool {
-		return a.Name == b.Name && a.Addr == b.Addr
-	})
+// settled reports whether cur already reflects the live tasks (sorted by
+// name): every task of cur is live at the same address and not draining,
+// and every live task cur does not list is one that takes no new slices
+// (cordoned or draining). Capacities and limits are not compared:
+// assignments do not record them.
+func settled(cur *assign.Assignment, live []assign.Task) bool {
+	if cur == nil {
+		return false
+	}
+	i := 0
+	for _, t := range live {
+		if i < len(cur.Tasks) && cur.Tasks[i].Name == t.Name {
+			if cur.Tasks[i].Addr != t.Addr || t.Draining {
+				return false
+			}
+			i++
+			continue
+		}
+		if i < len(cur.Tasks) && cur.Tasks[i].Name < t.Name {
+			return false // a task of cur is not live
+		}
+		if !t.Draining && !t.Cordoned {
+			return false // a live task cur has not placed yet
+		}
+	}
+	return i == len(cur.Tasks)
 }
 
 // keepsTask reports whether a task of cur is among live.

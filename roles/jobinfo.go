@@ -125,8 +125,9 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	info := &slicerv1.JobInfo{Name: j.name, Config: api.ConfigToProto(cfg), Configured: configured,
 		PreferredAssigner: a.leader.PreferredNow(j.name)}
 	live := a.tasksOf(j.name, true)
-	for _, t := range live {
-		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr, Capacity: t.Capacity, MemoryLimit: uint64(t.MemoryLimit)})
+	for _, t := range cfg.Controls(live) {
+		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr, Capacity: t.Capacity,
+			MemoryLimit: uint64(t.MemoryLimit), Draining: t.Draining, Cordoned: t.Cordoned})
 	}
 	// The load view is what decisions see, reported even while load
 	// balancing is off so an operator can tell whether it is needed.

@@ -99,7 +99,7 @@ func TestReadOnlyRPCsChangeNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !assign.Equal(recAfter.Current, recBefore.Current) || recAfter.Config != recBefore.Config {
+	if !assign.Equal(recAfter.Current, recBefore.Current) || !recAfter.Config.Equal(recBefore.Config) {
 		t.Errorf("read-only RPCs changed the stored record: %+v, was %+v", recAfter, recBefore)
 	}
 }

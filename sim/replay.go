@@ -48,7 +48,7 @@ func (c Config) withDefaults() (Config, error) {
 	if err := assign.ValidateJobName(c.Job); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if c.Assign == (assign.Config{}) {
+	if c.Assign.Equal(assign.Config{}) {
 		c.Assign = assign.DefaultConfig()
 	}
 	if err := c.Assign.Validate(); err != nil {

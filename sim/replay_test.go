@@ -136,7 +136,7 @@ func TestReplayPassesEachWindowToTheAlgorithm(t *testing.T) {
 	} {
 		got := rec.calls[i]
 		if got.job != want.job || got.prevGen != want.prevGen || !slices.Equal(got.live, want.live) ||
-			!slices.Equal(got.load, want.load) || got.cfg != (assign.Config{MinRedundancy: 1, MaxRedundancy: 2}) {
+			!slices.Equal(got.load, want.load) || !got.cfg.Equal(assign.Config{MinRedundancy: 1, MaxRedundancy: 2}) {
 			t.Errorf("call %d = %+v, want %+v", i, got, want)
 		}
 	}

@@ -69,6 +69,9 @@ type Slicelet struct {
 	// listener sees one unbroken sequence of changes.
 	listenMu  sync.Mutex
 	listeners []Listener
+	// changed is closed, and replaced, by every install (under listenMu):
+	// Drain waits on it.
+	changed chan struct{}
 }
 
 // New validates cfg and builds a Slicelet without starting anything; Run
@@ -98,6 +101,7 @@ func New(cfg Config) (*Slicelet, error) {
 		ready:      make(chan struct{}),
 		joined:     make(chan struct{}),
 		httpClient: api.NewH2CClient(),
+		changed:    make(chan struct{}),
 	}
 	s.strong.base = time.Now()
 	s.strong.kick = make(chan struct{}, 1)
@@ -342,6 +346,8 @@ func (s *Slicelet) install(_, next *assign.Assignment) {
 	defer s.listenMu.Unlock()
 	var oldOwned []assign.Slice
 	old := s.view.Swap(v)
+	close(s.changed)
+	s.changed = make(chan struct{})
 	if s.strongMode() {
 		s.strong.changes.notify() // keys stop or start being on their way here
 	}

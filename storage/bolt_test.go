@@ -35,7 +35,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 
 	s = reopen(t, s, storage.BoltOptions{})
 	rec := mustLoad(t, s, "a")
-	if !storagetest.Same(rec.Current, a2) || !storagetest.Same(rec.Previous, a1) || rec.Config != cfg || !rec.Configured {
+	if !storagetest.Same(rec.Current, a2) || !storagetest.Same(rec.Previous, a1) || !rec.Config.Equal(cfg) || !rec.Configured {
 		t.Fatalf("job a after reopen: %+v", rec)
 	}
 	if rec := mustLoad(t, s, "b"); !storagetest.Same(rec.Current, b1) || rec.Previous != nil || rec.Configured {

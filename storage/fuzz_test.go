@@ -24,7 +24,7 @@ func FuzzDecodeConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := storage.DecodeConfig(b)
 		if err != nil {
-			if cfg != (assign.Config{}) {
+			if !cfg.Equal(assign.Config{}) {
 				t.Fatalf("error %v with a non-zero config %+v", err, cfg)
 			}
 			return
@@ -37,7 +37,7 @@ func FuzzDecodeConfig(f *testing.F) {
 			t.Fatal(err)
 		}
 		again, err := storage.DecodeConfig(enc)
-		if err != nil || again != cfg {
+		if err != nil || !again.Equal(cfg) {
 			t.Fatalf("round trip of %+v: %+v, %v", cfg, again, err)
 		}
 	})

@@ -295,6 +295,11 @@ func updateJobConfig(c *cli.Context, create bool, change func(*slicerv1.JobConfi
 	if err != nil {
 		return err
 	}
+	return updateConfigOf(c, job, create, change)
+}
+
+// updateConfigOf is updateJobConfig for the job named job.
+func updateConfigOf(c *cli.Context, job string, create bool, change func(*slicerv1.JobConfig) error) error {
 	ctx, cancel := rpcContext(c)
 	defer cancel()
 	client, err := jobClient(c)

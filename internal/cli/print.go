@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
@@ -31,6 +32,11 @@ func printJob(w io.Writer, j *slicerv1.JobInfo) {
 		}
 		if m := t.GetMemoryLimit(); m != 0 {
 			extra += "  memory limit " + formatBytes(float64(m))
+		}
+		if t.GetDraining() {
+			extra += "  draining"
+		} else if t.GetCordoned() {
+			extra += "  cordoned"
 		}
 		fmt.Fprintf(w, "    %-20s %s%s\n", t.GetName(), t.GetAddress(), extra)
 	}
@@ -62,6 +68,14 @@ func printJob(w io.Writer, j *slicerv1.JobInfo) {
 	}
 	if m := p.GetMaxSlices(); m != 0 {
 		fmt.Fprintf(w, "    %-20s %d\n", "max slices", m)
+	}
+	for _, l := range []struct {
+		name  string
+		tasks []string
+	}{{"drained", p.GetDrainedTasks()}, {"cordoned", p.GetCordonedTasks()}} {
+		if len(l.tasks) > 0 {
+			fmt.Fprintf(w, "  %-15s %s\n", l.name, strings.Join(l.tasks, ", "))
+		}
 	}
 	printLoad(w, j)
 }

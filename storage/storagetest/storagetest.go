@@ -192,7 +192,7 @@ func assertUnchanged(t *testing.T, o Opener, s storage.Store, before snapshot) {
 	}
 	for j, b := range before.records {
 		a, ok := after.records[j]
-		if !ok || !Same(a.Current, b.Current) || !Same(a.Previous, b.Previous) || a.Config != b.Config || a.Configured != b.Configured {
+		if !ok || !Same(a.Current, b.Current) || !Same(a.Previous, b.Previous) || !a.Config.Equal(b.Config) || a.Configured != b.Configured {
 			t.Fatalf("job %q changed: before %+v, after %+v", j, b, a)
 		}
 	}
@@ -207,19 +207,19 @@ func testRoundTrip(t *testing.T, o Opener) {
 	cfg := assign.Config{MinRedundancy: 2, MaxRedundancy: 5}
 	mustSetConfig(t, s, "web", cfg)
 	rec := mustLoad(t, s, "web")
-	if rec.Current != nil || rec.Previous != nil || !rec.Configured || rec.Config != cfg || rec.Job != "web" || rec.Generation() != 0 {
+	if rec.Current != nil || rec.Previous != nil || !rec.Configured || !rec.Config.Equal(cfg) || rec.Job != "web" || rec.Generation() != 0 {
 		t.Fatalf("config-only record: %+v", rec)
 	}
 	a := Assignment("web", 1, 5, 3)
 	mustCommit(t, s, "web", 0, a)
 	rec = mustLoad(t, s, "web")
-	if !Same(rec.Current, a) || rec.Previous != nil || rec.Config != cfg || !rec.Configured {
+	if !Same(rec.Current, a) || rec.Previous != nil || !rec.Config.Equal(cfg) || !rec.Configured {
 		t.Fatalf("after commit: %+v", rec)
 	}
 	// A job with an assignment but no config gets the default config.
 	mustCommit(t, s, "api", 0, Assignment("api", 7, 2, 1))
 	rec = mustLoad(t, s, "api")
-	if rec.Configured || rec.Config != assign.DefaultConfig() || rec.Generation() != 7 || rec.Job != "api" {
+	if rec.Configured || !rec.Config.Equal(assign.DefaultConfig()) || rec.Generation() != 7 || rec.Job != "api" {
 		t.Fatalf("unconfigured record: %+v", rec)
 	}
 	jobs, err := s.Jobs(ctx)
@@ -344,13 +344,13 @@ func testSetConfig(t *testing.T, o Opener) {
 	for _, cfg := range []assign.Config{{MinRedundancy: 1, MaxRedundancy: 3}, {MinRedundancy: 2, MaxRedundancy: 2}} {
 		mustSetConfig(t, s, "j", cfg)
 		rec := mustLoad(t, s, "j")
-		if rec.Config != cfg || !rec.Configured || !Same(rec.Current, a2) || !Same(rec.Previous, a1) {
+		if !rec.Config.Equal(cfg) || !rec.Configured || !Same(rec.Current, a2) || !Same(rec.Previous, a1) {
 			t.Fatalf("after SetConfig(%+v): %+v", cfg, rec)
 		}
 	}
 	// A later commit keeps the config.
 	mustCommit(t, s, "j", 2, Assignment("j", 3, 1, 1))
-	if rec := mustLoad(t, s, "j"); rec.Config != (assign.Config{MinRedundancy: 2, MaxRedundancy: 2}) {
+	if rec := mustLoad(t, s, "j"); !rec.Config.Equal(assign.Config{MinRedundancy: 2, MaxRedundancy: 2}) {
 		t.Fatalf("commit changed the config: %+v", rec.Config)
 	}
 }
@@ -790,7 +790,7 @@ func testDelete(t *testing.T, o Opener) {
 		t.Fatalf("Commit of generation 1 creating a job deleted at generation 2 set generation %d, want 3", fresh.Generation)
 	}
 	rec := mustLoad(t, s, "j")
-	if !Same(rec.Current, fresh) || rec.Previous != nil || rec.Configured || rec.Config != assign.DefaultConfig() {
+	if !Same(rec.Current, fresh) || rec.Previous != nil || rec.Configured || !rec.Config.Equal(assign.DefaultConfig()) {
 		t.Fatalf("job created again after Delete: current %d, previous %v, config %+v (configured %v); want only the new assignment at generation 3",
 			rec.Generation(), rec.Previous, rec.Config, rec.Configured)
 	}

@@ -148,7 +148,11 @@ type Task struct {
 	Capacity float64 `protobuf:"fixed64,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// The most state, in bytes, the task may hold as it advertises it (0: no
 	// limit). Set only in JobInfo.live_tasks.
-	MemoryLimit   uint64 `protobuf:"varint,4,opt,name=memory_limit,json=memoryLimit,proto3" json:"memory_limit,omitempty"`
+	MemoryLimit uint64 `protobuf:"varint,4,opt,name=memory_limit,json=memoryLimit,proto3" json:"memory_limit,omitempty"`
+	// Whether the task is draining (it said so in gossip, or an operator
+	// drained it) or cordoned. Set only in JobInfo.live_tasks.
+	Draining      bool `protobuf:"varint,5,opt,name=draining,proto3" json:"draining,omitempty"`
+	Cordoned      bool `protobuf:"varint,6,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -209,6 +213,20 @@ func (x *Task) GetMemoryLimit() uint64 {
 		return x.MemoryLimit
 	}
 	return 0
+}
+
+func (x *Task) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *Task) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
 }
 
 // Slice is the half-open range [start, end) of 63-bit slice keys and the
@@ -408,7 +426,14 @@ type JobConfig struct {
 	// A frozen job makes no load-driven decisions: its assignment changes
 	// only for membership (a task failing, leaving or joining) and for
 	// configuration. Set by `slicerd job freeze`, cleared by `unfreeze`.
-	Frozen        bool `protobuf:"varint,13,opt,name=frozen,proto3" json:"frozen,omitempty"`
+	Frozen bool `protobuf:"varint,13,opt,name=frozen,proto3" json:"frozen,omitempty"`
+	// Tasks an operator drained: their slices move to other tasks while they
+	// keep serving, and they get no new ones ('slicerd task drain'). Sorted,
+	// unique task names, at most 1024.
+	DrainedTasks []string `protobuf:"bytes,14,rep,name=drained_tasks,json=drainedTasks,proto3" json:"drained_tasks,omitempty"`
+	// Tasks an operator cordoned: they keep their slices but get no new ones
+	// ('slicerd task cordon'). Sorted, unique task names, at most 1024.
+	CordonedTasks []string `protobuf:"bytes,15,rep,name=cordoned_tasks,json=cordonedTasks,proto3" json:"cordoned_tasks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +557,20 @@ func (x *JobConfig) GetFrozen() bool {
 		return x.Frozen
 	}
 	return false
+}
+
+func (x *JobConfig) GetDrainedTasks() []string {
+	if x != nil {
+		return x.DrainedTasks
+	}
+	return nil
+}
+
+func (x *JobConfig) GetCordonedTasks() []string {
+	if x != nil {
+		return x.CordonedTasks
+	}
+	return nil
 }
 
 type WatchAssignmentRequest struct {
@@ -2140,12 +2179,14 @@ var File_slicer_v1_slicer_proto protoreflect.FileDescriptor
 
 const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\n" +
-	"\x16slicer/v1/slicer.proto\x12\tslicer.v1\"s\n" +
+	"\x16slicer/v1/slicer.proto\x12\tslicer.v1\"\xab\x01\n" +
 	"\x04Task\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x01R\bcapacity\x12!\n" +
-	"\fmemory_limit\x18\x04 \x01(\x04R\vmemoryLimit\"E\n" +
+	"\fmemory_limit\x18\x04 \x01(\x04R\vmemoryLimit\x12\x1a\n" +
+	"\bdraining\x18\x05 \x01(\bR\bdraining\x12\x1a\n" +
+	"\bcordoned\x18\x06 \x01(\bR\bcordoned\"E\n" +
 	"\x05Slice\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x14\n" +
@@ -2158,7 +2199,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12(\n" +
 	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\x85\x04\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xd1\x04\n" +
 	"\tJobConfig\x12%\n" +
 	"\x0emin_redundancy\x18\x01 \x01(\rR\rminRedundancy\x12%\n" +
 	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\x12-\n" +
@@ -2176,7 +2217,9 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	" \x01(\rR\tmaxSlices\x128\n" +
 	"\vconsistency\x18\v \x01(\x0e2\x16.slicer.v1.ConsistencyR\vconsistency\x12\x1c\n" +
 	"\talgorithm\x18\f \x01(\tR\talgorithm\x12\x16\n" +
-	"\x06frozen\x18\r \x01(\bR\x06frozen\"\xa7\x01\n" +
+	"\x06frozen\x18\r \x01(\bR\x06frozen\x12#\n" +
+	"\rdrained_tasks\x18\x0e \x03(\tR\fdrainedTasks\x12%\n" +
+	"\x0ecordoned_tasks\x18\x0f \x03(\tR\rcordonedTasks\"\xa7\x01\n" +
 	"\x16WatchAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
 	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\x12+\n" +

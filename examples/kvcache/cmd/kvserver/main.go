@@ -7,8 +7,10 @@
 //
 //	kvserver task=<task> addr=<http-addr> gossip=<gossip-addr>
 //
-// and logs to stderr. SIGINT or SIGTERM leaves gossip gracefully, so
-// slicerd moves the task's keys at once, then stops serving.
+// and logs to stderr. SIGINT or SIGTERM first drains the task: it tells
+// slicerd it is draining and keeps serving while slicerd moves its keys to
+// other tasks, for at most -drain-timeout; then it leaves gossip and stops
+// serving. A second signal stops it at once.
 package main
 
 import (
@@ -38,6 +40,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal stops the process at once
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -58,6 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log verbosity: debug, info, warn or error")
 	cacheFile := fs.String("cache-file", "", "file to keep the job's assignment in, so a restart owns its cached keys at once even while slicerd is down (empty: no cache)")
 	capacity := fs.Float64("capacity", 0, "this task's relative capacity: a task of capacity 2 is given about twice the load of one of capacity 1 (0 means 1; 0.001 to 1000)")
+	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long to keep serving while slicerd moves this task's keys away before stopping (0: stop at once)")
 	memoryLimit := fs.Int64("memory-limit", 0, "most bytes of entries (keys and values) this task may hold: slicerd places no slice here past it and moves slices away when the entries outgrow it (0: no limit)")
 	loadWindow := fs.Duration("load-window", slicelet.DefaultLoadWindow, "how often the task reports the load it measured (one unit per key request) to slicerd")
 	tlsCert := fs.String("tls-cert", os.Getenv("KVSERVER_TLS_CERT"), "certificate naming this task (spiffe://slicerd/task/JOB/TASK) for a slicerd cluster with TLS; env KVSERVER_TLS_CERT")
@@ -184,7 +191,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 
-	g, gctx := errgroup.WithContext(ctx)
+	// A signal (ctx) drains the task first, then stops it (runCtx).
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(func() error {
+		select {
+		case <-gctx.Done():
+			return nil
+		case <-ctx.Done():
+		}
+		defer stop()
+		if *drainTimeout <= 0 {
+			return nil
+		}
+		log.Info("kvserver draining", "timeout", *drainTimeout)
+		dctx, cancel := context.WithTimeout(gctx, *drainTimeout)
+		defer cancel()
+		if err := sl.Drain(dctx); err != nil {
+			log.Warn("kvserver stopping before its keys all moved", "err", err)
+		}
+		return nil
+	})
 	g.Go(func() error { return sl.Run(gctx) })
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
