@@ -47,6 +47,18 @@ type Config struct {
 	// and for bytes ≤ 0 are ignored. The sum per owned slice is reported
 	// with the window's load. It costs one slice lookup per call.
 	StateBytes func(add func(h assign.SliceKey, bytes int64))
+	// ExportState and ImportState, set together on every task of the job,
+	// move the application's state with its keys: a task that gains keys
+	// fetches their state from the task that held them (see
+	// StateExporter, and HandoffHandler, which the task must serve on
+	// Addr). Nil: keys move without their state.
+	ExportState StateExporter
+	ImportState StateImporter
+	// HandoffTimeout bounds one fetch of state; 0 means
+	// DefaultHandoffTimeout. HandoffMaxBytes bounds the keys and values
+	// one fetch takes; 0 means DefaultHandoffMaxBytes.
+	HandoffTimeout  time.Duration
+	HandoffMaxBytes int64
 	// GossipAddr is the IP:port this task's gossip member binds; default
 	// "127.0.0.1:0" (a free loopback port). Use a routable IP when slicerd
 	// runs on other hosts.
@@ -160,6 +172,13 @@ func (c Config) validate() error {
 	}
 	if err := assign.ValidateMemoryLimit(float64(c.MemoryLimit)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if (c.ExportState == nil) != (c.ImportState == nil) {
+		return fmt.Errorf("%w: task %s/%s sets only one of ExportState and ImportState; state handoff needs both", ErrInvalidConfig, c.Job, c.Task)
+	}
+	if c.HandoffTimeout < 0 || c.HandoffMaxBytes < 0 {
+		return fmt.Errorf("%w: task %s/%s has handoff timeout %v and max bytes %d; use positive values, or 0 for the defaults %v and %d",
+			ErrInvalidConfig, c.Job, c.Task, c.HandoffTimeout, c.HandoffMaxBytes, DefaultHandoffTimeout, DefaultHandoffMaxBytes)
 	}
 	if c.MemoryLimit != 0 && c.StateBytes == nil {
 		return fmt.Errorf("%w: task %s/%s has a memory limit but no StateBytes; set StateBytes so the Assigner knows the state it holds, or leave MemoryLimit 0", ErrInvalidConfig, c.Job, c.Task)

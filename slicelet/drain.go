@@ -41,6 +41,8 @@ func (s *Slicelet) Drain(ctx context.Context) error {
 		s.listenMu.Unlock()
 		if v == nil || len(v.owned) == 0 {
 			s.log.Info("slicelet: drained", "took", time.Since(start))
+			// The tasks that took the keys fetch their state from here.
+			s.awaitFetches(ctx)
 			return nil
 		}
 		if why := nowhere(n.Peers(), s.cfg.Job, s.cfg.Task); why != "" {

@@ -63,7 +63,8 @@ type Slicelet struct {
 	assignersMu sync.Mutex
 	assigners   map[string]*http.Client
 
-	strong strongState // strong mode's leases; see strong.go
+	strong  strongState  // strong mode's leases; see strong.go
+	handoff handoffState // state handoff; see handoff.go
 
 	// listenMu serialises listener calls with AddListener, so every
 	// listener sees one unbroken sequence of changes.
@@ -218,6 +219,7 @@ func (s *Slicelet) Run(ctx context.Context) error {
 	defer unsubscribe()
 
 	g, gctx := errgroup.WithContext(ctx)
+	s.startHandoff(gctx)
 	g.Go(func() error {
 		err := node.RetryJoin(gctx, s.cfg.Join, joinRetryInterval)
 		if gctx.Err() != nil {
@@ -271,6 +273,7 @@ func (s *Slicelet) Run(ctx context.Context) error {
 		}
 	})
 	err = g.Wait()
+	s.stopHandoff()
 	s.httpClient.CloseIdleConnections()
 	s.closeAssignerClients()
 
@@ -366,4 +369,5 @@ func (s *Slicelet) install(_, next *assign.Assignment) {
 	for _, l := range s.listeners {
 		l.OnChangedSlices(assigned, unassigned)
 	}
+	s.startImports(old, next, assigned)
 }

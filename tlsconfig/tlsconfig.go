@@ -273,6 +273,17 @@ func WantNode(r identity.Role, node string) Check {
 	}
 }
 
+// WantTask accepts task task of job job: the check for a task whose
+// address was learned from an assignment (state handoff).
+func WantTask(job, task string) Check {
+	return func(ids []identity.ID) error {
+		if (identity.Principal{IDs: ids}).TaskOf(job, task) {
+			return nil
+		}
+		return fmt.Errorf("%w: certificate does not name task %s/%s (has %v)", ErrPeer, job, task, ids)
+	}
+}
+
 func contains(roles []identity.Role, r identity.Role) bool {
 	for _, x := range roles {
 		if x == r {

@@ -21,20 +21,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/slicerd/slicerd/bench/internal/benchproc"
@@ -128,33 +124,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	o, err := parse(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "reaction: %v\n", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	rep, err := experiment(ctx, o, stderr)
-	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintln(stderr, "reaction: interrupted; processes stopped")
-			return 130
-		}
-		fmt.Fprintf(stderr, "reaction: %v\n", err)
-		return 1
-	}
-	if o.jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(rep)
-	} else {
-		rep.print(stdout)
-	}
-	return 0
+	return benchproc.Main("reaction", args, stdout, stderr, parse, experiment,
+		func(o *options) bool { return o.jsonOut }, (*report).print)
 }
 
 // report is the outcome of one experiment.

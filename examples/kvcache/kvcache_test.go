@@ -131,23 +131,41 @@ func (c *cluster) close() {
 	}
 }
 
-func (c *cluster) startTask(name string) *task {
+func (c *cluster) startTask(name string) *task { return c.startTaskWith(name, false) }
+
+// startTaskWith starts a task; with handoff, its entries move with their
+// keys (WithHandoff, and the Slicelet's ExportState and ImportState).
+func (c *cluster) startTaskWith(name string, handoff bool) *task {
 	c.tb.Helper()
 	ts := httptest.NewUnstartedServer(nil)
 	gcfg := testGossip(name)
-	sl, err := slicelet.New(slicelet.Config{
+	var srv atomic.Pointer[Server]
+	cfg := slicelet.Config{
 		Job:        testJob,
 		Task:       name,
 		Addr:       ts.Listener.Addr().String(),
 		GossipAddr: "127.0.0.1:0",
 		Join:       []string{c.gossipAddr},
 		Gossip:     gcfg,
-	})
+	}
+	var opts []Option
+	if handoff {
+		cfg.ExportState = func(ctx context.Context, start, end assign.SliceKey, emit func(k, v []byte) error) error {
+			return srv.Load().ExportState(ctx, start, end, emit)
+		}
+		cfg.ImportState = func(k, v []byte) { srv.Load().ImportState(k, v) }
+		opts = append(opts, WithHandoff(0))
+		ts.Config.Protocols = new(http.Protocols)
+		ts.Config.Protocols.SetHTTP1(true)
+		ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	}
+	sl, err := slicelet.New(cfg)
 	if err != nil {
 		ts.Close()
 		c.tb.Fatal(err)
 	}
-	t := &task{name: name, sl: sl, server: NewServer(sl, nil), http: ts, done: make(chan error, 1)}
+	t := &task{name: name, sl: sl, server: NewServer(sl, nil, opts...), http: ts, done: make(chan error, 1)}
+	srv.Store(t.server)
 	ts.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/kv/") {
 			t.hits.Add(1)
@@ -610,4 +628,91 @@ func BenchmarkClientGet(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestHandoffMovesEntries: with handoff, a task that joins and the tasks
+// that take a drained task's keys fetch the entries of the keys they gain,
+// so every key is still found without being written again; without
+// handoff the moved keys are lost, as a cache's would be.
+func TestHandoffMovesEntries(t *testing.T) {
+	for _, handoff := range []bool{true, false} {
+		t.Run(fmt.Sprintf("handoff=%v", handoff), func(t *testing.T) {
+			c := newCluster(t)
+			for i := range 3 {
+				c.startTaskWith(fmt.Sprintf("kv-%d", i), handoff)
+			}
+			keys := testKeys(600)
+			c.waitSettled(keys)
+			ctx := context.Background()
+			for _, k := range keys {
+				if err := c.client.Put(ctx, k, value(k)); err != nil {
+					t.Fatalf("put %s: %v", k, err)
+				}
+			}
+			found := func(what string) (moved, kept int) {
+				t.Helper()
+				for _, k := range keys {
+					v, ok, err := c.client.Get(ctx, k)
+					if err != nil {
+						t.Fatalf("%s: get %s: %v", what, k, err)
+					}
+					if ok && bytes.Equal(v, value(k)) {
+						kept++
+					}
+				}
+				return len(keys), kept
+			}
+
+			owners := func() map[string]string {
+				m := make(map[string]string, len(keys))
+				for _, k := range keys {
+					m[k], _ = c.ownerTask(k)
+				}
+				return m
+			}
+			before := owners()
+			c.startTaskWith("kv-3", handoff)
+			c.waitSettled(keys)
+			movedTo3 := 0
+			for k, o := range owners() {
+				if o != before[k] {
+					movedTo3++
+				}
+			}
+			// The joiner fetches asynchronously; a request waits for it.
+			_, kept := found("after kv-3 joined")
+			t.Logf("kv-3 joined: %d keys moved, %d of %d found", movedTo3, kept, len(keys))
+			if movedTo3 == 0 {
+				t.Fatal("no key moved to the joiner")
+			}
+			if handoff && kept < len(keys)*99/100 {
+				t.Errorf("with handoff only %d of %d keys found after a join", kept, len(keys))
+			}
+			if !handoff && kept > len(keys)-movedTo3 {
+				t.Errorf("without handoff %d of %d keys found, but %d moved", kept, len(keys), movedTo3)
+			}
+
+			// kv-1 drains, then stops.
+			dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			if err := c.tasks["kv-1"].sl.Drain(dctx); err != nil {
+				t.Fatalf("drain kv-1: %v", err)
+			}
+			c.stopTask("kv-1")
+			c.waitSettled(keys)
+			_, kept = found("after kv-1 drained")
+			t.Logf("kv-1 drained: %d of %d found", kept, len(keys))
+			if handoff && kept < len(keys)*99/100 {
+				t.Errorf("with handoff only %d of %d keys found after a drain", kept, len(keys))
+			}
+			var fetches, failed uint64
+			for _, tk := range c.tasks {
+				f, x, _ := tk.sl.HandoffStats()
+				fetches, failed = fetches+f, failed+x
+			}
+			if handoff && (fetches == 0 || failed != 0) {
+				t.Errorf("%d fetches, %d failed", fetches, failed)
+			}
+		})
+	}
 }

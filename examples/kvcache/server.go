@@ -37,8 +37,19 @@ type Server struct {
 	now     func() int64
 	record  func(key string, token uint64, start, end int64)
 
+	// State handoff (WithHandoff): entries of slices moved away are kept
+	// in leaving for retain, for their new owner to fetch.
+	retain time.Duration
+
 	mu      sync.RWMutex
 	entries map[string]entry
+	leaving map[string]leavingEntry
+}
+
+// leavingEntry is an entry of a slice moved away, kept until until.
+type leavingEntry struct {
+	entry
+	until time.Time
 }
 
 type entry struct {
@@ -53,6 +64,24 @@ type Option func(*Server)
 // not hold from b. In strong mode each write carries its handle's fencing
 // token, and b refuses a former owner's late write.
 func WithBacking(b Backing) Option { return func(s *Server) { s.backing = b } }
+
+// WithHandoff moves entries with their keys: the server serves the
+// Slicelet's HandoffService, and keeps the entries of slices moved away
+// for retain (DefaultRetain when 0) so that their new owner can fetch
+// them. The Slicelet must have ExportState and ImportState set to the
+// server's (see cmd/kvserver).
+func WithHandoff(retain time.Duration) Option {
+	return func(s *Server) {
+		if retain <= 0 {
+			retain = DefaultRetain
+		}
+		s.retain = retain
+	}
+}
+
+// DefaultRetain is how long entries of slices moved away are kept for
+// their new owner with WithHandoff.
+const DefaultRetain = 30 * time.Second
 
 // WithAwait sets how long a strongly consistent Server holds a request
 // for a key that is on its way to this task (the newest assignment gives
@@ -94,6 +123,10 @@ func NewServer(sl *slicelet.Slicelet, log *slog.Logger, opts ...Option) *Server 
 	s.mux.Handle("PUT /kv/{key}", count(s.put))
 	s.mux.Handle("DELETE /kv/{key}", count(s.del))
 	s.mux.HandleFunc("GET /stats", s.stats)
+	if s.retain > 0 {
+		s.leaving = make(map[string]leavingEntry)
+		s.mux.Handle(sl.HandoffHandler())
+	}
 	sl.AddListener(s)
 	return s
 }
@@ -140,15 +173,78 @@ func (s *Server) OnChangedSlices(assigned, unassigned []assign.Slice) {
 	}
 	s.mu.Lock()
 	dropped := 0
+	now := time.Now()
+	for k, e := range s.leaving {
+		if now.After(e.until) {
+			delete(s.leaving, k)
+		}
+	}
 	for k, e := range s.entries {
 		if inRanges(ranges, e.sk) {
 			delete(s.entries, k)
+			if s.leaving != nil {
+				s.leaving[k] = leavingEntry{entry: e, until: now.Add(s.retain)}
+			}
 			dropped++
 		}
 	}
 	left := len(s.entries)
 	s.mu.Unlock()
 	s.log.Info("slices unassigned; dropped their entries", "slices", len(unassigned), "dropped", dropped, "kept", left)
+}
+
+// ExportState emits the entries whose keys' slice keys are in [start,
+// end), whether the task still owns them or keeps them for their new owner
+// (slicelet.StateExporter). It copies them under the read lock and sends
+// them without it.
+func (s *Server) ExportState(ctx context.Context, start, end assign.SliceKey, emit func(key, value []byte) error) error {
+	type kv struct {
+		k string
+		v []byte
+	}
+	var out []kv
+	now := time.Now()
+	s.mu.RLock()
+	for k, e := range s.entries {
+		if start <= e.sk && e.sk < end {
+			out = append(out, kv{k, e.val})
+		}
+	}
+	for k, e := range s.leaving {
+		if _, current := s.entries[k]; !current && start <= e.sk && e.sk < end && now.Before(e.until) {
+			out = append(out, kv{k, e.val})
+		}
+	}
+	s.mu.RUnlock()
+	for _, e := range out {
+		if err := emit([]byte(e.k), e.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ImportState stores an entry fetched from the task that held its key
+// (slicelet.StateImporter), unless the key has an entry already (a write
+// that came first is newer) or the task no longer owns it.
+func (s *Server) ImportState(key, value []byte) {
+	k := string(key)
+	if !s.sl.IsAffinitizedKeyString(k) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.entries[k]; !ok {
+		s.entries[k] = entry{val: slices.Clone(value), sk: assign.HashString(k)}
+	}
+}
+
+// awaitState holds a request for a key the task has just gained until its
+// entry, if a handoff is bringing it, has arrived.
+func (s *Server) awaitState(ctx context.Context, key string) {
+	if s.retain > 0 {
+		_ = s.sl.AwaitStateString(ctx, key) // on ctx's end the request goes on; it ends anyway
+	}
 }
 
 // inRanges reports whether k lies in one of ranges, sorted by Start.
@@ -230,6 +326,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		s.misdirected(w, key)
 		return
 	}
+	s.awaitState(r.Context(), key)
 	s.mu.RLock()
 	e, ok := s.entries[key]
 	s.mu.RUnlock()
@@ -266,6 +363,7 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request) {
 		s.misdirected(w, key)
 		return
 	}
+	s.awaitState(r.Context(), key)
 	val, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxValueBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -322,6 +420,7 @@ func (s *Server) del(w http.ResponseWriter, r *http.Request) {
 		s.misdirected(w, key)
 		return
 	}
+	s.awaitState(r.Context(), key)
 	s.mu.Lock()
 	delete(s.entries, key)
 	s.mu.Unlock()

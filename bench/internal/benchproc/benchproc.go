@@ -88,6 +88,22 @@ func (p *Proc) WaitReady(timeout time.Duration) (string, error) {
 	}
 }
 
+// Exited is closed when the process has exited.
+func (p *Proc) Exited() <-chan struct{} { return p.done }
+
+// ExitCode is the process's exit status once Exited is closed: 0, the
+// code it exited with, or -1 when a signal ended it.
+func (p *Proc) ExitCode() int {
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		return ee.ExitCode()
+	}
+	if p.err != nil {
+		return -1
+	}
+	return 0
+}
+
 // StopAll sends SIGTERM to every process still running, waits up to grace
 // for them to exit, then SIGKILLs the rest and waits for them.
 func StopAll(procs []*Proc, grace time.Duration) {

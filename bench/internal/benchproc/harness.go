@@ -3,9 +3,14 @@ package benchproc
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/slicerd/slicerd/assign"
@@ -97,4 +102,42 @@ func StartSlicerd(name, logPath, path string, args []string, ready time.Duration
 	}
 	StopAll([]*Proc{p}, 10*time.Second)
 	return nil, Addrs{}, fmt.Errorf("%s: %w (log: %s)", name, err, logPath)
+}
+
+// Main runs a harness as a command and returns its exit code: parse the
+// flags (exit 2 on an error, 0 for -h), run the experiment until it ends
+// or SIGINT or SIGTERM arrives (exit 130, its processes stopped), and
+// write the report as indented JSON (asJSON) or with print. An experiment
+// error is exit 1.
+func Main[O, R any](name string, args []string, stdout, stderr io.Writer,
+	parse func([]string, io.Writer) (O, error),
+	experiment func(context.Context, O, io.Writer) (R, error),
+	asJSON func(O) bool, print func(R, io.Writer)) int {
+	o, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := experiment(ctx, o, stderr)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintf(stderr, "%s: interrupted; processes stopped\n", name)
+			return 130
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	if asJSON(o) {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+	} else {
+		print(rep, stdout)
+	}
+	return 0
 }

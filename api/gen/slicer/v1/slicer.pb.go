@@ -2175,6 +2175,187 @@ func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
 	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
 }
 
+// FetchStateRequest asks a task for the state it holds for the keys in
+// [start, end): the requester is a task of the same job that the
+// assignment of the given generation gives those keys.
+type FetchStateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The requesting task, as it advertises itself in gossip.
+	Task string `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	// The generation of the assignment that moved [start, end) to task.
+	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Start      uint64 `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`
+	// Exclusive; at most 2^63; above start.
+	End           uint64 `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchStateRequest) Reset() {
+	*x = FetchStateRequest{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchStateRequest) ProtoMessage() {}
+
+func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchStateRequest.ProtoReflect.Descriptor instead.
+func (*FetchStateRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *FetchStateRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *FetchStateRequest) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *FetchStateRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *FetchStateRequest) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *FetchStateRequest) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+// StateEntry is one key of the application's state and its value, in the
+// application's own encoding.
+type StateEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateEntry) Reset() {
+	*x = StateEntry{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateEntry) ProtoMessage() {}
+
+func (x *StateEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
+func (*StateEntry) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *StateEntry) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *StateEntry) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// FetchStateResponse is one chunk of the state, at most 1 MiB of entries.
+type FetchStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*StateEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchStateResponse) Reset() {
+	*x = FetchStateResponse{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchStateResponse) ProtoMessage() {}
+
+func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchStateResponse.ProtoReflect.Descriptor instead.
+func (*FetchStateResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *FetchStateResponse) GetEntries() []*StateEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_slicer_v1_slicer_proto protoreflect.FileDescriptor
 
 const file_slicer_v1_slicer_proto_rawDesc = "" +
@@ -2334,7 +2515,21 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12(\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x14.slicer.v1.LeaseKindR\x04kind\"\x16\n" +
-	"\x14ReleaseLeaseResponse*\\\n" +
+	"\x14ReleaseLeaseResponse\"\x81\x01\n" +
+	"\x11FetchStateRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x12\x14\n" +
+	"\x05start\x18\x04 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x05 \x01(\x04R\x03end\"4\n" +
+	"\n" +
+	"StateEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"E\n" +
+	"\x12FetchStateResponse\x12/\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.slicer.v1.StateEntryR\aentries*\\\n" +
 	"\vConsistency\x12\x1b\n" +
 	"\x17CONSISTENCY_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14CONSISTENCY_AFFINITY\x10\x01\x12\x16\n" +
@@ -2363,7 +2558,10 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"ReportLoad\x12\x1c.slicer.v1.ReportLoadRequest\x1a\x1d.slicer.v1.ReportLoadResponse2\xa7\x01\n" +
 	"\fLeaseService\x12F\n" +
 	"\tReadLease\x12\x1b.slicer.v1.ReadLeaseRequest\x1a\x1c.slicer.v1.ReadLeaseResponse\x12O\n" +
-	"\fReleaseLease\x12\x1e.slicer.v1.ReleaseLeaseRequest\x1a\x1f.slicer.v1.ReleaseLeaseResponseB7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
+	"\fReleaseLease\x12\x1e.slicer.v1.ReleaseLeaseRequest\x1a\x1f.slicer.v1.ReleaseLeaseResponse2]\n" +
+	"\x0eHandoffService\x12K\n" +
+	"\n" +
+	"FetchState\x12\x1c.slicer.v1.FetchStateRequest\x1a\x1d.slicer.v1.FetchStateResponse0\x01B7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
 
 var (
 	file_slicer_v1_slicer_proto_rawDescOnce sync.Once
@@ -2378,7 +2576,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 }
 
 var file_slicer_v1_slicer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(Consistency)(0),                // 0: slicer.v1.Consistency
 	(LeaseKind)(0),                  // 1: slicer.v1.LeaseKind
@@ -2412,6 +2610,9 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*ReadLeaseResponse)(nil),       // 29: slicer.v1.ReadLeaseResponse
 	(*ReleaseLeaseRequest)(nil),     // 30: slicer.v1.ReleaseLeaseRequest
 	(*ReleaseLeaseResponse)(nil),    // 31: slicer.v1.ReleaseLeaseResponse
+	(*FetchStateRequest)(nil),       // 32: slicer.v1.FetchStateRequest
+	(*StateEntry)(nil),              // 33: slicer.v1.StateEntry
+	(*FetchStateResponse)(nil),      // 34: slicer.v1.FetchStateResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	2,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
@@ -2437,37 +2638,40 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	27, // 20: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
 	27, // 21: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
 	1,  // 22: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	6,  // 23: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	9,  // 24: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	6,  // 25: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	9,  // 26: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	6,  // 27: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	11, // 28: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
-	15, // 29: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	17, // 30: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	19, // 31: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	21, // 32: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
-	24, // 33: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	28, // 34: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
-	30, // 35: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
-	7,  // 36: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	10, // 37: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	7,  // 38: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	10, // 39: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	7,  // 40: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	12, // 41: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
-	16, // 42: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	18, // 43: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	20, // 44: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	22, // 45: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
-	25, // 46: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	29, // 47: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
-	31, // 48: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
-	36, // [36:49] is the sub-list for method output_type
-	23, // [23:36] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	33, // 23: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
+	6,  // 24: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	9,  // 25: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	6,  // 26: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	9,  // 27: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	6,  // 28: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	11, // 29: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
+	15, // 30: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	17, // 31: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	19, // 32: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	21, // 33: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
+	24, // 34: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	28, // 35: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
+	30, // 36: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
+	32, // 37: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
+	7,  // 38: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	10, // 39: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	7,  // 40: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	10, // 41: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	7,  // 42: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	12, // 43: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	16, // 44: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	18, // 45: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	20, // 46: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	22, // 47: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
+	25, // 48: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	29, // 49: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
+	31, // 50: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
+	34, // 51: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
+	38, // [38:52] is the sub-list for method output_type
+	24, // [24:38] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
@@ -2481,9 +2685,9 @@ func file_slicer_v1_slicer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
-			NumServices:   6,
+			NumServices:   7,
 		},
 		GoTypes:           file_slicer_v1_slicer_proto_goTypes,
 		DependencyIndexes: file_slicer_v1_slicer_proto_depIdxs,

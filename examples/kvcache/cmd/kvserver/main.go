@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log verbosity: debug, info, warn or error")
 	cacheFile := fs.String("cache-file", "", "file to keep the job's assignment in, so a restart owns its cached keys at once even while slicerd is down (empty: no cache)")
 	capacity := fs.Float64("capacity", 0, "this task's relative capacity: a task of capacity 2 is given about twice the load of one of capacity 1 (0 means 1; 0.001 to 1000)")
+	handoff := fs.Bool("handoff", true, "move entries with their keys: a task that gains keys fetches their entries from the task that held them (every task of the job must agree)")
 	drainTimeout := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long to keep serving while slicerd moves this task's keys away before stopping (0: stop at once)")
 	memoryLimit := fs.Int64("memory-limit", 0, "most bytes of entries (keys and values) this task may hold: slicerd places no slice here past it and moves slices away when the entries outgrow it (0: no limit)")
 	loadWindow := fs.Duration("load-window", slicelet.DefaultLoadWindow, "how often the task reports the load it measured (one unit per key request) to slicerd")
@@ -149,6 +150,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			c.StateBytes(add)
 		}
 	}
+	if *handoff {
+		cfg.ExportState = func(ctx context.Context, start, end assign.SliceKey, emit func(k, v []byte) error) error {
+			if c := cache.Load(); c != nil {
+				return c.ExportState(ctx, start, end, emit)
+			}
+			return nil
+		}
+		cfg.ImportState = func(k, v []byte) {
+			if c := cache.Load(); c != nil {
+				c.ImportState(k, v)
+			}
+		}
+	}
 	if files := (tlsconfig.Files{Cert: *tlsCert, Key: *tlsKey, CA: *tlsCA}); files.Enabled() {
 		if err := files.Validate("tls-", true); err != nil {
 			ln.Close()
@@ -162,6 +176,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		cfg.TLS = src
+		if *handoff {
+			// Handoff streams between tasks are then mutually
+			// authenticated TLS, and this example serves plain HTTP.
+			log.Info("state handoff is off: with TLS the task's own server would have to serve TLS, which this example does not")
+			*handoff = false
+			cfg.ExportState, cfg.ImportState = nil, nil
+		}
 	}
 	sl, err := slicelet.New(cfg)
 	if err != nil {
@@ -170,6 +191,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	opts := []kvcache.Option{kvcache.WithAwait(*await)}
+	if *handoff {
+		opts = append(opts, kvcache.WithHandoff(0))
+	}
 	if *backingURL != "" {
 		opts = append(opts, kvcache.WithBacking(kvcache.HTTPBacking{Base: strings.TrimSuffix(*backingURL, "/"), Client: &http.Client{Timeout: 5 * time.Second}}))
 	}
@@ -185,7 +209,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	kv := kvcache.NewServer(sl, log, opts...)
 	cache.Store(kv)
+	// HTTP/1 for clients, cleartext HTTP/2 for the handoff streams of the
+	// job's other tasks.
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
+		Protocols:         protocols,
 		Handler:           kv,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),

@@ -36,6 +36,8 @@ const (
 	LoadServiceName = "slicer.v1.LoadService"
 	// LeaseServiceName is the fully-qualified name of the LeaseService service.
 	LeaseServiceName = "slicer.v1.LeaseService"
+	// HandoffServiceName is the fully-qualified name of the HandoffService service.
+	HandoffServiceName = "slicer.v1.HandoffService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -79,6 +81,9 @@ const (
 	// LeaseServiceReleaseLeaseProcedure is the fully-qualified name of the LeaseService's ReleaseLease
 	// RPC.
 	LeaseServiceReleaseLeaseProcedure = "/slicer.v1.LeaseService/ReleaseLease"
+	// HandoffServiceFetchStateProcedure is the fully-qualified name of the HandoffService's FetchState
+	// RPC.
+	HandoffServiceFetchStateProcedure = "/slicer.v1.HandoffService/FetchState"
 )
 
 // DistributorServiceClient is a client for the slicer.v1.DistributorService service.
@@ -765,4 +770,82 @@ func (UnimplementedLeaseServiceHandler) ReadLease(context.Context, *connect.Requ
 
 func (UnimplementedLeaseServiceHandler) ReleaseLease(context.Context, *connect.Request[v1.ReleaseLeaseRequest]) (*connect.Response[v1.ReleaseLeaseResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.LeaseService.ReleaseLease is not implemented"))
+}
+
+// HandoffServiceClient is a client for the slicer.v1.HandoffService service.
+type HandoffServiceClient interface {
+	// FetchState streams the state of the requested keys. It fails with
+	// PERMISSION_DENIED when the serving task's assignment (of at least the
+	// request's generation, waited for briefly) does not give the requester
+	// those keys, and with INVALID_ARGUMENT for a malformed request.
+	FetchState(context.Context, *connect.Request[v1.FetchStateRequest]) (*connect.ServerStreamForClient[v1.FetchStateResponse], error)
+}
+
+// NewHandoffServiceClient constructs a client for the slicer.v1.HandoffService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewHandoffServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) HandoffServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	handoffServiceMethods := v1.File_slicer_v1_slicer_proto.Services().ByName("HandoffService").Methods()
+	return &handoffServiceClient{
+		fetchState: connect.NewClient[v1.FetchStateRequest, v1.FetchStateResponse](
+			httpClient,
+			baseURL+HandoffServiceFetchStateProcedure,
+			connect.WithSchema(handoffServiceMethods.ByName("FetchState")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// handoffServiceClient implements HandoffServiceClient.
+type handoffServiceClient struct {
+	fetchState *connect.Client[v1.FetchStateRequest, v1.FetchStateResponse]
+}
+
+// FetchState calls slicer.v1.HandoffService.FetchState.
+func (c *handoffServiceClient) FetchState(ctx context.Context, req *connect.Request[v1.FetchStateRequest]) (*connect.ServerStreamForClient[v1.FetchStateResponse], error) {
+	return c.fetchState.CallServerStream(ctx, req)
+}
+
+// HandoffServiceHandler is an implementation of the slicer.v1.HandoffService service.
+type HandoffServiceHandler interface {
+	// FetchState streams the state of the requested keys. It fails with
+	// PERMISSION_DENIED when the serving task's assignment (of at least the
+	// request's generation, waited for briefly) does not give the requester
+	// those keys, and with INVALID_ARGUMENT for a malformed request.
+	FetchState(context.Context, *connect.Request[v1.FetchStateRequest], *connect.ServerStream[v1.FetchStateResponse]) error
+}
+
+// NewHandoffServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewHandoffServiceHandler(svc HandoffServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	handoffServiceMethods := v1.File_slicer_v1_slicer_proto.Services().ByName("HandoffService").Methods()
+	handoffServiceFetchStateHandler := connect.NewServerStreamHandler(
+		HandoffServiceFetchStateProcedure,
+		svc.FetchState,
+		connect.WithSchema(handoffServiceMethods.ByName("FetchState")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/slicer.v1.HandoffService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case HandoffServiceFetchStateProcedure:
+			handoffServiceFetchStateHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedHandoffServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedHandoffServiceHandler struct{}
+
+func (UnimplementedHandoffServiceHandler) FetchState(context.Context, *connect.Request[v1.FetchStateRequest], *connect.ServerStream[v1.FetchStateResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.HandoffService.FetchState is not implemented"))
 }

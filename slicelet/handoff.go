@@ -1,0 +1,420 @@
+package slicelet
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/tlsconfig"
+)
+
+// State handoff moves an application's state with its keys instead of
+// dropping it: a task that gains keys fetches their state from the task
+// that held them, over the HandoffService the losing task serves on its own
+// address (Slicelet.HandoffHandler).
+//
+// It is on when Config.ExportState and Config.ImportState are set (both,
+// on every task of the job). For each range a new assignment gives this
+// task, the Slicelet opens one FetchState stream to a task that held it
+// under the previous assignment and passes every entry to ImportState;
+// AwaitState lets a request for a key wait until its state has arrived.
+// A fetch is bounded by Config.HandoffTimeout and Config.HandoffMaxBytes,
+// at most maxConcurrentFetches run at once, and one that fails (the peer
+// died, refused, or ran out of time) is abandoned: its keys start cold, as
+// they would without handoff.
+
+// StateExporter streams the state the task holds for the keys whose slice
+// keys are in [start, end), calling emit for each key and value; it stops
+// and returns emit's error when emit fails. It is called on the serving
+// side of a handoff, while the task may be losing or have lost those keys:
+// keep the state of keys moved away for a while (a few seconds) so that
+// their new owner can fetch it.
+type StateExporter func(ctx context.Context, start, end assign.SliceKey, emit func(key, value []byte) error) error
+
+// StateImporter adds one key's state fetched from the task that held it.
+// It is called from several handoff goroutines at once.
+type StateImporter func(key, value []byte)
+
+// Handoff bounds and defaults.
+const (
+	// DefaultHandoffTimeout bounds one fetch when Config.HandoffTimeout is 0.
+	DefaultHandoffTimeout = 10 * time.Second
+	// DefaultHandoffMaxBytes bounds the keys and values one fetch takes
+	// when Config.HandoffMaxBytes is 0.
+	DefaultHandoffMaxBytes = 256 << 20
+	// maxHandoffChunk bounds the entries of one FetchState message.
+	maxHandoffChunk = 1 << 20
+	// maxConcurrentFetches bounds the fetches a task runs at once.
+	maxConcurrentFetches = 4
+	// handoffViewWait is how long a serving task waits to see the
+	// generation a fetch names before refusing it.
+	handoffViewWait = 2 * time.Second
+	// handoffGrace is how long Drain keeps a task that exports state up
+	// after its keys moved and its last fetch ended, so that the tasks
+	// that gained them can fetch their state.
+	handoffGrace = time.Second
+)
+
+type handoffState struct {
+	mu        sync.Mutex
+	ctx       context.Context // Run's while it runs; nil otherwise
+	importing []*importRange
+	wg        sync.WaitGroup
+	sem       chan struct{}
+	clients   map[string]slicerv1connect.HandoffServiceClient // by task name@address
+
+	serving   atomic.Int64
+	lastServe atomic.Int64 // unix nanoseconds when a fetch last started or ended here
+
+	fetches, failed, entries atomic.Uint64
+}
+
+// importRange is a range whose state is on its way.
+type importRange struct {
+	start, end assign.SliceKey
+	done       chan struct{}
+}
+
+// handoffOn reports whether the job's state moves with its keys.
+func (s *Slicelet) handoffOn() bool { return s.cfg.ImportState != nil && s.cfg.ExportState != nil }
+
+// HandoffStats reports the fetches this task started, how many of them
+// failed or were cut short, and the entries it imported.
+func (s *Slicelet) HandoffStats() (fetches, failed, entries uint64) {
+	return s.handoff.fetches.Load(), s.handoff.failed.Load(), s.handoff.entries.Load()
+}
+
+// startHandoff makes fetches possible until stopHandoff.
+func (s *Slicelet) startHandoff(ctx context.Context) {
+	s.handoff.mu.Lock()
+	defer s.handoff.mu.Unlock()
+	s.handoff.ctx = ctx
+	s.handoff.sem = make(chan struct{}, maxConcurrentFetches)
+	s.handoff.clients = make(map[string]slicerv1connect.HandoffServiceClient)
+}
+
+// stopHandoff waits for the fetches, which end with Run's context.
+func (s *Slicelet) stopHandoff() {
+	s.handoff.mu.Lock()
+	s.handoff.ctx = nil
+	s.handoff.mu.Unlock()
+	s.handoff.wg.Wait()
+}
+
+// piece is a part of a gained range and the task that held it.
+type piece struct {
+	start, end assign.SliceKey
+	from       assign.Task
+}
+
+// startImports fetches the state of the ranges next gives this task anew
+// (assigned) from the tasks that held them under old. Called by install.
+func (s *Slicelet) startImports(old *view, next *assign.Assignment, assigned []assign.Slice) {
+	if !s.handoffOn() || old == nil || len(assigned) == 0 {
+		return
+	}
+	prev := old.table.Assignment()
+	var pieces []piece
+	for _, r := range assigned {
+		for i := prev.Find(r.Start); i < len(prev.Slices) && prev.Slices[i].Start < r.End; i++ {
+			sl := prev.Slices[i]
+			from, ok := holder(prev, sl, s.cfg.Task, r.Start)
+			if !ok {
+				continue
+			}
+			a, b := max(sl.Start, r.Start), min(sl.End, r.End)
+			if n := len(pieces); n > 0 && pieces[n-1].end == a && pieces[n-1].from == from {
+				pieces[n-1].end = b
+				continue
+			}
+			pieces = append(pieces, piece{start: a, end: b, from: from})
+		}
+	}
+	s.handoff.mu.Lock()
+	defer s.handoff.mu.Unlock()
+	ctx := s.handoff.ctx
+	if ctx == nil {
+		return
+	}
+	for _, p := range pieces {
+		imp := &importRange{start: p.start, end: p.end, done: make(chan struct{})}
+		s.handoff.importing = append(s.handoff.importing, imp)
+		s.handoff.wg.Add(1)
+		go s.fetch(ctx, next.Generation, p, imp)
+	}
+}
+
+// holder picks the task of prev's slice sl, other than self, to fetch its
+// state from: one of its replicas, spread by the range's start.
+func holder(prev *assign.Assignment, sl assign.Slice, self string, start assign.SliceKey) (assign.Task, bool) {
+	others := slices.DeleteFunc(slices.Clone(sl.Tasks), func(t string) bool { return t == self })
+	if len(others) == 0 {
+		return assign.Task{}, false
+	}
+	i, _ := prev.TaskIndex(others[int(start%uint64(len(others)))])
+	return prev.Tasks[i], true
+}
+
+// fetch imports the state of p from the task that held it.
+func (s *Slicelet) fetch(ctx context.Context, gen uint64, p piece, imp *importRange) {
+	defer s.handoff.wg.Done()
+	defer s.doneImporting(imp)
+	select {
+	case s.handoff.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-s.handoff.sem }()
+	s.handoff.fetches.Add(1)
+	timeout, limit := s.cfg.HandoffTimeout, s.cfg.HandoffMaxBytes
+	if timeout == 0 {
+		timeout = DefaultHandoffTimeout
+	}
+	if limit == 0 {
+		limit = DefaultHandoffMaxBytes
+	}
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	stream, err := s.handoffClient(p.from).FetchState(fctx, connect.NewRequest(&slicerv1.FetchStateRequest{
+		Job: s.cfg.Job, Task: s.cfg.Task, Generation: gen, Start: uint64(p.start), End: uint64(p.end)}))
+	var n, size int64
+	if err == nil {
+	receive:
+		for stream.Receive() {
+			for _, e := range stream.Msg().GetEntries() {
+				if size += int64(len(e.GetKey()) + len(e.GetValue())); size > limit {
+					err = fmt.Errorf("more than %d bytes of state; keeping what came", limit)
+					break receive
+				}
+				s.cfg.ImportState(e.GetKey(), e.GetValue())
+				n++
+			}
+		}
+		if err == nil {
+			err = stream.Err()
+		}
+		stream.Close()
+	}
+	s.handoff.entries.Add(uint64(n))
+	if err != nil {
+		s.handoff.failed.Add(1)
+		if ctx.Err() == nil {
+			s.log.Warn("slicelet: state handoff cut short; the rest of the range starts cold", "from", p.from.Name,
+				"start", p.start, "end", p.end, "entries", n, "bytes", size, "took", time.Since(start), "err", err)
+		}
+		return
+	}
+	s.log.Debug("slicelet: state handed off", "from", p.from.Name, "start", p.start, "end", p.end,
+		"entries", n, "bytes", size, "took", time.Since(start))
+}
+
+func (s *Slicelet) doneImporting(imp *importRange) {
+	s.handoff.mu.Lock()
+	defer s.handoff.mu.Unlock()
+	s.handoff.importing = slices.DeleteFunc(s.handoff.importing, func(x *importRange) bool { return x == imp })
+	close(imp.done)
+}
+
+// handoffClient returns a client for the task t, reused while its address
+// stays the same. With TLS it accepts only a certificate naming t.
+func (s *Slicelet) handoffClient(t assign.Task) slicerv1connect.HandoffServiceClient {
+	s.handoff.mu.Lock()
+	defer s.handoff.mu.Unlock()
+	key := t.Name + "@" + t.Addr
+	if c, ok := s.handoff.clients[key]; ok {
+		return c
+	}
+	hc, scheme := s.httpClient, "http://"
+	if s.cfg.TLS != nil {
+		hc, scheme = api.NewHTTPClient(s.cfg.TLS.ClientConfig(tlsconfig.WantTask(s.cfg.Job, t.Name))), "https://"
+	}
+	c := slicerv1connect.NewHandoffServiceClient(hc, scheme+t.Addr, connect.WithReadMaxBytes(2*maxHandoffChunk))
+	s.handoff.clients[key] = c
+	return c
+}
+
+// AwaitState waits until the state of key, if a handoff is bringing it to
+// this task, has arrived (or its fetch was abandoned), or ctx ends. It
+// returns at once for keys no fetch is bringing. A request for a key this
+// task has just gained calls it before answering from local state.
+func (s *Slicelet) AwaitState(ctx context.Context, key []byte) error {
+	return s.awaitState(ctx, assign.HashKey(key))
+}
+
+// AwaitStateString is AwaitState for a string key.
+func (s *Slicelet) AwaitStateString(ctx context.Context, key string) error {
+	return s.awaitState(ctx, assign.HashString(key))
+}
+
+func (s *Slicelet) awaitState(ctx context.Context, h assign.SliceKey) error {
+	s.handoff.mu.Lock()
+	var done chan struct{}
+	for _, imp := range s.handoff.importing {
+		if imp.start <= h && h < imp.end {
+			done = imp.done
+			break
+		}
+	}
+	s.handoff.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// HandoffHandler returns the path and handler of the HandoffService, for
+// the task to serve on its own address (the one in Config.Addr) beside its
+// application handlers, over HTTP/2 (h2c without TLS). Tasks of the job
+// call it to fetch the state of keys they gain from this task. Without
+// ExportState it answers UNIMPLEMENTED.
+//
+// Who may call it: with TLS (Config.TLS), only a task of the job whose
+// certificate names the task the request is for, and only for keys the
+// assignment gives that task; the server must then be served with TLS
+// and ask for client certificates. Without TLS any caller that names a
+// task the assignment gives the keys to. What it costs: one stream per
+// fetch, reading entries through ExportState, at most 1 MiB a message.
+func (s *Slicelet) HandoffHandler() (string, http.Handler) {
+	path, h := slicerv1connect.NewHandoffServiceHandler(handoffServer{s}, connect.WithReadMaxBytes(4096),
+		connect.WithSendMaxBytes(2*maxHandoffChunk))
+	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p identity.Principal
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			if ids, err := identity.FromCert(r.TLS.PeerCertificates[0]); err == nil {
+				p.IDs = ids
+			}
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), peerKey{}, p)))
+	})
+}
+
+// peerKey carries a handoff caller's verified identity in its context.
+type peerKey struct{}
+
+type handoffServer struct{ s *Slicelet }
+
+// FetchState implements slicerv1connect.HandoffServiceHandler.
+func (h handoffServer) FetchState(ctx context.Context, req *connect.Request[slicerv1.FetchStateRequest], out *connect.ServerStream[slicerv1.FetchStateResponse]) error {
+	s, m := h.s, req.Msg
+	start, end := assign.SliceKey(m.GetStart()), assign.SliceKey(m.GetEnd())
+	switch {
+	case s.cfg.ExportState == nil:
+		return connect.NewError(connect.CodeUnimplemented, fmt.Errorf("task %s/%s does not export state; set ExportState and ImportState on every task of the job", s.cfg.Job, s.cfg.Task))
+	case m.GetJob() != s.cfg.Job:
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("this task serves job %q, not %q", s.cfg.Job, m.GetJob()))
+	case assign.ValidateTaskName(m.GetTask()) != nil:
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid task: %w", assign.ValidateTaskName(m.GetTask())))
+	case start >= end || end > assign.KeySpaceEnd:
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("range [%#x, %#x) is empty or past the key space end %#x", start, end, uint64(assign.KeySpaceEnd)))
+	}
+	if s.cfg.TLS != nil {
+		if p, _ := ctx.Value(peerKey{}).(identity.Principal); !p.TaskOf(s.cfg.Job, m.GetTask()) {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("the caller's certificate does not name task %s/%s", s.cfg.Job, m.GetTask()))
+		}
+	}
+	v, err := s.awaitView(ctx, m.GetGeneration())
+	if err != nil {
+		return err
+	}
+	a := v.table.Assignment()
+	for i := a.Find(start); i < len(a.Slices) && a.Slices[i].Start < end; i++ {
+		if !slices.Contains(a.Slices[i].Tasks, m.GetTask()) {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("generation %d does not give [%#x, %#x) to task %q", a.Generation, a.Slices[i].Start, a.Slices[i].End, m.GetTask()))
+		}
+	}
+	s.handoff.serving.Add(1)
+	s.handoff.lastServe.Store(time.Now().UnixNano())
+	defer func() {
+		s.handoff.lastServe.Store(time.Now().UnixNano())
+		s.handoff.serving.Add(-1)
+	}()
+	msg := &slicerv1.FetchStateResponse{}
+	size := 0
+	flush := func() error {
+		if len(msg.Entries) == 0 {
+			return nil
+		}
+		err := out.Send(msg)
+		msg.Entries, size = msg.Entries[:0], 0
+		return err
+	}
+	err = s.cfg.ExportState(ctx, start, end, func(key, value []byte) error {
+		if size+len(key)+len(value) > maxHandoffChunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		msg.Entries = append(msg.Entries, &slicerv1.StateEntry{Key: key, Value: value})
+		size += len(key) + len(value)
+		return ctx.Err()
+	})
+	if err == nil {
+		err = flush()
+	}
+	return err
+}
+
+// awaitView returns the task's view once it is of generation gen or
+// newer, waiting at most handoffViewWait for it.
+func (s *Slicelet) awaitView(ctx context.Context, gen uint64) (*view, error) {
+	t := time.NewTimer(handoffViewWait)
+	defer t.Stop()
+	for {
+		s.listenMu.Lock()
+		v, changed := s.view.Load(), s.changed
+		s.listenMu.Unlock()
+		if v != nil && v.table.Assignment().Generation >= gen {
+			return v, nil
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("task %s/%s has not seen generation %d yet; retry", s.cfg.Job, s.cfg.Task, gen))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// awaitFetches waits, after a drain emptied the task, until no task has
+// fetched state from it for handoffGrace, or ctx ends.
+func (s *Slicelet) awaitFetches(ctx context.Context) {
+	if s.cfg.ExportState == nil {
+		return
+	}
+	since := time.Now()
+	for {
+		quiet := since
+		if last := time.Unix(0, s.handoff.lastServe.Load()); last.After(quiet) {
+			quiet = last
+		}
+		wait := handoffGrace - time.Since(quiet)
+		if s.handoff.serving.Load() == 0 && wait <= 0 {
+			return
+		}
+		t := time.NewTimer(max(wait, 50*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package slicelet
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
+)
+
+// h2cServer serves h over cleartext HTTP/2, as tasks serve handoffs.
+func h2cServer(t *testing.T, path string, h http.Handler) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	ts := httptest.NewUnstartedServer(mux)
+	ts.Config.Protocols = new(http.Protocols)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	ts.Start()
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// handoffTask is an offline Slicelet with state handoff on: its exporter
+// serves state, its importer records what arrives.
+type handoffTask struct {
+	*Slicelet
+	mu       sync.Mutex
+	imported map[string]string
+}
+
+func newHandoffTask(t *testing.T, task string, state map[string]string) *handoffTask {
+	t.Helper()
+	h := &handoffTask{imported: map[string]string{}}
+	s, err := New(Config{Job: "j", Task: task, Addr: "127.0.0.1:9000", Join: []string{"127.0.0.1:7946"},
+		HandoffTimeout: 300 * time.Millisecond,
+		ExportState: func(ctx context.Context, start, end assign.SliceKey, emit func(k, v []byte) error) error {
+			for k, v := range state {
+				if h := assign.HashString(k); start <= h && h < end {
+					if err := emit([]byte(k), []byte(v)); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+		ImportState: func(k, v []byte) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.imported[string(k)] = string(v)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Slicelet = s
+	ctx, cancel := context.WithCancel(context.Background())
+	s.startHandoff(ctx)
+	t.Cleanup(func() { cancel(); s.stopHandoff() })
+	return h
+}
+
+// fetchFrom runs one fetch of the whole key space from the task at addr
+// and returns once it is over, as awaitState sees it.
+func (h *handoffTask) fetchFrom(t *testing.T, addr string) {
+	t.Helper()
+	imp := &importRange{start: 0, end: assign.KeySpaceEnd, done: make(chan struct{})}
+	h.handoff.mu.Lock()
+	h.handoff.importing = append(h.handoff.importing, imp)
+	ctx := h.handoff.ctx
+	h.handoff.wg.Add(1)
+	h.handoff.mu.Unlock()
+	go h.fetch(ctx, 7, piece{start: 0, end: assign.KeySpaceEnd, from: assign.Task{Name: "peer", Addr: addr}}, imp)
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.AwaitStateString(actx, "any key"); err != nil {
+		t.Fatalf("the fetch never ended: %v", err)
+	}
+}
+
+// peerFunc is a hostile or broken handoff peer.
+type peerFunc func(context.Context, *connect.ServerStream[slicerv1.FetchStateResponse]) error
+
+func (f peerFunc) FetchState(ctx context.Context, _ *connect.Request[slicerv1.FetchStateRequest], out *connect.ServerStream[slicerv1.FetchStateResponse]) error {
+	return f(ctx, out)
+}
+
+// TestFetchEndsWhenThePeerFails: a peer that dies mid-stream, one that
+// never answers and one that sends more than the byte limit each end the
+// fetch (error, deadline, limit): what arrived is kept, the range is no
+// longer awaited, and the failure is counted.
+func TestFetchEndsWhenThePeerFails(t *testing.T) {
+	one := &slicerv1.FetchStateResponse{Entries: []*slicerv1.StateEntry{{Key: []byte("a"), Value: []byte("1")}}}
+	for name, peer := range map[string]peerFunc{
+		"dies mid-stream": func(_ context.Context, out *connect.ServerStream[slicerv1.FetchStateResponse]) error {
+			out.Send(one)
+			return errors.New("crashed")
+		},
+		"never answers": func(ctx context.Context, out *connect.ServerStream[slicerv1.FetchStateResponse]) error {
+			out.Send(one)
+			<-ctx.Done()
+			return ctx.Err()
+		},
+		"sends too much": func(ctx context.Context, out *connect.ServerStream[slicerv1.FetchStateResponse]) error {
+			out.Send(one)
+			big := &slicerv1.FetchStateResponse{Entries: []*slicerv1.StateEntry{{Key: []byte("b"), Value: make([]byte, 1<<20-10)}}}
+			for ctx.Err() == nil {
+				if err := out.Send(big); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHandoffTask(t, "b", nil)
+			h.cfg.HandoffMaxBytes = 3 << 20
+			path, handler := slicerv1connect.NewHandoffServiceHandler(peer)
+			ts := h2cServer(t, path, handler)
+			h.fetchFrom(t, strings.TrimPrefix(ts.URL, "http://"))
+			fetches, failed, entries := h.HandoffStats()
+			if fetches != 1 || failed != 1 || entries == 0 || h.imported["a"] != "1" {
+				t.Errorf("fetches %d, failed %d, entries %d, imported %v; want one failed fetch that kept the first entry",
+					fetches, failed, entries, h.imported)
+			}
+		})
+	}
+}
+
+// TestFetchStateServesOnlyTheNewOwner: a task hands over the state of a
+// range only to the task its assignment gives that range, only for its own
+// job, and waits a little for a generation it has not seen.
+func TestFetchStateServesOnlyTheNewOwner(t *testing.T) {
+	state := map[string]string{}
+	for _, k := range testKeys(200) {
+		state[k] = "v-" + k
+	}
+	a := newHandoffTask(t, "a", state)
+	half := assign.KeySpaceEnd / 2
+	next := &assign.Assignment{Job: "j", Generation: 5,
+		Tasks:  []assign.Task{{Name: "a", Addr: "a:1"}, {Name: "b", Addr: "b:1"}},
+		Slices: []assign.Slice{{Start: 0, End: half, Tasks: []string{"b"}}, {Start: half, End: assign.KeySpaceEnd, Tasks: []string{"a"}}}}
+	a.install(nil, next)
+	path, handler := a.HandoffHandler()
+	ts := h2cServer(t, path, handler)
+	client := slicerv1connect.NewHandoffServiceClient(api.NewH2CClient(), ts.URL)
+	fetch := func(req *slicerv1.FetchStateRequest) (int, error) {
+		stream, err := client.FetchState(context.Background(), connect.NewRequest(req))
+		if err != nil {
+			return 0, err
+		}
+		defer stream.Close()
+		n := 0
+		for stream.Receive() {
+			n += len(stream.Msg().GetEntries())
+		}
+		return n, stream.Err()
+	}
+	want := 0
+	for k := range state {
+		if assign.HashString(k) < half {
+			want++
+		}
+	}
+	if n, err := fetch(&slicerv1.FetchStateRequest{Job: "j", Task: "b", Generation: 5, Start: 0, End: uint64(half)}); err != nil || n != want {
+		t.Errorf("the new owner's fetch: %d entries, %v; want %d", n, err, want)
+	}
+	for name, tc := range map[string]struct {
+		req  *slicerv1.FetchStateRequest
+		code connect.Code
+	}{
+		"another task":       {&slicerv1.FetchStateRequest{Job: "j", Task: "c", Generation: 5, Start: 0, End: uint64(half)}, connect.CodePermissionDenied},
+		"keys it lacks":      {&slicerv1.FetchStateRequest{Job: "j", Task: "b", Generation: 5, Start: 0, End: uint64(assign.KeySpaceEnd)}, connect.CodePermissionDenied},
+		"another job":        {&slicerv1.FetchStateRequest{Job: "k", Task: "b", Generation: 5, Start: 0, End: uint64(half)}, connect.CodeInvalidArgument},
+		"empty range":        {&slicerv1.FetchStateRequest{Job: "j", Task: "b", Generation: 5, Start: 9, End: 9}, connect.CodeInvalidArgument},
+		"bad task":           {&slicerv1.FetchStateRequest{Job: "j", Task: "b/1", Generation: 5, Start: 0, End: 9}, connect.CodeInvalidArgument},
+		"a future assigment": {&slicerv1.FetchStateRequest{Job: "j", Task: "b", Generation: 6, Start: 0, End: uint64(half)}, connect.CodeUnavailable},
+	} {
+		if _, err := fetch(tc.req); connect.CodeOf(err) != tc.code {
+			t.Errorf("%s: err = %v, want %v", name, err, tc.code)
+		}
+	}
+}
+
+func testKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "key-" + string(rune('a'+i%26)) + strings.Repeat("x", i%7) + string(rune('0'+i%10)) + string(rune('A'+i/26%26))
+	}
+	return keys
+}
