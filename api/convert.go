@@ -73,6 +73,7 @@ func ConfigToProto(c assign.Config) *slicerv1.JobConfig {
 		Frozen:           c.Frozen,
 		DrainedTasks:     c.Drained,
 		CordonedTasks:    c.Cordoned,
+		Pins:             pinsToProto(c.Pins),
 	}
 }
 
@@ -123,6 +124,9 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 	default:
 		return assign.Config{}, fmt.Errorf("%w: consistency %d is neither affinity (1) nor strong (2)", assign.ErrInvalidConfig, p.GetConsistency())
 	}
+	if n := len(p.GetPins()); n > assign.MaxPins {
+		return assign.Config{}, fmt.Errorf("%w: %d pins; at most %d may be", assign.ErrInvalidConfig, n, assign.MaxPins)
+	}
 	for _, l := range [][]string{p.GetDrainedTasks(), p.GetCordonedTasks()} {
 		if len(l) > assign.MaxControlledTasks {
 			return assign.Config{}, fmt.Errorf("%w: %d drained or cordoned tasks; at most %d may be", assign.ErrInvalidConfig, len(l), assign.MaxControlledTasks)
@@ -136,6 +140,7 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 		Frozen:           p.GetFrozen(),
 		Drained:          p.GetDrainedTasks(),
 		Cordoned:         p.GetCordonedTasks(),
+		Pins:             pinsFromProto(p.GetPins()),
 		Consistency:      consistency,
 		MinRedundancy:    int(p.GetMinRedundancy()),
 		MaxRedundancy:    int(p.GetMaxRedundancy()),
@@ -152,4 +157,20 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 		return assign.Config{}, err
 	}
 	return c, nil
+}
+
+func pinsToProto(pins []assign.Pin) []*slicerv1.KeyPin {
+	var out []*slicerv1.KeyPin
+	for _, p := range pins {
+		out = append(out, &slicerv1.KeyPin{Start: uint64(p.Start), End: uint64(p.End), Task: p.Task, Reason: p.Reason})
+	}
+	return out
+}
+
+func pinsFromProto(pins []*slicerv1.KeyPin) []assign.Pin {
+	var out []assign.Pin
+	for _, p := range pins {
+		out = append(out, assign.Pin{Start: assign.SliceKey(p.GetStart()), End: assign.SliceKey(p.GetEnd()), Task: p.GetTask(), Reason: p.GetReason()})
+	}
+	return out
 }

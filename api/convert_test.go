@@ -28,6 +28,7 @@ func TestConfigRoundTrip(t *testing.T) {
 			MaxSlices: assign.MaxSlicesLimit,
 		},
 		"drained and cordoned": {MinRedundancy: 1, MaxRedundancy: 1, Drained: []string{"kv-1", "kv-7"}, Cordoned: []string{"kv-2"}},
+		"pinned":               {MinRedundancy: 1, MaxRedundancy: 1, Pins: []assign.Pin{{Start: 0, End: 10, Task: "kv-1", Reason: "why"}, {Start: 99, End: assign.KeySpaceEnd, Task: "kv-2"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			// Through the wire encoding, as a client and server see it.
@@ -98,6 +99,10 @@ func TestConfigFromProtoRejects(t *testing.T) {
 		"cordoned twice":      {func(p *slicerv1.JobConfig) { p.CordonedTasks = []string{"a", "a"} }, "cordoned tasks are not sorted and unique"},
 		"drained bad name":    {func(p *slicerv1.JobConfig) { p.DrainedTasks = []string{"a/b"} }, "drained task 0"},
 		"too many drained":    {func(p *slicerv1.JobConfig) { p.DrainedTasks = make([]string, 1025) }, "1025 drained or cordoned tasks"},
+		"too many pins":       {func(p *slicerv1.JobConfig) { p.Pins = make([]*slicerv1.KeyPin, 1025) }, "1025 pins"},
+		"pins overlap": {func(p *slicerv1.JobConfig) {
+			p.Pins = []*slicerv1.KeyPin{{Start: 0, End: 10, Task: "a"}, {Start: 5, End: 12, Task: "b"}}
+		}, "overlaps"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := valid()

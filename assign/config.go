@@ -108,7 +108,26 @@ type Config struct {
 	// whenever a task of that name is live.
 	Drained  []string `json:"drained,omitempty"`
 	Cordoned []string `json:"cordoned,omitempty"`
+	// Pins are an operator's pins (slicerd job move): the keys of each
+	// pin's range are served by its task whenever that task is live and
+	// not draining, whatever load or membership would decide. Sorted by
+	// Start, not overlapping, at most MaxPins.
+	Pins []Pin `json:"pins,omitempty"`
 }
+
+// Pin says the keys [Start, End) are served by Task, for Reason.
+type Pin struct {
+	Start  SliceKey `json:"start"`
+	End    SliceKey `json:"end"`
+	Task   string   `json:"task"`
+	Reason string   `json:"reason,omitempty"`
+}
+
+// Pin bounds.
+const (
+	MaxPins         = 1024
+	MaxPinReasonLen = 256
+)
 
 // MaxControlledTasks bounds Config.Drained and Config.Cordoned.
 const MaxControlledTasks = 1024
@@ -118,7 +137,9 @@ const MaxControlledTasks = 1024
 func (c Config) Equal(d Config) bool {
 	cs, ds := c, d
 	cs.Drained, cs.Cordoned, ds.Drained, ds.Cordoned = nil, nil, nil, nil
-	return reflect.DeepEqual(cs, ds) && slices.Equal(c.Drained, d.Drained) && slices.Equal(c.Cordoned, d.Cordoned)
+	cs.Pins, ds.Pins = nil, nil
+	return reflect.DeepEqual(cs, ds) && slices.Equal(c.Drained, d.Drained) && slices.Equal(c.Cordoned, d.Cordoned) &&
+		slices.Equal(c.Pins, d.Pins)
 }
 
 // Controls applies the configuration's Drained and Cordoned to live, a
@@ -234,6 +255,22 @@ func (c Config) Validate() error {
 			if i > 0 && l.tasks[i-1] >= name {
 				return fmt.Errorf("%w: %s tasks are not sorted and unique at %q", ErrInvalidConfig, l.name, name)
 			}
+		}
+	}
+	if len(c.Pins) > MaxPins {
+		return fmt.Errorf("%w: %d pins; at most %d may be", ErrInvalidConfig, len(c.Pins), MaxPins)
+	}
+	for i, p := range c.Pins {
+		switch {
+		case p.Start >= p.End || p.End > KeySpaceEnd:
+			return fmt.Errorf("%w: pin %d [%#x, %#x) is empty or past the key space end", ErrInvalidConfig, i, p.Start, p.End)
+		case i > 0 && p.Start < c.Pins[i-1].End:
+			return fmt.Errorf("%w: pin %d [%#x, %#x) overlaps or precedes pin %d; pins are sorted and do not overlap", ErrInvalidConfig, i, p.Start, p.End, i-1)
+		case len(p.Reason) > MaxPinReasonLen:
+			return fmt.Errorf("%w: pin %d has a %d-byte reason; at most %d", ErrInvalidConfig, i, len(p.Reason), MaxPinReasonLen)
+		}
+		if err := ValidateTaskName(p.Task); err != nil {
+			return fmt.Errorf("%w: pin %d: %w", ErrInvalidConfig, i, err)
 		}
 	}
 	return nil

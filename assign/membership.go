@@ -34,6 +34,7 @@ func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config
 	p.enforceRedundancy()
 	p.placeJoined()
 	p.relieveMemory()
+	p.applyPins()
 	next := p.assignment(job, gen)
 	return next, decision(prev, next, p.moves), nil
 }

@@ -127,6 +127,7 @@ func Rebalance(prev *Assignment, live []Task, cfg Config) (*Assignment, Decision
 		p.replaceDeparted()
 		p.enforceRedundancy()
 		p.placeJoined()
+		p.applyPins()
 		p.mergeAdjacent()
 		next = p.assignment(prev.Job, prev.Generation+1)
 		moves = p.moves
@@ -214,7 +215,8 @@ type planner struct {
 	// closed marks, by task id, the cordoned and draining tasks, which
 	// take no new slices; nil when every task is open.
 	closed  []bool
-	staying int // live tasks that are not draining
+	staying int         // live tasks that are not draining
+	pins    []activePin // see pins.go
 }
 
 // isOpen reports whether task t may be given new slices.
@@ -295,6 +297,7 @@ func newPlannerRoom(prev *Assignment, live []Task, cfg Config, extra int) *plann
 		}
 	}
 	p.ids = arena
+	p.pins = p.activePins()
 	p.least = newTaskHeap(p.load, false)
 	p.most = newTaskHeap(p.load, true)
 	return p

@@ -81,6 +81,7 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	p.enforceRedundancy()
 	p.placeJoined()
 	p.relieveMemory()
+	p.applyPins()
 	if load.Total() == 0 {
 		p.mergeAdjacent()
 	} else {
@@ -99,6 +100,7 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 		// Phase 5 may have refined slices a task held whole (a fresh even
 		// split gives each task one): relief can now move a part.
 		p.relieveMemory()
+		p.applyPins()
 	}
 	next := p.assignment(job, gen)
 	return next, decision(prev, next, p.moves), nil

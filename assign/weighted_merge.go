@@ -34,7 +34,8 @@ func (w *weigher) merge() {
 		if outBytes != nil {
 			ba, bb = outBytes[len(out)-1], w.sbytes[i]
 		}
-		if count > floor && la+lb < w.cfg.MergeLoadFactor*w.total/float64(count) {
+		pinned := w.p.pins != nil && (w.p.pinnedTo(a.start, a.end) >= 0 || w.p.pinnedTo(b.start, b.end) >= 0)
+		if count > floor && !pinned && la+lb < w.cfg.MergeLoadFactor*w.total/float64(count) {
 			if by, cost, ok := w.mergeTasks(a, la, ba, &b, lb, bb, ceiling, budget-spent); ok {
 				off, n := by.off, by.n
 				w.recordMerge(a, la, ba, &b, lb, bb, w.p.tasks(by))

@@ -88,7 +88,9 @@ func (w *weigher) moveGreedy() {
 			// Shares are loads; times inv they are utilisations.
 			ih := w.inv[h]
 			sb := w.bytes(si)
-			if c := cold.best(ts, sh, sb); c >= 0 && !last {
+			// An operator's pin keeps the slice on its task.
+			keep := w.p.pins != nil && w.p.pinnedTo(s.start, s.end) == h
+			if c := cold.best(ts, sh, sb); c >= 0 && !last && !keep {
 				consider(candidate{kind: Reassign, slice: si, to: c, cost: width,
 					gain: lh - max(lh-sh*ih, w.tload[c]+sh*w.inv[c])})
 			}
@@ -98,7 +100,7 @@ func (w *weigher) moveGreedy() {
 						gain: lh - max(lh-(sh-ns)*ih, w.tload[c]+ns*w.inv[c])})
 				}
 			}
-			if r > minR && !last {
+			if r > minR && !last && !keep {
 				ns := l / float64(r-1)
 				peak := lh - sh*ih
 				for _, t := range ts {
@@ -153,7 +155,7 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], col
 		sh := l / float64(r)
 		kind, give := AddReplica, l/float64(r+1)
 		if r >= w.cfg.MaxRedundancy {
-			if last {
+			if last || w.p.pins != nil && w.p.pinnedTo(s.start, s.end) == h {
 				continue
 			}
 			kind, give = Reassign, sh
@@ -190,7 +192,7 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], col
 				return cmp.Compare(w.sload[b]/float64(w.sl[b].n), w.sload[a]/float64(w.sl[a].n))
 			})
 			for _, ci := range mine {
-				if ci == si || len(owned[c])-len(shed) <= 1 {
+				if ci == si || len(owned[c])-len(shed) <= 1 || w.p.pins != nil && w.p.pinnedTo(w.sl[ci].start, w.sl[ci].end) == c {
 					continue
 				}
 				csh := w.sload[ci] / float64(w.sl[ci].n) * ic

@@ -212,3 +212,68 @@ func stateOf(out, task string) float64 {
 	}
 	return -1
 }
+
+// TestJobMoveBinary: with real processes, 'slicerd job move' pins a key to
+// a task at once, 'job get' shows the pin with its reason, a pin to a task
+// that is not live is refused, the pin goes inactive (and the key moves on)
+// when its task stops, and 'job unpin' removes it.
+func TestJobMoveBinary(t *testing.T) {
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
+	kvs := map[string]*kvTask{}
+	for _, name := range []string{"kv-0", "kv-1", "kv-2"} {
+		kvs[name] = startKV(t, name, node.gossipAddr)
+	}
+	ck := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
+	testwait.Until(t, 30*time.Second, "an assignment over all three tasks", func() bool {
+		a := ck.Assignment()
+		return a != nil && len(a.Tasks) == 3
+	})
+	owner := func() string {
+		addr, _ := ck.PickTaskString("user:42")
+		for name, kv := range kvs {
+			if kv.addr == addr {
+				return name
+			}
+		}
+		return ""
+	}
+	to := "kv-2"
+	if owner() == to {
+		to = "kv-1"
+	}
+	code, out := runSlicerd(t, "job", "move", "--addr", node.rpcAddr, "--key", "user:42", "--to", to, "--reason", "ticket 42", "kv")
+	if code != 0 || !hasLine(out, "-> "+to, `"ticket 42"`) {
+		t.Fatalf("job move: exit %d:\n%s", code, out)
+	}
+	testwait.Until(t, 10*time.Second, "user:42 routed to "+to, func() bool { return owner() == to })
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--key", "user:42", "--to", "kv-9", "kv"}, 1, `job "kv" has no live task "kv-9"`},
+		{[]string{"--to", "kv-1", "kv"}, 2, "needs one of --key or --slice"},
+		{[]string{"--key", "a", "--slice", "0x0-0x10", "--to", "kv-1", "kv"}, 2, "needs one of --key or --slice"},
+		{[]string{"--slice", "0x10-0x1", "--to", "kv-1", "kv"}, 2, "invalid --slice"},
+		{[]string{"--key", "a", "--to", "kv-1", "nosuchjob"}, 1, `no job "nosuchjob"`},
+	} {
+		code, out := runSlicerd(t, append([]string{"job", "move", "--addr", node.rpcAddr}, tc.args...)...)
+		if code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("job move %v: exit %d, want %d and %q:\n%s", tc.args, code, tc.code, tc.want, out)
+		}
+	}
+
+	// The pinned task stops: the pin stays, inactive, and the key moves.
+	kvs[to].signal(syscall.SIGTERM)
+	kvs[to].wait(40 * time.Second)
+	delete(kvs, to)
+	testwait.Until(t, 20*time.Second, "user:42 on a live task", func() bool { o := owner(); return o != "" && o != to })
+	if code, out := runSlicerd(t, "job", "get", "--addr", node.rpcAddr, "kv"); code != 0 || !hasLine(out, "-> "+to, "inactive") {
+		t.Errorf("job get does not show the inactive pin: exit %d:\n%s", code, out)
+	}
+	code, out = runSlicerd(t, "job", "unpin", "--addr", node.rpcAddr, "--key", "user:42", "kv")
+	if code != 0 || strings.Contains(out, "  pins\n") {
+		t.Errorf("job unpin: exit %d:\n%s", code, out)
+	}
+}

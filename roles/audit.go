@@ -79,6 +79,12 @@ func summarize(cfg assign.Config, configured bool, generation uint64) string {
 	if len(cfg.Cordoned) > 0 {
 		s += " cordoned=" + strings.Join(cfg.Cordoned, ",")
 	}
+	for _, p := range cfg.Pins {
+		s += fmt.Sprintf(" pin=[%#x,%#x)->%s", p.Start, p.End, p.Task)
+		if p.Reason != "" {
+			s += fmt.Sprintf("(%q)", p.Reason)
+		}
+	}
 	if !configured {
 		s = "default config (" + s + ")"
 	}

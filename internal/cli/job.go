@@ -42,7 +42,7 @@ func JobCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "job",
 		Usage: "inspect and configure sharded jobs over RPC (list, get, set and delete talk to an assigner; watch to a distributor)",
-		Subcommands: []*cli.Command{
+		Subcommands: append([]*cli.Command{
 			{
 				Name:   "list",
 				Usage:  "list known jobs",
@@ -96,7 +96,7 @@ func JobCommand() *cli.Command {
 				Action:    func(c *cli.Context) error { return jobWatch(c) },
 			},
 			jobDeleteCommand(),
-		},
+		}, pinCommands()...),
 	}
 }
 

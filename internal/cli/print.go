@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
@@ -76,6 +77,20 @@ func printJob(w io.Writer, j *slicerv1.JobInfo) {
 		if len(l.tasks) > 0 {
 			fmt.Fprintf(w, "  %-15s %s\n", l.name, strings.Join(l.tasks, ", "))
 		}
+	}
+	for i, pin := range p.GetPins() {
+		if i == 0 {
+			fmt.Fprintf(w, "  pins\n")
+		}
+		note := ""
+		if !slices.ContainsFunc(j.GetLiveTasks(), func(t *slicerv1.Task) bool { return t.GetName() == pin.GetTask() && !t.GetDraining() }) {
+			note = "  (inactive: the task is not live, or draining)"
+		}
+		reason := ""
+		if r := pin.GetReason(); r != "" {
+			reason = fmt.Sprintf("  %q", r)
+		}
+		fmt.Fprintf(w, "    [%#x, %#x) -> %s%s%s\n", pin.GetStart(), pin.GetEnd(), pin.GetTask(), reason, note)
 	}
 	printLoad(w, j)
 }

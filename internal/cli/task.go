@@ -112,27 +112,10 @@ func taskControl(c *cli.Context, set bool, list func(*slicerv1.JobConfig) *[]str
 	if err != nil {
 		return err
 	}
-	client, err := jobClient(c)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := rpcContext(c)
-	defer cancel()
-	resp, err := client.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
-	if connect.CodeOf(err) == connect.CodeNotFound {
-		return cli.Exit(fmt.Sprintf("%s: no job %q; 'slicerd job list' shows the jobs", c.Command.FullName(), job), 1)
-	}
-	if err != nil {
-		return rpcError(c, err)
-	}
-	info := resp.Msg.GetJob()
-	if set && !slices.ContainsFunc(info.GetLiveTasks(), func(t *slicerv1.Task) bool { return t.GetName() == task }) {
-		var names []string
-		for _, t := range info.GetLiveTasks() {
-			names = append(names, t.GetName())
+	if set {
+		if err := needLiveTask(c, job, task); err != nil {
+			return err
 		}
-		return cli.Exit(fmt.Sprintf("%s: job %q has no live task %q (live: %s); check the name with 'slicerd job get %s'",
-			c.Command.FullName(), job, task, strings.Join(names, ", "), job), 1)
 	}
 	err = updateConfigOf(c, job, false, func(p *slicerv1.JobConfig) error {
 		l := list(p)
@@ -146,6 +129,10 @@ func taskControl(c *cli.Context, set bool, list func(*slicerv1.JobConfig) *[]str
 		return nil
 	})
 	if err != nil || !set || c.Command.Name != "drain" || !c.Bool("wait") {
+		return err
+	}
+	client, err := jobClient(c)
+	if err != nil {
 		return err
 	}
 	return waitDrained(c, client, job, task)

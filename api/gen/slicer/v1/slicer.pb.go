@@ -434,6 +434,10 @@ type JobConfig struct {
 	// Tasks an operator cordoned: they keep their slices but get no new ones
 	// ('slicerd task cordon'). Sorted, unique task names, at most 1024.
 	CordonedTasks []string `protobuf:"bytes,15,rep,name=cordoned_tasks,json=cordonedTasks,proto3" json:"cordoned_tasks,omitempty"`
+	// An operator's pins ('slicerd job move'): each range's keys are served
+	// by its task whenever that task is live and not draining. Sorted by
+	// start, not overlapping, at most 1024.
+	Pins          []*KeyPin `protobuf:"bytes,16,rep,name=pins,proto3" json:"pins,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -573,6 +577,84 @@ func (x *JobConfig) GetCordonedTasks() []string {
 	return nil
 }
 
+func (x *JobConfig) GetPins() []*KeyPin {
+	if x != nil {
+		return x.Pins
+	}
+	return nil
+}
+
+// KeyPin pins the keys [start, end) to a task.
+type KeyPin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Start uint64                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	// Exclusive; at most 2^63; above start.
+	End  uint64 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	Task string `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
+	// Why, in the operator's words; at most 256 bytes.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyPin) Reset() {
+	*x = KeyPin{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyPin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyPin) ProtoMessage() {}
+
+func (x *KeyPin) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyPin.ProtoReflect.Descriptor instead.
+func (*KeyPin) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *KeyPin) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *KeyPin) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *KeyPin) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *KeyPin) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type WatchAssignmentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The job to watch.
@@ -597,7 +679,7 @@ type WatchAssignmentRequest struct {
 
 func (x *WatchAssignmentRequest) Reset() {
 	*x = WatchAssignmentRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[4]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +691,7 @@ func (x *WatchAssignmentRequest) String() string {
 func (*WatchAssignmentRequest) ProtoMessage() {}
 
 func (x *WatchAssignmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[4]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +704,7 @@ func (x *WatchAssignmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentRequest.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{4}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchAssignmentRequest) GetJob() string {
@@ -666,7 +748,7 @@ type WatchAssignmentResponse struct {
 
 func (x *WatchAssignmentResponse) Reset() {
 	*x = WatchAssignmentResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[5]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +760,7 @@ func (x *WatchAssignmentResponse) String() string {
 func (*WatchAssignmentResponse) ProtoMessage() {}
 
 func (x *WatchAssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[5]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +773,7 @@ func (x *WatchAssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchAssignmentResponse.ProtoReflect.Descriptor instead.
 func (*WatchAssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{5}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchAssignmentResponse) GetAssignment() *Assignment {
@@ -754,7 +836,7 @@ type AssignmentDelta struct {
 
 func (x *AssignmentDelta) Reset() {
 	*x = AssignmentDelta{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[6]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +848,7 @@ func (x *AssignmentDelta) String() string {
 func (*AssignmentDelta) ProtoMessage() {}
 
 func (x *AssignmentDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[6]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +861,7 @@ func (x *AssignmentDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignmentDelta.ProtoReflect.Descriptor instead.
 func (*AssignmentDelta) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{6}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AssignmentDelta) GetJob() string {
@@ -847,7 +929,7 @@ type GetAssignmentRequest struct {
 
 func (x *GetAssignmentRequest) Reset() {
 	*x = GetAssignmentRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[7]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +941,7 @@ func (x *GetAssignmentRequest) String() string {
 func (*GetAssignmentRequest) ProtoMessage() {}
 
 func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[7]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +954,7 @@ func (x *GetAssignmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssignmentRequest.ProtoReflect.Descriptor instead.
 func (*GetAssignmentRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{7}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetAssignmentRequest) GetJob() string {
@@ -891,7 +973,7 @@ type GetAssignmentResponse struct {
 
 func (x *GetAssignmentResponse) Reset() {
 	*x = GetAssignmentResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +985,7 @@ func (x *GetAssignmentResponse) String() string {
 func (*GetAssignmentResponse) ProtoMessage() {}
 
 func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[8]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +998,7 @@ func (x *GetAssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAssignmentResponse.ProtoReflect.Descriptor instead.
 func (*GetAssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{8}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetAssignmentResponse) GetAssignment() *Assignment {
@@ -938,7 +1020,7 @@ type RegisterTaskRequest struct {
 
 func (x *RegisterTaskRequest) Reset() {
 	*x = RegisterTaskRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1032,7 @@ func (x *RegisterTaskRequest) String() string {
 func (*RegisterTaskRequest) ProtoMessage() {}
 
 func (x *RegisterTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[9]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1045,7 @@ func (x *RegisterTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterTaskRequest.ProtoReflect.Descriptor instead.
 func (*RegisterTaskRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{9}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RegisterTaskRequest) GetJob() string {
@@ -995,7 +1077,7 @@ type RegisterTaskResponse struct {
 
 func (x *RegisterTaskResponse) Reset() {
 	*x = RegisterTaskResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1089,7 @@ func (x *RegisterTaskResponse) String() string {
 func (*RegisterTaskResponse) ProtoMessage() {}
 
 func (x *RegisterTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[10]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1102,7 @@ func (x *RegisterTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterTaskResponse.ProtoReflect.Descriptor instead.
 func (*RegisterTaskResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{10}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{11}
 }
 
 // JobInfo describes a job as the Assigner sees it.
@@ -1060,7 +1142,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1154,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1167,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{11}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobInfo) GetName() string {
@@ -1173,7 +1255,7 @@ type TaskLoad struct {
 
 func (x *TaskLoad) Reset() {
 	*x = TaskLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1267,7 @@ func (x *TaskLoad) String() string {
 func (*TaskLoad) ProtoMessage() {}
 
 func (x *TaskLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1280,7 @@ func (x *TaskLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLoad.ProtoReflect.Descriptor instead.
 func (*TaskLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TaskLoad) GetTask() string {
@@ -1230,7 +1312,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1324,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1337,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{13}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{14}
 }
 
 type ListJobsResponse struct {
@@ -1267,7 +1349,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1361,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1374,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{14}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListJobsResponse) GetJobs() []*JobInfo {
@@ -1311,7 +1393,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1405,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1418,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetJobRequest) GetJob() string {
@@ -1355,7 +1437,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1449,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1462,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetJobResponse) GetJob() *JobInfo {
@@ -1400,7 +1482,7 @@ type SetJobConfigRequest struct {
 
 func (x *SetJobConfigRequest) Reset() {
 	*x = SetJobConfigRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1494,7 @@ func (x *SetJobConfigRequest) String() string {
 func (*SetJobConfigRequest) ProtoMessage() {}
 
 func (x *SetJobConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1507,7 @@ func (x *SetJobConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetJobConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetJobConfigRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetJobConfigRequest) GetJob() string {
@@ -1451,7 +1533,7 @@ type SetJobConfigResponse struct {
 
 func (x *SetJobConfigResponse) Reset() {
 	*x = SetJobConfigResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1545,7 @@ func (x *SetJobConfigResponse) String() string {
 func (*SetJobConfigResponse) ProtoMessage() {}
 
 func (x *SetJobConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1558,7 @@ func (x *SetJobConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetJobConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetJobConfigResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetJobConfigResponse) GetJob() *JobInfo {
@@ -1495,7 +1577,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1589,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1602,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{19}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteJobRequest) GetJob() string {
@@ -1540,7 +1622,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1634,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1647,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{20}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteJobResponse) GetJob() *JobInfo {
@@ -1595,7 +1677,7 @@ type SliceLoad struct {
 
 func (x *SliceLoad) Reset() {
 	*x = SliceLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1689,7 @@ func (x *SliceLoad) String() string {
 func (*SliceLoad) ProtoMessage() {}
 
 func (x *SliceLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1702,7 @@ func (x *SliceLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceLoad.ProtoReflect.Descriptor instead.
 func (*SliceLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{21}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SliceLoad) GetStart() uint64 {
@@ -1677,7 +1759,7 @@ type ReportLoadRequest struct {
 
 func (x *ReportLoadRequest) Reset() {
 	*x = ReportLoadRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1771,7 @@ func (x *ReportLoadRequest) String() string {
 func (*ReportLoadRequest) ProtoMessage() {}
 
 func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1784,7 @@ func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadRequest.ProtoReflect.Descriptor instead.
 func (*ReportLoadRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{22}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReportLoadRequest) GetJob() string {
@@ -1762,7 +1844,7 @@ type ReportLoadResponse struct {
 
 func (x *ReportLoadResponse) Reset() {
 	*x = ReportLoadResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +1856,7 @@ func (x *ReportLoadResponse) String() string {
 func (*ReportLoadResponse) ProtoMessage() {}
 
 func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +1869,7 @@ func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
 func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{23}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{24}
 }
 
 // What a guard or bridge lease says: the guard names one generation
@@ -1802,7 +1884,7 @@ type LeaseValue struct {
 
 func (x *LeaseValue) Reset() {
 	*x = LeaseValue{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1896,7 @@ func (x *LeaseValue) String() string {
 func (*LeaseValue) ProtoMessage() {}
 
 func (x *LeaseValue) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1909,7 @@ func (x *LeaseValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseValue.ProtoReflect.Descriptor instead.
 func (*LeaseValue) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{24}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LeaseValue) GetFromGeneration() uint64 {
@@ -1858,7 +1940,7 @@ type LeaseState struct {
 
 func (x *LeaseState) Reset() {
 	*x = LeaseState{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1870,7 +1952,7 @@ func (x *LeaseState) String() string {
 func (*LeaseState) ProtoMessage() {}
 
 func (x *LeaseState) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1883,7 +1965,7 @@ func (x *LeaseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
 func (*LeaseState) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LeaseState) GetSet() bool {
@@ -1925,7 +2007,7 @@ type ReadLeaseRequest struct {
 
 func (x *ReadLeaseRequest) Reset() {
 	*x = ReadLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2019,7 @@ func (x *ReadLeaseRequest) String() string {
 func (*ReadLeaseRequest) ProtoMessage() {}
 
 func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2032,7 @@ func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReadLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadLeaseRequest) GetJob() string {
@@ -2009,7 +2091,7 @@ type ReadLeaseResponse struct {
 
 func (x *ReadLeaseResponse) Reset() {
 	*x = ReadLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2103,7 @@ func (x *ReadLeaseResponse) String() string {
 func (*ReadLeaseResponse) ProtoMessage() {}
 
 func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2116,7 @@ func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReadLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadLeaseResponse) GetGranted() bool {
@@ -2090,7 +2172,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2184,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2197,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReleaseLeaseRequest) GetJob() string {
@@ -2147,7 +2229,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2241,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2254,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
 }
 
 // FetchStateRequest asks a task for the state it holds for the keys in
@@ -2194,7 +2276,7 @@ type FetchStateRequest struct {
 
 func (x *FetchStateRequest) Reset() {
 	*x = FetchStateRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2288,7 @@ func (x *FetchStateRequest) String() string {
 func (*FetchStateRequest) ProtoMessage() {}
 
 func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2301,7 @@ func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchStateRequest.ProtoReflect.Descriptor instead.
 func (*FetchStateRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FetchStateRequest) GetJob() string {
@@ -2269,7 +2351,7 @@ type StateEntry struct {
 
 func (x *StateEntry) Reset() {
 	*x = StateEntry{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2363,7 @@ func (x *StateEntry) String() string {
 func (*StateEntry) ProtoMessage() {}
 
 func (x *StateEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2376,7 @@ func (x *StateEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
 func (*StateEntry) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StateEntry) GetKey() []byte {
@@ -2321,7 +2403,7 @@ type FetchStateResponse struct {
 
 func (x *FetchStateResponse) Reset() {
 	*x = FetchStateResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2415,7 @@ func (x *FetchStateResponse) String() string {
 func (*FetchStateResponse) ProtoMessage() {}
 
 func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2428,7 @@ func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchStateResponse.ProtoReflect.Descriptor instead.
 func (*FetchStateResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FetchStateResponse) GetEntries() []*StateEntry {
@@ -2380,7 +2462,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12(\n" +
 	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xd1\x04\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xf8\x04\n" +
 	"\tJobConfig\x12%\n" +
 	"\x0emin_redundancy\x18\x01 \x01(\rR\rminRedundancy\x12%\n" +
 	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\x12-\n" +
@@ -2400,7 +2482,13 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\talgorithm\x18\f \x01(\tR\talgorithm\x12\x16\n" +
 	"\x06frozen\x18\r \x01(\bR\x06frozen\x12#\n" +
 	"\rdrained_tasks\x18\x0e \x03(\tR\fdrainedTasks\x12%\n" +
-	"\x0ecordoned_tasks\x18\x0f \x03(\tR\rcordonedTasks\"\xa7\x01\n" +
+	"\x0ecordoned_tasks\x18\x0f \x03(\tR\rcordonedTasks\x12%\n" +
+	"\x04pins\x18\x10 \x03(\v2\x11.slicer.v1.KeyPinR\x04pins\"\\\n" +
+	"\x06KeyPin\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
+	"\x04task\x18\x03 \x01(\tR\x04task\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xa7\x01\n" +
 	"\x16WatchAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
 	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\x12+\n" +
@@ -2576,7 +2664,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 }
 
 var file_slicer_v1_slicer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(Consistency)(0),                // 0: slicer.v1.Consistency
 	(LeaseKind)(0),                  // 1: slicer.v1.LeaseKind
@@ -2584,94 +2672,96 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*Slice)(nil),                   // 3: slicer.v1.Slice
 	(*Assignment)(nil),              // 4: slicer.v1.Assignment
 	(*JobConfig)(nil),               // 5: slicer.v1.JobConfig
-	(*WatchAssignmentRequest)(nil),  // 6: slicer.v1.WatchAssignmentRequest
-	(*WatchAssignmentResponse)(nil), // 7: slicer.v1.WatchAssignmentResponse
-	(*AssignmentDelta)(nil),         // 8: slicer.v1.AssignmentDelta
-	(*GetAssignmentRequest)(nil),    // 9: slicer.v1.GetAssignmentRequest
-	(*GetAssignmentResponse)(nil),   // 10: slicer.v1.GetAssignmentResponse
-	(*RegisterTaskRequest)(nil),     // 11: slicer.v1.RegisterTaskRequest
-	(*RegisterTaskResponse)(nil),    // 12: slicer.v1.RegisterTaskResponse
-	(*JobInfo)(nil),                 // 13: slicer.v1.JobInfo
-	(*TaskLoad)(nil),                // 14: slicer.v1.TaskLoad
-	(*ListJobsRequest)(nil),         // 15: slicer.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 16: slicer.v1.ListJobsResponse
-	(*GetJobRequest)(nil),           // 17: slicer.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 18: slicer.v1.GetJobResponse
-	(*SetJobConfigRequest)(nil),     // 19: slicer.v1.SetJobConfigRequest
-	(*SetJobConfigResponse)(nil),    // 20: slicer.v1.SetJobConfigResponse
-	(*DeleteJobRequest)(nil),        // 21: slicer.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 22: slicer.v1.DeleteJobResponse
-	(*SliceLoad)(nil),               // 23: slicer.v1.SliceLoad
-	(*ReportLoadRequest)(nil),       // 24: slicer.v1.ReportLoadRequest
-	(*ReportLoadResponse)(nil),      // 25: slicer.v1.ReportLoadResponse
-	(*LeaseValue)(nil),              // 26: slicer.v1.LeaseValue
-	(*LeaseState)(nil),              // 27: slicer.v1.LeaseState
-	(*ReadLeaseRequest)(nil),        // 28: slicer.v1.ReadLeaseRequest
-	(*ReadLeaseResponse)(nil),       // 29: slicer.v1.ReadLeaseResponse
-	(*ReleaseLeaseRequest)(nil),     // 30: slicer.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),    // 31: slicer.v1.ReleaseLeaseResponse
-	(*FetchStateRequest)(nil),       // 32: slicer.v1.FetchStateRequest
-	(*StateEntry)(nil),              // 33: slicer.v1.StateEntry
-	(*FetchStateResponse)(nil),      // 34: slicer.v1.FetchStateResponse
+	(*KeyPin)(nil),                  // 6: slicer.v1.KeyPin
+	(*WatchAssignmentRequest)(nil),  // 7: slicer.v1.WatchAssignmentRequest
+	(*WatchAssignmentResponse)(nil), // 8: slicer.v1.WatchAssignmentResponse
+	(*AssignmentDelta)(nil),         // 9: slicer.v1.AssignmentDelta
+	(*GetAssignmentRequest)(nil),    // 10: slicer.v1.GetAssignmentRequest
+	(*GetAssignmentResponse)(nil),   // 11: slicer.v1.GetAssignmentResponse
+	(*RegisterTaskRequest)(nil),     // 12: slicer.v1.RegisterTaskRequest
+	(*RegisterTaskResponse)(nil),    // 13: slicer.v1.RegisterTaskResponse
+	(*JobInfo)(nil),                 // 14: slicer.v1.JobInfo
+	(*TaskLoad)(nil),                // 15: slicer.v1.TaskLoad
+	(*ListJobsRequest)(nil),         // 16: slicer.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 17: slicer.v1.ListJobsResponse
+	(*GetJobRequest)(nil),           // 18: slicer.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 19: slicer.v1.GetJobResponse
+	(*SetJobConfigRequest)(nil),     // 20: slicer.v1.SetJobConfigRequest
+	(*SetJobConfigResponse)(nil),    // 21: slicer.v1.SetJobConfigResponse
+	(*DeleteJobRequest)(nil),        // 22: slicer.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 23: slicer.v1.DeleteJobResponse
+	(*SliceLoad)(nil),               // 24: slicer.v1.SliceLoad
+	(*ReportLoadRequest)(nil),       // 25: slicer.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),      // 26: slicer.v1.ReportLoadResponse
+	(*LeaseValue)(nil),              // 27: slicer.v1.LeaseValue
+	(*LeaseState)(nil),              // 28: slicer.v1.LeaseState
+	(*ReadLeaseRequest)(nil),        // 29: slicer.v1.ReadLeaseRequest
+	(*ReadLeaseResponse)(nil),       // 30: slicer.v1.ReadLeaseResponse
+	(*ReleaseLeaseRequest)(nil),     // 31: slicer.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),    // 32: slicer.v1.ReleaseLeaseResponse
+	(*FetchStateRequest)(nil),       // 33: slicer.v1.FetchStateRequest
+	(*StateEntry)(nil),              // 34: slicer.v1.StateEntry
+	(*FetchStateResponse)(nil),      // 35: slicer.v1.FetchStateResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	2,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
 	3,  // 1: slicer.v1.Assignment.slices:type_name -> slicer.v1.Slice
 	0,  // 2: slicer.v1.JobConfig.consistency:type_name -> slicer.v1.Consistency
-	4,  // 3: slicer.v1.WatchAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
-	8,  // 4: slicer.v1.WatchAssignmentResponse.delta:type_name -> slicer.v1.AssignmentDelta
-	3,  // 5: slicer.v1.AssignmentDelta.slices:type_name -> slicer.v1.Slice
-	2,  // 6: slicer.v1.AssignmentDelta.tasks:type_name -> slicer.v1.Task
-	4,  // 7: slicer.v1.GetAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
-	5,  // 8: slicer.v1.JobInfo.config:type_name -> slicer.v1.JobConfig
-	2,  // 9: slicer.v1.JobInfo.live_tasks:type_name -> slicer.v1.Task
-	14, // 10: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
-	13, // 11: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
-	13, // 12: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
-	5,  // 13: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
-	13, // 14: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
-	13, // 15: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
-	23, // 16: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
-	26, // 17: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
-	1,  // 18: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	26, // 19: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
-	27, // 20: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
-	27, // 21: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
-	1,  // 22: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	33, // 23: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
-	6,  // 24: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	9,  // 25: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	6,  // 26: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	9,  // 27: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	6,  // 28: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	11, // 29: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
-	15, // 30: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	17, // 31: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	19, // 32: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	21, // 33: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
-	24, // 34: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	28, // 35: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
-	30, // 36: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
-	32, // 37: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
-	7,  // 38: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	10, // 39: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	7,  // 40: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	10, // 41: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	7,  // 42: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	12, // 43: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
-	16, // 44: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	18, // 45: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	20, // 46: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	22, // 47: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
-	25, // 48: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	29, // 49: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
-	31, // 50: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
-	34, // 51: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
-	38, // [38:52] is the sub-list for method output_type
-	24, // [24:38] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	6,  // 3: slicer.v1.JobConfig.pins:type_name -> slicer.v1.KeyPin
+	4,  // 4: slicer.v1.WatchAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
+	9,  // 5: slicer.v1.WatchAssignmentResponse.delta:type_name -> slicer.v1.AssignmentDelta
+	3,  // 6: slicer.v1.AssignmentDelta.slices:type_name -> slicer.v1.Slice
+	2,  // 7: slicer.v1.AssignmentDelta.tasks:type_name -> slicer.v1.Task
+	4,  // 8: slicer.v1.GetAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
+	5,  // 9: slicer.v1.JobInfo.config:type_name -> slicer.v1.JobConfig
+	2,  // 10: slicer.v1.JobInfo.live_tasks:type_name -> slicer.v1.Task
+	15, // 11: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
+	14, // 12: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
+	14, // 13: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
+	5,  // 14: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
+	14, // 15: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
+	14, // 16: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
+	24, // 17: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
+	27, // 18: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
+	1,  // 19: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	27, // 20: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
+	28, // 21: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
+	28, // 22: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
+	1,  // 23: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	34, // 24: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
+	7,  // 25: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 26: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	7,  // 27: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 28: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	7,  // 29: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	12, // 30: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
+	16, // 31: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	18, // 32: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	20, // 33: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	22, // 34: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
+	25, // 35: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	29, // 36: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
+	31, // 37: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
+	33, // 38: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
+	8,  // 39: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 40: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 41: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 42: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 43: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	13, // 44: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	17, // 45: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	19, // 46: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	21, // 47: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	23, // 48: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
+	26, // 49: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	30, // 50: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
+	32, // 51: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
+	35, // 52: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
+	39, // [39:53] is the sub-list for method output_type
+	25, // [25:39] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
@@ -2685,7 +2775,7 @@ func file_slicer_v1_slicer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   7,
 		},
