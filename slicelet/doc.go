@@ -57,6 +57,16 @@
 // (see the clerk package documentation for the store-reset case), and an
 // unwritable cache path makes New fail.
 //
+// Planned changes. Drain (call it on SIGTERM) advertises the task as
+// draining: slicerd moves its keys to other tasks while it keeps serving,
+// and Drain returns once it owns nothing, so a deploy stops a task only
+// after its keys have a new owner. With ExportState and ImportState the
+// keys' state goes with them: a task that gains keys fetches their state
+// from the task that held them over the HandoffService, which the task
+// serves on its own address (HandoffHandler), and AwaitState holds a
+// request for a key whose state is on its way. Capacity, MemoryLimit and
+// StateBytes tell placement how much the task can carry.
+//
 // Usage:
 //
 //	sl, err := slicelet.New(slicelet.Config{
