@@ -716,3 +716,28 @@ func TestHandoffMovesEntries(t *testing.T) {
 		})
 	}
 }
+
+// TestLeavingEntriesExpire: entries kept for a handoff are exported while
+// kept and dropped once their time is past, also without further
+// assignment changes.
+func TestLeavingEntriesExpire(t *testing.T) {
+	now := time.Now()
+	s := &Server{entries: map[string]entry{}, retain: time.Minute, leaving: map[string]leavingEntry{
+		"kept": {entry: entry{val: []byte("1"), sk: assign.HashString("kept")}, until: now.Add(time.Minute)},
+		"gone": {entry: entry{val: []byte("2"), sk: assign.HashString("gone")}, until: now.Add(-time.Second)},
+	}}
+	var got []string
+	if err := s.ExportState(context.Background(), 0, assign.KeySpaceEnd, func(k, _ []byte) error {
+		got = append(got, string(k))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []string{"kept"}) {
+		t.Errorf("exported %v, want only the entry still kept", got)
+	}
+	s.StateBytes(func(assign.SliceKey, int64) {})
+	if _, ok := s.leaving["gone"]; ok || len(s.leaving) != 1 {
+		t.Errorf("after StateBytes the kept entries are %v; the expired one should be gone", s.leaving)
+	}
+}

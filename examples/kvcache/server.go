@@ -150,7 +150,11 @@ const entryOverhead = 64
 // value and entryOverhead bytes): the state a Slicelet reports with the
 // task's load (slicelet.Config.StateBytes), which keeps the task within
 // its memory limit. It holds the read lock for one pass over the entries.
+//
+// It is also when entries kept for a handoff past their time go: the
+// Slicelet calls it once per load window.
 func (s *Server) StateBytes(add func(h assign.SliceKey, bytes int64)) {
+	s.expireLeaving()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for k, e := range s.entries {
@@ -171,14 +175,10 @@ func (s *Server) OnChangedSlices(assigned, unassigned []assign.Slice) {
 		ranges = slices.Clone(ranges)
 		slices.SortFunc(ranges, byStart)
 	}
+	s.expireLeaving()
 	s.mu.Lock()
 	dropped := 0
 	now := time.Now()
-	for k, e := range s.leaving {
-		if now.After(e.until) {
-			delete(s.leaving, k)
-		}
-	}
 	for k, e := range s.entries {
 		if inRanges(ranges, e.sk) {
 			delete(s.entries, k)
@@ -191,6 +191,18 @@ func (s *Server) OnChangedSlices(assigned, unassigned []assign.Slice) {
 	left := len(s.entries)
 	s.mu.Unlock()
 	s.log.Info("slices unassigned; dropped their entries", "slices", len(unassigned), "dropped", dropped, "kept", left)
+}
+
+// expireLeaving drops the entries kept for a handoff past their time.
+func (s *Server) expireLeaving() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for k, e := range s.leaving {
+		if now.After(e.until) {
+			delete(s.leaving, k)
+		}
+	}
 }
 
 // ExportState emits the entries whose keys' slice keys are in [start,
