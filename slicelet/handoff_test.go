@@ -40,6 +40,10 @@ type handoffTask struct {
 }
 
 func newHandoffTask(t *testing.T, task string, state map[string]string) *handoffTask {
+	return newHandoffTaskB(t, task, state)
+}
+
+func newHandoffTaskB(t testing.TB, task string, state map[string]string) *handoffTask {
 	t.Helper()
 	h := &handoffTask{imported: map[string]string{}}
 	s, err := New(Config{Job: "j", Task: task, Addr: "127.0.0.1:9000", Join: []string{"127.0.0.1:7946"},
@@ -198,4 +202,42 @@ func testKeys(n int) []string {
 		keys[i] = "key-" + string(rune('a'+i%26)) + strings.Repeat("x", i%7) + string(rune('0'+i%10)) + string(rune('A'+i/26%26))
 	}
 	return keys
+}
+
+// BenchmarkHandoffFetch times one fetch of 10,000 entries of 100-byte
+// values over loopback h2c, serving side and importing side both real.
+func BenchmarkHandoffFetch(b *testing.B) {
+	state := make(map[string]string, 10_000)
+	for i := range 10_000 {
+		state["key-"+strings.Repeat("k", i%5)+string(rune('a'+i%26))+string(rune('0'+i/26%10))+string(rune('A'+i/260%26))+string(rune('a'+i/6760%26))] = strings.Repeat("v", 100)
+	}
+	a := newHandoffTaskB(b, "a", state)
+	a.install(nil, &assign.Assignment{Job: "j", Generation: 5,
+		Tasks:  []assign.Task{{Name: "b", Addr: "b:1"}},
+		Slices: []assign.Slice{{Start: 0, End: assign.KeySpaceEnd, Tasks: []string{"b"}}}})
+	path, handler := a.HandoffHandler()
+	mux := http.NewServeMux()
+	mux.Handle(path, handler)
+	ts := httptest.NewUnstartedServer(mux)
+	ts.Config.Protocols = new(http.Protocols)
+	ts.Config.Protocols.SetUnencryptedHTTP2(true)
+	ts.Start()
+	defer ts.Close()
+	recv := newHandoffTaskB(b, "b", nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		imp := &importRange{start: 0, end: assign.KeySpaceEnd, done: make(chan struct{})}
+		recv.handoff.mu.Lock()
+		recv.handoff.importing = append(recv.handoff.importing, imp)
+		ctx := recv.handoff.ctx
+		recv.handoff.wg.Add(1)
+		recv.handoff.mu.Unlock()
+		recv.fetch(ctx, 5, piece{start: 0, end: assign.KeySpaceEnd, from: assign.Task{Name: "a", Addr: strings.TrimPrefix(ts.URL, "http://")}}, imp)
+	}
+	b.StopTimer()
+	if _, failed, entries := recv.HandoffStats(); failed != 0 || entries != uint64(b.N)*uint64(len(state)) {
+		b.Fatalf("%d failed fetches, %d entries for %d fetches of %d", failed, entries, b.N, len(state))
+	}
+	b.ReportMetric(float64(len(state)), "entries/fetch")
 }
