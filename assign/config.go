@@ -108,6 +108,14 @@ type Config struct {
 	// whenever a task of that name is live.
 	Drained  []string `json:"drained,omitempty"`
 	Cordoned []string `json:"cordoned,omitempty"`
+	// HandoffDeadlineMS turns on make-before-break moves: a decision that
+	// gives keys to new tasks while the tasks losing them are still live
+	// first adds the gaining tasks beside the losing ones (both serve, the
+	// gaining ones fetch the keys' state), and drops the losing tasks this
+	// many milliseconds later. 0 (the default): keys move at once. At most
+	// MaxHandoffDeadlineMS; not for strongly consistent jobs, whose keys
+	// have at most one owner.
+	HandoffDeadlineMS int `json:"handoff_deadline_ms,omitempty"`
 	// Pins are an operator's pins (slicerd job move): the keys of each
 	// pin's range are served by its task whenever that task is live and
 	// not draining, whatever load or membership would decide. Sorted by
@@ -128,6 +136,9 @@ const (
 	MaxPins         = 1024
 	MaxPinReasonLen = 256
 )
+
+// MaxHandoffDeadlineMS bounds Config.HandoffDeadlineMS: ten minutes.
+const MaxHandoffDeadlineMS = 600_000
 
 // MaxControlledTasks bounds Config.Drained and Config.Cordoned.
 const MaxControlledTasks = 1024
@@ -256,6 +267,12 @@ func (c Config) Validate() error {
 				return fmt.Errorf("%w: %s tasks are not sorted and unique at %q", ErrInvalidConfig, l.name, name)
 			}
 		}
+	}
+	switch {
+	case c.HandoffDeadlineMS < 0 || c.HandoffDeadlineMS > MaxHandoffDeadlineMS:
+		return fmt.Errorf("%w: handoff deadline %d ms is outside [0, %d]; 0 moves keys at once", ErrInvalidConfig, c.HandoffDeadlineMS, MaxHandoffDeadlineMS)
+	case c.HandoffDeadlineMS > 0 && c.IsStrong():
+		return fmt.Errorf("%w: make-before-break moves serve a key from two tasks for a while, and a strongly consistent job gives each key at most one; set the handoff deadline to 0", ErrInvalidConfig)
 	}
 	if len(c.Pins) > MaxPins {
 		return fmt.Errorf("%w: %d pins; at most %d may be", ErrInvalidConfig, len(c.Pins), MaxPins)

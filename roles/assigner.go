@@ -51,6 +51,8 @@ func (t trigger) String() string {
 		return "load"
 	case triggerTakeover:
 		return "takeover"
+	case triggerFlip:
+		return "make-before-break"
 	}
 	return "change"
 }
@@ -84,7 +86,8 @@ type Assigner struct {
 	interval   time.Duration // load-driven decisions; 0: never, and load is ignored
 	stopping   <-chan struct{}
 
-	kick chan struct{} // a job's configuration changed
+	kick  chan struct{} // a job's configuration changed
+	flips chan string   // a make-before-break deadline passed; see handoff.go
 
 	loads *loads // tasks' latest load reports; see load.go
 
@@ -133,6 +136,7 @@ func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members 
 		interval:   cfg.RebalanceInterval,
 		stopping:   stopping,
 		kick:       make(chan struct{}, 1),
+		flips:      make(chan string, flipSignals),
 		jobs:       make(map[string]*assignerJob),
 		loads:      newLoads(cfg.LoadHalfLife),
 		maxJobs:    cfg.MaxJobs,
@@ -368,6 +372,12 @@ func (a *Assigner) Run(ctx context.Context) error {
 			}
 		case <-poll:
 			a.refreshAll(ctx)
+		case name := <-a.flips:
+			if _, held := a.leader.Held(name); held {
+				if err := a.reconcile(ctx, name, triggerFlip); err != nil {
+					a.log.Warn("make-before-break: dropping the losing tasks failed; retrying at the next tick", "job", name, "err", err)
+				}
+			}
 		case <-a.kick:
 			a.evaluate(ctx, ready)
 			arm(0)
@@ -375,6 +385,12 @@ func (a *Assigner) Run(ctx context.Context) error {
 			// A pending membership decision goes first; the load is
 			// weighed at the next tick, on reports measured after it.
 			if ready && !armed {
+				for _, name := range a.overdueFlips() {
+					select {
+					case a.flips <- name:
+					default:
+					}
+				}
 				a.balanceAll(ctx)
 			}
 		case <-settle.C:
@@ -472,9 +488,17 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		cur := j.pub.current()
 		var next *assign.Assignment
 		var decision assign.Decision
-		if len(live) == 0 {
+		pending, wait := a.waitFlip(j, cur, live, why)
+		switch {
+		case wait:
+			return nil // the second step of a make-before-break decision goes first
+		case why == triggerFlip && pending == nil:
+			return nil // abandoned: another decision came first
+		case why == triggerFlip:
+			next, decision = flipDecision(pending, cur)
+		case len(live) == 0:
 			next = takeoverAssignment(cur) // only a takeover gets here
-		} else {
+		default:
 			next, decision, err = a.decide(name, cur, live, load, cfg, why)
 			if err != nil {
 				return fmt.Errorf("compute assignment: %w", err)
@@ -501,6 +525,11 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 				"job", name, "generation", prevGen, "imbalance_before", before, "imbalance_after", after,
 				"churn", decision.Churn, "moves", len(decision.Moves))
 			return nil
+		}
+		if mid := a.makeBeforeBreak(j, cfg, cur, next, live, why); mid != nil {
+			a.log.Info("make-before-break: the gaining tasks serve beside the losing ones until the handoff deadline",
+				"job", name, "generation", mid.Generation, "deadline_ms", cfg.HandoffDeadlineMS)
+			next = mid
 		}
 		// The lease is checked again just before the write: one that ran
 		// out while the decision was computed stops it here, and one
@@ -534,6 +563,9 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		}
 		a.mu.Lock()
 		j.committed = a.loads.now()
+		if why == triggerFlip {
+			j.pending = nil
+		}
 		a.mu.Unlock()
 		j.pub.publish(next)
 		a.moveGuard(name)

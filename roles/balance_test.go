@@ -669,3 +669,93 @@ func keysOfTask(a *assign.Assignment, task string) uint64 {
 	}
 	return n
 }
+
+// With a handoff deadline, a load-driven decision that moves keys between
+// live tasks is committed in two generations: the first only adds the
+// gaining tasks (so every key keeps the tasks it had), the deadline's
+// signal takes the second, which only drops the losing ones and churns
+// nothing; the job waits for it meanwhile, and a change of its tasks
+// abandons it.
+func TestMakeBeforeBreakDecisions(t *testing.T) {
+	ctx := context.Background()
+	jcfg := assign.DefaultConfig()
+	jcfg.HandoffDeadlineMS = 50
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	f := newBalanceFixture(t, members, &jcfg)
+	as, j := f.as, f.j
+	first := j.pub.current()
+	f.report(t, skewed(), "t0", "t1", "t2")
+	as.balanceAll(ctx)
+	mid := j.pub.current()
+	if mid.Generation == first.Generation {
+		t.Fatal("no load-driven decision")
+	}
+	if c := assign.Churn(first, mid); c == 0 {
+		t.Fatal("the first step moved nothing")
+	}
+	for _, s := range first.Slices {
+		for _, k := range []assign.SliceKey{s.Start, s.End - 1} {
+			for _, task := range s.Tasks {
+				if !slices.Contains(mid.Slices[mid.Find(k)].Tasks, task) {
+					t.Fatalf("key %#x lost %s in the first step", k, task)
+				}
+			}
+		}
+	}
+	// The job waits for the second step.
+	f.report(t, skewed(), "t0", "t1", "t2")
+	as.balanceAll(ctx)
+	if got := j.pub.current().Generation; got != mid.Generation {
+		t.Fatalf("a load decision went before the second step: generation %d", got)
+	}
+	select {
+	case name := <-as.flips:
+		if name != "kv" {
+			t.Fatalf("deadline signal for %q", name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no deadline signal")
+	}
+	if err := as.reconcile(ctx, "kv", triggerFlip); err != nil {
+		t.Fatal(err)
+	}
+	flipped := j.pub.current()
+	if flipped.Generation != mid.Generation+1 || assign.Churn(mid, flipped) != 0 || assign.Equal(mid, flipped) {
+		t.Fatalf("second step: generation %d (want %d), churn %g (want 0)", flipped.Generation, mid.Generation+1, assign.Churn(mid, flipped))
+	}
+	t.Logf("generations %d -> %d (churn %.4f) -> %d (churn 0); slice tasks %d -> %d", first.Generation, mid.Generation,
+		assign.Churn(first, mid), flipped.Generation, slots(mid), slots(flipped))
+
+	// A task leaving while a second step waits abandons it.
+	f.report(t, skewed(), "t0", "t1", "t2")
+	as.balanceAll(ctx)
+	as.mu.Lock()
+	pending := j.pending
+	as.mu.Unlock()
+	if pending == nil {
+		t.Skip("the third decision moved nothing between live tasks; nothing to abandon")
+	}
+	members.set("kv", "t0", "t1")
+	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	as.mu.Lock()
+	pending = j.pending
+	as.mu.Unlock()
+	if pending != nil && pending.mid != j.pub.current().Generation {
+		t.Errorf("a stale second step is still pending")
+	}
+	if _, ok := j.pub.current().TaskIndex("t2"); ok {
+		t.Errorf("t2 left but still holds keys")
+	}
+}
+
+// slots counts the (slice, task) pairs of a.
+func slots(a *assign.Assignment) int {
+	n := 0
+	for _, s := range a.Slices {
+		n += len(s.Tasks)
+	}
+	return n
+}

@@ -31,6 +31,9 @@ type assignerJob struct {
 	// that sees it change while it reads the store read too early, and
 	// reads again. Guarded by Assigner.mu.
 	cfgSet uint64
+	// pending is the second step of a make-before-break decision (see
+	// handoff.go). Guarded by Assigner.mu.
+	pending *pendingFlip
 }
 
 // job returns the state of a job, creating it from the store (or defaults)

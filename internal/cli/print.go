@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
@@ -66,6 +67,9 @@ func printJob(w io.Writer, j *slicerv1.JobInfo) {
 			note = " (default)"
 		}
 		fmt.Fprintf(w, "    %-20s %g%s\n", f.name, f.value, note)
+	}
+	if d := p.GetHandoffDeadlineMs(); d != 0 {
+		fmt.Fprintf(w, "    %-20s %v (make-before-break)\n", "handoff deadline", time.Duration(d)*time.Millisecond)
 	}
 	if m := p.GetMaxSlices(); m != 0 {
 		fmt.Fprintf(w, "    %-20s %d\n", "max slices", m)

@@ -437,9 +437,14 @@ type JobConfig struct {
 	// An operator's pins ('slicerd job move'): each range's keys are served
 	// by its task whenever that task is live and not draining. Sorted by
 	// start, not overlapping, at most 1024.
-	Pins          []*KeyPin `protobuf:"bytes,16,rep,name=pins,proto3" json:"pins,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Pins []*KeyPin `protobuf:"bytes,16,rep,name=pins,proto3" json:"pins,omitempty"`
+	// Make-before-break moves: a decision that gives keys to new tasks while
+	// the tasks losing them are live first adds the gaining tasks beside the
+	// losing ones, and drops the losing ones this many milliseconds later.
+	// 0 (the default) moves keys at once. At most 600000; not for strong jobs.
+	HandoffDeadlineMs uint32 `protobuf:"varint,17,opt,name=handoff_deadline_ms,json=handoffDeadlineMs,proto3" json:"handoff_deadline_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *JobConfig) Reset() {
@@ -582,6 +587,13 @@ func (x *JobConfig) GetPins() []*KeyPin {
 		return x.Pins
 	}
 	return nil
+}
+
+func (x *JobConfig) GetHandoffDeadlineMs() uint32 {
+	if x != nil {
+		return x.HandoffDeadlineMs
+	}
+	return 0
 }
 
 // KeyPin pins the keys [start, end) to a task.
@@ -2462,7 +2474,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12(\n" +
 	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xf8\x04\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xa8\x05\n" +
 	"\tJobConfig\x12%\n" +
 	"\x0emin_redundancy\x18\x01 \x01(\rR\rminRedundancy\x12%\n" +
 	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\x12-\n" +
@@ -2483,7 +2495,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x06frozen\x18\r \x01(\bR\x06frozen\x12#\n" +
 	"\rdrained_tasks\x18\x0e \x03(\tR\fdrainedTasks\x12%\n" +
 	"\x0ecordoned_tasks\x18\x0f \x03(\tR\rcordonedTasks\x12%\n" +
-	"\x04pins\x18\x10 \x03(\v2\x11.slicer.v1.KeyPinR\x04pins\"\\\n" +
+	"\x04pins\x18\x10 \x03(\v2\x11.slicer.v1.KeyPinR\x04pins\x12.\n" +
+	"\x13handoff_deadline_ms\x18\x11 \x01(\rR\x11handoffDeadlineMs\"\\\n" +
 	"\x06KeyPin\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +

@@ -1,0 +1,70 @@
+package assign
+
+import (
+	"cmp"
+	"slices"
+)
+
+// MakeBeforeBreak returns the assignment that moves from cur to next
+// without taking a key from a live task before its new tasks serve it:
+// every key is served by its tasks under next and by its tasks under cur
+// that are still among live (in any order). It has next's generation, and
+// committing it and then next moves each key once: the first step only
+// adds tasks, the second only drops them. It returns nil when no live
+// task loses a key from cur to next: next itself breaks nothing.
+func MakeBeforeBreak(cur, next *Assignment, live []Task) *Assignment {
+	alive := make(map[string]bool, len(live))
+	for _, t := range live {
+		alive[t.Name] = true
+	}
+	out := &Assignment{Job: next.Job, Generation: next.Generation, Incarnation: next.Incarnation}
+	kept := false // a live task of cur serves a key next takes from it
+	i, j := 0, 0
+	var start SliceKey
+	for start < KeySpaceEnd {
+		for cur.Slices[i].End <= start {
+			i++
+		}
+		for next.Slices[j].End <= start {
+			j++
+		}
+		end := min(cur.Slices[i].End, next.Slices[j].End)
+		tasks := slices.Clone(next.Slices[j].Tasks)
+		for _, t := range cur.Slices[i].Tasks {
+			if k, found := slices.BinarySearch(tasks, t); !found && alive[t] {
+				tasks = slices.Insert(tasks, k, t)
+				kept = true
+			}
+		}
+		if n := len(out.Slices); n > 0 && slices.Equal(out.Slices[n-1].Tasks, tasks) {
+			out.Slices[n-1].End = end
+		} else {
+			out.Slices = append(out.Slices, Slice{Start: start, End: end, Tasks: tasks})
+		}
+		start = end
+	}
+	if !kept {
+		return nil
+	}
+	// The task table: next's, and the kept tasks of cur at cur's address.
+	used := make(map[string]bool)
+	for _, s := range out.Slices {
+		for _, t := range s.Tasks {
+			used[t] = true
+		}
+	}
+	for _, t := range next.Tasks {
+		if used[t.Name] {
+			out.Tasks = append(out.Tasks, t)
+			delete(used, t.Name)
+		}
+	}
+	for _, t := range cur.Tasks {
+		if used[t.Name] {
+			out.Tasks = append(out.Tasks, t)
+			delete(used, t.Name)
+		}
+	}
+	slices.SortFunc(out.Tasks, func(a, b Task) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
