@@ -11,8 +11,9 @@ import (
 // that are still among live (in any order). It has next's generation, and
 // committing it and then next moves each key once: the first step only
 // adds tasks, the second only drops them. It returns nil when no live
-// task loses a key from cur to next: next itself breaks nothing.
-func MakeBeforeBreak(cur, next *Assignment, live []Task) *Assignment {
+// task loses a key from cur to next: next itself breaks nothing. gaining
+// lists, sorted, the tasks that serve keys in it they did not serve in cur.
+func MakeBeforeBreak(cur, next *Assignment, live []Task) (mid *Assignment, gaining []string) {
 	alive := make(map[string]bool, len(live))
 	for _, t := range live {
 		alive[t.Name] = true
@@ -30,6 +31,13 @@ func MakeBeforeBreak(cur, next *Assignment, live []Task) *Assignment {
 		}
 		end := min(cur.Slices[i].End, next.Slices[j].End)
 		tasks := slices.Clone(next.Slices[j].Tasks)
+		for _, t := range tasks {
+			if !slices.Contains(cur.Slices[i].Tasks, t) {
+				if k, found := slices.BinarySearch(gaining, t); !found {
+					gaining = slices.Insert(gaining, k, t)
+				}
+			}
+		}
 		for _, t := range cur.Slices[i].Tasks {
 			if k, found := slices.BinarySearch(tasks, t); !found && alive[t] {
 				tasks = slices.Insert(tasks, k, t)
@@ -44,7 +52,7 @@ func MakeBeforeBreak(cur, next *Assignment, live []Task) *Assignment {
 		start = end
 	}
 	if !kept {
-		return nil
+		return nil, nil
 	}
 	// The task table: next's, and the kept tasks of cur at cur's address.
 	used := make(map[string]bool)
@@ -66,5 +74,5 @@ func MakeBeforeBreak(cur, next *Assignment, live []Task) *Assignment {
 		}
 	}
 	slices.SortFunc(out.Tasks, func(a, b Task) int { return cmp.Compare(a.Name, b.Name) })
-	return out
+	return out, gaining
 }

@@ -19,8 +19,8 @@ func TestMakeBeforeBreak(t *testing.T) {
 	if !d.Changed {
 		t.Fatal("test setup: the decision moved nothing")
 	}
-	mid := MakeBeforeBreak(cur, next, tasks)
-	if mid == nil {
+	mid, gaining := MakeBeforeBreak(cur, next, tasks)
+	if mid == nil || len(gaining) == 0 {
 		t.Fatal("nil for a decision that moves keys between live tasks")
 	}
 	if err := mid.Validate(); err != nil {
@@ -42,7 +42,7 @@ func TestMakeBeforeBreak(t *testing.T) {
 	// Only a departed task loses keys: nothing to make first.
 	live := tasks[1:]
 	gone, _ := mustDecide(t, membershipAlg{}, cur, live, nil, DefaultConfig())
-	if MakeBeforeBreak(cur, gone, live) != nil {
+	if mid, _ := MakeBeforeBreak(cur, gone, live); mid != nil {
 		t.Errorf("an intermediate step for keys whose task is gone")
 	}
 }

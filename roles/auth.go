@@ -132,6 +132,7 @@ var procedureAccess = map[string]access{
 	slicerv1connect.JobServiceSetJobConfigProcedure:            accessAdminOrAssigner,
 	slicerv1connect.JobServiceDeleteJobProcedure:               accessAdminOrAssigner,
 	slicerv1connect.LoadServiceReportLoadProcedure:             accessTaskOrAssigner,
+	slicerv1connect.LoadServiceReportReadyProcedure:            accessTaskOrAssigner,
 	slicerv1connect.AssignerServiceRegisterTaskProcedure:       accessTask,
 	slicerv1connect.LeaseServiceReadLeaseProcedure:             accessTask,
 	slicerv1connect.LeaseServiceReleaseLeaseProcedure:          accessTask,
@@ -332,6 +333,8 @@ func checkMessage(c caller, procedure string, msg any) error {
 		switch procedure {
 		case slicerv1connect.LoadServiceReportLoadProcedure:
 			what = "report load"
+		case slicerv1connect.LoadServiceReportReadyProcedure:
+			what = "report readiness"
 		case slicerv1connect.LeaseServiceReadLeaseProcedure, slicerv1connect.LeaseServiceReleaseLeaseProcedure:
 			what = "hold leases"
 		}

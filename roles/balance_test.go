@@ -759,3 +759,66 @@ func slots(a *assign.Assignment) int {
 	}
 	return n
 }
+
+// The second step of a make-before-break decision goes as soon as every
+// gaining task reports ready for the first, long before its deadline; a
+// report for an older generation or from a task that gained nothing does
+// not count.
+func TestMakeBeforeBreakReady(t *testing.T) {
+	ctx := context.Background()
+	jcfg := assign.DefaultConfig()
+	jcfg.HandoffDeadlineMS = assign.MaxHandoffDeadlineMS
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	f := newBalanceFixture(t, members, &jcfg)
+	as, j := f.as, f.j
+	first := j.pub.current()
+	f.report(t, skewed(), "t0", "t1", "t2")
+	as.balanceAll(ctx)
+	mid := j.pub.current()
+	as.mu.Lock()
+	pending := j.pending
+	as.mu.Unlock()
+	if pending == nil || mid.Generation == first.Generation {
+		t.Fatal("no make-before-break decision")
+	}
+	var gaining []string
+	for task := range pending.gaining {
+		gaining = append(gaining, task)
+	}
+	ready := func(task string, gen uint64) {
+		t.Helper()
+		if _, err := as.ReportReady(ctx, connect.NewRequest(&slicerv1.ReportReadyRequest{Job: "kv", Task: task, Generation: gen})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signalled := func() bool {
+		select {
+		case <-as.flips:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, task := range gaining {
+		ready(task, first.Generation) // too old
+	}
+	if signalled() {
+		t.Fatal("reports for the generation before the first step counted")
+	}
+	for _, task := range gaining {
+		ready(task, mid.Generation)
+	}
+	if !signalled() {
+		t.Fatalf("every gaining task %v reported ready, but no second step was signalled", gaining)
+	}
+	if err := as.reconcile(ctx, "kv", triggerFlip); err != nil {
+		t.Fatal(err)
+	}
+	if got := j.pub.current(); got.Generation != mid.Generation+1 || assign.Churn(mid, got) != 0 {
+		t.Errorf("after the readiness reports: generation %d, churn %g", got.Generation, assign.Churn(mid, got))
+	}
+	if _, err := as.ReportReady(ctx, connect.NewRequest(&slicerv1.ReportReadyRequest{Job: "kv", Task: "t9", Generation: mid.Generation})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("a report from a task not in gossip: %v, want FAILED_PRECONDITION", err)
+	}
+}

@@ -1,11 +1,17 @@
 package roles
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
 
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/identity"
 )
 
 // Make-before-break moves (assign.Config.HandoffDeadlineMS): a decision
@@ -14,7 +20,10 @@ import (
 // beside the losing ones: both serve the keys, and the gaining tasks'
 // Slicelets fetch their state (slicelet state handoff). The second, the
 // decision itself, drops the losing tasks once the deadline has passed.
-// Between the two the job waits: load-driven decisions and gossip changes
+// The gaining tasks' Slicelets report when they are ready (ReportReady:
+// they hold the first step and fetched the state it brought them); once
+// every one has, the second step goes at once, without waiting for the
+// deadline. Between the two the job waits: load-driven decisions and gossip changes
 // that leave its tasks as they were do nothing; a change of its tasks, its
 // configuration or its Assigner abandons the second step, and the
 // decision taken then starts from the first.
@@ -26,6 +35,18 @@ type pendingFlip struct {
 	live     []assign.Task      // the live tasks it was taken for
 	deadline time.Time
 	reason   string
+	// gaining are the tasks the first step gave keys; ready, those of
+	// them that reported ready for it.
+	gaining, ready map[string]bool
+}
+
+// readyFor records that task is ready for generation gen and reports
+// whether every gaining task now is.
+func (p *pendingFlip) readyFor(task string, gen uint64) bool {
+	if gen >= p.mid && p.gaining[task] {
+		p.ready[task] = true
+	}
+	return len(p.ready) == len(p.gaining)
 }
 
 // triggerFlip takes the second step of a make-before-break decision.
@@ -41,13 +62,17 @@ func (a *Assigner) makeBeforeBreak(j *assignerJob, cfg assign.Config, cur, next 
 	if cfg.HandoffDeadlineMS == 0 || cur == nil || why == triggerTakeover || why == triggerFlip {
 		return nil
 	}
-	mid := assign.MakeBeforeBreak(cur, next, live)
+	mid, gaining := assign.MakeBeforeBreak(cur, next, live)
 	if mid == nil {
 		return nil
 	}
 	d := time.Duration(cfg.HandoffDeadlineMS) * time.Millisecond
 	flip := &pendingFlip{mid: mid.Generation, next: next, live: live, deadline: a.loads.now().Add(d),
-		reason: fmt.Sprintf("make-before-break: the gaining tasks have served beside the losing ones for the %v handoff deadline", d)}
+		reason:  fmt.Sprintf("make-before-break: the gaining tasks were ready, or the %v handoff deadline passed", d),
+		gaining: make(map[string]bool, len(gaining)), ready: make(map[string]bool, len(gaining))}
+	for _, t := range gaining {
+		flip.gaining[t] = true
+	}
 	a.mu.Lock()
 	j.pending = flip
 	a.mu.Unlock()
@@ -113,4 +138,49 @@ func (a *Assigner) overdueFlips() []string {
 		}
 	}
 	return out
+}
+
+// ReportReady implements slicerv1connect.LoadServiceHandler: a task says it
+// holds generation's keys and their state. When every task a pending make-
+// before-break step waits for has, the step goes at once. A report for a
+// job another Assigner is preferred for is forwarded to it, as load
+// reports are; the task must be an alive member of the job in gossip.
+func (a *Assigner) ReportReady(ctx context.Context, req *connect.Request[slicerv1.ReportReadyRequest]) (*connect.Response[slicerv1.ReportReadyResponse], error) {
+	m := req.Msg
+	if err := assign.ValidateJobName(m.GetJob()); err != nil {
+		return nil, toConnect(fmt.Errorf("report ready: %w", err))
+	}
+	if err := assign.ValidateTaskName(m.GetTask()); err != nil {
+		return nil, toConnect(fmt.Errorf("report ready: %w", err))
+	}
+	if r, forward := a.forwardTo(m.GetJob(), req.Header()); forward {
+		client := slicerv1connect.NewLoadServiceClient(a.rpcClients.get(identity.Assigner, r.Peer.Name, r.Peer.RPCAddr))
+		fwd := connect.NewRequest(m)
+		a.forwardRequest(ctx, fwd.Header(), r)
+		resp, err := client.ReportReady(ctx, fwd)
+		if err != nil {
+			return nil, forwardErr(r.Peer, m.GetJob(), "a readiness report", err)
+		}
+		return resp, nil
+	}
+	if _, ok := slices.BinarySearch(a.liveTaskNames(m.GetJob()), m.GetTask()); !ok {
+		return nil, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip", ErrNotMember, m.GetTask(), m.GetJob()))
+	}
+	if err := a.limitReport(m.GetJob(), m.GetTask()); err != nil {
+		return nil, toConnect(err)
+	}
+	a.mu.Lock()
+	var all bool
+	if j := a.jobs[m.GetJob()]; j != nil && j.pending != nil {
+		all = j.pending.readyFor(m.GetTask(), m.GetGeneration())
+	}
+	a.mu.Unlock()
+	if all {
+		select {
+		case a.flips <- m.GetJob():
+		default:
+		}
+	}
+	a.log.Debug("task ready", "job", m.GetJob(), "task", m.GetTask(), "generation", m.GetGeneration(), "all_ready", all)
+	return connect.NewResponse(&slicerv1.ReportReadyResponse{}), nil
 }

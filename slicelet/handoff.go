@@ -119,10 +119,11 @@ type piece struct {
 }
 
 // startImports fetches the state of the ranges next gives this task anew
-// (assigned) from the tasks that held them under old. Called by install.
-func (s *Slicelet) startImports(old *view, next *assign.Assignment, assigned []assign.Slice) {
+// (assigned) from the tasks that held them under old, and returns the
+// imports it started. Called by install.
+func (s *Slicelet) startImports(old *view, next *assign.Assignment, assigned []assign.Slice) []*importRange {
 	if !s.handoffOn() || old == nil || len(assigned) == 0 {
-		return
+		return nil
 	}
 	prev := old.table.Assignment()
 	var pieces []piece
@@ -145,14 +146,52 @@ func (s *Slicelet) startImports(old *view, next *assign.Assignment, assigned []a
 	defer s.handoff.mu.Unlock()
 	ctx := s.handoff.ctx
 	if ctx == nil {
-		return
+		return nil
 	}
+	imps := make([]*importRange, 0, len(pieces))
 	for _, p := range pieces {
 		imp := &importRange{start: p.start, end: p.end, done: make(chan struct{})}
 		s.handoff.importing = append(s.handoff.importing, imp)
+		imps = append(imps, imp)
 		s.handoff.wg.Add(1)
 		go s.fetch(ctx, next.Generation, p, imp)
 	}
+	return imps
+}
+
+// reportReady tells the job's Assigner, once imps have ended, that this
+// task is ready for generation gen, which gave it keys: a make-before-
+// break move then drops the tasks that lose them without waiting for its
+// deadline. A failed report is left to the deadline.
+func (s *Slicelet) reportReady(gen uint64, imps []*importRange) {
+	s.handoff.mu.Lock()
+	ctx := s.handoff.ctx
+	if ctx == nil {
+		s.handoff.mu.Unlock()
+		return
+	}
+	s.handoff.wg.Add(1)
+	s.handoff.mu.Unlock()
+	go func() {
+		defer s.handoff.wg.Done()
+		for _, imp := range imps {
+			select {
+			case <-imp.done:
+			case <-ctx.Done():
+				return
+			}
+		}
+		p, ok := s.assigner()
+		if !ok || p.RPCAddr == "" {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := s.loadClient(p).ReportReady(rctx, connect.NewRequest(&slicerv1.ReportReadyRequest{Job: s.cfg.Job, Task: s.cfg.Task, Generation: gen}))
+		if err != nil && ctx.Err() == nil {
+			s.log.Debug("slicelet: readiness report failed; the move completes at its deadline", "generation", gen, "err", err)
+		}
+	}()
 }
 
 // holder picks the task of prev's slice sl, other than self, to fetch its

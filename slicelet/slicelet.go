@@ -369,5 +369,8 @@ func (s *Slicelet) install(_, next *assign.Assignment) {
 	for _, l := range s.listeners {
 		l.OnChangedSlices(assigned, unassigned)
 	}
-	s.startImports(old, next, assigned)
+	imps := s.startImports(old, next, assigned)
+	if len(assigned) > 0 {
+		s.reportReady(next.Generation, imps)
+	}
 }

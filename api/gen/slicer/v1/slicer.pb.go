@@ -1884,6 +1884,105 @@ func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
 	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{24}
 }
 
+// ReportReadyRequest says a task holds what an assignment gave it: it has
+// seen the generation, and fetched the state of the keys it gained there
+// (or given up on it).
+type ReportReadyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Task          string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Generation    uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportReadyRequest) Reset() {
+	*x = ReportReadyRequest{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportReadyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportReadyRequest) ProtoMessage() {}
+
+func (x *ReportReadyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportReadyRequest.ProtoReflect.Descriptor instead.
+func (*ReportReadyRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ReportReadyRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ReportReadyRequest) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *ReportReadyRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+type ReportReadyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportReadyResponse) Reset() {
+	*x = ReportReadyResponse{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportReadyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportReadyResponse) ProtoMessage() {}
+
+func (x *ReportReadyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportReadyResponse.ProtoReflect.Descriptor instead.
+func (*ReportReadyResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
+}
+
 // What a guard or bridge lease says: the guard names one generation
 // (from_generation == to_generation), the bridge a transition.
 type LeaseValue struct {
@@ -1896,7 +1995,7 @@ type LeaseValue struct {
 
 func (x *LeaseValue) Reset() {
 	*x = LeaseValue{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2007,7 @@ func (x *LeaseValue) String() string {
 func (*LeaseValue) ProtoMessage() {}
 
 func (x *LeaseValue) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2020,7 @@ func (x *LeaseValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseValue.ProtoReflect.Descriptor instead.
 func (*LeaseValue) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeaseValue) GetFromGeneration() uint64 {
@@ -1952,7 +2051,7 @@ type LeaseState struct {
 
 func (x *LeaseState) Reset() {
 	*x = LeaseState{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2063,7 @@ func (x *LeaseState) String() string {
 func (*LeaseState) ProtoMessage() {}
 
 func (x *LeaseState) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2076,7 @@ func (x *LeaseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
 func (*LeaseState) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaseState) GetSet() bool {
@@ -2019,7 +2118,7 @@ type ReadLeaseRequest struct {
 
 func (x *ReadLeaseRequest) Reset() {
 	*x = ReadLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2130,7 @@ func (x *ReadLeaseRequest) String() string {
 func (*ReadLeaseRequest) ProtoMessage() {}
 
 func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2143,7 @@ func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReadLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadLeaseRequest) GetJob() string {
@@ -2103,7 +2202,7 @@ type ReadLeaseResponse struct {
 
 func (x *ReadLeaseResponse) Reset() {
 	*x = ReadLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2214,7 @@ func (x *ReadLeaseResponse) String() string {
 func (*ReadLeaseResponse) ProtoMessage() {}
 
 func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2227,7 @@ func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReadLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReadLeaseResponse) GetGranted() bool {
@@ -2184,7 +2283,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2295,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2308,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReleaseLeaseRequest) GetJob() string {
@@ -2241,7 +2340,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2352,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2365,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
 }
 
 // FetchStateRequest asks a task for the state it holds for the keys in
@@ -2288,7 +2387,7 @@ type FetchStateRequest struct {
 
 func (x *FetchStateRequest) Reset() {
 	*x = FetchStateRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2399,7 @@ func (x *FetchStateRequest) String() string {
 func (*FetchStateRequest) ProtoMessage() {}
 
 func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2412,7 @@ func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchStateRequest.ProtoReflect.Descriptor instead.
 func (*FetchStateRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FetchStateRequest) GetJob() string {
@@ -2363,7 +2462,7 @@ type StateEntry struct {
 
 func (x *StateEntry) Reset() {
 	*x = StateEntry{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2474,7 @@ func (x *StateEntry) String() string {
 func (*StateEntry) ProtoMessage() {}
 
 func (x *StateEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2487,7 @@ func (x *StateEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
 func (*StateEntry) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StateEntry) GetKey() []byte {
@@ -2415,7 +2514,7 @@ type FetchStateResponse struct {
 
 func (x *FetchStateResponse) Reset() {
 	*x = FetchStateResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2526,7 @@ func (x *FetchStateResponse) String() string {
 func (*FetchStateResponse) ProtoMessage() {}
 
 func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2539,7 @@ func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchStateResponse.ProtoReflect.Descriptor instead.
 func (*FetchStateResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{33}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FetchStateResponse) GetEntries() []*StateEntry {
@@ -2590,6 +2689,13 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\funowned_load\x18\x06 \x01(\x01R\vunownedLoad\x12)\n" +
 	"\x10rejected_reports\x18\a \x01(\x04R\x0frejectedReports\"\x14\n" +
 	"\x12ReportLoadResponse\"Z\n" +
+	"\x12ReportReadyRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\"\x15\n" +
+	"\x13ReportReadyResponse\"Z\n" +
 	"\n" +
 	"LeaseValue\x12'\n" +
 	"\x0ffrom_generation\x18\x01 \x01(\x04R\x0efromGeneration\x12#\n" +
@@ -2653,10 +2759,11 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\bListJobs\x12\x1a.slicer.v1.ListJobsRequest\x1a\x1b.slicer.v1.ListJobsResponse\"\x03\x90\x02\x01\x12B\n" +
 	"\x06GetJob\x12\x18.slicer.v1.GetJobRequest\x1a\x19.slicer.v1.GetJobResponse\"\x03\x90\x02\x01\x12T\n" +
 	"\fSetJobConfig\x12\x1e.slicer.v1.SetJobConfigRequest\x1a\x1f.slicer.v1.SetJobConfigResponse\"\x03\x90\x02\x02\x12K\n" +
-	"\tDeleteJob\x12\x1b.slicer.v1.DeleteJobRequest\x1a\x1c.slicer.v1.DeleteJobResponse\"\x03\x90\x02\x022X\n" +
+	"\tDeleteJob\x12\x1b.slicer.v1.DeleteJobRequest\x1a\x1c.slicer.v1.DeleteJobResponse\"\x03\x90\x02\x022\xa6\x01\n" +
 	"\vLoadService\x12I\n" +
 	"\n" +
-	"ReportLoad\x12\x1c.slicer.v1.ReportLoadRequest\x1a\x1d.slicer.v1.ReportLoadResponse2\xa7\x01\n" +
+	"ReportLoad\x12\x1c.slicer.v1.ReportLoadRequest\x1a\x1d.slicer.v1.ReportLoadResponse\x12L\n" +
+	"\vReportReady\x12\x1d.slicer.v1.ReportReadyRequest\x1a\x1e.slicer.v1.ReportReadyResponse2\xa7\x01\n" +
 	"\fLeaseService\x12F\n" +
 	"\tReadLease\x12\x1b.slicer.v1.ReadLeaseRequest\x1a\x1c.slicer.v1.ReadLeaseResponse\x12O\n" +
 	"\fReleaseLease\x12\x1e.slicer.v1.ReleaseLeaseRequest\x1a\x1f.slicer.v1.ReleaseLeaseResponse2]\n" +
@@ -2677,7 +2784,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 }
 
 var file_slicer_v1_slicer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(Consistency)(0),                // 0: slicer.v1.Consistency
 	(LeaseKind)(0),                  // 1: slicer.v1.LeaseKind
@@ -2706,15 +2813,17 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*SliceLoad)(nil),               // 24: slicer.v1.SliceLoad
 	(*ReportLoadRequest)(nil),       // 25: slicer.v1.ReportLoadRequest
 	(*ReportLoadResponse)(nil),      // 26: slicer.v1.ReportLoadResponse
-	(*LeaseValue)(nil),              // 27: slicer.v1.LeaseValue
-	(*LeaseState)(nil),              // 28: slicer.v1.LeaseState
-	(*ReadLeaseRequest)(nil),        // 29: slicer.v1.ReadLeaseRequest
-	(*ReadLeaseResponse)(nil),       // 30: slicer.v1.ReadLeaseResponse
-	(*ReleaseLeaseRequest)(nil),     // 31: slicer.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),    // 32: slicer.v1.ReleaseLeaseResponse
-	(*FetchStateRequest)(nil),       // 33: slicer.v1.FetchStateRequest
-	(*StateEntry)(nil),              // 34: slicer.v1.StateEntry
-	(*FetchStateResponse)(nil),      // 35: slicer.v1.FetchStateResponse
+	(*ReportReadyRequest)(nil),      // 27: slicer.v1.ReportReadyRequest
+	(*ReportReadyResponse)(nil),     // 28: slicer.v1.ReportReadyResponse
+	(*LeaseValue)(nil),              // 29: slicer.v1.LeaseValue
+	(*LeaseState)(nil),              // 30: slicer.v1.LeaseState
+	(*ReadLeaseRequest)(nil),        // 31: slicer.v1.ReadLeaseRequest
+	(*ReadLeaseResponse)(nil),       // 32: slicer.v1.ReadLeaseResponse
+	(*ReleaseLeaseRequest)(nil),     // 33: slicer.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),    // 34: slicer.v1.ReleaseLeaseResponse
+	(*FetchStateRequest)(nil),       // 35: slicer.v1.FetchStateRequest
+	(*StateEntry)(nil),              // 36: slicer.v1.StateEntry
+	(*FetchStateResponse)(nil),      // 37: slicer.v1.FetchStateResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	2,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
@@ -2735,13 +2844,13 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	14, // 15: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
 	14, // 16: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
 	24, // 17: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
-	27, // 18: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
+	29, // 18: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
 	1,  // 19: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	27, // 20: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
-	28, // 21: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
-	28, // 22: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
+	29, // 20: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
+	30, // 21: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
+	30, // 22: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
 	1,  // 23: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	34, // 24: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
+	36, // 24: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
 	7,  // 25: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
 	10, // 26: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
 	7,  // 27: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
@@ -2753,25 +2862,27 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	20, // 33: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
 	22, // 34: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
 	25, // 35: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	29, // 36: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
-	31, // 37: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
-	33, // 38: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
-	8,  // 39: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 40: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	8,  // 41: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 42: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	8,  // 43: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	13, // 44: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
-	17, // 45: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	19, // 46: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	21, // 47: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	23, // 48: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
-	26, // 49: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	30, // 50: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
-	32, // 51: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
-	35, // 52: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
-	39, // [39:53] is the sub-list for method output_type
-	25, // [25:39] is the sub-list for method input_type
+	27, // 36: slicer.v1.LoadService.ReportReady:input_type -> slicer.v1.ReportReadyRequest
+	31, // 37: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
+	33, // 38: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
+	35, // 39: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
+	8,  // 40: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 41: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 42: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 43: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 44: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	13, // 45: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	17, // 46: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	19, // 47: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	21, // 48: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	23, // 49: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
+	26, // 50: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	28, // 51: slicer.v1.LoadService.ReportReady:output_type -> slicer.v1.ReportReadyResponse
+	32, // 52: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
+	34, // 53: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
+	37, // 54: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
+	40, // [40:55] is the sub-list for method output_type
+	25, // [25:40] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name
@@ -2788,7 +2899,7 @@ func file_slicer_v1_slicer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

@@ -76,6 +76,8 @@ const (
 	JobServiceDeleteJobProcedure = "/slicer.v1.JobService/DeleteJob"
 	// LoadServiceReportLoadProcedure is the fully-qualified name of the LoadService's ReportLoad RPC.
 	LoadServiceReportLoadProcedure = "/slicer.v1.LoadService/ReportLoad"
+	// LoadServiceReportReadyProcedure is the fully-qualified name of the LoadService's ReportReady RPC.
+	LoadServiceReportReadyProcedure = "/slicer.v1.LoadService/ReportReady"
 	// LeaseServiceReadLeaseProcedure is the fully-qualified name of the LeaseService's ReadLease RPC.
 	LeaseServiceReadLeaseProcedure = "/slicer.v1.LeaseService/ReadLease"
 	// LeaseServiceReleaseLeaseProcedure is the fully-qualified name of the LeaseService's ReleaseLease
@@ -594,6 +596,11 @@ type LoadServiceClient interface {
 	// fails with INVALID_ARGUMENT; a report from a task gossip does not list
 	// as an alive member of the job fails with FAILED_PRECONDITION.
 	ReportLoad(context.Context, *connect.Request[v1.ReportLoadRequest]) (*connect.Response[v1.ReportLoadResponse], error)
+	// ReportReady tells the job's Assigner that the task is ready to serve
+	// the keys the given generation gave it: a make-before-break move drops
+	// the losing tasks once every gaining task is ready, before its
+	// deadline. Same callers, checks and forwarding as ReportLoad.
+	ReportReady(context.Context, *connect.Request[v1.ReportReadyRequest]) (*connect.Response[v1.ReportReadyResponse], error)
 }
 
 // NewLoadServiceClient constructs a client for the slicer.v1.LoadService service. By default, it
@@ -613,17 +620,29 @@ func NewLoadServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(loadServiceMethods.ByName("ReportLoad")),
 			connect.WithClientOptions(opts...),
 		),
+		reportReady: connect.NewClient[v1.ReportReadyRequest, v1.ReportReadyResponse](
+			httpClient,
+			baseURL+LoadServiceReportReadyProcedure,
+			connect.WithSchema(loadServiceMethods.ByName("ReportReady")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // loadServiceClient implements LoadServiceClient.
 type loadServiceClient struct {
-	reportLoad *connect.Client[v1.ReportLoadRequest, v1.ReportLoadResponse]
+	reportLoad  *connect.Client[v1.ReportLoadRequest, v1.ReportLoadResponse]
+	reportReady *connect.Client[v1.ReportReadyRequest, v1.ReportReadyResponse]
 }
 
 // ReportLoad calls slicer.v1.LoadService.ReportLoad.
 func (c *loadServiceClient) ReportLoad(ctx context.Context, req *connect.Request[v1.ReportLoadRequest]) (*connect.Response[v1.ReportLoadResponse], error) {
 	return c.reportLoad.CallUnary(ctx, req)
+}
+
+// ReportReady calls slicer.v1.LoadService.ReportReady.
+func (c *loadServiceClient) ReportReady(ctx context.Context, req *connect.Request[v1.ReportReadyRequest]) (*connect.Response[v1.ReportReadyResponse], error) {
+	return c.reportReady.CallUnary(ctx, req)
 }
 
 // LoadServiceHandler is an implementation of the slicer.v1.LoadService service.
@@ -632,6 +651,11 @@ type LoadServiceHandler interface {
 	// fails with INVALID_ARGUMENT; a report from a task gossip does not list
 	// as an alive member of the job fails with FAILED_PRECONDITION.
 	ReportLoad(context.Context, *connect.Request[v1.ReportLoadRequest]) (*connect.Response[v1.ReportLoadResponse], error)
+	// ReportReady tells the job's Assigner that the task is ready to serve
+	// the keys the given generation gave it: a make-before-break move drops
+	// the losing tasks once every gaining task is ready, before its
+	// deadline. Same callers, checks and forwarding as ReportLoad.
+	ReportReady(context.Context, *connect.Request[v1.ReportReadyRequest]) (*connect.Response[v1.ReportReadyResponse], error)
 }
 
 // NewLoadServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -647,10 +671,18 @@ func NewLoadServiceHandler(svc LoadServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(loadServiceMethods.ByName("ReportLoad")),
 		connect.WithHandlerOptions(opts...),
 	)
+	loadServiceReportReadyHandler := connect.NewUnaryHandler(
+		LoadServiceReportReadyProcedure,
+		svc.ReportReady,
+		connect.WithSchema(loadServiceMethods.ByName("ReportReady")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slicer.v1.LoadService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LoadServiceReportLoadProcedure:
 			loadServiceReportLoadHandler.ServeHTTP(w, r)
+		case LoadServiceReportReadyProcedure:
+			loadServiceReportReadyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -662,6 +694,10 @@ type UnimplementedLoadServiceHandler struct{}
 
 func (UnimplementedLoadServiceHandler) ReportLoad(context.Context, *connect.Request[v1.ReportLoadRequest]) (*connect.Response[v1.ReportLoadResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.LoadService.ReportLoad is not implemented"))
+}
+
+func (UnimplementedLoadServiceHandler) ReportReady(context.Context, *connect.Request[v1.ReportReadyRequest]) (*connect.Response[v1.ReportReadyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.LoadService.ReportReady is not implemented"))
 }
 
 // LeaseServiceClient is a client for the slicer.v1.LeaseService service.
