@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -41,6 +42,7 @@ type options struct {
 	tasks             int
 	traffic           cachetraffic.Config
 	handoff           bool
+	handoffDeadline   time.Duration
 	warmup, pause     time.Duration
 	jsonOut, trace    bool
 	logDir            string
@@ -66,6 +68,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.traffic.Workers, "workers", o.traffic.Workers, "most reads in flight")
 	fs.Uint64Var(&o.traffic.Seed, "seed", o.traffic.Seed, "random seed of the key draws")
 	fs.BoolVar(&o.handoff, "handoff", true, "kvserver -handoff: entries move with their keys")
+	fs.DurationVar(&o.handoffDeadline, "handoff-deadline", 0, "slicerd job set --handoff-deadline: make-before-break moves (0: off)")
 	fs.DurationVar(&o.warmup, "warmup", 20*time.Second, "traffic before the first restart")
 	fs.DurationVar(&o.pause, "pause", 3*time.Second, "wait after a restarted task has keys again, before the next")
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object instead of text")
@@ -80,8 +83,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	switch {
 	case o.tasks < 2 || o.tasks > 100:
 		return nil, fmt.Errorf("-tasks %d: use 2 to 100", o.tasks)
-	case o.warmup < 0 || o.pause < 0:
-		return nil, fmt.Errorf("-warmup %v, -pause %v: use durations of at least 0", o.warmup, o.pause)
+	case o.warmup < 0 || o.pause < 0 || o.handoffDeadline < 0:
+		return nil, fmt.Errorf("-warmup %v, -pause %v, -handoff-deadline %v: use durations of at least 0", o.warmup, o.pause, o.handoffDeadline)
 	}
 	if err := o.traffic.Validate(); err != nil {
 		return nil, err
@@ -108,6 +111,7 @@ type report struct {
 	Command  string                `json:"command"`
 	Tasks    int                   `json:"tasks"`
 	Handoff  bool                  `json:"handoff"`
+	Deadline float64               `json:"handoff_deadline_s,omitempty"`
 	Traffic  cachetraffic.Config   `json:"traffic"`
 	Warm     cachetraffic.Summary  `json:"warm"`
 	Restarts []restart             `json:"restarts"`
@@ -157,6 +161,14 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	}
 	procs["slicerd"] = sd
 	say("slicerd rpc %s; logs in %s", started.RPC, logDir)
+	if o.handoffDeadline > 0 {
+		jctx, jcancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err := exec.CommandContext(jctx, o.slicerd, "job", "set", "--addr", started.RPC, "--handoff-deadline", o.handoffDeadline.String(), "kv").CombinedOutput()
+		jcancel()
+		if err != nil {
+			return nil, fmt.Errorf("slicerd job set: %w: %s", err, out)
+		}
+	}
 	startTask := func(name string, n int) (*benchproc.Proc, error) {
 		p, err := benchproc.Start(name, filepath.Join(logDir, fmt.Sprintf("%s.%d.log", name, n)), "kvserver task="+name, nil, o.kvserver,
 			"-job", "kv", "-task", name, "-addr", "127.0.0.1:0", "-gossip-addr", "127.0.0.1:0",
@@ -201,7 +213,8 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	if err := benchproc.Sleep(ctx, o.warmup); err != nil {
 		return nil, err
 	}
-	rep := &report{Command: "go run ./bench/rolling " + strings.Join(os.Args[1:], " "), Tasks: o.tasks, Handoff: o.handoff, Traffic: o.traffic}
+	rep := &report{Command: "go run ./bench/rolling " + strings.Join(os.Args[1:], " "), Tasks: o.tasks, Handoff: o.handoff,
+		Deadline: o.handoffDeadline.Seconds(), Traffic: o.traffic}
 	warm := d.Seconds(time.Now().Add(-5 * time.Second))
 	rep.Warm = cachetraffic.Summarize(warm)
 
