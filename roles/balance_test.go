@@ -800,6 +800,10 @@ func TestMakeBeforeBreakReady(t *testing.T) {
 			return false
 		}
 	}
+	// A signal before readiness and deadline (a stray one) changes nothing.
+	if err := as.reconcile(ctx, "kv", triggerFlip); err != nil || j.pub.current().Generation != mid.Generation {
+		t.Fatalf("an early second step: %v, generation %d", err, j.pub.current().Generation)
+	}
 	for _, task := range gaining {
 		ready(task, first.Generation) // too old
 	}

@@ -67,7 +67,7 @@ func (a *Assigner) makeBeforeBreak(j *assignerJob, cfg assign.Config, cur, next 
 		return nil
 	}
 	d := time.Duration(cfg.HandoffDeadlineMS) * time.Millisecond
-	flip := &pendingFlip{mid: mid.Generation, next: next, live: live, deadline: a.loads.now().Add(d),
+	flip := &pendingFlip{mid: mid.Generation, next: next, live: live, deadline: time.Now().Add(d),
 		reason:  fmt.Sprintf("make-before-break: the gaining tasks were ready, or the %v handoff deadline passed", d),
 		gaining: make(map[string]bool, len(gaining)), ready: make(map[string]bool, len(gaining))}
 	for _, t := range gaining {
@@ -99,7 +99,10 @@ func (a *Assigner) waitFlip(j *assignerJob, cur *assign.Assignment, live []assig
 		j.pending = nil // another generation came first
 		return nil, false
 	case why == triggerFlip:
-		return p, false
+		// A stray signal (a deadline of a step a store conflict replaced)
+		// waits for this step's own readiness or deadline.
+		wait := len(p.ready) < len(p.gaining) && time.Now().Before(p.deadline)
+		return p, wait
 	case why == triggerLoad:
 		return p, true
 	case why == triggerChange && slices.EqualFunc(p.live, live, func(x, y assign.Task) bool { return x == y }):
@@ -131,7 +134,7 @@ func (a *Assigner) overdueFlips() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []string
-	now := a.loads.now()
+	now := time.Now()
 	for name, j := range a.jobs {
 		if j.pending != nil && !now.Before(j.pending.deadline) {
 			out = append(out, name)
