@@ -58,3 +58,66 @@ func TestHandoffDeadlineValidated(t *testing.T) {
 		}
 	}
 }
+
+// FuzzMakeBeforeBreak checks the two-step move on random pairs of
+// assignments and live sets: the first step validates, serves every key by
+// its next tasks and its live current ones and by nothing else, churns as
+// much as the whole move, and the second step churns nothing.
+func FuzzMakeBeforeBreak(f *testing.F) {
+	f.Add(uint64(1), uint8(5), uint8(3), uint8(0))
+	f.Add(uint64(7), uint8(2), uint8(1), uint8(1))
+	f.Add(uint64(99), uint8(9), uint8(4), uint8(6))
+	f.Fuzz(func(t *testing.T, seed uint64, ntasks, redundancy, dead uint8) {
+		n := 2 + int(ntasks%10)
+		r := 1 + int(redundancy)%n
+		rng := rand.New(rand.NewPCG(seed, seed>>7))
+		tasks := testTasks(n)
+		cur := scattered(rng, tasks, 1+rng.IntN(20), r)
+		next := scattered(rng, tasks, 1+rng.IntN(20), r)
+		next.Generation = cur.Generation + 1
+		live := slices.Clone(tasks)
+		for range int(dead) % n {
+			i := rng.IntN(len(live))
+			live = slices.Delete(live, i, i+1)
+		}
+		mid, gaining := MakeBeforeBreak(cur, next, live)
+		if mid == nil {
+			// Then no live task of cur loses a key.
+			for _, s := range cur.Slices {
+				for _, task := range s.Tasks {
+					if slices.ContainsFunc(live, func(l Task) bool { return l.Name == task }) {
+						for k := s.Start; k < s.End; k += max((s.End-s.Start)/4, 1) {
+							if !slices.Contains(next.Slices[next.Find(k)].Tasks, task) {
+								t.Fatalf("nil, but live %s loses key %#x", task, k)
+							}
+						}
+					}
+				}
+			}
+			return
+		}
+		if err := mid.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.IsSorted(gaining) {
+			t.Fatalf("gaining %v not sorted", gaining)
+		}
+		for _, s := range mid.Slices {
+			for _, k := range []SliceKey{s.Start, s.End - 1} {
+				want := slices.Clone(next.Slices[next.Find(k)].Tasks)
+				for _, task := range cur.Slices[cur.Find(k)].Tasks {
+					if slices.ContainsFunc(live, func(l Task) bool { return l.Name == task }) && !slices.Contains(want, task) {
+						want = append(want, task)
+					}
+				}
+				slices.Sort(want)
+				if !slices.Equal(s.Tasks, want) {
+					t.Fatalf("key %#x: %v, want %v", k, s.Tasks, want)
+				}
+			}
+		}
+		if c1, c2 := Churn(cur, mid), Churn(mid, next); c1 != Churn(cur, next) || c2 != 0 {
+			t.Fatalf("churn %g then %g; want %g then 0", c1, c2, Churn(cur, next))
+		}
+	})
+}
