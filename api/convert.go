@@ -75,6 +75,7 @@ func ConfigToProto(c assign.Config) *slicerv1.JobConfig {
 		CordonedTasks:     c.Cordoned,
 		Pins:              pinsToProto(c.Pins),
 		HandoffDeadlineMs: uint32(c.HandoffDeadlineMS),
+		Victim:            c.Victim,
 	}
 }
 
@@ -133,6 +134,9 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 			return assign.Config{}, fmt.Errorf("%w: %d drained or cordoned tasks; at most %d may be", assign.ErrInvalidConfig, len(l), assign.MaxControlledTasks)
 		}
 	}
+	if n := len(p.GetVictim()); n > maxAlgorithmName {
+		return assign.Config{}, fmt.Errorf("%w: victim policy of %d bytes; use %q or %q", assign.ErrInvalidConfig, n, assign.VictimGainPerKey, assign.VictimGainPerByte)
+	}
 	if n := len(p.GetAlgorithm()); n > maxAlgorithmName {
 		return assign.Config{}, fmt.Errorf("%w: algorithm name of %d bytes; use one of %q", assign.ErrInvalidConfig, n, assign.AlgorithmNames())
 	}
@@ -143,6 +147,7 @@ func ConfigFromProto(p *slicerv1.JobConfig) (assign.Config, error) {
 		Cordoned:          p.GetCordonedTasks(),
 		Pins:              pinsFromProto(p.GetPins()),
 		HandoffDeadlineMS: int(min(p.GetHandoffDeadlineMs(), assign.MaxHandoffDeadlineMS+1)),
+		Victim:            p.GetVictim(),
 		Consistency:       consistency,
 		MinRedundancy:     int(p.GetMinRedundancy()),
 		MaxRedundancy:     int(p.GetMaxRedundancy()),

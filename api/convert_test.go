@@ -28,6 +28,7 @@ func TestConfigRoundTrip(t *testing.T) {
 			MaxSlices: assign.MaxSlicesLimit,
 		},
 		"drained and cordoned": {MinRedundancy: 1, MaxRedundancy: 1, Drained: []string{"kv-1", "kv-7"}, Cordoned: []string{"kv-2"}},
+		"gain-per-byte":        {MinRedundancy: 1, MaxRedundancy: 2, Victim: assign.VictimGainPerByte},
 		"make-before-break":    {MinRedundancy: 1, MaxRedundancy: 2, HandoffDeadlineMS: 2500},
 		"pinned":               {MinRedundancy: 1, MaxRedundancy: 1, Pins: []assign.Pin{{Start: 0, End: 10, Task: "kv-1", Reason: "why"}, {Start: 99, End: assign.KeySpaceEnd, Task: "kv-2"}}},
 	} {

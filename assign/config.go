@@ -108,6 +108,11 @@ type Config struct {
 	// whenever a task of that name is live.
 	Drained  []string `json:"drained,omitempty"`
 	Cordoned []string `json:"cordoned,omitempty"`
+	// Victim is how phase 4 of weighted-move weighs the cost of a move
+	// off the hottest task, in the spirit of CacheLib's rebalancing
+	// strategies: VictimGainPerKey ("" too, the default) or
+	// VictimGainPerByte.
+	Victim string `json:"victim,omitempty"`
 	// HandoffDeadlineMS turns on make-before-break moves: a decision that
 	// gives keys to new tasks while the tasks losing them are still live
 	// first adds the gaining tasks beside the losing ones (both serve, the
@@ -135,6 +140,19 @@ type Pin struct {
 const (
 	MaxPins         = 1024
 	MaxPinReasonLen = 256
+)
+
+// Victim policies: what a phase-4 move costs, against the load it takes
+// off the hottest task.
+const (
+	// VictimGainPerKey: the keys it moves (the paper's churn), so the
+	// fewest keys move for the balance gained.
+	VictimGainPerKey = "gain-per-key"
+	// VictimGainPerByte: the state it moves (the slices' reported
+	// LoadEntry.Bytes), so the least state travels: slices without state
+	// move first. For jobs whose tasks hand state over; without bytes in
+	// the load it is VictimGainPerKey.
+	VictimGainPerByte = "gain-per-byte"
 )
 
 // MaxHandoffDeadlineMS bounds Config.HandoffDeadlineMS: ten minutes.
@@ -267,6 +285,11 @@ func (c Config) Validate() error {
 				return fmt.Errorf("%w: %s tasks are not sorted and unique at %q", ErrInvalidConfig, l.name, name)
 			}
 		}
+	}
+	switch c.Victim {
+	case "", VictimGainPerKey, VictimGainPerByte:
+	default:
+		return fmt.Errorf("%w: victim policy %q; use %q or %q", ErrInvalidConfig, c.Victim, VictimGainPerKey, VictimGainPerByte)
 	}
 	switch {
 	case c.HandoffDeadlineMS < 0 || c.HandoffDeadlineMS > MaxHandoffDeadlineMS:

@@ -229,6 +229,29 @@ func TaskBytes(a *Assignment, l Load) []float64 {
 	return out
 }
 
+// BytesMoved is the state tasks gain from prev to next under l: the bytes
+// of every key range, once for each task that serves it in next and not in
+// prev — what a state handoff has to carry for the move.
+func BytesMoved(prev, next *Assignment, l Load) float64 {
+	if !l.HasBytes() {
+		return 0
+	}
+	var sum float64
+	for _, s := range next.Slices {
+		for k := s.Start; k < s.End; {
+			p := prev.Slices[prev.Find(k)]
+			end := min(s.End, p.End)
+			for _, t := range s.Tasks {
+				if !slices.Contains(p.Tasks, t) {
+					sum += l.BytesIn(k, end)
+				}
+			}
+			k = end
+		}
+	}
+	return sum
+}
+
 // MemoryOverage is how far the tasks of a exceed their memory limits
 // under l, summed over tasks: each task that holds more bytes than the
 // MemoryLimit of the task of the same name in live (in any order)

@@ -140,7 +140,7 @@ func newWeigher(p *planner, load Load) *weigher {
 		w.inv[t] = 1 / capacityOf(task)
 	}
 	w.sload = measure(w.sl, load)
-	if p.mem != nil {
+	if p.mem != nil || p.cfg.Victim == VictimGainPerByte && load.HasBytes() {
 		w.sbytes = measureBytes(w.sl, load)
 	}
 	for i := range w.sl {

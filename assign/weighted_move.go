@@ -67,7 +67,11 @@ func (w *weigher) moveGreedy() {
 			if c.gain <= floor {
 				return
 			}
-			c.score = c.gain / max(float64(c.cost), zeroCost)
+			cost := float64(c.cost)
+			if w.cfg.Victim == VictimGainPerByte && w.sbytes != nil && c.cost > 0 {
+				cost = w.sbytes[c.slice]
+			}
+			c.score = c.gain / max(cost, zeroCost)
 			if best.kind == 0 || c.score > best.score {
 				best = c
 			}

@@ -106,6 +106,9 @@ type WindowResult struct {
 	// one holds (1: exactly at it), from the keys' bytes; absent when no
 	// task has a limit.
 	MemoryUse float64 `json:"memory_use,omitempty"`
+	// BytesMoved is the state the decision moves (assign.BytesMoved);
+	// absent when the trace gives no bytes.
+	BytesMoved float64 `json:"bytes_moved,omitempty"`
 	// Tasks are the assignment's tasks: the ones Imbalance averages over.
 	Tasks      []string   `json:"tasks"`
 	Assignment []SliceOut `json:"assignment"`
@@ -128,6 +131,8 @@ type Summary struct {
 	// limit; both absent when no task has a limit.
 	MaxMemoryUse     float64 `json:"max_memory_use,omitempty"`
 	WindowsOverLimit int     `json:"windows_over_limit,omitempty"`
+	// TotalBytesMoved adds up the windows' BytesMoved.
+	TotalBytesMoved float64 `json:"total_bytes_moved,omitempty"`
 }
 
 // Simulator takes one decision per window, keeping the assignment between
@@ -140,7 +145,7 @@ type Simulator struct {
 	sumImb, maxImb, sumChurn float64
 	sumKeyChurn              float64
 	sumSlicesPerTask         float64
-	maxMem                   float64
+	maxMem, bytesMoved       float64
 	overLimit                int
 	// bytes is the state each application key holds, from the trace's
 	// "bytes" so far: state stays until a line gives the key new bytes.
@@ -194,10 +199,11 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	if err := next.Validate(); err != nil {
 		return WindowResult{}, fmt.Errorf("%w: %s: window %d: returned an invalid assignment: %w", ErrAlgorithm, name, w.Number, err)
 	}
-	var churn, keyChurn float64
+	var churn, keyChurn, bytesMoved float64
 	if s.prev != nil {
 		churn = assign.Churn(s.prev, next)
 		keyChurn = keysGained(s.prev, next, lines)
+		bytesMoved = assign.BytesMoved(s.prev, next, load)
 	}
 	res := WindowResult{
 		Window:     w.Number,
@@ -214,6 +220,8 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 		res.Tasks[i] = t.Name
 	}
 	res.MemoryUse = assign.MemoryUse(next, load, live)
+	res.BytesMoved = bytesMoved
+	s.bytesMoved += bytesMoved
 	for i, sl := range next.Slices {
 		res.Assignment[i] = SliceOut{Start: fmt.Sprintf("%#x", sl.Start), End: fmt.Sprintf("%#x", sl.End), Tasks: sl.Tasks}
 	}
@@ -236,7 +244,7 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 // Summary aggregates the windows stepped so far.
 func (s *Simulator) Summary() Summary {
 	sum := Summary{Summary: true, Algorithm: s.cfg.Algorithm.Name(), Windows: s.windows, MaxImbalance: s.maxImb,
-		MaxMemoryUse: s.maxMem, WindowsOverLimit: s.overLimit}
+		MaxMemoryUse: s.maxMem, WindowsOverLimit: s.overLimit, TotalBytesMoved: s.bytesMoved}
 	if s.windows > 0 {
 		n := float64(s.windows)
 		sum.MeanImbalance = s.sumImb / n

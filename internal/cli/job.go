@@ -199,6 +199,7 @@ func jobSetFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "suppress-below", DefaultText: "unchanged", Usage: "leave the job alone while its hottest task's load per second is below this; 0 means never"},
 		&cli.IntFlag{Name: "max-slices", DefaultText: "unchanged", Usage: "most slices the job may have, whatever its task count; 0 means the assigner's --max-slices-per-job, which also caps it"},
 		&cli.StringFlag{Name: "algorithm", DefaultText: "unchanged", Usage: "sharding algorithm of the job's decisions: " + strings.Join(assign.AlgorithmNames(), ", ") + " (weighted-move is the default and the only one that balances load; the others are baselines)"},
+		&cli.StringFlag{Name: "victim", DefaultText: "unchanged", Usage: "what a load-balancing move costs when moves are ranked: gain-per-key (the default: the keys it moves) or gain-per-byte (the state it moves, for jobs that report state and hand it over)"},
 		&cli.DurationFlag{Name: "handoff-deadline", DefaultText: "unchanged", Usage: "make-before-break moves: a task gaining keys serves them beside the task losing them for this long (fetching their state) before that task lets go; 0 moves keys at once (the default); at most 10m; not for strong jobs"},
 		&cli.StringFlag{Name: "consistency", DefaultText: "unchanged", Usage: "affinity (the default: keys go to tasks that likely hold their state) or strong (at most one task owns a key at any instant, under leases; needs --max-redundancy 1; see docs/consistency.md)"},
 	)
@@ -265,6 +266,16 @@ func mergeConfigFlags(c *cli.Context, p *slicerv1.JobConfig) error {
 		p.Algorithm = name
 		if name == assign.AlgorithmWeightedMove {
 			p.Algorithm = "" // the default, stored as configurations from before the field are
+		}
+	}
+	if c.IsSet("victim") {
+		switch v := c.String("victim"); v {
+		case assign.VictimGainPerKey:
+			p.Victim = "" // the default
+		case assign.VictimGainPerByte:
+			p.Victim = v
+		default:
+			return usageError("invalid --victim %q: use %s or %s", v, assign.VictimGainPerKey, assign.VictimGainPerByte)
 		}
 	}
 	if c.IsSet("handoff-deadline") {

@@ -68,6 +68,9 @@ func printJob(w io.Writer, j *slicerv1.JobInfo) {
 		}
 		fmt.Fprintf(w, "    %-20s %g%s\n", f.name, f.value, note)
 	}
+	if v := p.GetVictim(); v != "" {
+		fmt.Fprintf(w, "    %-20s %s\n", "victim", v)
+	}
 	if d := p.GetHandoffDeadlineMs(); d != 0 {
 		fmt.Fprintf(w, "    %-20s %v (make-before-break)\n", "handoff deadline", time.Duration(d)*time.Millisecond)
 	}

@@ -29,6 +29,7 @@ func SimulateCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-redundancy", Value: 0, Usage: "most tasks a hot slice may be replicated to (default: min-redundancy)"},
 			&cli.StringFlag{Name: "job", Value: sim.DefaultJob, Usage: "job name the algorithm sees"},
 			&cli.StringFlag{Name: "capacity", Usage: "relative task capacities over the trace's, as NAME=C[,NAME=C...] (e.g. t0=2,t1=2); unnamed tasks keep the trace's (1 without)"},
+			&cli.StringFlag{Name: "victim", Value: assign.VictimGainPerKey, Usage: "what a load-balancing move costs: gain-per-key or gain-per-byte (the state it moves; needs a trace with \"bytes\")"},
 			&cli.StringFlag{Name: "memory", Usage: "task memory limits in bytes over the trace's, as NAME=B[,NAME=B...]; *=B sets every unnamed task's (0: no limit). Needs a trace with \"bytes\""},
 			&cli.StringFlag{Name: "out", Usage: "write the results to this file instead of stdout"},
 		},
@@ -55,6 +56,13 @@ func runSimulate(c *cli.Context) error {
 	cfg := sim.Config{Algorithm: algo, Job: c.String("job"), Assign: assign.Config{MinRedundancy: minR, MaxRedundancy: maxR}}
 	if err := cfg.Assign.Validate(); err != nil {
 		return usageError("invalid --min-redundancy/--max-redundancy: %v", err)
+	}
+	switch v := c.String("victim"); v {
+	case assign.VictimGainPerKey:
+	case assign.VictimGainPerByte:
+		cfg.Assign.Victim = v
+	default:
+		return usageError("invalid --victim %q: use %s or %s", v, assign.VictimGainPerKey, assign.VictimGainPerByte)
 	}
 	if err := assign.ValidateJobName(cfg.Job); err != nil {
 		return usageError("invalid --job: %v", err)

@@ -443,8 +443,13 @@ type JobConfig struct {
 	// losing ones, and drops the losing ones this many milliseconds later.
 	// 0 (the default) moves keys at once. At most 600000; not for strong jobs.
 	HandoffDeadlineMs uint32 `protobuf:"varint,17,opt,name=handoff_deadline_ms,json=handoffDeadlineMs,proto3" json:"handoff_deadline_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What a load-balancing move costs when weighted-move ranks moves:
+	// "gain-per-key" (the default, also "": the keys it moves) or
+	// "gain-per-byte" (the state it moves, from the load reports' bytes).
+	// At most 64 bytes.
+	Victim        string `protobuf:"bytes,18,opt,name=victim,proto3" json:"victim,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobConfig) Reset() {
@@ -594,6 +599,13 @@ func (x *JobConfig) GetHandoffDeadlineMs() uint32 {
 		return x.HandoffDeadlineMs
 	}
 	return 0
+}
+
+func (x *JobConfig) GetVictim() string {
+	if x != nil {
+		return x.Victim
+	}
+	return ""
 }
 
 // KeyPin pins the keys [start, end) to a task.
@@ -2573,7 +2585,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"generation\x12%\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12(\n" +
 	"\x06slices\x18\x04 \x03(\v2\x10.slicer.v1.SliceR\x06slices\x12 \n" +
-	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xa8\x05\n" +
+	"\vincarnation\x18\x05 \x01(\tR\vincarnation\"\xc0\x05\n" +
 	"\tJobConfig\x12%\n" +
 	"\x0emin_redundancy\x18\x01 \x01(\rR\rminRedundancy\x12%\n" +
 	"\x0emax_redundancy\x18\x02 \x01(\rR\rmaxRedundancy\x12-\n" +
@@ -2595,7 +2607,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\rdrained_tasks\x18\x0e \x03(\tR\fdrainedTasks\x12%\n" +
 	"\x0ecordoned_tasks\x18\x0f \x03(\tR\rcordonedTasks\x12%\n" +
 	"\x04pins\x18\x10 \x03(\v2\x11.slicer.v1.KeyPinR\x04pins\x12.\n" +
-	"\x13handoff_deadline_ms\x18\x11 \x01(\rR\x11handoffDeadlineMs\"\\\n" +
+	"\x13handoff_deadline_ms\x18\x11 \x01(\rR\x11handoffDeadlineMs\x12\x16\n" +
+	"\x06victim\x18\x12 \x01(\tR\x06victim\"\\\n" +
 	"\x06KeyPin\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
