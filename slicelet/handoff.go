@@ -57,6 +57,9 @@ const (
 	maxHandoffChunk = 1 << 20
 	// maxConcurrentFetches bounds the fetches a task runs at once.
 	maxConcurrentFetches = 4
+	// maxConcurrentServes bounds the fetches a task serves at once; more
+	// wait for a turn.
+	maxConcurrentServes = 16
 	// handoffViewWait is how long a serving task waits to see the
 	// generation a fetch names before refusing it.
 	handoffViewWait = 2 * time.Second
@@ -74,6 +77,7 @@ type handoffState struct {
 	sem       chan struct{}
 	clients   map[string]slicerv1connect.HandoffServiceClient // by task name@address
 
+	serveSem  chan struct{} // bounds FetchState calls served at once
 	serving   atomic.Int64
 	lastServe atomic.Int64 // unix nanoseconds when a fetch last started or ended here
 
@@ -329,7 +333,8 @@ func (s *Slicelet) awaitState(ctx context.Context, h assign.SliceKey) error {
 // assignment gives that task; the server must then be served with TLS
 // and ask for client certificates. Without TLS any caller that names a
 // task the assignment gives the keys to. What it costs: one stream per
-// fetch, reading entries through ExportState, at most 1 MiB a message.
+// fetch, reading entries through ExportState, at most 1 MiB a message; at
+// most 16 are served at once, the others wait for a turn.
 func (s *Slicelet) HandoffHandler() (string, http.Handler) {
 	path, h := slicerv1connect.NewHandoffServiceHandler(handoffServer{s}, connect.WithReadMaxBytes(4096),
 		connect.WithSendMaxBytes(2*maxHandoffChunk))
@@ -378,6 +383,12 @@ func (h handoffServer) FetchState(ctx context.Context, req *connect.Request[slic
 			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("generation %d does not give [%#x, %#x) to task %q", a.Generation, a.Slices[i].Start, a.Slices[i].End, m.GetTask()))
 		}
 	}
+	select {
+	case s.handoff.serveSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.handoff.serveSem }()
 	s.handoff.serving.Add(1)
 	s.handoff.lastServe.Store(time.Now().UnixNano())
 	defer func() {

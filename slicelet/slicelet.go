@@ -104,6 +104,7 @@ func New(cfg Config) (*Slicelet, error) {
 		httpClient: api.NewH2CClient(),
 		changed:    make(chan struct{}),
 	}
+	s.handoff.serveSem = make(chan struct{}, maxConcurrentServes)
 	s.strong.base = time.Now()
 	s.strong.kick = make(chan struct{}, 1)
 	s.strong.recent = make(map[uint64]*assign.Assignment)
