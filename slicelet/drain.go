@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 )
 
@@ -35,6 +36,7 @@ func (s *Slicelet) Drain(ctx context.Context) error {
 	members, unsubscribe := n.Changes()
 	defer unsubscribe()
 	start := time.Now()
+	var owned []assign.Slice // what the task served before it emptied
 	for {
 		s.listenMu.Lock()
 		v, changed := s.view.Load(), s.changed
@@ -42,9 +44,12 @@ func (s *Slicelet) Drain(ctx context.Context) error {
 		if v == nil || len(v.owned) == 0 {
 			s.log.Info("slicelet: drained", "took", time.Since(start))
 			// The tasks that took the keys fetch their state from here.
-			s.awaitFetches(ctx)
+			if v != nil && len(owned) > 0 {
+				s.awaitFetches(ctx, start, s.gainers(v.table.Assignment(), owned))
+			}
 			return nil
 		}
+		owned = v.owned
 		if why := nowhere(n.Peers(), s.cfg.Job, s.cfg.Task); why != "" {
 			s.log.Info("slicelet: not waiting for the drain: "+why, "owned_ranges", len(v.owned))
 			return nil

@@ -77,7 +77,11 @@ type handoffState struct {
 	sem       chan struct{}
 	clients   map[string]slicerv1connect.HandoffServiceClient // by task name@address
 
-	serveSem  chan struct{} // bounds FetchState calls served at once
+	serveSem chan struct{} // bounds FetchState calls served at once
+	// fetchedBy is when each task last finished a fetch served here, and
+	// served is closed, and replaced, as each one does. Guarded by mu.
+	fetchedBy map[string]time.Time
+	served    chan struct{}
 	serving   atomic.Int64
 	lastServe atomic.Int64 // unix nanoseconds when a fetch last started or ended here
 
@@ -392,6 +396,11 @@ func (h handoffServer) FetchState(ctx context.Context, req *connect.Request[slic
 	s.handoff.serving.Add(1)
 	s.handoff.lastServe.Store(time.Now().UnixNano())
 	defer func() {
+		s.handoff.mu.Lock()
+		s.handoff.fetchedBy[m.GetTask()] = time.Now()
+		close(s.handoff.served)
+		s.handoff.served = make(chan struct{})
+		s.handoff.mu.Unlock()
 		s.handoff.lastServe.Store(time.Now().UnixNano())
 		s.handoff.serving.Add(-1)
 	}()
@@ -443,20 +452,30 @@ func (s *Slicelet) awaitView(ctx context.Context, gen uint64) (*view, error) {
 	}
 }
 
-// awaitFetches waits, after a drain emptied the task, until no task has
-// fetched state from it for handoffGrace, or ctx ends.
-func (s *Slicelet) awaitFetches(ctx context.Context) {
+// awaitFetches waits, after a drain emptied the task, for the tasks that
+// took its keys (gainers) to fetch their state: until each has finished a
+// fetch here since the drain began (since) and none is in progress, or no
+// task has fetched for handoffGrace, or ctx ends.
+func (s *Slicelet) awaitFetches(ctx context.Context, since time.Time, gainers []string) {
 	if s.cfg.ExportState == nil {
 		return
 	}
-	since := time.Now()
+	emptied := time.Now()
 	for {
-		quiet := since
+		s.handoff.mu.Lock()
+		all, served := true, s.handoff.served
+		for _, g := range gainers {
+			if !s.handoff.fetchedBy[g].After(since) {
+				all = false
+			}
+		}
+		s.handoff.mu.Unlock()
+		quiet := emptied
 		if last := time.Unix(0, s.handoff.lastServe.Load()); last.After(quiet) {
 			quiet = last
 		}
 		wait := handoffGrace - time.Since(quiet)
-		if s.handoff.serving.Load() == 0 && wait <= 0 {
+		if s.handoff.serving.Load() == 0 && (all && len(gainers) > 0 || wait <= 0) {
 			return
 		}
 		t := time.NewTimer(max(wait, 50*time.Millisecond))
@@ -464,7 +483,25 @@ func (s *Slicelet) awaitFetches(ctx context.Context) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-served:
+			t.Stop()
 		case <-t.C:
 		}
 	}
+}
+
+// gainers returns the tasks that serve, in a, keys of owned (this task's
+// former ranges), other than this task.
+func (s *Slicelet) gainers(a *assign.Assignment, owned []assign.Slice) []string {
+	var out []string
+	for _, r := range owned {
+		for i := a.Find(r.Start); i < len(a.Slices) && a.Slices[i].Start < r.End; i++ {
+			for _, t := range a.Slices[i].Tasks {
+				if t != s.cfg.Task && !slices.Contains(out, t) {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	return out
 }

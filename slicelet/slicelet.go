@@ -105,6 +105,8 @@ func New(cfg Config) (*Slicelet, error) {
 		changed:    make(chan struct{}),
 	}
 	s.handoff.serveSem = make(chan struct{}, maxConcurrentServes)
+	s.handoff.fetchedBy = make(map[string]time.Time)
+	s.handoff.served = make(chan struct{})
 	s.strong.base = time.Now()
 	s.strong.kick = make(chan struct{}, 1)
 	s.strong.recent = make(map[uint64]*assign.Assignment)
