@@ -320,6 +320,12 @@ func (c *loadCursor) in(start, end SliceKey) float64 {
 	return sum
 }
 
+// Changes is the decision that goes from prev to next, each change of a
+// range's tasks recorded as a move with reason.
+func Changes(prev, next *Assignment, reason string) Decision {
+	return decision(prev, next, diffMoves(prev, next, reason))
+}
+
 // diffMoves records what changed from prev to next as moves with reason.
 func diffMoves(prev, next *Assignment, reason string) []Move {
 	var moves []Move

@@ -237,18 +237,13 @@ func BytesMoved(prev, next *Assignment, l Load) float64 {
 		return 0
 	}
 	var sum float64
-	for _, s := range next.Slices {
-		for k := s.Start; k < s.End; {
-			p := prev.Slices[prev.Find(k)]
-			end := min(s.End, p.End)
-			for _, t := range s.Tasks {
-				if !slices.Contains(p.Tasks, t) {
-					sum += l.BytesIn(k, end)
-				}
+	overlaps(prev.Slices, next.Slices, func(ps, ns *Slice, lo, hi SliceKey) {
+		for _, t := range ns.Tasks {
+			if _, ok := slices.BinarySearch(ps.Tasks, t); !ok {
+				sum += l.BytesIn(lo, hi)
 			}
-			k = end
 		}
-	}
+	})
 	return sum
 }
 

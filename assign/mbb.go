@@ -20,37 +20,25 @@ func MakeBeforeBreak(cur, next *Assignment, live []Task) (mid *Assignment, gaini
 	}
 	out := &Assignment{Job: next.Job, Generation: next.Generation, Incarnation: next.Incarnation}
 	kept := false // a live task of cur serves a key next takes from it
-	i, j := 0, 0
-	var start SliceKey
-	for start < KeySpaceEnd {
-		for cur.Slices[i].End <= start {
-			i++
-		}
-		for next.Slices[j].End <= start {
-			j++
-		}
-		end := min(cur.Slices[i].End, next.Slices[j].End)
-		tasks := slices.Clone(next.Slices[j].Tasks)
-		for _, t := range tasks {
-			if !slices.Contains(cur.Slices[i].Tasks, t) {
-				if k, found := slices.BinarySearch(gaining, t); !found {
-					gaining = slices.Insert(gaining, k, t)
-				}
+	overlaps(cur.Slices, next.Slices, func(cs, ns *Slice, lo, hi SliceKey) {
+		tasks := slices.Clone(ns.Tasks)
+		for _, t := range ns.Tasks {
+			if k, found := slices.BinarySearch(gaining, t); !found && !slices.Contains(cs.Tasks, t) {
+				gaining = slices.Insert(gaining, k, t)
 			}
 		}
-		for _, t := range cur.Slices[i].Tasks {
+		for _, t := range cs.Tasks {
 			if k, found := slices.BinarySearch(tasks, t); !found && alive[t] {
 				tasks = slices.Insert(tasks, k, t)
 				kept = true
 			}
 		}
 		if n := len(out.Slices); n > 0 && slices.Equal(out.Slices[n-1].Tasks, tasks) {
-			out.Slices[n-1].End = end
+			out.Slices[n-1].End = hi
 		} else {
-			out.Slices = append(out.Slices, Slice{Start: start, End: end, Tasks: tasks})
+			out.Slices = append(out.Slices, Slice{Start: lo, End: hi, Tasks: tasks})
 		}
-		start = end
-	}
+	})
 	if !kept {
 		return nil, nil
 	}

@@ -153,28 +153,14 @@ func (p *planner) relieveMemory() {
 	}
 	lists := make([][]cand, len(over))
 	helds := make([]int, len(over))
-	var sb []float64
-	if len(over) > 1 {
-		sb = measureBytes(p.slices, p.mem.load)
-	}
+	sb := measureBytes(p.slices, p.mem.load)
 	for si := range p.slices {
-		s := &p.slices[si]
-		b := -1.0
-		for _, t := range p.tasks(s) {
-			k, ok := over[t]
-			if !ok {
-				continue
-			}
-			if b < 0 {
-				if sb != nil {
-					b = sb[si]
-				} else {
-					b = p.mem.of(s)
+		for _, t := range p.tasks(&p.slices[si]) {
+			if k, ok := over[t]; ok {
+				helds[k]++
+				if sb[si] > 0 {
+					lists[k] = append(lists[k], cand{si, sb[si]})
 				}
-			}
-			helds[k]++
-			if b > 0 {
-				lists[k] = append(lists[k], cand{si, b})
 			}
 		}
 	}
@@ -186,48 +172,42 @@ func (p *planner) relieveMemory() {
 		cands, held := lists[k], helds[k]
 		slices.SortFunc(cands, func(a, b cand) int { return cmp.Or(cmp.Compare(a.bytes, b.bytes), cmp.Compare(a.slice, b.slice)) })
 		reason := fmt.Sprintf("task %q holds %.4g bytes, above its memory limit %.4g", p.live[t].Name, p.mem.bytes[t], p.mem.limit[t])
-		for p.mem.over(t) && held > 1 && len(cands) > 0 {
+		// done marks the candidates that moved, and those that cannot:
+		// room only shrinks while t sheds.
+		done := make([]bool, len(cands))
+		shed := func(k int) bool {
+			if done[k] {
+				return false
+			}
+			done[k] = true
+			c := cands[k]
+			s := &p.slices[c.slice]
+			if int(s.n) > minR {
+				p.removeTask(c.slice, t)
+				p.move(RemoveReplica, s, t, -1, reason)
+				return true
+			}
+			if r := p.leastFit(p.tasks(s), c.bytes); r >= 0 {
+				p.removeTask(c.slice, t)
+				p.addTask(c.slice, r)
+				p.move(Reassign, s, t, r, reason)
+				return true
+			}
+			return false
+		}
+		for ; p.mem.over(t) && held > 1; held-- {
 			// The smallest slice that brings t within its limit first,
 			// then the larger ones, then the smaller ones largest first.
-			excess := p.mem.bytes[t] - p.mem.limit[t]
-			i, _ := slices.BinarySearchFunc(cands, excess, func(c cand, x float64) int { return cmp.Compare(c.bytes, x) })
-			order := make([]int, 0, len(cands))
-			for k := i; k < len(cands); k++ {
-				order = append(order, k)
+			first, _ := slices.BinarySearchFunc(cands, p.mem.bytes[t]-p.mem.limit[t], func(c cand, x float64) int { return cmp.Compare(c.bytes, x) })
+			moved := false
+			for k := first; k < len(cands) && !moved; k++ {
+				moved = shed(k)
 			}
-			for k := i - 1; k >= 0; k-- {
-				order = append(order, k)
+			for k := first - 1; k >= 0 && !moved; k-- {
+				moved = shed(k)
 			}
-			moved := -1
-			var stuck []int
-			for _, k := range order {
-				c := cands[k]
-				s := &p.slices[c.slice]
-				if int(s.n) > minR {
-					p.removeTask(c.slice, t)
-					p.move(RemoveReplica, s, t, -1, reason)
-					moved = k
-					break
-				}
-				if r := p.leastFit(p.tasks(s), c.bytes); r >= 0 {
-					p.removeTask(c.slice, t)
-					p.addTask(c.slice, r)
-					p.move(Reassign, s, t, r, reason)
-					moved = k
-					break
-				}
-				// No task has room for it now, and room only shrinks
-				// while t sheds: drop it from the candidates.
-				stuck = append(stuck, k)
-			}
-			if moved < 0 {
+			if !moved {
 				break
-			}
-			held--
-			stuck = append(stuck, moved)
-			slices.Sort(stuck)
-			for j := len(stuck) - 1; j >= 0; j-- {
-				cands = slices.Delete(cands, stuck[j], stuck[j]+1)
 			}
 		}
 	}

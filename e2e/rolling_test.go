@@ -64,9 +64,10 @@ func TestRollingRestartBinary(t *testing.T) {
 			return ok && len(a.Tasks) == tasks
 		})
 	}
-	// A second more for the last task's keys.
-	testwait.Until(t, 10*time.Second, "one more second of traffic", func() bool {
-		return len(d.Seconds(from)) > int(time.Since(from).Seconds())-1 && time.Since(from) > time.Second
+	// One whole second of traffic after the last restart, for its keys.
+	last := time.Now()
+	testwait.Until(t, 10*time.Second, "a second of traffic after the last restart", func() bool {
+		return len(d.Seconds(last.Add(time.Second))) > 0
 	})
 	cancel()
 	<-done

@@ -293,6 +293,7 @@ func (a *Assigner) Run(ctx context.Context) error {
 	a.mu.Unlock()
 	defer func() {
 		stopDrivers()
+		a.stopFlips()
 		a.drivers.Wait()
 	}()
 	changes, unsubscribe := a.members.Changes()
@@ -488,7 +489,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		cur := j.pub.current()
 		var next *assign.Assignment
 		var decision assign.Decision
-		pending, wait := a.waitFlip(j, cur, live, why)
+		pending, wait := a.waitFlip(j, cur, live, cfg, why)
 		switch {
 		case wait:
 			return nil // the second step of a make-before-break decision goes first
@@ -564,7 +565,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		a.mu.Lock()
 		j.committed = a.loads.now()
 		if why == triggerFlip {
-			j.pending = nil
+			setPending(j, nil)
 		}
 		a.mu.Unlock()
 		j.pub.publish(next)

@@ -727,27 +727,46 @@ func TestMakeBeforeBreakDecisions(t *testing.T) {
 	t.Logf("generations %d -> %d (churn %.4f) -> %d (churn 0); slice tasks %d -> %d", first.Generation, mid.Generation,
 		assign.Churn(first, mid), flipped.Generation, slots(mid), slots(flipped))
 
-	// A task leaving while a second step waits abandons it.
-	f.report(t, skewed(), "t0", "t1", "t2")
-	as.balanceAll(ctx)
-	as.mu.Lock()
-	pending := j.pending
-	as.mu.Unlock()
-	if pending == nil {
-		t.Skip("the third decision moved nothing between live tasks; nothing to abandon")
-	}
-	members.set("kv", "t0", "t1")
-	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
-		t.Fatal(err)
-	}
-	as.mu.Lock()
-	pending = j.pending
-	as.mu.Unlock()
-	if pending != nil && pending.mid != j.pub.current().Generation {
-		t.Errorf("a stale second step is still pending")
-	}
-	if _, ok := j.pub.current().TaskIndex("t2"); ok {
-		t.Errorf("t2 left but still holds keys")
+	// A task leaving, or a configuration change, while a second step
+	// waits abandons it (each on a fresh job, whose first load decision
+	// always moves keys, as above).
+	for _, change := range []string{"a task leaves", "the configuration changes"} {
+		members := &fakeMembers{}
+		members.set("kv", "t0", "t1", "t2")
+		f := newBalanceFixture(t, members, &jcfg)
+		as, j := f.as, f.j
+		f.report(t, skewed(), "t0", "t1", "t2")
+		as.balanceAll(ctx)
+		as.mu.Lock()
+		pending := j.pending
+		as.mu.Unlock()
+		if pending == nil {
+			t.Fatalf("%s: no second step pending after the first load decision", change)
+		}
+		if change == "a task leaves" {
+			members.set("kv", "t0", "t1")
+		} else {
+			c := jcfg
+			c.MoveChurn = 0.05
+			if _, err := as.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: api.ConfigToProto(c)})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+			t.Fatal(err)
+		}
+		as.mu.Lock()
+		pending = j.pending
+		as.mu.Unlock()
+		if pending != nil && pending.mid != j.pub.current().Generation {
+			t.Errorf("%s: a stale second step is still pending", change)
+		}
+		if pending != nil && pending.mid == first.Generation+1 {
+			t.Errorf("%s: the second step was not abandoned", change)
+		}
+		if _, ok := j.pub.current().TaskIndex("t2"); ok && change == "a task leaves" {
+			t.Errorf("t2 left but still holds keys")
+		}
 	}
 }
 

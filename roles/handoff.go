@@ -33,7 +33,9 @@ type pendingFlip struct {
 	mid      uint64             // the first step's generation
 	next     *assign.Assignment // the decision, committed under mid+1
 	live     []assign.Task      // the live tasks it was taken for
+	cfg      assign.Config      // and the configuration
 	deadline time.Time
+	timer    *time.Timer // signals the deadline; stopped when the step goes
 	reason   string
 	// gaining are the tasks the first step gave keys; ready, those of
 	// them that reported ready for it.
@@ -67,36 +69,54 @@ func (a *Assigner) makeBeforeBreak(j *assignerJob, cfg assign.Config, cur, next 
 		return nil
 	}
 	d := time.Duration(cfg.HandoffDeadlineMS) * time.Millisecond
-	flip := &pendingFlip{mid: mid.Generation, next: next, live: live, deadline: time.Now().Add(d),
+	flip := &pendingFlip{mid: mid.Generation, next: next, live: live, cfg: cfg, deadline: time.Now().Add(d),
 		reason:  fmt.Sprintf("make-before-break: the gaining tasks were ready, or the %v handoff deadline passed", d),
 		gaining: make(map[string]bool, len(gaining)), ready: make(map[string]bool, len(gaining))}
 	for _, t := range gaining {
 		flip.gaining[t] = true
 	}
-	a.mu.Lock()
-	j.pending = flip
-	a.mu.Unlock()
 	name := j.name
-	time.AfterFunc(d, func() {
+	flip.timer = time.AfterFunc(d, func() {
 		select {
 		case a.flips <- name:
 		default:
 		}
 	})
+	a.mu.Lock()
+	setPending(j, flip)
+	a.mu.Unlock()
 	return mid
+}
+
+// setPending replaces j's pending second step with p (nil: none), and
+// stops the replaced step's deadline. Called with Assigner.mu held.
+func setPending(j *assignerJob, p *pendingFlip) {
+	if j.pending != nil && j.pending != p {
+		j.pending.timer.Stop()
+	}
+	j.pending = p
+}
+
+// stopFlips drops every pending second step, for Run's end.
+func (a *Assigner) stopFlips() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, j := range a.jobs {
+		setPending(j, nil)
+	}
 }
 
 // waitFlip reports whether a decision for why should wait for the job's
 // pending second step, and drops the step when the job has moved on.
-func (a *Assigner) waitFlip(j *assignerJob, cur *assign.Assignment, live []assign.Task, why trigger) (*pendingFlip, bool) {
+func (a *Assigner) waitFlip(j *assignerJob, cur *assign.Assignment, live []assign.Task, cfg assign.Config, why trigger) (*pendingFlip, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := j.pending
 	switch {
 	case p == nil:
 		return nil, false
-	case cur == nil || cur.Generation != p.mid:
-		j.pending = nil // another generation came first
+	case cur == nil || cur.Generation != p.mid || !cfg.Equal(p.cfg):
+		setPending(j, nil) // another generation or configuration came first
 		return nil, false
 	case why == triggerFlip:
 		// A stray signal (a deadline of a step a store conflict replaced)
@@ -108,7 +128,7 @@ func (a *Assigner) waitFlip(j *assignerJob, cur *assign.Assignment, live []assig
 	case why == triggerChange && slices.EqualFunc(p.live, live, func(x, y assign.Task) bool { return x == y }):
 		return p, true
 	}
-	j.pending = nil
+	setPending(j, nil)
 	return nil, false
 }
 
@@ -116,16 +136,7 @@ func (a *Assigner) waitFlip(j *assignerJob, cur *assign.Assignment, live []assig
 func flipDecision(p *pendingFlip, cur *assign.Assignment) (*assign.Assignment, assign.Decision) {
 	next := p.next.Clone()
 	next.Generation = cur.Generation + 1
-	d := assign.Decision{Changed: true, Churn: assign.Churn(cur, next)}
-	for _, s := range cur.Slices {
-		for _, t := range s.Tasks {
-			k := next.Find(s.Start)
-			if !slices.Contains(next.Slices[k].Tasks, t) {
-				d.Moves = append(d.Moves, assign.Move{Kind: assign.RemoveReplica, Start: s.Start, End: s.End, From: t, Reason: p.reason})
-			}
-		}
-	}
-	return next, d
+	return next, assign.Changes(cur, next, p.reason)
 }
 
 // overdueFlips takes the second steps whose deadlines passed without a
@@ -166,11 +177,8 @@ func (a *Assigner) ReportReady(ctx context.Context, req *connect.Request[slicerv
 		}
 		return resp, nil
 	}
-	if _, ok := slices.BinarySearch(a.liveTaskNames(m.GetJob()), m.GetTask()); !ok {
-		return nil, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip", ErrNotMember, m.GetTask(), m.GetJob()))
-	}
-	if err := a.limitReport(m.GetJob(), m.GetTask()); err != nil {
-		return nil, toConnect(err)
+	if _, err := a.acceptTaskReport(m.GetJob(), m.GetTask()); err != nil {
+		return nil, err
 	}
 	a.mu.Lock()
 	var all bool

@@ -95,20 +95,31 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	if p, forward := a.forwardTo(m.GetJob(), req.Header()); forward {
 		return a.forwardLoad(ctx, p, req)
 	}
-	live := a.liveTaskNames(m.GetJob())
-	if _, ok := slices.BinarySearch(live, m.GetTask()); !ok {
-		return nil, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
-			"start the task's Slicelet (it joins gossip before reporting) or wait until gossip has seen it join",
-			ErrNotMember, m.GetTask(), m.GetJob()))
-	}
-	if err := a.limitReport(m.GetJob(), m.GetTask()); err != nil {
-		return nil, toConnect(err)
+	live, err := a.acceptTaskReport(m.GetJob(), m.GetTask())
+	if err != nil {
+		return nil, err
 	}
 	a.loads.put(m.GetJob(), m.GetTask(), r, live)
 	a.log.Debug("load report", "job", m.GetJob(), "task", m.GetTask(), "generation", r.generation,
 		"window", r.window, "slices", len(r.rate), "rate", r.rate.Total(), "unowned_rate", r.unowned,
 		"rejected_reports", m.GetRejectedReports())
 	return connect.NewResponse(&slicerv1.ReportLoadResponse{}), nil
+}
+
+// acceptTaskReport checks that task is an alive member of job in gossip
+// and within its report rate (shared by load and readiness reports), and
+// returns the job's live task names.
+func (a *Assigner) acceptTaskReport(job, task string) ([]string, error) {
+	live := a.liveTaskNames(job)
+	if _, ok := slices.BinarySearch(live, task); !ok {
+		return nil, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
+			"start the task's Slicelet (it joins gossip before reporting) or wait until gossip has seen it join",
+			ErrNotMember, task, job))
+	}
+	if err := a.limitReport(job, task); err != nil {
+		return nil, toConnect(err)
+	}
+	return live, nil
 }
 
 // liveTaskNames lists the names of the job's alive tasks, sorted.

@@ -38,9 +38,7 @@ func (s *Slicelet) Drain(ctx context.Context) error {
 	start := time.Now()
 	var owned []assign.Slice // what the task served before it emptied
 	for {
-		s.listenMu.Lock()
-		v, changed := s.view.Load(), s.changed
-		s.listenMu.Unlock()
+		v, changed := s.currentView()
 		if v == nil || len(v.owned) == 0 {
 			s.log.Info("slicelet: drained", "took", time.Since(start))
 			// The tasks that took the keys fetch their state from here.
@@ -87,6 +85,14 @@ func nowhere(peers []gossip.Peer, job, task string) string {
 		return "gossip knows no live assigner"
 	}
 	return ""
+}
+
+// currentView returns the task's view and a channel closed when the next
+// one is installed.
+func (s *Slicelet) currentView() (*view, <-chan struct{}) {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	return s.view.Load(), s.changed
 }
 
 // Undrain ends a drain: the task takes new slices again.

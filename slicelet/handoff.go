@@ -70,22 +70,34 @@ const (
 )
 
 type handoffState struct {
-	mu        sync.Mutex
-	ctx       context.Context // Run's while it runs; nil otherwise
-	importing []*importRange
+	mu  sync.Mutex
+	ctx context.Context // Run's while it runs; nil otherwise
+	// importing holds the ranges whose state is on its way, replaced
+	// whole under mu: requests read it without a lock (awaitState).
+	importing atomic.Pointer[[]*importRange]
 	wg        sync.WaitGroup
 	sem       chan struct{}
-	clients   map[string]slicerv1connect.HandoffServiceClient // by task name@address
+	clients   map[string]handoffClient // by task name
 
 	serveSem chan struct{} // bounds FetchState calls served at once
-	// fetchedBy is when each task last finished a fetch served here, and
-	// served is closed, and replaced, as each one does. Guarded by mu.
+	// The fetches served here, guarded by mu: how many are in progress,
+	// when one last started or ended, when each task last finished one;
+	// served is closed, and replaced, as each ends.
+	serving   int
+	lastServe time.Time
 	fetchedBy map[string]time.Time
 	served    chan struct{}
-	serving   atomic.Int64
-	lastServe atomic.Int64 // unix nanoseconds when a fetch last started or ended here
 
 	fetches, failed, entries atomic.Uint64
+}
+
+// handoffClient is a client for one task at one address; hc is its own
+// only with TLS (the task's certificate is checked), and closed when
+// replaced or when Run ends.
+type handoffClient struct {
+	addr string
+	hc   *http.Client
+	c    slicerv1connect.HandoffServiceClient
 }
 
 // importRange is a range whose state is on its way.
@@ -109,7 +121,7 @@ func (s *Slicelet) startHandoff(ctx context.Context) {
 	defer s.handoff.mu.Unlock()
 	s.handoff.ctx = ctx
 	s.handoff.sem = make(chan struct{}, maxConcurrentFetches)
-	s.handoff.clients = make(map[string]slicerv1connect.HandoffServiceClient)
+	s.handoff.clients = make(map[string]handoffClient)
 }
 
 // stopHandoff waits for the fetches, which end with Run's context.
@@ -118,6 +130,25 @@ func (s *Slicelet) stopHandoff() {
 	s.handoff.ctx = nil
 	s.handoff.mu.Unlock()
 	s.handoff.wg.Wait()
+	s.handoff.mu.Lock()
+	for _, c := range s.handoff.clients {
+		if c.hc != nil {
+			c.hc.CloseIdleConnections()
+		}
+	}
+	s.handoff.clients = nil
+	s.handoff.mu.Unlock()
+}
+
+// setImporting replaces the ranges on their way by change's result.
+// Called with handoff.mu held.
+func (s *Slicelet) setImporting(change func([]*importRange) []*importRange) {
+	var cur []*importRange
+	if p := s.handoff.importing.Load(); p != nil {
+		cur = *p
+	}
+	next := change(slices.Clone(cur))
+	s.handoff.importing.Store(&next)
 }
 
 // piece is a part of a gained range and the task that held it.
@@ -158,11 +189,12 @@ func (s *Slicelet) startImports(old *view, next *assign.Assignment, assigned []a
 	}
 	imps := make([]*importRange, 0, len(pieces))
 	for _, p := range pieces {
-		imp := &importRange{start: p.start, end: p.end, done: make(chan struct{})}
-		s.handoff.importing = append(s.handoff.importing, imp)
-		imps = append(imps, imp)
+		imps = append(imps, &importRange{start: p.start, end: p.end, done: make(chan struct{})})
+	}
+	s.setImporting(func(cur []*importRange) []*importRange { return append(cur, imps...) })
+	for i, p := range pieces {
 		s.handoff.wg.Add(1)
-		go s.fetch(ctx, next.Generation, p, imp)
+		go s.fetch(ctx, next.Generation, p, imps[i])
 	}
 	return imps
 }
@@ -270,7 +302,9 @@ func (s *Slicelet) fetch(ctx context.Context, gen uint64, p piece, imp *importRa
 func (s *Slicelet) doneImporting(imp *importRange) {
 	s.handoff.mu.Lock()
 	defer s.handoff.mu.Unlock()
-	s.handoff.importing = slices.DeleteFunc(s.handoff.importing, func(x *importRange) bool { return x == imp })
+	s.setImporting(func(cur []*importRange) []*importRange {
+		return slices.DeleteFunc(cur, func(x *importRange) bool { return x == imp })
+	})
 	close(imp.done)
 }
 
@@ -279,17 +313,24 @@ func (s *Slicelet) doneImporting(imp *importRange) {
 func (s *Slicelet) handoffClient(t assign.Task) slicerv1connect.HandoffServiceClient {
 	s.handoff.mu.Lock()
 	defer s.handoff.mu.Unlock()
-	key := t.Name + "@" + t.Addr
-	if c, ok := s.handoff.clients[key]; ok {
-		return c
+	old, ok := s.handoff.clients[t.Name]
+	if ok && old.addr == t.Addr {
+		return old.c
 	}
-	hc, scheme := s.httpClient, "http://"
+	if ok && old.hc != nil {
+		old.hc.CloseIdleConnections()
+	}
+	c := handoffClient{addr: t.Addr}
+	shared, scheme := s.httpClient, "http://"
 	if s.cfg.TLS != nil {
-		hc, scheme = api.NewHTTPClient(s.cfg.TLS.ClientConfig(tlsconfig.WantTask(s.cfg.Job, t.Name))), "https://"
+		c.hc = api.NewHTTPClient(s.cfg.TLS.ClientConfig(tlsconfig.WantTask(s.cfg.Job, t.Name)))
+		shared, scheme = c.hc, "https://"
 	}
-	c := slicerv1connect.NewHandoffServiceClient(hc, scheme+t.Addr, connect.WithReadMaxBytes(2*maxHandoffChunk))
-	s.handoff.clients[key] = c
-	return c
+	c.c = slicerv1connect.NewHandoffServiceClient(shared, scheme+t.Addr, connect.WithReadMaxBytes(2*maxHandoffChunk))
+	if s.handoff.clients != nil {
+		s.handoff.clients[t.Name] = c
+	}
+	return c.c
 }
 
 // AwaitState waits until the state of key, if a handoff is bringing it to
@@ -306,15 +347,17 @@ func (s *Slicelet) AwaitStateString(ctx context.Context, key string) error {
 }
 
 func (s *Slicelet) awaitState(ctx context.Context, h assign.SliceKey) error {
-	s.handoff.mu.Lock()
+	p := s.handoff.importing.Load() // no lock: every request calls this
+	if p == nil {
+		return nil
+	}
 	var done chan struct{}
-	for _, imp := range s.handoff.importing {
+	for _, imp := range *p {
 		if imp.start <= h && h < imp.end {
 			done = imp.done
 			break
 		}
 	}
-	s.handoff.mu.Unlock()
 	if done == nil {
 		return nil
 	}
@@ -393,16 +436,18 @@ func (h handoffServer) FetchState(ctx context.Context, req *connect.Request[slic
 		return ctx.Err()
 	}
 	defer func() { <-s.handoff.serveSem }()
-	s.handoff.serving.Add(1)
-	s.handoff.lastServe.Store(time.Now().UnixNano())
+	s.handoff.mu.Lock()
+	s.handoff.serving++
+	s.handoff.lastServe = time.Now()
+	s.handoff.mu.Unlock()
 	defer func() {
 		s.handoff.mu.Lock()
-		s.handoff.fetchedBy[m.GetTask()] = time.Now()
+		defer s.handoff.mu.Unlock()
+		s.handoff.serving--
+		s.handoff.lastServe = time.Now()
+		s.handoff.fetchedBy[m.GetTask()] = s.handoff.lastServe
 		close(s.handoff.served)
 		s.handoff.served = make(chan struct{})
-		s.handoff.mu.Unlock()
-		s.handoff.lastServe.Store(time.Now().UnixNano())
-		s.handoff.serving.Add(-1)
 	}()
 	msg := &slicerv1.FetchStateResponse{}
 	size := 0
@@ -436,9 +481,7 @@ func (s *Slicelet) awaitView(ctx context.Context, gen uint64) (*view, error) {
 	t := time.NewTimer(handoffViewWait)
 	defer t.Stop()
 	for {
-		s.listenMu.Lock()
-		v, changed := s.view.Load(), s.changed
-		s.listenMu.Unlock()
+		v, changed := s.currentView()
 		if v != nil && v.table.Assignment().Generation >= gen {
 			return v, nil
 		}
@@ -463,19 +506,19 @@ func (s *Slicelet) awaitFetches(ctx context.Context, since time.Time, gainers []
 	emptied := time.Now()
 	for {
 		s.handoff.mu.Lock()
-		all, served := true, s.handoff.served
+		all, served, serving := len(gainers) > 0, s.handoff.served, s.handoff.serving
 		for _, g := range gainers {
 			if !s.handoff.fetchedBy[g].After(since) {
 				all = false
 			}
 		}
-		s.handoff.mu.Unlock()
 		quiet := emptied
-		if last := time.Unix(0, s.handoff.lastServe.Load()); last.After(quiet) {
-			quiet = last
+		if s.handoff.lastServe.After(quiet) {
+			quiet = s.handoff.lastServe
 		}
+		s.handoff.mu.Unlock()
 		wait := handoffGrace - time.Since(quiet)
-		if s.handoff.serving.Load() == 0 && (all && len(gainers) > 0 || wait <= 0) {
+		if serving == 0 && (all || wait <= 0) {
 			return
 		}
 		t := time.NewTimer(max(wait, 50*time.Millisecond))

@@ -74,16 +74,22 @@ func newHandoffTaskB(t testing.TB, task string, state map[string]string) *handof
 	return h
 }
 
+// beginImport registers an import of the whole key space, as startImports
+// does for each range, for a test to run its fetch.
+func beginImport(s *Slicelet) (*importRange, context.Context) {
+	imp := &importRange{start: 0, end: assign.KeySpaceEnd, done: make(chan struct{})}
+	s.handoff.mu.Lock()
+	defer s.handoff.mu.Unlock()
+	s.setImporting(func(cur []*importRange) []*importRange { return append(cur, imp) })
+	s.handoff.wg.Add(1)
+	return imp, s.handoff.ctx
+}
+
 // fetchFrom runs one fetch of the whole key space from the task at addr
 // and returns once it is over, as awaitState sees it.
 func (h *handoffTask) fetchFrom(t *testing.T, addr string) {
 	t.Helper()
-	imp := &importRange{start: 0, end: assign.KeySpaceEnd, done: make(chan struct{})}
-	h.handoff.mu.Lock()
-	h.handoff.importing = append(h.handoff.importing, imp)
-	ctx := h.handoff.ctx
-	h.handoff.wg.Add(1)
-	h.handoff.mu.Unlock()
+	imp, ctx := beginImport(h.Slicelet)
 	go h.fetch(ctx, 7, piece{start: 0, end: assign.KeySpaceEnd, from: assign.Task{Name: "peer", Addr: addr}}, imp)
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -227,12 +233,7 @@ func BenchmarkHandoffFetch(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		imp := &importRange{start: 0, end: assign.KeySpaceEnd, done: make(chan struct{})}
-		recv.handoff.mu.Lock()
-		recv.handoff.importing = append(recv.handoff.importing, imp)
-		ctx := recv.handoff.ctx
-		recv.handoff.wg.Add(1)
-		recv.handoff.mu.Unlock()
+		imp, ctx := beginImport(recv.Slicelet)
 		recv.fetch(ctx, 5, piece{start: 0, end: assign.KeySpaceEnd, from: assign.Task{Name: "a", Addr: strings.TrimPrefix(ts.URL, "http://")}}, imp)
 	}
 	b.StopTimer()
