@@ -26,7 +26,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -35,7 +34,6 @@ import (
 
 	"github.com/slicerd/slicerd/bench/internal/benchproc"
 	"github.com/slicerd/slicerd/bench/loadshift"
-	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/slicelet"
 )
 
@@ -238,12 +236,9 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 
 	// The job's redundancy before any task joins, so the first assignment
 	// already allows replicas.
-	jctx, jcancel := context.WithTimeout(ctx, 30*time.Second)
-	out, err := exec.CommandContext(jctx, o.slicerd, "job", "set", "--addr", started.RPC,
-		"--min-redundancy", "1", "--max-redundancy", strconv.Itoa(o.maxRedundancy), "kv").CombinedOutput()
-	jcancel()
-	if err != nil {
-		return nil, fmt.Errorf("slicerd job set: %w: %s", err, out)
+	if err := benchproc.Command(ctx, o.slicerd, "job", "set", "--addr", started.RPC,
+		"--min-redundancy", "1", "--max-redundancy", strconv.Itoa(o.maxRedundancy), "kv"); err != nil {
+		return nil, err
 	}
 
 	for i := range o.tasks {
@@ -262,17 +257,11 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 		}
 	}
 
-	ck, err := clerk.New(clerk.Config{Job: "kv", Addrs: []string{started.RPC}})
+	ck, stopClerk, err := benchproc.RunClerk(ctx, "kv", started.RPC, o.tasks)
 	if err != nil {
 		return nil, err
 	}
-	cctx, ccancel := context.WithCancel(ctx)
-	cdone := make(chan error, 1)
-	go func() { cdone <- ck.Run(cctx) }()
-	defer func() { ccancel(); <-cdone }()
-	if err := benchproc.WaitTasks(ctx, ck, o.tasks, 60*time.Second); err != nil {
-		return nil, err
-	}
+	defer stopClerk()
 	say("assignment generation %d over %d tasks; offering %g req/s", ck.Generation(), o.tasks, o.load.Rate)
 
 	d, err := loadshift.NewDriver(o.load, ck, nil)
@@ -297,11 +286,8 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 		Tasks: o.tasks, Keys: o.load.Keys, Exponent: o.load.Exponent, Rate: o.load.Rate,
 		Period: o.measure.Period.Seconds(), Window: o.measure.Window, Thresh: o.measure.Threshold}
 	if o.freeze {
-		jctx, jcancel := context.WithTimeout(ctx, 30*time.Second)
-		out, err := exec.CommandContext(jctx, o.slicerd, "job", "freeze", "--addr", started.RPC, "kv").CombinedOutput()
-		jcancel()
-		if err != nil {
-			return nil, fmt.Errorf("slicerd job freeze: %w: %s", err, out)
+		if err := benchproc.Command(ctx, o.slicerd, "job", "freeze", "--addr", started.RPC, "kv"); err != nil {
+			return nil, err
 		}
 		rep.Frozen, rep.FrozenGeneration = true, ck.Generation()
 		say("job frozen at generation %d", rep.FrozenGeneration)

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -29,7 +28,6 @@ import (
 
 	"github.com/slicerd/slicerd/bench/cachetraffic"
 	"github.com/slicerd/slicerd/bench/internal/benchproc"
-	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/examples/kvcache"
 )
 
@@ -162,11 +160,8 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	procs["slicerd"] = sd
 	say("slicerd rpc %s; logs in %s", started.RPC, logDir)
 	if o.handoffDeadline > 0 {
-		jctx, jcancel := context.WithTimeout(ctx, 30*time.Second)
-		out, err := exec.CommandContext(jctx, o.slicerd, "job", "set", "--addr", started.RPC, "--handoff-deadline", o.handoffDeadline.String(), "kv").CombinedOutput()
-		jcancel()
-		if err != nil {
-			return nil, fmt.Errorf("slicerd job set: %w: %s", err, out)
+		if err := benchproc.Command(ctx, o.slicerd, "job", "set", "--addr", started.RPC, "--handoff-deadline", o.handoffDeadline.String(), "kv"); err != nil {
+			return nil, err
 		}
 	}
 	startTask := func(name string, n int) (*benchproc.Proc, error) {
@@ -190,17 +185,11 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 		procs[name] = p
 	}
 
-	ck, err := clerk.New(clerk.Config{Job: "kv", Addrs: []string{started.RPC}})
+	ck, stopClerk, err := benchproc.RunClerk(ctx, "kv", started.RPC, o.tasks)
 	if err != nil {
 		return nil, err
 	}
-	cctx, ccancel := context.WithCancel(ctx)
-	cdone := make(chan error, 1)
-	go func() { cdone <- ck.Run(cctx) }()
-	defer func() { ccancel(); <-cdone }()
-	if err := benchproc.WaitTasks(ctx, ck, o.tasks, 60*time.Second); err != nil {
-		return nil, err
-	}
+	defer stopClerk()
 	d, err := cachetraffic.New(o.traffic, kvcache.NewClient(ck, nil))
 	if err != nil {
 		return nil, err

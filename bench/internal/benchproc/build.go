@@ -77,3 +77,33 @@ func Sleep(ctx context.Context, d time.Duration) error {
 
 // SleepUntil waits until t, or until ctx ends.
 func SleepUntil(ctx context.Context, t time.Time) error { return Sleep(ctx, time.Until(t)) }
+
+// Command runs a short slicerd command (e.g. "job", "set", ...) to
+// completion, within 30 s, and returns its output in the error when it
+// fails.
+func Command(ctx context.Context, slicerd string, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, slicerd, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("slicerd %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// RunClerk starts a Clerk of job streaming from addr and waits until its
+// assignment names n tasks; stop ends it.
+func RunClerk(ctx context.Context, job, addr string, n int) (ck *clerk.Clerk, stop func(), err error) {
+	ck, err = clerk.New(clerk.Config{Job: job, Addrs: []string{addr}})
+	if err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ck.Run(cctx) }()
+	stop = func() { cancel(); <-done }
+	if err := WaitTasks(ctx, ck, n, 60*time.Second); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return ck, stop, nil
+}
