@@ -80,7 +80,7 @@ func evenSplitMoves(a *Assignment, reason string) []Move {
 	var moves []Move
 	for _, s := range a.Slices {
 		for _, t := range s.Tasks {
-			moves = append(moves, Move{Kind: Reassign, Start: s.Start, End: s.End, To: t, Reason: reason})
+			moves = append(moves, Move{Kind: Reassign, Start: s.Start, End: s.End, To: t, Reason: reason, Phase: PhaseEvenSplit})
 		}
 	}
 	return moves

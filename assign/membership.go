@@ -30,11 +30,7 @@ func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config
 	}
 	p := newPlanner(prev, tasks, cfg.WithDefaults())
 	p.mem = newMemory(p, load)
-	p.replaceDeparted()
-	p.enforceRedundancy()
-	p.placeJoined()
-	p.relieveMemory()
-	p.applyPins()
+	p.membershipPhases()
 	next := p.assignment(job, gen)
 	return next, decision(prev, next, p.moves), nil
 }

@@ -50,7 +50,24 @@ type Move struct {
 	From   string // task losing the range; empty for AddReplica, Split and Merge
 	To     string // task gaining the range; empty for RemoveReplica, Split and Merge
 	Reason string
+	// Phase names the step of the algorithm that took the move (one of
+	// the Phase constants); empty for algorithms without phases.
+	Phase string
 }
+
+// Phases of the weighted-move algorithm and of Rebalance, as recorded in
+// Move.Phase.
+const (
+	PhaseEvenSplit  = "even-split" // the key space cut evenly from scratch
+	PhaseDeparted   = "departed"   // keys of departed or draining tasks placed again
+	PhaseRedundancy = "redundancy" // slices brought within the job's redundancy
+	PhaseJoined     = "joined"     // tasks holding nothing took their share
+	PhaseMemory     = "memory"     // tasks past their memory limit relieved
+	PhasePins       = "pins"       // operator pins applied
+	PhaseMerge      = "merge"      // adjacent slices merged
+	PhaseMove       = "move"       // load moved off the hottest tasks
+	PhaseSplit      = "split"      // hot slices split
+)
 
 // String renders the move for logs, e.g.
 // "reassign [0x0, 0x2aaaaaaaaaaaaaaa) b -> a: task "b" left the job".
@@ -124,18 +141,18 @@ func Rebalance(prev *Assignment, live []Task, cfg Config) (*Assignment, Decision
 	var next *Assignment
 	var moves []Move
 	if p := newPlanner(prev, tasks, cfg); p != nil {
-		p.replaceDeparted()
-		p.enforceRedundancy()
-		p.placeJoined()
-		p.applyPins()
-		p.mergeAdjacent()
+		p.phase(PhaseDeparted, p.replaceDeparted)
+		p.phase(PhaseRedundancy, p.enforceRedundancy)
+		p.phase(PhaseJoined, p.placeJoined)
+		p.phase(PhasePins, p.applyPins)
+		p.phase(PhaseMerge, p.mergeAdjacent)
 		next = p.assignment(prev.Job, prev.Generation+1)
 		moves = p.moves
 	} else {
 		next = evenSplit(prev.Job, prev.Generation+1, openTasks(tasks), cfg)
 		for _, s := range next.Slices {
 			for _, t := range s.Tasks {
-				moves = append(moves, Move{Kind: Reassign, Start: s.Start, End: s.End, To: t,
+				moves = append(moves, Move{Kind: Reassign, Start: s.Start, End: s.End, To: t, Phase: PhaseEvenSplit,
 					Reason: "no task of the previous assignment is live; splitting the key space evenly"})
 			}
 		}
@@ -323,6 +340,27 @@ func (p *planner) removeTask(si int, t int32) {
 	p.withoutTask(s, t)
 	p.setLoad(t, p.load[t]-sliceLoad(s))
 	p.mem.add(t, -p.mem.of(s))
+}
+
+// phase runs one phase of a decision, recording its name in the moves it
+// takes.
+func (p *planner) phase(name string, run func()) {
+	n := len(p.moves)
+	run()
+	for i := n; i < len(p.moves); i++ {
+		p.moves[i].Phase = name
+	}
+}
+
+// membershipPhases places departed tasks' keys, enforces redundancy,
+// places joiners, relieves tasks past their memory limit and applies the
+// operator's pins: every decision's first steps.
+func (p *planner) membershipPhases() {
+	p.phase(PhaseDeparted, p.replaceDeparted)
+	p.phase(PhaseRedundancy, p.enforceRedundancy)
+	p.phase(PhaseJoined, p.placeJoined)
+	p.phase(PhaseMemory, p.relieveMemory)
+	p.phase(PhasePins, p.applyPins)
 }
 
 func (p *planner) move(kind MoveKind, s *wslice, from, to int32, reason string) {

@@ -77,30 +77,26 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	p := newPlannerRoom(from, tasks, cfg, room)
 	p.moves = base
 	p.mem = newMemory(p, load)
-	p.replaceDeparted()
-	p.enforceRedundancy()
-	p.placeJoined()
-	p.relieveMemory()
-	p.applyPins()
+	p.membershipPhases()
 	if load.Total() == 0 {
-		p.mergeAdjacent()
+		p.phase(PhaseMerge, p.mergeAdjacent)
 	} else {
 		w := newWeigher(p, load)
 		if w.hottest() >= cfg.SuppressBelow {
 			if len(w.sl) < cfg.sliceFloor(len(tasks)) {
 				// Too coarse to move load in small steps (a fresh even
 				// split, say): refine first, which moves no key.
-				w.split()
+				p.phase(PhaseSplit, w.split)
 			}
-			w.merge()
-			w.moveGreedy()
-			w.split()
+			p.phase(PhaseMerge, w.merge)
+			p.phase(PhaseMove, w.moveGreedy)
+			p.phase(PhaseSplit, w.split)
 		}
 		p.slices = w.sl
 		// Phase 5 may have refined slices a task held whole (a fresh even
 		// split gives each task one): relief can now move a part.
-		p.relieveMemory()
-		p.applyPins()
+		p.phase(PhaseMemory, p.relieveMemory)
+		p.phase(PhasePins, p.applyPins)
 	}
 	next := p.assignment(job, gen)
 	return next, decision(prev, next, p.moves), nil

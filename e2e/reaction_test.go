@@ -3,10 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/bench/loadshift"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/internal/testwait"
@@ -69,6 +72,65 @@ func TestReactsToHotKeyShift(t *testing.T) {
 	answered, failed, dropped := d.Stats()
 	t.Logf("balanced %v s after the shift (first imbalance %.2f, peak %.2f; generation %d -> %d; answered %d, failed %d, dropped %d)",
 		r.ReactionSeconds, r.FirstImbalance, r.PeakImbalance, r.GenerationBefore, r.GenerationAfter, answered, failed, dropped)
+	checkWhyLoadDecision(t, node.rpcAddr, r.HotKey)
+}
+
+// checkWhyLoadDecision finds, in 'job history --moves', the key ranges the
+// newest load decision moved, picks an application key in one (hot, the
+// hot key, if it is there), and checks that 'job why' names that decision.
+func checkWhyLoadDecision(t *testing.T, addr, hot string) {
+	t.Helper()
+	code, out := runSlicerd(t, "job", "history", "--addr", addr, "--moves", "--limit", "0", "kv")
+	if code != 0 {
+		t.Fatalf("job history exited %d: %s", code, out)
+	}
+	decision := regexp.MustCompile(`^(\d+) +\S+ +(\S+) `)
+	move := regexp.MustCompile(`^ +move +(?:reassign|add-replica) +\[(0x[0-9a-f]+), (0x[0-9a-f]+)\) `)
+	var gen string
+	var start, end uint64
+	hotMoved := false
+	for _, line := range strings.Split(out, "\n") {
+		if m := decision.FindStringSubmatch(line); m != nil {
+			if gen != "" {
+				break // the newest load decision's moves are read
+			}
+			if m[2] == "load" {
+				gen = m[1]
+			}
+			continue
+		}
+		if m := move.FindStringSubmatch(line); m != nil && gen != "" {
+			s, _ := strconv.ParseUint(m[1], 0, 64)
+			e, _ := strconv.ParseUint(m[2], 0, 64)
+			if e-s > end-start { // the widest range the decision moved
+				start, end = s, e
+			}
+			if h := assign.HashString(hot); s <= h && h < e {
+				hotMoved = true
+			}
+		}
+	}
+	if gen == "" || start == end {
+		t.Fatalf("job history shows no load decision that moved keys:\n%s", out)
+	}
+	// An application key in the range, if one is found quickly (hot
+	// keys' slices may be a few keys wide); else the slice key itself.
+	args := []string{"job", "why", "--addr", addr, "--slice-key", "kv", fmt.Sprint(start)}
+	if hotMoved {
+		args = []string{"job", "why", "--addr", addr, "kv", hot}
+	}
+	for i := 0; i < 1<<20 && !hotMoved; i++ {
+		if k := fmt.Sprintf("key-%d", i); start <= assign.HashString(k) && assign.HashString(k) < end {
+			args = []string{"job", "why", "--addr", addr, "kv", k}
+			break
+		}
+	}
+	key := args[len(args)-1]
+	code, out = runSlicerd(t, args...)
+	if code != 0 || !strings.Contains(out, "generation "+gen+" at ") || !strings.Contains(out, ", load: ") {
+		t.Fatalf("job why kv %s exited %d without naming load decision %s:\n%s", key, code, gen, out)
+	}
+	t.Logf("job why kv %s:\n%s", key, out)
 }
 
 // startKVReporting starts a kvserver task that reports its load every

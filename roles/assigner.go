@@ -489,6 +489,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		cur := j.pub.current()
 		var next *assign.Assignment
 		var decision assign.Decision
+		algorithm := ""
 		pending, wait := a.waitFlip(j, cur, live, cfg, why)
 		switch {
 		case wait:
@@ -500,6 +501,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		case len(live) == 0:
 			next = takeoverAssignment(cur) // only a takeover gets here
 		default:
+			algorithm = a.algorithmFor(cur, live, cfg, why)
 			next, decision, err = a.decide(name, cur, live, load, cfg, why)
 			if err != nil {
 				return fmt.Errorf("compute assignment: %w", err)
@@ -527,10 +529,13 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 				"churn", decision.Churn, "moves", len(decision.Moves))
 			return nil
 		}
+		entry := a.historyEntry(name, cur, cfg.Controls(live), why, algorithm, decision, load, before, after)
 		if mid := a.makeBeforeBreak(j, cfg, cur, next, live, why); mid != nil {
 			a.log.Info("make-before-break: the gaining tasks serve beside the losing ones until the handoff deadline",
 				"job", name, "generation", mid.Generation, "deadline_ms", cfg.HandoffDeadlineMS)
 			next = mid
+			entry.Detail += "; make-before-break: the gaining tasks serve beside the losing ones until they are ready"
+			entry.ImbalanceAfter = finite(assign.ImbalanceWith(mid, load, live))
 		}
 		// The lease is checked again just before the write: one that ran
 		// out while the decision was computed stops it here, and one
@@ -540,7 +545,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			a.log.Warn("job lease ran out before the commit; not writing the job", "job", name, "generation", next.Generation)
 			return nil
 		}
-		err = a.commit(ctx, name, held.Epoch, prevGen, next)
+		err = a.commit(ctx, name, held.Epoch, prevGen, next, entry)
 		if errors.Is(err, storage.ErrFenced) {
 			a.leader.Lost(name, err)
 			return nil
@@ -582,10 +587,14 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 	return fmt.Errorf("gave up after %d conflicting commits", maxCommitAttempts)
 }
 
-// commit stores next fenced by the job lease's epoch.
-func (a *Assigner) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error {
+// commit stores next fenced by the job lease's epoch, recording the
+// decision in the job's history when the store keeps one.
+func (a *Assigner) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e storage.HistoryEntry) error {
 	if a.fencer == nil {
 		return fmt.Errorf("%w: the store (%T) cannot fence commits by the job lease", ErrConfig, a.store)
+	}
+	if h, ok := a.store.(storage.Historian); ok {
+		return h.CommitRecorded(ctx, job, epoch, prevGen, next, e)
 	}
 	return a.fencer.CommitFenced(ctx, job, epoch, prevGen, next)
 }

@@ -129,6 +129,8 @@ var procedureAccess = map[string]access{
 	slicerv1connect.BackupServiceGetAssignmentProcedure:        accessAuthenticated,
 	slicerv1connect.JobServiceListJobsProcedure:                accessAuthenticated,
 	slicerv1connect.JobServiceGetJobProcedure:                  accessAuthenticated,
+	slicerv1connect.JobServiceGetJobHistoryProcedure:           accessAuthenticated,
+	slicerv1connect.JobServiceExplainKeyProcedure:              accessAuthenticated,
 	slicerv1connect.JobServiceSetJobConfigProcedure:            accessAdminOrAssigner,
 	slicerv1connect.JobServiceDeleteJobProcedure:               accessAdminOrAssigner,
 	slicerv1connect.LoadServiceReportLoadProcedure:             accessTaskOrAssigner,

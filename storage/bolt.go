@@ -278,7 +278,7 @@ func (b *Bolt) Load(ctx context.Context, job string) (Record, error) {
 
 // Commit implements Store.
 func (b *Bolt) Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error {
-	return b.commit(ctx, job, 0, prevGen, next)
+	return b.commit(ctx, job, 0, prevGen, next, nil)
 }
 
 // CommitFenced implements Fencer: the epoch is checked against the one the
@@ -287,11 +287,51 @@ func (b *Bolt) CommitFenced(ctx context.Context, job string, epoch, prevGen uint
 	if epoch == 0 {
 		return fmt.Errorf("%w: commit job %q: a fenced commit needs the job lease's epoch, not 0", ErrInvalid, job)
 	}
-	return b.commit(ctx, job, epoch, prevGen, next)
+	return b.commit(ctx, job, epoch, prevGen, next, nil)
 }
 
-// commit is Commit, fenced by epoch unless it is 0.
-func (b *Bolt) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error {
+// CommitRecorded implements Historian.
+func (b *Bolt) CommitRecorded(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e HistoryEntry) error {
+	if epoch == 0 {
+		return fmt.Errorf("%w: commit job %q: a fenced commit needs the job lease's epoch, not 0", ErrInvalid, job)
+	}
+	if err := checkHistoryEntry(e); err != nil {
+		return fmt.Errorf("%w: commit job %q: history entry: %w", ErrInvalid, job, err)
+	}
+	return b.commit(ctx, job, epoch, prevGen, next, &e)
+}
+
+// History implements Historian.
+func (b *Bolt) History(ctx context.Context, job string, limit int) ([]HistoryEntry, error) {
+	if err := b.check(ctx, "read history of", job); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > HistoryLimit {
+		limit = HistoryLimit
+	}
+	var raw [][]byte
+	err := b.view(func(tx *bbolt.Tx) error {
+		raw = readHistory(tx, job, limit)
+		return nil
+	})
+	if err != nil {
+		return nil, b.opError("read history of", job, err)
+	}
+	out := make([]HistoryEntry, 0, len(raw))
+	for _, v := range raw {
+		e, err := DecodeHistoryEntry(v)
+		if err != nil {
+			b.log.Warn("history entry left out", "job", job, "err", err)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// commit is Commit, fenced by epoch unless it is 0, recording e in the
+// job's history unless it is nil.
+func (b *Bolt) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e *HistoryEntry) error {
 	if err := b.checkWrite(ctx, "commit", job); err != nil {
 		return err
 	}
@@ -316,7 +356,11 @@ func (b *Bolt) commit(ctx context.Context, job string, epoch, prevGen uint64, ne
 		}
 		var err error
 		stored, err = writeAssignment(tx, job, prevGen, stamped, enc)
-		return err
+		if err != nil || e == nil {
+			return err
+		}
+		e.Generation = stored.Generation
+		return writeHistory(tx, job, *e)
 	})
 	if err != nil {
 		var (

@@ -27,6 +27,11 @@ import (
 //	deleted/                   bucket, created by the first Delete
 //	    <job name>             the generation the job was deleted at,
 //	                           uint64, 8 bytes big-endian
+//	history/                   bucket, created by the first recorded decision
+//	    <job name>/            bucket, one per job with history
+//	        <generation>       the decision that committed it (HistoryEntry
+//	                           as JSON), keyed by generation, uint64, 8 bytes
+//	                           big-endian; the newest HistoryLimit kept
 //	leases/                    bucket, created by the first lease write
 //	    <job name>             the embedded lease manager's state of the
 //	                           job (package lease): the job lease's epoch,
@@ -76,6 +81,7 @@ var (
 	bucketJobs    = []byte("jobs")
 	bucketDeleted = []byte("deleted")
 	bucketLeases  = []byte("leases")
+	bucketHistory = []byte("history")
 	keyCurrent    = []byte("current")
 	keyPrevious   = []byte("previous")
 	keyConfig     = []byte("config")
@@ -402,7 +408,61 @@ func deleteJob(tx *bbolt.Tx, job string) error {
 	if err := del.Put([]byte(job), EncodeGeneration(floor)); err != nil {
 		return err
 	}
+	if h := tx.Bucket(bucketHistory); h != nil && h.Bucket([]byte(job)) != nil {
+		if err := h.DeleteBucket([]byte(job)); err != nil {
+			return err
+		}
+	}
 	return jobs.DeleteBucket([]byte(job))
+}
+
+// writeHistory records e under its generation in the job's history and
+// drops the entries below HistoryFloor.
+func writeHistory(tx *bbolt.Tx, job string, e HistoryEntry) error {
+	v, err := EncodeHistoryEntry(e)
+	if err != nil {
+		return err
+	}
+	h, err := tx.CreateBucketIfNotExists(bucketHistory)
+	if err != nil {
+		return err
+	}
+	jh, err := h.CreateBucketIfNotExists([]byte(job))
+	if err != nil {
+		return err
+	}
+	if err := jh.Put(historyKey(e.Generation), v); err != nil {
+		return err
+	}
+	floor := historyKey(HistoryFloor(e.Generation))
+	c := jh.Cursor()
+	for k, _ := c.First(); k != nil && bytes.Compare(k, floor) < 0; k, _ = c.First() {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readHistory copies out the job's newest limit history values, newest
+// first.
+func readHistory(tx *bbolt.Tx, job string, limit int) [][]byte {
+	h := tx.Bucket(bucketHistory)
+	if h == nil {
+		return nil
+	}
+	jh := h.Bucket([]byte(job))
+	if jh == nil {
+		return nil
+	}
+	var out [][]byte
+	c := jh.Cursor()
+	for k, v := c.Last(); k != nil && len(out) < limit; k, v = c.Prev() {
+		if v != nil {
+			out = append(out, bytes.Clone(v))
+		}
+	}
+	return out
 }
 
 // deletedAt is the generation the job was last deleted at, 0 if never.

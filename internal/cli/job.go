@@ -96,7 +96,7 @@ func JobCommand() *cli.Command {
 				Action:    func(c *cli.Context) error { return jobWatch(c) },
 			},
 			jobDeleteCommand(),
-		}, pinCommands()...),
+		}, append(pinCommands(), historyCommands()...)...),
 	}
 }
 

@@ -36,6 +36,32 @@ func (s sharedStore) CommitFenced(ctx context.Context, job string, epoch, prevGe
 	return fencer(s.Store).CommitFenced(ctx, job, epoch, prevGen, next)
 }
 
+// CommitRecorded passes a recorded commit on to the shared store.
+func (s sharedStore) CommitRecorded(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e storage.HistoryEntry) error {
+	return commitRecorded(s.Store, ctx, job, epoch, prevGen, next, e)
+}
+
+// History reads the shared store's history of job.
+func (s sharedStore) History(ctx context.Context, job string, limit int) ([]storage.HistoryEntry, error) {
+	return history(s.Store, ctx, job, limit)
+}
+
+// commitRecorded is s's recorded commit, or its fenced commit when it
+// keeps no history.
+func commitRecorded(s storage.Store, ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e storage.HistoryEntry) error {
+	if h, ok := s.(storage.Historian); ok {
+		return h.CommitRecorded(ctx, job, epoch, prevGen, next, e)
+	}
+	return fencer(s).CommitFenced(ctx, job, epoch, prevGen, next)
+}
+
+func history(s storage.Store, ctx context.Context, job string, limit int) ([]storage.HistoryEntry, error) {
+	if h, ok := s.(storage.Historian); ok {
+		return h.History(ctx, job, limit)
+	}
+	return nil, nil
+}
+
 // fencer is s's fenced commit; a store without one fences every commit
 // out, so that a test using it fails clearly.
 func fencer(s storage.Store) storage.Fencer {
@@ -103,6 +129,18 @@ func (r recording) CommitFenced(ctx context.Context, job string, epoch, prevGen 
 		r.log(job, epoch, prevGen, next)
 	}
 	return err
+}
+
+func (r recording) CommitRecorded(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e storage.HistoryEntry) error {
+	err := commitRecorded(r.Store, ctx, job, epoch, prevGen, next, e)
+	if err == nil {
+		r.log(job, epoch, prevGen, next)
+	}
+	return err
+}
+
+func (r recording) History(ctx context.Context, job string, limit int) ([]storage.HistoryEntry, error) {
+	return history(r.Store, ctx, job, limit)
 }
 
 func (r recording) log(job string, epoch, prevGen uint64, next *assign.Assignment) {

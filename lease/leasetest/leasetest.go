@@ -60,6 +60,7 @@ func Run(t *testing.T, o Opener) {
 		{"Expiry", testExpiry},
 		{"RacingAcquirers", testRacingAcquirers},
 		{"FencedCommit", testFencedCommit},
+		{"History", testHistory},
 		{"FencedAfterExpiry", testFencedAfterExpiry},
 		{"SetReadRecall", testSetReadRecall},
 		{"ReaderExpiry", testReaderExpiry},
@@ -280,6 +281,74 @@ func testFencedCommit(t *testing.T, o Opener) {
 	// A job whose lease was never granted fences every epoch out.
 	err = p.S.CommitFenced(ctx, "never", b.Epoch, 0, storagetest.Assignment("never", 1, 1, 1))
 	wantErr(t, "a fenced commit of a job nobody leased", err, storage.ErrFenced)
+}
+
+// testHistory: a recorded commit writes its decision with the stored
+// generation in the same write; a commit that fails records nothing; the
+// newest storage.HistoryLimit are kept, newest first; deleting the job
+// deletes its history; a job created again keeps numbering above.
+func testHistory(t *testing.T, o Opener) {
+	p := open(t, o)
+	h, ok := p.S.(storage.Historian)
+	if !ok {
+		t.Skipf("%T keeps no decision history", p.S)
+	}
+	ctx := context.Background()
+	a := mustAcquire(t, p.M, "j", "a", long)
+	if got, err := h.History(ctx, "j", 0); err != nil || len(got) != 0 {
+		t.Fatalf("History of a job without one = %v, %v; want none", got, err)
+	}
+	entry := func(gen uint64) storage.HistoryEntry {
+		return storage.HistoryEntry{Generation: 999, Cause: storage.CauseLoad, Detail: fmt.Sprint("decision ", gen),
+			Churn: 0.05, ImbalanceBefore: 1.5, ImbalanceAfter: 1.1,
+			Moves: []storage.HistoryMove{{Phase: "move", Kind: "reassign", Start: 10, End: 20, From: "t1", To: "t2", Reason: "hot"}}}
+	}
+	n := uint64(storage.HistoryLimit + 5)
+	for gen := uint64(1); gen <= n; gen++ {
+		if err := h.CommitRecorded(ctx, "j", a.Epoch, gen-1, storagetest.Assignment("j", gen, 2, 1), entry(gen)); err != nil {
+			t.Fatalf("CommitRecorded generation %d: %v", gen, err)
+		}
+	}
+	// A conflicting commit and a fenced one record nothing.
+	err := h.CommitRecorded(ctx, "j", a.Epoch, 1, storagetest.Assignment("j", n+1, 2, 1), entry(n+1))
+	wantErr(t, "a recorded commit on a stale generation", err, storage.ErrConflict)
+	err = h.CommitRecorded(ctx, "j", a.Epoch+1000, n, storagetest.Assignment("j", n+1, 2, 1), entry(n+1))
+	wantErr(t, "a recorded commit under another epoch", err, storage.ErrFenced)
+	bad := entry(n + 1)
+	bad.Moves[0].End = bad.Moves[0].Start
+	err = h.CommitRecorded(ctx, "j", a.Epoch, n, storagetest.Assignment("j", n+1, 2, 1), bad)
+	wantErr(t, "a recorded commit with an invalid entry", err, storage.ErrInvalid)
+	if rec, err := p.S.Load(ctx, "j"); err != nil || rec.Generation() != n {
+		t.Fatalf("after the failed commits the store holds generation %d (%v), want %d", rec.Generation(), err, n)
+	}
+	got, err := h.History(ctx, "j", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != storage.HistoryLimit {
+		t.Fatalf("History kept %d entries, want %d", len(got), storage.HistoryLimit)
+	}
+	for i, e := range got {
+		want := n - uint64(i)
+		if e.Generation != want || e.Detail != fmt.Sprint("decision ", want) || len(e.Moves) != 1 || e.Moves[0].To != "t2" {
+			t.Fatalf("History[%d] = %+v; want generation %d's decision, newest first", i, e, want)
+		}
+	}
+	if got, err := h.History(ctx, "j", 3); err != nil || len(got) != 3 || got[2].Generation != n-2 {
+		t.Fatalf("History limited to 3 = %+v, %v", got, err)
+	}
+	if err := p.S.Delete(ctx, "j"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.History(ctx, "j", 0); err != nil || len(got) != 0 {
+		t.Fatalf("History after Delete = %d entries, %v; want none", len(got), err)
+	}
+	if err := h.CommitRecorded(ctx, "j", a.Epoch, 0, storagetest.Assignment("j", 1, 2, 1), entry(1)); err != nil {
+		t.Fatalf("CommitRecorded after Delete: %v", err)
+	}
+	if got, err := h.History(ctx, "j", 0); err != nil || len(got) != 1 || got[0].Generation != n+1 {
+		t.Fatalf("History of the job created again = %+v, %v; want one entry at generation %d", got, err, n+1)
+	}
 }
 
 // testFencedAfterExpiry: once a lease expired and another holder took it,

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
 )
 
 // The key layout under a store's prefix, in one place:
@@ -22,6 +23,10 @@ import (
 //	                                revision is the lease's epoch
 //	<prefix>leases/<job>/...        the guard and bridge leases and their
 //	                                readers, laid out by package lease
+//	<prefix>history/<job>/<gen>     the decision that committed generation
+//	                                <gen> (16 hex digits), storage.HistoryEntry
+//	                                as JSON; the newest storage.HistoryLimit
+//	                                kept, deleted with the job
 //
 // The values are encoded exactly as in the bbolt file (storage.Encode*).
 // Job names cannot contain '/', so a job's keys are exactly those under
@@ -63,6 +68,10 @@ func (k keys) config(job string) string   { return k.job(job) + leafConfig }
 func (k keys) deleted(job string) string  { return k.prefix + "deleted/" + job }
 func (k keys) leases(job string) string   { return k.prefix + "leases/" + job + "/" }
 func (k keys) jobLease(job string) string { return k.leases(job) + "job" }
+func (k keys) history(job string) string  { return k.prefix + "history/" + job + "/" }
+func (k keys) historyAt(job string, gen uint64) string {
+	return k.history(job) + storage.HistoryKeyHex(gen)
+}
 
 // jobOf returns the job a key under jobs() belongs to, and its leaf.
 func (k keys) jobOf(key []byte) (job, leaf string, err error) {

@@ -360,7 +360,7 @@ func (s *Store) Load(ctx context.Context, job string) (storage.Record, error) {
 // transaction that applies only if the current and previous keys are still
 // at the revisions it read, moving current to previous.
 func (s *Store) Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error {
-	return s.commit(ctx, job, 0, prevGen, next)
+	return s.commit(ctx, job, 0, prevGen, next, nil)
 }
 
 // CommitFenced implements storage.Fencer. The job lease is the key
@@ -373,11 +373,52 @@ func (s *Store) CommitFenced(ctx context.Context, job string, epoch, prevGen uin
 	if epoch == 0 || epoch > math.MaxInt64 {
 		return fmt.Errorf("%w: commit job %q: a fenced commit needs the job lease's epoch (an etcd revision), not %d", storage.ErrInvalid, job, epoch)
 	}
-	return s.commit(ctx, job, epoch, prevGen, next)
+	return s.commit(ctx, job, epoch, prevGen, next, nil)
 }
 
-// commit is Commit, fenced by epoch unless it is 0.
-func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error {
+// CommitRecorded implements storage.Historian: the history entry is put,
+// and entries below storage.HistoryFloor deleted, in the commit's
+// transaction.
+func (s *Store) CommitRecorded(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e storage.HistoryEntry) error {
+	if epoch == 0 || epoch > math.MaxInt64 {
+		return fmt.Errorf("%w: commit job %q: a fenced commit needs the job lease's epoch (an etcd revision), not %d", storage.ErrInvalid, job, epoch)
+	}
+	if _, err := storage.EncodeHistoryEntry(e); err != nil {
+		return fmt.Errorf("%w: commit job %q: history entry: %w", storage.ErrInvalid, job, err)
+	}
+	return s.commit(ctx, job, epoch, prevGen, next, &e)
+}
+
+// History implements storage.Historian with one range read, newest first.
+func (s *Store) History(ctx context.Context, job string, limit int) ([]storage.HistoryEntry, error) {
+	if err := s.check(ctx, "read history of", job); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > storage.HistoryLimit {
+		limit = storage.HistoryLimit
+	}
+	rctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(rctx, s.keys.history(job), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(limit)))
+	if err != nil {
+		return nil, s.opError(ctx, "read history of", job, err)
+	}
+	out := make([]storage.HistoryEntry, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		e, err := storage.DecodeHistoryEntry(kv.Value)
+		if err != nil {
+			s.log.Warn("history entry left out", "job", job, "key", string(kv.Key), "err", err)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// commit is Commit, fenced by epoch unless it is 0, recording e in the
+// job's history unless it is nil.
+func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e *storage.HistoryEntry) error {
 	if err := s.checkWrite(ctx, "commit", job); err != nil {
 		return err
 	}
@@ -447,6 +488,16 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 			ops = append(ops, clientv3.OpPut(s.keys.previous(job), string(raw.cur.Value)))
 		}
 		ops = append(ops, clientv3.OpPut(s.keys.current(job), string(value)))
+		if e != nil {
+			e.Generation = stored.Generation
+			h, err := storage.EncodeHistoryEntry(*e)
+			if err != nil {
+				return fmt.Errorf("%w: commit job %q: history entry: %w", storage.ErrInvalid, job, err)
+			}
+			ops = append(ops,
+				clientv3.OpPut(s.keys.historyAt(job, stored.Generation), string(h)),
+				clientv3.OpDelete(s.keys.history(job), clientv3.WithRange(s.keys.historyAt(job, storage.HistoryFloor(stored.Generation)))))
+		}
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(s.keys.current(job)), "=", raw.rev(raw.cur)),
 			clientv3.Compare(clientv3.ModRevision(s.keys.previous(job)), "=", raw.rev(raw.prev)),
@@ -533,6 +584,7 @@ func (s *Store) Delete(ctx context.Context, job string) error {
 			).
 			Then(
 				clientv3.OpDelete(s.keys.job(job), clientv3.WithPrefix()),
+				clientv3.OpDelete(s.keys.history(job), clientv3.WithPrefix()),
 				clientv3.OpPut(s.keys.deleted(job), string(storage.EncodeGeneration(floor))),
 			).
 			Commit()

@@ -1681,6 +1681,596 @@ func (x *DeleteJobResponse) GetJob() *JobInfo {
 	return nil
 }
 
+// DecisionMove is one step of a decision that changed which tasks serve
+// the keys [start, end).
+type DecisionMove struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The algorithm's phase that took it: even-split, departed, redundancy,
+	// joined, memory, pins, merge, move or split; empty for algorithms
+	// without phases.
+	Phase string `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	// reassign, add-replica or remove-replica.
+	Kind  string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Start uint64 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	// Exclusive; at most 2^63.
+	End uint64 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	// The task losing the keys (reassign, remove-replica), and the task
+	// gaining them (reassign, add-replica).
+	From          string `protobuf:"bytes,5,opt,name=from,proto3" json:"from,omitempty"`
+	To            string `protobuf:"bytes,6,opt,name=to,proto3" json:"to,omitempty"`
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecisionMove) Reset() {
+	*x = DecisionMove{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecisionMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecisionMove) ProtoMessage() {}
+
+func (x *DecisionMove) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecisionMove.ProtoReflect.Descriptor instead.
+func (*DecisionMove) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DecisionMove) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *DecisionMove) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *DecisionMove) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *DecisionMove) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *DecisionMove) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *DecisionMove) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *DecisionMove) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// PhaseMoves counts the moves, splits and merges included, one phase of a
+// decision took.
+type PhaseMoves struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Phase         string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"`
+	Moves         uint32                 `protobuf:"varint,2,opt,name=moves,proto3" json:"moves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PhaseMoves) Reset() {
+	*x = PhaseMoves{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PhaseMoves) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PhaseMoves) ProtoMessage() {}
+
+func (x *PhaseMoves) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PhaseMoves.ProtoReflect.Descriptor instead.
+func (*PhaseMoves) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PhaseMoves) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *PhaseMoves) GetMoves() uint32 {
+	if x != nil {
+		return x.Moves
+	}
+	return 0
+}
+
+// Decision is one committed decision of a job's history.
+type Decision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation it committed.
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// When, in nanoseconds since the Unix epoch, by the Assigner's clock.
+	TimeUnixNano int64 `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// Why: initial, task-failed, task-left, task-joined, task-moved,
+	// operator, load, takeover or make-before-break; detail says more.
+	Cause  string `protobuf:"bytes,3,opt,name=cause,proto3" json:"cause,omitempty"`
+	Detail string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The Assigner that decided (its gossip name) and the algorithm it ran
+	// (empty for a takeover or a make-before-break flip).
+	Assigner  string `protobuf:"bytes,5,opt,name=assigner,proto3" json:"assigner,omitempty"`
+	Algorithm string `protobuf:"bytes,6,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	// Fraction of the key space that gained a task.
+	Churn float64 `protobuf:"fixed64,7,opt,name=churn,proto3" json:"churn,omitempty"`
+	// Max/mean task utilisation under the load measured then, of the
+	// replaced assignment and of the new one.
+	ImbalanceBefore float64 `protobuf:"fixed64,8,opt,name=imbalance_before,json=imbalanceBefore,proto3" json:"imbalance_before,omitempty"`
+	ImbalanceAfter  float64 `protobuf:"fixed64,9,opt,name=imbalance_after,json=imbalanceAfter,proto3" json:"imbalance_after,omitempty"`
+	// The job's total measured load the decision saw.
+	Load   float64       `protobuf:"fixed64,10,opt,name=load,proto3" json:"load,omitempty"`
+	Phases []*PhaseMoves `protobuf:"bytes,11,rep,name=phases,proto3" json:"phases,omitempty"`
+	// The moves that changed which tasks serve keys, in the order taken (at
+	// most 128; moves_omitted counts the rest).
+	Moves         []*DecisionMove `protobuf:"bytes,12,rep,name=moves,proto3" json:"moves,omitempty"`
+	MovesOmitted  uint32          `protobuf:"varint,13,opt,name=moves_omitted,json=movesOmitted,proto3" json:"moves_omitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Decision) Reset() {
+	*x = Decision{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Decision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Decision) ProtoMessage() {}
+
+func (x *Decision) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Decision.ProtoReflect.Descriptor instead.
+func (*Decision) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Decision) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *Decision) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *Decision) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+func (x *Decision) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *Decision) GetAssigner() string {
+	if x != nil {
+		return x.Assigner
+	}
+	return ""
+}
+
+func (x *Decision) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+func (x *Decision) GetChurn() float64 {
+	if x != nil {
+		return x.Churn
+	}
+	return 0
+}
+
+func (x *Decision) GetImbalanceBefore() float64 {
+	if x != nil {
+		return x.ImbalanceBefore
+	}
+	return 0
+}
+
+func (x *Decision) GetImbalanceAfter() float64 {
+	if x != nil {
+		return x.ImbalanceAfter
+	}
+	return 0
+}
+
+func (x *Decision) GetLoad() float64 {
+	if x != nil {
+		return x.Load
+	}
+	return 0
+}
+
+func (x *Decision) GetPhases() []*PhaseMoves {
+	if x != nil {
+		return x.Phases
+	}
+	return nil
+}
+
+func (x *Decision) GetMoves() []*DecisionMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *Decision) GetMovesOmitted() uint32 {
+	if x != nil {
+		return x.MovesOmitted
+	}
+	return 0
+}
+
+type GetJobHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The most decisions to return, newest first; 0 means all that are kept
+	// (the newest 256).
+	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetJobHistoryRequest) Reset() {
+	*x = GetJobHistoryRequest{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetJobHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetJobHistoryRequest) ProtoMessage() {}
+
+func (x *GetJobHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetJobHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetJobHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetJobHistoryRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *GetJobHistoryRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type GetJobHistoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Decisions     []*Decision            `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetJobHistoryResponse) Reset() {
+	*x = GetJobHistoryResponse{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetJobHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetJobHistoryResponse) ProtoMessage() {}
+
+func (x *GetJobHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetJobHistoryResponse.ProtoReflect.Descriptor instead.
+func (*GetJobHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetJobHistoryResponse) GetDecisions() []*Decision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+type ExplainKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// Types that are valid to be assigned to Which:
+	//
+	//	*ExplainKeyRequest_Key
+	//	*ExplainKeyRequest_SliceKey
+	Which         isExplainKeyRequest_Which `protobuf_oneof:"which"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainKeyRequest) Reset() {
+	*x = ExplainKeyRequest{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainKeyRequest) ProtoMessage() {}
+
+func (x *ExplainKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainKeyRequest.ProtoReflect.Descriptor instead.
+func (*ExplainKeyRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ExplainKeyRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ExplainKeyRequest) GetWhich() isExplainKeyRequest_Which {
+	if x != nil {
+		return x.Which
+	}
+	return nil
+}
+
+func (x *ExplainKeyRequest) GetKey() []byte {
+	if x != nil {
+		if x, ok := x.Which.(*ExplainKeyRequest_Key); ok {
+			return x.Key
+		}
+	}
+	return nil
+}
+
+func (x *ExplainKeyRequest) GetSliceKey() uint64 {
+	if x != nil {
+		if x, ok := x.Which.(*ExplainKeyRequest_SliceKey); ok {
+			return x.SliceKey
+		}
+	}
+	return 0
+}
+
+type isExplainKeyRequest_Which interface {
+	isExplainKeyRequest_Which()
+}
+
+type ExplainKeyRequest_Key struct {
+	// An application key: its slice key is XXH64(key) >> 1.
+	Key []byte `protobuf:"bytes,2,opt,name=key,proto3,oneof"`
+}
+
+type ExplainKeyRequest_SliceKey struct {
+	// A slice key, below 2^63.
+	SliceKey uint64 `protobuf:"varint,3,opt,name=slice_key,json=sliceKey,proto3,oneof"`
+}
+
+func (*ExplainKeyRequest_Key) isExplainKeyRequest_Which() {}
+
+func (*ExplainKeyRequest_SliceKey) isExplainKeyRequest_Which() {}
+
+type ExplainKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key's slice key, and the slice of the current assignment that
+	// holds it, with its tasks.
+	SliceKey uint64  `protobuf:"varint,1,opt,name=slice_key,json=sliceKey,proto3" json:"slice_key,omitempty"`
+	Slice    *Slice  `protobuf:"bytes,2,opt,name=slice,proto3" json:"slice,omitempty"`
+	Tasks    []*Task `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// The current assignment's generation.
+	Generation uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The recorded decisions that moved the key, newest first, each with
+	// only the moves whose range holds it.
+	Decisions []*Decision `protobuf:"bytes,5,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// The oldest generation the history still records (0: none is
+	// recorded). A key whose tasks no recorded decision gave it was placed
+	// before that.
+	OldestRecordedGeneration uint64 `protobuf:"varint,6,opt,name=oldest_recorded_generation,json=oldestRecordedGeneration,proto3" json:"oldest_recorded_generation,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *ExplainKeyResponse) Reset() {
+	*x = ExplainKeyResponse{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainKeyResponse) ProtoMessage() {}
+
+func (x *ExplainKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainKeyResponse.ProtoReflect.Descriptor instead.
+func (*ExplainKeyResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ExplainKeyResponse) GetSliceKey() uint64 {
+	if x != nil {
+		return x.SliceKey
+	}
+	return 0
+}
+
+func (x *ExplainKeyResponse) GetSlice() *Slice {
+	if x != nil {
+		return x.Slice
+	}
+	return nil
+}
+
+func (x *ExplainKeyResponse) GetTasks() []*Task {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *ExplainKeyResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ExplainKeyResponse) GetDecisions() []*Decision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+func (x *ExplainKeyResponse) GetOldestRecordedGeneration() uint64 {
+	if x != nil {
+		return x.OldestRecordedGeneration
+	}
+	return 0
+}
+
 // SliceLoad is the load measured on the keys [start, end) over one window.
 type SliceLoad struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1701,7 +2291,7 @@ type SliceLoad struct {
 
 func (x *SliceLoad) Reset() {
 	*x = SliceLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +2303,7 @@ func (x *SliceLoad) String() string {
 func (*SliceLoad) ProtoMessage() {}
 
 func (x *SliceLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +2316,7 @@ func (x *SliceLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceLoad.ProtoReflect.Descriptor instead.
 func (*SliceLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{22}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SliceLoad) GetStart() uint64 {
@@ -1783,7 +2373,7 @@ type ReportLoadRequest struct {
 
 func (x *ReportLoadRequest) Reset() {
 	*x = ReportLoadRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2385,7 @@ func (x *ReportLoadRequest) String() string {
 func (*ReportLoadRequest) ProtoMessage() {}
 
 func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2398,7 @@ func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadRequest.ProtoReflect.Descriptor instead.
 func (*ReportLoadRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{23}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportLoadRequest) GetJob() string {
@@ -1868,7 +2458,7 @@ type ReportLoadResponse struct {
 
 func (x *ReportLoadResponse) Reset() {
 	*x = ReportLoadResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2470,7 @@ func (x *ReportLoadResponse) String() string {
 func (*ReportLoadResponse) ProtoMessage() {}
 
 func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2483,7 @@ func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
 func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{24}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
 }
 
 // ReportReadyRequest says a task holds what an assignment gave it: it has
@@ -1910,7 +2500,7 @@ type ReportReadyRequest struct {
 
 func (x *ReportReadyRequest) Reset() {
 	*x = ReportReadyRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2512,7 @@ func (x *ReportReadyRequest) String() string {
 func (*ReportReadyRequest) ProtoMessage() {}
 
 func (x *ReportReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2525,7 @@ func (x *ReportReadyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReadyRequest.ProtoReflect.Descriptor instead.
 func (*ReportReadyRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReportReadyRequest) GetJob() string {
@@ -1967,7 +2557,7 @@ type ReportReadyResponse struct {
 
 func (x *ReportReadyResponse) Reset() {
 	*x = ReportReadyResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2569,7 @@ func (x *ReportReadyResponse) String() string {
 func (*ReportReadyResponse) ProtoMessage() {}
 
 func (x *ReportReadyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2582,7 @@ func (x *ReportReadyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReadyResponse.ProtoReflect.Descriptor instead.
 func (*ReportReadyResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{33}
 }
 
 // What a guard or bridge lease says: the guard names one generation
@@ -2007,7 +2597,7 @@ type LeaseValue struct {
 
 func (x *LeaseValue) Reset() {
 	*x = LeaseValue{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2609,7 @@ func (x *LeaseValue) String() string {
 func (*LeaseValue) ProtoMessage() {}
 
 func (x *LeaseValue) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2622,7 @@ func (x *LeaseValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseValue.ProtoReflect.Descriptor instead.
 func (*LeaseValue) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LeaseValue) GetFromGeneration() uint64 {
@@ -2063,7 +2653,7 @@ type LeaseState struct {
 
 func (x *LeaseState) Reset() {
 	*x = LeaseState{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2665,7 @@ func (x *LeaseState) String() string {
 func (*LeaseState) ProtoMessage() {}
 
 func (x *LeaseState) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2678,7 @@ func (x *LeaseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
 func (*LeaseState) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LeaseState) GetSet() bool {
@@ -2130,7 +2720,7 @@ type ReadLeaseRequest struct {
 
 func (x *ReadLeaseRequest) Reset() {
 	*x = ReadLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2732,7 @@ func (x *ReadLeaseRequest) String() string {
 func (*ReadLeaseRequest) ProtoMessage() {}
 
 func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2745,7 @@ func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReadLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadLeaseRequest) GetJob() string {
@@ -2214,7 +2804,7 @@ type ReadLeaseResponse struct {
 
 func (x *ReadLeaseResponse) Reset() {
 	*x = ReadLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2816,7 @@ func (x *ReadLeaseResponse) String() string {
 func (*ReadLeaseResponse) ProtoMessage() {}
 
 func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2829,7 @@ func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReadLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReadLeaseResponse) GetGranted() bool {
@@ -2295,7 +2885,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2897,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2910,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReleaseLeaseRequest) GetJob() string {
@@ -2352,7 +2942,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2954,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2967,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{39}
 }
 
 // FetchStateRequest asks a task for the state it holds for the keys in
@@ -2399,7 +2989,7 @@ type FetchStateRequest struct {
 
 func (x *FetchStateRequest) Reset() {
 	*x = FetchStateRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +3001,7 @@ func (x *FetchStateRequest) String() string {
 func (*FetchStateRequest) ProtoMessage() {}
 
 func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +3014,7 @@ func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchStateRequest.ProtoReflect.Descriptor instead.
 func (*FetchStateRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{33}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FetchStateRequest) GetJob() string {
@@ -2474,7 +3064,7 @@ type StateEntry struct {
 
 func (x *StateEntry) Reset() {
 	*x = StateEntry{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +3076,7 @@ func (x *StateEntry) String() string {
 func (*StateEntry) ProtoMessage() {}
 
 func (x *StateEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +3089,7 @@ func (x *StateEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
 func (*StateEntry) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{34}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StateEntry) GetKey() []byte {
@@ -2526,7 +3116,7 @@ type FetchStateResponse struct {
 
 func (x *FetchStateResponse) Reset() {
 	*x = FetchStateResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +3128,7 @@ func (x *FetchStateResponse) String() string {
 func (*FetchStateResponse) ProtoMessage() {}
 
 func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +3141,7 @@ func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchStateResponse.ProtoReflect.Descriptor instead.
 func (*FetchStateResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{35}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FetchStateResponse) GetEntries() []*StateEntry {
@@ -2685,7 +3275,55 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x10DeleteJobRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"9\n" +
 	"\x11DeleteJobResponse\x12$\n" +
-	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job\"]\n" +
+	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job\"\x9c\x01\n" +
+	"\fDecisionMove\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\x04R\x03end\x12\x12\n" +
+	"\x04from\x18\x05 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x06 \x01(\tR\x02to\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"8\n" +
+	"\n" +
+	"PhaseMoves\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x14\n" +
+	"\x05moves\x18\x02 \x01(\rR\x05moves\"\xb9\x03\n" +
+	"\bDecision\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12$\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x14\n" +
+	"\x05cause\x18\x03 \x01(\tR\x05cause\x12\x16\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\x12\x1a\n" +
+	"\bassigner\x18\x05 \x01(\tR\bassigner\x12\x1c\n" +
+	"\talgorithm\x18\x06 \x01(\tR\talgorithm\x12\x14\n" +
+	"\x05churn\x18\a \x01(\x01R\x05churn\x12)\n" +
+	"\x10imbalance_before\x18\b \x01(\x01R\x0fimbalanceBefore\x12'\n" +
+	"\x0fimbalance_after\x18\t \x01(\x01R\x0eimbalanceAfter\x12\x12\n" +
+	"\x04load\x18\n" +
+	" \x01(\x01R\x04load\x12-\n" +
+	"\x06phases\x18\v \x03(\v2\x15.slicer.v1.PhaseMovesR\x06phases\x12-\n" +
+	"\x05moves\x18\f \x03(\v2\x17.slicer.v1.DecisionMoveR\x05moves\x12#\n" +
+	"\rmoves_omitted\x18\r \x01(\rR\fmovesOmitted\">\n" +
+	"\x14GetJobHistoryRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"J\n" +
+	"\x15GetJobHistoryResponse\x121\n" +
+	"\tdecisions\x18\x01 \x03(\v2\x13.slicer.v1.DecisionR\tdecisions\"a\n" +
+	"\x11ExplainKeyRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x03key\x18\x02 \x01(\fH\x00R\x03key\x12\x1d\n" +
+	"\tslice_key\x18\x03 \x01(\x04H\x00R\bsliceKeyB\a\n" +
+	"\x05which\"\x91\x02\n" +
+	"\x12ExplainKeyResponse\x12\x1b\n" +
+	"\tslice_key\x18\x01 \x01(\x04R\bsliceKey\x12&\n" +
+	"\x05slice\x18\x02 \x01(\v2\x10.slicer.v1.SliceR\x05slice\x12%\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x0f.slicer.v1.TaskR\x05tasks\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\x121\n" +
+	"\tdecisions\x18\x05 \x03(\v2\x13.slicer.v1.DecisionR\tdecisions\x12<\n" +
+	"\x1aoldest_recorded_generation\x18\x06 \x01(\x04R\x18oldestRecordedGeneration\"]\n" +
 	"\tSliceLoad\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
@@ -2766,13 +3404,16 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\rGetAssignment\x12\x1f.slicer.v1.GetAssignmentRequest\x1a .slicer.v1.GetAssignmentResponse\"\x03\x90\x02\x012\xbe\x01\n" +
 	"\x0fAssignerService\x12Z\n" +
 	"\x0fWatchAssignment\x12!.slicer.v1.WatchAssignmentRequest\x1a\".slicer.v1.WatchAssignmentResponse0\x01\x12O\n" +
-	"\fRegisterTask\x12\x1e.slicer.v1.RegisterTaskRequest\x1a\x1f.slicer.v1.RegisterTaskResponse2\xbd\x02\n" +
+	"\fRegisterTask\x12\x1e.slicer.v1.RegisterTaskRequest\x1a\x1f.slicer.v1.RegisterTaskResponse2\xe6\x03\n" +
 	"\n" +
 	"JobService\x12H\n" +
 	"\bListJobs\x12\x1a.slicer.v1.ListJobsRequest\x1a\x1b.slicer.v1.ListJobsResponse\"\x03\x90\x02\x01\x12B\n" +
 	"\x06GetJob\x12\x18.slicer.v1.GetJobRequest\x1a\x19.slicer.v1.GetJobResponse\"\x03\x90\x02\x01\x12T\n" +
 	"\fSetJobConfig\x12\x1e.slicer.v1.SetJobConfigRequest\x1a\x1f.slicer.v1.SetJobConfigResponse\"\x03\x90\x02\x02\x12K\n" +
-	"\tDeleteJob\x12\x1b.slicer.v1.DeleteJobRequest\x1a\x1c.slicer.v1.DeleteJobResponse\"\x03\x90\x02\x022\xa6\x01\n" +
+	"\tDeleteJob\x12\x1b.slicer.v1.DeleteJobRequest\x1a\x1c.slicer.v1.DeleteJobResponse\"\x03\x90\x02\x02\x12W\n" +
+	"\rGetJobHistory\x12\x1f.slicer.v1.GetJobHistoryRequest\x1a .slicer.v1.GetJobHistoryResponse\"\x03\x90\x02\x01\x12N\n" +
+	"\n" +
+	"ExplainKey\x12\x1c.slicer.v1.ExplainKeyRequest\x1a\x1d.slicer.v1.ExplainKeyResponse\"\x03\x90\x02\x012\xa6\x01\n" +
 	"\vLoadService\x12I\n" +
 	"\n" +
 	"ReportLoad\x12\x1c.slicer.v1.ReportLoadRequest\x1a\x1d.slicer.v1.ReportLoadResponse\x12L\n" +
@@ -2797,7 +3438,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 }
 
 var file_slicer_v1_slicer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(Consistency)(0),                // 0: slicer.v1.Consistency
 	(LeaseKind)(0),                  // 1: slicer.v1.LeaseKind
@@ -2823,20 +3464,27 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*SetJobConfigResponse)(nil),    // 21: slicer.v1.SetJobConfigResponse
 	(*DeleteJobRequest)(nil),        // 22: slicer.v1.DeleteJobRequest
 	(*DeleteJobResponse)(nil),       // 23: slicer.v1.DeleteJobResponse
-	(*SliceLoad)(nil),               // 24: slicer.v1.SliceLoad
-	(*ReportLoadRequest)(nil),       // 25: slicer.v1.ReportLoadRequest
-	(*ReportLoadResponse)(nil),      // 26: slicer.v1.ReportLoadResponse
-	(*ReportReadyRequest)(nil),      // 27: slicer.v1.ReportReadyRequest
-	(*ReportReadyResponse)(nil),     // 28: slicer.v1.ReportReadyResponse
-	(*LeaseValue)(nil),              // 29: slicer.v1.LeaseValue
-	(*LeaseState)(nil),              // 30: slicer.v1.LeaseState
-	(*ReadLeaseRequest)(nil),        // 31: slicer.v1.ReadLeaseRequest
-	(*ReadLeaseResponse)(nil),       // 32: slicer.v1.ReadLeaseResponse
-	(*ReleaseLeaseRequest)(nil),     // 33: slicer.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),    // 34: slicer.v1.ReleaseLeaseResponse
-	(*FetchStateRequest)(nil),       // 35: slicer.v1.FetchStateRequest
-	(*StateEntry)(nil),              // 36: slicer.v1.StateEntry
-	(*FetchStateResponse)(nil),      // 37: slicer.v1.FetchStateResponse
+	(*DecisionMove)(nil),            // 24: slicer.v1.DecisionMove
+	(*PhaseMoves)(nil),              // 25: slicer.v1.PhaseMoves
+	(*Decision)(nil),                // 26: slicer.v1.Decision
+	(*GetJobHistoryRequest)(nil),    // 27: slicer.v1.GetJobHistoryRequest
+	(*GetJobHistoryResponse)(nil),   // 28: slicer.v1.GetJobHistoryResponse
+	(*ExplainKeyRequest)(nil),       // 29: slicer.v1.ExplainKeyRequest
+	(*ExplainKeyResponse)(nil),      // 30: slicer.v1.ExplainKeyResponse
+	(*SliceLoad)(nil),               // 31: slicer.v1.SliceLoad
+	(*ReportLoadRequest)(nil),       // 32: slicer.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),      // 33: slicer.v1.ReportLoadResponse
+	(*ReportReadyRequest)(nil),      // 34: slicer.v1.ReportReadyRequest
+	(*ReportReadyResponse)(nil),     // 35: slicer.v1.ReportReadyResponse
+	(*LeaseValue)(nil),              // 36: slicer.v1.LeaseValue
+	(*LeaseState)(nil),              // 37: slicer.v1.LeaseState
+	(*ReadLeaseRequest)(nil),        // 38: slicer.v1.ReadLeaseRequest
+	(*ReadLeaseResponse)(nil),       // 39: slicer.v1.ReadLeaseResponse
+	(*ReleaseLeaseRequest)(nil),     // 40: slicer.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),    // 41: slicer.v1.ReleaseLeaseResponse
+	(*FetchStateRequest)(nil),       // 42: slicer.v1.FetchStateRequest
+	(*StateEntry)(nil),              // 43: slicer.v1.StateEntry
+	(*FetchStateResponse)(nil),      // 44: slicer.v1.FetchStateResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	2,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
@@ -2856,49 +3504,59 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	5,  // 14: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
 	14, // 15: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
 	14, // 16: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
-	24, // 17: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
-	29, // 18: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
-	1,  // 19: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	29, // 20: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
-	30, // 21: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
-	30, // 22: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
-	1,  // 23: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	36, // 24: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
-	7,  // 25: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	10, // 26: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	7,  // 27: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	10, // 28: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	7,  // 29: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	12, // 30: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
-	16, // 31: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	18, // 32: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	20, // 33: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	22, // 34: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
-	25, // 35: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	27, // 36: slicer.v1.LoadService.ReportReady:input_type -> slicer.v1.ReportReadyRequest
-	31, // 37: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
-	33, // 38: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
-	35, // 39: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
-	8,  // 40: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 41: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	8,  // 42: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 43: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	8,  // 44: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	13, // 45: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
-	17, // 46: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	19, // 47: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	21, // 48: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	23, // 49: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
-	26, // 50: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	28, // 51: slicer.v1.LoadService.ReportReady:output_type -> slicer.v1.ReportReadyResponse
-	32, // 52: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
-	34, // 53: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
-	37, // 54: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
-	40, // [40:55] is the sub-list for method output_type
-	25, // [25:40] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	25, // 17: slicer.v1.Decision.phases:type_name -> slicer.v1.PhaseMoves
+	24, // 18: slicer.v1.Decision.moves:type_name -> slicer.v1.DecisionMove
+	26, // 19: slicer.v1.GetJobHistoryResponse.decisions:type_name -> slicer.v1.Decision
+	3,  // 20: slicer.v1.ExplainKeyResponse.slice:type_name -> slicer.v1.Slice
+	2,  // 21: slicer.v1.ExplainKeyResponse.tasks:type_name -> slicer.v1.Task
+	26, // 22: slicer.v1.ExplainKeyResponse.decisions:type_name -> slicer.v1.Decision
+	31, // 23: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
+	36, // 24: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
+	1,  // 25: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	36, // 26: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
+	37, // 27: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
+	37, // 28: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
+	1,  // 29: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	43, // 30: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
+	7,  // 31: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 32: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	7,  // 33: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 34: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	7,  // 35: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	12, // 36: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
+	16, // 37: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	18, // 38: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	20, // 39: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	22, // 40: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
+	27, // 41: slicer.v1.JobService.GetJobHistory:input_type -> slicer.v1.GetJobHistoryRequest
+	29, // 42: slicer.v1.JobService.ExplainKey:input_type -> slicer.v1.ExplainKeyRequest
+	32, // 43: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	34, // 44: slicer.v1.LoadService.ReportReady:input_type -> slicer.v1.ReportReadyRequest
+	38, // 45: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
+	40, // 46: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
+	42, // 47: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
+	8,  // 48: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 49: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 50: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 51: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 52: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	13, // 53: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	17, // 54: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	19, // 55: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	21, // 56: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	23, // 57: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
+	28, // 58: slicer.v1.JobService.GetJobHistory:output_type -> slicer.v1.GetJobHistoryResponse
+	30, // 59: slicer.v1.JobService.ExplainKey:output_type -> slicer.v1.ExplainKeyResponse
+	33, // 60: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	35, // 61: slicer.v1.LoadService.ReportReady:output_type -> slicer.v1.ReportReadyResponse
+	39, // 62: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
+	41, // 63: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
+	44, // 64: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
+	48, // [48:65] is the sub-list for method output_type
+	31, // [31:48] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
@@ -2906,13 +3564,17 @@ func file_slicer_v1_slicer_proto_init() {
 	if File_slicer_v1_slicer_proto != nil {
 		return
 	}
+	file_slicer_v1_slicer_proto_msgTypes[27].OneofWrappers = []any{
+		(*ExplainKeyRequest_Key)(nil),
+		(*ExplainKeyRequest_SliceKey)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

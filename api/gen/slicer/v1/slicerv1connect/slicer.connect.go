@@ -74,6 +74,11 @@ const (
 	JobServiceSetJobConfigProcedure = "/slicer.v1.JobService/SetJobConfig"
 	// JobServiceDeleteJobProcedure is the fully-qualified name of the JobService's DeleteJob RPC.
 	JobServiceDeleteJobProcedure = "/slicer.v1.JobService/DeleteJob"
+	// JobServiceGetJobHistoryProcedure is the fully-qualified name of the JobService's GetJobHistory
+	// RPC.
+	JobServiceGetJobHistoryProcedure = "/slicer.v1.JobService/GetJobHistory"
+	// JobServiceExplainKeyProcedure is the fully-qualified name of the JobService's ExplainKey RPC.
+	JobServiceExplainKeyProcedure = "/slicer.v1.JobService/ExplainKey"
 	// LoadServiceReportLoadProcedure is the fully-qualified name of the LoadService's ReportLoad RPC.
 	LoadServiceReportLoadProcedure = "/slicer.v1.LoadService/ReportLoad"
 	// LoadServiceReportReadyProcedure is the fully-qualified name of the LoadService's ReportReady RPC.
@@ -427,6 +432,16 @@ type JobServiceClient interface {
 	// it was deleted at. Admin only. Costs at most three store reads and one
 	// store write.
 	DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error)
+	// GetJobHistory returns the job's recorded decisions, newest first: each
+	// Assigner commit records one, in the same store write, and the store
+	// keeps the newest 256 per job. Read access as GetJob; costs one store
+	// read of at most 256 entries (about 40 KB each at most).
+	GetJobHistory(context.Context, *connect.Request[v1.GetJobHistoryRequest]) (*connect.Response[v1.GetJobHistoryResponse], error)
+	// ExplainKey answers "why is key K on task T": the key's slice, its
+	// tasks in the current assignment, and the recorded decisions that moved
+	// it. Read access as GetJob; costs what GetJobHistory does. A slice key
+	// of 2^63 or more, or a request with no key, fails with INVALID_ARGUMENT.
+	ExplainKey(context.Context, *connect.Request[v1.ExplainKeyRequest]) (*connect.Response[v1.ExplainKeyResponse], error)
 }
 
 // NewJobServiceClient constructs a client for the slicer.v1.JobService service. By default, it uses
@@ -468,15 +483,31 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithIdempotency(connect.IdempotencyIdempotent),
 			connect.WithClientOptions(opts...),
 		),
+		getJobHistory: connect.NewClient[v1.GetJobHistoryRequest, v1.GetJobHistoryResponse](
+			httpClient,
+			baseURL+JobServiceGetJobHistoryProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("GetJobHistory")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		explainKey: connect.NewClient[v1.ExplainKeyRequest, v1.ExplainKeyResponse](
+			httpClient,
+			baseURL+JobServiceExplainKeyProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("ExplainKey")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // jobServiceClient implements JobServiceClient.
 type jobServiceClient struct {
-	listJobs     *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
-	getJob       *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
-	setJobConfig *connect.Client[v1.SetJobConfigRequest, v1.SetJobConfigResponse]
-	deleteJob    *connect.Client[v1.DeleteJobRequest, v1.DeleteJobResponse]
+	listJobs      *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
+	getJob        *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
+	setJobConfig  *connect.Client[v1.SetJobConfigRequest, v1.SetJobConfigResponse]
+	deleteJob     *connect.Client[v1.DeleteJobRequest, v1.DeleteJobResponse]
+	getJobHistory *connect.Client[v1.GetJobHistoryRequest, v1.GetJobHistoryResponse]
+	explainKey    *connect.Client[v1.ExplainKeyRequest, v1.ExplainKeyResponse]
 }
 
 // ListJobs calls slicer.v1.JobService.ListJobs.
@@ -499,6 +530,16 @@ func (c *jobServiceClient) DeleteJob(ctx context.Context, req *connect.Request[v
 	return c.deleteJob.CallUnary(ctx, req)
 }
 
+// GetJobHistory calls slicer.v1.JobService.GetJobHistory.
+func (c *jobServiceClient) GetJobHistory(ctx context.Context, req *connect.Request[v1.GetJobHistoryRequest]) (*connect.Response[v1.GetJobHistoryResponse], error) {
+	return c.getJobHistory.CallUnary(ctx, req)
+}
+
+// ExplainKey calls slicer.v1.JobService.ExplainKey.
+func (c *jobServiceClient) ExplainKey(ctx context.Context, req *connect.Request[v1.ExplainKeyRequest]) (*connect.Response[v1.ExplainKeyResponse], error) {
+	return c.explainKey.CallUnary(ctx, req)
+}
+
 // JobServiceHandler is an implementation of the slicer.v1.JobService service.
 type JobServiceHandler interface {
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
@@ -518,6 +559,16 @@ type JobServiceHandler interface {
 	// it was deleted at. Admin only. Costs at most three store reads and one
 	// store write.
 	DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error)
+	// GetJobHistory returns the job's recorded decisions, newest first: each
+	// Assigner commit records one, in the same store write, and the store
+	// keeps the newest 256 per job. Read access as GetJob; costs one store
+	// read of at most 256 entries (about 40 KB each at most).
+	GetJobHistory(context.Context, *connect.Request[v1.GetJobHistoryRequest]) (*connect.Response[v1.GetJobHistoryResponse], error)
+	// ExplainKey answers "why is key K on task T": the key's slice, its
+	// tasks in the current assignment, and the recorded decisions that moved
+	// it. Read access as GetJob; costs what GetJobHistory does. A slice key
+	// of 2^63 or more, or a request with no key, fails with INVALID_ARGUMENT.
+	ExplainKey(context.Context, *connect.Request[v1.ExplainKeyRequest]) (*connect.Response[v1.ExplainKeyResponse], error)
 }
 
 // NewJobServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -555,6 +606,20 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithIdempotency(connect.IdempotencyIdempotent),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceGetJobHistoryHandler := connect.NewUnaryHandler(
+		JobServiceGetJobHistoryProcedure,
+		svc.GetJobHistory,
+		connect.WithSchema(jobServiceMethods.ByName("GetJobHistory")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	jobServiceExplainKeyHandler := connect.NewUnaryHandler(
+		JobServiceExplainKeyProcedure,
+		svc.ExplainKey,
+		connect.WithSchema(jobServiceMethods.ByName("ExplainKey")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slicer.v1.JobService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case JobServiceListJobsProcedure:
@@ -565,6 +630,10 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceSetJobConfigHandler.ServeHTTP(w, r)
 		case JobServiceDeleteJobProcedure:
 			jobServiceDeleteJobHandler.ServeHTTP(w, r)
+		case JobServiceGetJobHistoryProcedure:
+			jobServiceGetJobHistoryHandler.ServeHTTP(w, r)
+		case JobServiceExplainKeyProcedure:
+			jobServiceExplainKeyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -588,6 +657,14 @@ func (UnimplementedJobServiceHandler) SetJobConfig(context.Context, *connect.Req
 
 func (UnimplementedJobServiceHandler) DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.JobService.DeleteJob is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) GetJobHistory(context.Context, *connect.Request[v1.GetJobHistoryRequest]) (*connect.Response[v1.GetJobHistoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.JobService.GetJobHistory is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) ExplainKey(context.Context, *connect.Request[v1.ExplainKeyRequest]) (*connect.Response[v1.ExplainKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.JobService.ExplainKey is not implemented"))
 }
 
 // LoadServiceClient is a client for the slicer.v1.LoadService service.
