@@ -50,6 +50,12 @@ type Agent struct {
 	services    []string
 
 	stopping chan struct{}
+	// accepting closes when the RPC server first waits for a connection,
+	// ready once Run serves (see Ready), and shuttingDown when Run's
+	// graceful shutdown begins.
+	accepting    chan struct{}
+	ready        chan struct{}
+	shuttingDown chan struct{}
 	// stopCtx is the base of every request's context, cancelled right
 	// after stopping closes: a stream waits on its own context only, not
 	// on one channel shared by every stream.
@@ -73,7 +79,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, stopping: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: cfg.Logger, stopping: make(chan struct{}),
+		accepting: make(chan struct{}), ready: make(chan struct{}), shuttingDown: make(chan struct{})}
 	a.stopCtx, a.stopCancel = context.WithCancel(context.Background())
 	a.sendWatch = newSendWatch(cfg.StreamWriteTimeout)
 
@@ -198,6 +205,55 @@ func (a *Agent) handle(mux *http.ServeMux, service string) func(string, http.Han
 // RPCAddr is the address the RPC server listens on.
 func (a *Agent) RPCAddr() string { return a.listener.Addr().String() }
 
+// Ready is closed once Run serves clients: gossip has started, the RPC
+// server accepts connections, every role runs and an Assigner has loaded
+// the stored jobs. It stays open when Run fails or stops first.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// ShuttingDown is closed when Run begins its graceful shutdown, before
+// the health service reports NOT_SERVING and the node leaves gossip.
+func (a *Agent) ShuttingDown() <-chan struct{} { return a.shuttingDown }
+
+// Check reports whether the agent is alive and serving, for a liveness
+// watchdog: Run is ready and not shutting down, and gossip runs and holds
+// this node alive. It reads gossip's member table, so a wedged gossip
+// layer blocks it rather than being reported alive.
+func (a *Agent) Check() error {
+	select {
+	case <-a.shuttingDown:
+		return fmt.Errorf("%w: shutting down", ErrNotServing)
+	default:
+	}
+	select {
+	case <-a.ready:
+	default:
+		return fmt.Errorf("%w: starting", ErrNotServing)
+	}
+	node := a.gossipNode()
+	select {
+	case <-node.Done():
+		return fmt.Errorf("%w: gossip has stopped", ErrNotServing)
+	default:
+	}
+	if self := node.Self(); self.Status != gossip.StatusAlive {
+		return fmt.Errorf("%w: gossip holds this node %s", ErrNotServing, self.Status)
+	}
+	return nil
+}
+
+// acceptSignal closes accepting when the RPC server first calls Accept:
+// from then on a connection is served, not only queued by the kernel.
+type acceptSignal struct {
+	net.Listener
+	once      sync.Once
+	accepting chan struct{}
+}
+
+func (l *acceptSignal) Accept() (net.Conn, error) {
+	l.once.Do(func() { close(l.accepting) })
+	return l.Listener.Accept()
+}
+
 // GossipAddr is the bound gossip address, or "" before Run starts gossip.
 func (a *Agent) GossipAddr() string {
 	if n := a.gossipNode(); n != nil {
@@ -318,7 +374,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if a.cfg.TLS != nil {
 			serve = func(ln net.Listener) error { return a.server.ServeTLS(ln, "", "") }
 		}
-		if err := serve(a.listener); !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(&acceptSignal{Listener: a.listener, accepting: a.accepting}); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("rpc server: %w", err)
 		}
 		return nil
@@ -346,6 +402,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error {
+		select {
+		case <-gctx.Done():
+			return nil
+		case <-a.accepting:
+		}
+		if a.assigner != nil {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-a.assigner.loaded:
+			}
+		}
+		a.log.Info("slicerd ready", "node", a.cfg.NodeName, "roles", a.cfg.Roles, "rpc_addr", a.RPCAddr())
+		close(a.ready)
+		return nil
+	})
+	g.Go(func() error {
 		<-gctx.Done()
 		a.shutdown(node)
 		return nil
@@ -358,6 +431,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // shutdown leaves gossip first, so tasks and other nodes see a drain rather
 // than a failure, then ends streams and closes the RPC server.
 func (a *Agent) shutdown(node *gossip.Node) {
+	close(a.shuttingDown)
 	a.health.SetStatus("", grpchealth.StatusNotServing)
 	for _, s := range a.services {
 		a.health.SetStatus(s, grpchealth.StatusNotServing)

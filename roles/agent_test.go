@@ -494,3 +494,64 @@ func TestReflectionAndHealth(t *testing.T) {
 	}
 	hc.CloseIdleConnections()
 }
+
+// TestAgentReadyAndCheck: Ready closes once Run serves (with an Assigner,
+// once the stored jobs are loaded), Check passes from then on, and
+// ShuttingDown closes and Check fails as soon as shutdown begins.
+func TestAgentReadyAndCheck(t *testing.T) {
+	for _, roleSet := range [][]gossip.Role{nil, {gossip.RoleDistributor}} {
+		t.Run(fmt.Sprint(roleSet), func(t *testing.T) {
+			cfg := testConfig(t, "n1", t.TempDir(), roleSet...)
+			a, err := New(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Check(); !errors.Is(err, ErrNotServing) {
+				t.Errorf("Check before Run: %v; want ErrNotServing", err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- a.Run(ctx) }()
+			select {
+			case <-a.Ready():
+			case err := <-done:
+				t.Fatalf("Run returned before Ready: %v", err)
+			case <-time.After(20 * time.Second):
+				t.Fatal("not ready within 20s")
+			}
+			if a.assigner != nil {
+				select {
+				case <-a.assigner.loaded:
+				default:
+					t.Error("ready before the assigner loaded the stored jobs")
+				}
+			}
+			select {
+			case <-a.accepting:
+			default:
+				t.Error("ready before the RPC server accepted connections")
+			}
+			if err := a.Check(); err != nil {
+				t.Errorf("Check once ready: %v", err)
+			}
+			select {
+			case <-a.ShuttingDown():
+				t.Error("ShuttingDown closed before shutdown")
+			default:
+			}
+			cancel()
+			select {
+			case <-a.ShuttingDown():
+			case <-time.After(20 * time.Second):
+				t.Fatal("ShuttingDown not closed within 20s of cancelling Run")
+			}
+			if err := a.Check(); !errors.Is(err, ErrNotServing) {
+				t.Errorf("Check during shutdown: %v; want ErrNotServing", err)
+			}
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+}

@@ -85,6 +85,7 @@ type Assigner struct {
 	grace      time.Duration
 	interval   time.Duration // load-driven decisions; 0: never, and load is ignored
 	stopping   <-chan struct{}
+	loaded     chan struct{} // closed once Run has loaded the stored jobs
 
 	kick  chan struct{} // a job's configuration changed
 	flips chan string   // a make-before-break deadline passed; see handoff.go
@@ -135,6 +136,7 @@ func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members 
 		grace:      cfg.StartupGrace,
 		interval:   cfg.RebalanceInterval,
 		stopping:   stopping,
+		loaded:     make(chan struct{}),
 		kick:       make(chan struct{}, 1),
 		flips:      make(chan string, flipSignals),
 		jobs:       make(map[string]*assignerJob),
@@ -273,6 +275,7 @@ func (a *Assigner) Run(ctx context.Context) error {
 	if err := a.loadRetrying(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
+	close(a.loaded)
 	// The leader renews the job leases while the Assigner decides, and
 	// releases them once it has stopped, so that another Assigner takes
 	// the jobs over at once.

@@ -32,6 +32,9 @@ var (
 	// ErrTooManyReports refuses a load report over the task's
 	// Config.MaxLoadReportsPerSecond.
 	ErrTooManyReports = errors.New("roles: load reports too frequent")
+	// ErrNotServing is Agent.Check's answer for an agent that is starting,
+	// shutting down or whose gossip has stopped.
+	ErrNotServing = errors.New("roles: agent not serving")
 
 	errShuttingDown = errors.New("slicerd is shutting down; reconnect to another node")
 )
@@ -57,6 +60,7 @@ var codes = []struct {
 	{storage.ErrConflict, connect.CodeAborted},
 	{storage.ErrFenced, connect.CodeAborted},
 	{ErrNoAssigner, connect.CodeUnavailable},
+	{ErrNotServing, connect.CodeUnavailable},
 	{storage.ErrClosed, connect.CodeUnavailable},
 	{storage.ErrUnavailable, connect.CodeUnavailable},
 	{lease.ErrInvalid, connect.CodeInvalidArgument},

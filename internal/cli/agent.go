@@ -330,5 +330,7 @@ func runAgent(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	stopNotify := startSystemdNotify(agent, systemdStatus(cfg, agent.RPCAddr()), log)
+	defer stopNotify()
 	return agent.Run(ctx)
 }

@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSystemdNotifyBinary runs slicerd as systemd runs a Type=notify unit
+// with WatchdogSec: NOTIFY_SOCKET names a datagram socket, READY=1 comes
+// once it serves, keep-alives follow, and SIGTERM brings STOPPING=1 and a
+// clean exit with nothing sent after STOPPING=1.
+func TestSystemdNotifyBinary(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make(chan string, 1024)
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	defer func() {
+		conn.Close()
+		<-read
+	}()
+	next := func(what string) string {
+		t.Helper()
+		deadline := time.NewTimer(30 * time.Second)
+		defer deadline.Stop()
+		select {
+		case m := <-msgs:
+			return m
+		case <-deadline.C:
+			t.Fatalf("no notification within 30s while waiting for %s", what)
+		}
+		return ""
+	}
+	t.Setenv("NOTIFY_SOCKET", path)
+	t.Setenv("WATCHDOG_USEC", "200000") // keep-alives every 100ms
+	t.Setenv("WATCHDOG_PID", "")        // the child's pid is not known before it starts
+
+	n := startSlicerd(t, "sd1", "--data-dir", t.TempDir())
+	if m, want := next("READY=1"), "READY=1\nSTATUS=serving assigner,distributor,backup on "+n.rpcAddr; m != want {
+		t.Fatalf("first notification %q; want %q", m, want)
+	}
+	n.waitLine(10*time.Second, `"msg":"slicerd ready"`) // logged before READY=1 went
+	for i := range 2 {
+		if m := next("WATCHDOG=1"); m != "WATCHDOG=1" {
+			t.Fatalf("notification %d after READY=1 is %q; want WATCHDOG=1", i+1, m)
+		}
+	}
+
+	n.signal(syscall.SIGTERM)
+	for m := next("STOPPING=1"); !strings.HasPrefix(m, "STOPPING=1\n"); m = next("STOPPING=1") {
+		if m != "WATCHDOG=1" {
+			t.Fatalf("got %q while waiting for STOPPING=1", m)
+		}
+	}
+	if code := n.wait(30 * time.Second); code != 0 {
+		t.Fatalf("slicerd exited %d after SIGTERM", code)
+	}
+	// Datagrams keep their order: once the test's own marker arrives,
+	// everything slicerd sent has.
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Write([]byte("TEST_END=1"))
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := next("the end marker"); m != "TEST_END=1"; m = next("the end marker") {
+		t.Errorf("notification after STOPPING=1: %q", m)
+	}
+}
+
+// TestSystemdUnitsVerify runs systemd-analyze verify on every unit in
+// dist/systemd. verify checks that ExecStart's binary exists, so each unit
+// is verified as a copy whose ExecStart is the binary built for these
+// tests; nothing else in it changes. verify exits 0 even for unknown keys
+// and values it ignores, so any output at all fails the test.
+func TestSystemdUnitsVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not on PATH, so the units in dist/systemd are not verified (Debian and Ubuntu: apt-get install systemd)")
+	}
+	units, err := filepath.Glob("../dist/systemd/*.service")
+	if err != nil || len(units) == 0 {
+		t.Fatalf("no units in ../dist/systemd: %v", err)
+	}
+	dir := t.TempDir()
+	const execStart = "ExecStart=/usr/local/bin/slicerd\n"
+	for _, unit := range units {
+		name := filepath.Base(unit)
+		b, err := os.ReadFile(unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		for _, want := range []string{"\nType=notify\n", "\nNotifyAccess=main\n", "\nWatchdogSec=", "\nTimeoutStartSec=", "\nTimeoutStopSec=", "\n" + execStart} {
+			if strings.Count(text, want) != 1 {
+				t.Errorf("%s: %d lines starting %q; want one", name, strings.Count(text, want), strings.TrimSpace(want))
+			}
+		}
+		copied := filepath.Join(dir, name)
+		text = strings.Replace(text, execStart, "ExecStart="+bin.slicerd+"\n", 1)
+		if err := os.WriteFile(copied, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(analyze, "verify", copied)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil || len(out) != 0 {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, out)
+		}
+	}
+}
