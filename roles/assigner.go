@@ -92,6 +92,8 @@ type Assigner struct {
 
 	loads *loads // tasks' latest load reports; see load.go
 
+	metrics *jobMetrics // nil without metrics; set before Run (jobmetrics.go)
+
 	// setConfig orders SetJobConfig calls, so the configuration stored
 	// last is the one applied last.
 	setConfig sync.Mutex
@@ -505,7 +507,9 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			next = takeoverAssignment(cur) // only a takeover gets here
 		default:
 			algorithm = a.algorithmFor(cur, live, cfg, why)
+			began := time.Now()
 			next, decision, err = a.decide(name, cur, live, load, cfg, why)
+			a.metrics.decided(name, time.Since(began))
 			if err != nil {
 				return fmt.Errorf("compute assignment: %w", err)
 			}
@@ -577,6 +581,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		}
 		a.mu.Unlock()
 		j.pub.publish(next)
+		a.metrics.committed(name, entry)
 		a.moveGuard(name)
 		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "epoch", held.Epoch, "trigger", why.String(),
 			"tasks", len(next.Tasks), "slices", len(next.Slices), "imbalance_before", before, "imbalance_after", after,

@@ -4,8 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
@@ -149,4 +152,70 @@ func hasTask(tasks []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// The per-job metrics follow the job: imbalance is high under skewed load
+// and falls as decisions balance it, decisions are counted by cause, the
+// misrouted load tasks report is exported, and the names pass the linter.
+func TestJobMetrics(t *testing.T) {
+	ctx := context.Background()
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	f := newBalanceFixture(t, members, nil)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(f.as.metricCollectors()...)
+	first := f.j.pub.current().Generation
+	gauge := func(name string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+	truth := skewed()
+	f.report(t, truth, "t0", "t1", "t2")
+	skewedImbalance := gauge("slicerd_job_imbalance_ratio")
+	if skewedImbalance < 2.5 {
+		t.Fatalf("slicerd_job_imbalance_ratio = %.3f under skewed load; want above 2.5", skewedImbalance)
+	}
+	f.settle(t, truth, 20, "t0", "t1", "t2")
+	if got := gauge("slicerd_job_imbalance_ratio"); got > 1.2 {
+		t.Errorf("slicerd_job_imbalance_ratio = %.3f after balancing from %.3f; want at most 1.2", got, skewedImbalance)
+	}
+	if got := gauge("slicerd_job_generation"); got != float64(f.j.pub.current().Generation) {
+		t.Errorf("slicerd_job_generation = %v, want %d", got, f.j.pub.current().Generation)
+	}
+	// The metrics were registered after the first assignment: every
+	// generation since is a load decision.
+	if n, want := testutil.ToFloat64(f.as.metrics.decisions.WithLabelValues("kv", storage.CauseLoad)), f.j.pub.current().Generation-first; n != float64(want) || n < 1 {
+		t.Errorf("%v load decisions counted; %d generations were committed", n, want)
+	}
+	// A task reports load for keys it does not own.
+	req := reportFor(f.j.pub.current(), "t1", truth, 1)
+	req.UnownedLoad = 7
+	f.now = f.now.Add(time.Second)
+	if _, err := f.as.ReportLoad(ctx, connect.NewRequest(req)); err != nil {
+		t.Fatal(err)
+	}
+	if got := gauge("slicerd_job_misrouted_load"); got != 7 {
+		t.Errorf("slicerd_job_misrouted_load = %v after a report of 7 unowned, want 7", got)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	f.as.forgetJob("kv")
+	if n := testutil.CollectAndCount(f.as.metrics.decisions); n != 0 {
+		t.Errorf("a deleted job left %d decision series", n)
+	}
 }

@@ -140,6 +140,7 @@ func (a *Assigner) forgetJob(name string) {
 	j := a.jobs[name]
 	delete(a.jobs, name)
 	delete(a.replicatedWarned, name)
+	a.metrics.forget(name)
 	if a.deleted == nil {
 		a.deleted = make(map[string]struct{})
 	}
