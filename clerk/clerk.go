@@ -23,6 +23,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk/cachefile"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/internal/metrics"
 	"github.com/slicerd/slicerd/subset"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -41,6 +42,9 @@ type Clerk struct {
 	ready   chan struct{}
 	wake    chan struct{}
 	running atomic.Bool
+
+	// metrics is nil without Config.Registerer; see metrics.go.
+	metrics *clerkMetrics
 
 	// cache persists accepted assignments; nil without Config.CacheFile.
 	cache *cachefile.Writer
@@ -104,6 +108,12 @@ func New(cfg Config) (*Clerk, error) {
 		}
 		c.cache = cachefile.NewWriter(cfg.CacheFile, c.loadCache(), c.log)
 	}
+	if cfg.Registerer != nil {
+		c.metrics = newClerkMetrics(c)
+		if err := metrics.Register(cfg.Registerer, c.metrics); err != nil {
+			return nil, fmt.Errorf("%w: job %q: %w", ErrInvalidConfig, cfg.Job, err)
+		}
+	}
 	return c, nil
 }
 
@@ -122,7 +132,7 @@ func (c *Clerk) loadCache() assign.Version {
 			"file", path, "err", err)
 		return assign.Version{}
 	}
-	c.table.Store(NewTable(a))
+	c.table.Store(newTableAt(a, time.Now()))
 	close(c.ready)
 	c.fromCache = a
 	c.log.Info("clerk: routing on the cached assignment until slicerd answers",
@@ -134,20 +144,31 @@ func (c *Clerk) loadCache() assign.Version {
 // gives key's slice to, or nil before the first assignment. It does not
 // allocate or lock. The result is shared: do not modify it.
 func (c *Clerk) AssignedTasks(key []byte) []string {
+	h := assign.HashKey(key)
+	c.counted(h)
 	t := c.table.Load()
 	if t == nil {
 		return nil
 	}
-	return t.addrs[t.Lookup(assign.HashKey(key))]
+	return t.addrs[t.Lookup(h)]
 }
 
 // AssignedTasksString is AssignedTasks for a string key.
 func (c *Clerk) AssignedTasksString(key string) []string {
+	h := assign.HashString(key)
+	c.counted(h)
 	t := c.table.Load()
 	if t == nil {
 		return nil
 	}
-	return t.addrs[t.Lookup(assign.HashString(key))]
+	return t.addrs[t.Lookup(h)]
+}
+
+// counted counts a lookup of slice key h when metrics are on.
+func (c *Clerk) counted(h assign.SliceKey) {
+	if m := c.metrics; m != nil {
+		m.lookups.Inc(uint64(h))
+	}
 }
 
 // PickTask returns the address of one of the tasks serving key's slice,
@@ -157,20 +178,24 @@ func (c *Clerk) AssignedTasksString(key string) []string {
 // is false before the first assignment or when no task of the slice has
 // an address. It does not allocate or lock.
 func (c *Clerk) PickTask(key []byte) (addr string, ok bool) {
+	h := assign.HashKey(key)
+	c.counted(h)
 	t := c.table.Load()
 	if t == nil {
 		return "", false
 	}
-	return pick(t.addrs[t.Lookup(assign.HashKey(key))])
+	return pick(t.addrs[t.Lookup(h)])
 }
 
 // PickTaskString is PickTask for a string key.
 func (c *Clerk) PickTaskString(key string) (addr string, ok bool) {
+	h := assign.HashString(key)
+	c.counted(h)
 	t := c.table.Load()
 	if t == nil {
 		return "", false
 	}
-	return pick(t.addrs[t.Lookup(assign.HashString(key))])
+	return pick(t.addrs[t.Lookup(h)])
 }
 
 // pick chooses one non-empty address uniformly at random. The runtime's
@@ -197,11 +222,13 @@ func pick(addrs []string) (string, bool) {
 // the same order as AssignedTasks, or nil before the first assignment. The
 // result is shared: do not modify it.
 func (c *Clerk) AssignedTaskNames(key []byte) []string {
+	h := assign.HashKey(key)
+	c.counted(h)
 	t := c.table.Load()
 	if t == nil {
 		return nil
 	}
-	return t.Names(t.Lookup(assign.HashKey(key)))
+	return t.Names(t.Lookup(h))
 }
 
 // Table returns the lookup table of the current assignment, or nil.
@@ -579,7 +606,7 @@ func (c *Clerk) accept(a *assign.Assignment) error {
 		c.log.Info("clerk: slicerd's assignment store was recreated; replacing the held assignment with the new store's",
 			"generation", a.Generation, "incarnation", a.Incarnation, "held", prev.a.Generation, "held_incarnation", prev.a.Incarnation)
 	}
-	c.table.Store(NewTable(a))
+	c.table.Store(newTableAt(a, time.Now()))
 	if c.cache != nil {
 		c.cache.Store(a)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/slicerd/slicerd/api"
@@ -451,14 +452,20 @@ func bigAssignment() *assign.Assignment {
 	return a
 }
 
-func benchClerk(b *testing.B) (*clerk.Clerk, [][]byte) {
+func benchClerk(b *testing.B) (*clerk.Clerk, [][]byte) { return benchClerkWith(b, nil) }
+
+// benchClerkWith is benchClerk with the Clerk's metrics registered with
+// reg, if not nil.
+func benchClerkWith(b *testing.B, reg prometheus.Registerer) (*clerk.Clerk, [][]byte) {
 	srv, err := clerktest.NewServer()
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(srv.Close)
 	srv.Publish(bigAssignment())
-	c, err := clerk.New(testConfig(srv.Addr()))
+	cfg := testConfig(srv.Addr())
+	cfg.Registerer = reg
+	c, err := clerk.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -492,8 +499,29 @@ func BenchmarkAssignedTasks(b *testing.B) {
 	_ = sink
 }
 
-func BenchmarkAssignedTasksParallel(b *testing.B) {
-	c, keys := benchClerk(b)
+func BenchmarkAssignedTasksParallel(b *testing.B) { benchAssignedTasksParallel(b, nil) }
+
+// BenchmarkAssignedTasksParallelMetrics is BenchmarkAssignedTasksParallel
+// with metrics on, which counts every lookup.
+func BenchmarkAssignedTasksParallelMetrics(b *testing.B) {
+	benchAssignedTasksParallel(b, prometheus.NewRegistry())
+}
+
+// BenchmarkAssignedTasksMetrics is BenchmarkAssignedTasks with metrics on.
+func BenchmarkAssignedTasksMetrics(b *testing.B) {
+	c, keys := benchClerkWith(b, prometheus.NewRegistry())
+	b.ReportAllocs()
+	var sink int
+	i := 0
+	for b.Loop() {
+		sink += len(c.AssignedTasks(keys[i&1023]))
+		i++
+	}
+	_ = sink
+}
+
+func benchAssignedTasksParallel(b *testing.B, reg prometheus.Registerer) {
+	c, keys := benchClerkWith(b, reg)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		var sink, i int

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/tlsconfig"
@@ -84,6 +85,12 @@ type Config struct {
 	// Logger receives state changes at info and retries at debug. Nil
 	// discards.
 	Logger *slog.Logger
+	// Registerer, when set, receives the Clerk's Prometheus metrics,
+	// labelled with the job: the held assignment's generation and age,
+	// and lookups (see docs/operations.md, Metrics). A Clerk created
+	// later for the same job replaces an earlier one's metrics. Nil
+	// registers none, and lookups count nothing.
+	Registerer prometheus.Registerer
 }
 
 // DefaultSubsetSize is the number of Distributors a Clerk started from

@@ -1,6 +1,10 @@
 package clerk
 
-import "github.com/slicerd/slicerd/assign"
+import (
+	"time"
+
+	"github.com/slicerd/slicerd/assign"
+)
 
 // Table is an immutable lookup structure over one assignment, built once per
 // generation so that every lookup is a hash and a binary search with no
@@ -9,6 +13,16 @@ type Table struct {
 	a     *assign.Assignment
 	ends  []assign.SliceKey // ends[i] is the exclusive end of slice i
 	addrs [][]string        // addrs[i][j] is the address of a.Slices[i].Tasks[j]
+	// installed is when a Clerk installed the table; zero for a table
+	// made with NewTable.
+	installed time.Time
+}
+
+// newTableAt is NewTable for a table a Clerk installs at installed.
+func newTableAt(a *assign.Assignment, installed time.Time) *Table {
+	t := NewTable(a)
+	t.installed = installed
+	return t
 }
 
 // NewTable builds the lookup table of a, which must be valid (see

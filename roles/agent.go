@@ -132,6 +132,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.backup = newBackup(cfg, a.store, a.stopping)
 		a.handle(mux, slicerv1connect.BackupServiceName)(slicerv1connect.NewBackupServiceHandler(a.backup, opts...))
 	}
+	if err := a.registerMetrics(cfg.Registerer); err != nil {
+		a.listener.Close()
+		a.closeStore()
+		return nil, err
+	}
 	a.handle(mux, slicerv1connect.KeyringServiceName)(slicerv1connect.NewKeyringServiceHandler(&keyringService{agent: a}, opts...))
 	a.health = grpchealth.NewStaticChecker(a.services...)
 	mux.Handle(grpchealth.NewHandler(a.health))

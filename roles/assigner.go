@@ -92,7 +92,8 @@ type Assigner struct {
 
 	loads *loads // tasks' latest load reports; see load.go
 
-	metrics *jobMetrics // nil without metrics; set before Run (jobmetrics.go)
+	metrics      *jobMetrics   // nil without metrics; set before Run (jobmetrics.go)
+	storeMetrics *storeMetrics // nil without metrics; set before Run (metrics.go)
 
 	// setConfig orders SetJobConfig calls, so the configuration stored
 	// last is the one applied last.
@@ -601,8 +602,13 @@ func (a *Assigner) commit(ctx context.Context, job string, epoch, prevGen uint64
 	if a.fencer == nil {
 		return fmt.Errorf("%w: the store (%T) cannot fence commits by the job lease", ErrConfig, a.store)
 	}
+	start := time.Now()
+	var err error
 	if h, ok := a.store.(storage.Historian); ok {
-		return h.CommitRecorded(ctx, job, epoch, prevGen, next, e)
+		err = h.CommitRecorded(ctx, job, epoch, prevGen, next, e)
+	} else {
+		err = a.fencer.CommitFenced(ctx, job, epoch, prevGen, next)
 	}
-	return a.fencer.CommitFenced(ctx, job, epoch, prevGen, next)
+	a.storeMetrics.commitDone(time.Since(start), err)
+	return err
 }

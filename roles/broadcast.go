@@ -276,6 +276,7 @@ func (l *latest) publish(a *assign.Assignment) bool {
 		a:   a,
 		msg: newSharedResponse(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(a)}, &l.encodes),
 	}
+	next.msg.published = time.Now()
 	if prev.a != nil && prev.a.Incarnation == a.Incarnation && prev.a.Job == a.Job {
 		next.bases = append(next.bases, prev.bases[max(0, len(prev.bases)-deltaBases+1):]...)
 		next.bases = append(next.bases, prev.a)
@@ -336,6 +337,7 @@ func (s *latestState) delta(known assign.Version) *sharedResponse {
 				return
 			}
 			m := newSharedResponse(d, nil)
+			m.published = s.msg.published
 			if wire, err := m.encoded(); err == nil && len(wire) < len(full) {
 				ld.msg = m
 			}

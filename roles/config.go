@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
@@ -174,6 +176,12 @@ type Config struct {
 	LoadReportBurst         int
 
 	Logger *slog.Logger
+
+	// Registerer receives the agent's Prometheus metrics (see
+	// docs/operations.md, Metrics); nil registers none. Two agents in one
+	// process need registerers that tell them apart, such as
+	// prometheus.WrapRegistererWith with a node label.
+	Registerer prometheus.Registerer
 }
 
 // DefaultConfig returns a configuration that runs every role on one node

@@ -43,6 +43,8 @@ type Distributor struct {
 	pulls   sync.WaitGroup
 	jobs    map[string]*distJob
 
+	metrics *distMetrics // nil without Config.Registerer; see metrics.go
+
 	// Test hooks, nil outside tests: a pull was admitted (called under
 	// mu, before it starts); a pull goroutine started.
 	testAdmitted    func()
@@ -296,9 +298,10 @@ func (d *Distributor) WatchAssignment(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return err
 	}
+	opened := time.Now()
 	send, stop := sendShared(ctx, stream)
 	defer stop()
-	return l.stream(ctx, d.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
+	return l.stream(ctx, d.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, d.metrics.counting(send, opened))
 }
 
 // GetAssignment implements slicerv1connect.DistributorServiceHandler: it

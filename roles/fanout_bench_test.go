@@ -14,6 +14,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/internal/metrics"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -22,7 +23,8 @@ import (
 // commit to every subscriber of a Distributor: each iteration changes the
 // job's redundancy (a new generation) and waits until all streams hold it.
 // Streams share connections 100 to one, as a fleet of clients multiplexes
-// them. With tls=true the whole cluster runs on mutual TLS.
+// them. With tls=true the whole cluster runs on mutual TLS. The agent
+// keeps Prometheus metrics, as one run with --metrics-addr does.
 //
 //	go test -run '^$' -bench Fanout -benchtime 20x -count 5 ./roles/
 func BenchmarkFanout(b *testing.B) {
@@ -38,6 +40,7 @@ func benchFanout(b *testing.B, secure bool, streams int) {
 	cfg := TestConfig("a1")
 	cfg.DataDir = b.TempDir()
 	cfg.Logger = testLogger(b)
+	cfg.Registerer = metrics.NewRegistry() // as with --metrics-addr: every send is counted
 	if secure {
 		pki = newTestPKI(b)
 		cfg.TLS = pki.source("a1", agentIDs("a1", cfg.Roles...)...)

@@ -80,6 +80,9 @@ type sharedResponse struct {
 	wire    []byte // protobuf encoding, env[5:]; neither is written after once
 	err     error
 	encodes *atomic.Int64 // counts encodings, for tests; may be nil
+	// published is when the generation was published to this node's
+	// streams (latest.publish), for the Distributor's send delay.
+	published time.Time
 
 	pinOnce sync.Once
 	pinned  []byte // wire in a slice of capacity noRecycleCap or more
@@ -386,6 +389,7 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 type sendWatch struct {
 	timeout time.Duration
 	tick    atomic.Int64
+	fired   atomic.Uint64 // sends reset so far
 
 	mu   sync.Mutex
 	dogs map[*sendWatchdog]struct{}
@@ -431,6 +435,9 @@ func (w *sendWatch) sweep() {
 	}
 }
 
+// timeouts counts the sends reset for waiting a whole timeout.
+func (w *sendWatch) timeouts() uint64 { return w.fired.Load() }
+
 // watch returns the watchdog of a new stream, or nil when sends are not
 // bounded; the stream must call its stop when it ends.
 func (w *sendWatch) watch(rc *http.ResponseController) *sendWatchdog {
@@ -452,8 +459,9 @@ type sendWatchdog struct {
 	// between sends.
 	began atomic.Int64
 
-	mu      sync.Mutex
-	stopped bool // the stream ended: rc must not be used
+	mu       sync.Mutex
+	stopped  bool  // the stream ended: rc must not be used
+	firedFor int64 // began of the send fire last reset
 }
 
 func (d *sendWatchdog) arm() {
@@ -472,8 +480,13 @@ func (d *sendWatchdog) disarm() {
 func (d *sendWatchdog) fire() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.began.Load() != 0 && !d.stopped {
+	if b := d.began.Load(); b != 0 && !d.stopped {
 		_ = d.rc.SetWriteDeadline(time.Unix(1, 0)) // in the past: reset now
+		// A send still waiting at the next sweep is counted once.
+		if d.firedFor != b {
+			d.firedFor = b
+			d.watch.fired.Add(1)
+		}
 	}
 }
 

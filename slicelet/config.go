@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
@@ -126,6 +128,13 @@ type Config struct {
 	TLS *tlsconfig.Source
 	// Logger receives state changes; nil discards.
 	Logger *slog.Logger
+	// Registerer, when set, receives the Slicelet's Prometheus metrics,
+	// labelled with the job and task: the held assignment's generation and
+	// age, IsAffinitizedKey lookups, and the requests ReportLoad counted
+	// with those for keys this task does not own (misrouted; see
+	// docs/operations.md, Metrics). A Slicelet created later for the same
+	// job and task replaces an earlier one's metrics. Nil registers none.
+	Registerer prometheus.Registerer
 }
 
 const defaultGossipAddr = "127.0.0.1:0"

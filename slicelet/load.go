@@ -153,11 +153,18 @@ func (s *Slicelet) rejectCost(cost float64) error {
 }
 
 func (s *Slicelet) addLoad(h assign.SliceKey, cost float64) {
+	m := s.metrics
+	if m != nil {
+		m.requests.Inc(uint64(h))
+	}
 	if v := s.view.Load(); v != nil {
 		if i := v.table.Lookup(h); v.mine[i] {
 			v.load[i].add(h, cost)
 			return
 		}
+	}
+	if m != nil {
+		m.misrouted.Inc(uint64(h))
 	}
 	s.load.unowned.add(cost)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/metrics"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/subset"
 )
@@ -39,6 +40,8 @@ type view struct {
 	mine  []bool         // mine[i]: slice i names this task
 	owned []assign.Slice // this task's ranges, merged
 	load  []loadCell     // load[i]: load measured on slice i in this window
+	// installed is when the view was installed, for the assignment age.
+	installed time.Time
 }
 
 // Slicelet is a server task's membership in slicerd: it advertises the
@@ -62,6 +65,8 @@ type Slicelet struct {
 	// accepts only a certificate naming that member.
 	assignersMu sync.Mutex
 	assigners   map[string]*http.Client
+
+	metrics *sliceletMetrics // nil without Config.Registerer; see metrics.go
 
 	strong  strongState  // strong mode's leases; see strong.go
 	handoff handoffState // state handoff; see handoff.go
@@ -134,6 +139,12 @@ func New(cfg Config) (*Slicelet, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	s.clerk = c
+	if cfg.Registerer != nil {
+		s.metrics = newSliceletMetrics(s)
+		if err := metrics.Register(cfg.Registerer, s.metrics); err != nil {
+			return nil, fmt.Errorf("%w: task %s/%s: %w", ErrInvalidConfig, cfg.Job, cfg.Task, err)
+		}
+	}
 	if a := c.Assignment(); a != nil {
 		// Loaded from the cache file: answer from it before Run.
 		s.install(nil, a)
@@ -163,14 +174,25 @@ func (s *Slicelet) AddListener(l Listener) {
 // slice to this task; false before the first assignment. It does not
 // allocate or lock.
 func (s *Slicelet) IsAffinitizedKey(key []byte) bool {
+	h := assign.HashKey(key)
+	s.countLookup(h)
 	v := s.view.Load()
-	return v != nil && v.mine[v.table.Lookup(assign.HashKey(key))]
+	return v != nil && v.mine[v.table.Lookup(h)]
 }
 
 // IsAffinitizedKeyString is IsAffinitizedKey for a string key.
 func (s *Slicelet) IsAffinitizedKeyString(key string) bool {
+	h := assign.HashString(key)
+	s.countLookup(h)
 	v := s.view.Load()
-	return v != nil && v.mine[v.table.Lookup(assign.HashString(key))]
+	return v != nil && v.mine[v.table.Lookup(h)]
+}
+
+// countLookup counts a lookup of slice key h when metrics are on.
+func (s *Slicelet) countLookup(h assign.SliceKey) {
+	if m := s.metrics; m != nil {
+		m.lookups.Inc(uint64(h))
+	}
 }
 
 // Assignment returns the current assignment, or nil. It is read-only.
@@ -343,7 +365,7 @@ func (s *Slicelet) install(_, next *assign.Assignment) {
 		t = clerk.NewTable(next)
 	}
 	v := &view{table: t, mine: make([]bool, len(next.Slices)), owned: ownedRanges(next, s.cfg.Task),
-		load: make([]loadCell, len(next.Slices))}
+		load: make([]loadCell, len(next.Slices)), installed: time.Now()}
 	for i, sl := range next.Slices {
 		v.mine[i] = hasTask(sl.Tasks, s.cfg.Task)
 	}

@@ -183,3 +183,13 @@ func BenchmarkIsAffinitizedKey(b *testing.B) {
 	s.install(nil, a)
 	benchLookups(b, keys, s.IsAffinitizedKey)
 }
+
+// BenchmarkIsAffinitizedKeyMetrics is BenchmarkIsAffinitizedKey with
+// metrics on, which counts every lookup.
+func BenchmarkIsAffinitizedKeyMetrics(b *testing.B) {
+	a, names, keys := benchAssignment()
+	s := newOffline(b, names[0])
+	s.metrics = newSliceletMetrics(s)
+	s.install(nil, a)
+	benchLookups(b, keys, s.IsAffinitizedKey)
+}

@@ -205,6 +205,7 @@ func agentFlags() []cli.Flag {
 			Name: "load-report-burst", Value: d.LoadReportBurst, EnvVars: []string{"SLICERD_LOAD_REPORT_BURST"},
 			Usage: "load reports an assigner accepts from one task in a row above --max-load-reports-per-second",
 		},
+		metricsAddrFlag(),
 		flagLogLevel,
 		flagLogFormat,
 	}, agentSecurityFlags()...)
@@ -324,13 +325,18 @@ func runAgent(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	m, err := listenMetrics(c, &cfg, log)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signalContext(c.Context, log)
 	defer stop()
 	agent, err := roles.New(ctx, cfg)
 	if err != nil {
+		m.close()
 		return err
 	}
 	stopNotify := startSystemdNotify(agent, systemdStatus(cfg, agent.RPCAddr()), log)
 	defer stopNotify()
-	return agent.Run(ctx)
+	return m.run(ctx, agent.Run)
 }

@@ -17,10 +17,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/metrics"
 	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/slicelet"
 )
@@ -71,6 +74,9 @@ type Options struct {
 	GossipProfile  string        // lan or local
 	RebalanceDelay time.Duration // how long the assigner lets membership changes settle
 	StartupGrace   time.Duration // how long the assigner waits for tasks before the first assignment
+	// MetricsAddr, if set, is the host:port that serves Prometheus
+	// metrics at /metrics: slicerd's, and the tasks' and client's.
+	MetricsAddr string
 	// Logger receives slicerd's logs; nil discards them.
 	Logger *slog.Logger
 	// QuietClients passes only errors of the in-process tasks and client
@@ -148,8 +154,21 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return &OptionError{Msg: err.Error(), Err: err}
 	}
+	var reg *prometheus.Registry
+	var metricsSrv *metrics.Server
+	if opts.MetricsAddr != "" {
+		reg = metrics.NewRegistry()
+		cfg.Registerer = reg
+		var err error
+		if metricsSrv, err = metrics.Listen(opts.MetricsAddr, reg, log); err != nil {
+			return &OptionError{Msg: fmt.Sprintf("%v; choose another --metrics-addr", err), Err: err}
+		}
+	}
 	agent, err := roles.New(ctx, cfg)
 	if err != nil {
+		if metricsSrv != nil {
+			metricsSrv.Close()
+		}
 		return err
 	}
 
@@ -161,6 +180,10 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		step:    opts.Step,
 		tasks:   make(map[string]*demoTask),
 		changed: make(chan struct{}, 1),
+		reg:     reg,
+	}
+	if reg != nil {
+		d.metricsURL = "http://" + metricsSrv.Addr() + metrics.Path
 	}
 	for i := range opts.Keys {
 		d.keys = append(d.keys, fmt.Sprintf("key-%06d", i))
@@ -174,6 +197,13 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		agentErr = agent.Run(agentCtx)
 	}()
 	d.agentDone = agentDone
+	metricsDone := make(chan error, 1)
+	stopMetrics := func() {}
+	if metricsSrv != nil {
+		mctx, cancel := context.WithCancel(context.Background())
+		go func() { metricsDone <- metricsSrv.Run(mctx) }()
+		stopMetrics = func() { cancel(); <-metricsDone }
+	}
 	err = d.run(ctx, agent, opts.Tasks, opts.Once, dataDir, temp)
 	if ctx.Err() != nil {
 		fmt.Fprintln(d.out, "\n== shutting down")
@@ -186,6 +216,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	d.shutdown()
 	stopAgent()
 	<-agentDone
+	stopMetrics()
 	if agentErr != nil && (err == nil || errors.Is(err, ErrAgentStopped)) {
 		err = fmt.Errorf("slicerd: %w", agentErr)
 	}
@@ -197,14 +228,16 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 
 // demo drives the script and owns everything it starts.
 type demo struct {
-	out       io.Writer
-	log       *slog.Logger
-	profile   string
-	command   string // how the reader runs slicerd: "slicerd" or "go run ."
-	step      time.Duration
-	keys      []string
-	agentDone <-chan struct{} // closed when slicerd stops
-	joinAddr  string
+	out        io.Writer
+	log        *slog.Logger
+	profile    string
+	command    string // how the reader runs slicerd: "slicerd" or "go run ."
+	step       time.Duration
+	keys       []string
+	agentDone  <-chan struct{}       // closed when slicerd stops
+	reg        prometheus.Registerer // every component's metrics; nil without --metrics-addr
+	metricsURL string
+	joinAddr   string
 
 	clerk       *clerk.Clerk
 	client      *kvcache.Client
@@ -308,6 +341,14 @@ func (d *demo) run(ctx context.Context, agent *roles.Agent, ntasks int, once boo
 	}
 }
 
+// metricsLine is the header's line for the metrics URL, "" without one.
+func (d *demo) metricsLine() string {
+	if d.metricsURL == "" {
+		return ""
+	}
+	return "\n  metrics " + d.metricsURL + "  (curl -s " + d.metricsURL + " | grep ^slicerd_)"
+}
+
 func (d *demo) header(rpcAddr, gossipAddr string, ntasks int, dataDir string, temp bool) {
 	keep := "kept"
 	if temp {
@@ -325,15 +366,17 @@ after another %v a new task joins and takes a fair share.
 
   rpc     %s
   gossip  %s
-  data    %s (%s)
+  data    %s (%s)%[11]s
 
 From another terminal, try:
   %[10]s job watch --addr %[6]s %[1]s
   %[10]s job get --addr %[6]s %[1]s
+  %[10]s job history --addr %[6]s %[1]s
+  %[10]s job why --addr %[6]s %[1]s key-000042
   curl -s -H 'Content-Type: application/json' -d '{"job": "%[1]s"}' http://%[6]s/slicer.v1.JobService/GetJob
   go run github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3 -plaintext %[6]s list
 
-`, Job, ntasks, len(d.keys), d.step, d.step, rpcAddr, gossipAddr, dataDir, keep, d.command)
+`, Job, ntasks, len(d.keys), d.step, d.step, rpcAddr, gossipAddr, dataDir, keep, d.command, d.metricsLine())
 }
 
 // waitGossip returns slicerd's bound gossip address once Run has started
@@ -361,9 +404,10 @@ func (d *demo) waitGossip(ctx context.Context, agent *roles.Agent) (string, erro
 
 func (d *demo) startClerk(rpcAddr string) error {
 	ck, err := clerk.New(clerk.Config{
-		Job:    Job,
-		Addrs:  []string{rpcAddr},
-		Logger: d.log.With("component", "clerk"),
+		Job:        Job,
+		Addrs:      []string{rpcAddr},
+		Logger:     d.log.With("component", "clerk"),
+		Registerer: d.reg,
 		OnAssignment: func(_, next *assign.Assignment) {
 			d.mu.Lock()
 			d.assignments = append(d.assignments, next)
@@ -403,6 +447,7 @@ func (d *demo) startTask() (*demoTask, error) {
 		Join:       []string{d.joinAddr},
 		Gossip:     gcfg,
 		Logger:     d.log,
+		Registerer: d.reg,
 	})
 	if err != nil {
 		ln.Close()

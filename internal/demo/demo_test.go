@@ -8,14 +8,18 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // demoBlock is one assignment as the demo printed it.
@@ -158,6 +162,81 @@ func TestOptionsValidate(t *testing.T) {
 		// Run refuses the same options before starting anything.
 		if err := Run(context.Background(), o, io.Discard); !errors.Is(err, ErrOptions) {
 			t.Errorf("Run: %v; want ErrOptions naming %s", err, tc.flag)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer the demo writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// With --metrics-addr the demo serves slicerd's, the tasks' and the
+// client's metrics with live values.
+func TestDemoMetrics(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var out lockedBuffer
+	opts := DefaultOptions()
+	opts.RPCAddr, opts.GossipAddr, opts.GossipProfile = "127.0.0.1:0", "127.0.0.1:0", "local"
+	opts.MetricsAddr = "127.0.0.1:0"
+	opts.Step, opts.Keys = time.Hour, 100
+	opts.RebalanceDelay, opts.StartupGrace = 100*time.Millisecond, 300*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, opts, &out) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	urlRE := regexp.MustCompile(`metrics (http://\S+/metrics)`)
+	var url string
+	testwait.Until(t, 60*time.Second, "the demo to print its metrics URL and the keys written", func() bool {
+		m := urlRE.FindStringSubmatch(out.String())
+		if m != nil {
+			url = m[1]
+		}
+		return url != "" && strings.Contains(out.String(), "wrote 100 keys")
+	})
+	want := []string{"slicerd_job_imbalance_ratio{job=\"kv\"}", "slicerd_job_task_slices{job=\"kv\",task=\"kv-0\"}",
+		"slicerd_assigner_decisions_total{cause=", "slicerd_distributor_subscribers{job=\"kv\"}", "slicerd_clerk_lookups_total{job=\"kv\"}",
+		"slicerd_slicelet_requests_total{job=\"kv\",task=\"kv-0\"}", "slicerd_gossip_members{state=\"alive\"}", "slicerd_store_commit_duration_seconds_count"}
+	var body string
+	testwait.Until(t, 60*time.Second, "every metric with a value", func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "slicerd_clerk_lookups_total") || strings.HasPrefix(line, "slicerd_job_imbalance_ratio") {
+			t.Log(line)
+			if f := strings.Fields(line); f[len(f)-1] == "0" {
+				t.Errorf("%s: want a live value", line)
+			}
 		}
 	}
 }

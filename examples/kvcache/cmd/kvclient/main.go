@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -42,6 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	interval := fs.Duration("interval", time.Second, "how often to report key ownership")
 	logLevel := fs.String("log-level", "warn", "log verbosity: debug, info, warn or error")
 	cacheFile := fs.String("cache-file", "", "file to keep the job's assignment in, so a restart routes at once even while slicerd is down (empty: no cache)")
+	metricsAddr := fs.String("metrics-addr", "", "host:port to serve the Clerk's Prometheus metrics on, at /metrics (assignment age and generation, lookups); empty: none")
 	tlsCert := fs.String("tls-cert", os.Getenv("KVCLIENT_TLS_CERT"), "client certificate for the job (spiffe://slicerd/client/JOB) for a slicerd cluster with TLS; env KVCLIENT_TLS_CERT")
 	tlsKey := fs.String("tls-key", os.Getenv("KVCLIENT_TLS_KEY"), "private key of -tls-cert; env KVCLIENT_TLS_KEY")
 	tlsCA := fs.String("tls-ca", os.Getenv("KVCLIENT_TLS_CA"), "CA certificate slicerd's certificates chain to; env KVCLIENT_TLS_CA")
@@ -76,10 +78,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.TLS = src
 	}
+	reg := kvcache.NewMetricsRegistry()
+	if *metricsAddr != "" {
+		cfg.Registerer = reg
+	}
 	ck, err := clerk.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "kvclient: %v\n", err)
 		return 2
+	}
+	var mln net.Listener // the metrics port, with -metrics-addr
+	if *metricsAddr != "" {
+		if mln, err = net.Listen("tcp", *metricsAddr); err != nil {
+			fmt.Fprintf(stderr, "kvclient: listen on %s: %v; choose another -metrics-addr\n", *metricsAddr, err)
+			return 1
+		}
+		defer mln.Close()
 	}
 	client := kvcache.NewClient(ck, &http.Client{Timeout: 5 * time.Second})
 
@@ -87,6 +101,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ck.Run(gctx) })
+	if mln != nil {
+		g.Go(func() error { return kvcache.ServeMetrics(gctx, mln, reg) })
+	}
 	g.Go(func() error {
 		defer stop() // a failure here ends the Clerk too
 		return report(gctx, stdout, ck, client, *nkeys, *interval)

@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	await := fs.Duration("await", kvcache.DefaultAwait, "strong mode: how long a request for a key on its way to this task waits for it before the 421 (0: none)")
 	leaseTTL := fs.Duration("lease-ttl", slicelet.DefaultLeaseTTL, "strong mode: lifetime of the guard and bridge reads this task asks for")
 	backingURL := fs.String("backing", "", "base URL of a backing store to write through to and read misses from (kvcache.BackingHandler); strong mode writes carry fencing tokens")
+	metricsAddr := fs.String("metrics-addr", "", "host:port to serve this task's Prometheus metrics on, at /metrics (the Slicelet's: assignment age and generation, lookups, misrouted requests); empty: none")
 	recordFile := fs.String("record", "", "strong mode: append every satisfied request to this file in lease/leasecheck's record form (task, token, start and end in CLOCK_MONOTONIC nanoseconds, key), for checking the history")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -184,6 +185,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			cfg.ExportState, cfg.ImportState = nil, nil
 		}
 	}
+	var mln net.Listener // the metrics port, with -metrics-addr
+	reg := kvcache.NewMetricsRegistry()
+	if *metricsAddr != "" {
+		cfg.Registerer = reg
+		if mln, err = net.Listen("tcp", *metricsAddr); err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "kvserver: listen on %s: %v; choose another -metrics-addr\n", *metricsAddr, err)
+			return 1
+		}
+		defer mln.Close()
+	}
 	sl, err := slicelet.New(cfg)
 	if err != nil {
 		ln.Close()
@@ -244,6 +256,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return nil
 	})
 	g.Go(func() error { return sl.Run(gctx) })
+	if mln != nil {
+		g.Go(func() error { return kvcache.ServeMetrics(gctx, mln, reg) })
+		log.Info("kvserver serving metrics", "metrics_addr", mln.Addr().String())
+	}
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)

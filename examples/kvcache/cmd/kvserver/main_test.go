@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -60,7 +63,8 @@ func (b *syncBuffer) String() string {
 
 // A task that starts against a running slicerd, receives its assignment
 // and stops logs nothing above INFO: a warning in a normal start teaches
-// operators to ignore warnings.
+// operators to ignore warnings. Its -metrics-addr serves the Slicelet's
+// metrics meanwhile.
 func TestNormalStartLogsNoWarning(t *testing.T) {
 	cfg := roles.DefaultConfig()
 	cfg.NodeName = "slicerd-0"
@@ -88,11 +92,26 @@ func TestNormalStartLogsNoWarning(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"-job", "kv", "-task", "kv-0", "-join", agent.GossipAddr()}, &out, &errOut)
+		done <- run(ctx, []string{"-job", "kv", "-task", "kv-0", "-join", agent.GossipAddr(), "-metrics-addr", "127.0.0.1:0"}, &out, &errOut)
 	}()
 	testwait.For(t, "kvserver to stream its job's assignment", func() bool {
 		return strings.Contains(errOut.String(), "clerk: streaming assignments")
 	})
+	m := regexp.MustCompile(`metrics_addr=(\S+)`).FindStringSubmatch(errOut.String())
+	if m == nil {
+		t.Fatalf("kvserver logged no metrics address:\n%s", errOut.String())
+	}
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("http://" + m[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `slicerd_slicelet_assignment_generation{job="kv",task="kv-0"}`; !strings.Contains(string(body), want) {
+		t.Errorf("kvserver's /metrics lacks %s:\n%s", want, body)
+	}
 	stop()
 	if code := <-done; code != 0 {
 		t.Errorf("kvserver exited %d; stderr:\n%s", code, errOut.String())

@@ -1,0 +1,258 @@
+package roles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/metrics"
+	"github.com/slicerd/slicerd/storage"
+)
+
+// The agent's Prometheus metrics, registered with Config.Registerer by New
+// (none when it is nil). Most are read when scraped from state the agent
+// keeps anyway (streams open, subscribers per job, gossip members), so
+// they cost nothing between scrapes. Those counted as they happen are
+// counters and histograms without per-stream labels: a Distributor's send
+// adds to two counters and one histogram, all shared by every stream.
+// docs/operations.md lists them all.
+
+// Kinds of assignment message a watch stream sends.
+const (
+	kindFull  = 0
+	kindDelta = 1
+)
+
+var messageKinds = [...]string{kindFull: "full", kindDelta: "delta"}
+
+// Histogram buckets, in seconds.
+var (
+	// sendDelayBuckets span a loopback send (100 µs) to a send that waits
+	// most of the default --stream-write-timeout (30 s).
+	sendDelayBuckets = prometheus.ExponentialBuckets(0.0001, 4, 10)
+	// commitBuckets span a bbolt commit on a fast disk (0.5 ms) to an etcd
+	// commit across a struggling cluster (8 s).
+	commitBuckets = prometheus.ExponentialBuckets(0.0005, 2, 15)
+)
+
+// registerMetrics registers the agent's metrics with reg and has the roles
+// count theirs. It is called by New once the roles exist; nil reg does
+// nothing.
+func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	cs := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: metrics.Name("rpc", "streams_open"),
+			Help: "Streams (WatchAssignment on every role, and server reflection) this node serves now; at most --max-streams.",
+		}, func() float64 { return float64(a.streams.Open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metrics.Name("rpc", "streams_refused_total"),
+			Help: "Streams refused because the node already served --max-streams.",
+		}, func() float64 { return float64(a.streams.Refused()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metrics.Name("rpc", "stream_send_timeouts_total"),
+			Help: "Watch streams reset because one send waited longer than --stream-write-timeout for a client that did not read.",
+		}, func() float64 { return float64(a.sendWatch.timeouts()) }),
+		newMembersCollector(a.rawPeers),
+	}
+	if a.distributor != nil {
+		m := newDistMetrics()
+		a.distributor.metrics = m
+		cs = append(cs, m.updates, m.bytes, m.delay, subscribersCollector{d: a.distributor})
+	}
+	if a.assigner != nil {
+		m := newStoreMetrics()
+		a.assigner.storeMetrics = m
+		cs = append(cs, m.duration, m.conflicts, m.errors)
+		cs = append(cs, a.assigner.metricCollectors()...)
+	}
+	return registerAll(reg, cs...)
+}
+
+// registerAll registers every collector with reg, or none: on an error it
+// unregisters those it registered.
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return fmt.Errorf("%w: register metrics: %w; give each agent in a process its own registerer (prometheus.WrapRegistererWith)", ErrConfig, err)
+		}
+	}
+	return nil
+}
+
+// distMetrics count what a Distributor sends on its watch streams.
+type distMetrics struct {
+	updates *prometheus.CounterVec
+	bytes   *prometheus.CounterVec
+	delay   prometheus.Histogram
+	// The counters of each message kind, resolved once.
+	kindUpdates, kindBytes [len(messageKinds)]prometheus.Counter
+}
+
+func newDistMetrics() *distMetrics {
+	m := &distMetrics{
+		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.Name("distributor", "updates_sent_total"),
+			Help: "Assignment messages the Distributor sent on watch streams, by kind: full assignments or deltas.",
+		}, []string{"kind"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.Name("distributor", "sent_bytes_total"),
+			Help: "Bytes of assignment messages (protobuf encoding) the Distributor sent on watch streams, by kind: full assignments or deltas.",
+		}, []string{"kind"}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: metrics.Name("distributor", "send_delay_seconds"),
+			Help: "Seconds from the Distributor receiving a generation from its Assigner to having sent it on a watch stream, " +
+				"for streams open when it arrived (assignments carry no commit time).",
+			Buckets: sendDelayBuckets,
+		}),
+	}
+	for k, name := range messageKinds {
+		m.kindUpdates[k] = m.updates.WithLabelValues(name)
+		m.kindBytes[k] = m.bytes.WithLabelValues(name)
+	}
+	return m
+}
+
+// counting wraps a stream's send, opened at opened, to count what it
+// sends. A nil m returns send.
+func (m *distMetrics) counting(send func(*sharedResponse) error, opened time.Time) func(*sharedResponse) error {
+	if m == nil {
+		return send
+	}
+	return func(s *sharedResponse) error {
+		if err := send(s); err != nil {
+			return err
+		}
+		k := kindFull
+		if s.GetDelta() != nil {
+			k = kindDelta
+		}
+		m.kindUpdates[k].Inc()
+		if wire, err := s.encoded(); err == nil { // encoded for the send already
+			m.kindBytes[k].Add(float64(len(wire)))
+		}
+		if s.published.After(opened) {
+			m.delay.Observe(time.Since(s.published).Seconds())
+		}
+		return nil
+	}
+}
+
+// subscribersCollector reports each job's subscribers on a Distributor
+// when scraped.
+type subscribersCollector struct{ d *Distributor }
+
+var subscribersDesc = prometheus.NewDesc(metrics.Name("distributor", "subscribers"),
+	"Watch streams the Distributor serves per job (with GetAssignment calls waiting for a job's first assignment).",
+	[]string{"job"}, nil)
+
+func (subscribersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- subscribersDesc }
+
+func (c subscribersCollector) Collect(ch chan<- prometheus.Metric) {
+	c.d.mu.Lock()
+	jobs := make(map[string]*latest, len(c.d.jobs))
+	for name, j := range c.d.jobs {
+		jobs[name] = j.l
+	}
+	c.d.mu.Unlock()
+	for name, l := range jobs {
+		ch <- prometheus.MustNewConstMetric(subscribersDesc, prometheus.GaugeValue, float64(l.subscribers()), name)
+	}
+}
+
+// subscribers counts the streams waiting on l.
+func (l *latest) subscribers() int {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	n := 0
+	for _, g := range l.subs {
+		n += len(g)
+	}
+	return n
+}
+
+// membersCollector reports the gossip members by state when scraped.
+type membersCollector struct{ peers func() []gossip.Peer }
+
+var membersDesc = prometheus.NewDesc(metrics.Name("gossip", "members"),
+	"slicerd gossip members (agents and tasks, this node included) this node knows, by state: alive, leaving, left, or failed (stopped answering probes without leaving).",
+	[]string{"state"}, nil)
+
+// memberStates are the states reported, always all of them.
+var memberStates = []gossip.Status{gossip.StatusAlive, gossip.StatusLeaving, gossip.StatusLeft, gossip.StatusFailed}
+
+func newMembersCollector(peers func() []gossip.Peer) membersCollector {
+	return membersCollector{peers: peers}
+}
+
+func (membersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- membersDesc }
+
+func (c membersCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := make(map[gossip.Status]int, len(memberStates))
+	for _, p := range c.peers() {
+		counts[p.Status]++
+	}
+	for _, s := range memberStates {
+		ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(counts[s]), s.String())
+	}
+}
+
+// storeMetrics time the Assigner's commits to the store.
+type storeMetrics struct {
+	duration  prometheus.Histogram
+	conflicts *prometheus.CounterVec
+	errors    prometheus.Counter
+	// conflicts by reason, resolved once
+	generation, lease prometheus.Counter
+}
+
+func newStoreMetrics() *storeMetrics {
+	m := &storeMetrics{
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    metrics.Name("store", "commit_duration_seconds"),
+			Help:    "Seconds the Assigner's conditional commits of assignments to the store took, successful or not.",
+			Buckets: commitBuckets,
+		}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metrics.Name("store", "commit_conflicts_total"),
+			Help: "Assigner commits the store refused, by reason: generation (another commit came first; the Assigner rebases and retries) " +
+				"or lease (the job's lease moved to another Assigner).",
+		}, []string{"reason"}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: metrics.Name("store", "commit_errors_total"),
+			Help: "Assigner commits that failed for another reason than a conflict (store unreachable, invalid or unreadable data).",
+		}),
+	}
+	m.generation = m.conflicts.WithLabelValues("generation")
+	m.lease = m.conflicts.WithLabelValues("lease")
+	return m
+}
+
+// commitDone records one commit that took d and returned err: the
+// Assigner's commit calls it for every commit, recorded or not.
+func (m *storeMetrics) commitDone(d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.duration.Observe(d.Seconds())
+	switch {
+	case err == nil:
+	case errors.Is(err, storage.ErrConflict):
+		m.generation.Inc()
+	case errors.Is(err, storage.ErrFenced):
+		m.lease.Inc()
+	case errors.Is(err, context.Canceled):
+		// The agent is stopping: not the store's doing.
+	default:
+		m.errors.Inc()
+	}
+}
