@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/slicerd/slicerd/assign"
@@ -26,6 +27,9 @@ const HistoryLimit = 256
 // MaxHistoryMoves bounds the moves one HistoryEntry lists; the rest are
 // counted in MovesOmitted (and in Phases).
 const MaxHistoryMoves = 128
+
+// maxHistoryPhases bounds the phases one HistoryEntry counts moves of.
+const maxHistoryPhases = 64
 
 // maxHistoryText bounds each text field of a HistoryEntry and its moves.
 const maxHistoryText = 1024
@@ -68,7 +72,7 @@ type HistoryEntry struct {
 	// Load is the job's total measured load the decision saw.
 	Load float64 `json:"load"`
 	// Phases counts every move, splits and merges included, by the phase
-	// that took it, in the order the phases ran.
+	// that took it, in the order the phases first ran.
 	Phases []PhaseMoves `json:"phases,omitempty"`
 	// Moves lists the moves that changed which tasks serve keys
 	// (reassignments and replicas added or removed) in the order taken,
@@ -102,10 +106,15 @@ func (m HistoryMove) Covers(k assign.SliceKey) bool { return m.Start <= k && k <
 func NewHistoryEntry(d assign.Decision) HistoryEntry {
 	e := HistoryEntry{Churn: d.Churn}
 	for _, m := range d.Moves {
-		if n := len(e.Phases); n == 0 || e.Phases[n-1].Phase != m.Phase {
-			e.Phases = append(e.Phases, PhaseMoves{Phase: m.Phase})
+		i := slices.IndexFunc(e.Phases, func(p PhaseMoves) bool { return p.Phase == m.Phase })
+		if i < 0 && len(e.Phases) == maxHistoryPhases {
+			i = len(e.Phases) - 1 // phases past the bound count with the last
 		}
-		e.Phases[len(e.Phases)-1].Moves++
+		if i < 0 {
+			i = len(e.Phases)
+			e.Phases = append(e.Phases, PhaseMoves{Phase: clip(m.Phase)})
+		}
+		e.Phases[i].Moves++
 		if m.Kind == assign.Split || m.Kind == assign.Merge {
 			continue
 		}
@@ -183,8 +192,16 @@ func checkHistoryEntry(e HistoryEntry) error {
 			return fmt.Errorf("a text field is %d bytes, more than %d", len(s), maxHistoryText)
 		}
 	}
-	if len(e.Phases) > 64 {
-		return fmt.Errorf("%d phases, more than 64", len(e.Phases))
+	if len(e.Phases) > maxHistoryPhases {
+		return fmt.Errorf("%d phases, more than %d", len(e.Phases), maxHistoryPhases)
+	}
+	if e.MovesOmitted < 0 || e.MovesOmitted > math.MaxUint32 {
+		return fmt.Errorf("moves_omitted %d is out of range", e.MovesOmitted)
+	}
+	for _, p := range e.Phases {
+		if p.Moves < 0 || p.Moves > math.MaxUint32 || len(p.Phase) > maxHistoryText {
+			return fmt.Errorf("phase %q counts %d moves", clip(p.Phase), p.Moves)
+		}
 	}
 	return nil
 }
