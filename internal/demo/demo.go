@@ -180,9 +180,9 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		step:    opts.Step,
 		tasks:   make(map[string]*demoTask),
 		changed: make(chan struct{}, 1),
-		reg:     reg,
 	}
 	if reg != nil {
+		d.reg = reg // a nil *Registry in the interface would not be nil
 		d.metricsURL = "http://" + metricsSrv.Addr() + metrics.Path
 	}
 	for i := range opts.Keys {
