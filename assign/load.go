@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -136,6 +137,22 @@ func (l Load) Total() float64 {
 // In is the load of the keys in [start, end): every entry overlapping the
 // range contributes in proportion to the overlap.
 func (l Load) In(start, end SliceKey) float64 { return l.sum(start, end, (*LoadEntry).within) }
+
+// Buckets cuts the key space into n equal ranges, bucket i being
+// [i*2^63/n, (i+1)*2^63/n) rounded down, and returns the load in each,
+// as In adds it up. n must be at least 1.
+func (l Load) Buckets(n int) []float64 {
+	out := make([]float64, n)
+	start := SliceKey(0)
+	for i := range out {
+		hi, lo := bits.Mul64(uint64(i+1), uint64(KeySpaceEnd))
+		q, _ := bits.Div64(hi, lo, uint64(n))
+		end := SliceKey(q)
+		out[i] = l.In(start, end)
+		start = end
+	}
+	return out
+}
 
 // sum adds part over the entries of l overlapping [start, end).
 func (l Load) sum(start, end SliceKey, part func(*LoadEntry, SliceKey, SliceKey) float64) float64 {

@@ -197,3 +197,39 @@ func FuzzLoadValidate(f *testing.F) {
 		}
 	})
 }
+
+func TestLoadBuckets(t *testing.T) {
+	quarter := KeySpaceEnd / 4
+	l := Load{
+		{Start: 0, End: 100, Load: 10},                      // bucket 0
+		{Start: quarter - 50, End: quarter + 50, Load: 8},   // half in bucket 0, half in 1
+		{Start: 3 * quarter, End: 3*quarter + 1, Load: 5},   // a hot key, first of bucket 3
+		{Start: KeySpaceEnd - 1, End: KeySpaceEnd, Load: 1}, // the last key
+		{Start: quarter, End: 3 * quarter, Load: 20},        // buckets 1 and 2, evenly
+	}
+	// The entries overlap, so each is binned alone and the results added.
+	want := []float64{14, 4 + 10, 10, 6}
+	var got [4]float64
+	for _, e := range l {
+		for i, v := range (Load{e}).Buckets(4) {
+			got[i] += v
+		}
+	}
+	for i := range want {
+		if !near(got[i], want[i]) {
+			t.Fatalf("buckets = %v, want %v", got, want)
+		}
+	}
+	one := Load{{Start: 0, End: KeySpaceEnd, Load: 3}}.Buckets(1)
+	if len(one) != 1 || one[0] != 3 {
+		t.Fatalf("one bucket = %v, want [3]", one)
+	}
+	// Uneven bucket widths (2^63 is not a multiple of 3) still add up.
+	var sum float64
+	for _, v := range (Load{{Start: 0, End: KeySpaceEnd, Load: 9}}).Buckets(3) {
+		sum += v
+	}
+	if !near(sum, 9) {
+		t.Fatalf("three buckets add up to %g, want 9", sum)
+	}
+}

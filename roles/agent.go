@@ -48,6 +48,11 @@ type Agent struct {
 	distributor *Distributor
 	backup      *Backup
 	services    []string
+	// The web UI: its handler (nil without an Assigner) and, with
+	// Config.UIAddr, its own listener and server (nil otherwise).
+	ui         http.Handler
+	uiListener net.Listener
+	uiServer   *http.Server
 
 	stopping chan struct{}
 	// accepting closes when the RPC server first waits for a connection,
@@ -109,6 +114,18 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		Max: cfg.MaxConnections, MaxPerIP: cfg.MaxConnectionsPerIP,
 		LogInterval: refusalLogInterval, Logger: cfg.Logger.With("component", "rpc"),
 	})
+	if cfg.UIAddr != "" {
+		uiLn, err := net.Listen("tcp", cfg.UIAddr)
+		if err != nil {
+			a.listener.Close()
+			a.closeStore()
+			return nil, fmt.Errorf("%w: listen on web UI address %s: %w; choose another --ui-addr", ErrConfig, cfg.UIAddr, err)
+		}
+		a.uiListener = connlimit.Wrap(uiLn, connlimit.Limits{
+			Max: uiMaxConnections, MaxPerIP: uiMaxConnectionsPerIP,
+			LogInterval: refusalLogInterval, Logger: cfg.Logger.With("component", "webui"),
+		})
+	}
 
 	if cfg.TLS != nil {
 		a.verify = newVerifier(cfg.TLS, cfg.NodeName, cfg.Logger, a.changes.Notify)
@@ -149,6 +166,20 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		Allowed: append(ownHosts(cfg), cfg.AllowedHosts...), Flag: "--allowed-hosts",
 		LogInterval: refusalLogInterval, Logger: cfg.Logger.With("component", "rpc"),
 	})
+
+	if a.assigner != nil {
+		a.ui = a.newUIHandler()
+	}
+	if a.uiListener != nil {
+		a.uiServer = &http.Server{
+			Handler:           a.ui,
+			ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+			IdleTimeout:       cfg.IdleTimeout,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "webui").Handler(), slog.LevelDebug),
+			BaseContext:       func(net.Listener) context.Context { return a.stopCtx },
+		}
+	}
 
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
@@ -337,6 +368,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	node, err := gossip.Start(gcfg)
 	if err != nil {
 		a.listener.Close()
+		if a.uiListener != nil {
+			a.uiListener.Close()
+		}
 		return err
 	}
 	changes, unsubscribe := node.Changes()
@@ -345,8 +379,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.node = node
 	a.mu.Unlock()
 	defer node.Shutdown()
-	a.log.Info("slicerd started", append([]any{"node", a.cfg.NodeName, "roles", a.cfg.Roles,
-		"rpc_addr", a.RPCAddr(), "gossip_addr", node.GossipAddr()}, a.storeAttrs()...)...)
+	started := []any{"node", a.cfg.NodeName, "roles", a.cfg.Roles, "rpc_addr", a.RPCAddr(), "gossip_addr", node.GossipAddr()}
+	if a.uiServer != nil {
+		started = append(started, "ui_addr", a.UIAddr())
+	}
+	a.log.Info("slicerd started", append(started, a.storeAttrs()...)...)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -384,6 +421,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	if a.uiServer != nil {
+		g.Go(func() error {
+			if err := a.uiServer.Serve(a.uiListener); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("web UI server: %w", err)
+			}
+			return nil
+		})
+	}
 	if a.verify != nil {
 		g.Go(func() error {
 			a.verify.run(gctx, a.rawPeers)
@@ -452,6 +497,10 @@ func (a *Agent) shutdown(node *gossip.Node) {
 	a.stopCancel()
 	drainCtx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
+	if a.uiServer != nil {
+		// Its requests are short reads: no drain worth waiting for.
+		a.uiServer.Close()
+	}
 	if err := a.server.Shutdown(drainCtx); err != nil {
 		a.log.Warn("rpc connections did not drain in time; closing them", "err", err)
 		a.server.Close()

@@ -91,6 +91,9 @@ type Assigner struct {
 	flips chan string   // a make-before-break deadline passed; see handoff.go
 
 	loads *loads // tasks' latest load reports; see load.go
+	// loadHistory records each led job's load over the key space for
+	// GetLoadHistory; see loadhistory.go.
+	loadHistory *loadHistory
 
 	metrics      *jobMetrics   // nil without metrics; set before Run (jobmetrics.go)
 	storeMetrics *storeMetrics // nil without metrics; set before Run (metrics.go)
@@ -128,25 +131,26 @@ type Assigner struct {
 
 func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members membership, stopping <-chan struct{}) *Assigner {
 	a := &Assigner{
-		log:        cfg.Logger.With("role", "assigner"),
-		self:       cfg.NodeName,
-		store:      store,
-		members:    members,
-		pref:       cfg.Preference.WithDefaults(),
-		poll:       cfg.StandbyPollInterval,
-		rpcClients: newPeerClients(cfg.TLS),
-		delay:      cfg.RebalanceDelay,
-		grace:      cfg.StartupGrace,
-		interval:   cfg.RebalanceInterval,
-		stopping:   stopping,
-		loaded:     make(chan struct{}),
-		kick:       make(chan struct{}, 1),
-		flips:      make(chan string, flipSignals),
-		jobs:       make(map[string]*assignerJob),
-		loads:      newLoads(cfg.LoadHalfLife),
-		maxJobs:    cfg.MaxJobs,
-		maxSlices:  cfg.MaxSlicesPerJob,
-		reports:    newReportLimiter(cfg.MaxLoadReportsPerSecond, cfg.LoadReportBurst),
+		log:         cfg.Logger.With("role", "assigner"),
+		self:        cfg.NodeName,
+		store:       store,
+		members:     members,
+		pref:        cfg.Preference.WithDefaults(),
+		poll:        cfg.StandbyPollInterval,
+		rpcClients:  newPeerClients(cfg.TLS),
+		delay:       cfg.RebalanceDelay,
+		grace:       cfg.StartupGrace,
+		interval:    cfg.RebalanceInterval,
+		stopping:    stopping,
+		loaded:      make(chan struct{}),
+		kick:        make(chan struct{}, 1),
+		flips:       make(chan string, flipSignals),
+		jobs:        make(map[string]*assignerJob),
+		loads:       newLoads(cfg.LoadHalfLife),
+		loadHistory: newLoadHistory(cfg.LoadHistoryInterval),
+		maxJobs:     cfg.MaxJobs,
+		maxSlices:   cfg.MaxSlicesPerJob,
+		reports:     newReportLimiter(cfg.MaxLoadReportsPerSecond, cfg.LoadReportBurst),
 	}
 	a.fencer, _ = store.(storage.Fencer)
 	a.leases = leases
@@ -332,6 +336,12 @@ func (a *Assigner) Run(ctx context.Context) error {
 		defer ticker.Stop()
 		tick = ticker.C
 	}
+	var sample <-chan time.Time // nil, never ready, when load history is off
+	if a.loadHistory.interval > 0 {
+		ticker := time.NewTicker(a.loadHistory.interval)
+		defer ticker.Stop()
+		sample = ticker.C
+	}
 	settle := time.NewTimer(0)
 	settle.Stop()
 	defer settle.Stop()
@@ -400,6 +410,8 @@ func (a *Assigner) Run(ctx context.Context) error {
 				}
 				a.balanceAll(ctx)
 			}
+		case now := <-sample:
+			a.sampleLoads(now)
 		case <-settle.C:
 			armed = false
 			if !a.reconcileAll(ctx) {

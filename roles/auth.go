@@ -131,6 +131,7 @@ var procedureAccess = map[string]access{
 	slicerv1connect.JobServiceGetJobProcedure:                  accessAuthenticated,
 	slicerv1connect.JobServiceGetJobHistoryProcedure:           accessAuthenticated,
 	slicerv1connect.JobServiceExplainKeyProcedure:              accessAuthenticated,
+	slicerv1connect.JobServiceGetLoadHistoryProcedure:          accessAuthenticated,
 	slicerv1connect.JobServiceSetJobConfigProcedure:            accessAdminOrAssigner,
 	slicerv1connect.JobServiceDeleteJobProcedure:               accessAdminOrAssigner,
 	slicerv1connect.LoadServiceReportLoadProcedure:             accessTaskOrAssigner,

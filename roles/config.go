@@ -99,6 +99,15 @@ type Config struct {
 	// LoadHalfLife is how fast a task's load report fades once its next
 	// report is overdue; 0 keeps stale reports at full weight.
 	LoadHalfLife time.Duration
+	// LoadHistoryInterval is how often an Assigner samples the load of the
+	// jobs it leads for JobService.GetLoadHistory (see loadhistory.go);
+	// 0 records nothing.
+	LoadHistoryInterval time.Duration
+	// UIAddr, if set, is a host:port where the agent serves its read-only
+	// web UI (UIHandler) over plain HTTP, with no authentication of its
+	// own. It needs the assigner role, and an address reachable from other
+	// hosts needs Insecure.
+	UIAddr string
 	// MaxRequestBytes caps a decoded RPC request.
 	MaxRequestBytes int
 
@@ -205,6 +214,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:     5 * time.Second,
 		RebalanceInterval:   10 * time.Second,
 		LoadHalfLife:        10 * time.Second,
+		LoadHistoryInterval: 5 * time.Second,
 		MaxRequestBytes:     1 << 20,
 		MaxConnections:      8192,
 		MaxConnectionsPerIP: 1024,
@@ -320,6 +330,12 @@ func (c Config) Validate() error {
 	if c.LoadHalfLife < 0 {
 		return fmt.Errorf("%w: load half-life is %v; it must not be negative", ErrConfig, c.LoadHalfLife)
 	}
+	if c.LoadHistoryInterval < 0 {
+		return fmt.Errorf("%w: load history interval is %v; it must not be negative (0 records nothing)", ErrConfig, c.LoadHistoryInterval)
+	}
+	if c.UIAddr != "" && !c.has(gossip.RoleAssigner) {
+		return fmt.Errorf("%w: the web UI (--ui-addr) reads jobs from this node's Assigner; run the assigner role too, or serve the UI from a node that does", ErrConfig)
+	}
 	if c.MaxRequestBytes <= 0 {
 		return fmt.Errorf("%w: max request bytes must be positive", ErrConfig)
 	}
@@ -427,6 +443,10 @@ func (c Config) validateSecurity() error {
 	if c.TLS == nil && !loopbackOnly(c.RPCAddr) {
 		return fmt.Errorf("%w: rpc address %s (--rpc-addr) is reachable from other hosts, but TLS is off, so anyone who reaches it could steer the cluster; set --tls-cert, --tls-key and --tls-ca (see docs/security.md), or pass --insecure on a network you trust",
 			ErrConfig, c.RPCAddr)
+	}
+	if c.UIAddr != "" && !loopbackOnly(c.UIAddr) {
+		return fmt.Errorf("%w: web UI address %s (--ui-addr) is reachable from other hosts, but the UI has no authentication, so anyone who reaches it could read every job's tasks, load and history; bind it to 127.0.0.1 (and reach it through an SSH tunnel or an authenticating proxy), or pass --insecure on a network you trust",
+			ErrConfig, c.UIAddr)
 	}
 	if !loopbackOnly(c.Gossip.BindAddr) && len(c.Gossip.Keys) == 0 && !fileExists(c.Gossip.KeyringFile) {
 		return fmt.Errorf("%w: gossip address %s (--gossip-addr) is reachable from other hosts, but gossip is not encrypted, so anyone who reaches it could join the cluster; set --gossip-key (make one with slicerd keyring generate; see docs/security.md), or pass --insecure on a network you trust",

@@ -150,6 +150,7 @@ func (a *Assigner) forgetJob(name string) {
 	a.loads.mu.Lock()
 	delete(a.loads.jobs, name)
 	a.loads.mu.Unlock()
+	a.loadHistory.forget(name)
 	if j != nil {
 		j.pub.end(deletedError(name))
 	}

@@ -43,7 +43,7 @@ func stateOf(a *Assigner, names ...string) assignerState {
 	return s
 }
 
-// GetJob and ListJobs only read: the Assigner's jobs, its remembered
+// GetJob, ListJobs, GetLoadHistory and GetJobHistory only read: the Assigner's jobs, its remembered
 // choices, its load reports and the store are as they were.
 func TestReadOnlyRPCsChangeNothing(t *testing.T) {
 	ctx := context.Background()
@@ -82,6 +82,13 @@ func TestReadOnlyRPCsChangeNothing(t *testing.T) {
 		}
 		if got := resp.Msg.GetJob().GetPreferredAssigner(); got != "assigner-1" {
 			t.Errorf("GetJob %s: preferred assigner %q, want assigner-1", job, got)
+		}
+		// The web UI's other reads.
+		if _, err := a.GetLoadHistory(ctx, connect.NewRequest(&slicerv1.GetLoadHistoryRequest{Job: job})); err != nil {
+			t.Errorf("GetLoadHistory %s: %v", job, err)
+		}
+		if _, err := a.GetJobHistory(ctx, connect.NewRequest(&slicerv1.GetJobHistoryRequest{Job: job})); err != nil {
+			t.Errorf("GetJobHistory %s: %v", job, err)
 		}
 	}
 	list, err := a.ListJobs(ctx, connect.NewRequest(&slicerv1.ListJobsRequest{}))

@@ -2,8 +2,9 @@
 # Runs slicerd's checks and tests: formatting, vet, the generated-code check,
 # and every Go test under the race detector (end-to-end tests included; they
 # build and start the real binaries; they run twice, the second time on the
-# secure settings with the attack suite). Needs only Go; the code generators are
-# installed into .bin/ by scripts/tools.sh on first use.
+# secure settings with the attack suite). Needs Go; the code generators are
+# installed into .bin/ by scripts/tools.sh on first use, and Debian's chromium
+# (for the web UI's browser test) by scripts/browser.sh.
 #   scripts/test.sh            everything
 #   SKIP_GENCHECK=1 scripts/test.sh   skip the generated-code check (no generator build)
 set -euo pipefail
@@ -21,6 +22,17 @@ go vet ./...
 if [ "${SKIP_GENCHECK:-}" != 1 ]; then
   echo "== generated code"
   scripts/genproto.sh --check
+fi
+
+# The web UI's browser test drives Debian's chromium; install it if it is
+# missing. In CI a missing browser is a failure (the test fails too);
+# elsewhere the test skips with a message.
+echo "== browser"
+if ! scripts/browser.sh; then
+  if [ -n "${CI:-}" ]; then
+    echo "cannot install chromium for the web UI's browser test"; exit 1
+  fi
+  echo "chromium is not installed: the web UI's browser test will be skipped"
 fi
 
 echo "== go test -race"

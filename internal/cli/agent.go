@@ -73,6 +73,12 @@ func agentFlags() []cli.Flag {
 			Usage: "RPC address other members use to reach this node (default: the bound --rpc-addr)",
 		},
 		&cli.StringFlag{
+			Name: "ui-addr", EnvVars: []string{"SLICERD_UI_ADDR"},
+			Usage: "host:port of the read-only web UI (jobs, load heatmap, assignment, decision history, 'why' lookups), " +
+				"plain HTTP with no authentication of its own; needs the assigner role, and an address other than loopback needs --insecure. " +
+				"Default: off",
+		},
+		&cli.StringFlag{
 			Name: "gossip-addr", Value: d.Gossip.BindAddr, EnvVars: []string{"SLICERD_GOSSIP_ADDR"},
 			Usage: "host:port gossip binds to, TCP and UDP",
 		},
@@ -237,6 +243,7 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	}
 	cfg.RPCAddr = c.String("rpc-addr")
 	cfg.AdvertiseRPCAddr = c.String("advertise-rpc-addr")
+	cfg.UIAddr = c.String("ui-addr")
 	cfg.RebalanceDelay = c.Duration("rebalance-delay")
 	cfg.StartupGrace = c.Duration("startup-grace")
 	cfg.RebalanceInterval = c.Duration("rebalance-interval")

@@ -70,6 +70,7 @@ type Options struct {
 	Once           bool          // run the script once and return
 	DataDir        string        // keep the store here; "" for a temporary one removed at exit
 	RPCAddr        string        // host:port slicerd's RPC server listens on
+	UIAddr         string        // host:port of slicerd's web UI; "" for none
 	GossipAddr     string        // host:port slicerd's gossip binds to
 	GossipProfile  string        // lan or local
 	RebalanceDelay time.Duration // how long the assigner lets membership changes settle
@@ -146,6 +147,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	cfg.NodeName = "demo"
 	cfg.DataDir = dataDir
 	cfg.RPCAddr = opts.RPCAddr
+	cfg.UIAddr = opts.UIAddr
 	cfg.Gossip.BindAddr = opts.GossipAddr
 	cfg.Gossip.Profile = opts.GossipProfile
 	cfg.RebalanceDelay = opts.RebalanceDelay
@@ -270,6 +272,9 @@ func (d *demo) run(ctx context.Context, agent *roles.Agent, ntasks int, once boo
 	}
 	d.joinAddr = gossipAddr
 	d.header(agent.RPCAddr(), gossipAddr, ntasks, dataDir, temp)
+	if addr := agent.UIAddr(); addr != "" {
+		fmt.Fprintf(d.out, "Web UI (read-only): http://%s/ui/?job=%s\n\n", addr, Job)
+	}
 
 	if err := d.startClerk(agent.RPCAddr()); err != nil {
 		return err

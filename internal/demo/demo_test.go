@@ -67,6 +67,7 @@ func TestDemoOnce(t *testing.T) {
 	opts := DefaultOptions()
 	opts.Once = true
 	opts.RPCAddr, opts.GossipAddr, opts.GossipProfile = "127.0.0.1:0", "127.0.0.1:0", "local"
+	opts.UIAddr = "127.0.0.1:0"
 	opts.Step, opts.Keys = time.Second, 300
 	opts.RebalanceDelay, opts.StartupGrace = 100*time.Millisecond, 300*time.Millisecond
 	opts.Command = "go run ."
@@ -82,7 +83,7 @@ func TestDemoOnce(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{"go run . job watch --addr 127.0.0.1:", "go run github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3 -plaintext",
-		"/slicer.v1.JobService/GetJob", "== stopping kv-1", "== starting kv-3", "wrote 300 keys", "== stopped cleanly"} {
+		"/slicer.v1.JobService/GetJob", "Web UI (read-only): http://127.0.0.1:", "/ui/?job=kv\n", "== stopping kv-1", "== starting kv-3", "wrote 300 keys", "== stopped cleanly"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -2087,6 +2087,170 @@ func (x *GetJobHistoryResponse) GetDecisions() []*Decision {
 	return nil
 }
 
+type GetLoadHistoryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLoadHistoryRequest) Reset() {
+	*x = GetLoadHistoryRequest{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLoadHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLoadHistoryRequest) ProtoMessage() {}
+
+func (x *GetLoadHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLoadHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetLoadHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetLoadHistoryRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+type GetLoadHistoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key space [0, 2^63) is cut into bucket_count equal ranges; bucket i
+	// is [i * 2^63 / bucket_count, (i + 1) * 2^63 / bucket_count).
+	BucketCount uint32 `protobuf:"varint,1,opt,name=bucket_count,json=bucketCount,proto3" json:"bucket_count,omitempty"`
+	// How often the Assigner samples the load; 0 when it does not record it.
+	IntervalMs uint32 `protobuf:"varint,2,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	// Oldest first. Empty while the job has no load reports at this Assigner.
+	Samples       []*LoadSample `protobuf:"bytes,3,rep,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLoadHistoryResponse) Reset() {
+	*x = GetLoadHistoryResponse{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLoadHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLoadHistoryResponse) ProtoMessage() {}
+
+func (x *GetLoadHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLoadHistoryResponse.ProtoReflect.Descriptor instead.
+func (*GetLoadHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetLoadHistoryResponse) GetBucketCount() uint32 {
+	if x != nil {
+		return x.BucketCount
+	}
+	return 0
+}
+
+func (x *GetLoadHistoryResponse) GetIntervalMs() uint32 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+func (x *GetLoadHistoryResponse) GetSamples() []*LoadSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+type LoadSample struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the sample was taken, in nanoseconds since the Unix epoch.
+	TimeUnixNano int64 `protobuf:"varint,1,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// Load per second on each bucket's keys, in the job's own unit: the
+	// job's merged load (as JobInfo.total_load adds it up), an entry spread
+	// evenly over its key range. bucket_count values.
+	BucketLoad    []float64 `protobuf:"fixed64,2,rep,packed,name=bucket_load,json=bucketLoad,proto3" json:"bucket_load,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadSample) Reset() {
+	*x = LoadSample{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadSample) ProtoMessage() {}
+
+func (x *LoadSample) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadSample.ProtoReflect.Descriptor instead.
+func (*LoadSample) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *LoadSample) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *LoadSample) GetBucketLoad() []float64 {
+	if x != nil {
+		return x.BucketLoad
+	}
+	return nil
+}
+
 type ExplainKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -2101,7 +2265,7 @@ type ExplainKeyRequest struct {
 
 func (x *ExplainKeyRequest) Reset() {
 	*x = ExplainKeyRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2277,7 @@ func (x *ExplainKeyRequest) String() string {
 func (*ExplainKeyRequest) ProtoMessage() {}
 
 func (x *ExplainKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2290,7 @@ func (x *ExplainKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainKeyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainKeyRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExplainKeyRequest) GetJob() string {
@@ -2201,7 +2365,7 @@ type ExplainKeyResponse struct {
 
 func (x *ExplainKeyResponse) Reset() {
 	*x = ExplainKeyResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2377,7 @@ func (x *ExplainKeyResponse) String() string {
 func (*ExplainKeyResponse) ProtoMessage() {}
 
 func (x *ExplainKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2390,7 @@ func (x *ExplainKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainKeyResponse.ProtoReflect.Descriptor instead.
 func (*ExplainKeyResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExplainKeyResponse) GetSliceKey() uint64 {
@@ -2291,7 +2455,7 @@ type SliceLoad struct {
 
 func (x *SliceLoad) Reset() {
 	*x = SliceLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2467,7 @@ func (x *SliceLoad) String() string {
 func (*SliceLoad) ProtoMessage() {}
 
 func (x *SliceLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2480,7 @@ func (x *SliceLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceLoad.ProtoReflect.Descriptor instead.
 func (*SliceLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SliceLoad) GetStart() uint64 {
@@ -2373,7 +2537,7 @@ type ReportLoadRequest struct {
 
 func (x *ReportLoadRequest) Reset() {
 	*x = ReportLoadRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2549,7 @@ func (x *ReportLoadRequest) String() string {
 func (*ReportLoadRequest) ProtoMessage() {}
 
 func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2562,7 @@ func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadRequest.ProtoReflect.Descriptor instead.
 func (*ReportLoadRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReportLoadRequest) GetJob() string {
@@ -2458,7 +2622,7 @@ type ReportLoadResponse struct {
 
 func (x *ReportLoadResponse) Reset() {
 	*x = ReportLoadResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2634,7 @@ func (x *ReportLoadResponse) String() string {
 func (*ReportLoadResponse) ProtoMessage() {}
 
 func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2647,7 @@ func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
 func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{34}
 }
 
 // ReportReadyRequest says a task holds what an assignment gave it: it has
@@ -2500,7 +2664,7 @@ type ReportReadyRequest struct {
 
 func (x *ReportReadyRequest) Reset() {
 	*x = ReportReadyRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2676,7 @@ func (x *ReportReadyRequest) String() string {
 func (*ReportReadyRequest) ProtoMessage() {}
 
 func (x *ReportReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2689,7 @@ func (x *ReportReadyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReadyRequest.ProtoReflect.Descriptor instead.
 func (*ReportReadyRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReportReadyRequest) GetJob() string {
@@ -2557,7 +2721,7 @@ type ReportReadyResponse struct {
 
 func (x *ReportReadyResponse) Reset() {
 	*x = ReportReadyResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2733,7 @@ func (x *ReportReadyResponse) String() string {
 func (*ReportReadyResponse) ProtoMessage() {}
 
 func (x *ReportReadyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2746,7 @@ func (x *ReportReadyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReadyResponse.ProtoReflect.Descriptor instead.
 func (*ReportReadyResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{33}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{36}
 }
 
 // What a guard or bridge lease says: the guard names one generation
@@ -2597,7 +2761,7 @@ type LeaseValue struct {
 
 func (x *LeaseValue) Reset() {
 	*x = LeaseValue{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2773,7 @@ func (x *LeaseValue) String() string {
 func (*LeaseValue) ProtoMessage() {}
 
 func (x *LeaseValue) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2786,7 @@ func (x *LeaseValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseValue.ProtoReflect.Descriptor instead.
 func (*LeaseValue) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{34}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *LeaseValue) GetFromGeneration() uint64 {
@@ -2653,7 +2817,7 @@ type LeaseState struct {
 
 func (x *LeaseState) Reset() {
 	*x = LeaseState{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2665,7 +2829,7 @@ func (x *LeaseState) String() string {
 func (*LeaseState) ProtoMessage() {}
 
 func (x *LeaseState) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2678,7 +2842,7 @@ func (x *LeaseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
 func (*LeaseState) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{35}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LeaseState) GetSet() bool {
@@ -2720,7 +2884,7 @@ type ReadLeaseRequest struct {
 
 func (x *ReadLeaseRequest) Reset() {
 	*x = ReadLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[36]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2896,7 @@ func (x *ReadLeaseRequest) String() string {
 func (*ReadLeaseRequest) ProtoMessage() {}
 
 func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[36]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2909,7 @@ func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReadLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{36}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReadLeaseRequest) GetJob() string {
@@ -2804,7 +2968,7 @@ type ReadLeaseResponse struct {
 
 func (x *ReadLeaseResponse) Reset() {
 	*x = ReadLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[37]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +2980,7 @@ func (x *ReadLeaseResponse) String() string {
 func (*ReadLeaseResponse) ProtoMessage() {}
 
 func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[37]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +2993,7 @@ func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReadLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{37}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReadLeaseResponse) GetGranted() bool {
@@ -2885,7 +3049,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[38]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3061,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[38]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3074,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{38}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReleaseLeaseRequest) GetJob() string {
@@ -2942,7 +3106,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[39]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2954,7 +3118,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[39]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2967,7 +3131,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{39}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{42}
 }
 
 // FetchStateRequest asks a task for the state it holds for the keys in
@@ -2989,7 +3153,7 @@ type FetchStateRequest struct {
 
 func (x *FetchStateRequest) Reset() {
 	*x = FetchStateRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[40]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3165,7 @@ func (x *FetchStateRequest) String() string {
 func (*FetchStateRequest) ProtoMessage() {}
 
 func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[40]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3178,7 @@ func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchStateRequest.ProtoReflect.Descriptor instead.
 func (*FetchStateRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{40}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FetchStateRequest) GetJob() string {
@@ -3064,7 +3228,7 @@ type StateEntry struct {
 
 func (x *StateEntry) Reset() {
 	*x = StateEntry{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[41]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3240,7 @@ func (x *StateEntry) String() string {
 func (*StateEntry) ProtoMessage() {}
 
 func (x *StateEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[41]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3253,7 @@ func (x *StateEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
 func (*StateEntry) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{41}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StateEntry) GetKey() []byte {
@@ -3116,7 +3280,7 @@ type FetchStateResponse struct {
 
 func (x *FetchStateResponse) Reset() {
 	*x = FetchStateResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[42]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +3292,7 @@ func (x *FetchStateResponse) String() string {
 func (*FetchStateResponse) ProtoMessage() {}
 
 func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[42]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +3305,7 @@ func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchStateResponse.ProtoReflect.Descriptor instead.
 func (*FetchStateResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{42}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FetchStateResponse) GetEntries() []*StateEntry {
@@ -3309,7 +3473,19 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"J\n" +
 	"\x15GetJobHistoryResponse\x121\n" +
-	"\tdecisions\x18\x01 \x03(\v2\x13.slicer.v1.DecisionR\tdecisions\"a\n" +
+	"\tdecisions\x18\x01 \x03(\v2\x13.slicer.v1.DecisionR\tdecisions\")\n" +
+	"\x15GetLoadHistoryRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\"\x8d\x01\n" +
+	"\x16GetLoadHistoryResponse\x12!\n" +
+	"\fbucket_count\x18\x01 \x01(\rR\vbucketCount\x12\x1f\n" +
+	"\vinterval_ms\x18\x02 \x01(\rR\n" +
+	"intervalMs\x12/\n" +
+	"\asamples\x18\x03 \x03(\v2\x15.slicer.v1.LoadSampleR\asamples\"S\n" +
+	"\n" +
+	"LoadSample\x12$\n" +
+	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
+	"\vbucket_load\x18\x02 \x03(\x01R\n" +
+	"bucketLoad\"a\n" +
 	"\x11ExplainKeyRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x03key\x18\x02 \x01(\fH\x00R\x03key\x12\x1d\n" +
@@ -3404,7 +3580,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\rGetAssignment\x12\x1f.slicer.v1.GetAssignmentRequest\x1a .slicer.v1.GetAssignmentResponse\"\x03\x90\x02\x012\xbe\x01\n" +
 	"\x0fAssignerService\x12Z\n" +
 	"\x0fWatchAssignment\x12!.slicer.v1.WatchAssignmentRequest\x1a\".slicer.v1.WatchAssignmentResponse0\x01\x12O\n" +
-	"\fRegisterTask\x12\x1e.slicer.v1.RegisterTaskRequest\x1a\x1f.slicer.v1.RegisterTaskResponse2\xe6\x03\n" +
+	"\fRegisterTask\x12\x1e.slicer.v1.RegisterTaskRequest\x1a\x1f.slicer.v1.RegisterTaskResponse2\xc2\x04\n" +
 	"\n" +
 	"JobService\x12H\n" +
 	"\bListJobs\x12\x1a.slicer.v1.ListJobsRequest\x1a\x1b.slicer.v1.ListJobsResponse\"\x03\x90\x02\x01\x12B\n" +
@@ -3413,7 +3589,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\tDeleteJob\x12\x1b.slicer.v1.DeleteJobRequest\x1a\x1c.slicer.v1.DeleteJobResponse\"\x03\x90\x02\x02\x12W\n" +
 	"\rGetJobHistory\x12\x1f.slicer.v1.GetJobHistoryRequest\x1a .slicer.v1.GetJobHistoryResponse\"\x03\x90\x02\x01\x12N\n" +
 	"\n" +
-	"ExplainKey\x12\x1c.slicer.v1.ExplainKeyRequest\x1a\x1d.slicer.v1.ExplainKeyResponse\"\x03\x90\x02\x012\xa6\x01\n" +
+	"ExplainKey\x12\x1c.slicer.v1.ExplainKeyRequest\x1a\x1d.slicer.v1.ExplainKeyResponse\"\x03\x90\x02\x01\x12Z\n" +
+	"\x0eGetLoadHistory\x12 .slicer.v1.GetLoadHistoryRequest\x1a!.slicer.v1.GetLoadHistoryResponse\"\x03\x90\x02\x012\xa6\x01\n" +
 	"\vLoadService\x12I\n" +
 	"\n" +
 	"ReportLoad\x12\x1c.slicer.v1.ReportLoadRequest\x1a\x1d.slicer.v1.ReportLoadResponse\x12L\n" +
@@ -3438,7 +3615,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 }
 
 var file_slicer_v1_slicer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(Consistency)(0),                // 0: slicer.v1.Consistency
 	(LeaseKind)(0),                  // 1: slicer.v1.LeaseKind
@@ -3469,22 +3646,25 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*Decision)(nil),                // 26: slicer.v1.Decision
 	(*GetJobHistoryRequest)(nil),    // 27: slicer.v1.GetJobHistoryRequest
 	(*GetJobHistoryResponse)(nil),   // 28: slicer.v1.GetJobHistoryResponse
-	(*ExplainKeyRequest)(nil),       // 29: slicer.v1.ExplainKeyRequest
-	(*ExplainKeyResponse)(nil),      // 30: slicer.v1.ExplainKeyResponse
-	(*SliceLoad)(nil),               // 31: slicer.v1.SliceLoad
-	(*ReportLoadRequest)(nil),       // 32: slicer.v1.ReportLoadRequest
-	(*ReportLoadResponse)(nil),      // 33: slicer.v1.ReportLoadResponse
-	(*ReportReadyRequest)(nil),      // 34: slicer.v1.ReportReadyRequest
-	(*ReportReadyResponse)(nil),     // 35: slicer.v1.ReportReadyResponse
-	(*LeaseValue)(nil),              // 36: slicer.v1.LeaseValue
-	(*LeaseState)(nil),              // 37: slicer.v1.LeaseState
-	(*ReadLeaseRequest)(nil),        // 38: slicer.v1.ReadLeaseRequest
-	(*ReadLeaseResponse)(nil),       // 39: slicer.v1.ReadLeaseResponse
-	(*ReleaseLeaseRequest)(nil),     // 40: slicer.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),    // 41: slicer.v1.ReleaseLeaseResponse
-	(*FetchStateRequest)(nil),       // 42: slicer.v1.FetchStateRequest
-	(*StateEntry)(nil),              // 43: slicer.v1.StateEntry
-	(*FetchStateResponse)(nil),      // 44: slicer.v1.FetchStateResponse
+	(*GetLoadHistoryRequest)(nil),   // 29: slicer.v1.GetLoadHistoryRequest
+	(*GetLoadHistoryResponse)(nil),  // 30: slicer.v1.GetLoadHistoryResponse
+	(*LoadSample)(nil),              // 31: slicer.v1.LoadSample
+	(*ExplainKeyRequest)(nil),       // 32: slicer.v1.ExplainKeyRequest
+	(*ExplainKeyResponse)(nil),      // 33: slicer.v1.ExplainKeyResponse
+	(*SliceLoad)(nil),               // 34: slicer.v1.SliceLoad
+	(*ReportLoadRequest)(nil),       // 35: slicer.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),      // 36: slicer.v1.ReportLoadResponse
+	(*ReportReadyRequest)(nil),      // 37: slicer.v1.ReportReadyRequest
+	(*ReportReadyResponse)(nil),     // 38: slicer.v1.ReportReadyResponse
+	(*LeaseValue)(nil),              // 39: slicer.v1.LeaseValue
+	(*LeaseState)(nil),              // 40: slicer.v1.LeaseState
+	(*ReadLeaseRequest)(nil),        // 41: slicer.v1.ReadLeaseRequest
+	(*ReadLeaseResponse)(nil),       // 42: slicer.v1.ReadLeaseResponse
+	(*ReleaseLeaseRequest)(nil),     // 43: slicer.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),    // 44: slicer.v1.ReleaseLeaseResponse
+	(*FetchStateRequest)(nil),       // 45: slicer.v1.FetchStateRequest
+	(*StateEntry)(nil),              // 46: slicer.v1.StateEntry
+	(*FetchStateResponse)(nil),      // 47: slicer.v1.FetchStateResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	2,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
@@ -3507,56 +3687,59 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	25, // 17: slicer.v1.Decision.phases:type_name -> slicer.v1.PhaseMoves
 	24, // 18: slicer.v1.Decision.moves:type_name -> slicer.v1.DecisionMove
 	26, // 19: slicer.v1.GetJobHistoryResponse.decisions:type_name -> slicer.v1.Decision
-	3,  // 20: slicer.v1.ExplainKeyResponse.slice:type_name -> slicer.v1.Slice
-	2,  // 21: slicer.v1.ExplainKeyResponse.tasks:type_name -> slicer.v1.Task
-	26, // 22: slicer.v1.ExplainKeyResponse.decisions:type_name -> slicer.v1.Decision
-	31, // 23: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
-	36, // 24: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
-	1,  // 25: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	36, // 26: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
-	37, // 27: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
-	37, // 28: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
-	1,  // 29: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	43, // 30: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
-	7,  // 31: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	10, // 32: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	7,  // 33: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	10, // 34: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	7,  // 35: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	12, // 36: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
-	16, // 37: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	18, // 38: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	20, // 39: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	22, // 40: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
-	27, // 41: slicer.v1.JobService.GetJobHistory:input_type -> slicer.v1.GetJobHistoryRequest
-	29, // 42: slicer.v1.JobService.ExplainKey:input_type -> slicer.v1.ExplainKeyRequest
-	32, // 43: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	34, // 44: slicer.v1.LoadService.ReportReady:input_type -> slicer.v1.ReportReadyRequest
-	38, // 45: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
-	40, // 46: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
-	42, // 47: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
-	8,  // 48: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 49: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	8,  // 50: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 51: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	8,  // 52: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	13, // 53: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
-	17, // 54: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	19, // 55: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	21, // 56: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	23, // 57: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
-	28, // 58: slicer.v1.JobService.GetJobHistory:output_type -> slicer.v1.GetJobHistoryResponse
-	30, // 59: slicer.v1.JobService.ExplainKey:output_type -> slicer.v1.ExplainKeyResponse
-	33, // 60: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	35, // 61: slicer.v1.LoadService.ReportReady:output_type -> slicer.v1.ReportReadyResponse
-	39, // 62: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
-	41, // 63: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
-	44, // 64: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
-	48, // [48:65] is the sub-list for method output_type
-	31, // [31:48] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	31, // 20: slicer.v1.GetLoadHistoryResponse.samples:type_name -> slicer.v1.LoadSample
+	3,  // 21: slicer.v1.ExplainKeyResponse.slice:type_name -> slicer.v1.Slice
+	2,  // 22: slicer.v1.ExplainKeyResponse.tasks:type_name -> slicer.v1.Task
+	26, // 23: slicer.v1.ExplainKeyResponse.decisions:type_name -> slicer.v1.Decision
+	34, // 24: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
+	39, // 25: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
+	1,  // 26: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	39, // 27: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
+	40, // 28: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
+	40, // 29: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
+	1,  // 30: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	46, // 31: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
+	7,  // 32: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 33: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	7,  // 34: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 35: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	7,  // 36: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	12, // 37: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
+	16, // 38: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	18, // 39: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	20, // 40: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	22, // 41: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
+	27, // 42: slicer.v1.JobService.GetJobHistory:input_type -> slicer.v1.GetJobHistoryRequest
+	32, // 43: slicer.v1.JobService.ExplainKey:input_type -> slicer.v1.ExplainKeyRequest
+	29, // 44: slicer.v1.JobService.GetLoadHistory:input_type -> slicer.v1.GetLoadHistoryRequest
+	35, // 45: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	37, // 46: slicer.v1.LoadService.ReportReady:input_type -> slicer.v1.ReportReadyRequest
+	41, // 47: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
+	43, // 48: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
+	45, // 49: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
+	8,  // 50: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 51: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 52: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 53: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 54: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	13, // 55: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	17, // 56: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	19, // 57: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	21, // 58: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	23, // 59: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
+	28, // 60: slicer.v1.JobService.GetJobHistory:output_type -> slicer.v1.GetJobHistoryResponse
+	33, // 61: slicer.v1.JobService.ExplainKey:output_type -> slicer.v1.ExplainKeyResponse
+	30, // 62: slicer.v1.JobService.GetLoadHistory:output_type -> slicer.v1.GetLoadHistoryResponse
+	36, // 63: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	38, // 64: slicer.v1.LoadService.ReportReady:output_type -> slicer.v1.ReportReadyResponse
+	42, // 65: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
+	44, // 66: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
+	47, // 67: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
+	50, // [50:68] is the sub-list for method output_type
+	32, // [32:50] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
@@ -3564,7 +3747,7 @@ func file_slicer_v1_slicer_proto_init() {
 	if File_slicer_v1_slicer_proto != nil {
 		return
 	}
-	file_slicer_v1_slicer_proto_msgTypes[27].OneofWrappers = []any{
+	file_slicer_v1_slicer_proto_msgTypes[30].OneofWrappers = []any{
 		(*ExplainKeyRequest_Key)(nil),
 		(*ExplainKeyRequest_SliceKey)(nil),
 	}
@@ -3574,7 +3757,7 @@ func file_slicer_v1_slicer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

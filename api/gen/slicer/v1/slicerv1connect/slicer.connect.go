@@ -79,6 +79,9 @@ const (
 	JobServiceGetJobHistoryProcedure = "/slicer.v1.JobService/GetJobHistory"
 	// JobServiceExplainKeyProcedure is the fully-qualified name of the JobService's ExplainKey RPC.
 	JobServiceExplainKeyProcedure = "/slicer.v1.JobService/ExplainKey"
+	// JobServiceGetLoadHistoryProcedure is the fully-qualified name of the JobService's GetLoadHistory
+	// RPC.
+	JobServiceGetLoadHistoryProcedure = "/slicer.v1.JobService/GetLoadHistory"
 	// LoadServiceReportLoadProcedure is the fully-qualified name of the LoadService's ReportLoad RPC.
 	LoadServiceReportLoadProcedure = "/slicer.v1.LoadService/ReportLoad"
 	// LoadServiceReportReadyProcedure is the fully-qualified name of the LoadService's ReportReady RPC.
@@ -442,6 +445,17 @@ type JobServiceClient interface {
 	// it. Read access as GetJob; costs what GetJobHistory does. A slice key
 	// of 2^63 or more, or a request with no key, fails with INVALID_ARGUMENT.
 	ExplainKey(context.Context, *connect.Request[v1.ExplainKeyRequest]) (*connect.Response[v1.ExplainKeyResponse], error)
+	// GetLoadHistory returns the answering Assigner's recent record of the
+	// job's measured load over the key space: every few seconds, for each job
+	// whose lease it holds and whose tasks report load, it bins the merged
+	// load into equal key ranges and keeps the newest samples (about ten
+	// minutes). Only the job's preferred Assigner receives its load reports,
+	// so ask that one. The record lives in memory: about 31 KiB per job, for
+	// at most 1,024 jobs; it is dropped with a deleted job and when a job has
+	// not been sampled for as long as the record spans. Read access as
+	// GetJob; costs a copy of at most one job's record. NOT_FOUND for an
+	// unknown job.
+	GetLoadHistory(context.Context, *connect.Request[v1.GetLoadHistoryRequest]) (*connect.Response[v1.GetLoadHistoryResponse], error)
 }
 
 // NewJobServiceClient constructs a client for the slicer.v1.JobService service. By default, it uses
@@ -497,17 +511,25 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		getLoadHistory: connect.NewClient[v1.GetLoadHistoryRequest, v1.GetLoadHistoryResponse](
+			httpClient,
+			baseURL+JobServiceGetLoadHistoryProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("GetLoadHistory")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // jobServiceClient implements JobServiceClient.
 type jobServiceClient struct {
-	listJobs      *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
-	getJob        *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
-	setJobConfig  *connect.Client[v1.SetJobConfigRequest, v1.SetJobConfigResponse]
-	deleteJob     *connect.Client[v1.DeleteJobRequest, v1.DeleteJobResponse]
-	getJobHistory *connect.Client[v1.GetJobHistoryRequest, v1.GetJobHistoryResponse]
-	explainKey    *connect.Client[v1.ExplainKeyRequest, v1.ExplainKeyResponse]
+	listJobs       *connect.Client[v1.ListJobsRequest, v1.ListJobsResponse]
+	getJob         *connect.Client[v1.GetJobRequest, v1.GetJobResponse]
+	setJobConfig   *connect.Client[v1.SetJobConfigRequest, v1.SetJobConfigResponse]
+	deleteJob      *connect.Client[v1.DeleteJobRequest, v1.DeleteJobResponse]
+	getJobHistory  *connect.Client[v1.GetJobHistoryRequest, v1.GetJobHistoryResponse]
+	explainKey     *connect.Client[v1.ExplainKeyRequest, v1.ExplainKeyResponse]
+	getLoadHistory *connect.Client[v1.GetLoadHistoryRequest, v1.GetLoadHistoryResponse]
 }
 
 // ListJobs calls slicer.v1.JobService.ListJobs.
@@ -540,6 +562,11 @@ func (c *jobServiceClient) ExplainKey(ctx context.Context, req *connect.Request[
 	return c.explainKey.CallUnary(ctx, req)
 }
 
+// GetLoadHistory calls slicer.v1.JobService.GetLoadHistory.
+func (c *jobServiceClient) GetLoadHistory(ctx context.Context, req *connect.Request[v1.GetLoadHistoryRequest]) (*connect.Response[v1.GetLoadHistoryResponse], error) {
+	return c.getLoadHistory.CallUnary(ctx, req)
+}
+
 // JobServiceHandler is an implementation of the slicer.v1.JobService service.
 type JobServiceHandler interface {
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
@@ -569,6 +596,17 @@ type JobServiceHandler interface {
 	// it. Read access as GetJob; costs what GetJobHistory does. A slice key
 	// of 2^63 or more, or a request with no key, fails with INVALID_ARGUMENT.
 	ExplainKey(context.Context, *connect.Request[v1.ExplainKeyRequest]) (*connect.Response[v1.ExplainKeyResponse], error)
+	// GetLoadHistory returns the answering Assigner's recent record of the
+	// job's measured load over the key space: every few seconds, for each job
+	// whose lease it holds and whose tasks report load, it bins the merged
+	// load into equal key ranges and keeps the newest samples (about ten
+	// minutes). Only the job's preferred Assigner receives its load reports,
+	// so ask that one. The record lives in memory: about 31 KiB per job, for
+	// at most 1,024 jobs; it is dropped with a deleted job and when a job has
+	// not been sampled for as long as the record spans. Read access as
+	// GetJob; costs a copy of at most one job's record. NOT_FOUND for an
+	// unknown job.
+	GetLoadHistory(context.Context, *connect.Request[v1.GetLoadHistoryRequest]) (*connect.Response[v1.GetLoadHistoryResponse], error)
 }
 
 // NewJobServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -620,6 +658,13 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceGetLoadHistoryHandler := connect.NewUnaryHandler(
+		JobServiceGetLoadHistoryProcedure,
+		svc.GetLoadHistory,
+		connect.WithSchema(jobServiceMethods.ByName("GetLoadHistory")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slicer.v1.JobService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case JobServiceListJobsProcedure:
@@ -634,6 +679,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceGetJobHistoryHandler.ServeHTTP(w, r)
 		case JobServiceExplainKeyProcedure:
 			jobServiceExplainKeyHandler.ServeHTTP(w, r)
+		case JobServiceGetLoadHistoryProcedure:
+			jobServiceGetLoadHistoryHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -665,6 +712,10 @@ func (UnimplementedJobServiceHandler) GetJobHistory(context.Context, *connect.Re
 
 func (UnimplementedJobServiceHandler) ExplainKey(context.Context, *connect.Request[v1.ExplainKeyRequest]) (*connect.Response[v1.ExplainKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.JobService.ExplainKey is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) GetLoadHistory(context.Context, *connect.Request[v1.GetLoadHistoryRequest]) (*connect.Response[v1.GetLoadHistoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.JobService.GetLoadHistory is not implemented"))
 }
 
 // LoadServiceClient is a client for the slicer.v1.LoadService service.

@@ -1,0 +1,561 @@
+// slicerd's read-only web UI. It calls slicerd's Connect API with JSON, as
+// curl does (docs/api.md), from the address that served it, and refreshes
+// every 2 seconds. It never calls a procedure that changes state.
+"use strict";
+
+const REFRESH_MS = 2000;
+const HISTORY_ROWS = 20;
+const KEY_SPACE = 1n << 63n;
+// Task colours: Okabe–Ito's colour-blind-safe set, then more distinct ones.
+const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+  "#000000", "#882255", "#44AA99", "#999933", "#AA4499", "#6699CC", "#661100", "#888888"];
+// Viridis at five stops: perceptually even and readable in grey.
+const RAMP = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+
+const $ = (id) => document.getElementById(id);
+
+class RPCError extends Error {
+  constructor(code, message) {
+    super(message);
+    this.code = code;
+  }
+}
+
+// rpc calls a procedure with Connect's unary JSON protocol.
+async function rpc(procedure, body) {
+  let resp;
+  try {
+    resp = await fetch("/slicer.v1." + procedure, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "Connect-Protocol-Version": "1", "Connect-Timeout-Ms": "10000" },
+      body: JSON.stringify(body || {}),
+    });
+  } catch (e) {
+    throw new RPCError("unavailable", "slicerd does not answer (" + e.message + "); is it still running?");
+  }
+  const text = await resp.text();
+  let msg = {};
+  try {
+    msg = text ? JSON.parse(text) : {};
+  } catch (e) {
+    throw new RPCError("internal", "slicerd answered HTTP " + resp.status + " with a body that is not JSON");
+  }
+  if (!resp.ok) {
+    throw new RPCError(msg.code || "unknown", msg.message || "HTTP " + resp.status);
+  }
+  return msg;
+}
+
+// ---- formatting ----
+
+const big = (s) => BigInt(s || "0");
+const frac = (s) => Number((big(s) * 1000000n) / KEY_SPACE) / 1e6;
+const hexKey = (s) => "0x" + big(s).toString(16);
+const pct = (f) => (100 * f).toFixed(f < 0.1 ? 2 : 1) + "%";
+
+function fmtLoad(x) {
+  x = x || 0;
+  if (x === 0) return "0";
+  const a = Math.abs(x);
+  if (a >= 1e9) return (x / 1e9).toFixed(2) + "G";
+  if (a >= 1e6) return (x / 1e6).toFixed(2) + "M";
+  if (a >= 1e4) return (x / 1e3).toFixed(1) + "k";
+  if (a >= 100) return x.toFixed(0);
+  if (a >= 1) return x.toFixed(1);
+  return x.toPrecision(2);
+}
+
+function fmtBytes(b) {
+  if (!b) return "";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (b >= 1024 && i < units.length - 1) {
+    b /= 1024;
+    i++;
+  }
+  return b.toFixed(i ? 1 : 0) + " " + units[i];
+}
+
+function fmtTime(ns) {
+  const d = new Date(Number(big(ns) / 1000000n));
+  return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+function fmtAgo(ms) {
+  const s = Math.round(ms / 1000);
+  return s < 120 ? s + " s" : Math.round(s / 60) + " min";
+}
+
+// el builds an element: el("td", {class: "num"}, "text", child, ...).
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "style") e.style.cssText = v;
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children) {
+    if (c === undefined || c === null) continue;
+    e.append(c instanceof Node ? c : String(c));
+  }
+  return e;
+}
+
+function svgEl(tag, attrs) {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+// replaceRows swaps a table body's rows, only when they changed, so that
+// screen readers and selections are not disturbed by identical refreshes.
+function replaceChildren(parent, children) {
+  const probe = document.createElement(parent.tagName);
+  probe.append(...children);
+  if (probe.innerHTML === parent.innerHTML) return;
+  parent.replaceChildren(...children);
+}
+
+// ---- task colours: stable for the page's life, in order of appearance ----
+
+const taskColours = new Map();
+function colourOf(task) {
+  if (!taskColours.has(task)) taskColours.set(task, PALETTE[taskColours.size % PALETTE.length]);
+  return taskColours.get(task);
+}
+
+function rampColour(t) {
+  t = Math.min(1, Math.max(0, t));
+  const x = t * (RAMP.length - 1);
+  const i = Math.min(RAMP.length - 2, Math.floor(x));
+  const f = x - i;
+  return RAMP[i].map((c, k) => Math.round(c + f * (RAMP[i + 1][k] - c)));
+}
+
+// ---- errors and status ----
+
+function showError(err, context) {
+  const box = $("error");
+  let text = err.message;
+  if (err.code === "not_found" && context && context.job) {
+    text = "Unknown job \"" + context.job + "\": " + err.message;
+  } else if (err.code === "invalid_argument" && context && context.job) {
+    text = "Invalid job name \"" + context.job + "\": " + err.message;
+  }
+  const p = el("p", {}, text);
+  const back = el("p", {}, el("a", { href: "./" }, "All jobs"));
+  if (box.hidden || box.textContent !== p.textContent + back.textContent) {
+    box.replaceChildren(p, back);
+    box.hidden = false;
+  }
+}
+
+function clearError() {
+  const box = $("error");
+  if (!box.hidden) {
+    box.hidden = true;
+    box.replaceChildren();
+  }
+}
+
+function setStatus(text) {
+  if ($("status").textContent !== text) $("status").textContent = text;
+}
+
+// ---- the jobs page ----
+
+async function refreshJobs() {
+  const resp = await rpc("JobService/ListJobs", {});
+  const jobs = resp.jobs || [];
+  $("jobs-empty").hidden = jobs.length > 0;
+  const rows = jobs.map((j) =>
+    el("tr", {},
+      el("th", { scope: "row" }, el("a", { href: "?job=" + encodeURIComponent(j.name) }, j.name)),
+      el("td", { class: "num" }, j.generation || "0"),
+      el("td", { class: "num" }, (j.liveTasks || []).length),
+      el("td", { class: "num" }, fmtLoad(j.totalLoad)),
+      el("td", { class: "num" }, (j.imbalance || 0).toFixed(3)),
+      el("td", {}, j.preferredAssigner || "")));
+  replaceChildren($("jobs").tBodies[0], rows);
+  setStatus(jobs.length + (jobs.length === 1 ? " job" : " jobs"));
+}
+
+// ---- the job page ----
+
+const state = { job: "", assignmentProc: "DistributorService/GetAssignment", noAssignment: false, why: null };
+
+async function getAssignment(job) {
+  if (state.noAssignment) return null;
+  try {
+    return (await rpc(state.assignmentProc, { job })).assignment || null;
+  } catch (e) {
+    if (e.code === "unimplemented" && state.assignmentProc.startsWith("Distributor")) {
+      state.assignmentProc = "BackupService/GetAssignment";
+      return getAssignment(job);
+    }
+    if (e.code === "unimplemented") {
+      state.noAssignment = true;
+      return null;
+    }
+    if (e.code === "not_found" || e.code === "deadline_exceeded") return null; // no assignment yet
+    throw e;
+  }
+}
+
+async function refreshJob() {
+  const job = state.job;
+  // GetJob first: an unknown job is reported once, not by every call.
+  const info = (await rpc("JobService/GetJob", { job })).job;
+  const [loads, history, assignment] = await Promise.all([
+    rpc("JobService/GetLoadHistory", { job }),
+    rpc("JobService/GetJobHistory", { job, limit: HISTORY_ROWS }),
+    getAssignment(job),
+  ]);
+  for (const t of (assignment && assignment.tasks) || []) colourOf(t.name);
+  renderSummary(info, assignment);
+  renderHeatmap(loads, info);
+  renderStrip(assignment);
+  renderTasks(info, assignment);
+  renderHistory(history.decisions || []);
+  if (state.why) await explain(state.why, true);
+  setStatus("generation " + (info.generation || "0") + ", " + (info.liveTasks || []).length + " live tasks");
+}
+
+function renderSummary(info, assignment) {
+  const cfg = info.config || {};
+  const items = [
+    ["Generation", info.generation || "0"],
+    ["Live tasks", (info.liveTasks || []).length],
+    ["Load", fmtLoad(info.totalLoad) + "/s"],
+    ["Imbalance (max/mean)", (info.imbalance || 0).toFixed(3)],
+    ["Tasks reporting load", info.reportingTasks || 0],
+    ["Slices", assignment ? (assignment.slices || []).length : "–"],
+    ["Redundancy", (cfg.minRedundancy || 1) + "–" + (cfg.maxRedundancy || 1)],
+    ["Algorithm", cfg.algorithm || "weighted-move"],
+    ["Load balancing", cfg.frozen ? "frozen" : "on"],
+    ["Preferred Assigner", info.preferredAssigner || "–"],
+  ];
+  replaceChildren($("summary"), items.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
+}
+
+function bucketRange(i, n) {
+  const start = (BigInt(i) * KEY_SPACE) / BigInt(n);
+  const end = (BigInt(i + 1) * KEY_SPACE) / BigInt(n);
+  return [start, end];
+}
+
+function renderHeatmap(resp, info) {
+  const n = resp.bucketCount || 64;
+  const interval = resp.intervalMs || 5000;
+  const samples = resp.samples || [];
+  // The window grows with the record, from two minutes to the ten the
+  // Assigner keeps (120 samples at 5 s).
+  const cols = Math.min(120, Math.max(24, samples.length));
+  const canvas = $("heatmap");
+  if (canvas.width !== cols || canvas.height !== n) {
+    canvas.width = cols;
+    canvas.height = n;
+  }
+  const ctx = canvas.getContext("2d");
+  const img = ctx.createImageData(cols, n);
+  // No sample: a light grey, unlike any load.
+  for (let p = 0; p < img.data.length; p += 4) img.data.set([233, 236, 239, 255], p);
+  let max = 0;
+  for (const s of samples) for (const v of s.bucketLoad || []) max = Math.max(max, v || 0);
+  const newest = samples.length ? big(samples[samples.length - 1].timeUnixNano) : 0n;
+  for (const s of samples) {
+    const age = Number((newest - big(s.timeUnixNano)) / 1000000n);
+    const col = cols - 1 - Math.round(age / interval);
+    if (col < 0) continue;
+    const b = s.bucketLoad || [];
+    for (let y = 0; y < n; y++) {
+      const [r, g, bl] = rampColour(max > 0 ? (b[y] || 0) / max : 0);
+      img.data.set([r, g, bl, 255], 4 * (y * cols + col));
+    }
+  }
+  ctx.putImageData(img, 0, 0);
+  $("x-from").textContent = "−" + fmtAgo(cols * interval);
+  $("legend-max").textContent = fmtLoad(max) + "/s per 1/" + n + " of the key space";
+
+  // The text alternative: what a sighted reader takes from the picture.
+  let summary;
+  if (!resp.intervalMs) {
+    summary = "This Assigner does not record load over time.";
+  } else if (!samples.length) {
+    summary = "No load sample yet: samples are taken every " + interval / 1000 + " s once the job's tasks report load" +
+      (info.preferredAssigner ? ", by the job's preferred Assigner (" + info.preferredAssigner + ")." : ".");
+  } else {
+    const last = samples[samples.length - 1].bucketLoad || [];
+    const total = last.reduce((a, v) => a + (v || 0), 0);
+    let hot = 0;
+    for (let i = 1; i < n; i++) if ((last[i] || 0) > (last[hot] || 0)) hot = i;
+    const [hs, he] = bucketRange(hot, n);
+    const span = Number((newest - big(samples[0].timeUnixNano)) / 1000000n);
+    summary = samples.length + (samples.length === 1 ? " sample" : " samples") + ", one every " + interval / 1000 + " s over the last " + fmtAgo(span + interval) +
+      ", key space top to bottom, time left to right. In the newest sample the job's load is " + fmtLoad(total) + "/s" +
+      (total > 0 ? "; the hottest range, [0x" + hs.toString(16) + ", 0x" + he.toString(16) + "), carries " +
+        fmtLoad(last[hot]) + "/s (" + pct(last[hot] / total) + ", where an even spread would be " + pct(1 / n) + ")." : ".") +
+      " The brightest cell of the picture is " + fmtLoad(max) + "/s.";
+  }
+  if ($("heat-summary").textContent !== summary) $("heat-summary").textContent = summary;
+
+  const last = samples.length ? samples[samples.length - 1].bucketLoad || [] : [];
+  const rows = [];
+  for (let i = 0; i < (samples.length ? n : 0); i++) {
+    const [s, e] = bucketRange(i, n);
+    rows.push(el("tr", {}, el("td", { class: "mono" }, "[0x" + s.toString(16) + ", 0x" + e.toString(16) + ")"),
+      el("td", { class: "num" }, fmtLoad(last[i]))));
+  }
+  replaceChildren($("buckets").tBodies[0], rows);
+}
+
+// renderStrip draws the assignment beside the heatmap: each slice's range
+// in the colour of its tasks, replicas side by side.
+function renderStrip(assignment) {
+  const svg = $("strip");
+  const parts = [];
+  if (assignment) {
+    // Merge neighbours served by the same tasks: one rectangle per run.
+    const runs = [];
+    for (const s of assignment.slices || []) {
+      const key = (s.tasks || []).join(",");
+      const prev = runs[runs.length - 1];
+      if (prev && prev.key === key) prev.end = s.end;
+      else runs.push({ key, tasks: s.tasks || [], start: s.start, end: s.end });
+    }
+    for (const r of runs) {
+      const y = frac(r.start) * 1000;
+      const h = Math.max(0.5, frac(r.end) * 1000 - y);
+      const w = 1 / Math.max(1, r.tasks.length);
+      r.tasks.forEach((t, k) => {
+        const rect = svgEl("rect", { x: k * w, y, width: w, height: h, fill: colourOf(t) });
+        const title = svgEl("title", {});
+        title.textContent = "[" + hexKey(r.start) + ", " + hexKey(r.end) + "): " + r.tasks.join(", ");
+        rect.append(title);
+        parts.push(rect);
+      });
+    }
+  }
+  const probe = svgEl("svg", {});
+  probe.append(...parts);
+  if (probe.innerHTML !== svg.innerHTML) svg.replaceChildren(...parts);
+}
+
+function renderTasks(info, assignment) {
+  const rows = new Map();
+  const row = (name) => {
+    if (!rows.has(name)) rows.set(name, { name, load: 0, bytes: 0, share: 0, slices: 0, assigned: false, live: null });
+    return rows.get(name);
+  };
+  for (const tl of info.taskLoads || []) Object.assign(row(tl.task), { load: tl.load || 0, bytes: tl.bytes || 0 });
+  for (const t of info.liveTasks || []) row(t.name).live = t;
+  if (assignment) {
+    for (const s of assignment.slices || []) {
+      const w = frac(s.end) - frac(s.start);
+      for (const t of s.tasks || []) {
+        const r = row(t);
+        r.share += w;
+        r.slices++;
+        r.assigned = true;
+      }
+    }
+  }
+  const list = [...rows.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const max = Math.max(0, ...list.map((r) => r.load));
+  const trs = list.map((r) => {
+    let st = "live";
+    if (!r.live) st = "not live";
+    else if (r.live.draining) st = "draining";
+    else if (r.live.cordoned) st = "cordoned";
+    if (r.live && !r.assigned && assignment) st += ", no keys yet";
+    const width = max > 0 ? (100 * r.load) / max : 0;
+    return el("tr", { class: r.live ? null : "gone", "data-task": r.name },
+      el("th", { scope: "row" }, el("span", { class: "swatch", style: "background:" + colourOf(r.name), "aria-hidden": "true" }), r.name),
+      el("td", {}, el("div", { class: "bar", "aria-hidden": "true" }, el("span", { style: "width:" + width.toFixed(1) + "%" }))),
+      el("td", { class: "num" }, fmtLoad(r.load), r.bytes ? el("br") : null, fmtBytes(r.bytes)),
+      el("td", { class: "num" }, pct(r.share)),
+      el("td", { class: "num" }, r.slices),
+      el("td", {}, st));
+  });
+  replaceChildren($("tasks").tBodies[0], trs);
+}
+
+function movesOf(d) {
+  return (d.moves || []).length + (d.movesOmitted || 0);
+}
+
+function renderHistory(decisions) {
+  const rows = decisions.map((d) =>
+    el("tr", { "data-cause": d.cause || "" },
+      el("td", { class: "num" }, d.generation || "0"),
+      el("td", { class: "mono" }, fmtTime(d.timeUnixNano)),
+      el("td", { class: "nowrap" }, d.cause || ""),
+      el("td", { class: "num" }, pct(d.churn || 0)),
+      el("td", { class: "num" }, (d.imbalanceBefore || 0).toFixed(3) + " → " + (d.imbalanceAfter || 0).toFixed(3)),
+      el("td", { class: "num" }, movesOf(d)),
+      el("td", {}, d.detail || "")));
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 7 }, "No decision recorded yet.")));
+  replaceChildren($("history").tBodies[0], rows);
+}
+
+// ---- why is this key here? ----
+
+// parseKey turns the form's input into ExplainKey's request, or throws a
+// message saying what is wrong with it.
+function parseKey(text, enc) {
+  if (enc === "hex") {
+    const h = text.replace(/^0x/i, "");
+    if (h.length % 2 !== 0 || !/^[0-9a-fA-F]*$/.test(h)) {
+      throw new Error("\"" + text + "\" is not valid hex: give the key's bytes as pairs of hex digits, e.g. 6b6579 for \"key\".");
+    }
+    const bytes = new Uint8Array(h.length / 2);
+    for (let i = 0; i < bytes.length; i++) bytes[i] = parseInt(h.substr(2 * i, 2), 16);
+    return { key: b64(bytes), shown: "0x" + h.toLowerCase() };
+  }
+  if (enc === "slice") {
+    let k;
+    try {
+      if (!/^(0x[0-9a-fA-F]+|[0-9]+)$/.test(text.trim())) throw new Error();
+      k = BigInt(text.trim());
+    } catch (e) {
+      throw new Error("\"" + text + "\" is not a slice key: give a number below 2^63, decimal or 0x hex.");
+    }
+    if (k >= KEY_SPACE) throw new Error("Slice key " + text + " is outside the key space: slice keys are below 2^63 (0x8000000000000000).");
+    return { sliceKey: k.toString(), shown: "" };
+  }
+  if (text === "") throw new Error("Type a key first.");
+  return { key: b64(new TextEncoder().encode(text)), shown: JSON.stringify(text) };
+}
+
+function b64(bytes) {
+  let s = "";
+  for (const b of bytes) s += String.fromCharCode(b);
+  return btoa(s);
+}
+
+async function explain(q, refresh) {
+  const out = $("why-result");
+  let resp;
+  try {
+    const req = { job: state.job };
+    if (q.sliceKey !== undefined) req.sliceKey = q.sliceKey;
+    else req.key = q.key;
+    resp = await rpc("JobService/ExplainKey", req);
+  } catch (e) {
+    if (refresh) return; // keep the last answer; the page's error box says what failed
+    replaceChildren(out, [el("div", { class: "error", "data-why": "error" }, el("p", {}, "Cannot explain the key: " + e.message))]);
+    return;
+  }
+  replaceChildren(out, [renderWhy(q, resp)]);
+}
+
+function renderWhy(q, r) {
+  const head = q.shown
+    ? "Key " + q.shown + " of job " + state.job + ": slice key " + hexKey(r.sliceKey)
+    : "Slice key " + hexKey(r.sliceKey) + " of job " + state.job;
+  const box = el("div", { class: "answer", "data-why": "answer" }, el("p", {}, el("strong", {}, head)));
+  const s = r.slice;
+  if (!s) {
+    box.append(el("p", {}, "The job has no assignment yet."));
+    return box;
+  }
+  const tasks = (r.tasks || []).map((t) => t.name + " (" + t.address + ")").join(", ");
+  box.append(el("p", {}, "In slice [" + hexKey(s.start) + ", " + hexKey(s.end) + ") of generation " + (r.generation || "0") +
+    ", served by ", el("strong", { "data-why": "tasks" }, tasks || "no task"), "."));
+  const ds = r.decisions || [];
+  if (!ds.length) {
+    box.append(el("p", {}, r.oldestRecordedGeneration
+      ? "No recorded decision moved it: it has been there since before generation " + r.oldestRecordedGeneration + ", the oldest recorded."
+      : "No decision is recorded for the job."));
+    return box;
+  }
+  box.append(el("p", {}, "Decisions that moved it, newest first:"));
+  const ul = el("ul", {});
+  for (const d of ds) {
+    const moves = (d.moves || []).map((m) => {
+      const who = m.from && m.to ? m.from + " → " + m.to : m.to ? "+" + m.to : "−" + m.from;
+      return (m.phase || "-") + " " + (m.kind || "") + " [" + hexKey(m.start) + ", " + hexKey(m.end) + ") " + who + ": " + (m.reason || "");
+    });
+    const li = el("li", {}, "Generation " + (d.generation || "0") + " at " + fmtTime(d.timeUnixNano) + ", ",
+      el("strong", {}, d.cause || ""), ": " + (d.detail || ""));
+    if (moves.length) li.append(el("ul", {}, ...moves.map((m) => el("li", { class: "mono" }, m))));
+    ul.append(li);
+  }
+  box.append(ul);
+  return box;
+}
+
+function setupWhy() {
+  $("why-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const text = $("why-key").value;
+    const enc = new FormData(ev.target).get("enc");
+    let q;
+    try {
+      q = parseKey(text, enc);
+    } catch (e) {
+      state.why = null;
+      $("why-key").setAttribute("aria-invalid", "true");
+      replaceChildren($("why-result"), [el("div", { class: "error", "data-why": "error" }, el("p", {}, e.message))]);
+      return;
+    }
+    $("why-key").removeAttribute("aria-invalid");
+    state.why = q;
+    await explain(q, false);
+  });
+}
+
+// ---- the refresh loop ----
+
+async function tick(refresh, context) {
+  try {
+    await refresh();
+    clearError();
+    $("updated").textContent = "Updated " + new Date().toLocaleTimeString() + ".";
+    if (context) $("job-view").hidden = false;
+  } catch (e) {
+    // An unknown job has nothing to show but the message.
+    if (context && e.code === "not_found") $("job-view").hidden = true;
+    showError(e, context);
+    setStatus(e.code === "unavailable" ? "slicerd does not answer" : "error");
+  }
+}
+
+function loop(refresh, context) {
+  let timer = 0;
+  let busy = false;
+  const run = async () => {
+    clearTimeout(timer);
+    if (busy) return; // the refresh in flight schedules the next
+    busy = true;
+    try {
+      if (!document.hidden) await tick(refresh, context);
+    } finally {
+      busy = false;
+    }
+    timer = setTimeout(run, REFRESH_MS);
+  };
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden) run();
+  });
+  run();
+}
+
+function main() {
+  const job = new URLSearchParams(location.search).get("job");
+  if (job === null) {
+    $("jobs-view").hidden = false;
+    document.title = "Jobs · slicerd";
+    loop(refreshJobs, null);
+    return;
+  }
+  state.job = job;
+  $("job-view").hidden = false;
+  $("job-name").textContent = job;
+  $("crumb").replaceChildren(" / ", el("span", { "aria-current": "page" }, "job " + job));
+  document.title = job + " · slicerd";
+  setupWhy();
+  loop(refreshJob, { job });
+}
+
+main();
