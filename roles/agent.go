@@ -171,8 +171,15 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.ui = a.newUIHandler()
 	}
 	if a.uiListener != nil {
+		handler := a.ui
+		if cfg.UIMetrics != nil {
+			mux := http.NewServeMux()
+			mux.Handle("GET /metrics", cfg.UIMetrics)
+			mux.Handle("/", a.ui)
+			handler = mux
+		}
 		a.uiServer = &http.Server{
-			Handler:           a.ui,
+			Handler:           handler,
 			ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 			IdleTimeout:       cfg.IdleTimeout,
 			MaxHeaderBytes:    64 << 10,

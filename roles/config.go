@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -108,6 +109,10 @@ type Config struct {
 	// own. It needs the assigner role, and an address reachable from other
 	// hosts needs Insecure.
 	UIAddr string
+	// UIMetrics, when set with UIAddr, is served at GET /metrics on the
+	// web UI's address too: one port for an operator's UI and the
+	// Prometheus scrape (--ui-addr and --metrics-addr the same).
+	UIMetrics http.Handler
 	// MaxRequestBytes caps a decoded RPC request.
 	MaxRequestBytes int
 

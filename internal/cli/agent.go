@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/metrics"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/tlsconfig"
@@ -76,7 +77,7 @@ func agentFlags() []cli.Flag {
 			Name: "ui-addr", EnvVars: []string{"SLICERD_UI_ADDR"},
 			Usage: "host:port of the read-only web UI (jobs, load heatmap, assignment, decision history, 'why' lookups), " +
 				"plain HTTP with no authentication of its own; needs the assigner role, and an address other than loopback needs --insecure. " +
-				"Default: off",
+				"The same address as --metrics-addr serves both on one port. Default: off",
 		},
 		&cli.StringFlag{
 			Name: "gossip-addr", Value: d.Gossip.BindAddr, EnvVars: []string{"SLICERD_GOSSIP_ADDR"},
@@ -332,8 +333,12 @@ func runAgent(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	m, err := listenMetrics(c, &cfg, log)
-	if err != nil {
+	var m *agentMetrics
+	if addr := c.String("metrics-addr"); addr != "" && addr == cfg.UIAddr {
+		// One port for both: the UI's server answers GET /metrics too.
+		reg := metrics.NewRegistry()
+		cfg.Registerer, cfg.UIMetrics = reg, metrics.Handler(reg, log.With("component", "metrics"))
+	} else if m, err = listenMetrics(c, &cfg, log); err != nil {
 		return err
 	}
 	ctx, stop := signalContext(c.Context, log)

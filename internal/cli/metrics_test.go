@@ -216,3 +216,27 @@ func TestMetricsAddrRefused(t *testing.T) {
 		}
 	}
 }
+
+// --ui-addr and --metrics-addr the same: one port answers both the UI and
+// the scrape.
+func TestMetricsOnUIAddr(t *testing.T) {
+	runNode(t, []string{"--metrics-addr", "127.0.0.1:0", "--ui-addr", "127.0.0.1:0"}, func(logs string) {
+		addr := logged(t, logs, "slicerd started", "ui_addr")
+		if strings.Contains(logs, "serving metrics") {
+			t.Errorf("a separate metrics port was opened:\n%s", logs)
+		}
+		hc := &http.Client{Transport: &http.Transport{}}
+		defer hc.CloseIdleConnections()
+		for path, want := range map[string]string{"/metrics": "# TYPE slicerd_rpc_streams_open gauge", "/ui/": "<html"} {
+			resp, err := hc.Get("http://" + addr + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+				t.Errorf("GET %s = %d, want 200 with %q:\n%.500s", path, resp.StatusCode, want, body)
+			}
+		}
+	})
+}
