@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -333,7 +334,19 @@ func (d *demo) run(ctx context.Context, agent *roles.Agent, ntasks int, once boo
 		fmt.Fprintln(d.out, "\n== script done (--once); shutting down")
 		return nil
 	}
-	fmt.Fprintln(d.out, "\n== script done; still running and printing every new assignment. Ctrl-C to stop")
+	fmt.Fprintf(d.out, "\n== script done; the client now reads %d keys a second, most of them from a few hot keys, so the load\n"+
+		"   balancer has work to do (see 'job history', and the web UI or metrics if enabled). Every new assignment\n"+
+		"   is printed. Ctrl-C to stop\n", readRate)
+	readCtx, stopReads := context.WithCancel(ctx)
+	readsDone := make(chan struct{})
+	go func() {
+		defer close(readsDone)
+		d.readSteadily(readCtx)
+	}()
+	defer func() {
+		stopReads()
+		<-readsDone
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -666,6 +679,35 @@ func (d *demo) readKeys(ctx context.Context) error {
 	}
 	fmt.Fprintln(d.out, b.String())
 	return nil
+}
+
+// readRate is how many keys a second the client reads once the script is
+// done.
+const readRate = 100
+
+// readSteadily reads readRate keys a second until ctx ends: 80% of the
+// reads go to the first 2% of the keys, so some tasks run hotter than
+// others and the load balancer moves keys. A failed read is retried at the
+// next tick; a miss is refilled.
+func (d *demo) readSteadily(ctx context.Context) {
+	tick := time.NewTicker(time.Second / readRate)
+	defer tick.Stop()
+	hot := max(1, len(d.keys)/50)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		k := d.keys[rng.IntN(len(d.keys))]
+		if rng.IntN(10) < 8 {
+			k = d.keys[rng.IntN(hot)]
+		}
+		if _, ok, err := d.client.Get(ctx, k); err == nil && !ok {
+			_ = d.client.Put(ctx, k, []byte("value of "+k))
+		}
+	}
 }
 
 func (d *demo) keyError(ctx context.Context, err error) error {
