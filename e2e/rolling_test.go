@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -51,12 +52,15 @@ func TestRollingRestartBinary(t *testing.T) {
 	warm := cachetraffic.Summarize(d.Seconds(time.Now().Add(-3 * time.Second)))
 
 	from := time.Now()
+	var restarts []string
 	for i := range tasks {
 		name := fmt.Sprintf("kv-%d", i)
+		restarts = append(restarts, fmt.Sprintf("%s SIGTERM at %s", name, time.Now().Format("05.000")))
 		kvs[i].signal(syscall.SIGTERM)
 		if code := kvs[i].wait(60 * time.Second); code != 0 {
 			t.Fatalf("%s exited %d after SIGTERM:\n%s", name, code, kvs[i].output())
 		}
+		restarts = append(restarts, fmt.Sprintf("started at %s", time.Now().Format("05.000")))
 		kvs[i] = startKV(t, name, node.gossipAddr)
 		testwait.Until(t, 30*time.Second, name+" back in the assignment", func() bool {
 			a := ck.Assignment()
@@ -71,7 +75,13 @@ func TestRollingRestartBinary(t *testing.T) {
 	})
 	cancel()
 	<-done
-	during := cachetraffic.Summarize(d.Seconds(from))
+	seconds := d.Seconds(from)
+	during := cachetraffic.Summarize(seconds)
+	var series []string
+	for _, s := range seconds {
+		series = append(series, fmt.Sprintf("%s %d/%d", s.At.Format("05"), s.Hits, s.Reads))
+	}
+	t.Logf("hits/reads by second: %s; restarts: %s", strings.Join(series, ", "), strings.Join(restarts, ", "))
 	t.Logf("warm hit rate %.3f; over %d s of restarts: %d reads, %d failed, hit rate %.3f, lowest second %.3f",
 		warm.HitRate, during.Seconds, during.Reads, during.Failed, during.HitRate, during.MinHitRate)
 	if during.Failed != 0 {

@@ -52,6 +52,9 @@ type Second struct {
 	Hits    int       `json:"hits"`
 	Failed  int       `json:"failed"`
 	Dropped int       `json:"dropped"` // reads not started: every worker was busy
+	// Partial marks the last second, cut short when Run ended: its reads
+	// count, but a handful of them make no hit rate.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // HitRate is Hits/Reads, 1 without reads.
@@ -163,6 +166,9 @@ func (d *Driver) roll(now time.Time, final bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for final || now.Sub(d.cur.At) >= time.Second {
+		if final && now.Sub(d.cur.At) < time.Second {
+			d.cur.Partial = true
+		}
 		d.seconds = append(d.seconds, d.cur)
 		if final {
 			return
@@ -199,7 +205,7 @@ type Summary struct {
 	Failed      int     `json:"failed"`
 	Dropped     int     `json:"dropped"`
 	HitRate     float64 `json:"hit_rate"`
-	MinHitRate  float64 `json:"min_hit_rate"` // over the one-second windows
+	MinHitRate  float64 `json:"min_hit_rate"` // over the whole one-second windows
 	MinHitAtSec int     `json:"min_hit_at_s"` // which second, from the first
 }
 
@@ -211,7 +217,7 @@ func Summarize(ss []Second) Summary {
 		sum.Hits += s.Hits
 		sum.Failed += s.Failed
 		sum.Dropped += s.Dropped
-		if r := s.HitRate(); r < sum.MinHitRate {
+		if r := s.HitRate(); r < sum.MinHitRate && !s.Partial {
 			sum.MinHitRate, sum.MinHitAtSec = r, i
 		}
 	}

@@ -34,3 +34,12 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// The last second, cut short when the driver stopped, counts its reads but
+// not as a one-second window: two reads, one a miss, are no 50% second.
+func TestSummarizeSkipsPartialSecond(t *testing.T) {
+	s := Summarize([]Second{{Reads: 400, Hits: 380}, {Reads: 400, Hits: 360}, {Reads: 2, Hits: 1, Failed: 1, Partial: true}})
+	if s.MinHitRate != 0.9 || s.MinHitAtSec != 1 || s.Reads != 802 || s.Failed != 1 || s.Seconds != 3 {
+		t.Errorf("Summarize = %+v; want the lowest whole second (0.9 at 1), and every read and failure counted", s)
+	}
+}
