@@ -588,7 +588,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 			receipts = append(receipts, float64(t-stamp)/1e6)
 		}
 		rss, _ := benchproc.Memory(pid)
-		g := generation{Generation: gen, Bytes: subs.size(gen), FullBytes: proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(next)}),
+		g := generation{Generation: gen, Bytes: subs.size(gen), FullBytes: proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(next), CommittedUnixNano: subs.committed(gen)}),
 			Slices: len(next.Slices), Received: len(got), RSSMiB: float64(rss) / 1024, CPUMs: float64(cpu) / 1e6, HarnessCPUMs: float64(own) / 1e6}
 		if len(lat) > 0 {
 			g.P50Ms, g.P99Ms, g.AllMs = pct(lat, 0.5), pct(lat, 0.99), lat[len(lat)-1]
