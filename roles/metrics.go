@@ -114,7 +114,7 @@ func newDistMetrics() *distMetrics {
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: metrics.Name("distributor", "send_delay_seconds"),
 			Help: "Seconds from the Distributor receiving a generation from its Assigner to having sent it on a watch stream, " +
-				"for streams open when it arrived (assignments carry no commit time).",
+				"for streams open when it arrived: the Distributor's own part of commit_to_send_seconds.",
 			Buckets: sendDelayBuckets,
 		}),
 		commitToSend: prometheus.NewHistogram(prometheus.HistogramOpts{
