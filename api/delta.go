@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -220,4 +221,22 @@ func Receive(held *assign.Assignment, m *slicerv1.WatchAssignmentResponse) (*ass
 		return ApplyDelta(held, m.GetDelta())
 	}
 	return FromProto(m.GetAssignment())
+}
+
+// CommittedAt returns when the Assigner committed the generation a
+// WatchAssignment message brings (its committed_unix_nano, by the
+// Assigner's clock), or the zero time when the message does not say.
+func CommittedAt(m *slicerv1.WatchAssignmentResponse) time.Time {
+	if n := m.GetCommittedUnixNano(); n > 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// CommittedUnixNano is t as a committed_unix_nano: 0 for the zero time.
+func CommittedUnixNano(t time.Time) int64 {
+	if t.IsZero() || t.UnixNano() <= 0 {
+		return 0
+	}
+	return t.UnixNano()
 }

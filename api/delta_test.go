@@ -1,12 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -340,5 +342,48 @@ func BenchmarkChecksum(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		Checksum(a)
+	}
+}
+
+// TestCommittedAt: the commit time a WatchAssignment message carries, and
+// none for a message without it (an older server's), whose encoding a
+// commit time of 0 leaves unchanged.
+func TestCommittedAt(t *testing.T) {
+	a := &slicerv1.Assignment{Job: "kv", Generation: 3}
+	old := &slicerv1.WatchAssignmentResponse{Assignment: a}
+	if got := CommittedAt(old); !got.IsZero() {
+		t.Errorf("CommittedAt of a message without the field = %v, want the zero time", got)
+	}
+	at := time.Unix(1_700_000_000, 123)
+	stamped := &slicerv1.WatchAssignmentResponse{Assignment: a, CommittedUnixNano: CommittedUnixNano(at)}
+	if got := CommittedAt(stamped); !got.Equal(at) {
+		t.Errorf("CommittedAt = %v, want %v", got, at)
+	}
+	for _, z := range []time.Time{{}, time.Unix(-5, 0)} {
+		if n := CommittedUnixNano(z); n != 0 {
+			t.Errorf("CommittedUnixNano(%v) = %d, want 0 (unknown)", z, n)
+		}
+	}
+	unknown := &slicerv1.WatchAssignmentResponse{Assignment: a, CommittedUnixNano: CommittedUnixNano(time.Time{})}
+	want, err := proto.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := proto.Marshal(unknown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("a message with an unknown commit time encodes as %x, an older server's as %x; want the same bytes", got, want)
+	}
+	// An older subscriber's decoder does not know the field and skips
+	// it: GetAssignmentResponse has the same field 1 and nothing else.
+	wire, err := proto.Marshal(stamped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var older slicerv1.GetAssignmentResponse
+	if err := proto.Unmarshal(wire, &older); err != nil || older.GetAssignment().GetGeneration() != 3 {
+		t.Errorf("a stamped message decoded without the field: %v, %v; want generation 3", &older, err)
 	}
 }

@@ -51,6 +51,9 @@ type Clerk struct {
 	// fromCache is the assignment New loaded from the cache file until Run
 	// reports it to OnAssignment; owned by Run's goroutine.
 	fromCache *assign.Assignment
+	// received is set once an assignment from slicerd was installed;
+	// owned by Run's goroutine.
+	received bool
 
 	// frontend is this client's number for subsetting.
 	frontend uint64
@@ -552,7 +555,7 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 		if err != nil {
 			err = fmt.Errorf("%w: %w", errRejected, err)
 		} else {
-			err = c.accept(a)
+			err = c.accept(a, api.CommittedAt(stream.Msg()))
 		}
 		if err != nil {
 			c.log.Error("clerk: server sent an assignment that is not valid; dropping the stream and trying another server",
@@ -581,7 +584,9 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 // generation of another store incarnation (slicerd's store was recreated,
 // and the held assignment's tasks went with it). An older or equal
 // generation of the same incarnation is ignored; another job is an error.
-func (c *Clerk) accept(a *assign.Assignment) error {
+// committed is when the Assigner committed a, or the zero time when the
+// server did not say.
+func (c *Clerk) accept(a *assign.Assignment, committed time.Time) error {
 	if a.Job != c.cfg.Job {
 		return fmt.Errorf("%w: asked for job %q, got job %q", errRejected, c.cfg.Job, a.Job)
 	}
@@ -606,7 +611,15 @@ func (c *Clerk) accept(a *assign.Assignment) error {
 		c.log.Info("clerk: slicerd's assignment store was recreated; replacing the held assignment with the new store's",
 			"generation", a.Generation, "incarnation", a.Incarnation, "held", prev.a.Generation, "held_incarnation", prev.a.Incarnation)
 	}
-	c.table.Store(newTableAt(a, time.Now()))
+	now := time.Now()
+	c.table.Store(newTableAt(a, now))
+	if c.received {
+		// The first assignment received (whether or not the cache file
+		// gave one before) may have been committed long before: only an
+		// update measures distribution.
+		c.metrics.installed(now, committed)
+	}
+	c.received = true
 	if c.cache != nil {
 		c.cache.Store(a)
 	}

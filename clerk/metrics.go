@@ -19,6 +19,7 @@ type clerkMetrics struct {
 	c                     *Clerk
 	lookups               metrics.ShardedCounter
 	generation, age, look *prometheus.Desc
+	delay                 prometheus.Histogram
 }
 
 func newClerkMetrics(c *Clerk) *clerkMetrics {
@@ -34,13 +35,31 @@ func newClerkMetrics(c *Clerk) *clerkMetrics {
 		look: prometheus.NewDesc(metrics.Name("clerk", "lookups_total"),
 			"Keys the Clerk looked up (AssignedTasks, PickTask, AssignedTaskNames and their String forms), before the first assignment too.",
 			nil, job),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: metrics.Name("clerk", "assignment_delay_seconds"),
+			Help: "Seconds from the Assigner committing a generation to the Clerk installing it, for each generation that replaced an earlier one " +
+				"and whose commit time the server sent. The commit time is the Assigner's clock: skew between its host and this one adds to the figure " +
+				"(negative values count as 0).",
+			Buckets:     metrics.DistributionBuckets,
+			ConstLabels: job,
+		}),
 	}
+}
+
+// installed records a generation committed at committed (the zero time
+// when unknown) and installed at now. A nil m does nothing.
+func (m *clerkMetrics) installed(now, committed time.Time) {
+	if m == nil || committed.IsZero() {
+		return
+	}
+	m.delay.Observe(metrics.SinceCommit(now, committed).Seconds())
 }
 
 func (m *clerkMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.generation
 	ch <- m.age
 	ch <- m.look
+	m.delay.Describe(ch)
 }
 
 func (m *clerkMetrics) Collect(ch chan<- prometheus.Metric) {
@@ -49,4 +68,5 @@ func (m *clerkMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.age, prometheus.GaugeValue, time.Since(t.installed).Seconds())
 	}
 	ch <- prometheus.MustNewConstMetric(m.look, prometheus.CounterValue, float64(m.lookups.Load()))
+	m.delay.Collect(ch)
 }

@@ -580,20 +580,24 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 				return fmt.Errorf("re-read after conflict: %w", lerr)
 			}
 			if rec.Current != nil {
-				j.pub.publish(rec.Current)
+				j.pub.publish(rec.Current, time.Time{}) // another's commit: its time is not stored
 			}
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("store generation %d: %w", next.Generation, err)
 		}
+		// The commit time travels with the generation to Distributors
+		// and clients (WatchAssignmentResponse.committed_unix_nano); the
+		// store does not keep it.
+		committed := time.Now()
 		a.mu.Lock()
 		j.committed = a.loads.now()
 		if why == triggerFlip {
 			setPending(j, nil)
 		}
 		a.mu.Unlock()
-		j.pub.publish(next)
+		j.pub.publish(next, committed)
 		a.metrics.committed(name, entry)
 		a.moveGuard(name)
 		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "epoch", held.Epoch, "trigger", why.String(),

@@ -204,7 +204,7 @@ func (b *Backup) pollJob(ctx context.Context, job string, p *poller) {
 		case err != nil:
 			p.l.fail(err)
 		case rec != nil:
-			p.l.publish(rec)
+			p.l.publish(rec, time.Time{}) // the store keeps no commit time
 		}
 		select {
 		case <-ctx.Done():

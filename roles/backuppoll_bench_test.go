@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/assign"
@@ -65,7 +66,7 @@ func BenchmarkBackupWatchTick(b *testing.B) {
 				b.Fatal(err)
 			}
 			rec.Generation = uint64(i + 1) // each tick a new generation, the worst case
-			l.publish(rec)
+			l.publish(rec, time.Time{})
 			for range watchers {
 				if l.get().msg == nil {
 					b.Fatal("no message")

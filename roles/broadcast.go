@@ -264,8 +264,11 @@ func (l *latest) replace(next *latestState) {
 }
 
 // publish installs a if it supersedes what is held (a newer generation, or
-// another store incarnation); it reports whether it did.
-func (l *latest) publish(a *assign.Assignment) bool {
+// another store incarnation); it reports whether it did. committed is when
+// the Assigner committed a, by its clock, or the zero time when unknown
+// (a read from the store); every message that brings a carries it, in the
+// encoding shared by every stream.
+func (l *latest) publish(a *assign.Assignment, committed time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prev := l.state.Load()
@@ -273,10 +276,13 @@ func (l *latest) publish(a *assign.Assignment) bool {
 		return false
 	}
 	next := &latestState{
-		a:   a,
-		msg: newSharedResponse(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(a)}, &l.encodes),
+		a: a,
+		msg: newSharedResponse(&slicerv1.WatchAssignmentResponse{
+			Assignment: api.ToProto(a), CommittedUnixNano: api.CommittedUnixNano(committed),
+		}, &l.encodes),
 	}
 	next.msg.published = time.Now()
+	next.msg.update = prev.a != nil
 	if prev.a != nil && prev.a.Incarnation == a.Incarnation && prev.a.Job == a.Job {
 		next.bases = append(next.bases, prev.bases[max(0, len(prev.bases)-deltaBases+1):]...)
 		next.bases = append(next.bases, prev.a)
@@ -328,7 +334,7 @@ func (s *latestState) delta(known assign.Version) *sharedResponse {
 		}
 		ld := &s.deltas[i]
 		ld.once.Do(func() {
-			d := &slicerv1.WatchAssignmentResponse{Delta: api.Diff(b, s.a)}
+			d := &slicerv1.WatchAssignmentResponse{Delta: api.Diff(b, s.a), CommittedUnixNano: s.msg.GetCommittedUnixNano()}
 			if d.Delta == nil {
 				return
 			}
@@ -337,7 +343,7 @@ func (s *latestState) delta(known assign.Version) *sharedResponse {
 				return
 			}
 			m := newSharedResponse(d, nil)
-			m.published = s.msg.published
+			m.published, m.update = s.msg.published, s.msg.update
 			if wire, err := m.encoded(); err == nil && len(wire) < len(full) {
 				ld.msg = m
 			}

@@ -3,6 +3,7 @@ package roles
 import (
 	"context"
 	"errors"
+	"net/http"
 	"reflect"
 	"strconv"
 	"sync"
@@ -48,6 +49,13 @@ func watchRaw(t *testing.T, addr, job string, backup, deltas bool, opts ...conne
 	} else {
 		stream, err = slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(addr), opts...).WatchAssignment(ctx, connect.NewRequest(req))
 	}
+	return followRaw(t, hc, cancel, stream, err)
+}
+
+// followRaw keeps every message stream sends until the test ends, then
+// cancels it and closes hc's connections.
+func followRaw(t *testing.T, hc *http.Client, cancel context.CancelFunc, stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse], err error) *rawWatcher {
+	t.Helper()
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -178,7 +186,7 @@ func TestLatestBoundsItsBases(t *testing.T) {
 			}
 			a.Slices = append(a.Slices, assign.Slice{Start: assign.SliceKey(i) * w, End: end, Tasks: []string{"a"}})
 		}
-		l.publish(a)
+		l.publish(a, time.Time{})
 		prev = a
 	}
 	s := l.get()
@@ -212,7 +220,7 @@ func TestLatestDeltaChoice(t *testing.T) {
 	for g := uint64(1); g <= deltaBases+3; g++ {
 		owners[g] = []string{"a", "b"}[(g+1)%2] // one slice moves per generation
 		gens = append(gens, mk(g, owners...))
-		l.publish(gens[len(gens)-1])
+		l.publish(gens[len(gens)-1], time.Time{})
 	}
 	s := l.get()
 	last := gens[len(gens)-1]
@@ -247,7 +255,7 @@ func TestLatestDeltaChoice(t *testing.T) {
 	}
 	all := mk(last.Generation+1, flipped...)
 	all.Tasks = []assign.Task{{Name: "a", Addr: "a:2"}, {Name: "b", Addr: "b:2"}}
-	l.publish(all)
+	l.publish(all, time.Time{})
 	if d := l.get().delta(last.Version()); d != nil {
 		t.Error("a delta no smaller than the assignment")
 	}
@@ -292,7 +300,7 @@ func pacedAssignment(gen uint64) *assign.Assignment {
 func TestPacedWakeUpBoundsSendsInFlight(t *testing.T) {
 	const n = 4 * paceLimit
 	l := newLatest()
-	l.publish(pacedAssignment(1))
+	l.publish(pacedAssignment(1), time.Time{})
 	var inSend, most, sent atomic.Int64
 	pacedStreams(t, l, n, func(*sharedResponse) error {
 		now := inSend.Add(1)
@@ -307,7 +315,7 @@ func TestPacedWakeUpBoundsSendsInFlight(t *testing.T) {
 		sent.Add(1)
 		return nil
 	})
-	l.publish(pacedAssignment(2))
+	l.publish(pacedAssignment(2), time.Time{})
 	testwait.For(t, "every stream to send generation 2", func() bool { return sent.Load() == n })
 	if m := most.Load(); m > paceLimit {
 		t.Errorf("%d sends at once; the pacer allows %d", m, paceLimit)
@@ -319,7 +327,7 @@ func TestPacedWakeUpBoundsSendsInFlight(t *testing.T) {
 func TestPacedWakeUpGoesPastStalledSends(t *testing.T) {
 	const n = 3 * paceLimit
 	l := newLatest()
-	l.publish(pacedAssignment(1))
+	l.publish(pacedAssignment(1), time.Time{})
 	release := make(chan struct{})
 	var sent atomic.Int64
 	pacedStreams(t, l, n, func(*sharedResponse) error {
@@ -328,7 +336,7 @@ func TestPacedWakeUpGoesPastStalledSends(t *testing.T) {
 		return nil
 	})
 	t.Cleanup(func() { close(release) }) // runs before pacedStreams' cleanup
-	l.publish(pacedAssignment(2))
+	l.publish(pacedAssignment(2), time.Time{})
 	testwait.For(t, "every stream to start sending generation 2", func() bool { return sent.Load() == n })
 }
 
@@ -337,7 +345,7 @@ func TestPacedWakeUpGoesPastStalledSends(t *testing.T) {
 func TestEndStopsPacing(t *testing.T) {
 	const n = 3 * paceLimit
 	l := newLatest()
-	l.publish(pacedAssignment(1))
+	l.publish(pacedAssignment(1), time.Time{})
 	release := make(chan struct{})
 	var sent atomic.Int64
 	pacedStreams(t, l, n, func(*sharedResponse) error {
@@ -345,7 +353,7 @@ func TestEndStopsPacing(t *testing.T) {
 		<-release
 		return nil
 	})
-	l.publish(pacedAssignment(2))
+	l.publish(pacedAssignment(2), time.Time{})
 	testwait.For(t, "the first paced streams to start sending generation 2", func() bool { return sent.Load() >= paceLimit })
 	done := make(chan struct{})
 	go func() {

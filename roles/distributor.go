@@ -248,7 +248,7 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 					continue
 				}
 				base = a
-				if l.publish(a) {
+				if l.publish(a, api.CommittedAt(stream.Msg())) {
 					d.log.Debug("assignment received", "job", job, "generation", a.Generation)
 				}
 				backoff = d.minBackoff

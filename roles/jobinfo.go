@@ -113,7 +113,7 @@ func (a *Assigner) read(ctx context.Context, name string, create bool) (*assigne
 	}
 	j := &assignerJob{name: name, cfg: rec.Config, configured: rec.Configured, pub: newLatest()}
 	if rec.Current != nil {
-		j.pub.publish(rec.Current)
+		j.pub.publish(rec.Current, time.Time{}) // read from the store: commit time unknown
 	}
 	return j, rec, nil
 }

@@ -18,7 +18,7 @@ import (
 // keeps anyway (streams open, subscribers per job, gossip members), so
 // they cost nothing between scrapes. Those counted as they happen are
 // counters and histograms without per-stream labels: a Distributor's send
-// adds to two counters and one histogram, all shared by every stream.
+// adds to two counters and two histograms, all shared by every stream.
 // docs/operations.md lists them all.
 
 // Kinds of assignment message a watch stream sends.
@@ -64,7 +64,7 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 	if a.distributor != nil {
 		m := newDistMetrics()
 		a.distributor.metrics = m
-		cs = append(cs, m.updates, m.bytes, m.delay, subscribersCollector{d: a.distributor})
+		cs = append(cs, m.updates, m.bytes, m.delay, m.commitToSend, subscribersCollector{d: a.distributor})
 	}
 	if a.assigner != nil {
 		m := newStoreMetrics()
@@ -94,6 +94,9 @@ type distMetrics struct {
 	updates *prometheus.CounterVec
 	bytes   *prometheus.CounterVec
 	delay   prometheus.Histogram
+	// commitToSend is the delay from the Assigner's commit, which
+	// includes the skew between the Assigner's clock and this node's.
+	commitToSend prometheus.Histogram
 	// The counters of each message kind, resolved once.
 	kindUpdates, kindBytes [len(messageKinds)]prometheus.Counter
 }
@@ -111,8 +114,15 @@ func newDistMetrics() *distMetrics {
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: metrics.Name("distributor", "send_delay_seconds"),
 			Help: "Seconds from the Distributor receiving a generation from its Assigner to having sent it on a watch stream, " +
-				"for streams open when it arrived (assignments carry no commit time).",
+				"for streams open when it arrived: the Distributor's own part of commit_to_send_seconds.",
 			Buckets: sendDelayBuckets,
+		}),
+		commitToSend: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: metrics.Name("distributor", "commit_to_send_seconds"),
+			Help: "Seconds from the Assigner committing a generation to the Distributor having sent it on a watch stream, " +
+				"for streams open when it arrived and generations whose commit time the Assigner knew. " +
+				"The commit time is the Assigner's clock: skew between its host and this one adds to the figure (negative values count as 0).",
+			Buckets: metrics.DistributionBuckets,
 		}),
 	}
 	for k, name := range messageKinds {
@@ -141,7 +151,11 @@ func (m *distMetrics) counting(send func(*sharedResponse) error, opened time.Tim
 			m.kindBytes[k].Add(float64(len(wire)))
 		}
 		if s.published.After(opened) {
-			m.delay.Observe(time.Since(s.published).Seconds())
+			now := time.Now()
+			m.delay.Observe(now.Sub(s.published).Seconds())
+			if s.update && !s.committed.IsZero() {
+				m.commitToSend.Observe(metrics.SinceCommit(now, s.committed).Seconds())
+			}
 		}
 		return nil
 	}

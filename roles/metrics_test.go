@@ -85,6 +85,10 @@ func TestMetrics(t *testing.T) {
 		v, _ := metricstest.Value(t, reg, "slicerd_distributor_send_delay_seconds")
 		return v >= 2
 	})
+	testwait.For(t, "commit-to-send delays of the new generation", func() bool {
+		v, _ := metricstest.Value(t, reg, "slicerd_distributor_commit_to_send_seconds")
+		return v >= 2
+	})
 
 	// Requests the Clerk routes to kv-0, which agrees: none misrouted.
 	const lookups = 20
@@ -112,6 +116,7 @@ func TestMetrics(t *testing.T) {
 		{"slicerd_clerk_assignment_generation", []string{"job", "kv"}, func(v float64) bool { return v == gen }, fmt.Sprint(gen)},
 		{"slicerd_clerk_assignment_age_seconds", []string{"job", "kv"}, func(v float64) bool { return v >= 0 }, ">= 0"},
 		{"slicerd_clerk_lookups_total", []string{"job", "kv"}, func(v float64) bool { return v == lookups }, fmt.Sprint(lookups)},
+		{"slicerd_clerk_assignment_delay_seconds", []string{"job", "kv"}, func(v float64) bool { return v >= 1 }, ">= 1 (the generation that gave kv-1 keys)"},
 		{"slicerd_slicelet_assignment_generation", []string{"job", "kv", "task", "kv-0"}, func(v float64) bool { return v == gen }, fmt.Sprint(gen)},
 		{"slicerd_slicelet_lookups_total", []string{"task", "kv-0"}, func(v float64) bool { return v == lookups }, fmt.Sprint(lookups)},
 		{"slicerd_slicelet_requests_total", []string{"task", "kv-0"}, func(v float64) bool { return v == float64(routed) }, fmt.Sprint(routed)},
@@ -212,7 +217,7 @@ func TestStoreCommitMetrics(t *testing.T) {
 }
 
 // BenchmarkCountingSend is what metrics add to each send of a
-// Distributor's watch streams (two counters and a histogram, shared by
+// Distributor's watch streams (two counters and two histograms, shared by
 // every stream), from parallel senders as in a fan-out.
 //
 //	go test -run '^$' -bench CountingSend -cpu 1,2 ./roles/
@@ -223,8 +228,11 @@ func BenchmarkCountingSend(b *testing.B) {
 			if on {
 				m = newDistMetrics()
 			}
-			msg := newSharedResponse(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(pacedAssignment(1))}, nil)
-			msg.published = time.Now()
+			msg := newSharedResponse(&slicerv1.WatchAssignmentResponse{
+				Assignment:        api.ToProto(pacedAssignment(1)),
+				CommittedUnixNano: time.Now().UnixNano(),
+			}, nil)
+			msg.published, msg.update = time.Now(), true // an update, timed from its commit too
 			if _, err := msg.encoded(); err != nil {
 				b.Fatal(err)
 			}

@@ -182,7 +182,7 @@ func (a *Assigner) refresh(ctx context.Context, name string) error {
 		j.cfg, j.configured = rec.Config, rec.Configured
 		a.mu.Unlock()
 		if rec.Current != nil {
-			j.pub.publish(rec.Current)
+			j.pub.publish(rec.Current, time.Time{}) // read from the store: commit time unknown
 		}
 		return nil
 	}

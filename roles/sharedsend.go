@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 )
 
@@ -83,13 +84,21 @@ type sharedResponse struct {
 	// published is when the generation was published to this node's
 	// streams (latest.publish), for the Distributor's send delay.
 	published time.Time
+	// committed is when the Assigner committed the generation
+	// (CommittedUnixNano), zero when unknown, for the Distributor's
+	// commit-to-send delay; update is set when the node held an earlier
+	// generation of the job when this one arrived. A node's first
+	// generation (it just started, or just took the job on) may have been
+	// committed long before, so its delay says nothing of distribution.
+	committed time.Time
+	update    bool
 
 	pinOnce sync.Once
 	pinned  []byte // wire in a slice of capacity noRecycleCap or more
 }
 
 func newSharedResponse(msg *slicerv1.WatchAssignmentResponse, encodes *atomic.Int64) *sharedResponse {
-	return &sharedResponse{WatchAssignmentResponse: msg, encodes: encodes}
+	return &sharedResponse{WatchAssignmentResponse: msg, encodes: encodes, committed: api.CommittedAt(msg)}
 }
 
 // encoded returns the protobuf encoding, made on first use. The caller

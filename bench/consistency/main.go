@@ -17,7 +17,7 @@
 //	go run ./bench/consistency -duration 5m
 //	go run ./bench/consistency -duration 5m -bridge=false
 //
-// etcd runs inside the harness (go.etcd.io/etcd/server/v3/embed); the
+// etcd runs inside the harness (benchproc.StartEtcd); the
 // slicerd and kvserver binaries are built from this module unless given.
 package main
 
@@ -25,14 +25,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -44,9 +42,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
 	"github.com/slicerd/slicerd/bench/internal/benchproc"
 	"github.com/slicerd/slicerd/clerk"
@@ -202,12 +197,12 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 			}
 		}
 	}
-	etcd, err := startEtcd(filepath.Join(logDir, "etcd"))
+	etcd, err := benchproc.StartEtcd(filepath.Join(logDir, "etcd"))
 	if err != nil {
 		return nil, err
 	}
-	defer func() { etcd.stop() }()
-	store := "etcd://" + etcd.addr + "/consistency/"
+	defer func() { etcd.Stop() }()
+	store := "etcd://" + etcd.Addr + "/consistency/"
 
 	var procs []*benchproc.Proc
 	defer func() { benchproc.StopAll(procs, 10*time.Second) }()
@@ -385,10 +380,10 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 			}
 		}
 		if at(0.75) == nil {
-			etcd.stop()
+			etcd.Stop()
 			note("etcd stopped")
 			if benchproc.SleepUntil(rctx, time.Now().Add(time.Second)) == nil {
-				if err := etcd.restart(); err != nil {
+				if err := etcd.Restart(); err != nil {
 					return nil, err
 				}
 				note("etcd restarted")
@@ -535,63 +530,4 @@ func pct(xs []float64, q float64) float64 {
 	slices.Sort(s)
 	i := int(q * float64(len(s)-1))
 	return s[i]
-}
-
-// etcdServer is an embedded etcd that can be stopped and restarted on the
-// same ports and data.
-type etcdServer struct {
-	dir, addr, peer string
-	e               *embed.Etcd
-}
-
-func startEtcd(dir string) (*etcdServer, error) {
-	free := func() (string, error) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		defer ln.Close()
-		return ln.Addr().String(), nil
-	}
-	client, err := free()
-	if err != nil {
-		return nil, err
-	}
-	peer, err := free()
-	if err != nil {
-		return nil, err
-	}
-	s := &etcdServer{dir: dir, addr: client, peer: peer}
-	return s, s.restart()
-}
-
-func (s *etcdServer) restart() error {
-	cfg := embed.NewConfig()
-	cfg.Name = "consistency"
-	cfg.Dir = s.dir
-	cu, _ := url.Parse("http://" + s.addr)
-	pu, _ := url.Parse("http://" + s.peer)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return fmt.Errorf("start etcd: %w", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return errors.New("etcd not ready within 30s")
-	}
-	s.e = e
-	return nil
-}
-
-func (s *etcdServer) stop() {
-	if s.e != nil {
-		s.e.Close()
-		s.e = nil
-	}
 }

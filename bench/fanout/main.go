@@ -32,6 +32,17 @@
 //
 //	go run ./bench/fanout -streams 100000 -conns 100 -kill
 //
+// With -metrics, slicerd serves its Prometheus metrics (--metrics-addr)
+// and the report adds the distribution of commit → send over every
+// stream and timed generation from slicerd's own
+// slicerd_distributor_commit_to_send_seconds histogram, scraped before
+// and after the timed generations, next to the same distribution measured
+// at the subscribers (commit → receipt, from the commit time each message
+// carries), as a CDF at the histogram's bucket bounds: the Slicer paper's
+// Figure 10.
+//
+//	go run ./bench/fanout -streams 10000 -generations 10 -metrics
+//
 // Streams ask for deltas, as the Clerk does, unless -deltas=false; the
 // report gives the bytes stream 0 received per generation beside the
 // size of the full assignment. Streams accept gzip, as the Clerk does,
@@ -48,6 +59,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -96,6 +108,7 @@ type options struct {
 	timeout      time.Duration
 	logDir       string
 	jsonOut      bool
+	metrics      bool
 	slicerdFlags benchproc.Flags
 }
 
@@ -121,6 +134,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long one generation may take to reach every stream")
 	fs.StringVar(&o.logDir, "log-dir", "", "keep slicerd's log and data here (default: a temporary directory, removed)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
+	fs.BoolVar(&o.metrics, "metrics", false, "serve slicerd's metrics (--metrics-addr) and report its commit → send histogram beside the subscribers' commit → receipt")
 	fs.Var(&o.slicerdFlags, "slicerd-flag", "an extra slicerd flag (repeatable), e.g. -slicerd-flag=--stream-send-budget-mib=0")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -237,6 +251,101 @@ type report struct {
 	RSSMiB float64     `json:"rss_mib"` // the largest seen
 	Lost   int         `json:"lost"`    // stream-generations never received
 	Kill   *killReport `json:"kill,omitempty"`
+	// Distribution is commit → receipt over every stream and timed
+	// generation, with slicerd's own commit → send beside it (-metrics).
+	Distribution *distribution `json:"distribution"`
+}
+
+// distribution is the Slicer paper's Figure 10 for the timed generations:
+// how long after its commit each stream had each generation.
+type distribution struct {
+	// CommitFrom says where the subscribers' commit times come from:
+	// "message" (committed_unix_nano, the Assigner's stamp) or "log"
+	// (the assignment committed log line, for a slicerd without the
+	// field).
+	CommitFrom string   `json:"commit_from"`
+	Receipts   quantile `json:"receipts"` // at the subscribers
+	// Slicerd is from slicerd_distributor_commit_to_send_seconds, with
+	// its quantiles estimated from the buckets as histogram_quantile does;
+	// nil without -metrics.
+	Slicerd *quantile `json:"slicerd,omitempty"`
+	CDF     []cdfRow  `json:"cdf"`
+}
+
+type quantile struct {
+	N           int     `json:"n"`
+	P50Ms       float64 `json:"p50_ms"`
+	P95Ms       float64 `json:"p95_ms"`
+	P99Ms       float64 `json:"p99_ms"`
+	Within100ms float64 `json:"within_100ms"`
+	Within1s    float64 `json:"within_1s"`
+	Within2s    float64 `json:"within_2s"`
+	MeanMs      float64 `json:"mean_ms"`
+}
+
+// cdfRow is the fraction of deliveries within LeSeconds.
+type cdfRow struct {
+	LeSeconds float64  `json:"le_s"`
+	Receipts  float64  `json:"receipts"`
+	Slicerd   *float64 `json:"slicerd,omitempty"`
+}
+
+// cdfBounds are slicerd's commit-to-send bucket bounds, where the CDF is
+// read.
+var cdfBounds = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60}
+
+// newDistribution summarises receipts (ms after the commit, sorted) and,
+// when h has observations, slicerd's histogram of the same deliveries.
+func newDistribution(receipts []float64, from string, h *benchproc.Histogram) *distribution {
+	d := &distribution{CommitFrom: from}
+	within := func(ms float64) float64 {
+		if len(receipts) == 0 {
+			return 0
+		}
+		n, _ := slices.BinarySearch(receipts, math.Nextafter(ms, math.Inf(1)))
+		return float64(n) / float64(len(receipts))
+	}
+	if n := len(receipts); n > 0 {
+		sum := 0.0
+		for _, x := range receipts {
+			sum += x
+		}
+		d.Receipts = quantile{N: n, P50Ms: pct(receipts, 0.5), P95Ms: pct(receipts, 0.95), P99Ms: pct(receipts, 0.99),
+			Within100ms: within(100), Within1s: within(1000), Within2s: within(2000), MeanMs: sum / float64(n)}
+	}
+	if h != nil && h.Count > 0 {
+		d.Slicerd = &quantile{N: int(h.Count), P50Ms: 1e3 * h.Quantile(0.5), P95Ms: 1e3 * h.Quantile(0.95), P99Ms: 1e3 * h.Quantile(0.99),
+			Within100ms: h.Within(0.1), Within1s: h.Within(1), Within2s: h.Within(2), MeanMs: 1e3 * h.Sum / h.Count}
+	}
+	for _, le := range cdfBounds {
+		row := cdfRow{LeSeconds: le, Receipts: within(le * 1e3)}
+		if d.Slicerd != nil {
+			v := h.Within(le)
+			row.Slicerd = &v
+		}
+		d.CDF = append(d.CDF, row)
+	}
+	return d
+}
+
+func (d *distribution) print(w io.Writer) {
+	line := func(what string, q quantile, est string) {
+		fmt.Fprintf(w, "  %-34s %9d  p50 %8.1f ms  p95 %8.1f ms  p99 %8.1f ms%s  within 100 ms %6.2f%%  1 s %6.2f%%  2 s %6.2f%%\n",
+			what, q.N, q.P50Ms, q.P95Ms, q.P99Ms, est, 100*q.Within100ms, 100*q.Within1s, 100*q.Within2s)
+	}
+	fmt.Fprintf(w, "distribution latency over every stream and timed generation (commit time from the %s):\n", d.CommitFrom)
+	line("subscribers, commit → receipt", d.Receipts, "")
+	if d.Slicerd != nil {
+		line("slicerd, commit → send (buckets)", *d.Slicerd, " (est.)")
+	}
+	fmt.Fprintf(w, "  CDF: %-10s %-12s %s\n", "≤ seconds", "subscribers", "slicerd")
+	for _, r := range d.CDF {
+		sd := "-"
+		if r.Slicerd != nil {
+			sd = fmt.Sprintf("%.4f", *r.Slicerd)
+		}
+		fmt.Fprintf(w, "       %-10g %-12.4f %s\n", r.LeSeconds, r.Receipts, sd)
+	}
 }
 
 // killReport is what -kill measured.
@@ -295,6 +404,9 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "median: commit → stream p50 %.1f ms, p99 %.1f ms, until all %.1f ms; slicerd CPU per update %.0f ms; RSS up to %.0f MiB; lost %d\n",
 		r.P50Ms, r.P99Ms, r.AllMs, r.CPUMs, r.RSSMiB, r.Lost)
+	if r.Distribution != nil {
+		r.Distribution.print(w)
+	}
 	if k := r.Kill; k != nil {
 		fmt.Fprintf(w, "kill %s: generation %d without it committed %.0f ms after the kill; commit → stream p99 %.1f ms, all %.1f ms (%d streams); slicerd suspected %d and failed %d live members meanwhile\n",
 			victimName, k.Generation, k.CommitMs, k.P99Ms, k.AllMs, k.Received, k.Suspicions, k.FalseFailures)
@@ -332,6 +444,9 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		"--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local",
 		"--rebalance-delay", "100ms", "--startup-grace", "500ms", "--rebalance-interval", rebalance,
 		"--max-connections", strconv.Itoa(o.conns*4 + 1024)}
+	if o.metrics {
+		sargs = append(sargs, "--metrics-addr", "127.0.0.1:0")
+	}
 	sargs = append(sargs, o.slicerdFlags...)
 	logPath := filepath.Join(logDir, "slicerd.log")
 	sd, started, err := benchproc.StartSlicerd("slicerd", logPath, o.slicerd, sargs, 60*time.Second)
@@ -341,6 +456,19 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	defer benchproc.StopAll([]*benchproc.Proc{sd}, 10*time.Second)
 	pid := sd.Cmd.Process.Pid
 	say("slicerd pid %d rpc %s; logs in %s", pid, started.RPC, logDir)
+	scrape := func() (benchproc.Samples, error) { return nil, nil }
+	if o.metrics {
+		addr, err := benchproc.LoggedMetricsAddr(logPath, 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		say("slicerd metrics at http://%s/metrics", addr)
+		scrape = func() (benchproc.Samples, error) {
+			sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+			defer scancel()
+			return benchproc.Scrape(sctx, "http://"+addr+"/metrics")
+		}
+	}
 	commits, err := followCommits(ctx, logPath)
 	if err != nil {
 		return nil, err
@@ -415,6 +543,15 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		}
 	}
 
+	before, err := scrape()
+	if err != nil {
+		return nil, err
+	}
+	// Every stream's receipt of every timed generation, in ms after its
+	// commit: the commit time each message carries, or slicerd's log
+	// line when it carries none.
+	var receipts []float64
+	commitFrom := "message"
 	for range o.generations {
 		cpu0, own0 := benchproc.CPUTime(pid), benchproc.CPUTime(os.Getpid())
 		if o.change == "redundancy" {
@@ -443,8 +580,15 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 			lat = append(lat, float64(t-at.UnixNano())/1e6)
 		}
 		slices.Sort(lat)
+		stamp := subs.committed(gen)
+		if stamp == 0 {
+			stamp, commitFrom = at.UnixNano(), "log"
+		}
+		for _, t := range got {
+			receipts = append(receipts, float64(t-stamp)/1e6)
+		}
 		rss, _ := benchproc.Memory(pid)
-		g := generation{Generation: gen, Bytes: subs.size(gen), FullBytes: proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(next)}),
+		g := generation{Generation: gen, Bytes: subs.size(gen), FullBytes: proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(next), CommittedUnixNano: subs.committed(gen)}),
 			Slices: len(next.Slices), Received: len(got), RSSMiB: float64(rss) / 1024, CPUMs: float64(cpu) / 1e6, HarnessCPUMs: float64(own) / 1e6}
 		if len(lat) > 0 {
 			g.P50Ms, g.P99Ms, g.AllMs = pct(lat, 0.5), pct(lat, 0.99), lat[len(lat)-1]
@@ -457,6 +601,23 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		}
 		_ = benchproc.Sleep(ctx, time.Second)
 	}
+	after, err := scrape()
+	if err != nil {
+		return nil, err
+	}
+	var hist *benchproc.Histogram
+	if o.metrics {
+		const name = "slicerd_distributor_commit_to_send_seconds"
+		h := after.Histogram(name).Sub(before.Histogram(name))
+		hist = &h
+		// The tasks' Slicelets watch the job too.
+		if want := float64(o.generations * (o.streams + len(taskNames))); h.Count != want {
+			say("slicerd timed %.0f sends of the timed generations; %d generations × (%d streams + %d tasks) = %.0f",
+				h.Count, o.generations, o.streams, len(taskNames), want)
+		}
+	}
+	slices.Sort(receipts)
+	rep.Distribution = newDistribution(receipts, commitFrom, hist)
 	if o.kill {
 		k, err := killTask(ctx, victim, subs, commits, o.timeout)
 		if err != nil {
@@ -740,6 +901,7 @@ type subscribers struct {
 	mu      sync.Mutex
 	newest  *assign.Assignment // as stream 0 has it
 	sizes   map[uint64]int     // bytes of the message that brought stream 0 each generation
+	stamps  map[uint64]int64   // committed_unix_nano of the message that brought stream 0 each generation
 	changed chan struct{}
 }
 
@@ -750,7 +912,7 @@ type streamLog struct {
 }
 
 func newSubscribers(n, conns int, addr string, gzip, deltas bool) *subscribers {
-	s := &subscribers{n: n, deltas: deltas, streams: make([]streamLog, n), sizes: map[uint64]int{}, changed: make(chan struct{})}
+	s := &subscribers{n: n, deltas: deltas, streams: make([]streamLog, n), sizes: map[uint64]int{}, stamps: map[uint64]int64{}, changed: make(chan struct{})}
 	var opts []connect.ClientOption
 	if !gzip {
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
@@ -888,6 +1050,7 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 				s.mu.Lock()
 				s.newest = a
 				s.sizes[a.Generation] = proto.Size(stream.Msg())
+				s.stamps[a.Generation] = stream.Msg().GetCommittedUnixNano()
 				close(s.changed)
 				s.changed = make(chan struct{})
 				s.mu.Unlock()
@@ -916,6 +1079,14 @@ func (s *subscribers) record(i int, gen uint64, now int64) {
 	if !seen {
 		s.counts[gen%uint64(len(s.counts))].Add(1)
 	}
+}
+
+// committed is the commit time (Unix ns) the message that brought stream
+// 0 gen carried; 0 when it carried none.
+func (s *subscribers) committed(gen uint64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stamps[gen]
 }
 
 // size is the bytes of the message that brought stream 0 gen.

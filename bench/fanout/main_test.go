@@ -5,6 +5,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/bench/internal/benchproc"
 )
 
 // TestMain runs the harness itself when the test binary is started as its
@@ -116,5 +118,28 @@ func TestGenerationCodec(t *testing.T) {
 	}
 	if err := (generationCodec{}).Unmarshal(b[:len(b)-3], &got); err == nil {
 		t.Fatal("a truncated message decoded")
+	}
+}
+
+func TestDistributionCDF(t *testing.T) {
+	receipts := []float64{5, 50, 100, 150, 900, 1000, 1500, 2500, 4000, 70000} // ms, sorted
+	h := &benchproc.Histogram{Bounds: []float64{0.1, 1, 2, math.Inf(1)}, Counts: []float64{3, 6, 7, 10}, Count: 10, Sum: 80}
+	d := newDistribution(receipts, "message", h)
+	if d.Receipts.N != 10 || d.Receipts.Within100ms != 0.3 || d.Receipts.Within1s != 0.6 || d.Receipts.Within2s != 0.7 {
+		t.Errorf("receipts %+v; want 3, 6 and 7 of 10 within 100 ms, 1 s and 2 s", d.Receipts)
+	}
+	if d.Slicerd == nil || d.Slicerd.Within2s != 0.7 || d.Slicerd.N != 10 {
+		t.Fatalf("slicerd %+v", d.Slicerd)
+	}
+	for _, r := range d.CDF {
+		if r.LeSeconds == 1 && (r.Receipts != 0.6 || r.Slicerd == nil || !math.IsNaN(*r.Slicerd) && *r.Slicerd != 0.6) {
+			t.Errorf("CDF at 1 s: %+v", r)
+		}
+		if r.LeSeconds == 60 && r.Receipts != 0.9 {
+			t.Errorf("CDF at 60 s: receipts %v, want 0.9", r.Receipts)
+		}
+	}
+	if d := newDistribution(receipts, "log", nil); d.Slicerd != nil || d.CDF[0].Slicerd != nil {
+		t.Error("slicerd figures without its histogram")
 	}
 }

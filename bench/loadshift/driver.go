@@ -71,6 +71,7 @@ type Driver struct {
 	shift int
 
 	answered, failed, dropped atomic.Uint64
+	misdirected               atomic.Uint64 // answered 421: the task does not own the key
 }
 
 // NewDriver returns a Driver that routes with ck and sends with hc (nil:
@@ -127,6 +128,10 @@ func (d *Driver) Meter() *Meter { return d.meter }
 func (d *Driver) Stats() (answered, failed, dropped uint64) {
 	return d.answered.Load(), d.failed.Load(), d.dropped.Load()
 }
+
+// Misdirected counts the answered requests that the task refused with 421
+// Misdirected Request: it does not own the key (kvcache's answer).
+func (d *Driver) Misdirected() uint64 { return d.misdirected.Load() }
 
 // Tasks returns the addresses of the tasks of the current assignment,
 // sorted: the tasks the load should be spread over.
@@ -263,6 +268,9 @@ func (d *Driver) get(ctx context.Context, addr, key string) error {
 	resp, err := d.hc.Do(req)
 	if err != nil {
 		return err
+	}
+	if resp.StatusCode == http.StatusMisdirectedRequest {
+		d.misdirected.Add(1)
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()

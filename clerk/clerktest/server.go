@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -82,6 +83,14 @@ func (s *Server) Close() {
 
 // Publish sends a to the streams of a.Job.
 func (s *Server) Publish(a *assign.Assignment) { s.Send(a.Job, api.ToProto(a)) }
+
+// PublishCommitted sends a to the streams of a.Job with committed as its
+// commit time (WatchAssignmentResponse.committed_unix_nano), as slicerd's
+// Distributors send the generations their Assigner committed.
+func (s *Server) PublishCommitted(a *assign.Assignment, committed time.Time) {
+	p := api.ToProto(a)
+	s.send(a.Job, p, &slicerv1.WatchAssignmentResponse{Assignment: p, CommittedUnixNano: api.CommittedUnixNano(committed)})
+}
 
 // Send sends p, as is, to the streams of jobName and makes it the job's
 // latest message.

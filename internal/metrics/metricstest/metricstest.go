@@ -43,6 +43,28 @@ func Value(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (
 	return 0, false
 }
 
+// Histogram returns the sample count and sum of the histogram series of
+// metric name whose labels include labels. ok is false when g has no such
+// series.
+func Histogram(t testing.TB, g prometheus.Gatherer, name string, labels ...string) (count uint64, sum float64, ok bool) {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil && hasLabels(m, labels) {
+				return h.GetSampleCount(), h.GetSampleSum(), true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
 func hasLabels(m *dto.Metric, labels []string) bool {
 	for i := 0; i+1 < len(labels); i += 2 {
 		found := false

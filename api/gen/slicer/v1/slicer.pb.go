@@ -763,11 +763,20 @@ func (x *WatchAssignmentRequest) GetDeltaVersion() uint32 {
 // that asked for deltas, a delta from the generation it holds. Exactly one
 // of the two is set.
 type WatchAssignmentResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Assignment    *Assignment            `protobuf:"bytes,1,opt,name=assignment,proto3" json:"assignment,omitempty"`
-	Delta         *AssignmentDelta       `protobuf:"bytes,2,opt,name=delta,proto3" json:"delta,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Assignment *Assignment            `protobuf:"bytes,1,opt,name=assignment,proto3" json:"assignment,omitempty"`
+	Delta      *AssignmentDelta       `protobuf:"bytes,2,opt,name=delta,proto3" json:"delta,omitempty"`
+	// When the Assigner committed the generation this message brings, in
+	// nanoseconds since the Unix epoch by the Assigner's clock; 0 when
+	// unknown: the serving Assigner read the generation from the store
+	// (committed before it started, or by another Assigner), the message
+	// comes from a Backup, or the server predates the field. Distributors
+	// pass it on as they received it. It is not stored with the assignment.
+	// Subtracting it from another host's clock includes the clock skew
+	// between the two hosts.
+	CommittedUnixNano int64 `protobuf:"varint,3,opt,name=committed_unix_nano,json=committedUnixNano,proto3" json:"committed_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WatchAssignmentResponse) Reset() {
@@ -812,6 +821,13 @@ func (x *WatchAssignmentResponse) GetDelta() *AssignmentDelta {
 		return x.Delta
 	}
 	return nil
+}
+
+func (x *WatchAssignmentResponse) GetCommittedUnixNano() int64 {
+	if x != nil {
+		return x.CommittedUnixNano
+	}
+	return 0
 }
 
 // AssignmentDelta (delta_version 1) turns the assignment of
@@ -3372,12 +3388,13 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
 	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\x12+\n" +
 	"\x11known_incarnation\x18\x03 \x01(\tR\x10knownIncarnation\x12#\n" +
-	"\rdelta_version\x18\x04 \x01(\rR\fdeltaVersion\"\x82\x01\n" +
+	"\rdelta_version\x18\x04 \x01(\rR\fdeltaVersion\"\xb2\x01\n" +
 	"\x17WatchAssignmentResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x15.slicer.v1.AssignmentR\n" +
 	"assignment\x120\n" +
-	"\x05delta\x18\x02 \x01(\v2\x1a.slicer.v1.AssignmentDeltaR\x05delta\"\xa0\x02\n" +
+	"\x05delta\x18\x02 \x01(\v2\x1a.slicer.v1.AssignmentDeltaR\x05delta\x12.\n" +
+	"\x13committed_unix_nano\x18\x03 \x01(\x03R\x11committedUnixNano\"\xa0\x02\n" +
 	"\x0fAssignmentDelta\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\tR\vincarnation\x12'\n" +

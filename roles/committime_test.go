@@ -1,0 +1,205 @@
+package roles
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/metrics"
+	"github.com/slicerd/slicerd/internal/metrics/metricstest"
+	"github.com/slicerd/slicerd/internal/testwait"
+)
+
+// watchAssigner streams job's assignments straight from an Assigner, as
+// a Distributor does, with deltas.
+func watchAssigner(t *testing.T, addr, job string) *rawWatcher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	hc := api.NewH2CClient()
+	stream, err := slicerv1connect.NewAssignerServiceClient(hc, api.RPCURL(addr)).WatchAssignment(ctx,
+		connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job, DeltaVersion: api.DeltaVersion}))
+	return followRaw(t, hc, cancel, stream, err)
+}
+
+// last is the last of msgs.
+func last(msgs []rawMsg) rawMsg { return msgs[len(msgs)-1] }
+
+// TestCommitTimeTravelsToSubscribers: the Assigner stamps each generation
+// it commits with its commit time, the Distributor passes the stamp on
+// (in deltas too) and times commit → send from it; a generation read from
+// the store, as after a restart, carries none.
+func TestCommitTimeTravelsToSubscribers(t *testing.T) {
+	acfg := testConfig(t, "assigner-1", t.TempDir(), gossip.RoleAssigner)
+	assigner := startAgent(t, acfg)
+	reg := metrics.NewRegistry()
+	dcfg := testConfig(t, "distributor-1", "", gossip.RoleDistributor)
+	dcfg.Gossip.Join = []string{assigner.GossipAddr()}
+	dcfg.Registerer = reg
+	distributor := startAgent(t, dcfg)
+	taskMember(t, "kv", "t0", assigner.GossipAddr())
+	seesTask(t, assigner, "kv", "t0")
+	testwait.For(t, "distributor to see the assigner", func() bool {
+		_, ok := distributor.distributor.assigner("kv")
+		return ok
+	})
+
+	fromAssigner := watchAssigner(t, assigner.RPCAddr(), "kv")
+	fromDist := watchRaw(t, distributor.RPCAddr(), "kv", false, true)
+	fromAssigner.until(t, "t0's assignment from the assigner", hasTasks("t0"))
+	fromDist.until(t, "t0's assignment from the distributor", hasTasks("t0"))
+
+	before := time.Now()
+	taskMember(t, "kv", "t1", assigner.GossipAddr())
+	got := last(fromAssigner.until(t, "t1's generation from the assigner", hasTasks("t0", "t1")))
+	am, a := got.msg, got.a
+	got = last(fromDist.until(t, "t1's generation from the distributor", hasTasks("t0", "t1")))
+	dm, d := got.msg, got.a
+	if d.Generation != a.Generation {
+		t.Fatalf("first generation with t1: %d from the distributor, %d from the assigner", d.Generation, a.Generation)
+	}
+	committed := am.GetCommittedUnixNano()
+	if committed < before.UnixNano() {
+		t.Errorf("the assigner stamped generation %d committed at %d, before the task that caused it joined (%d)", a.Generation, committed, before.UnixNano())
+	}
+	if dm.GetCommittedUnixNano() != committed {
+		t.Errorf("the distributor passed on commit time %d, the assigner sent %d", dm.GetCommittedUnixNano(), committed)
+	}
+	if dm.GetDelta() == nil {
+		t.Errorf("the distributor sent the update as a full assignment; the test means to check a delta's commit time")
+	}
+	// The distributor's stream was open when the generation arrived: its
+	// send was timed from the commit.
+	testwait.For(t, "a commit-to-send delay", func() bool {
+		v, _ := metricstest.Value(t, reg, "slicerd_distributor_commit_to_send_seconds")
+		return v >= 1
+	})
+
+	// Restarted (with a long grace, so it commits nothing new), the
+	// Assigner serves the stored generation, whose commit time it does
+	// not know.
+	assigner.stop(t)
+	acfg.StartupGrace = time.Hour
+	assigner = startAgent(t, acfg)
+	got = last(watchAssigner(t, assigner.RPCAddr(), "kv").until(t, "the stored assignment", func(*assign.Assignment) bool { return true }))
+	m, again := got.msg, got.a
+	if again.Generation != a.Generation {
+		t.Fatalf("after the restart the assigner serves generation %d, want the stored %d", again.Generation, a.Generation)
+	}
+	if n := m.GetCommittedUnixNano(); n != 0 {
+		t.Errorf("a generation read from the store carries commit time %d, want 0 (unknown)", n)
+	}
+}
+
+// TestCommitToSendMetric: each send of a generation that arrived while the
+// stream was open, and replaced an earlier one, observes its delay from
+// the commit, clamped at 0 when the Assigner's clock is ahead; a
+// generation without a commit time, or the node's first, is not timed.
+func TestCommitToSendMetric(t *testing.T) {
+	m := newDistMetrics()
+	opened := time.Now()
+	send := m.counting(func(*sharedResponse) error { return nil }, opened)
+	msg := func(committed time.Time, update bool, published time.Time) *sharedResponse {
+		s := newSharedResponse(&slicerv1.WatchAssignmentResponse{
+			Assignment:        api.ToProto(pacedAssignment(1)),
+			CommittedUnixNano: api.CommittedUnixNano(committed),
+		}, nil)
+		s.published, s.update = published, update
+		return s
+	}
+	histogram := func() (count uint64, sum float64) {
+		var out dto.Metric
+		if err := m.commitToSend.Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out.GetHistogram().GetSampleCount(), out.GetHistogram().GetSampleSum()
+	}
+	after := opened.Add(time.Millisecond)
+	for _, tc := range []struct {
+		name      string
+		msg       *sharedResponse
+		wantCount uint64
+		wantSum   func(float64) bool
+	}{
+		{"committed 3 s ago", msg(time.Now().Add(-3*time.Second), true, after), 1, func(s float64) bool { return s >= 3 }},
+		{"the assigner's clock an hour ahead", msg(time.Now().Add(time.Hour), true, after), 2, nil},
+		{"no commit time (old assigner, or read from the store)", msg(time.Time{}, true, after), 2, nil},
+		{"the node's first generation", msg(time.Now().Add(-time.Minute), false, after), 2, nil},
+		{"published before the stream opened", msg(time.Now().Add(-time.Minute), true, opened.Add(-time.Millisecond)), 2, nil},
+	} {
+		_, sumBefore := histogram()
+		if err := send(tc.msg); err != nil {
+			t.Fatal(err)
+		}
+		count, sum := histogram()
+		if count != tc.wantCount {
+			t.Errorf("%s: %d delays observed, want %d", tc.name, count, tc.wantCount)
+		}
+		if tc.wantSum != nil && !tc.wantSum(sum) {
+			t.Errorf("%s: delays add up to %v s", tc.name, sum)
+		}
+		if tc.wantSum == nil && sum != sumBefore {
+			t.Errorf("%s: the sum of delays went from %v to %v, want it unchanged (nothing, or 0, observed)", tc.name, sumBefore, sum)
+		}
+	}
+}
+
+// TestPublishStampsEveryMessageOnce: the commit time is in the message
+// shared by every stream and in the deltas made from it, and each is still
+// encoded once whatever the number of streams.
+func TestPublishStampsEveryMessageOnce(t *testing.T) {
+	l := newLatest()
+	// Sixteen slices, of which generation 2 moves one: its delta is
+	// smaller than the full assignment.
+	tasks := []assign.Task{{Name: "a", Addr: "a:1"}, {Name: "b", Addr: "b:1"}}
+	a1 := &assign.Assignment{Job: "kv", Generation: 1, Incarnation: "i", Tasks: tasks}
+	width := assign.KeySpaceEnd / 16
+	for i := range assign.SliceKey(16) {
+		end := (i + 1) * width
+		if i == 15 {
+			end = assign.KeySpaceEnd
+		}
+		a1.Slices = append(a1.Slices, assign.Slice{Start: i * width, End: end, Tasks: []string{"a"}})
+	}
+	a2 := &assign.Assignment{Job: "kv", Generation: 2, Incarnation: "i", Tasks: tasks, Slices: slices.Clone(a1.Slices)}
+	a2.Slices[3].Tasks = []string{"b"}
+	t1, t2 := time.Unix(100, 1), time.Unix(200, 2)
+	l.publish(a1, t1)
+	if s := l.get(); s.msg.GetCommittedUnixNano() != t1.UnixNano() || s.msg.update {
+		t.Fatalf("first publish: commit time %d, update %v; want %d, false", s.msg.GetCommittedUnixNano(), s.msg.update, t1.UnixNano())
+	}
+	l.publish(a2, t2)
+	s := l.get()
+	if s.msg.GetCommittedUnixNano() != t2.UnixNano() || !s.msg.update || !s.msg.committed.Equal(t2) {
+		t.Fatalf("second publish: commit time %d (%v), update %v; want %d, true", s.msg.GetCommittedUnixNano(), s.msg.committed, s.msg.update, t2.UnixNano())
+	}
+	d := s.delta(a1.Version())
+	if d == nil {
+		t.Fatal("no delta from generation 1")
+	}
+	if d.GetCommittedUnixNano() != t2.UnixNano() || !d.committed.Equal(t2) || !d.update {
+		t.Errorf("delta: commit time %d, update %v; want %d, true", d.GetCommittedUnixNano(), d.update, t2.UnixNano())
+	}
+	for range 3 {
+		if _, err := s.msg.encoded(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.encodes.Load(); n != 1 {
+		t.Errorf("%d encodings of generation 2's full message for several sends, want 1", n)
+	}
+	// An old Assigner's message, without the field, publishes with no
+	// commit time.
+	l.publish(pacedAssignment(3), time.Time{})
+	if s := l.get(); s.msg.GetCommittedUnixNano() != 0 || !s.msg.committed.IsZero() {
+		t.Errorf("unknown commit time published as %d (%v), want 0", s.msg.GetCommittedUnixNano(), s.msg.committed)
+	}
+}
