@@ -75,9 +75,10 @@ func TestReactsToHotKeyShift(t *testing.T) {
 	checkWhyLoadDecision(t, node.rpcAddr, r.HotKey)
 }
 
-// checkWhyLoadDecision finds, in 'job history --moves', the key ranges the
-// newest load decision moved, picks an application key in one (hot, the
-// hot key, if it is there), and checks that 'job why' names that decision.
+// checkWhyLoadDecision finds, in 'job history --moves', the widest key
+// range a load decision moved (the hot key's range, if a load decision
+// moved it), picks an application key in it, and checks that 'job why'
+// names that decision.
 func checkWhyLoadDecision(t *testing.T, addr, hot string) {
 	t.Helper()
 	code, out := runSlicerd(t, "job", "history", "--addr", addr, "--moves", "--limit", "0", "kv")
@@ -86,49 +87,49 @@ func checkWhyLoadDecision(t *testing.T, addr, hot string) {
 	}
 	decision := regexp.MustCompile(`^(\d+) +\S+ +(\S+) `)
 	move := regexp.MustCompile(`^ +move +(?:reassign|add-replica) +\[(0x[0-9a-f]+), (0x[0-9a-f]+)\) `)
-	var gen string
-	var start, end uint64
-	hotMoved := false
+	type moved struct {
+		gen        string
+		start, end uint64
+	}
+	var cur string // the load decision whose moves are being read
+	var widest, hotMove moved
 	for _, line := range strings.Split(out, "\n") {
 		if m := decision.FindStringSubmatch(line); m != nil {
-			if gen != "" {
-				break // the newest load decision's moves are read
-			}
+			cur = ""
 			if m[2] == "load" {
-				gen = m[1]
+				cur = m[1]
 			}
 			continue
 		}
-		if m := move.FindStringSubmatch(line); m != nil && gen != "" {
+		if m := move.FindStringSubmatch(line); m != nil && cur != "" {
 			s, _ := strconv.ParseUint(m[1], 0, 64)
 			e, _ := strconv.ParseUint(m[2], 0, 64)
-			if e-s > end-start { // the widest range the decision moved
-				start, end = s, e
+			if e-s > widest.end-widest.start {
+				widest = moved{cur, s, e}
 			}
-			if h := assign.HashString(hot); s <= h && h < e {
-				hotMoved = true
+			if h := assign.HashString(hot); s <= h && h < e && hotMove.gen == "" {
+				hotMove = moved{cur, s, e}
 			}
 		}
 	}
-	if gen == "" || start == end {
+	if widest.gen == "" {
 		t.Fatalf("job history shows no load decision that moved keys:\n%s", out)
 	}
-	// An application key in the range, if one is found quickly (hot
-	// keys' slices may be a few keys wide); else the slice key itself.
-	args := []string{"job", "why", "--addr", addr, "--slice-key", "kv", fmt.Sprint(start)}
-	if hotMoved {
-		args = []string{"job", "why", "--addr", addr, "kv", hot}
-	}
-	for i := 0; i < 1<<20 && !hotMoved; i++ {
-		if k := fmt.Sprintf("key-%d", i); start <= assign.HashString(k) && assign.HashString(k) < end {
-			args = []string{"job", "why", "--addr", addr, "kv", k}
-			break
+	pick, key := hotMove, hot
+	if pick.gen == "" {
+		pick, key = widest, ""
+		for i := 0; i < 1<<22 && key == ""; i++ {
+			if k := fmt.Sprintf("key-%d", i); pick.start <= assign.HashString(k) && assign.HashString(k) < pick.end {
+				key = k
+			}
+		}
+		if key == "" {
+			t.Fatalf("no application key among 4M falls in [%#x, %#x), the widest range a load decision moved", pick.start, pick.end)
 		}
 	}
-	key := args[len(args)-1]
-	code, out = runSlicerd(t, args...)
-	if code != 0 || !strings.Contains(out, "generation "+gen+" at ") || !strings.Contains(out, ", load: ") {
-		t.Fatalf("job why kv %s exited %d without naming load decision %s:\n%s", key, code, gen, out)
+	code, out = runSlicerd(t, "job", "why", "--addr", addr, "kv", key)
+	if code != 0 || !strings.Contains(out, "generation "+pick.gen+" at ") || !strings.Contains(out, ", load: ") {
+		t.Fatalf("job why kv %s exited %d without naming load decision %s:\n%s", key, code, pick.gen, out)
 	}
 	t.Logf("job why kv %s:\n%s", key, out)
 }
