@@ -159,7 +159,12 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	}
 	var reg *prometheus.Registry
 	var metricsSrv *metrics.Server
-	if opts.MetricsAddr != "" {
+	switch {
+	case opts.MetricsAddr != "" && opts.MetricsAddr == opts.UIAddr:
+		// One port for both: the UI's server answers GET /metrics too.
+		reg = metrics.NewRegistry()
+		cfg.Registerer, cfg.UIMetrics = reg, metrics.Handler(reg, log)
+	case opts.MetricsAddr != "":
 		reg = metrics.NewRegistry()
 		cfg.Registerer = reg
 		var err error
@@ -186,7 +191,11 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	}
 	if reg != nil {
 		d.reg = reg // a nil *Registry in the interface would not be nil
-		d.metricsURL = "http://" + metricsSrv.Addr() + metrics.Path
+		if metricsSrv != nil {
+			d.metricsURL = "http://" + metricsSrv.Addr() + metrics.Path
+		} else {
+			d.metricsURL = "http://" + agent.UIAddr() + metrics.Path
+		}
 	}
 	for i := range opts.Keys {
 		d.keys = append(d.keys, fmt.Sprintf("key-%06d", i))

@@ -186,13 +186,19 @@ func (l *lockedBuffer) String() string {
 }
 
 // With --metrics-addr the demo serves slicerd's, the tasks' and the
-// client's metrics with live values.
+// client's metrics with live values, on a port of their own or on the web
+// UI's.
 func TestDemoMetrics(t *testing.T) {
+	t.Run("own port", func(t *testing.T) { testDemoMetrics(t, "") })
+	t.Run("the UI's port", func(t *testing.T) { testDemoMetrics(t, "127.0.0.1:0") })
+}
+
+func testDemoMetrics(t *testing.T, uiAddr string) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	var out lockedBuffer
 	opts := DefaultOptions()
 	opts.RPCAddr, opts.GossipAddr, opts.GossipProfile = "127.0.0.1:0", "127.0.0.1:0", "local"
-	opts.MetricsAddr = "127.0.0.1:0"
+	opts.MetricsAddr, opts.UIAddr = "127.0.0.1:0", uiAddr
 	opts.Step, opts.Keys = time.Hour, 100
 	opts.RebalanceDelay, opts.StartupGrace = 100*time.Millisecond, 300*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
