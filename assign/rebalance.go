@@ -70,7 +70,7 @@ const (
 )
 
 // String renders the move for logs, e.g.
-// "reassign [0x0, 0x2aaaaaaaaaaaaaaa) b -> a: task "b" left the job".
+// "reassign [0x0, 0x2aaaaaaaaaaaaaaa) b -> a: task "b" no longer serves the job (failed, left or draining)".
 func (m Move) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s [%#x, %#x)", m.Kind, m.Start, m.End)
@@ -432,7 +432,7 @@ func (p *planner) fillPieces(si int, departed []string, target, minPiece uint64)
 		if t < 0 {
 			for _, rest := range departed[k:] {
 				p.moves = append(p.moves, Move{Kind: RemoveReplica, Start: s.start, End: s.end, From: rest,
-					Reason: fmt.Sprintf("task %q left the job and every live task already serves the slice", rest)})
+					Reason: fmt.Sprintf("task %q no longer serves the job (failed, left or draining) and every live task already serves the slice", rest)})
 			}
 			return
 		}
@@ -446,7 +446,7 @@ func (p *planner) fillPieces(si int, departed []string, target, minPiece uint64)
 		// t takes the slice, or its lower part [start, start+need).
 		p.addTask(si, t)
 		p.moves = append(p.moves, Move{Kind: Reassign, Start: s.start, End: s.end, From: name, To: p.live[t].Name,
-			Reason: fmt.Sprintf("task %q left the job", name)})
+			Reason: fmt.Sprintf("task %q no longer serves the job (failed, left or draining)", name)})
 		if split {
 			// The upper part still lacks every departed task from this one on.
 			p.fillPieces(si+1, departed[k:], target, minPiece)

@@ -362,8 +362,8 @@ func TestRebalanceReasons(t *testing.T) {
 		if m.Kind == Merge {
 			continue
 		}
-		if m.From != "b" || !strings.Contains(m.Reason, `"b" left`) {
-			t.Errorf("move %v does not say that b left", m)
+		if m.From != "b" || !strings.Contains(m.Reason, `"b" no longer serves the job`) {
+			t.Errorf("move %v does not say that b is gone", m)
 		}
 	}
 }
