@@ -313,21 +313,32 @@ func Imbalance(a *Assignment, l Load) float64 { return ImbalanceWith(a, l, nil) 
 // does not list, or every task with live nil, counts as capacity 1, which
 // makes it Imbalance.
 func ImbalanceWith(a *Assignment, l Load, live []Task) float64 {
+	_, imbalance := Hottest(a, l, live)
+	return imbalance
+}
+
+// Hottest returns the index in a.Tasks of the most utilised task, and
+// ImbalanceWith: its utilisation over the job's. It returns -1 and 1 when
+// a has no task or there is no load.
+func Hottest(a *Assignment, l Load, live []Task) (task int, imbalance float64) {
 	loads := TaskLoads(a, l)
 	if len(loads) == 0 {
-		return 1
+		return -1, 1
 	}
 	caps := capacities(a, live)
 	var sum, capSum, most float64
+	task = -1
 	for i, x := range loads {
 		sum += x
 		capSum += caps[i]
-		most = max(most, x/caps[i])
+		if u := x / caps[i]; task < 0 || u > most {
+			task, most = i, u
+		}
 	}
 	if sum == 0 {
-		return 1
+		return -1, 1
 	}
-	return most / (sum / capSum)
+	return task, most / (sum / capSum)
 }
 
 // capacities returns the capacity of each task of a, from live.

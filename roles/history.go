@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -114,26 +115,11 @@ func (a *Assigner) causeOf(job string, cur *assign.Assignment, live []assign.Tas
 
 // hottest describes the most utilised task of cur under load.
 func hottest(cur *assign.Assignment, live []assign.Task, load assign.Load) string {
-	capacity := make(map[string]float64, len(live))
-	for _, t := range live {
-		capacity[t.Name] = t.Capacity
-	}
-	loads := assign.TaskLoads(cur, load)
-	best, bestUse, sum := -1, 0.0, 0.0
-	for i, l := range loads {
-		c := capacity[cur.Tasks[i].Name]
-		if c <= 0 {
-			c = 1
-		}
-		sum += l / c
-		if best < 0 || l/c > bestUse {
-			best, bestUse = i, l/c
-		}
-	}
-	if best < 0 || sum <= 0 {
+	i, imbalance := assign.Hottest(cur, load, live)
+	if i < 0 {
 		return "rebalancing on measured load"
 	}
-	return fmt.Sprintf("moving load off the hottest task, %s, at %.2f times the mean utilisation", cur.Tasks[best].Name, bestUse*float64(len(loads))/sum)
+	return fmt.Sprintf("moving load off the hottest task, %s, at %.2f times the mean utilisation", cur.Tasks[i].Name, imbalance)
 }
 
 // historyEntry builds the record of a decision about to be committed.
@@ -147,10 +133,10 @@ func (a *Assigner) historyEntry(job string, cur *assign.Assignment, live []assig
 	return e
 }
 
-// finite is f, or 0 when it is NaN or infinite (an imbalance without
-// load, say): the history stores figures, not IEEE specials.
+// finite is f, or 0 when it is NaN or infinite: the history stores
+// figures, not IEEE specials.
 func finite(f float64) float64 {
-	if f != f || f > 1e300 || f < -1e300 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0
 	}
 	return f
@@ -216,22 +202,11 @@ func (a *Assigner) ExplainKey(ctx context.Context, req *connect.Request[slicerv1
 	resp := &slicerv1.ExplainKeyResponse{SliceKey: k}
 	if cur := j.pub.current(); cur != nil {
 		resp.Generation = cur.Generation
-		i, _ := slices.BinarySearchFunc(cur.Slices, k, func(s assign.Slice, k assign.SliceKey) int {
-			switch {
-			case s.End <= k:
-				return -1
-			case s.Start > k:
-				return 1
-			}
-			return 0
-		})
-		if i < len(cur.Slices) {
-			s := cur.Slices[i]
-			resp.Slice = &slicerv1.Slice{Start: s.Start, End: s.End, Tasks: slices.Clone(s.Tasks)}
-			for _, t := range s.Tasks {
-				if ti, ok := cur.TaskIndex(t); ok {
-					resp.Tasks = append(resp.Tasks, &slicerv1.Task{Name: t, Address: cur.Tasks[ti].Addr})
-				}
+		s := cur.Slices[cur.Find(k)] // a valid assignment covers every key below KeySpaceEnd
+		resp.Slice = &slicerv1.Slice{Start: s.Start, End: s.End, Tasks: slices.Clone(s.Tasks)}
+		for _, t := range s.Tasks {
+			if ti, ok := cur.TaskIndex(t); ok {
+				resp.Tasks = append(resp.Tasks, &slicerv1.Task{Name: t, Address: cur.Tasks[ti].Addr})
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package roles
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestDecisionHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := why.Msg
-	if !hasTask(w.GetSlice().GetTasks(), moved.GetTo()) || len(w.GetDecisions()) == 0 || w.GetDecisions()[0].GetGeneration() != loadGen ||
+	if !slices.Contains(w.GetSlice().GetTasks(), moved.GetTo()) || len(w.GetDecisions()) == 0 || w.GetDecisions()[0].GetGeneration() != loadGen ||
 		w.GetDecisions()[0].GetCause() != storage.CauseLoad || w.GetOldestRecordedGeneration() == 0 {
 		t.Fatalf("ExplainKey(%#x) = %v; want it on %s, moved by load decision %d", moved.GetStart(), w, moved.GetTo(), loadGen)
 	}
@@ -140,18 +141,9 @@ func TestDecisionHistoryBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Msg.GetSliceKey() != assign.HashString("user:42") || !hasTask(resp.Msg.GetSlice().GetTasks(), "t0") {
+	if resp.Msg.GetSliceKey() != assign.HashString("user:42") || !slices.Contains(resp.Msg.GetSlice().GetTasks(), "t0") {
 		t.Errorf("ExplainKey(user:42) = %v", resp.Msg)
 	}
-}
-
-func hasTask(tasks []string, name string) bool {
-	for _, t := range tasks {
-		if t == name {
-			return true
-		}
-	}
-	return false
 }
 
 // The per-job metrics follow the job: imbalance is high under skewed load

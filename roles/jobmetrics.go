@@ -5,7 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -120,33 +119,30 @@ func (c jobCollector) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			continue
 		}
+		// The figures 'job get' shows, computed once by jobInfo.
+		info := a.jobInfo(j)
 		cur := j.pub.current()
-		if cur == nil {
+		if cur == nil || info.GetGeneration() == 0 {
 			continue
 		}
-		live := a.tasksOf(name, true)
-		load := a.jobLoad(name)
 		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 		}
-		gauge(jobGenerationDesc, float64(cur.Generation), name)
-		gauge(jobImbalanceDesc, finite(assign.ImbalanceWith(cur, load, live)), name)
-		gauge(jobLoadDesc, load.Total(), name)
+		gauge(jobGenerationDesc, float64(info.GetGeneration()), name)
+		gauge(jobImbalanceDesc, finite(info.GetImbalance()), name)
+		gauge(jobLoadDesc, info.GetTotalLoad(), name)
 		gauge(jobMisroutedDesc, a.loads.unownedRate(name), name)
-		gauge(jobTasksDesc, float64(len(live)), name)
-		loads, held := assign.TaskLoads(cur, load), assign.TaskBytes(cur, load)
-		slicesOf := make([]int, len(cur.Tasks))
+		gauge(jobTasksDesc, float64(len(info.GetLiveTasks())), name)
+		slicesOf := make(map[string]int, len(cur.Tasks))
 		for _, s := range cur.Slices {
 			for _, t := range s.Tasks {
-				if i, ok := cur.TaskIndex(t); ok {
-					slicesOf[i]++
-				}
+				slicesOf[t]++
 			}
 		}
-		for i, t := range cur.Tasks {
-			gauge(taskLoadDesc, loads[i], name, t.Name)
-			gauge(taskSlicesDesc, float64(slicesOf[i]), name, t.Name)
-			gauge(taskBytesDesc, held[i], name, t.Name)
+		for _, tl := range info.GetTaskLoads() {
+			gauge(taskLoadDesc, tl.GetLoad(), name, tl.GetTask())
+			gauge(taskSlicesDesc, float64(slicesOf[tl.GetTask()]), name, tl.GetTask())
+			gauge(taskBytesDesc, tl.GetBytes(), name, tl.GetTask())
 		}
 	}
 }
