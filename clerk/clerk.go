@@ -612,13 +612,14 @@ func (c *Clerk) accept(a *assign.Assignment, committed time.Time) error {
 			"generation", a.Generation, "incarnation", a.Incarnation, "held", prev.a.Generation, "held_incarnation", prev.a.Incarnation)
 	}
 	now := time.Now()
-	c.table.Store(newTableAt(a, now))
 	if c.received {
 		// The first assignment received (whether or not the cache file
 		// gave one before) may have been committed long before: only an
-		// update measures distribution.
+		// update measures distribution. Recorded before the table is
+		// stored, so whoever sees the generation sees its delay counted.
 		c.metrics.installed(now, committed)
 	}
+	c.table.Store(newTableAt(a, now))
 	c.received = true
 	if c.cache != nil {
 		c.cache.Store(a)

@@ -22,6 +22,7 @@ import (
 	"github.com/slicerd/slicerd/internal/connlimit"
 	"github.com/slicerd/slicerd/internal/fanout"
 	"github.com/slicerd/slicerd/internal/hostcheck"
+	"github.com/slicerd/slicerd/internal/webui"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
 )
@@ -150,8 +151,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.handle(mux, slicerv1connect.BackupServiceName)(slicerv1connect.NewBackupServiceHandler(a.backup, opts...))
 	}
 	if err := a.registerMetrics(cfg.Registerer); err != nil {
-		a.listener.Close()
-		a.closeStore()
+		a.closeListeners()
 		return nil, err
 	}
 	a.handle(mux, slicerv1connect.KeyringServiceName)(slicerv1connect.NewKeyringServiceHandler(&keyringService{agent: a}, opts...))
@@ -181,10 +181,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.uiServer = &http.Server{
 			Handler:           handler,
 			ReadHeaderTimeout: cfg.ReadHeaderTimeout,
-			IdleTimeout:       cfg.IdleTimeout,
-			MaxHeaderBytes:    64 << 10,
-			ErrorLog:          slog.NewLogLogger(cfg.Logger.With("component", "webui").Handler(), slog.LevelDebug),
-			BaseContext:       func(net.Listener) context.Context { return a.stopCtx },
+			// A request is at most 64 KiB: a slow sender gets 10 s, and a
+			// response the handler's own deadline plus a margin.
+			ReadTimeout:    10 * time.Second,
+			WriteTimeout:   webui.CallTimeout + 5*time.Second,
+			IdleTimeout:    cfg.IdleTimeout,
+			MaxHeaderBytes: 64 << 10,
+			ErrorLog:       slog.NewLogLogger(cfg.Logger.With("component", "webui").Handler(), slog.LevelDebug),
+			BaseContext:    func(net.Listener) context.Context { return a.stopCtx },
 		}
 	}
 
@@ -222,9 +226,20 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	// streams with data waiting. The settings above (HTTP2, IdleTimeout,
 	// TLS) apply to it as to the bundled server, and Shutdown drains it.
 	if err := http2.ConfigureServer(a.server, &http2.Server{NewWriteScheduler: func() http2.WriteScheduler { return http2.NewRandomWriteScheduler() }}); err != nil {
+		a.closeListeners()
 		return nil, fmt.Errorf("roles: configure HTTP/2: %w", err)
 	}
 	return a, nil
+}
+
+// closeListeners releases what New opened when it fails after opening
+// the listeners: the RPC and web UI listeners and the store.
+func (a *Agent) closeListeners() {
+	a.listener.Close()
+	if a.uiListener != nil {
+		a.uiListener.Close()
+	}
+	a.closeStore()
 }
 
 // ownHosts are the host names of the node's RPC addresses, which the Host
@@ -232,7 +247,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 // node by the name it was given send that name.
 func ownHosts(cfg Config) []string {
 	var names []string
-	for _, addr := range []string{cfg.RPCAddr, cfg.AdvertiseRPCAddr} {
+	for _, addr := range []string{cfg.RPCAddr, cfg.AdvertiseRPCAddr, cfg.UIAddr} {
 		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" && hostcheck.ValidateAllowed(host) == nil {
 			names = append(names, host)
 		}

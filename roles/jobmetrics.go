@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -131,7 +132,7 @@ func (c jobCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(jobGenerationDesc, float64(info.GetGeneration()), name)
 		gauge(jobImbalanceDesc, finite(info.GetImbalance()), name)
 		gauge(jobLoadDesc, info.GetTotalLoad(), name)
-		gauge(jobMisroutedDesc, a.loads.unownedRate(name), name)
+		gauge(jobMisroutedDesc, a.loads.unownedRate(name, a.liveTaskNames(name)), name)
 		gauge(jobTasksDesc, float64(len(info.GetLiveTasks())), name)
 		slicesOf := make(map[string]int, len(cur.Tasks))
 		for _, s := range cur.Slices {
@@ -147,14 +148,18 @@ func (c jobCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// unownedRate is the misrouted load per second the job's tasks last
-// reported, summed.
-func (l *loads) unownedRate(job string) float64 {
+// unownedRate is the misrouted load per second the job's live tasks
+// (sorted names) last reported, summed, weighted by age as jobLoad
+// weighs their load.
+func (l *loads) unownedRate(job string, live []string) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := l.now()
 	sum := 0.0
-	for _, r := range l.jobs[job] {
-		sum += r.unowned
+	for task, r := range l.jobs[job] {
+		if _, ok := slices.BinarySearch(live, task); ok {
+			sum += r.unowned * l.weight(r, now)
+		}
 	}
 	return sum
 }

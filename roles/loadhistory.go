@@ -42,6 +42,8 @@ type loadHistory struct {
 
 	mu   sync.Mutex
 	jobs map[string]*loadRing
+	// refused: jobs not recorded because jobs is full, warned about once.
+	refused map[string]bool
 }
 
 func newLoadHistory(interval time.Duration) *loadHistory {
@@ -49,15 +51,22 @@ func newLoadHistory(interval time.Duration) *loadHistory {
 }
 
 // add records a sample of job's load taken at now; buckets holds
-// loadBuckets values. A job over maxLoadHistoryJobs is not recorded.
-func (h *loadHistory) add(job string, now time.Time, buckets []float64) {
+// loadBuckets values. A job over maxLoadHistoryJobs is not recorded, and
+// add reports false (once per job and full spell: the job is marked).
+func (h *loadHistory) add(job string, now time.Time, buckets []float64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := h.jobs[job]
 	if r == nil {
 		if len(h.jobs) >= maxLoadHistoryJobs {
-			return
+			if h.refused == nil {
+				h.refused = make(map[string]bool)
+			}
+			first := !h.refused[job]
+			h.refused[job] = true
+			return !first
 		}
+		delete(h.refused, job)
 		r = new(loadRing)
 		h.jobs[job] = r
 	}
@@ -67,6 +76,7 @@ func (h *loadHistory) add(job string, now time.Time, buckets []float64) {
 	}
 	r.next = (r.next + 1) % loadSamples
 	r.n = min(r.n+1, loadSamples)
+	return true
 }
 
 // prune drops the records whose newest sample is older than a record
@@ -116,9 +126,14 @@ func (h *loadHistory) samples(job string) []*slicerv1.LoadSample {
 func (a *Assigner) sampleLoads(now time.Time) {
 	for _, name := range a.loads.reportingJobs() {
 		if _, held := a.leader.Held(name); !held {
+			// Another Assigner leads it now: what is held here would be
+			// served as if it were current.
+			a.loadHistory.forget(name)
 			continue
 		}
-		a.loadHistory.add(name, now, a.jobLoad(name).Buckets(loadBuckets))
+		if !a.loadHistory.add(name, now, a.jobLoad(name).Buckets(loadBuckets)) {
+			a.log.Warn("load history full: not recording another job's load for the web UI's heatmap", "job", name, "max_jobs", maxLoadHistoryJobs)
+		}
 	}
 	a.loadHistory.prune(now)
 }

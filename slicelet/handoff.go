@@ -402,7 +402,7 @@ type peerKey struct{}
 type handoffServer struct{ s *Slicelet }
 
 // FetchState implements slicerv1connect.HandoffServiceHandler.
-func (h handoffServer) FetchState(ctx context.Context, req *connect.Request[slicerv1.FetchStateRequest], out *connect.ServerStream[slicerv1.FetchStateResponse]) error {
+func (h handoffServer) FetchState(ctx context.Context, req *connect.Request[slicerv1.FetchStateRequest], out *connect.ServerStream[slicerv1.FetchStateResponse]) (err error) {
 	s, m := h.s, req.Msg
 	start, end := assign.SliceKey(m.GetStart()), assign.SliceKey(m.GetEnd())
 	switch {
@@ -445,7 +445,11 @@ func (h handoffServer) FetchState(ctx context.Context, req *connect.Request[slic
 		defer s.handoff.mu.Unlock()
 		s.handoff.serving--
 		s.handoff.lastServe = time.Now()
-		s.handoff.fetchedBy[m.GetTask()] = s.handoff.lastServe
+		if err == nil {
+			// Only a fetch that sent everything lets a drain count the
+			// task as served.
+			s.handoff.fetchedBy[m.GetTask()] = s.handoff.lastServe
+		}
 		close(s.handoff.served)
 		s.handoff.served = make(chan struct{})
 	}()

@@ -193,8 +193,8 @@ func TestMetricsReplaceEarlierSlicelet(t *testing.T) {
 	if _, err := slicelet.New(other); err != nil {
 		t.Fatalf("Slicelet of another task: %v", err)
 	}
-	if v, _ := metricstest.Value(t, reg, "slicerd_slicelet_requests_total", "task", "kv-0"); v != 0 {
-		t.Errorf("requests of kv-0 = %v, want 0: the new Slicelet's", v)
+	if v, ok := metricstest.Value(t, reg, "slicerd_slicelet_requests_total", "task", "kv-0"); !ok || v != 0 {
+		t.Errorf("requests of kv-0 = %v (present %v), want 0: the new Slicelet's", v, ok)
 	}
 	if _, ok := metricstest.Value(t, reg, "slicerd_slicelet_requests_total", "task", "kv-1"); !ok {
 		t.Error("kv-1 has no requests series")

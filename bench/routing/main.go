@@ -37,7 +37,6 @@ import (
 	"io"
 	"maps"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -262,7 +261,7 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	var taskMetrics []string
 	for i := range o.tasks {
 		name := fmt.Sprintf("kv-%d", i)
-		maddr, err := freeAddr()
+		maddr, err := benchproc.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -490,15 +489,4 @@ func waitGeneration(ctx context.Context, ck *clerk.Clerk, gen uint64, timeout ti
 		}
 	}
 	return nil
-}
-
-// freeAddr returns a loopback address free a moment ago, for a child's
-// listener whose address must be known before it starts.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }

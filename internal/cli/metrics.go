@@ -55,7 +55,14 @@ func (m *agentMetrics) run(ctx context.Context, node func(context.Context) error
 	}
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan error, 1)
-	go func() { served <- m.srv.Run(sctx) }()
+	go func() {
+		err := m.srv.Run(sctx)
+		if err != nil && sctx.Err() == nil {
+			// The node goes on without metrics; say so now, not at exit.
+			m.log.Error("the metrics server stopped; no metrics are served until slicerd restarts", "err", err)
+		}
+		served <- err
+	}()
 	m.log.Info("serving metrics", "metrics_addr", m.srv.Addr(), "path", metrics.Path)
 	err := node(ctx)
 	stop()

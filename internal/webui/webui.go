@@ -43,9 +43,9 @@ var Procedures = []string{
 	slicerv1connect.BackupServiceGetAssignmentProcedure,
 }
 
-// callTimeout bounds one RPC made through the UI: GetAssignment waits for
+// CallTimeout bounds one RPC made through the UI: GetAssignment waits for
 // a job's first assignment, and a page must not hold a request forever.
-const callTimeout = 10 * time.Second
+const CallTimeout = 10 * time.Second
 
 // Prefix is the path the page is served under.
 const Prefix = "/ui/"
@@ -82,7 +82,7 @@ func Handler(rpc http.Handler, log *slog.Logger) http.Handler {
 	})
 	for _, p := range Procedures {
 		mux.Handle("POST "+p, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
+			ctx, cancel := context.WithTimeout(r.Context(), CallTimeout)
 			defer cancel()
 			rpc.ServeHTTP(w, r.WithContext(ctx))
 		}))

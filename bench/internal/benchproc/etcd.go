@@ -20,16 +20,21 @@ type Etcd struct {
 	e         *embed.Etcd
 }
 
+// FreeAddr returns a loopback address free a moment ago, for a listener
+// whose address must be known before its process starts (another process
+// may take it in between: harnesses only).
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
 // StartEtcd starts an etcd server with its data in dir.
 func StartEtcd(dir string) (*Etcd, error) {
-	free := func() (string, error) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		defer ln.Close()
-		return ln.Addr().String(), nil
-	}
+	free := FreeAddr
 	client, err := free()
 	if err != nil {
 		return nil, err
