@@ -19,6 +19,7 @@ import (
 
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/batchconn"
 	"github.com/slicerd/slicerd/internal/connlimit"
 	"github.com/slicerd/slicerd/internal/fanout"
 	"github.com/slicerd/slicerd/internal/hostcheck"
@@ -111,10 +112,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.closeStore()
 		return nil, fmt.Errorf("%w: listen on rpc address %s: %w; is another slicerd running? choose another --rpc-addr", ErrConfig, cfg.RPCAddr, err)
 	}
-	a.listener = connlimit.Wrap(ln, connlimit.Limits{
+	// Writes to RPC connections are coalesced (internal/batchconn): a
+	// generation fanned out to the watch streams of one connection leaves
+	// in a few system calls instead of one per stream. It buffers at most
+	// batchconn.DefaultMaxPending (32 KiB) per connection.
+	a.listener = &batchconn.Listener{Listener: connlimit.Wrap(ln, connlimit.Limits{
 		Max: cfg.MaxConnections, MaxPerIP: cfg.MaxConnectionsPerIP,
 		LogInterval: refusalLogInterval, Logger: cfg.Logger.With("component", "rpc"),
-	})
+	})}
 	if cfg.UIAddr != "" {
 		uiLn, err := net.Listen("tcp", cfg.UIAddr)
 		if err != nil {

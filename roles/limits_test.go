@@ -16,6 +16,7 @@ import (
 
 	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/batchconn"
 	"github.com/slicerd/slicerd/internal/connlimit"
 	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
@@ -88,7 +89,9 @@ func refused(t *testing.T, c net.Conn) {
 	}
 }
 
-func conns(r *running) *connlimit.Listener { return r.listener.(*connlimit.Listener) }
+func conns(r *running) *connlimit.Listener {
+	return r.listener.(*batchconn.Listener).Listener.(*connlimit.Listener)
+}
 
 func checkHealth(ctx context.Context, hc *http.Client, addr string) (healthv1.HealthCheckResponse_ServingStatus, error) {
 	client := connect.NewClient[healthv1.HealthCheckRequest, healthv1.HealthCheckResponse](
