@@ -40,6 +40,8 @@ func TestParseRefusesBadFlags(t *testing.T) {
 		{"-client", "grpc"},
 		{"-hot-percent", "0"},
 		{"-hot-percent", "101"},
+		{"-gogc", "0"},
+		{"-gogc", "-2"},
 	} {
 		if _, err := parse(args, io.Discard); err == nil {
 			t.Errorf("parse(%s) accepted", strings.Join(args, " "))
