@@ -14,11 +14,11 @@
 // per stream to one per forty.
 //
 // Costs and bounds: a Conn buffers at most Listener.MaxPending bytes (or
-// one larger Write) beyond what the kernel has taken; a Write that would
-// go past that waits for the buffer to be written, or for its write
-// deadline. The buffers are dropped when the connection falls idle with
-// more than twice MaxPending in them. The writing goroutine exists only
-// while bytes wait and ends when the connection closes.
+// one larger Write) beyond what the kernel has taken, in two buffers (the
+// one being written and the one filling), so at most about twice that
+// while busy; a Write that would go past the bound waits for the buffer
+// to be written, or for its write deadline. An idle connection keeps at
+// most 4 KiB in each. The writing goroutine exists only while bytes wait.
 //
 // What a successful Write means changes only in timing: as with the
 // kernel's own buffer, its bytes are accepted, not yet delivered. An error
@@ -188,12 +188,18 @@ func (c *Conn) flush() {
 		}
 	}
 	c.writing = false
-	if c.err != nil {
-		c.pending, c.spare = nil, nil // nothing more will be written
-	} else if cap(c.spare) > 2*c.max {
-		c.spare = nil // a large Write's buffer is not kept for small ones
+	// An idle connection keeps small buffers only: a node's many quiet
+	// connections then hold a few KiB each, not a burst's worth.
+	if c.err != nil || cap(c.pending) > idleKeep {
+		c.pending = nil
+	}
+	if c.err != nil || cap(c.spare) > idleKeep {
+		c.spare = nil
 	}
 }
+
+// idleKeep is the largest buffer a connection keeps while idle.
+const idleKeep = 4 << 10
 
 // SetWriteDeadline sets the deadline for later Writes' wait for room in
 // the buffer.
