@@ -11,11 +11,18 @@ import (
 // fraction of one key.
 const zeroCost = 0.5
 
-// candidate is a move phase 4 considers.
+// loadMove is a phase-4 move of slice number slice: Reassign from task
+// from to task to, AddReplica to task to (from is -1), or RemoveReplica of
+// task from (to is -1).
+type loadMove struct {
+	kind     MoveKind
+	slice    int32
+	from, to int32
+}
+
+// candidate is a move phase 4 considers off the hottest task.
 type candidate struct {
-	kind  MoveKind
-	slice int32
-	to    int32 // the coldest task, for Reassign and AddReplica
+	loadMove
 	gain  float64
 	cost  uint64
 	score float64
@@ -95,12 +102,12 @@ func (w *weigher) moveGreedy() {
 			// An operator's pin keeps the slice on its task.
 			keep := w.p.pins != nil && w.p.pinnedTo(s.start, s.end) == h
 			if c := cold.best(ts, sh, sb); c >= 0 && !last && !keep {
-				consider(candidate{kind: Reassign, slice: si, to: c, cost: width,
+				consider(candidate{loadMove: loadMove{kind: Reassign, slice: si, from: h, to: c}, cost: width,
 					gain: lh - max(lh-sh*ih, w.tload[c]+sh*w.inv[c])})
 			}
 			if ns := l / float64(r+1); r < w.cfg.MaxRedundancy {
 				if c := cold.best(ts, ns, sb); c >= 0 {
-					consider(candidate{kind: AddReplica, slice: si, to: c, cost: width,
+					consider(candidate{loadMove: loadMove{kind: AddReplica, slice: si, from: -1, to: c}, cost: width,
 						gain: lh - max(lh-(sh-ns)*ih, w.tload[c]+ns*w.inv[c])})
 				}
 			}
@@ -112,7 +119,7 @@ func (w *weigher) moveGreedy() {
 						peak = max(peak, w.tload[t]+(ns-sh)*w.inv[t])
 					}
 				}
-				consider(candidate{kind: RemoveReplica, slice: si, to: -1, gain: lh - peak})
+				consider(candidate{loadMove: loadMove{kind: RemoveReplica, slice: si, from: h, to: -1}, gain: lh - peak})
 			}
 		}
 		if best.kind == 0 {
@@ -121,7 +128,7 @@ func (w *weigher) moveGreedy() {
 			}
 			continue
 		}
-		w.apply(best, h, owned, hot, cold)
+		w.apply(best.loadMove, best.cost, w.hottestReason(h, best.score), owned, hot, cold)
 	}
 }
 
@@ -260,63 +267,77 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], col
 				}
 			}
 			for i, ci := range shed {
-				w.apply(candidate{kind: Reassign, slice: ci, to: to[i], cost: w.sl[ci].end - w.sl[ci].start}, c, owned, hot, cold)
+				w.apply(loadMove{kind: Reassign, slice: ci, from: c, to: to[i]}, w.sl[ci].end-w.sl[ci].start, w.hottestReason(c, 0), owned, hot, cold)
 			}
-			w.apply(candidate{kind: kind, slice: si, to: c, cost: width}, h, owned, hot, cold)
+			first := loadMove{kind: kind, slice: si, from: h, to: c}
+			if kind == AddReplica {
+				first.from = -1
+			}
+			w.apply(first, width, w.hottestReason(h, 0), owned, hot, cold)
 			return true
 		}
 	}
 	return false
 }
 
-// apply carries out a phase-4 move of slice c.slice off task h.
-func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot *taskHeap[float64], cold *receivers) {
-	s := &w.sl[c.slice]
-	l := w.sload[c.slice]
-	r := int(s.n)
+// effect calls f with each task whose utilisation move m changes, by how
+// much, and by how many bytes the state it holds changes. Applying a move
+// and planning one (makeRoom) both go through it, so a planned step ends
+// at exactly the utilisations it was judged by.
+func (w *weigher) effect(m loadMove, f func(t int32, du, db float64)) {
+	ts := w.p.tasks(&w.sl[m.slice])
+	l := w.sload[m.slice]
+	r := len(ts)
 	sh := l / float64(r)
-	reason := w.hottestReason(h, c.score)
-	fix := func(t int32) { hot.fix(t); cold.fix(t) }
-	b := w.bytes(c.slice)
-	switch c.kind {
+	b := w.bytes(m.slice)
+	switch m.kind {
 	case Reassign:
-		w.p.withoutTask(s, h)
-		w.p.withTask(s, c.to)
-		w.tload[h] -= sh * w.inv[h]
-		w.tload[c.to] += sh * w.inv[c.to]
-		w.p.mem.add(h, -b)
-		w.p.mem.add(c.to, b)
-		removeSlice(owned, h, c.slice)
-		owned[c.to] = append(owned[c.to], c.slice)
-		fix(h)
-		fix(c.to)
-		w.p.move(Reassign, s, h, c.to, reason)
+		f(m.from, -sh*w.inv[m.from], -b)
+		f(m.to, sh*w.inv[m.to], b)
 	case AddReplica:
 		ns := l / float64(r+1)
-		for _, t := range w.p.tasks(s) {
-			w.tload[t] += (ns - sh) * w.inv[t]
-			fix(t)
+		for _, t := range ts {
+			f(t, (ns-sh)*w.inv[t], 0)
 		}
-		w.p.withTask(s, c.to)
-		w.tload[c.to] += ns * w.inv[c.to]
-		w.p.mem.add(c.to, b)
-		owned[c.to] = append(owned[c.to], c.slice)
-		fix(c.to)
-		w.p.move(AddReplica, s, -1, c.to, reason)
+		f(m.to, ns*w.inv[m.to], b)
 	case RemoveReplica:
 		ns := l / float64(r-1)
-		w.p.withoutTask(s, h)
-		w.tload[h] -= sh * w.inv[h]
-		w.p.mem.add(h, -b)
-		fix(h)
-		for _, t := range w.p.tasks(s) {
-			w.tload[t] += (ns - sh) * w.inv[t]
-			fix(t)
+		f(m.from, -sh*w.inv[m.from], -b)
+		for _, t := range ts {
+			if t != m.from {
+				f(t, (ns-sh)*w.inv[t], 0)
+			}
 		}
-		removeSlice(owned, h, c.slice)
-		w.p.move(RemoveReplica, s, h, -1, reason)
 	}
-	w.moveChurn += c.cost
+}
+
+// apply carries out a phase-4 move that moves cost keys, recording it
+// with reason.
+func (w *weigher) apply(m loadMove, cost uint64, reason string, owned [][]int32, hot *taskHeap[float64], cold *receivers) {
+	w.effect(m, func(t int32, du, db float64) {
+		w.tload[t] += du
+		if db != 0 {
+			w.p.mem.add(t, db)
+		}
+		hot.fix(t)
+		cold.fix(t)
+	})
+	s := &w.sl[m.slice]
+	switch m.kind {
+	case Reassign:
+		w.p.withoutTask(s, m.from)
+		w.p.withTask(s, m.to)
+		removeSlice(owned, m.from, m.slice)
+		owned[m.to] = append(owned[m.to], m.slice)
+	case AddReplica:
+		w.p.withTask(s, m.to)
+		owned[m.to] = append(owned[m.to], m.slice)
+	case RemoveReplica:
+		w.p.withoutTask(s, m.from)
+		removeSlice(owned, m.from, m.slice)
+	}
+	w.p.move(m.kind, s, m.from, m.to, reason)
+	w.moveChurn += cost
 }
 
 // maxCapacityClasses bounds the capacity classes receivers keeps a heap
