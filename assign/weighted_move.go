@@ -132,154 +132,6 @@ func (w *weigher) moveGreedy() {
 	}
 }
 
-// makeRoomTries bounds how many of the hottest task's slices makeRoom
-// considers, hottest share first.
-const makeRoomTries = 4
-
-// makeRoomReceivers bounds how many of the coldest tasks of each capacity
-// makeRoom tries to make room on, for each slice it considers.
-const makeRoomReceivers = 3
-
-// makeRoom is the two-step move phase 4 falls back on when no single move
-// helps: the coldest task is too warm to take a share of one of the
-// hottest task's slices without becoming the hottest itself. It first
-// sheds some of that cold task's slices to other tasks, none of which ends
-// at or above the hottest task's present load, then replicates (or, at
-// MaxRedundancy, reassigns) the slice to it; it moves nothing unless it
-// can do all of that. It reports whether it changed anything; every step
-// lowers the hottest task's load and leaves every task it changes below
-// it, so phase 4 still ends.
-func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], cold *receivers, budget uint64) bool {
-	lh := w.tload[h]
-	cands := slices.Clone(owned[h])
-	slices.SortFunc(cands, func(a, b int32) int {
-		return cmp.Compare(w.sload[b]/float64(w.sl[b].n), w.sload[a]/float64(w.sl[a].n))
-	})
-	last := len(owned[h]) <= 1
-	for _, si := range cands[:min(len(cands), makeRoomTries)] {
-		s := &w.sl[si]
-		l := w.sload[si]
-		r := int(s.n)
-		if l == 0 {
-			break
-		}
-		sh := l / float64(r)
-		kind, give := AddReplica, l/float64(r+1)
-		if r >= w.cfg.MaxRedundancy {
-			if last || w.p.pins != nil && w.p.pinnedTo(s.start, s.end) == h {
-				continue
-			}
-			kind, give = Reassign, sh
-		}
-		// The receiver: the makeRoomReceivers coldest tasks of each
-		// capacity in turn, the one that would end least utilised first.
-		for _, c := range cold.ranked(w.p.tasks(s), give, makeRoomReceivers) {
-			// From here on ns, target and need are in c's utilisation;
-			// hNew is h's.
-			ih, ic := w.inv[h], w.inv[c]
-			ns, hNew := give*ic, lh+(l/float64(r+1)-sh)*ih
-			if kind == Reassign {
-				hNew = lh - sh*ih
-			}
-			// Ideally c ends no higher than h will. When h serves little
-			// but this slice, that would empty c, so settle for halving the
-			// gap to h: the move still lowers the peak, and the next round
-			// moves c's remaining load on.
-			target := max(hNew-ns, (lh-ns)/2)
-			if target <= 0 || w.tload[c] <= target {
-				continue // a plain move would have done; nothing to gain here
-			}
-			width := s.end - s.start
-			if w.moveChurn+width > budget {
-				continue
-			}
-			need := w.tload[c] - target
-			// The cold task's slices that can go, hottest share first, each
-			// to the coldest task that does not serve it yet.
-			var shed []int32
-			var sum float64
-			mine := slices.Clone(owned[c])
-			slices.SortFunc(mine, func(a, b int32) int {
-				return cmp.Compare(w.sload[b]/float64(w.sl[b].n), w.sload[a]/float64(w.sl[a].n))
-			})
-			for _, ci := range mine {
-				if ci == si || len(owned[c])-len(shed) <= 1 || w.p.pins != nil && w.p.pinnedTo(w.sl[ci].start, w.sl[ci].end) == c {
-					continue
-				}
-				csh := w.sload[ci] / float64(w.sl[ci].n) * ic
-				if csh == 0 || sum+csh > need+target { // overshooting only moves the problem
-					continue
-				}
-				shed = append(shed, ci)
-				sum += csh
-				if sum >= need {
-					break
-				}
-			}
-			if sum < need {
-				continue
-			}
-			var cost uint64 = width
-			for _, ci := range shed {
-				cost += w.sl[ci].end - w.sl[ci].start
-			}
-			if w.moveChurn+cost > budget {
-				continue
-			}
-			// Every shed slice needs a receiver that ends below h's
-			// present utilisation, planned before anything moves: the
-			// whole step then lowers the peak or moves nothing, so the
-			// sorted vector of utilisations falls and phase 4 ends.
-			// Receivers are chosen as if the earlier sheds had landed:
-			// their load is added for the search and taken off again.
-			to := make([]int32, len(shed))
-			was := make([]float64, len(shed))
-			planned := true
-			for i, ci := range shed {
-				cs := w.p.tasks(&w.sl[ci])
-				csh := w.sload[ci] / float64(len(cs))
-				d := cold.best(insertID(cs, c), csh, w.bytes(ci))
-				if d < 0 || w.tload[d]+csh*w.inv[d] >= lh {
-					to = to[:i]
-					planned = false
-					break
-				}
-				to[i], was[i] = d, w.tload[d]
-				w.tload[d] += csh * w.inv[d]
-				w.p.mem.add(d, w.bytes(ci))
-				cold.fix(d)
-			}
-			for i := len(to) - 1; i >= 0; i-- {
-				w.tload[to[i]] = was[i]
-				w.p.mem.add(to[i], -w.bytes(shed[i]))
-				cold.fix(to[i])
-			}
-			if !planned || w.tload[c]-sum+ns >= lh {
-				continue
-			}
-			if mem := w.p.mem; mem != nil {
-				freed := 0.0
-				for _, ci := range shed {
-					freed += w.sbytes[ci]
-				}
-				if mem.bytes[c]-freed+w.sbytes[si] > mem.limit[c] {
-					continue
-				}
-			}
-			for i, ci := range shed {
-				w.apply(loadMove{kind: Reassign, slice: ci, from: c, to: to[i]}, w.sl[ci].end-w.sl[ci].start, w.hottestReason(c, 0), owned, hot, cold)
-			}
-			first := loadMove{kind: kind, slice: si, from: h, to: c}
-			if kind == AddReplica {
-				first.from = -1
-			}
-			w.apply(first, width, w.hottestReason(h, 0), owned, hot, cold)
-			return true
-		}
-	}
-	return false
-}
-
 // effect calls f with each task whose utilisation move m changes, by how
 // much, and by how many bytes the state it holds changes. Applying a move
 // and planning one (makeRoom) both go through it, so a planned step ends
@@ -389,14 +241,17 @@ func (r *receivers) fix(t int32) { r.heaps[r.class[t]].fix(t) }
 func (r *receivers) ranked(excl []int32, l float64, k int) []int32 {
 	out := make([]int32, 0, k*len(r.heaps))
 	p := r.w.p
+	// One exclusion list per call, grown in place: it never outgrows
+	// excl plus the tries.
+	ex := make([]int32, 0, len(excl)+k+fitTries)
 	for _, h := range r.heaps {
-		ex := excl
+		ex = append(ex[:0], excl...)
 		for n, try := 0, 0; n < k && try < k+fitTries; try++ {
 			t := h.bestExcept(ex)
 			if t < 0 {
 				break
 			}
-			ex = insertID(ex, t)
+			ex = slices.Insert(ex, index(ex, t), t)
 			if p.isOpen(t) {
 				out = append(out, t)
 				n++
