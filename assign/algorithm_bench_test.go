@@ -69,6 +69,27 @@ func BenchmarkWeightedMoveMemory(b *testing.B) {
 	}
 }
 
+// BenchmarkWeightedMoveSwaps is the worst case of phase 4's compound step
+// (makeRoom): n/4 copies of roomJob's four tasks, in each of which only a
+// swap relieves the hottest task, so that every step phase 4 takes is
+// planned among up to makeRoomTries × makeRoomReceivers × 2 capacities
+// candidates.
+func BenchmarkWeightedMoveSwaps(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
+			prev, tasks, load := roomJob(n/4, false)
+			cfg := DefaultConfig()
+			cfg.MaxRedundancy = 2
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := NewWeightedMove().Decide("j", prev, tasks, load, cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkConsistentHash(b *testing.B) {
 	for _, n := range []int{100, 10000} {
 		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithm(b, NewConsistentHash(), n) })

@@ -23,7 +23,10 @@ import (
 //     MaxRedundancy), or drop the hottest task's replica (above
 //     MinRedundancy). The move that lowers the hottest task's load most per
 //     key churned is applied, repeatedly, until MoveChurn of the key space
-//     has moved or no move helps.
+//     has moved or no move helps. When no single move helps, a compound
+//     step may: a task nearly as busy takes a share of one of the hottest
+//     task's slices and sheds some of its own, to other tasks or to the
+//     hottest one (makeRoom).
 //  5. While the job has fewer than MaxSlicesPerTask slices per task, slices
 //     with at least SplitLoadFactor times the mean slice load split at their
 //     load median.
@@ -38,8 +41,8 @@ import (
 // Rebalance does.
 //
 // Decide and the weigher that carries the load are here; phase 3 is in
-// weighted_merge.go, phase 4 in weighted_move.go and phase 5 in
-// weighted_split.go.
+// weighted_merge.go, phase 4 in weighted_move.go (its compound step in
+// weighted_room.go) and phase 5 in weighted_split.go.
 type WeightedMove struct{}
 
 // NewWeightedMove returns the weighted-move algorithm.
@@ -125,15 +128,24 @@ type weigher struct {
 	// has memory limits (p.mem); nil otherwise. Task totals are p.mem's.
 	sbytes []float64
 	total  float64
-	held   []int32 // slices per task id, during phase 3
+	// capacity is the live tasks' total capacity: the job's utilisation
+	// is total / capacity.
+	capacity float64
+	held     []int32 // slices per task id, during phase 3
 	// moveChurn is the key churn phase 4 spent, in keys; tests read it.
 	moveChurn uint64
+	// room is makeRoom's best and current plan, and shares and shareOf
+	// the receivers' hottest shares, whose memory it reuses.
+	room    [2]roomPlan
+	shares  []int32
+	shareOf []receiverShares
 }
 
 func newWeigher(p *planner, load Load) *weigher {
 	w := &weigher{p: p, cfg: p.cfg, load: load, sl: p.slices, tload: make([]float64, len(p.live)), inv: make([]float64, len(p.live))}
 	for t, task := range p.live {
 		w.inv[t] = 1 / capacityOf(task)
+		w.capacity += capacityOf(task)
 	}
 	w.sload = measure(w.sl, load)
 	if p.mem != nil || p.cfg.Victim == VictimGainPerByte && load.HasBytes() {

@@ -11,11 +11,18 @@ import (
 // fraction of one key.
 const zeroCost = 0.5
 
-// candidate is a move phase 4 considers.
+// loadMove is a phase-4 move of slice number slice: Reassign from task
+// from to task to, AddReplica to task to (from is -1), or RemoveReplica of
+// task from (to is -1).
+type loadMove struct {
+	kind     MoveKind
+	slice    int32
+	from, to int32
+}
+
+// candidate is a move phase 4 considers off the hottest task.
 type candidate struct {
-	kind  MoveKind
-	slice int32
-	to    int32 // the coldest task, for Reassign and AddReplica
+	loadMove
 	gain  float64
 	cost  uint64
 	score float64
@@ -95,12 +102,12 @@ func (w *weigher) moveGreedy() {
 			// An operator's pin keeps the slice on its task.
 			keep := w.p.pins != nil && w.p.pinnedTo(s.start, s.end) == h
 			if c := cold.best(ts, sh, sb); c >= 0 && !last && !keep {
-				consider(candidate{kind: Reassign, slice: si, to: c, cost: width,
+				consider(candidate{loadMove: loadMove{kind: Reassign, slice: si, from: h, to: c}, cost: width,
 					gain: lh - max(lh-sh*ih, w.tload[c]+sh*w.inv[c])})
 			}
 			if ns := l / float64(r+1); r < w.cfg.MaxRedundancy {
 				if c := cold.best(ts, ns, sb); c >= 0 {
-					consider(candidate{kind: AddReplica, slice: si, to: c, cost: width,
+					consider(candidate{loadMove: loadMove{kind: AddReplica, slice: si, from: -1, to: c}, cost: width,
 						gain: lh - max(lh-(sh-ns)*ih, w.tload[c]+ns*w.inv[c])})
 				}
 			}
@@ -112,7 +119,7 @@ func (w *weigher) moveGreedy() {
 						peak = max(peak, w.tload[t]+(ns-sh)*w.inv[t])
 					}
 				}
-				consider(candidate{kind: RemoveReplica, slice: si, to: -1, gain: lh - peak})
+				consider(candidate{loadMove: loadMove{kind: RemoveReplica, slice: si, from: h, to: -1}, gain: lh - peak})
 			}
 		}
 		if best.kind == 0 {
@@ -121,202 +128,68 @@ func (w *weigher) moveGreedy() {
 			}
 			continue
 		}
-		w.apply(best, h, owned, hot, cold)
+		w.apply(best.loadMove, best.cost, w.hottestReason(h, best.score), owned, hot, cold)
 	}
 }
 
-// makeRoomTries bounds how many of the hottest task's slices makeRoom
-// considers, hottest share first.
-const makeRoomTries = 4
-
-// makeRoomReceivers bounds how many of the coldest tasks of each capacity
-// makeRoom tries to make room on, for each slice it considers.
-const makeRoomReceivers = 3
-
-// makeRoom is the two-step move phase 4 falls back on when no single move
-// helps: the coldest task is too warm to take a share of one of the
-// hottest task's slices without becoming the hottest itself. It first
-// sheds some of that cold task's slices to other tasks, none of which ends
-// at or above the hottest task's present load, then replicates (or, at
-// MaxRedundancy, reassigns) the slice to it; it moves nothing unless it
-// can do all of that. It reports whether it changed anything; every step
-// lowers the hottest task's load and leaves every task it changes below
-// it, so phase 4 still ends.
-func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], cold *receivers, budget uint64) bool {
-	lh := w.tload[h]
-	cands := slices.Clone(owned[h])
-	slices.SortFunc(cands, func(a, b int32) int {
-		return cmp.Compare(w.sload[b]/float64(w.sl[b].n), w.sload[a]/float64(w.sl[a].n))
-	})
-	last := len(owned[h]) <= 1
-	for _, si := range cands[:min(len(cands), makeRoomTries)] {
-		s := &w.sl[si]
-		l := w.sload[si]
-		r := int(s.n)
-		if l == 0 {
-			break
-		}
-		sh := l / float64(r)
-		kind, give := AddReplica, l/float64(r+1)
-		if r >= w.cfg.MaxRedundancy {
-			if last || w.p.pins != nil && w.p.pinnedTo(s.start, s.end) == h {
-				continue
-			}
-			kind, give = Reassign, sh
-		}
-		// The receiver: the makeRoomReceivers coldest tasks of each
-		// capacity in turn, the one that would end least utilised first.
-		for _, c := range cold.ranked(w.p.tasks(s), give, makeRoomReceivers) {
-			// From here on ns, target and need are in c's utilisation;
-			// hNew is h's.
-			ih, ic := w.inv[h], w.inv[c]
-			ns, hNew := give*ic, lh+(l/float64(r+1)-sh)*ih
-			if kind == Reassign {
-				hNew = lh - sh*ih
-			}
-			// Ideally c ends no higher than h will. When h serves little
-			// but this slice, that would empty c, so settle for halving the
-			// gap to h: the move still lowers the peak, and the next round
-			// moves c's remaining load on.
-			target := max(hNew-ns, (lh-ns)/2)
-			if target <= 0 || w.tload[c] <= target {
-				continue // a plain move would have done; nothing to gain here
-			}
-			width := s.end - s.start
-			if w.moveChurn+width > budget {
-				continue
-			}
-			need := w.tload[c] - target
-			// The cold task's slices that can go, hottest share first, each
-			// to the coldest task that does not serve it yet.
-			var shed []int32
-			var sum float64
-			mine := slices.Clone(owned[c])
-			slices.SortFunc(mine, func(a, b int32) int {
-				return cmp.Compare(w.sload[b]/float64(w.sl[b].n), w.sload[a]/float64(w.sl[a].n))
-			})
-			for _, ci := range mine {
-				if ci == si || len(owned[c])-len(shed) <= 1 || w.p.pins != nil && w.p.pinnedTo(w.sl[ci].start, w.sl[ci].end) == c {
-					continue
-				}
-				csh := w.sload[ci] / float64(w.sl[ci].n) * ic
-				if csh == 0 || sum+csh > need+target { // overshooting only moves the problem
-					continue
-				}
-				shed = append(shed, ci)
-				sum += csh
-				if sum >= need {
-					break
-				}
-			}
-			if sum < need {
-				continue
-			}
-			var cost uint64 = width
-			for _, ci := range shed {
-				cost += w.sl[ci].end - w.sl[ci].start
-			}
-			if w.moveChurn+cost > budget {
-				continue
-			}
-			// Every shed slice needs a receiver that ends below h's
-			// present utilisation, planned before anything moves: the
-			// whole step then lowers the peak or moves nothing, so the
-			// sorted vector of utilisations falls and phase 4 ends.
-			// Receivers are chosen as if the earlier sheds had landed:
-			// their load is added for the search and taken off again.
-			to := make([]int32, len(shed))
-			was := make([]float64, len(shed))
-			planned := true
-			for i, ci := range shed {
-				cs := w.p.tasks(&w.sl[ci])
-				csh := w.sload[ci] / float64(len(cs))
-				d := cold.best(insertID(cs, c), csh, w.bytes(ci))
-				if d < 0 || w.tload[d]+csh*w.inv[d] >= lh {
-					to = to[:i]
-					planned = false
-					break
-				}
-				to[i], was[i] = d, w.tload[d]
-				w.tload[d] += csh * w.inv[d]
-				w.p.mem.add(d, w.bytes(ci))
-				cold.fix(d)
-			}
-			for i := len(to) - 1; i >= 0; i-- {
-				w.tload[to[i]] = was[i]
-				w.p.mem.add(to[i], -w.bytes(shed[i]))
-				cold.fix(to[i])
-			}
-			if !planned || w.tload[c]-sum+ns >= lh {
-				continue
-			}
-			if mem := w.p.mem; mem != nil {
-				freed := 0.0
-				for _, ci := range shed {
-					freed += w.sbytes[ci]
-				}
-				if mem.bytes[c]-freed+w.sbytes[si] > mem.limit[c] {
-					continue
-				}
-			}
-			for i, ci := range shed {
-				w.apply(candidate{kind: Reassign, slice: ci, to: to[i], cost: w.sl[ci].end - w.sl[ci].start}, c, owned, hot, cold)
-			}
-			w.apply(candidate{kind: kind, slice: si, to: c, cost: width}, h, owned, hot, cold)
-			return true
-		}
-	}
-	return false
-}
-
-// apply carries out a phase-4 move of slice c.slice off task h.
-func (w *weigher) apply(c candidate, h int32, owned [][]int32, hot *taskHeap[float64], cold *receivers) {
-	s := &w.sl[c.slice]
-	l := w.sload[c.slice]
-	r := int(s.n)
+// effect calls f with each task whose utilisation move m changes, by how
+// much, and by how many bytes the state it holds changes. Applying a move
+// and planning one (makeRoom) both go through it, so a planned step ends
+// at exactly the utilisations it was judged by.
+func (w *weigher) effect(m loadMove, f func(t int32, du, db float64)) {
+	ts := w.p.tasks(&w.sl[m.slice])
+	l := w.sload[m.slice]
+	r := len(ts)
 	sh := l / float64(r)
-	reason := w.hottestReason(h, c.score)
-	fix := func(t int32) { hot.fix(t); cold.fix(t) }
-	b := w.bytes(c.slice)
-	switch c.kind {
+	b := w.bytes(m.slice)
+	switch m.kind {
 	case Reassign:
-		w.p.withoutTask(s, h)
-		w.p.withTask(s, c.to)
-		w.tload[h] -= sh * w.inv[h]
-		w.tload[c.to] += sh * w.inv[c.to]
-		w.p.mem.add(h, -b)
-		w.p.mem.add(c.to, b)
-		removeSlice(owned, h, c.slice)
-		owned[c.to] = append(owned[c.to], c.slice)
-		fix(h)
-		fix(c.to)
-		w.p.move(Reassign, s, h, c.to, reason)
+		f(m.from, -sh*w.inv[m.from], -b)
+		f(m.to, sh*w.inv[m.to], b)
 	case AddReplica:
 		ns := l / float64(r+1)
-		for _, t := range w.p.tasks(s) {
-			w.tload[t] += (ns - sh) * w.inv[t]
-			fix(t)
+		for _, t := range ts {
+			f(t, (ns-sh)*w.inv[t], 0)
 		}
-		w.p.withTask(s, c.to)
-		w.tload[c.to] += ns * w.inv[c.to]
-		w.p.mem.add(c.to, b)
-		owned[c.to] = append(owned[c.to], c.slice)
-		fix(c.to)
-		w.p.move(AddReplica, s, -1, c.to, reason)
+		f(m.to, ns*w.inv[m.to], b)
 	case RemoveReplica:
 		ns := l / float64(r-1)
-		w.p.withoutTask(s, h)
-		w.tload[h] -= sh * w.inv[h]
-		w.p.mem.add(h, -b)
-		fix(h)
-		for _, t := range w.p.tasks(s) {
-			w.tload[t] += (ns - sh) * w.inv[t]
-			fix(t)
+		f(m.from, -sh*w.inv[m.from], -b)
+		for _, t := range ts {
+			if t != m.from {
+				f(t, (ns-sh)*w.inv[t], 0)
+			}
 		}
-		removeSlice(owned, h, c.slice)
-		w.p.move(RemoveReplica, s, h, -1, reason)
 	}
-	w.moveChurn += c.cost
+}
+
+// apply carries out a phase-4 move that moves cost keys, recording it
+// with reason.
+func (w *weigher) apply(m loadMove, cost uint64, reason string, owned [][]int32, hot *taskHeap[float64], cold *receivers) {
+	w.effect(m, func(t int32, du, db float64) {
+		w.tload[t] += du
+		if db != 0 {
+			w.p.mem.add(t, db)
+		}
+		hot.fix(t)
+		cold.fix(t)
+	})
+	s := &w.sl[m.slice]
+	switch m.kind {
+	case Reassign:
+		w.p.withoutTask(s, m.from)
+		w.p.withTask(s, m.to)
+		removeSlice(owned, m.from, m.slice)
+		owned[m.to] = append(owned[m.to], m.slice)
+	case AddReplica:
+		w.p.withTask(s, m.to)
+		owned[m.to] = append(owned[m.to], m.slice)
+	case RemoveReplica:
+		w.p.withoutTask(s, m.from)
+		removeSlice(owned, m.from, m.slice)
+	}
+	w.p.move(m.kind, s, m.from, m.to, reason)
+	w.moveChurn += cost
 }
 
 // maxCapacityClasses bounds the capacity classes receivers keeps a heap
@@ -368,14 +241,17 @@ func (r *receivers) fix(t int32) { r.heaps[r.class[t]].fix(t) }
 func (r *receivers) ranked(excl []int32, l float64, k int) []int32 {
 	out := make([]int32, 0, k*len(r.heaps))
 	p := r.w.p
+	// One exclusion list per call, grown in place: it never outgrows
+	// excl plus the tries.
+	ex := make([]int32, 0, len(excl)+k+fitTries)
 	for _, h := range r.heaps {
-		ex := excl
+		ex = append(ex[:0], excl...)
 		for n, try := 0, 0; n < k && try < k+fitTries; try++ {
 			t := h.bestExcept(ex)
 			if t < 0 {
 				break
 			}
-			ex = insertID(ex, t)
+			ex = slices.Insert(ex, index(ex, t), t)
 			if p.isOpen(t) {
 				out = append(out, t)
 				n++
