@@ -15,10 +15,12 @@
 //
 // Costs and bounds: a Conn buffers at most Listener.MaxPending bytes (or
 // one larger Write) beyond what the kernel has taken, in two buffers (the
-// one being written and the one filling), so at most about twice that
-// while busy; a Write that would go past the bound waits for the buffer
-// to be written, or for its write deadline. An idle connection keeps at
-// most 4 KiB in each. The writing goroutine exists only while bytes wait.
+// one being written and the one filling), so at most twice that while
+// busy; a Write that would go past the bound waits for the buffer to be
+// written, or for its write deadline. The buffers come from a pool the
+// listener's connections share and go back to it once written, so an
+// idle connection holds none and a busy one allocates nothing. The
+// writing goroutine exists only while bytes wait.
 //
 // What a successful Write means changes only in timing: as with the
 // kernel's own buffer, its bytes are accepted, not yet delivered. An error
@@ -46,7 +48,8 @@ const DefaultMaxPending = 32 << 10
 // written when Listener.Linger is zero.
 const DefaultLinger = 2 * time.Second
 
-// Listener wraps every connection it accepts in a Conn.
+// Listener wraps every connection it accepts in a Conn. Set its fields
+// before the first Accept.
 type Listener struct {
 	net.Listener
 	// MaxPending bounds each connection's buffered bytes (0:
@@ -55,22 +58,55 @@ type Listener struct {
 	// Linger bounds how long Close waits for buffered bytes (0:
 	// DefaultLinger).
 	Linger time.Duration
+
+	once sync.Once
+	pool *bufferPool
 }
 
 // Accept returns the inner listener's next connection, wrapped.
 func (l *Listener) Accept() (net.Conn, error) {
+	l.once.Do(func() { l.pool = newBufferPool(l.MaxPending) })
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return New(c, l.MaxPending, l.Linger), nil
+	return newConn(c, l.pool, l.Linger), nil
+}
+
+// bufferPool holds buffers of one size for the connections of a
+// listener.
+type bufferPool struct {
+	size int
+	pool sync.Pool // of *[]byte, each of capacity size
+}
+
+func newBufferPool(size int) *bufferPool {
+	if size <= 0 {
+		size = DefaultMaxPending
+	}
+	p := &bufferPool{size: size}
+	p.pool.New = func() any {
+		b := make([]byte, 0, size)
+		return &b
+	}
+	return p
+}
+
+func (p *bufferPool) get() *[]byte { return p.pool.Get().(*[]byte) }
+
+// put returns b unless a Write larger than the pool's size grew it.
+func (p *bufferPool) put(b *[]byte) {
+	if cap(*b) == p.size {
+		*b = (*b)[:0]
+		p.pool.Put(b)
+	}
 }
 
 // Conn is a net.Conn whose writes are coalesced. Reads, addresses and the
 // read deadline are the inner connection's.
 type Conn struct {
 	net.Conn
-	max    int
+	pool   *bufferPool
 	linger time.Duration
 
 	// flushing counts the writing goroutine, which Close waits for.
@@ -78,9 +114,8 @@ type Conn struct {
 
 	mu sync.Mutex
 	// pending holds the bytes accepted and not yet handed to the inner
-	// connection; spare is the buffer the writing goroutine last wrote,
-	// reused for the next batch.
-	pending, spare []byte
+	// connection, in a buffer from the pool (nil when there are none).
+	pending *[]byte
 	// writing is set while the writing goroutine runs.
 	writing bool
 	// err is the first error of the inner connection's Write; every
@@ -99,16 +134,17 @@ type Conn struct {
 	drained chan struct{}
 }
 
-// New wraps c. maxPending and linger of zero mean DefaultMaxPending and
-// DefaultLinger.
+// New wraps c, with buffers of its own. maxPending and linger of zero
+// mean DefaultMaxPending and DefaultLinger.
 func New(c net.Conn, maxPending int, linger time.Duration) *Conn {
-	if maxPending <= 0 {
-		maxPending = DefaultMaxPending
-	}
+	return newConn(c, newBufferPool(maxPending), linger)
+}
+
+func newConn(c net.Conn, pool *bufferPool, linger time.Duration) *Conn {
 	if linger <= 0 {
 		linger = DefaultLinger
 	}
-	return &Conn{Conn: c, max: maxPending, linger: linger}
+	return &Conn{Conn: c, pool: pool, linger: linger}
 }
 
 // Write copies p into the connection's buffer and returns, starting the
@@ -118,7 +154,7 @@ func New(c net.Conn, maxPending int, linger time.Duration) *Conn {
 // writes nothing).
 func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
-	for !c.closed && c.err == nil && len(c.pending) > 0 && len(c.pending)+len(p) > c.max {
+	for !c.closed && c.err == nil && c.pending != nil && len(*c.pending)+len(p) > c.pool.size {
 		if c.drained == nil {
 			c.drained = make(chan struct{})
 		}
@@ -136,7 +172,10 @@ func (c *Conn) Write(p []byte) (int, error) {
 		}
 		return 0, err
 	}
-	c.pending = append(c.pending, p...)
+	if c.pending == nil {
+		c.pending = c.pool.get()
+	}
+	*c.pending = append(*c.pending, p...)
 	if !c.writing {
 		c.writing = true
 		c.flushing.Add(1)
@@ -172,13 +211,13 @@ func (c *Conn) flush() {
 	defer c.flushing.Done()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for len(c.pending) > 0 && c.err == nil {
+	for c.pending != nil && c.err == nil {
 		batch := c.pending
-		c.pending = c.spare[:0]
+		c.pending = nil
 		c.mu.Unlock()
-		_, err := c.Conn.Write(batch)
+		_, err := c.Conn.Write(*batch)
+		c.pool.put(batch)
 		c.mu.Lock()
-		c.spare = batch[:0]
 		if err != nil && c.err == nil {
 			c.err = err
 		}
@@ -188,18 +227,11 @@ func (c *Conn) flush() {
 		}
 	}
 	c.writing = false
-	// An idle connection keeps small buffers only: a node's many quiet
-	// connections then hold a few KiB each, not a burst's worth.
-	if c.err != nil || cap(c.pending) > idleKeep {
+	if c.pending != nil { // the connection failed: nothing more is written
+		c.pool.put(c.pending)
 		c.pending = nil
 	}
-	if c.err != nil || cap(c.spare) > idleKeep {
-		c.spare = nil
-	}
 }
-
-// idleKeep is the largest buffer a connection keeps while idle.
-const idleKeep = 4 << 10
 
 // SetWriteDeadline sets the deadline for later Writes' wait for room in
 // the buffer.
