@@ -36,18 +36,19 @@ func (s *Slicelet) Drain(ctx context.Context) error {
 	members, unsubscribe := n.Changes()
 	defer unsubscribe()
 	start := time.Now()
-	var owned []assign.Slice // what the task served before it emptied
+	var owned []assign.Slice    // what the task served before it emptied
+	var prev *assign.Assignment // the assignment it served them under
 	for {
 		v, changed := s.currentView()
 		if v == nil || len(v.owned) == 0 {
 			s.log.Info("slicelet: drained", "took", time.Since(start))
 			// The tasks that took the keys fetch their state from here.
 			if v != nil && len(owned) > 0 {
-				s.awaitFetches(ctx, start, s.gainers(v.table.Assignment(), owned))
+				s.awaitFetches(ctx, start, gained(prev, v.table.Assignment(), owned, s.cfg.Task))
 			}
 			return nil
 		}
-		owned = v.owned
+		owned, prev = v.owned, v.table.Assignment()
 		if why := nowhere(n.Peers(), s.cfg.Job, s.cfg.Task); why != "" {
 			s.log.Info("slicelet: not waiting for the drain: "+why, "owned_ranges", len(v.owned))
 			return nil

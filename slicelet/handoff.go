@@ -1,6 +1,7 @@
 package slicelet
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -81,11 +82,12 @@ type handoffState struct {
 
 	serveSem chan struct{} // bounds FetchState calls served at once
 	// The fetches served here, guarded by mu: how many are in progress,
-	// when one last started or ended, when each task last finished one;
-	// served is closed, and replaced, as each ends.
+	// when one last started or ended, the ranges each task fetched whole
+	// (at most maxFetchedRanges per task, the newest); served is closed,
+	// and replaced, as each ends.
 	serving   int
 	lastServe time.Time
-	fetchedBy map[string]time.Time
+	fetched   map[string][]fetchedRange
 	served    chan struct{}
 
 	fetches, failed, entries atomic.Uint64
@@ -446,9 +448,9 @@ func (h handoffServer) FetchState(ctx context.Context, req *connect.Request[slic
 		s.handoff.serving--
 		s.handoff.lastServe = time.Now()
 		if err == nil {
-			// Only a fetch that sent everything lets a drain count the
-			// task as served.
-			s.handoff.fetchedBy[m.GetTask()] = s.handoff.lastServe
+			// Only a fetch that sent everything lets a drain count its
+			// range as served.
+			s.handoff.recordFetch(m.GetTask(), start, end, s.handoff.lastServe)
 		}
 		close(s.handoff.served)
 		s.handoff.served = make(chan struct{})
@@ -499,23 +501,72 @@ func (s *Slicelet) awaitView(ctx context.Context, gen uint64) (*view, error) {
 	}
 }
 
+// fetchedRange is a range a task fetched whole, and when the fetch ended.
+type fetchedRange struct {
+	start, end assign.SliceKey
+	at         time.Time
+}
+
+// maxFetchedRanges bounds the fetched ranges kept per task. A drain
+// needs those since it began: one per range the task gained, which the
+// gaining task fetches in at most a few batches.
+const maxFetchedRanges = 1024
+
+// recordFetch notes that task fetched [start, end) whole at at. Call with
+// mu held.
+func (h *handoffState) recordFetch(task string, start, end assign.SliceKey, at time.Time) {
+	rs := append(h.fetched[task], fetchedRange{start, end, at})
+	if len(rs) > maxFetchedRanges {
+		rs = slices.Delete(rs, 0, len(rs)-maxFetchedRanges)
+	}
+	h.fetched[task] = rs
+}
+
+// fetchedSince reports whether every range of want, by gaining task, was
+// fetched whole by that task after since. Call with mu held.
+func (h *handoffState) fetchedSince(since time.Time, want map[string][]assign.Slice) bool {
+	for task, ranges := range want {
+		var got []fetchedRange
+		for _, r := range h.fetched[task] {
+			if r.at.After(since) {
+				got = append(got, r)
+			}
+		}
+		slices.SortFunc(got, func(a, b fetchedRange) int { return cmp.Compare(a.start, b.start) })
+		for _, w := range ranges {
+			// Sweep the fetched ranges in order, extending what of w is
+			// covered from its start.
+			at := w.Start
+			for _, r := range got {
+				if r.start <= at && r.end > at {
+					at = r.end
+				}
+				if at >= w.End {
+					break
+				}
+			}
+			if at < w.End {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // awaitFetches waits, after a drain emptied the task, for the tasks that
-// took its keys (gainers) to fetch their state: until each has finished a
-// fetch here since the drain began (since) and none is in progress, or no
-// task has fetched for handoffGrace, or ctx ends.
-func (s *Slicelet) awaitFetches(ctx context.Context, since time.Time, gainers []string) {
+// took its keys to fetch their state (gained: by task, the ranges it took
+// from here): until every gained range was fetched whole since the drain
+// began (since) and no fetch is in progress, or no task has fetched for
+// handoffGrace, or ctx ends.
+func (s *Slicelet) awaitFetches(ctx context.Context, since time.Time, gained map[string][]assign.Slice) {
 	if s.cfg.ExportState == nil {
 		return
 	}
 	emptied := time.Now()
 	for {
 		s.handoff.mu.Lock()
-		all, served, serving := len(gainers) > 0, s.handoff.served, s.handoff.serving
-		for _, g := range gainers {
-			if !s.handoff.fetchedBy[g].After(since) {
-				all = false
-			}
-		}
+		served, serving := s.handoff.served, s.handoff.serving
+		all := len(gained) > 0 && s.handoff.fetchedSince(since, gained)
 		quiet := emptied
 		if s.handoff.lastServe.After(quiet) {
 			quiet = s.handoff.lastServe
@@ -537,15 +588,22 @@ func (s *Slicelet) awaitFetches(ctx context.Context, since time.Time, gainers []
 	}
 }
 
-// gainers returns the tasks that serve, in a, keys of owned (this task's
-// former ranges), other than this task.
-func (s *Slicelet) gainers(a *assign.Assignment, owned []assign.Slice) []string {
-	var out []string
+// gained returns, by task, the parts of owned (self's ranges in prev)
+// that next gives to a task that prev did not: the ranges whose state
+// those tasks come to fetch.
+func gained(prev, next *assign.Assignment, owned []assign.Slice, self string) map[string][]assign.Slice {
+	out := map[string][]assign.Slice{}
 	for _, r := range owned {
-		for i := a.Find(r.Start); i < len(a.Slices) && a.Slices[i].Start < r.End; i++ {
-			for _, t := range a.Slices[i].Tasks {
-				if t != s.cfg.Task && !slices.Contains(out, t) {
-					out = append(out, t)
+		for i := next.Find(r.Start); i < len(next.Slices) && next.Slices[i].Start < r.End; i++ {
+			n := next.Slices[i]
+			lo, hi := max(n.Start, r.Start), min(n.End, r.End)
+			for j := prev.Find(lo); j < len(prev.Slices) && prev.Slices[j].Start < hi; j++ {
+				p := prev.Slices[j]
+				part := assign.Slice{Start: max(lo, p.Start), End: min(hi, p.End)}
+				for _, t := range n.Tasks {
+					if t != self && !slices.Contains(p.Tasks, t) {
+						out[t] = append(out[t], part)
+					}
 				}
 			}
 		}

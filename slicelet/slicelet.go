@@ -110,7 +110,7 @@ func New(cfg Config) (*Slicelet, error) {
 		changed:    make(chan struct{}),
 	}
 	s.handoff.serveSem = make(chan struct{}, maxConcurrentServes)
-	s.handoff.fetchedBy = make(map[string]time.Time)
+	s.handoff.fetched = make(map[string][]fetchedRange)
 	s.handoff.served = make(chan struct{})
 	s.strong.base = time.Now()
 	s.strong.kick = make(chan struct{}, 1)
