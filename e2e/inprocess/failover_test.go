@@ -13,6 +13,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/clustertest"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
@@ -198,14 +199,20 @@ func TestPartitionedAssignersConverge(t *testing.T) {
 
 	// Each Assigner keeps two tasks on its side.
 	c.Partition([]string{"a1", "kv/t0", "kv/t1"}, []string{"a2", "kv/t2", "kv/t3"})
-	testwait.For(t, "both assigners to prefer themselves, and the job to be committed during the partition", func() bool {
-		return c.Agent("a1").PreferredAssigner("kv") == "a1" && c.Agent("a2").PreferredAssigner("kv") == "a2" &&
+	// Settled: each Assigner has declared the other failed, so neither can
+	// prefer the other again, and both prefer themselves. Preferring
+	// itself alone is not enough: on a loaded machine an Assigner still
+	// holds the other alive (suspected) for a while, and its preference
+	// can flip back and hand the lease over.
+	testwait.For(t, "both assigners to have failed each other, to prefer themselves, and the job to be committed during the partition", func() bool {
+		return failed(c.Agent("a1"), "a2") && failed(c.Agent("a2"), "a1") &&
+			c.Agent("a1").PreferredAssigner("kv") == "a1" && c.Agent("a2").PreferredAssigner("kv") == "a2" &&
 			len(c.Commits("kv")) > start
 	})
 	// While gossip is still finding out about the partition, each
 	// Assigner may for a moment see the other as preferred and hand it
 	// the lease; such hand-overs are fenced by the epoch (CheckEpochs).
-	// Once both prefer themselves, neither releases the lease, so one
+	// Once each has failed the other, neither releases the lease, so one
 	// holder under one epoch makes every later commit.
 	settled := time.Now()
 	// An observation window, not a wait for a condition: the Assigner
@@ -327,4 +334,14 @@ func TestGracefulStopAndRestart(t *testing.T) {
 		}
 	}
 	c.CheckHistory("kv")
+}
+
+// failed reports whether a's gossip holds the member name failed or gone.
+func failed(a *clustertest.Agent, name string) bool {
+	for _, p := range a.Peers() {
+		if p.Name == name {
+			return p.Status == gossip.StatusFailed || p.Status == gossip.StatusLeft
+		}
+	}
+	return true
 }
