@@ -522,20 +522,9 @@ func TestReplayCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewReader(bytes.NewReader(data))
 	var blindSum float64
 	windows := 0
-	for {
-		w, err := r.ReadWindow()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sim.Step(w); err != nil {
-			t.Fatal(err)
-		}
+	stepWindows(t, data, sim, func(w *Window, _ WindowResult) {
 		load, _ := w.Load()
 		live := w.LiveTasks()
 		for i := range live {
@@ -543,7 +532,7 @@ func TestReplayCapacity(t *testing.T) {
 		}
 		blindSum += assign.ImbalanceWith(sim.Assignment(), load, live)
 		windows++
-	}
+	})
 	blind := blindSum / float64(windows)
 	t.Logf("mean utilisation max/mean: capacity-aware %.3f (max %.3f), capacity-blind %.3f", aware.MeanImbalance, aware.MaxImbalance, blind)
 	if aware.MeanImbalance > 1.1 || blind < 1.3 {
@@ -573,23 +562,11 @@ func TestReplayCapacityEveryWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewReader(bytes.NewReader(data))
-	for {
-		w, err := r.ReadWindow()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := sim.Step(w)
-		if err != nil {
-			t.Fatal(err)
-		}
+	stepWindows(t, data, sim, func(_ *Window, res WindowResult) {
 		if res.Imbalance > 1.1 {
 			t.Errorf("window %d: utilisation max/mean %.4f, want at most 1.1", res.Window, res.Imbalance)
 		}
-	}
+	})
 	if sum := sim.Summary(); sum.Windows != 24 {
 		t.Errorf("%d windows replayed, want 24", sum.Windows)
 	}
@@ -632,5 +609,26 @@ func TestReplayMemory(t *testing.T) {
 		if _, err := Replay(bytes.NewReader(data), io.Discard, cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("memory %v: err = %v, want ErrInvalidConfig", bad, err)
 		}
+	}
+}
+
+// stepWindows steps sim through every window of the trace data, calling
+// each with the window and its result.
+func stepWindows(t *testing.T, data []byte, sim *Simulator, each func(*Window, WindowResult)) {
+	t.Helper()
+	r := NewReader(bytes.NewReader(data))
+	for {
+		w, err := r.ReadWindow()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := sim.Step(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		each(w, res)
 	}
 }
