@@ -51,6 +51,9 @@ func TestUIServesReadsOnly(t *testing.T) {
 		t.Fatalf("UIAddr %q, UIHandler %v; want both set", node.UIAddr(), node.UIHandler())
 	}
 	taskMember(t, "kv", "kv-0", node.GossipAddr())
+	// The job exists once gossip brings its task: a watch before that is
+	// answered "unknown job".
+	seesTask(t, node, "kv", "kv-0")
 	w := watch(t, node.RPCAddr(), "kv", false)
 	w.until(t, "an assignment to kv-0", hasTasks("kv-0"))
 
