@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -134,5 +135,32 @@ func TestShardedCounter(t *testing.T) {
 	wg.Wait()
 	if got := c.Load(); got != 4000 {
 		t.Fatalf("Load = %d, want 4000", got)
+	}
+}
+
+// BenchmarkShardedCounter counts from every P at once: lookups of one
+// hot key, and of keys spread over the key space.
+func BenchmarkShardedCounter(b *testing.B) {
+	for _, hot := range []bool{true, false} {
+		name := "many-keys"
+		if hot {
+			name = "hot-key"
+		}
+		b.Run(name, func(b *testing.B) {
+			var c ShardedCounter
+			var next atomic.Uint64
+			b.RunParallel(func(pb *testing.PB) {
+				h := uint64(42) // every goroutine's lookups of one key
+				if !hot {
+					h = next.Add(0x9e3779b97f4a7c15)
+				}
+				for pb.Next() {
+					if !hot {
+						h += 0x9e3779b97f4a7c15
+					}
+					c.Inc(h)
+				}
+			})
+		})
 	}
 }
