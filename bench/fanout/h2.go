@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -102,13 +103,30 @@ func runH2Conn(ctx context.Context, s *subscribers, addr string, idxs []int) err
 	if err := h.fr.WriteWindowUpdate(0, h2Window); err != nil {
 		return err
 	}
-	for _, i := range idxs {
-		st := &h2Stream{idx: i}
-		if err := h.open(st); err != nil {
-			return err
+	// The streams open while the responses are read, as a client's would:
+	// a connection that wrote all its requests before reading any would
+	// leave slicerd's responses to them unread meanwhile.
+	opened := make(chan error, 1)
+	go func() {
+		var err error
+		for _, i := range idxs {
+			if err = h.open(&h2Stream{idx: i}); err != nil {
+				break
+			}
 		}
+		opened <- err
+		if err != nil {
+			c.Close() // ends the read loop
+		}
+	}()
+	err = h.read()
+	c.Close() // ends the opening, if still under way
+	// An opening that failed by itself says why; one cut short by the
+	// close above does not.
+	if oerr := <-opened; oerr != nil && !errors.Is(oerr, net.ErrClosed) {
+		return oerr
 	}
-	return h.read()
+	return err
 }
 
 // open sends the request of st on a new stream.
