@@ -9,8 +9,8 @@
 // switching the job's redundancy between 1 and 2. For each generation it
 // reports, from the commit (the time in slicerd's "assignment committed"
 // log line) to each stream's receipt, the p50, p99 and the time until
-// every stream had it, with slicerd's resident memory and the CPU it spent
-// on the update.
+// every stream had it, with slicerd's resident memory, the CPU it spent
+// on the update and its write system calls meanwhile.
 //
 //	go run ./bench/fanout -streams 10000
 //	go run ./bench/fanout -streams 10000 -slices 1000
@@ -236,6 +236,8 @@ type generation struct {
 	// The harness's own over the same time: the subscribers' share of
 	// the machine.
 	HarnessCPUMs float64 `json:"harness_cpu_ms"`
+	// WriteCalls are slicerd's write system calls over the same time.
+	WriteCalls int64 `json:"write_calls"`
 }
 
 type report struct {
@@ -404,9 +406,9 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "%s\n", r.Command)
 	fmt.Fprintf(w, "%d streams over %d connections (%s client), gzip accepted %v, deltas %v, changes by %s; every stream had the first assignment after %.1f s\n",
 		r.Streams, r.Conns, r.Client, r.Gzip, r.Deltas, r.Change, r.OpenSeconds)
-	fmt.Fprintf(w, "%-10s %7s %8s %9s %9s %9s %9s %9s %9s %9s %11s\n", "generation", "slices", "bytes", "full", "p50_ms", "p99_ms", "all_ms", "received", "rss_mib", "cpu_ms", "harness_cpu")
+	fmt.Fprintf(w, "%-10s %7s %8s %9s %9s %9s %9s %9s %9s %9s %11s %11s\n", "generation", "slices", "bytes", "full", "p50_ms", "p99_ms", "all_ms", "received", "rss_mib", "cpu_ms", "harness_cpu", "write_calls")
 	for _, g := range r.Generations {
-		fmt.Fprintf(w, "%-10d %7d %8d %9d %9.1f %9.1f %9.1f %9d %9.0f %9.0f %11.0f\n", g.Generation, g.Slices, g.Bytes, g.FullBytes, g.P50Ms, g.P99Ms, g.AllMs, g.Received, g.RSSMiB, g.CPUMs, g.HarnessCPUMs)
+		fmt.Fprintf(w, "%-10d %7d %8d %9d %9.1f %9.1f %9.1f %9d %9.0f %9.0f %11.0f %11d\n", g.Generation, g.Slices, g.Bytes, g.FullBytes, g.P50Ms, g.P99Ms, g.AllMs, g.Received, g.RSSMiB, g.CPUMs, g.HarnessCPUMs, g.WriteCalls)
 	}
 	fmt.Fprintf(w, "median: commit → stream p50 %.1f ms, p99 %.1f ms, until all %.1f ms; slicerd CPU per update %.0f ms; RSS up to %.0f MiB; lost %d\n",
 		r.P50Ms, r.P99Ms, r.AllMs, r.CPUMs, r.RSSMiB, r.Lost)
@@ -559,7 +561,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	var receipts []float64
 	commitFrom := "message"
 	for range o.generations {
-		cpu0, own0 := benchproc.CPUTime(pid), benchproc.CPUTime(os.Getpid())
+		cpu0, own0, w0 := benchproc.CPUTime(pid), benchproc.CPUTime(os.Getpid()), benchproc.WriteCalls(pid)
 		if o.change == "redundancy" {
 			redundancy = 3 - redundancy
 			if err := setRedundancy(redundancy); err != nil {
@@ -575,7 +577,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		}
 		gen = next.Generation
 		werr := subs.waitAll(gen, o.timeout)
-		cpu, own := benchproc.CPUTime(pid)-cpu0, benchproc.CPUTime(os.Getpid())-own0
+		cpu, own, writes := benchproc.CPUTime(pid)-cpu0, benchproc.CPUTime(os.Getpid())-own0, benchproc.WriteCalls(pid)-w0
 		at, err := commits.wait(gen, 30*time.Second)
 		if err != nil {
 			return nil, err
@@ -595,7 +597,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		}
 		rss, _ := benchproc.Memory(pid)
 		g := generation{Generation: gen, Bytes: subs.size(gen), FullBytes: proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(next), CommittedUnixNano: subs.committed(gen)}),
-			Slices: len(next.Slices), Received: len(got), RSSMiB: float64(rss) / 1024, CPUMs: float64(cpu) / 1e6, HarnessCPUMs: float64(own) / 1e6}
+			Slices: len(next.Slices), Received: len(got), RSSMiB: float64(rss) / 1024, CPUMs: float64(cpu) / 1e6, HarnessCPUMs: float64(own) / 1e6, WriteCalls: writes}
 		if len(lat) > 0 {
 			g.P50Ms, g.P99Ms, g.AllMs = pct(lat, 0.5), pct(lat, 0.99), lat[len(lat)-1]
 		}

@@ -48,3 +48,22 @@ func CPUTime(pid int) time.Duration {
 	st, _ := strconv.ParseInt(f[12], 10, 64)        // field 15
 	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
 }
+
+// WriteCalls returns the write system calls process pid has made (syscw
+// of /proc/PID/io), or -1 when they cannot be read.
+func WriteCalls(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}
