@@ -14,7 +14,6 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
-	"golang.org/x/net/http2"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
@@ -22,6 +21,7 @@ import (
 	"github.com/slicerd/slicerd/internal/batchconn"
 	"github.com/slicerd/slicerd/internal/connlimit"
 	"github.com/slicerd/slicerd/internal/fanout"
+	"github.com/slicerd/slicerd/internal/h2server"
 	"github.com/slicerd/slicerd/internal/hostcheck"
 	"github.com/slicerd/slicerd/internal/webui"
 	"github.com/slicerd/slicerd/lease"
@@ -230,7 +230,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	// streams, most of it at 100,000). The random scheduler holds only the
 	// streams with data waiting. The settings above (HTTP2, IdleTimeout,
 	// TLS) apply to it as to the bundled server, and Shutdown drains it.
-	if err := http2.ConfigureServer(a.server, &http2.Server{NewWriteScheduler: func() http2.WriteScheduler { return http2.NewRandomWriteScheduler() }}); err != nil {
+	if err := h2server.ConfigureServer(a.server, &h2server.Server{NewWriteScheduler: func() h2server.WriteScheduler { return h2server.NewRandomWriteScheduler() }}); err != nil {
 		a.closeListeners()
 		return nil, fmt.Errorf("roles: configure HTTP/2: %w", err)
 	}
