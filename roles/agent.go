@@ -522,6 +522,7 @@ func (a *Agent) shutdown(node *gossip.Node) {
 	cancel()
 	close(a.stopping)
 	a.stopCancel()
+	a.sendWatch.kickDetached() // detached streams end with UNAVAILABLE, as the others do
 	drainCtx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
 	if a.uiServer != nil {

@@ -114,9 +114,11 @@ func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slice
 		return err
 	}
 	defer leave()
-	send, stop := sendShared(ctx, stream)
+	// The stream keeps its goroutine, which holds the job followed
+	// (join) until the stream ends: only the Distributor detaches streams.
+	send, _, stop := sendShared(ctx, stream)
 	defer stop()
-	return l.stream(ctx, b.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
+	return l.stream(ctx, b.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send, nil)
 }
 
 // poller reads one job's assignment from the store for all its watchers.

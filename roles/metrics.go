@@ -138,10 +138,23 @@ func (m *distMetrics) counting(send func(*sharedResponse) error, opened time.Tim
 	if m == nil {
 		return send
 	}
+	record := m.recorder(opened)
 	return func(s *sharedResponse) error {
 		if err := send(s); err != nil {
 			return err
 		}
+		record(s)
+		return nil
+	}
+}
+
+// recorder returns the function that counts a message a stream opened at
+// opened sent; nil for a nil m.
+func (m *distMetrics) recorder(opened time.Time) func(*sharedResponse) {
+	if m == nil {
+		return nil
+	}
+	return func(s *sharedResponse) {
 		k := kindFull
 		if s.GetDelta() != nil {
 			k = kindDelta
@@ -157,7 +170,6 @@ func (m *distMetrics) counting(send func(*sharedResponse) error, opened time.Tim
 				m.commitToSend.Observe(metrics.SinceCommit(now, s.committed).Seconds())
 			}
 		}
-		return nil
 	}
 }
 
@@ -183,12 +195,15 @@ func (c subscribersCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// subscribers counts the streams waiting on l.
+// subscribers counts the streams waiting on l, detached or not.
 func (l *latest) subscribers() int {
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
 	n := 0
 	for _, g := range l.subs {
+		n += len(g)
+	}
+	for _, g := range l.detached {
 		n += len(g)
 	}
 	return n

@@ -17,6 +17,8 @@ import (
 
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/h2server"
 )
 
 // Memory a slow subscriber can pin.
@@ -261,19 +263,11 @@ type streamLimits struct {
 	budget     *sendBudget
 	compressed bool // responses are compressed, so each send copies
 	// direct: the stream's messages are uncompressed protobuf, which
-	// sendShared writes itself once connect-go has sent the first.
-	direct bool
-}
-
-// protobufStreamTypes are the Content-Types of streaming requests whose
-// responses are protobuf messages in the 5-byte envelope: Connect, gRPC
-// and gRPC-Web.
-var protobufStreamTypes = map[string]bool{
-	"application/connect+proto":  true,
-	"application/grpc":           true,
-	"application/grpc+proto":     true,
-	"application/grpc-web":       true,
-	"application/grpc-web+proto": true,
+	// sendShared writes itself once connect-go has sent the first, and
+	// protocol their protocol; such a stream may be detached.
+	direct   bool
+	protocol streamProtocol
+	conn     string // the client connection's address
 }
 
 // uncompressedHeaders are the request headers by which Connect, gRPC and
@@ -305,7 +299,9 @@ func withStreamLimits(h http.Handler, watch *sendWatch, budget *sendBudget) http
 				}
 			}
 			ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
-			sl.direct = !sl.compressed && protobufStreamTypes[strings.ToLower(strings.TrimSpace(ct))]
+			if p := protobufStreamProtocols[strings.ToLower(strings.TrimSpace(ct))]; p != protoUnknown && !sl.compressed {
+				sl.direct, sl.protocol, sl.conn = true, p, r.RemoteAddr
+			}
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), streamLimitsKey{}, sl)))
 	})
@@ -336,7 +332,7 @@ var errCompressedOverBudget = errors.New("roles: compressed assignment streams a
 // RST_STREAM, which clients see as a stream error and retry from their
 // known generation; on HTTP/1 the connection closes), which frees what the
 // send held.
-func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) (send func(*sharedResponse) error, stop func()) {
+func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) (send func(*sharedResponse) error, detach func(stopping <-chan struct{}, count func(*sharedResponse)) detachFunc, stop func()) {
 	sl, _ := ctx.Value(streamLimitsKey{}).(*streamLimits)
 	if sl == nil {
 		sl = &streamLimits{}
@@ -381,8 +377,24 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 		sent = sent || err == nil
 		return failed(err)
 	}
-	return send, dog.stop
+	// detach offers the stream to detachStream once it has sent its
+	// first message (and with it the response headers), and only once.
+	detach = func(stopping <-chan struct{}, count func(*sharedResponse)) detachFunc {
+		offered := false
+		return func(l *latest, known assign.Version, deltas bool) bool {
+			if !sl.direct || !sent || offered {
+				return false
+			}
+			offered = true
+			return detachStream(ctx, sl, l, known, deltas, stopping, count)
+		}
+	}
+	return send, detach, dog.stop
 }
+
+// detachFunc offers a stream that holds known to l's detached streams;
+// see latest.stream.
+type detachFunc func(l *latest, known assign.Version, deltas bool) bool
 
 // sendWatch bounds every stream's sends in time with one sweep rather
 // than a timer per send: arming and resetting a timer on every send of
@@ -402,13 +414,17 @@ type sendWatch struct {
 
 	mu   sync.Mutex
 	dogs map[*sendWatchdog]struct{}
+	// detached are the node's detached streams (detached.go), which the
+	// sweep resets as it fires watchdogs, and kickDetached ends at
+	// shutdown.
+	detached map[*detachedSub]struct{}
 }
 
 // sweepsPerTimeout is how many sweeps make up a timeout.
 const sweepsPerTimeout = 4
 
 func newSendWatch(timeout time.Duration) *sendWatch {
-	return &sendWatch{timeout: timeout, dogs: map[*sendWatchdog]struct{}{}}
+	return &sendWatch{timeout: timeout, dogs: map[*sendWatchdog]struct{}{}, detached: map[*detachedSub]struct{}{}}
 }
 
 // run sweeps until ctx ends; the Agent owns it.
@@ -432,15 +448,71 @@ func (w *sendWatch) run(ctx context.Context) {
 func (w *sendWatch) sweep() {
 	now := w.tick.Add(1)
 	var late []*sendWatchdog
+	var lateDetached []*h2server.Detached
 	w.mu.Lock()
 	for d := range w.dogs {
 		if b := d.began.Load(); b != 0 && now-(b-1) > sweepsPerTimeout {
 			late = append(late, d)
 		}
 	}
+	for s := range w.detached {
+		if b := s.began.Load(); b != 0 && now-(b-1) > sweepsPerTimeout && s.firedFor != b {
+			s.firedFor = b
+			w.fired.Add(1)
+			if d := s.d.Load(); d != nil {
+				lateDetached = append(lateDetached, d)
+			}
+		}
+	}
 	w.mu.Unlock()
 	for _, d := range late {
 		d.fire()
+	}
+	// A detached stream's write has waited the whole timeout: reset the
+	// stream, as a stream with a goroutine is reset by its write
+	// deadline, which drops what it had queued.
+	for _, d := range lateDetached {
+		d.Reset(h2server.ErrCodeInternal)
+	}
+}
+
+// addDetached registers a detached stream; a nil w keeps no registry.
+func (w *sendWatch) addDetached(s *detachedSub) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.detached[s] = struct{}{}
+	w.mu.Unlock()
+}
+
+// removeDetached unregisters s; removing it again does nothing.
+func (w *sendWatch) removeDetached(s *detachedSub) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	delete(w.detached, s)
+	w.mu.Unlock()
+}
+
+// kickDetached has every detached stream of the node look at its state:
+// after the agent closed its stopping channel, each ends with
+// UNAVAILABLE.
+func (w *sendWatch) kickDetached() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	byConn := map[any][]*h2server.Detached{}
+	for s := range w.detached {
+		if d := s.d.Load(); d != nil {
+			byConn[d.Conn()] = append(byConn[d.Conn()], d)
+		}
+	}
+	w.mu.Unlock()
+	for _, ds := range byConn {
+		h2server.Kick(ds)
 	}
 }
 

@@ -14,17 +14,17 @@ var ErrNotDetachable = errors.New("h2server: only a running HTTP/2 response of t
 // Detached is a response stream whose handler has returned while the
 // stream stays open. It holds no goroutine. Its owner writes to it by
 // kicking it (Kick): the connection's goroutine then calls the stream's
-// next function, writes the bytes it returns, and calls next again once
-// they are written, until next returns nil; a kick while a write is in
-// progress waits for that write. The stream ends when its owner ends or
-// resets it, or when the peer or the connection does; onClose is called
-// once in every case.
+// next function, writes what it returns, and calls next again once that
+// is written, until next returns nothing; a kick while a write is in
+// progress waits for that write. The stream ends when next says so, when
+// its owner resets it, or when the peer or the connection ends it;
+// onClose is called once in every case.
 //
 // next and onClose run on the connection's goroutine: they must return
-// quickly, must not block, and must not call Kick, End or Reset (which
-// hand work to that goroutine and would wait for it). The bytes next
-// returns must not be modified afterwards; the server keeps a reference
-// until they are written or the stream closes, and copies nothing.
+// quickly, must not block, and must not call Kick or Reset (which hand
+// work to that goroutine and would wait for it). The bytes next returns
+// must not be modified afterwards; the server keeps a reference until
+// they are written or the stream closes, and copies nothing.
 //
 // Writes are DATA frames of the stream, under the peer's flow control,
 // the connection's write scheduler and its limits, as a handler's are.
@@ -34,12 +34,22 @@ var ErrNotDetachable = errors.New("h2server: only a running HTTP/2 response of t
 type Detached struct {
 	sc      *serverConn
 	st      *stream
-	next    func() []byte
+	next    func() Write
 	onClose func(error)
 
 	// Owned by the connection's goroutine:
 	writing bool // a write is queued and not yet written
-	ended   bool // End or Reset was queued: next is not called again
+	ended   bool // the end or a reset was queued: next is not called again
+}
+
+// Write is what a detached stream's next function returns: Data to write
+// (none when empty), and whether the stream then ends. An ending stream
+// sends Trailers, when it has fields, in a HEADERS frame with END_STREAM,
+// else END_STREAM on the last DATA frame.
+type Write struct {
+	Data     []byte
+	End      bool
+	Trailers http.Header
 }
 
 // Detach detaches the response w from its handler, which must call it
@@ -48,7 +58,7 @@ type Detached struct {
 // it) makes afterwards are discarded, and the handler's return does not
 // end the stream. It returns ErrNotDetachable, or the stream's error
 // when the stream or its connection has already closed.
-func Detach(w http.ResponseWriter, next func() []byte, onClose func(error)) (*Detached, error) {
+func Detach(w http.ResponseWriter, next func() Write, onClose func(error)) (*Detached, error) {
 	rw, ok := w.(*responseWriter)
 	if !ok || rw.rws == nil || rw.rws.handlerDone || rw.rws.detached {
 		return nil, ErrNotDetachable
@@ -120,29 +130,6 @@ func Kick(ds []*Detached) {
 	}
 }
 
-// End queues data, if any, and then the end of the stream: a HEADERS
-// frame of trailers with END_STREAM when trailers has fields, else
-// END_STREAM on the last DATA frame. What the stream was writing is
-// written first; next is not called again. It waits only for the
-// connection's goroutine to take the message.
-func (d *Detached) End(data []byte, trailers http.Header) {
-	d.sc.sendServeMsg(func(sc *serverConn) {
-		st := d.st
-		if d.ended || st.detached != d {
-			return
-		}
-		d.ended = true
-		if len(trailers) == 0 {
-			sc.writeFrame(FrameWriteRequest{write: &writeData{streamID: st.id, p: data, endStream: true}, stream: st})
-			return
-		}
-		if len(data) > 0 {
-			sc.writeFrame(FrameWriteRequest{write: &writeData{streamID: st.id, p: data}, stream: st})
-		}
-		sc.writeFrame(FrameWriteRequest{write: &writeResHeaders{streamID: st.id, h: trailers, endStream: true}, stream: st})
-	})
-}
-
 // Reset ends the stream at once with RST_STREAM and code, dropping what
 // it has not written; the peer sees a stream error. Use it for a peer
 // that stopped reading.
@@ -162,12 +149,24 @@ func (d *Detached) pull() {
 	if d.writing || d.ended || st.detached != d {
 		return
 	}
-	p := d.next()
-	if len(p) == 0 {
+	w := d.next()
+	if w.End {
+		d.ended = true
+		if len(w.Trailers) == 0 {
+			d.sc.writeFrame(FrameWriteRequest{write: &writeData{streamID: st.id, p: w.Data, endStream: true}, stream: st})
+			return
+		}
+		if len(w.Data) > 0 {
+			d.sc.writeFrame(FrameWriteRequest{write: &writeData{streamID: st.id, p: w.Data}, stream: st})
+		}
+		d.sc.writeFrame(FrameWriteRequest{write: &writeResHeaders{streamID: st.id, h: w.Trailers, endStream: true}, stream: st})
+		return
+	}
+	if len(w.Data) == 0 {
 		return
 	}
 	d.writing = true
-	d.sc.writeFrame(FrameWriteRequest{write: &writeData{streamID: st.id, p: p, detachedLast: true}, stream: st})
+	d.sc.writeFrame(FrameWriteRequest{write: &writeData{streamID: st.id, p: w.Data, detachedLast: true}, stream: st})
 }
 
 // wrote is called on the connection's goroutine when the last frame of

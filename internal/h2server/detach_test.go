@@ -49,6 +49,7 @@ func detachServer(t *testing.T, handler http.HandlerFunc) (string, *http.Client)
 type owner struct {
 	mu     sync.Mutex
 	queue  [][]byte
+	end    *Write // returned once the queue is empty
 	pulls  int
 	closed chan error
 	d      *Detached
@@ -62,16 +63,25 @@ func newOwner(chunks ...string) *owner {
 	return o
 }
 
-func (o *owner) next() []byte {
+func (o *owner) next() Write {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.pulls++
 	if len(o.queue) == 0 {
-		return nil
+		if o.end != nil {
+			return *o.end
+		}
+		return Write{}
 	}
 	p := o.queue[0]
 	o.queue = o.queue[1:]
-	return p
+	return Write{Data: p}
+}
+
+func (o *owner) ending(w Write) {
+	o.mu.Lock()
+	o.end = &w
+	o.mu.Unlock()
 }
 
 func (o *owner) pullCount() int {
@@ -156,7 +166,12 @@ func TestDetachedStreamWritesKicksAndEnds(t *testing.T) {
 			t.Fatalf("got %q, want %q", got, want)
 		}
 	}
-	d.End([]byte("last\n"), http.Header{"Grpc-Status": {"0"}})
+	o.add("fifth\n")
+	o.ending(Write{Data: []byte("last\n"), End: true, Trailers: http.Header{"Grpc-Status": {"0"}}})
+	Kick([]*Detached{d})
+	if got := readLine(t, br); got != "fifth\n" {
+		t.Fatalf("got %q, want fifth", got)
+	}
 	if got := readLine(t, br); got != "last\n" {
 		t.Fatalf("got %q, want last", got)
 	}
@@ -174,7 +189,6 @@ func TestDetachedStreamWritesKicksAndEnds(t *testing.T) {
 	// After the end nothing pulls or writes.
 	pulls := o.pullCount()
 	Kick([]*Detached{d})
-	d.End(nil, nil)
 	d.Reset(ErrCodeCancel)
 	if o.pullCount() != pulls {
 		t.Fatal("next was called after the stream closed")

@@ -38,11 +38,17 @@ func DialFrom(t testing.TB, addr, from string) net.Conn {
 // is the Host the call names; extra are more request headers, name and
 // value in turn, such as "grpc-accept-encoding", "gzip".
 func StalledStream(c net.Conn, authority, path string, body []byte, extra ...string) error {
+	return StalledStreamAfter(c, 0, authority, path, body, extra...)
+}
+
+// StalledStreamAfter is StalledStream with a flow-control window of
+// window bytes: the server can send that much response data, and no more.
+func StalledStreamAfter(c net.Conn, window uint32, authority, path string, body []byte, extra ...string) error {
 	fr := http2.NewFramer(c, c)
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
 		return err
 	}
-	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: window}); err != nil {
 		return err
 	}
 	var hb bytes.Buffer
