@@ -113,12 +113,21 @@ func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slice
 	if err != nil {
 		return err
 	}
-	defer leave()
-	// The stream keeps its goroutine, which holds the job followed
-	// (join) until the stream ends: only the Distributor detaches streams.
-	send, _, stop := sendShared(ctx, stream)
+	// A detached stream (every Clerk's, when Distributors fail over to
+	// the Backup) holds the job followed until it ends; any other until
+	// its handler returns.
+	send, detach, stop := sendShared(ctx, stream)
 	defer stop()
-	return l.stream(ctx, b.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send, nil)
+	offer, detached := detach(b.stopping, nil, leave), false
+	err = l.stream(ctx, b.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send,
+		func(l *latest, known assign.Version, deltas bool) bool {
+			detached = offer(l, known, deltas)
+			return detached
+		})
+	if !detached {
+		leave()
+	}
+	return err
 }
 
 // poller reads one job's assignment from the store for all its watchers.

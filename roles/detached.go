@@ -44,8 +44,11 @@ import (
 // waits longer than --stream-write-timeout (the sweep of sendWatch); and
 // it goes when the client cancels it or the connection closes.
 //
-// Other streams (HTTP/1, JSON, compressed, or a stream the server cannot
-// detach) keep their goroutine and send as before.
+// The Backup detaches its streams too (Clerks fail over to it when no
+// Distributor answers); the Assigner's few streams (Distributors,
+// Backups) keep their goroutines. Other streams (HTTP/1, JSON,
+// compressed, or a stream the server cannot detach) keep their goroutine
+// and send as before.
 
 // streamProtocol is the RPC protocol of a stream, by its Content-Type.
 type streamProtocol int
@@ -78,6 +81,7 @@ type detachedSub struct {
 	deadline time.Time             // the call's deadline; zero for none
 	count    func(*sharedResponse) // records a message sent; may be nil
 	release  func()                // gives back the stream's place under --max-streams; may be nil
+	onEnd    func()                // the role's own release when the stream ends; may be nil
 	conn     any                   // the connection, the group the stream is kicked with
 	d        atomic.Pointer[h2server.Detached]
 
@@ -208,6 +212,9 @@ func (s *detachedSub) closed(error) {
 	if s.release != nil {
 		s.release()
 	}
+	if s.onEnd != nil {
+		s.onEnd()
+	}
 }
 
 // detachStream hands the stream of w, which has sent the generation
@@ -215,12 +222,12 @@ func (s *detachedSub) closed(error) {
 // which the stream's handler must return (whatever it then writes is
 // discarded). It does not for a response the HTTP/2 server cannot detach,
 // or a stream that already ended; the handler then serves it as before.
-func detachStream(ctx context.Context, sl *streamLimits, l *latest, known assign.Version, deltas bool, stopping <-chan struct{}, count func(*sharedResponse)) bool {
+func detachStream(ctx context.Context, sl *streamLimits, l *latest, known assign.Version, deltas bool, stopping <-chan struct{}, count func(*sharedResponse), onEnd func()) bool {
 	if sl == nil || sl.protocol == protoUnknown || sl.w == nil {
 		return false
 	}
 	s := &detachedSub{l: l, watch: sl.watch, protocol: sl.protocol, deltas: deltas, stopping: stopping,
-		count: count, known: known, conn: sl.conn}
+		count: count, onEnd: onEnd, known: known, conn: sl.conn}
 	s.deadline, _ = ctx.Deadline()
 	slot, _ := ctx.Value(streamSlotKey{}).(*streamSlot)
 	s.release = slot.take()

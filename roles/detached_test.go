@@ -229,3 +229,56 @@ func TestDetachedStreamsKeepTheirPlace(t *testing.T) {
 		t.Fatalf("a stream after one ended: %v", d.Err())
 	}
 }
+
+// TestBackupDetachesAndFollowsUntilTheStreamEnds checks that the Backup
+// detaches a Clerk's stream, which still gets the job's commits, and that
+// the Backup follows the job until that stream ends, not its handler.
+func TestBackupDetachesAndFollowsUntilTheStreamEnds(t *testing.T) {
+	cfg := testConfig(t, "node-1", t.TempDir())
+	node := startAgent(t, cfg)
+	taskMember(t, "kv", "t0", node.GossipAddr())
+	seesTask(t, node, "kv", "t0")
+	// The Backup serves what was committed.
+	watch(t, node.RPCAddr(), "kv", false).until(t, "t0 committed", hasTasks("t0"))
+
+	poller := func() *poller {
+		node.backup.mu.Lock()
+		defer node.backup.mu.Unlock()
+		return node.backup.pollers["kv"]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hc := api.NewH2CClient()
+	defer hc.CloseIdleConnections()
+	stream, err := slicerv1connect.NewBackupServiceClient(hc, api.RPCURL(node.RPCAddr())).
+		WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		t.Fatalf("no first message: %v", stream.Err())
+	}
+	testwait.For(t, "the Backup's stream to be detached", func() bool {
+		p := poller()
+		return p != nil && p.l.detachedCount() == 1 && p.l.goroutineStreams() == 0
+	})
+	taskMember(t, "kv", "t1", node.GossipAddr())
+	for {
+		if !stream.Receive() {
+			t.Fatalf("stream ended before t1 joined: %v", stream.Err())
+		}
+		a, err := api.FromProto(stream.Msg().GetAssignment())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hasTasks("t0", "t1")(a) {
+			break
+		}
+	}
+	if poller() == nil {
+		t.Fatal("the Backup stopped following the job while a detached stream watched it")
+	}
+	cancel()
+	testwait.For(t, "the Backup to stop following the job", func() bool { return poller() == nil })
+}

@@ -302,7 +302,7 @@ func (d *Distributor) WatchAssignment(ctx context.Context, req *connect.Request[
 	send, detach, stop := sendShared(ctx, stream)
 	defer stop()
 	return l.stream(ctx, d.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr,
-		d.metrics.counting(send, opened), detach(d.stopping, d.metrics.recorder(opened)))
+		d.metrics.counting(send, opened), detach(d.stopping, d.metrics.recorder(opened), nil))
 }
 
 // GetAssignment implements slicerv1connect.DistributorServiceHandler: it

@@ -332,7 +332,7 @@ var errCompressedOverBudget = errors.New("roles: compressed assignment streams a
 // RST_STREAM, which clients see as a stream error and retry from their
 // known generation; on HTTP/1 the connection closes), which frees what the
 // send held.
-func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) (send func(*sharedResponse) error, detach func(stopping <-chan struct{}, count func(*sharedResponse)) detachFunc, stop func()) {
+func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) (send func(*sharedResponse) error, detach func(stopping <-chan struct{}, count func(*sharedResponse), onEnd func()) detachFunc, stop func()) {
 	sl, _ := ctx.Value(streamLimitsKey{}).(*streamLimits)
 	if sl == nil {
 		sl = &streamLimits{}
@@ -378,15 +378,16 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 		return failed(err)
 	}
 	// detach offers the stream to detachStream once it has sent its
-	// first message (and with it the response headers), and only once.
-	detach = func(stopping <-chan struct{}, count func(*sharedResponse)) detachFunc {
+	// first message (and with it the response headers), and only once;
+	// onEnd, if not nil, is called when a stream it detached ends.
+	detach = func(stopping <-chan struct{}, count func(*sharedResponse), onEnd func()) detachFunc {
 		offered := false
 		return func(l *latest, known assign.Version, deltas bool) bool {
 			if !sl.direct || !sent || offered {
 				return false
 			}
 			offered = true
-			return detachStream(ctx, sl, l, known, deltas, stopping, count)
+			return detachStream(ctx, sl, l, known, deltas, stopping, count, onEnd)
 		}
 	}
 	return send, detach, dog.stop
