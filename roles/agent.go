@@ -222,8 +222,10 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		ErrorLog:       slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),
 		BaseContext:    func(net.Listener) context.Context { return a.stopCtx },
 	}
-	// HTTP/2 from golang.org/x/net rather than net/http's bundled copy,
-	// for its choice of write scheduler: the bundled one walks every open
+	// HTTP/2 from internal/h2server, golang.org/x/net's server copied so
+	// that the Distributor can detach watch streams from their handlers
+	// (detached.go), rather than net/http's bundled copy; also for its
+	// choice of write scheduler: the bundled one walks every open
 	// stream of a connection to find one with data on each frame it
 	// writes, so one generation fanned out to the n watch streams of a
 	// connection costs n² steps (a sixth of slicerd's CPU at 10,000
