@@ -288,11 +288,7 @@ func (l *latest) removeDetached(s *detachedSub) {
 func (l *latest) detachedStreams() []*h2server.Detached {
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
-	n := 0
-	for _, g := range l.detached {
-		n += len(g)
-	}
-	ds := make([]*h2server.Detached, 0, n)
+	ds := make([]*h2server.Detached, 0, inGroups(l.detached))
 	for _, g := range l.detached {
 		for s := range g {
 			if d := s.d.Load(); d != nil {
@@ -335,8 +331,13 @@ const kickBatch = 4096
 func (l *latest) detachedCount() int {
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
+	return inGroups(l.detached)
+}
+
+// inGroups counts the members of groups.
+func inGroups[G comparable, M comparable](groups map[G]map[M]struct{}) int {
 	n := 0
-	for _, g := range l.detached {
+	for _, g := range groups {
 		n += len(g)
 	}
 	return n

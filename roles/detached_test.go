@@ -25,11 +25,7 @@ const assignerStreams = 1
 func (l *latest) goroutineStreams() int {
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
-	n := 0
-	for _, g := range l.subs {
-		n += len(g)
-	}
-	return n
+	return inGroups(l.subs)
 }
 
 // TestDetachedStreamsServeEveryProtocol checks that a Distributor's
@@ -73,7 +69,8 @@ func TestDetachedStreamsServeEveryProtocol(t *testing.T) {
 	json.until(t, "t0 and t1 (JSON)", hasTasks("t0", "t1"))
 
 	node.stop(t)
-	for name, w := range append2(watchers, "json", json) {
+	watchers["json"] = json
+	for name, w := range watchers {
 		select {
 		case err := <-w.err:
 			if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "shutting down") {
@@ -83,14 +80,6 @@ func TestDetachedStreamsServeEveryProtocol(t *testing.T) {
 			t.Fatalf("%s stream did not end after the agent stopped", name)
 		}
 	}
-}
-
-func append2(m map[string]*watcher, name string, w *watcher) map[string]*watcher {
-	out := map[string]*watcher{name: w}
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // TestDetachedStreamEndsWithItsDeadline checks that a detached stream

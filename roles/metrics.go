@@ -199,14 +199,7 @@ func (c subscribersCollector) Collect(ch chan<- prometheus.Metric) {
 func (l *latest) subscribers() int {
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
-	n := 0
-	for _, g := range l.subs {
-		n += len(g)
-	}
-	for _, g := range l.detached {
-		n += len(g)
-	}
-	return n
+	return inGroups(l.subs) + inGroups(l.detached)
 }
 
 // membersCollector reports the gossip members by state when scraped.
