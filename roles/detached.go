@@ -31,8 +31,9 @@ import (
 // writing is asked again when its write completes, so a slow subscriber
 // skips generations as before rather than queueing them.
 //
-// A detached stream costs its HTTP/2 stream state and this struct, some
-// hundreds of bytes, where a stream with a goroutine holds an 8 KB stack,
+// A detached stream costs its HTTP/2 stream state and this struct, about
+// 2 KB resident (docs/benchmarks.md), where a stream with a goroutine
+// holds an 8 KB stack,
 // the server's 4 KB response buffer and its request state; and a
 // generation reaches a connection's streams with one hand-off to the
 // connection's goroutine, where each stream's goroutine took two per

@@ -271,3 +271,16 @@ func TestBackupDetachesAndFollowsUntilTheStreamEnds(t *testing.T) {
 	cancel()
 	testwait.For(t, "the Backup to stop following the job", func() bool { return poller() == nil })
 }
+
+func TestGRPCPercentEncode(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                       "",
+		"job \"kv\" is gone; ok": "job \"kv\" is gone; ok",
+		"50% done\nnext":         "50%25 done%0Anext",
+		"caf\u00e9":              "caf%C3%A9",
+	} {
+		if got := grpcPercentEncode(in); got != want {
+			t.Errorf("grpcPercentEncode(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
