@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
 )
@@ -219,7 +220,27 @@ func (c *Cluster) CheckEpochs(job string) {
 // the store holds the last of them.
 func (c *Cluster) CheckHistory(job string) {
 	c.t.Helper()
-	commits := c.Commits(job)
+	// The recorder logs a commit once the store has taken it, so a commit
+	// under way can be in the store and not yet in the log, or one can
+	// land between the two reads: compare a log and a store that held
+	// still across the reads, waiting a little for an Assigner still
+	// committing. A store that never holds the last logged commit (one
+	// overwrote another) fails below.
+	var commits []Commit
+	var rec storage.Record
+	testwait.Poll(c.t, 10*time.Second, func() bool {
+		before := c.Record(job)
+		commits = c.Commits(job)
+		rec = c.Record(job)
+		if before.Generation() != rec.Generation() {
+			return false
+		}
+		last := uint64(0)
+		for _, cm := range commits {
+			last = max(last, cm.Generation)
+		}
+		return rec.Current != nil && last == rec.Current.Generation
+	})
 	sorted := slices.Clone(commits)
 	slices.SortFunc(sorted, func(x, y Commit) int { return cmp.Compare(x.Generation, y.Generation) })
 	for i, cm := range sorted {
@@ -235,7 +256,6 @@ func (c *Cluster) CheckHistory(job string) {
 		return
 	}
 	last := sorted[len(sorted)-1]
-	rec := c.Record(job)
 	if rec.Current == nil || rec.Current.Generation != last.Generation {
 		c.t.Errorf("the store holds generation %d of %s, but the last commit was %d", rec.Generation(), job, last.Generation)
 	}
