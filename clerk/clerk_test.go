@@ -159,15 +159,17 @@ func TestNewValidates(t *testing.T) {
 func TestFirstAssignmentAndUpdates(t *testing.T) {
 	srv := newServer(t)
 	a1 := clerktest.Uniform(job, 1, tasks, 16)
-	srv.Publish(a1)
 
 	var rec recorder
 	cfg := testConfig(srv.Addr())
 	cfg.OnAssignment = rec.on
 	c := start(t, cfg)
+	// Published only now: a Clerk that could already have received it
+	// would not be one without an assignment.
 	if c.AssignedTasksString("k") != nil || c.Assignment() != nil || c.Generation() != 0 {
 		t.Fatal("a Clerk without an assignment should answer nil and generation 0")
 	}
+	srv.Publish(a1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := c.WaitReady(ctx); err != nil {
