@@ -45,6 +45,7 @@ type h2Conn struct {
 
 	// Owned by the read loop once it runs.
 	streams map[uint32]*h2Stream
+	reopens sync.WaitGroup // the streams being reopened
 }
 
 // h2Stream is one watch stream: the harness's stream idx.
@@ -60,36 +61,51 @@ type h2Stream struct {
 // grant slicerd; consumed bytes are returned once they reach half of it.
 const h2Window = 1 << 20
 
-// startRaw opens the bulk streams on s.conns h2Conns.
+// startRaw opens the bulk streams on s.conns h2Conns. A connection that
+// fails is dialled again after a pause, its streams reopened from the
+// generations they hold, as a Clerk reconnects; s.redials counts those.
 func (s *subscribers) startRaw(ctx context.Context) {
-	per := make([][]int, s.conns)
+	per := make([][]*h2Stream, s.conns)
 	for i := 1; i < s.n; i++ {
-		per[i%s.conns] = append(per[i%s.conns], i)
+		per[i%s.conns] = append(per[i%s.conns], &h2Stream{idx: i})
 	}
-	for _, idxs := range per {
-		if len(idxs) == 0 {
+	for _, sts := range per {
+		if len(sts) == 0 {
 			continue
 		}
 		s.wg.Go(func() {
-			if err := runH2Conn(ctx, s, s.rawAddr, idxs); err != nil && ctx.Err() == nil {
-				fmt.Fprintf(os.Stderr, "fanout: h2 connection: %v\n", err)
+			for {
+				err := runH2Conn(ctx, s, s.rawAddr, sts)
+				if ctx.Err() != nil {
+					return
+				}
+				s.redials.Add(1)
+				fmt.Fprintf(os.Stderr, "fanout: h2 connection: %v; dialling again\n", err)
+				if benchproc.Sleep(ctx, 100*time.Millisecond) != nil {
+					return
+				}
 			}
 		})
 	}
 }
 
-// runH2Conn opens one connection with a stream for each of idxs and reads
+// runH2Conn opens one connection with a stream for each of sts and reads
 // it until ctx ends or the connection fails.
-func runH2Conn(ctx context.Context, s *subscribers, addr string, idxs []int) error {
+func runH2Conn(ctx context.Context, s *subscribers, addr string, sts []*h2Stream) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	h := &h2Conn{ctx: ctx, s: s, addr: addr, c: c, nextID: 1, streams: map[uint32]*h2Stream{}}
+	// The streams' reopenings (ended) are over before they open on
+	// another connection.
+	defer h.reopens.Wait()
+	defer cancel()
 	h.fr = http2.NewFramer(c, c)
 	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	h.fr.MaxHeaderListSize = 1 << 20
@@ -109,8 +125,8 @@ func runH2Conn(ctx context.Context, s *subscribers, addr string, idxs []int) err
 	opened := make(chan error, 1)
 	go func() {
 		var err error
-		for _, i := range idxs {
-			if err = h.open(&h2Stream{idx: i}); err != nil {
+		for _, st := range sts {
+			if err = h.open(st); err != nil {
 				break
 			}
 		}
@@ -254,7 +270,7 @@ func (h *h2Conn) ended(id uint32) {
 	if st == nil {
 		return
 	}
-	h.s.wg.Go(func() { // not from the read loop, which must keep reading
+	h.reopens.Go(func() { // not from the read loop, which must keep reading
 		if benchproc.Sleep(h.ctx, 100*time.Millisecond) == nil {
 			_ = h.open(st)
 		}

@@ -252,13 +252,16 @@ type report struct {
 	OpenSeconds float64      `json:"open_seconds"` // until every stream had the first assignment
 	Generations []generation `json:"generations"`
 	// Medians over the generations.
-	P50Ms  float64     `json:"p50_ms"`
-	P99Ms  float64     `json:"p99_ms"`
-	AllMs  float64     `json:"all_ms"`
-	CPUMs  float64     `json:"cpu_ms"`
-	RSSMiB float64     `json:"rss_mib"` // the largest seen
-	Lost   int         `json:"lost"`    // stream-generations never received
-	Kill   *killReport `json:"kill,omitempty"`
+	P50Ms  float64 `json:"p50_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	AllMs  float64 `json:"all_ms"`
+	CPUMs  float64 `json:"cpu_ms"`
+	RSSMiB float64 `json:"rss_mib"` // the largest seen
+	Lost   int     `json:"lost"`    // stream-generations never received
+	// Redials counts -client h2 connections that slicerd closed or
+	// reset and the harness dialled again, its streams reopened.
+	Redials int64       `json:"redials"`
+	Kill    *killReport `json:"kill,omitempty"`
 	// Distribution is commit → receipt over every stream and timed
 	// generation, with slicerd's own commit → send beside it (-metrics).
 	Distribution *distribution `json:"distribution"`
@@ -412,6 +415,9 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "median: commit → stream p50 %.1f ms, p99 %.1f ms, until all %.1f ms; slicerd CPU per update %.0f ms; RSS up to %.0f MiB; lost %d\n",
 		r.P50Ms, r.P99Ms, r.AllMs, r.CPUMs, r.RSSMiB, r.Lost)
+	if r.Redials > 0 {
+		fmt.Fprintf(w, "connections dialled again after slicerd closed them: %d\n", r.Redials)
+	}
 	if r.Distribution != nil {
 		r.Distribution.print(w)
 	}
@@ -641,6 +647,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		rep.RSSMiB = max(rep.RSSMiB, g.RSSMiB)
 	}
 	rep.P50Ms, rep.P99Ms, rep.AllMs, rep.CPUMs = median(p50), median(p99), median(all), median(cpu)
+	rep.Redials = subs.redials.Load()
 	return rep, nil
 }
 
@@ -899,6 +906,9 @@ type subscribers struct {
 	// those that had any.
 	counts [1024]atomic.Int64
 	opened atomic.Int64
+	// redials counts the -client h2 connections that failed and were
+	// dialled again.
+	redials atomic.Int64
 
 	deltas bool
 	// rawAddr is slicerd's address when streams 1 and up are read by
