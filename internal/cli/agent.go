@@ -187,7 +187,7 @@ func agentFlags() []cli.Flag {
 		&cli.IntFlag{
 			Name: "max-streams", Value: d.MaxStreams, EnvVars: []string{"SLICERD_MAX_STREAMS"},
 			Usage: "most streams (WatchAssignment on every role, server reflection) this node serves at once; one more fails at once " +
-				"with RESOURCE_EXHAUSTED (each holds a goroutine and its subscriber's state)",
+				"with RESOURCE_EXHAUSTED (each holds its subscriber's state, and a goroutine unless it was detached: see docs/operations.md)",
 		},
 		&cli.IntFlag{
 			Name: "max-streams-per-connection", Value: d.MaxStreamsPerConnection, EnvVars: []string{"SLICERD_MAX_STREAMS_PER_CONNECTION"},
