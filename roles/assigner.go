@@ -110,7 +110,8 @@ type Assigner struct {
 
 	// Limits; see limits.go.
 	maxJobs, maxSlices int
-	reports            *reportLimiter
+	reports            *reportLimiter // load reports per task
+	readyReports       *reportLimiter // readiness reports per task
 	leaseCalls         *reportLimiter // LeaseService calls per task
 
 	// Strong jobs' guard drivers (guard.go): runCtx is Run's, set when it
@@ -151,6 +152,10 @@ func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members 
 		maxJobs:     cfg.MaxJobs,
 		maxSlices:   cfg.MaxSlicesPerJob,
 		reports:     newReportLimiter(cfg.MaxLoadReportsPerSecond, cfg.LoadReportBurst),
+		// Readiness reports come once per generation that gives a task
+		// keys; they get a bucket of the same size, so a task's first
+		// readiness report never spends the token of its first load report.
+		readyReports: newReportLimiter(cfg.MaxLoadReportsPerSecond, cfg.LoadReportBurst),
 	}
 	a.fencer, _ = store.(storage.Fencer)
 	a.leases = leases

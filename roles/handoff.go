@@ -177,7 +177,7 @@ func (a *Assigner) ReportReady(ctx context.Context, req *connect.Request[slicerv
 		}
 		return resp, nil
 	}
-	if _, err := a.acceptTaskReport(m.GetJob(), m.GetTask()); err != nil {
+	if _, err := a.acceptTaskReport(a.readyReports, "readiness", m.GetJob(), m.GetTask()); err != nil {
 		return nil, err
 	}
 	a.mu.Lock()

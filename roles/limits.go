@@ -66,16 +66,17 @@ func (r *reportLimiter) sweep(now time.Time) {
 	r.sweepSize = max(1024, 2*len(r.tasks))
 }
 
-// limitReport refuses a load report beyond the task's rate, telling the
-// task when to send the next one.
-func (a *Assigner) limitReport(job, task string) error {
-	ok, wait := a.reports.allow(job, task, time.Now())
+// limitReport refuses a report beyond the task's rate in r, telling the
+// task when to send the next one. Load and readiness reports are paced
+// by buckets of their own (same size), so a burst of one kind does not
+// refuse the other.
+func limitReport(r *reportLimiter, kind, job, task string) error {
+	ok, wait := r.allow(job, task, time.Now())
 	if ok {
 		return nil
 	}
-	return fmt.Errorf("%w: task %q of job %q sends more than %g load reports per second (burst %d; --max-load-reports-per-second, --load-report-burst); "+
-		"retry in %v, keeping the load for that report", ErrTooManyReports, task, job,
-		float64(a.reports.rate), a.reports.burst, wait.Round(time.Millisecond))
+	return fmt.Errorf("%w: task %q of job %q sends more than %g %s reports per second (burst %d; --max-load-reports-per-second, --load-report-burst); "+
+		"retry in %v", ErrTooManyReports, task, job, float64(r.rate), kind, r.burst, wait.Round(time.Millisecond))
 }
 
 // capSlices applies the agent's --max-slices-per-job to a job's

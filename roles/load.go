@@ -95,7 +95,7 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	if p, forward := a.forwardTo(m.GetJob(), req.Header()); forward {
 		return a.forwardLoad(ctx, p, req)
 	}
-	live, err := a.acceptTaskReport(m.GetJob(), m.GetTask())
+	live, err := a.acceptTaskReport(a.reports, "load", m.GetJob(), m.GetTask())
 	if err != nil {
 		return nil, err
 	}
@@ -107,16 +107,16 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 }
 
 // acceptTaskReport checks that task is an alive member of job in gossip
-// and within its report rate (shared by load and readiness reports), and
-// returns the job's live task names.
-func (a *Assigner) acceptTaskReport(job, task string) ([]string, error) {
+// and within its rate of reports of this kind (limits, "load" or
+// "readiness"), and returns the job's live task names.
+func (a *Assigner) acceptTaskReport(limits *reportLimiter, kind, job, task string) ([]string, error) {
 	live := a.liveTaskNames(job)
 	if _, ok := slices.BinarySearch(live, task); !ok {
 		return nil, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
 			"start the task's Slicelet (it joins gossip before reporting) or wait until gossip has seen it join",
 			ErrNotMember, task, job))
 	}
-	if err := a.limitReport(job, task); err != nil {
+	if err := limitReport(limits, kind, job, task); err != nil {
 		return nil, toConnect(err)
 	}
 	return live, nil
