@@ -126,8 +126,47 @@ func TestSystemdUnitsVerify(t *testing.T) {
 		cmd := exec.Command(analyze, "verify", copied)
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
-		if err != nil || len(out) != 0 {
-			t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, out)
+		ours, host := unitLines(string(out), name)
+		if host != "" {
+			t.Logf("systemd-analyze verify %s printed about other units or this machine (not failed):\n%s", name, host)
 		}
+		if err != nil || ours != "" {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, ours)
+		}
+	}
+}
+
+// unitLines splits what systemd-analyze verify printed into the lines
+// naming the unit and the others. verify also loads the units ours
+// depend on and warns about this machine's own unit files (a unit in
+// /lib/systemd/system with a deprecated key, say), or about the machine
+// itself (a container without its own control group); those say nothing
+// about dist/systemd. Every message about a unit names it.
+func unitLines(out, name string) (ours, others string) {
+	var o, h strings.Builder
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, name) {
+			o.WriteString(line)
+		} else {
+			h.WriteString(line)
+		}
+	}
+	return o.String(), h.String()
+}
+
+func TestUnitLines(t *testing.T) {
+	out := "/lib/systemd/system/plymouth-start.service:23: Unit configured to use KillMode=none. This is unsafe.\n" +
+		"/tmp/x/slicerd-agent.service:7: Unknown key name 'Foo' in section 'Service', ignoring.\n" +
+		"slicerd-agent.service: Command /nope is not executable: No such file or directory\n" +
+		"Failed to create /init.scope control group: Read-only file system\n"
+	ours, host := unitLines(out, "slicerd-agent.service")
+	wantOurs := "/tmp/x/slicerd-agent.service:7: Unknown key name 'Foo' in section 'Service', ignoring.\n" +
+		"slicerd-agent.service: Command /nope is not executable: No such file or directory\n"
+	if ours != wantOurs {
+		t.Errorf("ours = %q; want %q", ours, wantOurs)
+	}
+	if want := "/lib/systemd/system/plymouth-start.service:23: Unit configured to use KillMode=none. This is unsafe.\n" +
+		"Failed to create /init.scope control group: Read-only file system\n"; host != want {
+		t.Errorf("host = %q; want %q", host, want)
 	}
 }
