@@ -43,6 +43,7 @@ type Agent struct {
 	leases      lease.Manager // the assigner role's; nil without it
 	listener    net.Listener
 	server      *http.Server
+	h2          *h2server.Server // server's HTTP/2; counts its parked handlers
 	hosts       *hostcheck.Checker
 	streams     *streamLimiter
 	health      *grpchealth.StaticChecker
@@ -232,7 +233,20 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	// streams, most of it at 100,000). The random scheduler holds only the
 	// streams with data waiting. The settings above (HTTP2, IdleTimeout,
 	// TLS) apply to it as to the bundled server, and Shutdown drains it.
-	if err := h2server.ConfigureServer(a.server, &h2server.Server{NewWriteScheduler: func() h2server.WriteScheduler { return h2server.NewRandomWriteScheduler() }}); err != nil {
+	//
+	// At most maxStartingHandlers() requests are served at once until
+	// they send their response headers (or wait for an event); the
+	// others wait in their connection's queue without a goroutine. When
+	// 100,000 watch streams open at once (subscribers reconnecting after
+	// a restart), the scheduler's run queue stays near that number
+	// instead of holding every stream's goroutine, and gossip's probes
+	// and new connections' prefaces are answered in time
+	// (docs/benchmarks.md).
+	a.h2 = &h2server.Server{
+		NewWriteScheduler:   func() h2server.WriteScheduler { return h2server.NewRandomWriteScheduler() },
+		MaxStartingHandlers: maxStartingHandlers(),
+	}
+	if err := h2server.ConfigureServer(a.server, a.h2); err != nil {
 		a.closeListeners()
 		return nil, fmt.Errorf("roles: configure HTTP/2: %w", err)
 	}

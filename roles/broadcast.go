@@ -399,6 +399,7 @@ func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known ass
 			return s.err
 		}
 		l.settle(sub, paceIdle)
+		waiting(ctx)
 		<-sub.wake
 		if ctx.Err() != nil {
 			// The agent cancels every request's context when it stops.

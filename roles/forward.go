@@ -47,13 +47,16 @@ func (a *Assigner) forwardTo(job string, h http.Header) (lease.Route, bool) {
 }
 
 // forwardRequest marks a request forwarded along r: by this Assigner, for
-// the caller, and to a holder or a preferred Assigner.
+// the caller, and to a holder or a preferred Assigner. The request then
+// waits on that Assigner: it stops counting among this node's starting
+// RPCs (maxStartingHandlers).
 func (a *Assigner) forwardRequest(ctx context.Context, h http.Header, r lease.Route) {
 	h.Set(ForwardedHeader, a.self)
 	h.Set(ForwardedForHeader, forwardedFor(callerFrom(ctx).p))
 	if r.Holder {
 		h.Set(ForwardedToHolderHeader, "1")
 	}
+	waiting(ctx) // on the other Assigner, not on this node's CPU
 }
 
 // forwardErr turns a failed forward into what the caller sees: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,4 +180,15 @@ func (a *Assigner) withinJobCap(sorted []string, held int) []string {
 	}
 	a.logIgnoredJobs(ignored)
 	return kept
+}
+
+// maxStartingHandlers is how many RPCs the node serves at once until they
+// send their response headers or wait for an event
+// (internal/h2server/startlimit.go): 32 per CPU the Go scheduler runs
+// on, and at least 64. A handler on the CPU is done with that part in a
+// millisecond or less, so this keeps every CPU busy while the run queue
+// stays short; one that holds its place longer (a forwarded call to a
+// slow peer) stops counting after 100 to 200 ms.
+func maxStartingHandlers() int {
+	return max(64, 32*runtime.GOMAXPROCS(0))
 }

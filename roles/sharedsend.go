@@ -307,6 +307,17 @@ func withStreamLimits(h http.Handler, watch *sendWatch, budget *sendBudget) http
 	})
 }
 
+// waiting tells the HTTP/2 server that the request of ctx is about to
+// wait for its job to change, so that it no longer counts among the
+// server's starting handlers (maxStartingHandlers): a watch of a job
+// that has no assignment yet would otherwise hold its place until the
+// server parks it.
+func waiting(ctx context.Context) {
+	if sl, _ := ctx.Value(streamLimitsKey{}).(*streamLimits); sl != nil && sl.w != nil {
+		h2server.Waiting(sl.w)
+	}
+}
+
 // errStreamSend ends a stream whose send failed, most often because its
 // reader fell behind by more than the stream write timeout.
 var errStreamSend = errors.New("roles: assignment stream send failed: the client stopped reading for longer than --stream-write-timeout, or went away; it can resume from its known generation")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -20,28 +19,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // this package, and returns its URL and a client for it.
 func detachServer(t *testing.T, handler http.HandlerFunc) (string, *http.Client) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	protocols := new(http.Protocols)
-	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: handler, Protocols: protocols}
-	if err := ConfigureServer(srv, &Server{NewWriteScheduler: func() WriteScheduler { return NewRandomWriteScheduler() }}); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(l)
-	}()
-	tr := &http.Transport{Protocols: protocols}
-	t.Cleanup(func() {
-		tr.CloseIdleConnections()
-		_ = srv.Close()
-		<-done
-	})
-	return "http://" + l.Addr().String(), &http.Client{Transport: tr}
+	url, _, newClient := limitedServer(t, &Server{NewWriteScheduler: func() WriteScheduler { return NewRandomWriteScheduler() }}, handler)
+	return url, newClient()
 }
 
 // owner is a detached stream's owner for tests: next hands out queued

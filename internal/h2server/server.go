@@ -46,6 +46,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slicerd/slicerd/internal/h2server/internal/httpcommon"
@@ -95,6 +96,8 @@ type serverInternalState struct {
 	// Pool of error channels. This is per-Server rather than global
 	// because channels can't be reused across synctest bubbles.
 	errChanPool sync.Pool
+
+	starts *startLimiter // nil unless Server.MaxStartingHandlers is set; startlimit.go
 
 	// Used in tests.
 	testNewConn func(*serverConn)
@@ -160,6 +163,7 @@ func configureServer(s *http.Server, conf *Server) error {
 	conf.state = &serverInternalState{
 		activeConns: make(map[*serverConn]struct{}),
 		errChanPool: sync.Pool{New: func() any { return make(chan error, 1) }},
+		starts:      newStartLimiter(conf.MaxStartingHandlers, conf.StartingHandlerPark),
 	}
 	if h1, h2 := s, conf; h2.IdleTimeout == 0 {
 		if h1.IdleTimeout != 0 {
@@ -273,6 +277,7 @@ func (s *Server) serveConn(c net.Conn, opts *ServeConnOpts, newf func(*serverCon
 		readFrameCh:                 make(chan readFrameResult),
 		wantWriteFrameCh:            make(chan FrameWriteRequest, 8),
 		serveMsgCh:                  make(chan interface{}, 8),
+		starts:                      startState{wake: make(chan struct{}, 1)},
 		wroteFrameCh:                make(chan frameWriteResult, 1), // buffered; one send in writeFrameAsync
 		bodyReadCh:                  make(chan bodyReadMsg),         // buffering doesn't matter either way
 		doneServing:                 make(chan struct{}),
@@ -451,6 +456,7 @@ type serverConn struct {
 	maxPushPromiseID            uint32 // ID of the last push promise (even), or 0 if there have been no pushes
 	streams                     map[uint32]*stream
 	unstartedHandlers           []unstartedHandler
+	starts                      startState // place among the Server's starting handlers; startlimit.go
 	initialStreamRecvWindowSize int32
 	maxFrameSize                int32
 	peerMaxHeaderListSize       uint32            // zero means unknown (default)
@@ -543,6 +549,12 @@ type stream struct {
 	reqTrailer http.Header // handler's Request.Trailer
 
 	detached *Detached // the stream's handler detached it (detach.go); nil once closed
+
+	// The handler holds a place among the Server's starting handlers
+	// (startlimit.go): starting is cleared by whoever gives it back;
+	// startEpoch is guarded by the limiter's mutex.
+	starting   atomic.Bool
+	startEpoch uint64
 }
 
 func (sc *serverConn) Framer() *Framer  { return sc.framer }
@@ -772,6 +784,7 @@ func (sc *serverConn) serve(conf http2Config) {
 	defer sc.closeAllStreamsOnConnClose()
 	defer sc.stopShutdownTimer()
 	defer close(sc.doneServing) // unblocks handlers trying to send
+	defer sc.srv.startLimiter().giveBack(sc, true)
 
 	if VerboseLogs {
 		sc.vlogf("http2: server connection from %v on %p", sc.conn.RemoteAddr(), sc.hs)
@@ -862,6 +875,8 @@ func (sc *serverConn) serve(conf http2Config) {
 			}
 		case m := <-sc.bodyReadCh:
 			sc.noteBodyRead(m.st, m.n)
+		case <-sc.starts.wake:
+			sc.startQueued()
 		case msg := <-sc.serveMsgCh:
 			switch v := msg.(type) {
 			case func(int):
@@ -1113,6 +1128,7 @@ func (sc *serverConn) writeFrame(wr FrameWriteRequest) {
 	switch wr.write.(type) {
 	case *writeResHeaders:
 		wr.stream.wroteHeaders = true
+		sc.srv.startLimiter().release(wr.stream)
 	case write100ContinueHeadersFrame:
 		if wr.stream.wroteHeaders {
 			// We do not need to notify wr.done because this frame is
@@ -2261,7 +2277,7 @@ func (sc *serverConn) newResponseWriter(st *stream, req *http.Request) *response
 
 type unstartedHandler struct {
 	streamID uint32
-	rw       *responseWriter
+	st       *stream // its responseWriter is made when it starts
 	req      *http.Request
 	handler  func(http.ResponseWriter, *http.Request)
 	body     *pipe
@@ -2272,7 +2288,7 @@ type unstartedHandler struct {
 func (sc *serverConn) scheduleHandler(st *stream, rw *responseWriter, req *http.Request, handler func(http.ResponseWriter, *http.Request)) error {
 	sc.serveG.check()
 	maxHandlers := sc.advMaxStreams
-	if sc.curHandlers < maxHandlers {
+	if sc.curHandlers < maxHandlers && len(sc.unstartedHandlers) == 0 && sc.srv.startLimiter().acquire(sc, st) {
 		sc.curHandlers++
 		go sc.runHandler(rw, req, handler)
 		return nil
@@ -2280,9 +2296,14 @@ func (sc *serverConn) scheduleHandler(st *stream, rw *responseWriter, req *http.
 	if len(sc.unstartedHandlers) > int(4*sc.advMaxStreams) {
 		return sc.countError("too_many_early_resets", ConnectionError(ErrCodeEnhanceYourCalm))
 	}
+	// A queued request holds no response buffer: the 4 KB of its
+	// responseWriterState go back to the pool until it starts.
+	rws := rw.rws
+	rw.rws = nil
+	responseWriterStatePool.Put(rws)
 	sc.unstartedHandlers = append(sc.unstartedHandlers, unstartedHandler{
 		streamID: st.id,
-		rw:       rw,
+		st:       st,
 		req:      req,
 		handler:  handler,
 		body:     st.body,
@@ -2293,8 +2314,18 @@ func (sc *serverConn) scheduleHandler(st *stream, rw *responseWriter, req *http.
 func (sc *serverConn) handlerDone() {
 	sc.serveG.check()
 	sc.curHandlers--
+	sc.startQueued()
+}
+
+// startQueued starts the handlers of the connection's queue, in order,
+// while the connection's limit and the Server's starting handlers
+// (startlimit.go) allow.
+func (sc *serverConn) startQueued() {
+	sc.serveG.check()
 	i := 0
 	maxHandlers := sc.advMaxStreams
+	starts := sc.srv.startLimiter()
+	defer starts.giveBack(sc, false)
 	for ; i < len(sc.unstartedHandlers); i++ {
 		u := sc.unstartedHandlers[i]
 		if sc.streams[u.streamID] == nil {
@@ -2305,11 +2336,11 @@ func (sc *serverConn) handlerDone() {
 			}
 			continue
 		}
-		if sc.curHandlers >= maxHandlers {
+		if sc.curHandlers >= maxHandlers || !starts.acquire(sc, u.st) {
 			break
 		}
 		sc.curHandlers++
-		go sc.runHandler(u.rw, u.req, u.handler)
+		go sc.runHandler(sc.newResponseWriter(u.st, u.req), u.req, u.handler)
 		sc.unstartedHandlers[i] = unstartedHandler{} // don't retain references
 	}
 	sc.unstartedHandlers = sc.unstartedHandlers[i:]
@@ -2321,6 +2352,7 @@ func (sc *serverConn) handlerDone() {
 // Run on its own goroutine.
 func (sc *serverConn) runHandler(rw *responseWriter, req *http.Request, handler func(http.ResponseWriter, *http.Request)) {
 	defer sc.sendServeMsg(handlerDoneMsg)
+	defer sc.srv.startLimiter().release(rw.rws.stream)
 	didPanic := true
 	defer func() {
 		rw.rws.stream.cancelCtx()

@@ -58,6 +58,15 @@ type Server struct {
 	// Deprecated: This field has never had any effect.
 	MaxHandlers int
 
+	// MaxStartingHandlers, when positive, is how many handlers may be
+	// starting at once (started, and neither queued their response
+	// headers, returned, nor called Waiting) over all connections; other
+	// requests wait in their connection's queue, holding no goroutine.
+	// A handler stops counting after StartingHandlerPark to twice that
+	// (100 ms when zero) in any case. See startlimit.go. (slicerd)
+	MaxStartingHandlers int
+	StartingHandlerPark time.Duration
+
 	// MaxConcurrentStreams optionally specifies the number of
 	// concurrent streams that each client may have open at a
 	// time. This is unrelated to the number of http.Handler goroutines

@@ -1,0 +1,66 @@
+package roles
+
+import (
+	"context"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/internal/testwait"
+)
+
+// Watches waiting for a job's first assignment say so to the HTTP/2
+// server, so they hold no place among its starting handlers: more of
+// them than there are places all start without any being parked, and
+// the node still answers.
+func TestWatchesWaitingForAnAssignmentHoldNoPlace(t *testing.T) {
+	node := startAgent(t, testConfig(t, "node-1", t.TempDir()))
+	n := maxStartingHandlers() + 16
+	hc := api.NewH2CClient()
+	t.Cleanup(hc.CloseIdleConnections)
+	client := slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(node.RPCAddr()))
+	jobs := slicerv1connect.NewJobServiceClient(hc, api.RPCURL(node.RPCAddr()))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A configured job no task has joined: it has no assignment.
+	if _, err := jobs.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{
+		Job: "unassigned", Config: &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		go func() {
+			stream, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "unassigned"}))
+			if err == nil {
+				for stream.Receive() {
+				}
+				if stream.Err() != nil && ctx.Err() == nil {
+					t.Errorf("watch: %v", stream.Err())
+				}
+				stream.Close()
+			}
+		}()
+	}
+	l, err := node.distributor.job("unassigned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "every watch to wait for the job's first assignment", func() bool {
+		l.subMu.Lock()
+		defer l.subMu.Unlock()
+		waiting := 0
+		for _, g := range l.subs {
+			waiting += len(g)
+		}
+		return waiting == n
+	})
+	if p := node.h2.ParkedHandlers(); p != 0 {
+		t.Errorf("%d handlers were parked; want 0, every watch said it waits", p)
+	}
+	if _, err := jobs.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: "unassigned"})); err != nil {
+		t.Errorf("GetJob while the watches wait: %v", err)
+	}
+}
