@@ -59,6 +59,10 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 			Name: metrics.Name("rpc", "stream_send_timeouts_total"),
 			Help: "Watch streams reset because one send waited longer than --stream-write-timeout for a client that did not read.",
 		}, func() float64 { return float64(a.sendWatch.timeouts()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metrics.Name("rpc", "parked_handlers_total"),
+			Help: "RPCs that held one of the node's places for starting RPCs 100-200 ms without answering or waiting for an event, and stopped counting (slow handlers; see docs/operations.md).",
+		}, func() float64 { return float64(a.h2.ParkedHandlers()) }),
 		newMembersCollector(a.rawPeers),
 	}
 	if a.distributor != nil {

@@ -129,6 +129,7 @@ func TestMetrics(t *testing.T) {
 		{"slicerd_rpc_streams_open", nil, func(v float64) bool { return v >= 3 }, ">= 3 (two tasks and the clerk)"},
 		{"slicerd_rpc_streams_refused_total", nil, func(v float64) bool { return v == 0 }, "0"},
 		{"slicerd_rpc_stream_send_timeouts_total", nil, func(v float64) bool { return v == 0 }, "0"},
+		{"slicerd_rpc_parked_handlers_total", nil, func(v float64) bool { return v >= 0 }, "present (a slow handler on a busy machine may be parked)"},
 		{"slicerd_store_commit_duration_seconds", nil, func(v float64) bool { return v >= 2 }, ">= 2 commits"},
 		{"slicerd_store_commit_conflicts_total", []string{"reason", "generation"}, func(v float64) bool { return v == 0 }, "0"},
 		{"slicerd_store_commit_errors_total", nil, func(v float64) bool { return v == 0 }, "0"},
