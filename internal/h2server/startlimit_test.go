@@ -2,6 +2,7 @@ package h2server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,7 +18,7 @@ import (
 // limitedServer serves handler over cleartext HTTP/2 on loopback with
 // conf, and returns its URL, conf's limiter and a client for it that
 // opens a connection of its own per call of newClient.
-func limitedServer(t *testing.T, conf *Server, handler http.HandlerFunc) (string, *startLimiter, func() *http.Client) {
+func limitedServer(t testing.TB, conf *Server, handler http.HandlerFunc) (string, *startLimiter, func() *http.Client) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -250,4 +251,45 @@ func TestCancelledWaitersHoldNoPlace(t *testing.T) {
 		t.Error(err)
 	}
 	testwait.For(t, "every place to come back", lim.settled)
+}
+
+// BenchmarkStartLimiter is a request's cost in the limiter: one place
+// taken and given back, by as many goroutines as GOMAXPROCS, each its
+// own connection, with places to spare.
+func BenchmarkStartLimiter(b *testing.B) {
+	l := newStartLimiter(64, time.Hour)
+	b.RunParallel(func(pb *testing.PB) {
+		sc := &serverConn{starts: startState{wake: make(chan struct{}, 1)}}
+		st := &stream{sc: sc}
+		for pb.Next() {
+			if !l.acquire(sc, st) {
+				b.Fatal("no place")
+			}
+			l.release(st)
+		}
+	})
+}
+
+// BenchmarkRequests serves small requests over one HTTP/2 connection, 64
+// at a time, with and without the starting-handler bound.
+func BenchmarkRequests(b *testing.B) {
+	for _, limit := range []int{0, 64} {
+		b.Run(fmt.Sprintf("max_starting=%d", limit), func(b *testing.B) {
+			url, _, newClient := limitedServer(b, &Server{MaxStartingHandlers: limit}, func(w http.ResponseWriter, r *http.Request) {
+				io.WriteString(w, "ok")
+			})
+			c := newClient()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				errs := make(chan error, 1)
+				for pb.Next() {
+					get(context.Background(), c, url, errs)
+					if err := <-errs; err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }
