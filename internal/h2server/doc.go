@@ -19,7 +19,8 @@
 // bounded (Server.MaxStartingHandlers, startlimit.go): a request beyond
 // the bound waits in its connection's queue, without a goroutine or a
 // response buffer, until a starting handler queues its response
-// headers, returns, or says it waits for an event (Waiting); one that
+// headers, returns, waits for its request body, or says it waits for an
+// event (Waiting); one that
 // holds its place too long is parked. 100,000 streams opening at once
 // then keep the scheduler's run queue near the bound instead of holding
 // a goroutine for each.
@@ -33,7 +34,7 @@
 // starting and startEpoch on stream, the queue's st field (its
 // responseWriter is made when it starts), and the calls into
 // startlimit.go from serve, writeFrame, scheduleHandler, startQueued
-// (handlerDone's loop, split out) and runHandler. The client side (Transport) and the Go 1.27 wrapper of
+// (handlerDone's loop, split out), runHandler and requestBody.Read. The client side (Transport) and the Go 1.27 wrapper of
 // net/http's own server are left out, and x/net's internal packages
 // httpcommon and httpsfv are copied alongside. Upstream's later changes,
 // security fixes above all, must be carried over by hand:

@@ -2524,6 +2524,11 @@ func (b *requestBody) Read(p []byte) (n int, err error) {
 	if b.pipe == nil || b.sawEOF {
 		return 0, io.EOF
 	}
+	if b.pipe.empty() {
+		// Waiting for the peer, not the CPU: a client that sends its
+		// body slowly holds no place among the starting handlers.
+		b.conn.srv.startLimiter().release(b.stream)
+	}
 	n, err = b.pipe.Read(p)
 	if err == io.EOF {
 		b.sawEOF = true

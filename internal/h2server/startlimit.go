@@ -25,7 +25,8 @@ import (
 // which holds no goroutine (the queue upstream keeps for the
 // per-connection limit), and connections waiting for a place are served
 // in turn, one place each. A place comes back when a handler queues its
-// headers, returns, or says it waits for something other than the CPU
+// headers, returns, reads a request body that has no data yet (it waits
+// for the peer), or says it waits for something other than the CPU
 // (Waiting). A handler that holds its place past StartingHandlerPark to
 // twice that without any of these is parked: it no longer counts, so
 // handlers that wait for a long time without saying so (a long poll, a
@@ -217,6 +218,14 @@ func (s *Server) ParkedHandlers() uint64 {
 		return l.parked.Load()
 	}
 	return 0
+}
+
+// empty reports whether a Read of p would wait for the peer: nothing is
+// buffered and the body has neither ended nor failed.
+func (p *pipe) empty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return (p.b == nil || p.b.Len() == 0) && p.err == nil && p.breakErr == nil
 }
 
 // startLimiter returns the Server's limiter, nil when starts are not

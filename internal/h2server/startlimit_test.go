@@ -293,3 +293,54 @@ func BenchmarkRequests(b *testing.B) {
 		})
 	}
 }
+
+// A handler waiting for a request body the client has not sent yet
+// gives its place back: with one place, a second request starts while
+// the first body is still on its way.
+func TestSlowBodyGivesThePlaceBack(t *testing.T) {
+	var calls atomic.Int64
+	url, lim, newClient := limitedServer(t, &Server{MaxStartingHandlers: 1, StartingHandlerPark: time.Hour}, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Errorf("read body: %v", err)
+		}
+		w.Write(b)
+	})
+	c := newClient()
+	body, send := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		slow <- err
+	}()
+	testwait.For(t, "the slow request's handler to start", func() bool { return calls.Load() == 1 })
+	errs := make(chan error, 1)
+	go get(context.Background(), c, url, errs)
+	var second error
+	testwait.For(t, "a second request to be served while the first body is on its way", func() bool {
+		select {
+		case second = <-errs:
+			return true
+		default:
+			return false
+		}
+	})
+	if second != nil {
+		t.Fatal(second)
+	}
+	io.WriteString(send, "late")
+	send.Close()
+	if err := <-slow; err != nil {
+		t.Error(err)
+	}
+	testwait.For(t, "every place to come back", lim.settled)
+}
