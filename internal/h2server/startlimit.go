@@ -47,6 +47,7 @@ type startLimiter struct {
 	timer   *time.Timer
 	armed   bool
 	parked  atomic.Uint64 // handlers parked since the start, for tests and logs
+	holding atomic.Int64  // handlers that took a place and have not given it back, parked or not
 }
 
 func newStartLimiter(limit int, park time.Duration) *startLimiter {
@@ -91,6 +92,7 @@ func (l *startLimiter) acquire(sc *serverConn, st *stream) bool {
 	l.inEpoch[l.epoch&1]++
 	st.startEpoch = l.epoch
 	st.starting.Store(true)
+	l.holding.Add(1)
 	return true
 }
 
@@ -101,6 +103,7 @@ func (l *startLimiter) release(st *stream) {
 	if l == nil || !st.starting.CompareAndSwap(true, false) {
 		return
 	}
+	l.holding.Add(-1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if st.startEpoch+1 >= l.epoch { // else parked, no longer counted
@@ -226,6 +229,17 @@ func (p *pipe) empty() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return (p.b == nil || p.b.Len() == 0) && p.err == nil && p.breakErr == nil
+}
+
+// StartingHandlers counts the handlers that hold a place among the
+// starting handlers, or held one when they were parked, and have not
+// yet queued headers, returned, waited for their body or called
+// Waiting. 0 when starts are not limited.
+func (s *Server) StartingHandlers() int {
+	if l := s.startLimiter(); l != nil {
+		return int(l.holding.Load())
+	}
+	return 0
 }
 
 // startLimiter returns the Server's limiter, nil when starts are not

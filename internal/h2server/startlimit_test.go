@@ -92,7 +92,7 @@ func firstHolds(t *testing.T, park time.Duration, release <-chan struct{}) (stri
 func (l *startLimiter) settled() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.counted == 0 && len(l.waiting) == 0
+	return l.counted == 0 && len(l.waiting) == 0 && l.holding.Load() == 0
 }
 
 // At most MaxStartingHandlers handlers run before queueing their
