@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,4 +126,42 @@ func TestDrainBinary(t *testing.T) {
 	if n := failed.Load(); n != 0 {
 		t.Errorf("%d requests failed during planned drains; the first: %v", n, firstErr.Load())
 	}
+}
+
+// A drain with nowhere to move the keys (every other task drained) is
+// stored but moves nothing: with --wait it gives up after --timeout, exit
+// 1, saying the drain stays stored; it goes ahead once a task can take
+// the keys.
+func TestDrainWaitGivesUp(t *testing.T) {
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
+	for i := range 2 {
+		startKV(t, fmt.Sprintf("kv-%d", i), node.gossipAddr)
+	}
+	ck := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
+	testwait.Until(t, 30*time.Second, "an assignment over both tasks", func() bool {
+		a := ck.Assignment()
+		return a != nil && len(a.Tasks) == 2
+	})
+	if code, out := runSlicerd(t, "task", "drain", "--addr", node.rpcAddr, "kv", "kv-0"); code != 0 {
+		t.Fatalf("drain kv-0: exit %d:\n%s", code, out)
+	}
+	code, out := runSlicerd(t, "task", "drain", "--timeout", "500ms", "--addr", node.rpcAddr, "kv", "kv-1")
+	if code != 1 || !strings.Contains(out, `kv-1 still serves keys of job "kv" after 500ms`) || !strings.Contains(out, "the drain stays stored") {
+		t.Errorf("drain of the last task: exit %d:\n%s\nwant exit 1 saying kv-1 still serves keys and the drain stays stored", code, out)
+	}
+	if code, out := runSlicerd(t, "task", "undrain", "--addr", node.rpcAddr, "kv", "kv-0"); code != 0 {
+		t.Fatalf("undrain kv-0: exit %d:\n%s", code, out)
+	}
+	testwait.Until(t, 30*time.Second, "the stored drain to move kv-1's keys to kv-0", func() bool {
+		a := ck.Assignment()
+		if a == nil {
+			return false
+		}
+		for _, s := range a.Slices {
+			if slices.Contains(s.Tasks, "kv-1") {
+				return false
+			}
+		}
+		return true
+	})
 }
