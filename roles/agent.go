@@ -234,7 +234,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	// streams with data waiting. The settings above (HTTP2, IdleTimeout,
 	// TLS) apply to it as to the bundled server, and Shutdown drains it.
 	//
-	// At most maxStartingHandlers() requests are served at once until
+	// At most maxStartingHandlers requests are served at once until
 	// they send their response headers (or wait for an event); the
 	// others wait in their connection's queue without a goroutine. When
 	// 100,000 watch streams open at once (subscribers reconnecting after
@@ -244,7 +244,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	// (docs/benchmarks.md).
 	a.h2 = &h2server.Server{
 		NewWriteScheduler:   func() h2server.WriteScheduler { return h2server.NewRandomWriteScheduler() },
-		MaxStartingHandlers: maxStartingHandlers(),
+		MaxStartingHandlers: maxStartingHandlers(cfg.MaxStartingRPCs),
 	}
 	if err := h2server.ConfigureServer(a.server, a.h2); err != nil {
 		a.closeListeners()

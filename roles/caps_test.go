@@ -293,6 +293,8 @@ func TestConfigValidateCaps(t *testing.T) {
 		"no streams per conn":   {func(c *Config) { c.MaxStreamsPerConnection = 0 }, "max streams per connection is 0"},
 		"huge streams per conn": {func(c *Config) { c.MaxStreamsPerConnection = 1 << 30 }, "max streams per connection"},
 		"no jobs":               {func(c *Config) { c.MaxJobs = -1 }, "max jobs is -1"},
+		"negative starting":     {func(c *Config) { c.MaxStartingRPCs = -1 }, "max starting RPCs is -1"},
+		"huge starting":         {func(c *Config) { c.MaxStartingRPCs = 1 << 30 }, "max starting RPCs"},
 		"no slices":             {func(c *Config) { c.MaxSlicesPerJob = 0 }, "max slices per job is 0"},
 		"huge slices":           {func(c *Config) { c.MaxSlicesPerJob = assign.MaxSlicesLimit + 1 }, "max slices per job"},
 		"no report rate":        {func(c *Config) { c.MaxLoadReportsPerSecond = 0 }, "max load reports per second"},

@@ -172,6 +172,12 @@ type Config struct {
 	// connection (its SETTINGS_MAX_CONCURRENT_STREAMS); a client over it
 	// waits for a stream to end or opens another connection.
 	MaxStreams, MaxStreamsPerConnection int
+	// MaxStartingRPCs caps the RPCs served at once until they send their
+	// response headers, wait for their request body or wait for an event
+	// (internal/h2server/startlimit.go); the others wait in their
+	// connection's queue without a goroutine. One that holds its place
+	// 100-200 ms stops counting. 0 chooses 32 per CPU, at least 64.
+	MaxStartingRPCs int
 	// MaxJobs caps the jobs an Assigner holds: SetJobConfig for a new job
 	// over it is refused with ResourceExhausted and a job that appears
 	// through its tasks' gossip is ignored (and logged). Jobs already in
@@ -358,6 +364,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxStreamsPerConnection <= 0 || c.MaxStreamsPerConnection > maxStreamsPerConnectionLimit {
 		return fmt.Errorf("%w: max streams per connection is %d; it must be in [1, %d]", ErrConfig, c.MaxStreamsPerConnection, maxStreamsPerConnectionLimit)
+	}
+	if c.MaxStartingRPCs < 0 || c.MaxStartingRPCs > maxStartingRPCsLimit {
+		return fmt.Errorf("%w: max starting RPCs is %d; it must be in [0, %d] (0: 32 per CPU)", ErrConfig, c.MaxStartingRPCs, maxStartingRPCsLimit)
 	}
 	if c.MaxJobs <= 0 {
 		return fmt.Errorf("%w: max jobs is %d; it must be positive", ErrConfig, c.MaxJobs)

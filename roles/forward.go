@@ -49,7 +49,7 @@ func (a *Assigner) forwardTo(job string, h http.Header) (lease.Route, bool) {
 // forwardRequest marks a request forwarded along r: by this Assigner, for
 // the caller, and to a holder or a preferred Assigner. The request then
 // waits on that Assigner: it stops counting among this node's starting
-// RPCs (maxStartingHandlers).
+// RPCs (--max-starting-rpcs).
 func (a *Assigner) forwardRequest(ctx context.Context, h http.Header, r lease.Route) {
 	h.Set(ForwardedHeader, a.self)
 	h.Set(ForwardedForHeader, forwardedFor(callerFrom(ctx).p))

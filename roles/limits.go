@@ -182,13 +182,20 @@ func (a *Assigner) withinJobCap(sorted []string, held int) []string {
 	return kept
 }
 
+// maxStartingRPCsLimit bounds --max-starting-rpcs: far above what any
+// machine starts at once, and below what would overflow the counts.
+const maxStartingRPCsLimit = 1 << 20
+
 // maxStartingHandlers is how many RPCs the node serves at once until they
-// send their response headers or wait for an event
-// (internal/h2server/startlimit.go): 32 per CPU the Go scheduler runs
-// on, and at least 64. A handler on the CPU is done with that part in a
-// millisecond or less, so this keeps every CPU busy while the run queue
-// stays short; one that holds its place longer (a forwarded call to a
-// slow peer) stops counting after 100 to 200 ms.
-func maxStartingHandlers() int {
+// send their response headers or wait (internal/h2server/startlimit.go):
+// configured (--max-starting-rpcs), or by default 32 per CPU the Go
+// scheduler runs on, and at least 64. A handler on the CPU is done with
+// that part in a millisecond or less, so the default keeps every CPU
+// busy while the run queue stays short; one that holds its place longer
+// (a slow store, say) stops counting after 100 to 200 ms.
+func maxStartingHandlers(configured int) int {
+	if configured > 0 {
+		return configured
+	}
 	return max(64, 32*runtime.GOMAXPROCS(0))
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -247,5 +248,14 @@ func TestReadHeaderTimeoutClosesSilentConnections(t *testing.T) {
 		if b, err := io.ReadAll(c); err != nil && !closedByServer(err) {
 			t.Errorf("after %q: the server did not close the connection: read %q, %v", first, b, err)
 		}
+	}
+}
+
+func TestMaxStartingHandlers(t *testing.T) {
+	if got := maxStartingHandlers(7); got != 7 {
+		t.Errorf("configured 7: %d", got)
+	}
+	if got, want := maxStartingHandlers(0), max(64, 32*runtime.GOMAXPROCS(0)); got != want {
+		t.Errorf("default: %d; want %d", got, want)
 	}
 }

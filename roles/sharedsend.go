@@ -309,7 +309,7 @@ func withStreamLimits(h http.Handler, watch *sendWatch, budget *sendBudget) http
 
 // waiting tells the HTTP/2 server that the request of ctx is about to
 // wait for its job to change, so that it no longer counts among the
-// server's starting handlers (maxStartingHandlers): a watch of a job
+// server's starting handlers (--max-starting-rpcs): a watch of a job
 // that has no assignment yet would otherwise hold its place until the
 // server parks it.
 func waiting(ctx context.Context) {

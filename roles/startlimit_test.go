@@ -13,12 +13,17 @@ import (
 )
 
 // Watches waiting for a job's first assignment say so to the HTTP/2
-// server, so they hold no place among its starting handlers: more of
-// them than there are places all start without any being parked, and
-// the node still answers.
+// server, so they hold no place among its starting handlers
+// (--max-starting-rpcs): more of them than there are places all start
+// and give their places back, and the node still answers.
 func TestWatchesWaitingForAnAssignmentHoldNoPlace(t *testing.T) {
-	node := startAgent(t, testConfig(t, "node-1", t.TempDir()))
-	n := maxStartingHandlers() + 16
+	cfg := testConfig(t, "node-1", t.TempDir())
+	cfg.MaxStartingRPCs = 4
+	node := startAgent(t, cfg)
+	if got := node.h2.MaxStartingHandlers; got != 4 {
+		t.Fatalf("the HTTP/2 server starts %d handlers at once; want --max-starting-rpcs, 4", got)
+	}
+	n := 4 + 16
 	hc := api.NewH2CClient()
 	t.Cleanup(hc.CloseIdleConnections)
 	client := slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(node.RPCAddr()))

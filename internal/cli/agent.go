@@ -194,6 +194,12 @@ func agentFlags() []cli.Flag {
 			Usage: "most streams one HTTP/2 connection may carry at once (SETTINGS_MAX_CONCURRENT_STREAMS); a client over it waits or opens another connection",
 		},
 		&cli.IntFlag{
+			Name: "max-starting-rpcs", Value: d.MaxStartingRPCs, EnvVars: []string{"SLICERD_MAX_STARTING_RPCS"},
+			Usage: "most RPCs this node serves at once until they answer or wait (for their request body, a job's change, another node); " +
+				"the others queue on their connection without a goroutine, so that many streams opening at once do not starve gossip. " +
+				"One holding its place 100-200 ms stops counting (slicerd_rpc_parked_handlers_total). 0: 32 per CPU, at least 64",
+		},
+		&cli.IntFlag{
 			Name: "max-jobs", Value: d.MaxJobs, EnvVars: []string{"SLICERD_MAX_JOBS"},
 			Usage: "most jobs an assigner holds: setting the configuration of one more fails with RESOURCE_EXHAUSTED, " +
 				"and jobs announced only by tasks beyond it are ignored (logged); jobs already stored are always served",
@@ -275,6 +281,7 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	cfg.PingTimeout = c.Duration("ping-timeout")
 	cfg.MaxStreams = c.Int("max-streams")
 	cfg.MaxStreamsPerConnection = c.Int("max-streams-per-connection")
+	cfg.MaxStartingRPCs = c.Int("max-starting-rpcs")
 	cfg.MaxJobs = c.Int("max-jobs")
 	cfg.MaxSlicesPerJob = c.Int("max-slices-per-job")
 	cfg.MaxLoadReportsPerSecond = c.Float64("max-load-reports-per-second")

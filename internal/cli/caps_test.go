@@ -22,8 +22,9 @@ func TestStreamJobAndLoadLimitFlags(t *testing.T) {
 	cfg, code, out = agentConfigOf(t, map[string]string{
 		"SLICERD_MAX_STREAMS": "500", "SLICERD_MAX_STREAMS_PER_CONNECTION": "50", "SLICERD_MAX_JOBS": "7",
 		"SLICERD_MAX_SLICES_PER_JOB": "900", "SLICERD_MAX_LOAD_REPORTS_PER_SECOND": "0.5", "SLICERD_LOAD_REPORT_BURST": "3",
+		"SLICERD_MAX_STARTING_RPCS": "128",
 	})
-	if code != 0 || cfg.MaxStreams != 500 || cfg.MaxStreamsPerConnection != 50 || cfg.MaxJobs != 7 ||
+	if code != 0 || cfg.MaxStreams != 500 || cfg.MaxStreamsPerConnection != 50 || cfg.MaxJobs != 7 || cfg.MaxStartingRPCs != 128 ||
 		cfg.MaxSlicesPerJob != 900 || cfg.MaxLoadReportsPerSecond != 0.5 || cfg.LoadReportBurst != 3 {
 		t.Errorf("from the environment: %+v, exit %d: %s", cfg, code, out)
 	}
@@ -33,6 +34,7 @@ func TestStreamJobAndLoadLimitFlags(t *testing.T) {
 	}{
 		{[]string{"--max-streams", "0"}, "max streams is 0; it must be positive"},
 		{[]string{"--max-streams-per-connection", "-1"}, "max streams per connection is -1"},
+		{[]string{"--max-starting-rpcs", "-1"}, "max starting RPCs is -1"},
 		{[]string{"--max-jobs", "0"}, "max jobs is 0; it must be positive"},
 		{[]string{"--max-slices-per-job", "0"}, "max slices per job is 0"},
 		{[]string{"--max-load-reports-per-second", "0"}, "max load reports per second is 0"},
