@@ -87,14 +87,26 @@ func Detach(w http.ResponseWriter, next func() Write, onClose func(error)) (*Det
 		st.detached = d
 		attached <- nil
 	}
-	// The serve goroutine runs a message as it takes it, so once sent,
-	// the answer follows.
+	// The serve goroutine runs a message as it takes it, but serveMsgCh
+	// is buffered: a message sent as the connection ends may never be
+	// taken. attach answers before the serve goroutine can end, so once
+	// doneServing is closed an answer is there or never comes.
 	select {
 	case d.sc.serveMsgCh <- attach:
 	case <-d.sc.doneServing:
 		return nil, errClientDisconnected
 	}
-	if err := <-attached; err != nil {
+	var err error
+	select {
+	case err = <-attached:
+	case <-d.sc.doneServing:
+		select {
+		case err = <-attached:
+		default:
+			return nil, errClientDisconnected
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	rws.detached = true

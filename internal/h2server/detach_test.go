@@ -5,12 +5,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -246,3 +249,51 @@ type nopWriter struct{}
 func (nopWriter) Header() http.Header         { return http.Header{} }
 func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (nopWriter) WriteHeader(int)             {}
+
+// Detach on a connection whose serve loop has ended returns an error
+// instead of waiting forever for an answer to a message nobody takes.
+// Its message may or may not go into the connection's buffered channel,
+// so the test tries ten times.
+func TestDetachAfterTheConnectionEnded(t *testing.T) {
+	for range 10 {
+		detachAfterTheConnectionEnded(t)
+	}
+}
+
+func detachAfterTheConnectionEnded(t *testing.T) {
+	detached := make(chan error, 1)
+	url, _, newClient := limitedServer(t, &Server{}, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-w.(*responseWriter).rws.conn.doneServing
+		_, err := Detach(w, func() Write { return Write{} }, nil)
+		detached <- err
+	})
+	c := newClient()
+	conns := make(chan net.Conn, 1)
+	c.Transport.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := new(net.Dialer).DialContext(ctx, network, addr)
+		if err == nil {
+			conns <- nc
+		}
+		return nc, err
+	}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	(<-conns).Close()
+	var got error
+	testwait.For(t, "Detach to return", func() bool {
+		select {
+		case got = <-detached:
+			return true
+		default:
+			return false
+		}
+	})
+	if got == nil {
+		t.Error("Detach on an ended connection succeeded")
+	}
+}
