@@ -279,15 +279,7 @@ func pacedStreams(t *testing.T, l *latest, n int, send func(*sharedResponse) err
 		known := l.current().Version()
 		wg.Go(func() { _ = l.stream(ctx, nil, known, false, strconv.Itoa(i%10), send, nil) })
 	}
-	testwait.For(t, "every stream to subscribe", func() bool {
-		l.subMu.Lock()
-		defer l.subMu.Unlock()
-		m := 0
-		for _, g := range l.subs {
-			m += len(g)
-		}
-		return m == n
-	})
+	testwait.For(t, "every stream to subscribe", func() bool { return l.subscribers() == n })
 }
 
 func pacedAssignment(gen uint64) *assign.Assignment {

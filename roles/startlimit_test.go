@@ -53,15 +53,7 @@ func TestWatchesWaitingForAnAssignmentHoldNoPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, "every watch to wait for the job's first assignment", func() bool {
-		l.subMu.Lock()
-		defer l.subMu.Unlock()
-		waiting := 0
-		for _, g := range l.subs {
-			waiting += len(g)
-		}
-		return waiting == n
-	})
+	testwait.For(t, "every watch to wait for the job's first assignment", func() bool { return l.subscribers() == n })
 	// Whether or not a busy machine made some of them late enough to be
 	// parked, every watch has said it waits.
 	if n := node.h2.StartingHandlers(); n != 0 {

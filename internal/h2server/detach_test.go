@@ -5,15 +5,12 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-
-	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -270,30 +267,14 @@ func detachAfterTheConnectionEnded(t *testing.T) {
 		detached <- err
 	})
 	c := newClient()
-	conns := make(chan net.Conn, 1)
-	c.Transport.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		nc, err := new(net.Dialer).DialContext(ctx, network, addr)
-		if err == nil {
-			conns <- nc
-		}
-		return nc, err
-	}
+	conns := dialed(c)
 	resp, err := c.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	(<-conns).Close()
-	var got error
-	testwait.For(t, "Detach to return", func() bool {
-		select {
-		case got = <-detached:
-			return true
-		default:
-			return false
-		}
-	})
-	if got == nil {
+	if err := receive(t, "Detach to return", detached); err == nil {
 		t.Error("Detach on an ended connection succeeded")
 	}
 }

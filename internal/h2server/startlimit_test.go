@@ -56,6 +56,36 @@ func limitedServer(t testing.TB, conf *Server, handler http.HandlerFunc) (string
 	return "http://" + l.Addr().String(), conf.startLimiter(), newClient
 }
 
+// dialed hands over each connection c dials (at most one unread), so
+// that a test can close it under the client.
+func dialed(c *http.Client) <-chan net.Conn {
+	conns := make(chan net.Conn, 1)
+	c.Transport.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := new(net.Dialer).DialContext(ctx, network, addr)
+		if err == nil {
+			conns <- nc
+		}
+		return nc, err
+	}
+	return conns
+}
+
+// receive waits for a value on ch, failing the test (with what it waited
+// for) if none comes.
+func receive[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	var v T
+	testwait.For(t, what, func() bool {
+		select {
+		case v = <-ch:
+			return true
+		default:
+			return false
+		}
+	})
+	return v
+}
+
 // get sends a POST and reads the whole response, reporting failures on
 // errs. Its body cannot be sent again, so the client never retries it on
 // another connection.
@@ -216,14 +246,7 @@ func TestCancelledWaitersHoldNoPlace(t *testing.T) {
 		go get(ctx, cancelled, url, errs)
 	}
 	closing := newClient()
-	conns := make(chan net.Conn, 1)
-	closing.Transport.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := new(net.Dialer).DialContext(ctx, network, addr)
-		if err == nil {
-			conns <- c
-		}
-		return c, err
-	}
+	conns := dialed(closing)
 	go get(context.Background(), closing, url, errs)
 	testwait.For(t, "the two connections to wait for a place", func() bool {
 		lim.mu.Lock()
@@ -325,17 +348,8 @@ func TestSlowBodyGivesThePlaceBack(t *testing.T) {
 	testwait.For(t, "the slow request's handler to start", func() bool { return calls.Load() == 1 })
 	errs := make(chan error, 1)
 	go get(context.Background(), c, url, errs)
-	var second error
-	testwait.For(t, "a second request to be served while the first body is on its way", func() bool {
-		select {
-		case second = <-errs:
-			return true
-		default:
-			return false
-		}
-	})
-	if second != nil {
-		t.Fatal(second)
+	if err := receive(t, "a second request to be served while the first body is on its way", errs); err != nil {
+		t.Fatal(err)
 	}
 	io.WriteString(send, "late")
 	send.Close()
