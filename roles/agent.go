@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"golang.org/x/net/http2"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
@@ -21,8 +22,8 @@ import (
 	"github.com/slicerd/slicerd/internal/batchconn"
 	"github.com/slicerd/slicerd/internal/connlimit"
 	"github.com/slicerd/slicerd/internal/fanout"
-	"github.com/slicerd/slicerd/internal/h2server"
 	"github.com/slicerd/slicerd/internal/hostcheck"
+	"github.com/slicerd/slicerd/internal/startgate"
 	"github.com/slicerd/slicerd/internal/webui"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/storage"
@@ -43,7 +44,7 @@ type Agent struct {
 	leases      lease.Manager // the assigner role's; nil without it
 	listener    net.Listener
 	server      *http.Server
-	h2          *h2server.Server // server's HTTP/2; counts its parked handlers
+	gate        *startgate.Gate // bounds the RPCs starting at once (--max-starting-rpcs)
 	hosts       *hostcheck.Checker
 	streams     *streamLimiter
 	health      *grpchealth.StaticChecker
@@ -91,6 +92,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		accepting: make(chan struct{}), ready: make(chan struct{}), shuttingDown: make(chan struct{})}
 	a.stopCtx, a.stopCancel = context.WithCancel(context.Background())
 	a.sendWatch = newSendWatch(cfg.StreamWriteTimeout)
+	// At most maxStartingHandlers RPCs run their start at once, until
+	// they send their response headers or wait for an event; the others
+	// wait at the gate in arrival order. When 100,000 watch streams open
+	// at once (subscribers reconnecting after a restart), the scheduler's
+	// run queue stays near that number instead of holding every stream's
+	// goroutine, and gossip's probes and new connections' prefaces are
+	// answered in time (docs/benchmarks.md).
+	a.gate = startgate.New(maxStartingHandlers(cfg.MaxStartingRPCs), 0)
 
 	if cfg.has(gossip.RoleAssigner) || cfg.has(gossip.RoleBackup) {
 		// A backup-only agent opens the store read-only.
@@ -209,7 +218,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	auth := newAuthenticator(cfg.TLS != nil, cfg.AdminTokens)
 	a.server = &http.Server{
-		Handler:           a.hosts.Wrap(auth.wrap(withStreamLimits(mux, a.sendWatch, &sendBudget{limit: cfg.StreamSendBudget}))),
+		Handler:           a.gate.Wrap(a.hosts.Wrap(auth.wrap(withStreamLimits(mux, a.sendWatch, &sendBudget{limit: cfg.StreamSendBudget})))),
 		TLSConfig:         tlsConf,
 		Protocols:         protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -223,30 +232,16 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		ErrorLog:       slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),
 		BaseContext:    func(net.Listener) context.Context { return a.stopCtx },
 	}
-	// HTTP/2 from internal/h2server, golang.org/x/net's server copied so
-	// that the Distributor can detach watch streams from their handlers
-	// (detached.go), rather than net/http's bundled copy; also for its
-	// choice of write scheduler: the bundled one walks every open
-	// stream of a connection to find one with data on each frame it
-	// writes, so one generation fanned out to the n watch streams of a
-	// connection costs n² steps (a sixth of slicerd's CPU at 10,000
-	// streams, most of it at 100,000). The random scheduler holds only the
-	// streams with data waiting. The settings above (HTTP2, IdleTimeout,
-	// TLS) apply to it as to the bundled server, and Shutdown drains it.
-	//
-	// At most maxStartingHandlers requests are served at once until
-	// they send their response headers (or wait for an event); the
-	// others wait in their connection's queue without a goroutine. When
-	// 100,000 watch streams open at once (subscribers reconnecting after
-	// a restart), the scheduler's run queue stays near that number
-	// instead of holding every stream's goroutine, and gossip's probes
-	// and new connections' prefaces are answered in time
-	// (docs/benchmarks.md).
-	a.h2 = &h2server.Server{
-		NewWriteScheduler:   func() h2server.WriteScheduler { return h2server.NewRandomWriteScheduler() },
-		MaxStartingHandlers: maxStartingHandlers(cfg.MaxStartingRPCs),
-	}
-	if err := h2server.ConfigureServer(a.server, a.h2); err != nil {
+	// HTTP/2 from golang.org/x/net/http2 rather than net/http's bundled
+	// copy, for its choice of write scheduler: the bundled one walks
+	// every open stream of a connection to find one with data on each
+	// frame it writes, so one generation fanned out to the n watch
+	// streams of a connection costs n² steps (a sixth of slicerd's CPU
+	// at 10,000 streams, most of it at 100,000). The random scheduler
+	// holds only the streams with data waiting. The settings above
+	// (HTTP2, IdleTimeout, TLS) apply to it as to the bundled server,
+	// and Shutdown drains it.
+	if err := http2.ConfigureServer(a.server, &http2.Server{NewWriteScheduler: func() http2.WriteScheduler { return http2.NewRandomWriteScheduler() }}); err != nil {
 		a.closeListeners()
 		return nil, fmt.Errorf("roles: configure HTTP/2: %w", err)
 	}
@@ -538,7 +533,6 @@ func (a *Agent) shutdown(node *gossip.Node) {
 	cancel()
 	close(a.stopping)
 	a.stopCancel()
-	a.sendWatch.kickDetached() // detached streams end with UNAVAILABLE, as the others do
 	drainCtx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
 	if a.uiServer != nil {

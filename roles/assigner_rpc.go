@@ -18,11 +18,9 @@ func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[sli
 	if err != nil {
 		return toConnect(err)
 	}
-	// Its streams (Distributors, Backups, a few clients) keep their
-	// goroutines: only the Distributor detaches streams.
-	send, _, stop := sendShared(ctx, stream)
+	send, stop := sendShared(ctx, stream)
 	defer stop()
-	return j.pub.stream(ctx, a.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send, nil)
+	return j.pub.stream(ctx, a.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
 }
 
 // ListJobs implements slicerv1connect.JobServiceHandler.

@@ -113,21 +113,10 @@ func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slice
 	if err != nil {
 		return err
 	}
-	// A detached stream (every Clerk's, when Distributors fail over to
-	// the Backup) holds the job followed until it ends; any other until
-	// its handler returns.
-	send, detach, stop := sendShared(ctx, stream)
+	defer leave()
+	send, stop := sendShared(ctx, stream)
 	defer stop()
-	offer, detached := detach(b.stopping, nil, leave), false
-	err = l.stream(ctx, b.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send,
-		func(l *latest, known assign.Version, deltas bool) bool {
-			detached = offer(l, known, deltas)
-			return detached
-		})
-	if !detached {
-		leave()
-	}
-	return err
+	return l.stream(ctx, b.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
 }
 
 // poller reads one job's assignment from the store for all its watchers.

@@ -11,7 +11,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
-	"github.com/slicerd/slicerd/internal/h2server"
+	"github.com/slicerd/slicerd/internal/startgate"
 )
 
 // latest holds the newest assignment of one job and wakes every waiter when
@@ -56,12 +56,7 @@ type latest struct {
 	// when a later change starts another, or at stopPacing, which end
 	// calls and which waits for them.
 	pacers  sync.WaitGroup
-	running atomic.Int32 // pacing and kicking goroutines started and not yet returned
-
-	// detached are the job's detached streams by connection (detached.go),
-	// guarded by subMu; kicks counts the changes that kicked them.
-	detached map[any]map[*detachedSub]struct{}
-	kicks    atomic.Uint64
+	running atomic.Int32 // pacing goroutines started and not yet returned
 }
 
 // Pacing of large wake-ups.
@@ -199,7 +194,6 @@ func (l *latest) pace(round uint64, subs []*subscriber) {
 // stopPacing ends any pacing round and waits for its goroutine.
 func (l *latest) stopPacing() {
 	l.round.Add(1)
-	l.kicks.Add(1)
 	select {
 	case l.released <- struct{}{}: // a pacer waiting for senders looks at its round
 	default:
@@ -268,7 +262,6 @@ func (l *latest) current() *assign.Assignment {
 func (l *latest) replace(next *latestState) {
 	l.state.Store(next)
 	l.wakeAll()
-	l.kickDetached()
 }
 
 // publish installs a if it supersedes what is held (a newer generation, or
@@ -327,7 +320,6 @@ func (l *latest) end(err error) {
 	l.stopPacing()
 	l.state.Store(&latestState{err: err})
 	l.wakeNow()
-	h2server.Kick(l.detachedStreams()) // they end; at once, as the woken streams do
 }
 
 // delta returns the message that brings a subscriber holding known to
@@ -367,11 +359,8 @@ func (s *latestState) delta(known assign.Version) *sharedResponse {
 // is set (the subscriber applies them). It waits for changes in group,
 // the caller's connection ("" for none). stopping is closed when the
 // agent shuts down, which then cancels ctx: a stream ended so returns
-// UNAVAILABLE, telling the client to reconnect elsewhere. detach, when not
-// nil, is offered the stream after each send: when it takes the stream
-// (see detachStream), stream returns nil at once and the stream goes on
-// without it.
-func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, deltas bool, group string, send func(*sharedResponse) error, detach detachFunc) error {
+// UNAVAILABLE, telling the client to reconnect elsewhere.
+func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, deltas bool, group string, send func(*sharedResponse) error) error {
 	sub, unsubscribe := l.subscribe(group)
 	defer unsubscribe()
 	defer l.settle(sub, paceGone)
@@ -391,15 +380,12 @@ func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known ass
 				return err
 			}
 			known = s.a.Version()
-			if detach != nil && detach(l, known, deltas) {
-				return nil // the stream lives on, detached
-			}
 			continue
 		case s.a == nil && s.err != nil:
 			return s.err
 		}
 		l.settle(sub, paceIdle)
-		waiting(ctx)
+		startgate.Waiting(ctx) // its start is over: it waits for a change
 		<-sub.wake
 		if ctx.Err() != nil {
 			// The agent cancels every request's context when it stops.

@@ -174,9 +174,9 @@ type Config struct {
 	MaxStreams, MaxStreamsPerConnection int
 	// MaxStartingRPCs caps the RPCs served at once until they send their
 	// response headers, wait for their request body or wait for an event
-	// (internal/h2server/startlimit.go); the others wait in their
-	// connection's queue without a goroutine. One that holds its place
-	// 100-200 ms stops counting. 0 chooses 32 per CPU, at least 64.
+	// (internal/startgate); the others wait at the gate in arrival order.
+	// One that holds its place 100 ms stops counting. 0 chooses 32 per
+	// CPU, at least 64.
 	MaxStartingRPCs int
 	// MaxJobs caps the jobs an Assigner holds: SetJobConfig for a new job
 	// over it is refused with ResourceExhausted and a job that appears

@@ -277,7 +277,7 @@ func pacedStreams(t *testing.T, l *latest, n int, send func(*sharedResponse) err
 	})
 	for i := range n {
 		known := l.current().Version()
-		wg.Go(func() { _ = l.stream(ctx, nil, known, false, strconv.Itoa(i%10), send, nil) })
+		wg.Go(func() { _ = l.stream(ctx, nil, known, false, strconv.Itoa(i%10), send) })
 	}
 	testwait.For(t, "every stream to subscribe", func() bool { return l.subscribers() == n })
 }

@@ -299,10 +299,10 @@ func (d *Distributor) WatchAssignment(ctx context.Context, req *connect.Request[
 		return err
 	}
 	opened := time.Now()
-	send, detach, stop := sendShared(ctx, stream)
+	send, stop := sendShared(ctx, stream)
 	defer stop()
 	return l.stream(ctx, d.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr,
-		d.metrics.counting(send, opened), detach(d.stopping, d.metrics.recorder(opened), nil))
+		d.metrics.counting(send, opened))
 }
 
 // GetAssignment implements slicerv1connect.DistributorServiceHandler: it
@@ -317,7 +317,7 @@ func (d *Distributor) GetAssignment(ctx context.Context, req *connect.Request[sl
 	err = l.stream(ctx, d.stopping, assign.Version{}, false, "", func(m *sharedResponse) error {
 		first = m.WatchAssignmentResponse
 		return errFound
-	}, nil)
+	})
 	if first != nil {
 		return connect.NewResponse(&slicerv1.GetAssignmentResponse{Assignment: first.GetAssignment()}), nil
 	}

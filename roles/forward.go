@@ -12,6 +12,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/internal/startgate"
 	"github.com/slicerd/slicerd/lease"
 )
 
@@ -56,7 +57,7 @@ func (a *Assigner) forwardRequest(ctx context.Context, h http.Header, r lease.Ro
 	if r.Holder {
 		h.Set(ForwardedToHolderHeader, "1")
 	}
-	waiting(ctx) // on the other Assigner, not on this node's CPU
+	startgate.Waiting(ctx) // on the other Assigner, not on this node's CPU
 }
 
 // forwardErr turns a failed forward into what the caller sees: the

@@ -196,7 +196,7 @@ func TestDeletedJobNotRecreatedByStaleRefresh(t *testing.T) {
 	}
 	streamed := make(chan error, 1)
 	go func() {
-		streamed <- j.pub.stream(ctx, nil, j.pub.current().Version(), false, "", func(*sharedResponse) error { return nil }, nil)
+		streamed <- j.pub.stream(ctx, nil, j.pub.current().Version(), false, "", func(*sharedResponse) error { return nil })
 	}()
 	store.afterLoad = func() {
 		if _, err := a.DeleteJob(ctx, connect.NewRequest(&slicerv1.DeleteJobRequest{Job: "kv"})); err != nil {

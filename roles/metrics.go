@@ -62,7 +62,7 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: metrics.Name("rpc", "parked_handlers_total"),
 			Help: "RPCs that held one of the node's places for starting RPCs 100-200 ms without answering or waiting for an event, and stopped counting (slow handlers; see docs/operations.md).",
-		}, func() float64 { return float64(a.h2.ParkedHandlers()) }),
+		}, func() float64 { return float64(a.gate.Parked()) }),
 		newMembersCollector(a.rawPeers),
 	}
 	if a.distributor != nil {
@@ -199,11 +199,15 @@ func (c subscribersCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// subscribers counts the streams waiting on l, detached or not.
+// subscribers counts the streams waiting on l.
 func (l *latest) subscribers() int {
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
-	return inGroups(l.subs) + inGroups(l.detached)
+	n := 0
+	for _, g := range l.subs {
+		n += len(g)
+	}
+	return n
 }
 
 // membersCollector reports the gossip members by state when scraped.

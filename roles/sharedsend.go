@@ -17,8 +17,6 @@ import (
 
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
-	"github.com/slicerd/slicerd/assign"
-	"github.com/slicerd/slicerd/internal/h2server"
 )
 
 // Memory a slow subscriber can pin.
@@ -28,14 +26,10 @@ import (
 // same delta per base generation), encoded in protobuf once, however many
 // streams send it.
 //
-// After its first message, a protobuf stream that is not compressed
-// writes that shared encoding straight to the HTTP/2 server, which frames
-// it while the write waits and keeps no reference after: such sends copy
-// nothing (small messages pass through the stream's own 4 KB write
-// buffer). The first message of every stream, and every message of a JSON
-// or compressed stream, goes through connect-go and sharingCodec:
+// Every message goes through connect-go and sharingCodec, which frames it
+// in its protocol (Connect, gRPC or gRPC-Web):
 //
-// connect-go normally copies that encoding into a pooled buffer per send,
+// connect-go copies that encoding into a pooled buffer per send,
 // and the copy stays pinned while the HTTP/2 write waits for a reader
 // that does not read. Such copies are limited to StreamSendBudget bytes
 // in flight per node. A send that finds the budget spent is handed the
@@ -262,12 +256,6 @@ type streamLimits struct {
 	watch      *sendWatch
 	budget     *sendBudget
 	compressed bool // responses are compressed, so each send copies
-	// direct: the stream's messages are uncompressed protobuf, which
-	// sendShared writes itself once connect-go has sent the first, and
-	// protocol their protocol; such a stream may be detached.
-	direct   bool
-	protocol streamProtocol
-	conn     string // the client connection's address
 }
 
 // uncompressedHeaders are the request headers by which Connect, gRPC and
@@ -298,24 +286,9 @@ func withStreamLimits(h http.Handler, watch *sendWatch, budget *sendBudget) http
 					sl.compressed = true
 				}
 			}
-			ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
-			if p := protobufStreamProtocols[strings.ToLower(strings.TrimSpace(ct))]; p != protoUnknown && !sl.compressed {
-				sl.direct, sl.protocol, sl.conn = true, p, r.RemoteAddr
-			}
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), streamLimitsKey{}, sl)))
 	})
-}
-
-// waiting tells the HTTP/2 server that the request of ctx is about to
-// wait for its job to change, so that it no longer counts among the
-// server's starting handlers (--max-starting-rpcs): a watch of a job
-// that has no assignment yet would otherwise hold its place until the
-// server parks it.
-func waiting(ctx context.Context) {
-	if sl, _ := ctx.Value(streamLimitsKey{}).(*streamLimits); sl != nil && sl.w != nil {
-		h2server.Waiting(sl.w)
-	}
 }
 
 // errStreamSend ends a stream whose send failed, most often because its
@@ -329,27 +302,19 @@ var errCompressedOverBudget = errors.New("roles: compressed assignment streams a
 // sendShared returns the send function of a WatchAssignment stream, and
 // the function that ends its use, to be called when the stream ends.
 //
-// The first message goes through connect-go, which sends the response
-// headers with it. After that, a stream of uncompressed protobuf (Connect,
-// gRPC or gRPC-Web) is written directly: the generation's envelope, made
-// once for every stream, in one write and a flush. That skips connect-go's
-// marshalling and copying per send, and nothing is copied or kept: the
-// HTTP/2 server is done with the bytes when the write returns (it frames
-// them in its own goroutine while the write waits). Other streams (JSON,
-// compressed) send every message through connect-go, which copies the
-// shared encoding while the node's send budget allows, and hands over the
-// shared encoding itself beyond. Each send must finish
-// within the stream write timeout, or the stream is reset (HTTP/2
-// RST_STREAM, which clients see as a stream error and retry from their
-// known generation; on HTTP/1 the connection closes), which frees what the
-// send held.
-func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) (send func(*sharedResponse) error, detach func(stopping <-chan struct{}, count func(*sharedResponse), onEnd func()) detachFunc, stop func()) {
+// Each message goes through connect-go, which frames it for the stream's
+// protocol. While the node's send budget allows, connect-go copies the
+// shared encoding into its send buffer; beyond the budget it is handed
+// the shared encoding itself. Each send must finish within the stream
+// write timeout, or the stream is reset (HTTP/2 RST_STREAM, which clients
+// see as a stream error and retry from their known generation; on HTTP/1
+// the connection closes), which frees what the send held.
+func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) (send func(*sharedResponse) error, stop func()) {
 	sl, _ := ctx.Value(streamLimitsKey{}).(*streamLimits)
 	if sl == nil {
 		sl = &streamLimits{}
 	}
 	dog := sl.watch.watch(sl.rc)
-	sent := false // connect-go has sent the first message, and the headers
 	// failed is what a send that failed returns: UNAVAILABLE, so the
 	// client reconnects, unless the stream's own context ended.
 	failed := func(err error) error {
@@ -359,17 +324,6 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 		return err
 	}
 	send = func(s *sharedResponse) error {
-		if sl.direct && sent {
-			if env, err := s.enveloped(); err == nil {
-				dog.arm()
-				_, err = sl.w.Write(env)
-				if err == nil {
-					err = sl.rc.Flush()
-				}
-				dog.disarm()
-				return failed(err)
-			}
-		}
 		var msg any = s
 		if wire, err := s.encoded(); err == nil {
 			n := int64(len(wire))
@@ -385,28 +339,10 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 		dog.arm()
 		err := stream.Conn().Send(msg)
 		dog.disarm()
-		sent = sent || err == nil
 		return failed(err)
 	}
-	// detach offers the stream to detachStream once it has sent its
-	// first message (and with it the response headers), and only once;
-	// onEnd, if not nil, is called when a stream it detached ends.
-	detach = func(stopping <-chan struct{}, count func(*sharedResponse), onEnd func()) detachFunc {
-		offered := false
-		return func(l *latest, known assign.Version, deltas bool) bool {
-			if !sl.direct || !sent || offered {
-				return false
-			}
-			offered = true
-			return detachStream(ctx, sl, l, known, deltas, stopping, count, onEnd)
-		}
-	}
-	return send, detach, dog.stop
+	return send, dog.stop
 }
-
-// detachFunc offers a stream that holds known to l's detached streams;
-// see latest.stream.
-type detachFunc func(l *latest, known assign.Version, deltas bool) bool
 
 // sendWatch bounds every stream's sends in time with one sweep rather
 // than a timer per send: arming and resetting a timer on every send of
@@ -426,17 +362,13 @@ type sendWatch struct {
 
 	mu   sync.Mutex
 	dogs map[*sendWatchdog]struct{}
-	// detached are the node's detached streams (detached.go), which the
-	// sweep resets as it fires watchdogs, and kickDetached ends at
-	// shutdown.
-	detached map[*detachedSub]struct{}
 }
 
 // sweepsPerTimeout is how many sweeps make up a timeout.
 const sweepsPerTimeout = 4
 
 func newSendWatch(timeout time.Duration) *sendWatch {
-	return &sendWatch{timeout: timeout, dogs: map[*sendWatchdog]struct{}{}, detached: map[*detachedSub]struct{}{}}
+	return &sendWatch{timeout: timeout, dogs: map[*sendWatchdog]struct{}{}}
 }
 
 // run sweeps until ctx ends; the Agent owns it.
@@ -460,71 +392,15 @@ func (w *sendWatch) run(ctx context.Context) {
 func (w *sendWatch) sweep() {
 	now := w.tick.Add(1)
 	var late []*sendWatchdog
-	var lateDetached []*h2server.Detached
 	w.mu.Lock()
 	for d := range w.dogs {
 		if b := d.began.Load(); b != 0 && now-(b-1) > sweepsPerTimeout {
 			late = append(late, d)
 		}
 	}
-	for s := range w.detached {
-		if b := s.began.Load(); b != 0 && now-(b-1) > sweepsPerTimeout && s.firedFor != b {
-			s.firedFor = b
-			w.fired.Add(1)
-			if d := s.d.Load(); d != nil {
-				lateDetached = append(lateDetached, d)
-			}
-		}
-	}
 	w.mu.Unlock()
 	for _, d := range late {
 		d.fire()
-	}
-	// A detached stream's write has waited the whole timeout: reset the
-	// stream, as a stream with a goroutine is reset by its write
-	// deadline, which drops what it had queued.
-	for _, d := range lateDetached {
-		d.Reset(h2server.ErrCodeInternal)
-	}
-}
-
-// addDetached registers a detached stream; a nil w keeps no registry.
-func (w *sendWatch) addDetached(s *detachedSub) {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	w.detached[s] = struct{}{}
-	w.mu.Unlock()
-}
-
-// removeDetached unregisters s; removing it again does nothing.
-func (w *sendWatch) removeDetached(s *detachedSub) {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	delete(w.detached, s)
-	w.mu.Unlock()
-}
-
-// kickDetached has every detached stream of the node look at its state:
-// after the agent closed its stopping channel, each ends with
-// UNAVAILABLE.
-func (w *sendWatch) kickDetached() {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	byConn := map[any][]*h2server.Detached{}
-	for s := range w.detached {
-		if d := s.d.Load(); d != nil {
-			byConn[d.Conn()] = append(byConn[d.Conn()], d)
-		}
-	}
-	w.mu.Unlock()
-	for _, ds := range byConn {
-		h2server.Kick(ds)
 	}
 }
 

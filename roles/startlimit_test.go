@@ -12,16 +12,16 @@ import (
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
-// Watches waiting for a job's first assignment say so to the HTTP/2
-// server, so they hold no place among its starting handlers
+// Watches waiting for a job's first assignment say so to the start
+// gate, so they hold no place among the starting RPCs
 // (--max-starting-rpcs): more of them than there are places all start
 // and give their places back, and the node still answers.
 func TestWatchesWaitingForAnAssignmentHoldNoPlace(t *testing.T) {
 	cfg := testConfig(t, "node-1", t.TempDir())
 	cfg.MaxStartingRPCs = 4
 	node := startAgent(t, cfg)
-	if got := node.h2.MaxStartingHandlers; got != 4 {
-		t.Fatalf("the HTTP/2 server starts %d handlers at once; want --max-starting-rpcs, 4", got)
+	if got := node.gate.Limit(); got != 4 {
+		t.Fatalf("the node starts %d RPCs at once; want --max-starting-rpcs, 4", got)
 	}
 	n := 4 + 16
 	hc := api.NewH2CClient()
@@ -56,8 +56,8 @@ func TestWatchesWaitingForAnAssignmentHoldNoPlace(t *testing.T) {
 	testwait.For(t, "every watch to wait for the job's first assignment", func() bool { return l.subscribers() == n })
 	// Whether or not a busy machine made some of them late enough to be
 	// parked, every watch has said it waits.
-	if n := node.h2.StartingHandlers(); n != 0 {
-		t.Errorf("%d handlers are still starting; want 0, every watch said it waits (%d parked)", n, node.h2.ParkedHandlers())
+	if n := node.gate.Starting(); n != 0 {
+		t.Errorf("%d handlers are still starting; want 0, every watch said it waits (%d parked)", n, node.gate.Parked())
 	}
 	if _, err := jobs.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: "unassigned"})); err != nil {
 		t.Errorf("GetJob while the watches wait: %v", err)

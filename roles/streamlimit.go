@@ -15,9 +15,8 @@ import (
 // and server reflection) open at once in one agent, across all
 // connections. A stream over the cap
 // fails at once with ResourceExhausted before its handler runs, so it
-// costs no more than its headers; each open stream holds a goroutine (or,
-// detached, its HTTP/2 stream state) and its subscriber state until it
-// ends. Unary calls pass untouched.
+// costs no more than its headers; each open stream holds a goroutine and
+// its subscriber state until it ends. Unary calls pass untouched.
 type streamLimiter struct {
 	max         int64
 	logInterval time.Duration
@@ -60,10 +59,8 @@ func (l *streamLimiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) 
 				"%w: this node already serves %d streams (--max-streams); retry later or against another node, "+
 					"or raise --max-streams", ErrTooManyStreams, l.max))
 		}
-		// A detached stream (detachStream) keeps its place until it ends.
-		slot := &streamSlot{release: func() { l.open.Add(-1) }}
-		defer slot.done()
-		return next(context.WithValue(ctx, streamSlotKey{}, slot), conn)
+		defer l.open.Add(-1)
+		return next(ctx, conn)
 	}
 }
 

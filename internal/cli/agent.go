@@ -187,7 +187,7 @@ func agentFlags() []cli.Flag {
 		&cli.IntFlag{
 			Name: "max-streams", Value: d.MaxStreams, EnvVars: []string{"SLICERD_MAX_STREAMS"},
 			Usage: "most streams (WatchAssignment on every role, server reflection) this node serves at once; one more fails at once " +
-				"with RESOURCE_EXHAUSTED (each holds its subscriber's state, and a goroutine unless it was detached: see docs/operations.md)",
+				"with RESOURCE_EXHAUSTED (each holds a goroutine and its subscriber's state: see docs/operations.md)",
 		},
 		&cli.IntFlag{
 			Name: "max-streams-per-connection", Value: d.MaxStreamsPerConnection, EnvVars: []string{"SLICERD_MAX_STREAMS_PER_CONNECTION"},
@@ -196,8 +196,8 @@ func agentFlags() []cli.Flag {
 		&cli.IntFlag{
 			Name: "max-starting-rpcs", Value: d.MaxStartingRPCs, EnvVars: []string{"SLICERD_MAX_STARTING_RPCS"},
 			Usage: "most RPCs this node serves at once until they answer or wait (for their request body, a job's change, another node); " +
-				"the others queue on their connection without a goroutine, so that many streams opening at once do not starve gossip. " +
-				"One holding its place 100-200 ms stops counting (slicerd_rpc_parked_handlers_total). 0: 32 per CPU, at least 64",
+				"the others wait in arrival order, out of the run queue, so that many streams opening at once do not starve gossip. " +
+				"One holding its place 100 ms stops counting (slicerd_rpc_parked_handlers_total). 0: 32 per CPU, at least 64",
 		},
 		&cli.IntFlag{
 			Name: "max-jobs", Value: d.MaxJobs, EnvVars: []string{"SLICERD_MAX_JOBS"},
