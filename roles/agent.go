@@ -26,6 +26,7 @@ import (
 	"github.com/slicerd/slicerd/internal/startgate"
 	"github.com/slicerd/slicerd/internal/webui"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -46,7 +47,7 @@ type Agent struct {
 	server      *http.Server
 	gate        *startgate.Gate // bounds the RPCs starting at once (--max-starting-rpcs)
 	hosts       *hostcheck.Checker
-	streams     *streamLimiter
+	streams     *watch.Limiter
 	health      *grpchealth.StaticChecker
 	assigner    *Assigner
 	distributor *Distributor
@@ -70,7 +71,7 @@ type Agent struct {
 	// on one channel shared by every stream.
 	stopCtx    context.Context
 	stopCancel context.CancelFunc
-	sendWatch  *sendWatch // bounds stream sends by --stream-write-timeout
+	sendWatch  *watch.SendWatch // bounds stream sends by --stream-write-timeout
 
 	mu      sync.Mutex
 	node    *gossip.Node
@@ -91,7 +92,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger, stopping: make(chan struct{}),
 		accepting: make(chan struct{}), ready: make(chan struct{}), shuttingDown: make(chan struct{})}
 	a.stopCtx, a.stopCancel = context.WithCancel(context.Background())
-	a.sendWatch = newSendWatch(cfg.StreamWriteTimeout)
+	a.sendWatch = watch.NewSendWatch(cfg.StreamWriteTimeout)
 	// At most maxStartingHandlers RPCs run their start at once, until
 	// they send their response headers or wait for an event; the others
 	// wait at the gate in arrival order. When 100,000 watch streams open
@@ -147,8 +148,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.verify = newVerifier(cfg.TLS, cfg.NodeName, cfg.Logger, a.changes.Notify)
 	}
 	mux := http.NewServeMux()
-	a.streams = newStreamLimiter(cfg.MaxStreams, refusalLogInterval, cfg.Logger.With("component", "rpc"))
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(sharingCodec{}), connect.WithInterceptors(a.streams, messageAuth{})}
+	a.streams = watch.NewLimiter(cfg.MaxStreams, refusalLogInterval, cfg.Logger.With("component", "rpc"))
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(watch.Codec{}), connect.WithInterceptors(a.streams, messageAuth{})}
 	if cfg.has(gossip.RoleAssigner) {
 		a.assigner = newAssigner(cfg, a.store, a.leases, a, a.stopping)
 		a.assigner.verify, a.assigner.rawPeers = a.verify, a.rawPeers
@@ -218,7 +219,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	auth := newAuthenticator(cfg.TLS != nil, cfg.AdminTokens)
 	a.server = &http.Server{
-		Handler:           a.gate.Wrap(a.hosts.Wrap(auth.wrap(withStreamLimits(mux, a.sendWatch, &sendBudget{limit: cfg.StreamSendBudget})))),
+		Handler:           a.gate.Wrap(a.hosts.Wrap(auth.wrap(watch.WithLimits(mux, a.sendWatch, cfg.StreamSendBudget)))),
 		TLSConfig:         tlsConf,
 		Protocols:         protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -474,7 +475,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error {
-		a.sendWatch.run(gctx)
+		a.sendWatch.Run(gctx)
 		return nil
 	})
 	if a.assigner != nil {

@@ -171,7 +171,7 @@ type watcher struct {
 	err    chan error
 }
 
-func watch(t *testing.T, addr, job string, backup bool) *watcher {
+func watchJob(t *testing.T, addr, job string, backup bool) *watcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse]
@@ -259,7 +259,7 @@ func TestSingleNodeShardsJob(t *testing.T) {
 		tasks[name] = taskMember(t, "kv", name, node.GossipAddr())
 	}
 	seesTask(t, node, "kv", "t0")
-	dist := watch(t, node.RPCAddr(), "kv", false)
+	dist := watchJob(t, node.RPCAddr(), "kv", false)
 	first := dist.until(t, "three tasks", hasTasks("t0", "t1", "t2"))
 	if err := first.Validate(); err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestSingleNodeShardsJob(t *testing.T) {
 	dist.until(t, "t2 drained after leave", hasTasks("t0"))
 
 	// The backup serves the same stored assignment.
-	bk := watch(t, node.RPCAddr(), "kv", true)
+	bk := watchJob(t, node.RPCAddr(), "kv", true)
 	bk.until(t, "backup serving t0 only", hasTasks("t0"))
 
 	// A new task takes a fair share.
@@ -310,14 +310,14 @@ func TestRestartCarriesAssignmentForward(t *testing.T) {
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	taskMember(t, "kv", "t1", node.GossipAddr())
 	seesTask(t, node, "kv", "t0")
-	before := watch(t, node.RPCAddr(), "kv", false).until(t, "two tasks", hasTasks("t0", "t1"))
+	before := watchJob(t, node.RPCAddr(), "kv", false).until(t, "two tasks", hasTasks("t0", "t1"))
 	node.stop(t)
 
 	// Restarted with a long grace and no tasks in gossip, it serves the
 	// stored assignment unchanged.
 	cfg.StartupGrace = time.Hour
 	node = startAgent(t, cfg)
-	after := watch(t, node.RPCAddr(), "kv", false).until(t, "stored assignment", func(*assign.Assignment) bool { return true })
+	after := watchJob(t, node.RPCAddr(), "kv", false).until(t, "stored assignment", func(*assign.Assignment) bool { return true })
 	if !assign.Equal(before, after) || after.Generation != before.Generation {
 		t.Fatalf("after restart got generation %d %v, want generation %d %v", after.Generation, after.Slices, before.Generation, before.Slices)
 	}
@@ -341,7 +341,7 @@ func TestDistributorPullsFromAssigner(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("unknown job through the distributor: %v", err)
 	}
-	w := watch(t, distributor.RPCAddr(), "kv", false)
+	w := watchJob(t, distributor.RPCAddr(), "kv", false)
 	w.until(t, "assignment through the distributor", hasTasks("t0"))
 	taskMember(t, "kv", "t1", assigner.GossipAddr())
 	w.until(t, "update pushed through the distributor", hasTasks("t0", "t1"))
@@ -356,7 +356,7 @@ func TestJobService(t *testing.T) {
 		taskMember(t, "kv", n, node.GossipAddr())
 	}
 	seesTask(t, node, "kv", "t0")
-	w := watch(t, node.RPCAddr(), "kv", false)
+	w := watchJob(t, node.RPCAddr(), "kv", false)
 	before := w.until(t, "three tasks", hasTasks("t0", "t1", "t2"))
 
 	for _, tc := range []struct {

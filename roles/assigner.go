@@ -496,7 +496,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		return err
 	}
 	live := a.tasksOf(name, true)
-	if len(live) == 0 && (why != triggerTakeover || j.pub.current() == nil) {
+	if len(live) == 0 && (why != triggerTakeover || j.pub.Current() == nil) {
 		// Keep routing on the last assignment: clients lose nothing by it,
 		// and the next task to join takes the whole key space.
 		return nil
@@ -509,7 +509,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		load = a.jobLoad(name)
 	}
 	for attempt := 1; attempt <= maxCommitAttempts; attempt++ {
-		cur := j.pub.current()
+		cur := j.pub.Current()
 		var next *assign.Assignment
 		var decision assign.Decision
 		algorithm := ""
@@ -585,7 +585,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 				return fmt.Errorf("re-read after conflict: %w", lerr)
 			}
 			if rec.Current != nil {
-				j.pub.publish(rec.Current, time.Time{}) // another's commit: its time is not stored
+				j.pub.Publish(rec.Current, time.Time{}) // another's commit: its time is not stored
 			}
 			continue
 		}
@@ -602,7 +602,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			setPending(j, nil)
 		}
 		a.mu.Unlock()
-		j.pub.publish(next, committed)
+		j.pub.Publish(next, committed)
 		a.metrics.committed(name, entry)
 		a.moveGuard(name)
 		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "epoch", held.Epoch, "trigger", why.String(),

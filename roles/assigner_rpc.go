@@ -18,9 +18,7 @@ func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[sli
 	if err != nil {
 		return toConnect(err)
 	}
-	send, stop := sendShared(ctx, stream)
-	defer stop()
-	return j.pub.stream(ctx, a.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
+	return j.pub.Serve(ctx, a.stopping, req, stream, nil)
 }
 
 // ListJobs implements slicerv1connect.JobServiceHandler.

@@ -43,7 +43,7 @@ func TestAssignerRebasesOnConflict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := j.pub.current().Generation; got != 5 {
+	if got := j.pub.Current().Generation; got != 5 {
 		t.Fatalf("assigner loaded generation %d, want 5", got)
 	}
 
@@ -72,7 +72,7 @@ func TestAssignerRebasesOnConflict(t *testing.T) {
 	if names := taskNames(rec.Current); len(names) != 2 {
 		t.Errorf("rebased assignment has tasks %v, want t0 and t1", names)
 	}
-	if got := j.pub.current(); got.Generation != 7 {
+	if got := j.pub.Current(); got.Generation != 7 {
 		t.Errorf("published generation %d, want 7", got.Generation)
 	}
 }

@@ -106,7 +106,7 @@ func (a *Assigner) auditState(ctx context.Context, name string) string {
 	cfg, configured := j.cfg, j.configured
 	a.mu.Unlock()
 	var gen uint64
-	if cur := j.pub.current(); cur != nil {
+	if cur := j.pub.Current(); cur != nil {
 		gen = cur.Generation
 	}
 	return summarize(cfg, configured, gen)

@@ -13,6 +13,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -114,21 +115,19 @@ func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slice
 		return err
 	}
 	defer leave()
-	send, stop := sendShared(ctx, stream)
-	defer stop()
-	return l.stream(ctx, b.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
+	return l.Serve(ctx, b.stopping, req, stream, nil)
 }
 
 // poller reads one job's assignment from the store for all its watchers.
 type poller struct {
-	l        *latest
+	l        *watch.Latest
 	watchers int
 	cancel   context.CancelFunc
 }
 
 // join registers a watcher of job, starting the job's poller if it is the
 // first; leave unregisters it and stops the poller with the last watcher.
-func (b *Backup) join(job string) (*latest, func(), error) {
+func (b *Backup) join(job string) (*watch.Latest, func(), error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	select {
@@ -142,7 +141,7 @@ func (b *Backup) join(job string) (*latest, func(), error) {
 	p := b.pollers[job]
 	if p == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		p = &poller{l: newLatest(), cancel: cancel}
+		p = &poller{l: watch.New(), cancel: cancel}
 		b.pollers[job] = p
 		b.wg.Add(1)
 		go func() {
@@ -195,16 +194,16 @@ func (b *Backup) pollJob(ctx context.Context, job string, p *poller) {
 		switch {
 		case ctx.Err() != nil:
 			return
-		case connect.CodeOf(err) == connect.CodeNotFound && p.l.current() != nil:
+		case connect.CodeOf(err) == connect.CodeNotFound && p.l.Current() != nil:
 			// A stored assignment vanished: the job was deleted.
 			b.log.Info("the job's stored record is gone: it was deleted; ending its streams", "job", job)
 			b.forget(job, p)
-			p.l.end(err)
+			p.l.End(err)
 			return
 		case err != nil:
-			p.l.fail(err)
+			p.l.Fail(err)
 		case rec != nil:
-			p.l.publish(rec, time.Time{}) // the store keeps no commit time
+			p.l.Publish(rec, time.Time{}) // the store keeps no commit time
 		}
 		select {
 		case <-ctx.Done():
@@ -213,7 +212,7 @@ func (b *Backup) pollJob(ctx context.Context, job string, p *poller) {
 		case _, ok := <-changed:
 			if !ok {
 				if ctx.Err() == nil {
-					p.l.fail(connect.NewError(connect.CodeUnavailable, errShuttingDown))
+					p.l.Fail(connect.NewError(connect.CodeUnavailable, errShuttingDown))
 					b.forget(job, p)
 				}
 				return

@@ -8,6 +8,7 @@ import (
 
 	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -59,16 +60,16 @@ func BenchmarkBackupWatchTick(b *testing.B) {
 	})
 	b.Run("shared", func(b *testing.B) {
 		b.ReportAllocs()
-		l := newLatest()
+		l := watch.New()
 		for i := range b.N {
 			rec, err := bk.load(ctx, "kv")
 			if err != nil {
 				b.Fatal(err)
 			}
 			rec.Generation = uint64(i + 1) // each tick a new generation, the worst case
-			l.publish(rec, time.Time{})
+			l.Publish(rec, time.Time{})
 			for range watchers {
-				if l.get().msg == nil {
+				if l.Message() == nil {
 					b.Fatal("no message")
 				}
 			}

@@ -87,7 +87,7 @@ func newBalanceFixture(t *testing.T, members *fakeMembers, jcfg *assign.Config) 
 func (f *balanceFixture) report(t *testing.T, truth assign.Load, tasks ...string) {
 	t.Helper()
 	f.now = f.now.Add(time.Second)
-	cur := f.j.pub.current()
+	cur := f.j.pub.Current()
 	for _, task := range tasks {
 		if _, err := f.as.ReportLoad(context.Background(), connect.NewRequest(reportFor(cur, task, truth, 1))); err != nil {
 			t.Fatal(err)
@@ -100,10 +100,10 @@ func (f *balanceFixture) report(t *testing.T, truth assign.Load, tasks ...string
 func (f *balanceFixture) settle(t *testing.T, truth assign.Load, rounds int, tasks ...string) {
 	t.Helper()
 	for range rounds {
-		cur := f.j.pub.current()
+		cur := f.j.pub.Current()
 		f.report(t, truth, tasks...)
 		f.as.balanceAll(context.Background())
-		if f.j.pub.current().Generation == cur.Generation {
+		if f.j.pub.Current().Generation == cur.Generation {
 			return
 		}
 	}
@@ -124,16 +124,16 @@ func TestBalanceDecisions(t *testing.T) {
 		t.Helper()
 		f.report(t, truth, "t0", "t1", "t2")
 	}
-	start := assign.Imbalance(j.pub.current(), truth)
+	start := assign.Imbalance(j.pub.Current(), truth)
 	if start < 2.5 {
 		t.Fatalf("initial imbalance %.3f; the test needs a skewed start", start)
 	}
 
 	reportAll()
-	initial := j.pub.current()
+	initial := j.pub.Current()
 	gen := initial.Generation
 	as.balanceAll(ctx)
-	first := j.pub.current()
+	first := j.pub.Current()
 	if first.Generation == gen {
 		t.Fatalf("no load-driven decision was committed at imbalance %.3f", start)
 	}
@@ -148,7 +148,7 @@ func TestBalanceDecisions(t *testing.T) {
 	// decision until the tasks report again.
 	f.now = f.now.Add(100 * time.Millisecond)
 	as.balanceAll(ctx)
-	if got := j.pub.current().Generation; got != first.Generation {
+	if got := j.pub.Current().Generation; got != first.Generation {
 		t.Fatalf("decided again (generation %d) on load measured before the last commit", got)
 	}
 
@@ -158,9 +158,9 @@ func TestBalanceDecisions(t *testing.T) {
 	settled := false
 	for range 20 {
 		reportAll()
-		before := j.pub.current()
+		before := j.pub.Current()
 		as.balanceAll(ctx)
-		after := j.pub.current()
+		after := j.pub.Current()
 		if after.Generation == before.Generation {
 			settled = true
 			break
@@ -177,7 +177,7 @@ func TestBalanceDecisions(t *testing.T) {
 	if prev > 1.2 {
 		t.Errorf("settled at imbalance %.3f, want below 1.2", prev)
 	}
-	t.Logf("imbalance %.3f -> %.3f in %d generations", start, prev, j.pub.current().Generation-gen)
+	t.Logf("imbalance %.3f -> %.3f in %d generations", start, prev, j.pub.Current().Generation-gen)
 }
 
 // With load balancing off, decisions ignore load: a decision on skewed load
@@ -195,7 +195,7 @@ func TestBalanceOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, _ := as.job(ctx, "kv", false)
-	first := j.pub.current()
+	first := j.pub.Current()
 	for _, task := range []string{"t0", "t1", "t2"} {
 		if _, err := as.ReportLoad(ctx, connect.NewRequest(reportFor(first, task, skewed(), 1))); err != nil {
 			t.Fatal(err)
@@ -205,7 +205,7 @@ func TestBalanceOff(t *testing.T) {
 	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
 		t.Fatal(err)
 	}
-	if got := j.pub.current(); got.Generation != first.Generation {
+	if got := j.pub.Current(); got.Generation != first.Generation {
 		t.Errorf("a decision with load balancing off moved keys for load: generation %d", got.Generation)
 	}
 }
@@ -222,7 +222,7 @@ func TestAssignerBalancesReportedLoad(t *testing.T) {
 		taskMember(t, "kv", name, node.GossipAddr())
 	}
 	seesTask(t, node, "kv", "t0")
-	w := watch(t, node.RPCAddr(), "kv", false)
+	w := watchJob(t, node.RPCAddr(), "kv", false)
 	first := w.until(t, "three tasks", hasTasks(tasks...))
 	truth := skewed()
 	start := assign.Imbalance(first, truth)
@@ -295,7 +295,7 @@ func TestAssignerBalancesReportedLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a := cur.pub.current()
+		a := cur.pub.Current()
 		mu.Lock()
 		latest = a
 		mu.Unlock()
@@ -425,7 +425,7 @@ func TestBalanceByCapacity(t *testing.T) {
 		t.Fatalf("live tasks %+v; want t2 with the capacity it advertises", live)
 	}
 	f.settle(t, truth, 30, "t0", "t1", "t2")
-	cur := j.pub.current()
+	cur := j.pub.Current()
 	loads := assign.TaskLoads(cur, truth)
 	t.Logf("tasks %v carry %v", cur.Tasks, loads)
 	if got := assign.ImbalanceWith(cur, truth, live); got > 1.1 {
@@ -475,12 +475,12 @@ func TestBalanceByMemory(t *testing.T) {
 	if live[2].MemoryLimit != 600 {
 		t.Fatalf("live tasks %+v; want t2 with the memory limit it advertises", live)
 	}
-	first := j.pub.current()
+	first := j.pub.Current()
 	if b := assign.TaskBytes(first, truth); b[2] <= 600 {
 		t.Fatalf("t2 holds %v bytes at first; the test needs it past its limit", b[2])
 	}
 	f.settle(t, truth, 10, "t0", "t1", "t2")
-	cur := j.pub.current()
+	cur := j.pub.Current()
 	held := assign.TaskBytes(cur, truth)
 	t.Logf("tasks %v hold %v bytes, imbalance %.3f", cur.Tasks, held, assign.Imbalance(cur, truth))
 	if cur.Generation == first.Generation {
@@ -515,7 +515,7 @@ func TestJobAlgorithm(t *testing.T) {
 			members.set("kv", "t0", "t1", "t2")
 			f := newBalanceFixture(t, members, &jcfg)
 			as, j := f.as, f.j
-			first := j.pub.current()
+			first := j.pub.Current()
 			alg, _ := assign.AlgorithmByName(name)
 			want, _, err := alg.Decide("kv", nil, as.tasksOf("kv", true), nil, jcfg)
 			if err != nil {
@@ -531,7 +531,7 @@ func TestJobAlgorithm(t *testing.T) {
 				f.report(t, skewed(), "t0", "t1", "t2")
 				as.balanceAll(ctx)
 			}
-			if got := j.pub.current().Generation; got != first.Generation {
+			if got := j.pub.Current().Generation; got != first.Generation {
 				t.Errorf("a static job moved keys for load: generation %d after %d", got, first.Generation)
 			}
 		})
@@ -556,9 +556,9 @@ func TestFrozenJob(t *testing.T) {
 			as.balanceAll(ctx)
 		}
 	}
-	first := j.pub.current()
+	first := j.pub.Current()
 	balance("t0", "t1", "t2", "t3")
-	if got := j.pub.current(); got.Generation != first.Generation {
+	if got := j.pub.Current(); got.Generation != first.Generation {
 		t.Fatalf("a frozen job moved keys for load: generation %d after %d", got.Generation, first.Generation)
 	}
 
@@ -566,7 +566,7 @@ func TestFrozenJob(t *testing.T) {
 	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
 		t.Fatal(err)
 	}
-	left := j.pub.current()
+	left := j.pub.Current()
 	if left.Generation == first.Generation || func() bool { _, ok := left.TaskIndex("t3"); return ok }() {
 		t.Fatalf("a frozen job kept the departed t3: generation %d, tasks %v", left.Generation, left.Tasks)
 	}
@@ -577,7 +577,7 @@ func TestFrozenJob(t *testing.T) {
 	}
 	before := assign.Imbalance(left, skewed())
 	balance("t0", "t1", "t2")
-	if after := assign.Imbalance(j.pub.current(), skewed()); after >= before {
+	if after := assign.Imbalance(j.pub.Current(), skewed()); after >= before {
 		t.Errorf("unfrozen, the imbalance went %.3f -> %.3f; want it balanced", before, after)
 	}
 }
@@ -593,7 +593,7 @@ func TestDrainAndCordon(t *testing.T) {
 	f := newBalanceFixture(t, members, nil)
 	as, j := f.as, f.j
 	holds := func(task string) bool {
-		_, ok := j.pub.current().TaskIndex(task)
+		_, ok := j.pub.Current().TaskIndex(task)
 		return ok
 	}
 
@@ -611,23 +611,23 @@ func TestDrainAndCordon(t *testing.T) {
 	}
 	setConfig()
 	if holds("t1") {
-		t.Fatalf("t1 still holds keys after the drain: tasks %v", j.pub.current().Tasks)
+		t.Fatalf("t1 still holds keys after the drain: tasks %v", j.pub.Current().Tasks)
 	}
-	cordoned := keysOfTask(j.pub.current(), "t2")
+	cordoned := keysOfTask(j.pub.Current(), "t2")
 
 	// Load decisions go on for the others, and never give t2 more.
-	before := j.pub.current().Generation
+	before := j.pub.Current().Generation
 	for range 6 {
 		f.report(t, skewed(), "t0", "t1", "t2", "t3")
 		as.balanceAll(ctx)
 	}
-	if j.pub.current().Generation == before {
+	if j.pub.Current().Generation == before {
 		t.Errorf("no load-driven decision while t1 is drained")
 	}
 	if holds("t1") {
 		t.Errorf("a load-driven decision gave the drained t1 keys")
 	}
-	if now := keysOfTask(j.pub.current(), "t2"); now > cordoned {
+	if now := keysOfTask(j.pub.Current(), "t2"); now > cordoned {
 		t.Errorf("the cordoned t2 went from %d to %d keys", cordoned, now)
 	}
 
@@ -684,10 +684,10 @@ func TestMakeBeforeBreakDecisions(t *testing.T) {
 	members.set("kv", "t0", "t1", "t2")
 	f := newBalanceFixture(t, members, &jcfg)
 	as, j := f.as, f.j
-	first := j.pub.current()
+	first := j.pub.Current()
 	f.report(t, skewed(), "t0", "t1", "t2")
 	as.balanceAll(ctx)
-	mid := j.pub.current()
+	mid := j.pub.Current()
 	if mid.Generation == first.Generation {
 		t.Fatal("no load-driven decision")
 	}
@@ -706,7 +706,7 @@ func TestMakeBeforeBreakDecisions(t *testing.T) {
 	// The job waits for the second step.
 	f.report(t, skewed(), "t0", "t1", "t2")
 	as.balanceAll(ctx)
-	if got := j.pub.current().Generation; got != mid.Generation {
+	if got := j.pub.Current().Generation; got != mid.Generation {
 		t.Fatalf("a load decision went before the second step: generation %d", got)
 	}
 	select {
@@ -720,7 +720,7 @@ func TestMakeBeforeBreakDecisions(t *testing.T) {
 	if err := as.reconcile(ctx, "kv", triggerFlip); err != nil {
 		t.Fatal(err)
 	}
-	flipped := j.pub.current()
+	flipped := j.pub.Current()
 	if flipped.Generation != mid.Generation+1 || assign.Churn(mid, flipped) != 0 || assign.Equal(mid, flipped) {
 		t.Fatalf("second step: generation %d (want %d), churn %g (want 0)", flipped.Generation, mid.Generation+1, assign.Churn(mid, flipped))
 	}
@@ -758,13 +758,13 @@ func TestMakeBeforeBreakDecisions(t *testing.T) {
 		as.mu.Lock()
 		pending = j.pending
 		as.mu.Unlock()
-		if pending != nil && pending.mid != j.pub.current().Generation {
+		if pending != nil && pending.mid != j.pub.Current().Generation {
 			t.Errorf("%s: a stale second step is still pending", change)
 		}
 		if pending != nil && pending.mid == first.Generation+1 {
 			t.Errorf("%s: the second step was not abandoned", change)
 		}
-		if _, ok := j.pub.current().TaskIndex("t2"); ok && change == "a task leaves" {
+		if _, ok := j.pub.Current().TaskIndex("t2"); ok && change == "a task leaves" {
 			t.Errorf("t2 left but still holds keys")
 		}
 	}
@@ -791,10 +791,10 @@ func TestMakeBeforeBreakReady(t *testing.T) {
 	members.set("kv", "t0", "t1", "t2")
 	f := newBalanceFixture(t, members, &jcfg)
 	as, j := f.as, f.j
-	first := j.pub.current()
+	first := j.pub.Current()
 	f.report(t, skewed(), "t0", "t1", "t2")
 	as.balanceAll(ctx)
-	mid := j.pub.current()
+	mid := j.pub.Current()
 	as.mu.Lock()
 	pending := j.pending
 	as.mu.Unlock()
@@ -820,8 +820,8 @@ func TestMakeBeforeBreakReady(t *testing.T) {
 		}
 	}
 	// A signal before readiness and deadline (a stray one) changes nothing.
-	if err := as.reconcile(ctx, "kv", triggerFlip); err != nil || j.pub.current().Generation != mid.Generation {
-		t.Fatalf("an early second step: %v, generation %d", err, j.pub.current().Generation)
+	if err := as.reconcile(ctx, "kv", triggerFlip); err != nil || j.pub.Current().Generation != mid.Generation {
+		t.Fatalf("an early second step: %v, generation %d", err, j.pub.Current().Generation)
 	}
 	for _, task := range gaining {
 		ready(task, first.Generation) // too old
@@ -838,7 +838,7 @@ func TestMakeBeforeBreakReady(t *testing.T) {
 	if err := as.reconcile(ctx, "kv", triggerFlip); err != nil {
 		t.Fatal(err)
 	}
-	if got := j.pub.current(); got.Generation != mid.Generation+1 || assign.Churn(mid, got) != 0 {
+	if got := j.pub.Current(); got.Generation != mid.Generation+1 || assign.Churn(mid, got) != 0 {
 		t.Errorf("after the readiness reports: generation %d, churn %g", got.Generation, assign.Churn(mid, got))
 	}
 	if _, err := as.ReportReady(ctx, connect.NewRequest(&slicerv1.ReportReadyRequest{Job: "kv", Task: "t9", Generation: mid.Generation})); connect.CodeOf(err) != connect.CodeFailedPrecondition {

@@ -161,7 +161,7 @@ func TestMaxJobsRefusesNewJobs(t *testing.T) {
 	taskMember(t, "d", "t0", node.GossipAddr())
 	taskMember(t, "a", "t0", node.GossipAddr())
 	seesTask(t, node, "d", "t0")
-	w := watch(t, node.RPCAddr(), "a", false)
+	w := watchJob(t, node.RPCAddr(), "a", false)
 	w.until(t, "job a's assignment", hasTasks("t0"))
 	if _, err := node.store.Load(ctx, "d"); err == nil {
 		t.Error("job d, announced by a task over the cap, was stored")
@@ -247,7 +247,7 @@ func TestMaxSlicesPerJobUnderForgedLoad(t *testing.T) {
 	taskMember(t, "kv", "kv-0", node.GossipAddr())
 	taskMember(t, "kv", "kv-1", node.GossipAddr())
 	testwait.For(t, "gossip to list both tasks", func() bool { return len(node.assigner.liveTaskNames("kv")) == 2 })
-	w := watch(t, node.RPCAddr(), "kv", false)
+	w := watchJob(t, node.RPCAddr(), "kv", false)
 	w.until(t, "the first assignment", hasTasks("kv-0", "kv-1"))
 	client := reportClient(t, node)
 
@@ -420,7 +420,7 @@ func TestStoredBeyondCapsStillServed(t *testing.T) {
 	cfg.MaxJobs = 1
 	cfg.MaxSlicesPerJob = 10
 	node := startAgent(t, cfg)
-	w := watch(t, node.RPCAddr(), "kv", false)
+	w := watchJob(t, node.RPCAddr(), "kv", false)
 	if got := w.until(t, "the stored assignment", func(*assign.Assignment) bool { return true }); len(got.Slices) != len(big.Slices) {
 		t.Errorf("served %d slices; want the %d stored", len(got.Slices), len(big.Slices))
 	}

@@ -66,7 +66,7 @@ func TestMembershipChangeMovesOnlyWhatItMust(t *testing.T) {
 	for _, name := range tasks {
 		seesTask(t, node, "kv", name)
 	}
-	w := watch(t, node.RPCAddr(), "kv", false)
+	w := watchJob(t, node.RPCAddr(), "kv", false)
 	first := w.until(t, "three tasks", hasTasks(tasks...))
 
 	truth := skewed()
@@ -83,7 +83,7 @@ func TestMembershipChangeMovesOnlyWhatItMust(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := j.pub.current()
+	before := j.pub.Current()
 
 	// t2 dies (no leave).
 	if err := members["t2"].Shutdown(); err != nil {
@@ -175,7 +175,7 @@ func TestRestartedAssignerTakesOverWithoutChurn(t *testing.T) {
 	for _, name := range tasks {
 		seesTask(t, node, "kv", name)
 	}
-	before := watch(t, node.RPCAddr(), "kv", false).until(t, "three tasks", hasTasks(tasks...))
+	before := watchJob(t, node.RPCAddr(), "kv", false).until(t, "three tasks", hasTasks(tasks...))
 	node.stop(t)
 
 	cfg.StartupGrace = 3 * time.Second
@@ -195,10 +195,10 @@ func TestRestartedAssignerTakesOverWithoutChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := j.pub.current().Generation; got != before.Generation {
+	if got := j.pub.Current().Generation; got != before.Generation {
 		t.Fatalf("the restarted assigner committed generation %d before the tasks' load was reported; its startup grace is too short for this machine", got)
 	}
-	after := watch(t, node.RPCAddr(), "kv", false).until(t, "the takeover generation", func(a *assign.Assignment) bool {
+	after := watchJob(t, node.RPCAddr(), "kv", false).until(t, "the takeover generation", func(a *assign.Assignment) bool {
 		return a.Generation > before.Generation
 	})
 	if churn := assign.Churn(before, after); churn != 0 || !sameRouting(before, after) {
@@ -228,7 +228,7 @@ func TestLoadDecisionWaitsForMembershipDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := j.pub.current()
+	before := j.pub.Current()
 	now = now.Add(time.Second)
 	for _, task := range []string{"t0", "t1", "t2"} {
 		if _, err := a.ReportLoad(ctx, connect.NewRequest(reportFor(before, task, skewed(), 1))); err != nil {
@@ -240,14 +240,14 @@ func TestLoadDecisionWaitsForMembershipDecision(t *testing.T) {
 	if err := a.reconcile(ctx, "kv", triggerLoad); err != nil {
 		t.Fatal(err)
 	}
-	if got := j.pub.current(); got.Generation != before.Generation {
+	if got := j.pub.Current(); got.Generation != before.Generation {
 		t.Fatalf("a load-driven decision with t2 gone committed generation %d (tasks %v); want it left to the membership decision",
 			got.Generation, taskNames(got))
 	}
 	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
 		t.Fatal(err)
 	}
-	after := j.pub.current()
+	after := j.pub.Current()
 	if lo, hi, ok := movedOnlyFrom(before, after, "t2", ""); !ok || !hasTasks("t0", "t1")(after) {
 		t.Errorf("generation %d -> %d (tasks %v): keys [%#x, %#x) moved though t2 did not serve them", before.Generation, after.Generation, taskNames(after), lo, hi)
 	}

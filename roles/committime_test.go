@@ -2,7 +2,6 @@ package roles
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -106,14 +105,8 @@ func TestCommitTimeTravelsToSubscribers(t *testing.T) {
 func TestCommitToSendMetric(t *testing.T) {
 	m := newDistMetrics()
 	opened := time.Now()
-	send := m.counting(func(*sharedResponse) error { return nil }, opened)
-	msg := func(committed time.Time, update bool, published time.Time) *sharedResponse {
-		s := newSharedResponse(&slicerv1.WatchAssignmentResponse{
-			Assignment:        api.ToProto(pacedAssignment(1)),
-			CommittedUnixNano: api.CommittedUnixNano(committed),
-		}, nil)
-		s.published, s.update = published, update
-		return s
+	msg := func(committed time.Time, update bool, published time.Time) sentMessage {
+		return sentMessage{size: 100, published: published, committed: committed, update: update}
 	}
 	histogram := func() (count uint64, sum float64) {
 		var out dto.Metric
@@ -125,7 +118,7 @@ func TestCommitToSendMetric(t *testing.T) {
 	after := opened.Add(time.Millisecond)
 	for _, tc := range []struct {
 		name      string
-		msg       *sharedResponse
+		msg       sentMessage
 		wantCount uint64
 		wantSum   func(float64) bool
 	}{
@@ -136,9 +129,7 @@ func TestCommitToSendMetric(t *testing.T) {
 		{"published before the stream opened", msg(time.Now().Add(-time.Minute), true, opened.Add(-time.Millisecond)), 2, nil},
 	} {
 		_, sumBefore := histogram()
-		if err := send(tc.msg); err != nil {
-			t.Fatal(err)
-		}
+		m.record(opened, tc.msg)
 		count, sum := histogram()
 		if count != tc.wantCount {
 			t.Errorf("%s: %d delays observed, want %d", tc.name, count, tc.wantCount)
@@ -149,57 +140,5 @@ func TestCommitToSendMetric(t *testing.T) {
 		if tc.wantSum == nil && sum != sumBefore {
 			t.Errorf("%s: the sum of delays went from %v to %v, want it unchanged (nothing, or 0, observed)", tc.name, sumBefore, sum)
 		}
-	}
-}
-
-// TestPublishStampsEveryMessageOnce: the commit time is in the message
-// shared by every stream and in the deltas made from it, and each is still
-// encoded once whatever the number of streams.
-func TestPublishStampsEveryMessageOnce(t *testing.T) {
-	l := newLatest()
-	// Sixteen slices, of which generation 2 moves one: its delta is
-	// smaller than the full assignment.
-	tasks := []assign.Task{{Name: "a", Addr: "a:1"}, {Name: "b", Addr: "b:1"}}
-	a1 := &assign.Assignment{Job: "kv", Generation: 1, Incarnation: "i", Tasks: tasks}
-	width := assign.KeySpaceEnd / 16
-	for i := range assign.SliceKey(16) {
-		end := (i + 1) * width
-		if i == 15 {
-			end = assign.KeySpaceEnd
-		}
-		a1.Slices = append(a1.Slices, assign.Slice{Start: i * width, End: end, Tasks: []string{"a"}})
-	}
-	a2 := &assign.Assignment{Job: "kv", Generation: 2, Incarnation: "i", Tasks: tasks, Slices: slices.Clone(a1.Slices)}
-	a2.Slices[3].Tasks = []string{"b"}
-	t1, t2 := time.Unix(100, 1), time.Unix(200, 2)
-	l.publish(a1, t1)
-	if s := l.get(); s.msg.GetCommittedUnixNano() != t1.UnixNano() || s.msg.update {
-		t.Fatalf("first publish: commit time %d, update %v; want %d, false", s.msg.GetCommittedUnixNano(), s.msg.update, t1.UnixNano())
-	}
-	l.publish(a2, t2)
-	s := l.get()
-	if s.msg.GetCommittedUnixNano() != t2.UnixNano() || !s.msg.update || !s.msg.committed.Equal(t2) {
-		t.Fatalf("second publish: commit time %d (%v), update %v; want %d, true", s.msg.GetCommittedUnixNano(), s.msg.committed, s.msg.update, t2.UnixNano())
-	}
-	d := s.delta(a1.Version())
-	if d == nil {
-		t.Fatal("no delta from generation 1")
-	}
-	if d.GetCommittedUnixNano() != t2.UnixNano() || !d.committed.Equal(t2) || !d.update {
-		t.Errorf("delta: commit time %d, update %v; want %d, true", d.GetCommittedUnixNano(), d.update, t2.UnixNano())
-	}
-	for range 3 {
-		if _, err := s.msg.encoded(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := l.encodes.Load(); n != 1 {
-		t.Errorf("%d encodings of generation 2's full message for several sends, want 1", n)
-	}
-	// An old Assigner's message, without the field, publishes with no
-	// commit time.
-	l.publish(pacedAssignment(3), time.Time{})
-	if s := l.get(); s.msg.GetCommittedUnixNano() != 0 || !s.msg.committed.IsZero() {
-		t.Errorf("unknown commit time published as %d (%v), want 0", s.msg.GetCommittedUnixNano(), s.msg.committed)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/watch"
 )
 
 // Distributor fans assignments out to subscribers. It pulls a job from the
@@ -53,7 +54,7 @@ type Distributor struct {
 
 // distJob is one job's cache and the stream that fills it.
 type distJob struct {
-	l *latest
+	l *watch.Latest
 	// from is the Assigner the pull streams from, "" between streams;
 	// cancel ends that stream; tried is the Assigner the pull last tried.
 	// Guarded by Distributor.mu.
@@ -147,7 +148,7 @@ func (d *Distributor) follow() {
 // job returns the cache of a job, starting its pull on first use. A job
 // asked for before Run starts (the RPC server may serve first) gets its
 // pull when Run starts.
-func (d *Distributor) job(name string) (*latest, error) {
+func (d *Distributor) job(name string) (*watch.Latest, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if j, ok := d.jobs[name]; ok {
@@ -156,7 +157,7 @@ func (d *Distributor) job(name string) (*latest, error) {
 	if d.stopped || (d.runCtx != nil && d.runCtx.Err() != nil) {
 		return nil, connect.NewError(connect.CodeUnavailable, errShuttingDown)
 	}
-	j := &distJob{l: newLatest(), retry: make(chan struct{}, 1)}
+	j := &distJob{l: watch.New(), retry: make(chan struct{}, 1)}
 	d.jobs[name] = j
 	if d.runCtx != nil {
 		d.startPull(name, j)
@@ -211,8 +212,8 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 		p, ok := d.assigner(job)
 		addr := p.RPCAddr
 		if !ok {
-			if l.current() == nil {
-				l.fail(connect.NewError(connect.CodeUnavailable, ErrNoAssigner))
+			if l.Current() == nil {
+				l.Fail(connect.NewError(connect.CodeUnavailable, ErrNoAssigner))
 			}
 			d.log.Warn("no live assigner to pull from; serving the cached assignment", "job", job)
 			if !wait() {
@@ -222,7 +223,7 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 		}
 		// base is what the Assigner's next delta applies to: the held
 		// assignment, then each one the stream brings.
-		base := l.current()
+		base := l.Current()
 		if resync {
 			base, resync = nil, false
 		}
@@ -248,7 +249,7 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 					continue
 				}
 				base = a
-				if l.publish(a, api.CommittedAt(stream.Msg())) {
+				if l.Publish(a, api.CommittedAt(stream.Msg())) {
 					d.log.Debug("assignment received", "job", job, "generation", a.Generation)
 				}
 				backoff = d.minBackoff
@@ -277,11 +278,11 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 				delete(d.jobs, job)
 			}
 			d.mu.Unlock()
-			if l.current() != nil {
+			if l.Current() != nil {
 				d.log.Info("the assigner no longer knows the job: it was deleted; ending its streams", "job", job, "assigner", p.Name)
-				l.end(err)
+				l.End(err)
 			} else {
-				l.fail(err)
+				l.Fail(err)
 			}
 			return
 		}
@@ -299,10 +300,7 @@ func (d *Distributor) WatchAssignment(ctx context.Context, req *connect.Request[
 		return err
 	}
 	opened := time.Now()
-	send, stop := sendShared(ctx, stream)
-	defer stop()
-	return l.stream(ctx, d.stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr,
-		d.metrics.counting(send, opened))
+	return l.Serve(ctx, d.stopping, req, stream, d.metrics.recorder(opened))
 }
 
 // GetAssignment implements slicerv1connect.DistributorServiceHandler: it
@@ -314,7 +312,7 @@ func (d *Distributor) GetAssignment(ctx context.Context, req *connect.Request[sl
 	}
 	var first *slicerv1.WatchAssignmentResponse
 	errFound := errors.New("found")
-	err = l.stream(ctx, d.stopping, assign.Version{}, false, "", func(m *sharedResponse) error {
+	err = l.Stream(ctx, d.stopping, assign.Version{}, false, "", func(m *watch.Message) error {
 		first = m.WatchAssignmentResponse
 		return errFound
 	})
@@ -327,7 +325,7 @@ func (d *Distributor) GetAssignment(ctx context.Context, req *connect.Request[sl
 	return nil, toConnect(err)
 }
 
-func (d *Distributor) lookup(job string) (*latest, error) {
+func (d *Distributor) lookup(job string) (*watch.Latest, error) {
 	if err := validateJob(job); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -25,8 +26,6 @@ var (
 	ErrConfig = errors.New("roles: invalid configuration")
 	// ErrLiveTasks refuses to delete a job that still has live tasks.
 	ErrLiveTasks = errors.New("roles: job has live tasks")
-	// ErrTooManyStreams refuses a stream over Config.MaxStreams.
-	ErrTooManyStreams = errors.New("roles: too many open streams")
 	// ErrTooManyJobs refuses a new job over Config.MaxJobs.
 	ErrTooManyJobs = errors.New("roles: too many jobs")
 	// ErrTooManyReports refuses a load report over the task's
@@ -36,7 +35,7 @@ var (
 	// shutting down or whose gossip has stopped.
 	ErrNotServing = errors.New("roles: agent not serving")
 
-	errShuttingDown = errors.New("slicerd is shutting down; reconnect to another node")
+	errShuttingDown = watch.ErrShuttingDown
 )
 
 // codes maps package sentinels to Connect codes at the RPC edge. The first
@@ -53,7 +52,7 @@ var codes = []struct {
 	{assign.ErrInvalidLoad, connect.CodeInvalidArgument},
 	{ErrNotMember, connect.CodeFailedPrecondition},
 	{ErrLiveTasks, connect.CodeFailedPrecondition},
-	{ErrTooManyStreams, connect.CodeResourceExhausted},
+	{watch.ErrTooManyStreams, connect.CodeResourceExhausted},
 	{ErrTooManyJobs, connect.CodeResourceExhausted},
 	{ErrTooManyReports, connect.CodeResourceExhausted},
 	{storage.ErrInvalid, connect.CodeInvalidArgument},

@@ -137,6 +137,6 @@ func TestAgentsOnSecureEtcd(t *testing.T) {
 		rec, err := backup.store.Load(context.Background(), "kv")
 		return err == nil && rec.Generation() > 0
 	})
-	bk := watch(t, backup.RPCAddr(), "kv", true)
+	bk := watchJob(t, backup.RPCAddr(), "kv", true)
 	bk.until(t, "backup serving t0", hasTasks("t0"))
 }

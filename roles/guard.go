@@ -86,7 +86,7 @@ func (a *Assigner) driveGuard(ctx context.Context, name string, d *guardDriver) 
 		if !ok || !strong || ctx.Err() != nil {
 			return
 		}
-		cur := j.pub.current()
+		cur := j.pub.Current()
 		done, err := a.guardStep(ctx, held, cur)
 		switch {
 		case errors.Is(err, lease.ErrLost):

@@ -74,7 +74,7 @@ func TestGuardFollowsGenerations(t *testing.T) {
 	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
 		t.Fatal(err)
 	}
-	if gen := a.jobs["kv"].pub.current().Generation; gen != 2 {
+	if gen := a.jobs["kv"].pub.Current().Generation; gen != 2 {
 		t.Fatalf("after t1 died the job is at generation %d, want 2", gen)
 	}
 	// t0 keeps renewing the guard until the bridge opens, takes the

@@ -200,7 +200,7 @@ func (a *Assigner) ExplainKey(ctx context.Context, req *connect.Request[slicerv1
 		return nil, toConnect(err)
 	}
 	resp := &slicerv1.ExplainKeyResponse{SliceKey: k}
-	if cur := j.pub.current(); cur != nil {
+	if cur := j.pub.Current(); cur != nil {
 		resp.Generation = cur.Generation
 		s := cur.Slices[cur.Find(k)] // a valid assignment covers every key below KeySpaceEnd
 		resp.Slice = &slicerv1.Slice{Start: s.Start, End: s.End, Tasks: slices.Clone(s.Tasks)}

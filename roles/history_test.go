@@ -34,14 +34,14 @@ func TestDecisionHistory(t *testing.T) {
 		return resp.Msg.GetDecisions()
 	}
 	h := history()
-	if len(h) != 1 || h[0].GetCause() != storage.CauseInitial || h[0].GetGeneration() != f.j.pub.current().Generation {
+	if len(h) != 1 || h[0].GetCause() != storage.CauseInitial || h[0].GetGeneration() != f.j.pub.Current().Generation {
 		t.Fatalf("history after the first assignment = %v; want one initial decision", h)
 	}
 
 	// A load decision: recorded with the moves phase 4 took.
 	f.report(t, skewed(), "t0", "t1", "t2")
 	f.as.balanceAll(ctx)
-	loadGen := f.j.pub.current().Generation
+	loadGen := f.j.pub.Current().Generation
 	h = history()
 	if len(h) != 2 || h[0].GetGeneration() != loadGen || h[0].GetCause() != storage.CauseLoad {
 		t.Fatalf("history after a load decision = %v; want it first, caused by load", h)
@@ -156,7 +156,7 @@ func TestJobMetrics(t *testing.T) {
 	f := newBalanceFixture(t, members, nil)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(f.as.metricCollectors()...)
-	first := f.j.pub.current().Generation
+	first := f.j.pub.Current().Generation
 	gauge := func(name string) float64 {
 		t.Helper()
 		mfs, err := reg.Gather()
@@ -181,16 +181,16 @@ func TestJobMetrics(t *testing.T) {
 	if got := gauge("slicerd_job_imbalance_ratio"); got > 1.2 {
 		t.Errorf("slicerd_job_imbalance_ratio = %.3f after balancing from %.3f; want at most 1.2", got, skewedImbalance)
 	}
-	if got := gauge("slicerd_job_generation"); got != float64(f.j.pub.current().Generation) {
-		t.Errorf("slicerd_job_generation = %v, want %d", got, f.j.pub.current().Generation)
+	if got := gauge("slicerd_job_generation"); got != float64(f.j.pub.Current().Generation) {
+		t.Errorf("slicerd_job_generation = %v, want %d", got, f.j.pub.Current().Generation)
 	}
 	// The metrics were registered after the first assignment: every
 	// generation since is a load decision.
-	if n, want := testutil.ToFloat64(f.as.metrics.decisions.WithLabelValues("kv", storage.CauseLoad)), f.j.pub.current().Generation-first; n != float64(want) || n < 1 {
+	if n, want := testutil.ToFloat64(f.as.metrics.decisions.WithLabelValues("kv", storage.CauseLoad)), f.j.pub.Current().Generation-first; n != float64(want) || n < 1 {
 		t.Errorf("%v load decisions counted; %d generations were committed", n, want)
 	}
 	// A task reports load for keys it does not own.
-	req := reportFor(f.j.pub.current(), "t1", truth, 1)
+	req := reportFor(f.j.pub.Current(), "t1", truth, 1)
 	req.UnownedLoad = 7
 	f.now = f.now.Add(time.Second)
 	if _, err := f.as.ReportLoad(ctx, connect.NewRequest(req)); err != nil {

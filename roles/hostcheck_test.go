@@ -84,7 +84,7 @@ func TestHostCheckRefusesForeignHost(t *testing.T) {
 	addr := node.RPCAddr()
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	seesTask(t, node, "kv", "t0")
-	w := watch(t, addr, "kv", false)
+	w := watchJob(t, addr, "kv", false)
 
 	_, err := healthAs(t, addr, "evil.example")
 	if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), `"evil.example:`) ||

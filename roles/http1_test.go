@@ -59,7 +59,7 @@ func TestConnectJSONOverHTTP1(t *testing.T) {
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	taskMember(t, "kv", "t1", node.GossipAddr())
 	seesTask(t, node, "kv", "t1")
-	watch(t, node.RPCAddr(), "kv", false).until(t, "both tasks assigned", hasTasks("t0", "t1"))
+	watchJob(t, node.RPCAddr(), "kv", false).until(t, "both tasks assigned", hasTasks("t0", "t1"))
 	hc := http1Client()
 	defer hc.CloseIdleConnections()
 

@@ -22,7 +22,7 @@ func TestWatchSendsAnotherIncarnation(t *testing.T) {
 	node := startAgent(t, testConfig(t, "node-1", t.TempDir()))
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	seesTask(t, node, "kv", "t0")
-	cur := watch(t, node.RPCAddr(), "kv", false).until(t, "the first assignment", hasTasks("t0"))
+	cur := watchJob(t, node.RPCAddr(), "kv", false).until(t, "the first assignment", hasTasks("t0"))
 	inc := node.store.Incarnation()
 	if inc == "" || cur.Incarnation != inc {
 		t.Fatalf("the assignment carries incarnation %q, want the store's %q", cur.Incarnation, inc)

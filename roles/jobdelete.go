@@ -152,7 +152,7 @@ func (a *Assigner) forgetJob(name string) {
 	a.loads.mu.Unlock()
 	a.loadHistory.forget(name)
 	if j != nil {
-		j.pub.end(deletedError(name))
+		j.pub.End(deletedError(name))
 	}
 }
 
@@ -162,7 +162,7 @@ func (a *Assigner) forgetVanished(name string) {
 	a.mu.Lock()
 	j := a.jobs[name]
 	a.mu.Unlock()
-	if j == nil || j.pub.current() == nil {
+	if j == nil || j.pub.Current() == nil {
 		return
 	}
 	a.log.Info("the job's stored record is gone: it was deleted; forgetting it", "job", name)

@@ -9,6 +9,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -18,7 +19,7 @@ type assignerJob struct {
 	name       string
 	cfg        assign.Config
 	configured bool
-	pub        *latest
+	pub        *watch.Latest
 	// committed is when this Assigner last committed an assignment of the
 	// job (zero if never); load measured before it is partly under the
 	// previous assignment. Guarded by Assigner.mu.
@@ -111,9 +112,9 @@ func (a *Assigner) read(ctx context.Context, name string, create bool) (*assigne
 	case err != nil:
 		return nil, storage.Record{}, fmt.Errorf("assigner: load job %q: %w", name, err)
 	}
-	j := &assignerJob{name: name, cfg: rec.Config, configured: rec.Configured, pub: newLatest()}
+	j := &assignerJob{name: name, cfg: rec.Config, configured: rec.Configured, pub: watch.New()}
 	if rec.Current != nil {
-		j.pub.publish(rec.Current, time.Time{}) // read from the store: commit time unknown
+		j.pub.Publish(rec.Current, time.Time{}) // read from the store: commit time unknown
 	}
 	return j, rec, nil
 }
@@ -137,7 +138,7 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	load := a.jobLoad(j.name)
 	info.TotalLoad = load.Total()
 	info.ReportingTasks = uint32(a.loads.reportingAmong(j.name, a.liveTaskNames(j.name)))
-	if cur := j.pub.current(); cur != nil {
+	if cur := j.pub.Current(); cur != nil {
 		info.Generation = cur.Generation
 		info.Imbalance = assign.ImbalanceWith(cur, load, live)
 		held := assign.TaskBytes(cur, load)

@@ -18,7 +18,7 @@ func TestJobInfoNamesPreferredAssigner(t *testing.T) {
 	a := startAgent(t, testConfig(t, "assigner-1", t.TempDir(), gossip.RoleAssigner, gossip.RoleDistributor))
 	taskMember(t, "kv", "t0", a.GossipAddr())
 	seesTask(t, a, "kv", "t0")
-	watch(t, a.RPCAddr(), "kv", false).until(t, "an assignment", hasTasks("t0"))
+	watchJob(t, a.RPCAddr(), "kv", false).until(t, "an assignment", hasTasks("t0"))
 	jobs := slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(a.RPCAddr()))
 	resp, err := jobs.GetJob(context.Background(), connect.NewRequest(&slicerv1.GetJobRequest{Job: "kv"}))
 	if err != nil {

@@ -122,7 +122,7 @@ func (c jobCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		// The figures 'job get' shows, computed once by jobInfo.
 		info := a.jobInfo(j)
-		cur := j.pub.current()
+		cur := j.pub.Current()
 		if cur == nil || info.GetGeneration() == 0 {
 			continue
 		}

@@ -86,7 +86,7 @@ func TestKeyringRotationAcrossAgentsAndTask(t *testing.T) {
 	for _, a := range agents {
 		testwait.For(t, "every member alive", seesAlive(a, members...))
 	}
-	watch(t, agents[1].RPCAddr(), "kv", false).until(t, "t0 assigned", hasTasks("t0"))
+	watchJob(t, agents[1].RPCAddr(), "kv", false).until(t, "t0 assigned", hasTasks("t0"))
 
 	client := slicerv1connect.NewKeyringServiceClient(api.NewH2CClient(), api.RPCURL(agents[1].RPCAddr()))
 	ctx := context.Background()
@@ -150,7 +150,7 @@ func TestKeyringRotationAcrossAgentsAndTask(t *testing.T) {
 	restarted := startAgent(t, cfgs[2])
 	testwait.For(t, "agent-3 back", seesAlive(agents[0], members...))
 	testwait.For(t, "restarted agent-3 sees everyone", seesAlive(restarted, members...))
-	watch(t, restarted.RPCAddr(), "kv", false).until(t, "t0 assigned through agent-3", hasTasks("t0"))
+	watchJob(t, restarted.RPCAddr(), "kv", false).until(t, "t0 assigned through agent-3", hasTasks("t0"))
 }
 
 func TestKeyringServiceWithoutEncryption(t *testing.T) {

@@ -177,7 +177,7 @@ func startWatched(t *testing.T, tune func(*Config)) (*running, *watcher) {
 	node := startAgent(t, cfg)
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	seesTask(t, node, "kv", "t0")
-	w := watch(t, node.RPCAddr(), "kv", false)
+	w := watchJob(t, node.RPCAddr(), "kv", false)
 	w.until(t, "the first assignment", func(a *assign.Assignment) bool { return slices.Equal(taskNames(a), []string{"t0"}) })
 	return node, w
 }

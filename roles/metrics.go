@@ -10,6 +10,7 @@ import (
 
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/metrics"
+	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -58,7 +59,7 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: metrics.Name("rpc", "stream_send_timeouts_total"),
 			Help: "Watch streams reset because one send waited longer than --stream-write-timeout for a client that did not read.",
-		}, func() float64 { return float64(a.sendWatch.timeouts()) }),
+		}, func() float64 { return float64(a.sendWatch.Timeouts()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: metrics.Name("rpc", "parked_handlers_total"),
 			Help: "RPCs that held one of the node's places for starting RPCs 100-200 ms without answering or waiting for an event, and stopped counting (slow handlers; see docs/operations.md).",
@@ -136,43 +137,39 @@ func newDistMetrics() *distMetrics {
 	return m
 }
 
-// counting wraps a stream's send, opened at opened, to count what it
-// sends. A nil m returns send.
-func (m *distMetrics) counting(send func(*sharedResponse) error, opened time.Time) func(*sharedResponse) error {
+// recorder returns the function that counts a message a stream opened at
+// opened sent; nil for a nil m.
+func (m *distMetrics) recorder(opened time.Time) func(*watch.Message) {
 	if m == nil {
-		return send
-	}
-	record := m.recorder(opened)
-	return func(s *sharedResponse) error {
-		if err := send(s); err != nil {
-			return err
-		}
-		record(s)
 		return nil
+	}
+	return func(s *watch.Message) {
+		m.record(opened, sentMessage{delta: s.GetDelta() != nil, size: s.Size(), // encoded for the send already
+			published: s.Published(), committed: s.Committed(), update: s.Update()})
 	}
 }
 
-// recorder returns the function that counts a message a stream opened at
-// opened sent; nil for a nil m.
-func (m *distMetrics) recorder(opened time.Time) func(*sharedResponse) {
-	if m == nil {
-		return nil
+// sentMessage is what the metrics record of one message a stream sent.
+type sentMessage struct {
+	delta                bool
+	size                 int
+	published, committed time.Time // see watch.Message
+	update               bool
+}
+
+// record counts msg, sent by a stream opened at opened.
+func (m *distMetrics) record(opened time.Time, msg sentMessage) {
+	k := kindFull
+	if msg.delta {
+		k = kindDelta
 	}
-	return func(s *sharedResponse) {
-		k := kindFull
-		if s.GetDelta() != nil {
-			k = kindDelta
-		}
-		m.kindUpdates[k].Inc()
-		if wire, err := s.encoded(); err == nil { // encoded for the send already
-			m.kindBytes[k].Add(float64(len(wire)))
-		}
-		if s.published.After(opened) {
-			now := time.Now()
-			m.delay.Observe(now.Sub(s.published).Seconds())
-			if s.update && !s.committed.IsZero() {
-				m.commitToSend.Observe(metrics.SinceCommit(now, s.committed).Seconds())
-			}
+	m.kindUpdates[k].Inc()
+	m.kindBytes[k].Add(float64(msg.size))
+	if msg.published.After(opened) {
+		now := time.Now()
+		m.delay.Observe(now.Sub(msg.published).Seconds())
+		if msg.update && !msg.committed.IsZero() {
+			m.commitToSend.Observe(metrics.SinceCommit(now, msg.committed).Seconds())
 		}
 	}
 }
@@ -189,25 +186,14 @@ func (subscribersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- subscri
 
 func (c subscribersCollector) Collect(ch chan<- prometheus.Metric) {
 	c.d.mu.Lock()
-	jobs := make(map[string]*latest, len(c.d.jobs))
+	jobs := make(map[string]*watch.Latest, len(c.d.jobs))
 	for name, j := range c.d.jobs {
 		jobs[name] = j.l
 	}
 	c.d.mu.Unlock()
 	for name, l := range jobs {
-		ch <- prometheus.MustNewConstMetric(subscribersDesc, prometheus.GaugeValue, float64(l.subscribers()), name)
+		ch <- prometheus.MustNewConstMetric(subscribersDesc, prometheus.GaugeValue, float64(l.Subscribers()), name)
 	}
-}
-
-// subscribers counts the streams waiting on l.
-func (l *latest) subscribers() int {
-	l.subMu.Lock()
-	defer l.subMu.Unlock()
-	n := 0
-	for _, g := range l.subs {
-		n += len(g)
-	}
-	return n
 }
 
 // membersCollector reports the gossip members by state when scraped.

@@ -42,7 +42,7 @@ func TestAssignerWaitsOutStoreOutageAtStart(t *testing.T) {
 	srv.Restart()
 	taskMember(t, "kv", "t0", a.GossipAddr())
 	seesTask(t, r, "kv", "t0")
-	w := watch(t, a.RPCAddr(), "kv", false)
+	w := watchJob(t, a.RPCAddr(), "kv", false)
 	w.until(t, "an assignment once etcd is back", hasTasks("t0"))
 }
 

@@ -34,7 +34,7 @@ func (a *Assigner) outOfDate(job string) bool {
 	if j == nil {
 		return true
 	}
-	cur := j.pub.current()
+	cur := j.pub.Current()
 	if cur == nil {
 		return true
 	}
@@ -127,7 +127,7 @@ func (a *Assigner) takeover(ctx context.Context, name string) {
 		return
 	}
 	var from uint64
-	if cur := j.pub.current(); cur != nil {
+	if cur := j.pub.Current(); cur != nil {
 		from = cur.Generation
 	}
 	if err := a.reconcile(ctx, name, triggerTakeover); err != nil {
@@ -138,7 +138,7 @@ func (a *Assigner) takeover(ctx context.Context, name string) {
 	j.takenOver = held.Epoch
 	a.mu.Unlock()
 	var to uint64
-	if cur := j.pub.current(); cur != nil {
+	if cur := j.pub.Current(); cur != nil {
 		to = cur.Generation
 	}
 	a.log.Info("took over job as its preferred assigner", "job", name, "epoch", held.Epoch, "stored_generation", from, "generation", to,
@@ -182,7 +182,7 @@ func (a *Assigner) refresh(ctx context.Context, name string) error {
 		j.cfg, j.configured = rec.Config, rec.Configured
 		a.mu.Unlock()
 		if rec.Current != nil {
-			j.pub.publish(rec.Current, time.Time{}) // read from the store: commit time unknown
+			j.pub.Publish(rec.Current, time.Time{}) // read from the store: commit time unknown
 		}
 		return nil
 	}

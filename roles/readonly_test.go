@@ -28,7 +28,7 @@ func stateOf(a *Assigner, names ...string) assignerState {
 	a.mu.Lock()
 	for name, j := range a.jobs {
 		var gen uint64
-		if cur := j.pub.current(); cur != nil {
+		if cur := j.pub.Current(); cur != nil {
 			gen = cur.Generation
 		}
 		s.jobs[name] = fmt.Sprintf("cfg=%+v configured=%v generation=%d committed=%v cfgSet=%d",

@@ -53,7 +53,7 @@ func TestWatchesWaitingForAnAssignmentHoldNoPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, "every watch to wait for the job's first assignment", func() bool { return l.subscribers() == n })
+	testwait.For(t, "every watch to wait for the job's first assignment", func() bool { return l.Subscribers() == n })
 	// Whether or not a busy machine made some of them late enough to be
 	// parked, every watch has said it waits.
 	if n := node.gate.Starting(); n != 0 {

@@ -104,7 +104,7 @@ func TestAgentsShareEtcdStore(t *testing.T) {
 		_, err := bcli.GetAssignment(context.Background(), connect.NewRequest(&slicerv1.GetAssignmentRequest{Job: "kv"}))
 		return err == nil
 	})
-	bk := watch(t, backup.RPCAddr(), "kv", true)
+	bk := watchJob(t, backup.RPCAddr(), "kv", true)
 	bk.until(t, "backup serving t0", hasTasks("t0"))
 	taskMember(t, "kv", "t1", assigner.GossipAddr())
 	bk.until(t, "backup following the commit of t1", hasTasks("t0", "t1"))

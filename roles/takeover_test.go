@@ -80,7 +80,7 @@ func TestTakeoverCommitsNextGeneration(t *testing.T) {
 	if err := a.refresh(ctx, "kv"); err != nil {
 		t.Fatal(err)
 	}
-	if got := j.pub.current().Generation; got != 7 {
+	if got := j.pub.Current().Generation; got != 7 {
 		t.Errorf("after refresh the first assigner serves generation %d, want 7", got)
 	}
 }

@@ -54,7 +54,7 @@ func TestUIServesReadsOnly(t *testing.T) {
 	// The job exists once gossip brings its task: a watch before that is
 	// answered "unknown job".
 	seesTask(t, node, "kv", "kv-0")
-	w := watch(t, node.RPCAddr(), "kv", false)
+	w := watchJob(t, node.RPCAddr(), "kv", false)
 	w.until(t, "an assignment to kv-0", hasTasks("kv-0"))
 
 	hc := &http.Client{}

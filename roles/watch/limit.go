@@ -1,4 +1,4 @@
-package roles
+package watch
 
 import (
 	"context"
@@ -11,13 +11,13 @@ import (
 	"connectrpc.com/connect"
 )
 
-// streamLimiter caps the streaming RPCs (WatchAssignment on every role,
+// Limiter caps the streaming RPCs (WatchAssignment on every role,
 // and server reflection) open at once in one agent, across all
 // connections. A stream over the cap
 // fails at once with ResourceExhausted before its handler runs, so it
 // costs no more than its headers; each open stream holds a goroutine and
 // its subscriber state until it ends. Unary calls pass untouched.
-type streamLimiter struct {
+type Limiter struct {
 	max         int64
 	logInterval time.Duration
 	log         *slog.Logger
@@ -30,27 +30,29 @@ type streamLimiter struct {
 	unreported uint64 // refusals since the last log line
 }
 
-func newStreamLimiter(max int, logInterval time.Duration, log *slog.Logger) *streamLimiter {
-	return &streamLimiter{max: int64(max), logInterval: logInterval, log: log}
+// NewLimiter returns a Limiter of max streams that logs refusals on log,
+// at most once per logInterval.
+func NewLimiter(max int, logInterval time.Duration, log *slog.Logger) *Limiter {
+	return &Limiter{max: int64(max), logInterval: logInterval, log: log}
 }
 
 // Open is the number of streams being served.
-func (l *streamLimiter) Open() int { return int(l.open.Load()) }
+func (l *Limiter) Open() int { return int(l.open.Load()) }
 
 // Refused is the number of streams refused over the cap since the start.
-func (l *streamLimiter) Refused() uint64 { return l.refused.Load() }
+func (l *Limiter) Refused() uint64 { return l.refused.Load() }
 
 // WrapUnary implements connect.Interceptor.
-func (l *streamLimiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+func (l *Limiter) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
 
 // WrapStreamingClient implements connect.Interceptor.
-func (l *streamLimiter) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+func (l *Limiter) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
 }
 
 // WrapStreamingHandler implements connect.Interceptor: it admits a stream
 // while fewer than max are open.
-func (l *streamLimiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (l *Limiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
@@ -66,7 +68,7 @@ func (l *streamLimiter) WrapStreamingHandler(next connect.StreamingHandlerFunc) 
 
 // refuse counts a refusal and logs it, at most once per logInterval, with
 // the number of refusals the line stands for.
-func (l *streamLimiter) refuse(procedure, peer string) {
+func (l *Limiter) refuse(procedure, peer string) {
 	l.refused.Add(1)
 	l.mu.Lock()
 	l.unreported++

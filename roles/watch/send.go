@@ -1,4 +1,4 @@
-package roles
+package watch
 
 import (
 	"context"
@@ -22,11 +22,11 @@ import (
 // Memory a slow subscriber can pin.
 //
 // Every WatchAssignment stream of a job, on the Assigner, the Distributor
-// and the Backup, sends the same *sharedResponse per generation (or the
+// and the Backup, sends the same *Message per generation (or the
 // same delta per base generation), encoded in protobuf once, however many
 // streams send it.
 //
-// Every message goes through connect-go and sharingCodec, which frames it
+// Every message goes through connect-go and Codec, which frames it
 // in its protocol (Connect, gRPC or gRPC-Web):
 //
 // connect-go copies that encoding into a pooled buffer per send,
@@ -34,14 +34,14 @@ import (
 // that does not read. Such copies are limited to StreamSendBudget bytes
 // in flight per node. A send that finds the budget spent is handed the
 // shared encoding itself instead: it lives in a slice whose capacity
-// exceeds connect-go's buffer-recycling limit (noRecycleCap), which
+// exceeds connect-go's buffer-recycling limit (NoRecycleCap), which
 // connect-go then uses as the send buffer as is and drops after the send
 // rather than pooling it, so nothing reuses or writes into the shared
 // bytes (TestZeroCopySendLeavesSharedBytesIntact guards this). Such a
 // slice is made only when the budget runs out, once per generation.
 //
 // StreamWriteTimeout bounds how long one send may wait for its reader (up
-// to a quarter more, see sendWatch): the stream is then reset, freeing
+// to a quarter more, see SendWatch): the stream is then reset, freeing
 // what it held. A node's memory for
 // assignment streams is therefore at most
 //
@@ -54,22 +54,22 @@ import (
 // application/connect+json) encode their own copy on every send, as
 // before; the budget counts them at the protobuf size. Streams are not
 // compressed unless the client compresses its request (see
-// withStreamLimits); those copy per send and must fit the budget.
+// WithLimits); those copy per send and must fit the budget.
 // Measured
 // (docs/benchmarks.md): 5,000 stalled subscribers of a 10,000-slice
 // assignment (260 KB encoded), each on its own connection, took slicerd
 // from 34 MB to 362 MB, and to 431 MB after four more generations; 1,522 MB
 // when every stream pinned its own copy.
 
-// noRecycleCap is a capacity above connect-go's maxRecycleBufferSize
+// NoRecycleCap is a capacity above connect-go's maxRecycleBufferSize
 // (8 MiB, connectrpc.com/connect buffer_pool.go): a send buffer larger than
 // that is dropped after the send, not returned to the pool.
-const noRecycleCap = 8<<20 + 1
+const NoRecycleCap = 8<<20 + 1
 
-// sharedResponse is the WatchAssignmentResponse of one generation, sent
+// Message is the WatchAssignmentResponse of one generation, sent
 // as is to every stream of its job. It embeds the message, so it is a
-// proto.Message and any codec can encode it; sharingCodec encodes it once.
-type sharedResponse struct {
+// proto.Message and any codec can encode it; Codec encodes it once.
+type Message struct {
 	*slicerv1.WatchAssignmentResponse
 
 	once    sync.Once
@@ -90,16 +90,36 @@ type sharedResponse struct {
 	update    bool
 
 	pinOnce sync.Once
-	pinned  []byte // wire in a slice of capacity noRecycleCap or more
+	pinned  []byte      // wire in a slice of capacity NoRecycleCap or more
+	pinDone atomic.Bool // pinned is set
 }
 
-func newSharedResponse(msg *slicerv1.WatchAssignmentResponse, encodes *atomic.Int64) *sharedResponse {
-	return &sharedResponse{WatchAssignmentResponse: msg, encodes: encodes, committed: api.CommittedAt(msg)}
+// Published is when the generation was published to this node's streams.
+func (s *Message) Published() time.Time { return s.published }
+
+// Committed is when the Assigner committed the generation, zero when
+// unknown.
+func (s *Message) Committed() time.Time { return s.committed }
+
+// Update reports whether the node held an earlier generation of the job
+// when this one arrived, so that its commit-to-send delay measures
+// distribution.
+func (s *Message) Update() bool { return s.update }
+
+// Size is the length of the message's protobuf encoding, made on first
+// use (0 if it cannot be encoded).
+func (s *Message) Size() int {
+	wire, _ := s.encoded()
+	return len(wire)
+}
+
+func newMessage(msg *slicerv1.WatchAssignmentResponse, encodes *atomic.Int64) *Message {
+	return &Message{WatchAssignmentResponse: msg, encodes: encodes, committed: api.CommittedAt(msg)}
 }
 
 // encoded returns the protobuf encoding, made on first use. The caller
 // must not modify it.
-func (s *sharedResponse) encoded() ([]byte, error) {
+func (s *Message) encoded() ([]byte, error) {
 	s.once.Do(func() {
 		if s.encodes != nil {
 			s.encodes.Add(1)
@@ -129,7 +149,7 @@ const envelopePrefix = 5
 // enveloped returns the message as a streaming response carries it,
 // uncompressed: the envelope prefix, then the protobuf encoding. The
 // caller must not modify it.
-func (s *sharedResponse) enveloped() ([]byte, error) {
+func (s *Message) enveloped() ([]byte, error) {
 	if _, err := s.encoded(); err != nil {
 		return nil, err
 	}
@@ -137,40 +157,50 @@ func (s *sharedResponse) enveloped() ([]byte, error) {
 }
 
 // unrecycled returns the encoding in a slice connect-go will not pool.
-func (s *sharedResponse) unrecycled() ([]byte, error) {
+func (s *Message) unrecycled() ([]byte, error) {
 	wire, err := s.encoded()
 	if err != nil {
 		return nil, err
 	}
 	s.pinOnce.Do(func() {
-		if cap(wire) >= noRecycleCap {
+		if cap(wire) >= NoRecycleCap {
 			s.pinned = wire
 			return
 		}
-		s.pinned = make([]byte, len(wire), noRecycleCap)
+		s.pinned = make([]byte, len(wire), NoRecycleCap)
 		copy(s.pinned, wire)
 	})
+	s.pinDone.Store(true)
 	return s.pinned, nil
 }
 
-// zeroCopyResponse asks sharingCodec to hand connect-go the shared
+// Pinned is the encoding handed to sends as is, in a slice of capacity
+// NoRecycleCap or more; nil until a send found the budget spent.
+func (s *Message) Pinned() []byte {
+	if !s.pinDone.Load() {
+		return nil
+	}
+	return s.pinned
+}
+
+// zeroCopyResponse asks Codec to hand connect-go the shared
 // encoding itself rather than a copy.
-type zeroCopyResponse struct{ *sharedResponse }
+type zeroCopyResponse struct{ *Message }
 
-// sharingCodec is connect-go's protobuf codec, except for shared
-// responses: a *sharedResponse is encoded once and copied into each send
+// Codec is connect-go's protobuf codec, except for shared
+// responses: a *Message is encoded once and copied into each send
 // buffer, and a zeroCopyResponse becomes the send buffer itself.
-type sharingCodec struct{}
+type Codec struct{}
 
-var _ connect.Codec = sharingCodec{}
+var _ connect.Codec = Codec{}
 
-func (sharingCodec) Name() string { return "proto" }
+func (Codec) Name() string { return "proto" }
 
 // Marshal returns a slice connect-go may pool and reuse, so never shared
 // bytes. connect-go calls it only for codecs without MarshalAppend.
-func (c sharingCodec) Marshal(m any) ([]byte, error) {
+func (c Codec) Marshal(m any) ([]byte, error) {
 	if z, ok := m.(zeroCopyResponse); ok {
-		m = z.sharedResponse
+		m = z.Message
 	}
 	return c.MarshalAppend(nil, m)
 }
@@ -180,7 +210,7 @@ func (c sharingCodec) Marshal(m any) ([]byte, error) {
 // and replaces the buffer with the result when the result's capacity is
 // larger, then drops it after the send when that capacity exceeds its
 // recycling limit.
-func (sharingCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
+func (Codec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	switch s := m.(type) {
 	case zeroCopyResponse:
 		if len(dst) == 0 {
@@ -191,7 +221,7 @@ func (sharingCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 			return nil, err
 		}
 		return append(dst, wire...), nil
-	case *sharedResponse:
+	case *Message:
 		wire, err := s.encoded()
 		if err != nil {
 			return nil, err
@@ -205,7 +235,7 @@ func (sharingCodec) MarshalAppend(dst []byte, m any) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(dst, pm)
 }
 
-func (sharingCodec) Unmarshal(b []byte, m any) error {
+func (Codec) Unmarshal(b []byte, m any) error {
 	pm, ok := m.(proto.Message)
 	if !ok {
 		return fmt.Errorf("%w: %T is not a protobuf message", errCodec, m)
@@ -225,7 +255,7 @@ type sendBudget struct {
 }
 
 // take reserves n bytes if the budget has them; a nil budget (a handler
-// served without withStreamLimits) has no limit.
+// served without WithLimits) has no limit.
 func (b *sendBudget) take(n int64) bool {
 	if b == nil {
 		return true
@@ -253,7 +283,7 @@ type streamLimitsKey struct{}
 type streamLimits struct {
 	w          http.ResponseWriter
 	rc         *http.ResponseController
-	watch      *sendWatch
+	watch      *SendWatch
 	budget     *sendBudget
 	compressed bool // responses are compressed, so each send copies
 }
@@ -266,16 +296,17 @@ var (
 	compressedRequestHeaders = []string{"Connect-Content-Encoding", "Grpc-Encoding"}
 )
 
-// withStreamLimits stores each request's streamLimits in its context; a
+// WithLimits stores each request's streamLimits in its context; a
 // nil watch leaves sends unbounded in time. It also answers WatchAssignment
 // streams uncompressed: compression would encode and pin a copy per stream
 // (5,000 stalled gzip streams of a 10,000-slice assignment took 1.6 GB and
 // 165% CPU), where the uncompressed encoding is shared. Only a client that
 // compresses its own request gets compressed responses (the protocols
 // require it), and those sends must fit the send budget.
-func withStreamLimits(h http.Handler, watch *sendWatch, budget *sendBudget) http.Handler {
+func WithLimits(h http.Handler, watch *SendWatch, budget int64) http.Handler {
+	b := &sendBudget{limit: budget}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sl := &streamLimits{w: w, rc: http.NewResponseController(w), watch: watch, budget: budget}
+		sl := &streamLimits{w: w, rc: http.NewResponseController(w), watch: watch, budget: b}
 		if strings.HasSuffix(r.URL.Path, "/WatchAssignment") {
 			for _, k := range uncompressedHeaders {
 				r.Header.Del(k)
@@ -309,7 +340,7 @@ var errCompressedOverBudget = errors.New("roles: compressed assignment streams a
 // write timeout, or the stream is reset (HTTP/2 RST_STREAM, which clients
 // see as a stream error and retry from their known generation; on HTTP/1
 // the connection closes), which frees what the send held.
-func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) (send func(*sharedResponse) error, stop func()) {
+func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) (send func(*Message) error, stop func()) {
 	sl, _ := ctx.Value(streamLimitsKey{}).(*streamLimits)
 	if sl == nil {
 		sl = &streamLimits{}
@@ -323,7 +354,7 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 		}
 		return err
 	}
-	send = func(s *sharedResponse) error {
+	send = func(s *Message) error {
 		var msg any = s
 		if wire, err := s.encoded(); err == nil {
 			n := int64(len(wire))
@@ -344,7 +375,7 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 	return send, dog.stop
 }
 
-// sendWatch bounds every stream's sends in time with one sweep rather
+// SendWatch bounds every stream's sends in time with one sweep rather
 // than a timer per send: arming and resetting a timer on every send of
 // every stream costs a timer-heap operation each, and setting a write
 // deadline per send two hand-offs to the connection's goroutine. A send
@@ -355,7 +386,7 @@ func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.Watch
 // resets the stream at once. A stream between sends is never reset, so an
 // idle subscriber keeps its stream. The sweep walks every open stream, a
 // few hundred microseconds at 100,000.
-type sendWatch struct {
+type SendWatch struct {
 	timeout time.Duration
 	tick    atomic.Int64
 	fired   atomic.Uint64 // sends reset so far
@@ -367,12 +398,14 @@ type sendWatch struct {
 // sweepsPerTimeout is how many sweeps make up a timeout.
 const sweepsPerTimeout = 4
 
-func newSendWatch(timeout time.Duration) *sendWatch {
-	return &sendWatch{timeout: timeout, dogs: map[*sendWatchdog]struct{}{}}
+// NewSendWatch returns the watch over sends of at most timeout (none for
+// a timeout <= 0); Run sweeps it.
+func NewSendWatch(timeout time.Duration) *SendWatch {
+	return &SendWatch{timeout: timeout, dogs: map[*sendWatchdog]struct{}{}}
 }
 
-// run sweeps until ctx ends; the Agent owns it.
-func (w *sendWatch) run(ctx context.Context) {
+// Run sweeps until ctx ends; the Agent owns it.
+func (w *SendWatch) Run(ctx context.Context) {
 	if w == nil || w.timeout <= 0 {
 		return
 	}
@@ -389,7 +422,7 @@ func (w *sendWatch) run(ctx context.Context) {
 }
 
 // sweep advances the tick and resets the sends that began a timeout ago.
-func (w *sendWatch) sweep() {
+func (w *SendWatch) sweep() {
 	now := w.tick.Add(1)
 	var late []*sendWatchdog
 	w.mu.Lock()
@@ -404,12 +437,12 @@ func (w *sendWatch) sweep() {
 	}
 }
 
-// timeouts counts the sends reset for waiting a whole timeout.
-func (w *sendWatch) timeouts() uint64 { return w.fired.Load() }
+// Timeouts counts the sends reset for waiting a whole timeout.
+func (w *SendWatch) Timeouts() uint64 { return w.fired.Load() }
 
 // watch returns the watchdog of a new stream, or nil when sends are not
 // bounded; the stream must call its stop when it ends.
-func (w *sendWatch) watch(rc *http.ResponseController) *sendWatchdog {
+func (w *SendWatch) watch(rc *http.ResponseController) *sendWatchdog {
 	if w == nil || w.timeout <= 0 || rc == nil {
 		return nil
 	}
@@ -422,7 +455,7 @@ func (w *sendWatch) watch(rc *http.ResponseController) *sendWatchdog {
 
 // sendWatchdog is one stream's entry in its sendWatch.
 type sendWatchdog struct {
-	watch *sendWatch
+	watch *SendWatch
 	rc    *http.ResponseController
 	// began is 1 + the tick at which the send in progress began, 0
 	// between sends.

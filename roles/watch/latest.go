@@ -1,4 +1,4 @@
-package roles
+package watch
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 	"github.com/slicerd/slicerd/internal/startgate"
 )
 
-// latest holds the newest assignment of one job and wakes every waiter when
+// Latest holds the newest assignment of one job and wakes every waiter when
 // it changes. Waiters hold no per-subscriber queue: each reads the newest
 // value after waking, so a slow stream skips intermediate generations instead
 // of slowing the publisher or buffering without bound.
 //
-// Readers take no lock: every change installs a new immutable latestState,
+// Readers take no lock: every change installs a new immutable state,
 // so the streams a change wakes (up to one per subscriber) load it from
 // one atomic pointer instead of queueing on a mutex. Writers serialise on
 // mu.
@@ -39,9 +39,9 @@ import (
 // Senders that make no progress for paceStall (stalled subscribers, whose
 // sends wait for --stream-write-timeout) do not hold the round up: it
 // then lets paceLimit more go.
-type latest struct {
+type Latest struct {
 	mu      sync.Mutex
-	state   atomic.Pointer[latestState]
+	state   atomic.Pointer[state]
 	encodes atomic.Int64 // protobuf encodings of full assignments so far
 
 	subMu sync.Mutex
@@ -90,7 +90,7 @@ func (s *subscriber) signal() {
 
 // subscribe registers a stream of group; the returned function
 // unregisters it.
-func (l *latest) subscribe(group string) (*subscriber, func()) {
+func (l *Latest) subscribe(group string) (*subscriber, func()) {
 	sub := &subscriber{wake: make(chan struct{}, 1)}
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
@@ -115,7 +115,7 @@ func (l *latest) subscribe(group string) (*subscriber, func()) {
 
 // wakeAll signals every subscriber, group by group: at once when they
 // are few, else in a paced round of its own.
-func (l *latest) wakeAll() {
+func (l *Latest) wakeAll() {
 	l.subMu.Lock()
 	n := 0
 	for _, g := range l.subs {
@@ -146,7 +146,7 @@ func (l *latest) wakeAll() {
 
 // wakeNow signals every subscriber at once, group by group; a round under
 // way stops, since everyone is woken.
-func (l *latest) wakeNow() {
+func (l *Latest) wakeNow() {
 	l.subMu.Lock()
 	for _, g := range l.subs {
 		for sub := range g {
@@ -160,7 +160,7 @@ func (l *latest) wakeNow() {
 // pace wakes subs in order, keeping at most limit of them woken and still
 // sending; limit grows by paceLimit whenever no sender finished for
 // paceStall.
-func (l *latest) pace(round uint64, subs []*subscriber) {
+func (l *Latest) pace(round uint64, subs []*subscriber) {
 	limit := int64(paceLimit)
 	var t *time.Timer
 	for i := 0; i < len(subs); {
@@ -192,7 +192,7 @@ func (l *latest) pace(round uint64, subs []*subscriber) {
 }
 
 // stopPacing ends any pacing round and waits for its goroutine.
-func (l *latest) stopPacing() {
+func (l *Latest) stopPacing() {
 	l.round.Add(1)
 	select {
 	case l.released <- struct{}{}: // a pacer waiting for senders looks at its round
@@ -203,7 +203,7 @@ func (l *latest) stopPacing() {
 
 // settle uncounts sub from inflight if a pacer counted it: the stream has
 // nothing left to send (to paceIdle) or ended (to paceGone).
-func (l *latest) settle(sub *subscriber, to int32) {
+func (l *Latest) settle(sub *subscriber, to int32) {
 	if sub.paced.Swap(to) == paceWoken && l.inflight.Add(-1) <= paceLimit/2 {
 		select {
 		case l.released <- struct{}{}:
@@ -212,7 +212,7 @@ func (l *latest) settle(sub *subscriber, to int32) {
 	}
 }
 
-// deltaBases is how many earlier generations a latest keeps to send
+// deltaBases is how many earlier generations a Latest keeps to send
 // deltas from, and deltaBaseSlices how many slices they may hold in all
 // (about 40 bytes each beyond the task lists they share): a subscriber
 // further behind gets the full assignment. A job at the largest size
@@ -222,12 +222,12 @@ const (
 	deltaBaseSlices = 200_000
 )
 
-// latestState is one value of a latest. It is never modified once
+// state is one value of a Latest. It is never modified once
 // installed, except for the deltas it computes and encodes on first use.
-type latestState struct {
+type state struct {
 	a   *assign.Assignment
-	msg *sharedResponse // a in wire form, built and encoded once for every stream
-	err error           // terminal error for waiters that have no assignment yet
+	msg *Message // a in wire form, built and encoded once for every stream
+	err error    // terminal error for waiters that have no assignment yet
 	// bases are the earlier assignments of a's incarnation, oldest first,
 	// and deltas the deltas from each of them to a, made on first use.
 	bases  []*assign.Assignment
@@ -239,46 +239,47 @@ type latestState struct {
 // would not be smaller than the full assignment.
 type lazyDelta struct {
 	once sync.Once
-	msg  *sharedResponse
+	msg  *Message
 }
 
-func newLatest() *latest {
-	l := &latest{released: make(chan struct{}, 1)}
-	l.state.Store(&latestState{})
+// New returns a Latest that holds nothing yet.
+func New() *Latest {
+	l := &Latest{released: make(chan struct{}, 1)}
+	l.state.Store(&state{})
 	return l
 }
 
 // get returns the current state.
-func (l *latest) get() *latestState {
+func (l *Latest) get() *state {
 	return l.state.Load()
 }
 
-// current returns the held assignment, or nil.
-func (l *latest) current() *assign.Assignment {
+// Current returns the held assignment, or nil.
+func (l *Latest) Current() *assign.Assignment {
 	return l.get().a
 }
 
 // replace installs next and wakes every stream; l.mu is held.
-func (l *latest) replace(next *latestState) {
+func (l *Latest) replace(next *state) {
 	l.state.Store(next)
 	l.wakeAll()
 }
 
-// publish installs a if it supersedes what is held (a newer generation, or
+// Publish installs a if it supersedes what is held (a newer generation, or
 // another store incarnation); it reports whether it did. committed is when
 // the Assigner committed a, by its clock, or the zero time when unknown
 // (a read from the store); every message that brings a carries it, in the
 // encoding shared by every stream.
-func (l *latest) publish(a *assign.Assignment, committed time.Time) bool {
+func (l *Latest) Publish(a *assign.Assignment, committed time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prev := l.state.Load()
 	if prev.a != nil && !a.Version().Supersedes(prev.a.Version()) {
 		return false
 	}
-	next := &latestState{
+	next := &state{
 		a: a,
-		msg: newSharedResponse(&slicerv1.WatchAssignmentResponse{
+		msg: newMessage(&slicerv1.WatchAssignmentResponse{
 			Assignment: api.ToProto(a), CommittedUnixNano: api.CommittedUnixNano(committed),
 		}, &l.encodes),
 	}
@@ -301,8 +302,8 @@ func (l *latest) publish(a *assign.Assignment, committed time.Time) bool {
 	return true
 }
 
-// fail records err for waiters that still have no assignment.
-func (l *latest) fail(err error) {
+// Fail records err for waiters that still have no assignment.
+func (l *Latest) Fail(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := *l.state.Load()
@@ -310,22 +311,22 @@ func (l *latest) fail(err error) {
 	l.replace(&next)
 }
 
-// end drops the held assignment and ends every stream of l with err: the
+// End drops the held assignment and ends every stream of l with err: the
 // job is gone. Its streams are woken at once, not paced (they end without
 // sending), and any pacing round is stopped and waited for. A later
 // publish starts afresh.
-func (l *latest) end(err error) {
+func (l *Latest) End(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.stopPacing()
-	l.state.Store(&latestState{err: err})
+	l.state.Store(&state{err: err})
 	l.wakeNow()
 }
 
 // delta returns the message that brings a subscriber holding known to
 // s.a: the delta when s keeps known as a base and the delta is smaller
 // than the full assignment, and nil otherwise.
-func (s *latestState) delta(known assign.Version) *sharedResponse {
+func (s *state) delta(known assign.Version) *Message {
 	if s.a == nil || known.Generation == 0 || known.Incarnation != s.a.Incarnation {
 		return nil
 	}
@@ -343,7 +344,7 @@ func (s *latestState) delta(known assign.Version) *sharedResponse {
 			if err != nil {
 				return
 			}
-			m := newSharedResponse(d, nil)
+			m := newMessage(d, nil)
 			m.published, m.update = s.msg.published, s.msg.update
 			if wire, err := m.encoded(); err == nil && len(wire) < len(full) {
 				ld.msg = m
@@ -354,13 +355,13 @@ func (s *latestState) delta(known assign.Version) *sharedResponse {
 	return nil
 }
 
-// stream sends every assignment that supersedes known until ctx ends or l
+// Stream sends every assignment that supersedes known until ctx ends or l
 // fails before it has any assignment; as deltas where it can when deltas
 // is set (the subscriber applies them). It waits for changes in group,
 // the caller's connection ("" for none). stopping is closed when the
 // agent shuts down, which then cancels ctx: a stream ended so returns
 // UNAVAILABLE, telling the client to reconnect elsewhere.
-func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, deltas bool, group string, send func(*sharedResponse) error) error {
+func (l *Latest) Stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, deltas bool, group string, send func(*Message) error) error {
 	sub, unsubscribe := l.subscribe(group)
 	defer unsubscribe()
 	defer l.settle(sub, paceGone)
@@ -391,7 +392,7 @@ func (l *latest) stream(ctx context.Context, stopping <-chan struct{}, known ass
 			// The agent cancels every request's context when it stops.
 			select {
 			case <-stopping:
-				return connect.NewError(connect.CodeUnavailable, errShuttingDown)
+				return connect.NewError(connect.CodeUnavailable, ErrShuttingDown)
 			default:
 				return nil
 			}
@@ -410,3 +411,41 @@ func acceptsDeltas(req *slicerv1.WatchAssignmentRequest) bool {
 func knownVersion(req *slicerv1.WatchAssignmentRequest) assign.Version {
 	return assign.Version{Incarnation: req.GetKnownIncarnation(), Generation: req.GetKnownGeneration()}
 }
+
+// Serve answers a WatchAssignment call from l: every assignment that
+// supersedes what the caller says it holds, as deltas when it applies
+// them, until the call ends. sent, when not nil, is told of each message
+// sent.
+func (l *Latest) Serve(ctx context.Context, stopping <-chan struct{}, req *connect.Request[slicerv1.WatchAssignmentRequest],
+	stream *connect.ServerStream[slicerv1.WatchAssignmentResponse], sent func(*Message)) error {
+	send, stop := sendShared(ctx, stream)
+	defer stop()
+	if sent != nil {
+		inner := send
+		send = func(m *Message) error {
+			if err := inner(m); err != nil {
+				return err
+			}
+			sent(m)
+			return nil
+		}
+	}
+	return l.Stream(ctx, stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
+}
+
+// Subscribers counts the streams waiting on l.
+func (l *Latest) Subscribers() int {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	n := 0
+	for _, g := range l.subs {
+		n += len(g)
+	}
+	return n
+}
+
+// Message is the held generation's full message, nil for none.
+func (l *Latest) Message() *Message { return l.get().msg }
+
+// Encodes counts the protobuf encodings of full assignments l made.
+func (l *Latest) Encodes() int64 { return l.encodes.Load() }

@@ -3,11 +3,7 @@ package roles
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/internal/testnet"
+	"github.com/slicerd/slicerd/roles/watch"
 )
 
 // watchWith streams job's assignments from the Distributor at addr with
@@ -34,7 +31,7 @@ func watchWith(t *testing.T, addr, job string, opts ...connect.ClientOption) *wa
 	return follow(t, hc, cancel, stream, err)
 }
 
-func (d *Distributor) latestOf(t *testing.T, job string) *latest {
+func (d *Distributor) latestOf(t *testing.T, job string) *watch.Latest {
 	t.Helper()
 	l, err := d.job(job)
 	if err != nil {
@@ -74,8 +71,8 @@ func testWatchStreamsShareOneEncoding(t *testing.T, budget int64) {
 		first = w.until(t, "t0 alone", hasTasks("t0"))
 	}
 	l := node.distributor.latestOf(t, "kv")
-	before := l.encodes.Load()
-	firstMsg := l.get().msg
+	before := l.Encodes()
+	firstMsg := l.Message()
 
 	taskMember(t, "kv", "t1", node.GossipAddr())
 	var second *assign.Assignment
@@ -83,7 +80,7 @@ func testWatchStreamsShareOneEncoding(t *testing.T, budget int64) {
 		second = w.until(t, "t0 and t1", hasTasks("t0", "t1"))
 	}
 	gens := int64(second.Generation - first.Generation)
-	encodes := l.encodes.Load() - before
+	encodes := l.Encodes() - before
 	if gens >= int64(len(protoStreams)) {
 		t.Fatalf("%d generations for one join; the test needs fewer than its %d streams to tell shared from per-stream encoding", gens, len(protoStreams))
 	}
@@ -93,8 +90,8 @@ func testWatchStreamsShareOneEncoding(t *testing.T, budget int64) {
 	}
 	// Every message goes through connect-go, which copies the encoding
 	// within the budget and shares it beyond.
-	for i, msg := range []*sharedResponse{firstMsg, l.get().msg} {
-		if zeroCopy := msg.pinned != nil; zeroCopy != (budget == 0) {
+	for i, msg := range []*watch.Message{firstMsg, l.Message()} {
+		if zeroCopy := msg.Pinned() != nil; zeroCopy != (budget == 0) {
 			t.Errorf("with a send budget of %d bytes, message %d zero-copy %v; want %v", budget, i, zeroCopy, budget == 0)
 		}
 	}
@@ -110,10 +107,10 @@ func TestZeroCopySendLeavesSharedBytesIntact(t *testing.T) {
 	node := startAgent(t, cfg)
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	seesTask(t, node, "kv", "t0")
-	first := watch(t, node.RPCAddr(), "kv", false)
+	first := watchJob(t, node.RPCAddr(), "kv", false)
 	a := first.until(t, "t0 alone", hasTasks("t0"))
-	msg := node.distributor.latestOf(t, "kv").get().msg
-	if msg.pinned == nil || msg.Assignment.GetGeneration() != a.Generation {
+	msg := node.distributor.latestOf(t, "kv").Message()
+	if msg.Pinned() == nil || msg.Assignment.GetGeneration() != a.Generation {
 		t.Fatalf("generation %d was not sent from a shared buffer", a.Generation)
 	}
 	want, err := proto.Marshal(msg.WatchAssignmentResponse)
@@ -140,11 +137,11 @@ func TestZeroCopySendLeavesSharedBytesIntact(t *testing.T) {
 			t.Fatalf("GetAssignment answered generation %d, want %d", resp.Msg.GetAssignment().GetGeneration(), a.Generation)
 		}
 	}
-	if !bytes.Equal(msg.pinned, want) {
+	if !bytes.Equal(msg.Pinned(), want) {
 		t.Fatal("the shared encoding changed while streams sent it")
 	}
-	if cap(msg.pinned) < noRecycleCap {
-		t.Fatalf("shared encoding capacity %d; connect-go would pool it", cap(msg.pinned))
+	if cap(msg.Pinned()) < watch.NoRecycleCap {
+		t.Fatalf("shared encoding capacity %d; connect-go would pool it", cap(msg.Pinned()))
 	}
 }
 
@@ -163,7 +160,7 @@ func testSlowSubscriber(t *testing.T, budget int64) {
 	node := startAgent(t, cfg)
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	seesTask(t, node, "kv", "t0")
-	normal := watch(t, node.RPCAddr(), "kv", false)
+	normal := watchJob(t, node.RPCAddr(), "kv", false)
 	normal.until(t, "t0 alone", hasTasks("t0"))
 
 	req, err := proto.Marshal(&slicerv1.WatchAssignmentRequest{Job: "kv"})
@@ -193,80 +190,6 @@ func testSlowSubscriber(t *testing.T, budget int64) {
 	defer hc.CloseIdleConnections()
 	if s, err := checkHealth(ctx, hc, node.RPCAddr()); err != nil || s != healthv1.HealthCheckResponse_SERVING {
 		t.Errorf("health after the reset: %v, %v", s, err)
-	}
-}
-
-func TestSendBudget(t *testing.T) {
-	b := &sendBudget{limit: 100}
-	if !b.take(60) || !b.take(40) {
-		t.Fatal("budget of 100 refused 60 then 40")
-	}
-	if b.take(1) {
-		t.Fatal("spent budget granted 1 more byte")
-	}
-	b.give(40)
-	if !b.take(30) {
-		t.Fatal("budget refused 30 after 40 were given back")
-	}
-	if b.used.Load() != 90 {
-		t.Errorf("used %d, want 90", b.used.Load())
-	}
-	var none *sendBudget
-	if !none.take(1 << 40) {
-		t.Error("a nil budget refused a send; it has no limit")
-	}
-	none.give(1 << 40)
-}
-
-// TestSharingCodecEncodings checks that every way the codec hands out a
-// shared response decodes to the same message, and that only the
-// zero-copy way into an empty buffer returns the shared bytes.
-func TestSharingCodecEncodings(t *testing.T) {
-	a, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:1"}, {Name: "t1", Addr: "127.0.0.1:2"}}, assign.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var encodes atomic.Int64
-	s := newSharedResponse(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(a)}, &encodes)
-	want, err := proto.Marshal(s.WatchAssignmentResponse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := sharingCodec{}
-	prefix := []byte("prefix")
-	for _, tc := range []struct {
-		name   string
-		encode func() ([]byte, error)
-		dst    []byte
-		shared bool
-	}{
-		{"Marshal", func() ([]byte, error) { return c.Marshal(s) }, nil, false},
-		{"MarshalAppend", func() ([]byte, error) { return c.MarshalAppend(nil, s) }, nil, false},
-		{"MarshalAppend after a prefix", func() ([]byte, error) { return c.MarshalAppend(bytes.Clone(prefix), s) }, prefix, false},
-		{"Marshal zero-copy", func() ([]byte, error) { return c.Marshal(zeroCopyResponse{s}) }, nil, false},
-		{"MarshalAppend zero-copy", func() ([]byte, error) { return c.MarshalAppend(nil, zeroCopyResponse{s}) }, nil, true},
-		{"MarshalAppend zero-copy after a prefix", func() ([]byte, error) { return c.MarshalAppend(bytes.Clone(prefix), zeroCopyResponse{s}) }, prefix, false},
-	} {
-		got, err := tc.encode()
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if !bytes.Equal(got, append(bytes.Clone(tc.dst), want...)) {
-			t.Errorf("%s: wrong bytes", tc.name)
-		}
-		if shared := cap(got) >= noRecycleCap; shared != tc.shared {
-			t.Errorf("%s: returned the shared bytes %v, want %v", tc.name, shared, tc.shared)
-		}
-	}
-	if n := encodes.Load(); n != 1 {
-		t.Errorf("%d encodings, want 1", n)
-	}
-	var back slicerv1.WatchAssignmentResponse
-	if err := c.Unmarshal(want, &back); err != nil || !proto.Equal(&back, s.WatchAssignmentResponse) {
-		t.Errorf("Unmarshal: %v", err)
-	}
-	if _, err := c.Marshal(42); !errors.Is(err, errCodec) {
-		t.Errorf("Marshal(42): %v, want errCodec", err)
 	}
 }
 
@@ -332,69 +255,9 @@ func TestIdleStreamOutlivesWriteTimeout(t *testing.T) {
 	node := startAgent(t, cfg)
 	taskMember(t, "kv", "t0", node.GossipAddr())
 	seesTask(t, node, "kv", "t0")
-	w := watch(t, node.RPCAddr(), "kv", false)
+	w := watchJob(t, node.RPCAddr(), "kv", false)
 	w.until(t, "t0 alone", hasTasks("t0"))
 	time.Sleep(5 * cfg.StreamWriteTimeout) // time passing while the stream is idle, not a wait for an event
 	taskMember(t, "kv", "t1", node.GossipAddr())
 	w.until(t, "t0 and t1 on the same stream", hasTasks("t0", "t1")) // fails if the stream ended
-}
-
-// The sweep resets a send only once it has waited a whole timeout, never
-// a stream between sends, and never one that ended.
-func TestSendWatchResetsOnlyLateSends(t *testing.T) {
-	var nilDog *sendWatchdog
-	nilDog.arm() // no timeout: a no-op
-	nilDog.disarm()
-	nilDog.stop()
-	if (*sendWatch)(nil).watch(nil) != nil || newSendWatch(0).watch(http.NewResponseController(httptest.NewRecorder())) != nil {
-		t.Fatal("a watchdog without a timeout")
-	}
-
-	w := newSendWatch(time.Hour) // swept by hand below
-	rec := &deadlineRecorder{ResponseWriter: httptest.NewRecorder()}
-	d := w.watch(http.NewResponseController(rec))
-	sweep := func(n int) {
-		for range n {
-			w.sweep()
-		}
-	}
-	d.arm()
-	d.disarm()
-	sweep(2 * sweepsPerTimeout)
-	if rec.set != 0 {
-		t.Fatalf("an idle stream was reset (%d deadlines)", rec.set)
-	}
-	d.arm()
-	sweep(sweepsPerTimeout)
-	if rec.set != 0 {
-		t.Fatalf("a send was reset before a whole timeout had passed (%d deadlines)", rec.set)
-	}
-	sweep(1)
-	if rec.set != 1 || !rec.last.Before(time.Now()) {
-		t.Fatalf("a send stuck for a timeout set %d deadlines, the last %v; want one in the past", rec.set, rec.last)
-	}
-	d.disarm()
-	d.arm()
-	d.stop()
-	sweep(2 * sweepsPerTimeout)
-	if rec.set != 1 {
-		t.Fatal("the sweep used the ResponseController of a stream that ended")
-	}
-	if len(w.dogs) != 0 {
-		t.Fatalf("%d watchdogs left after their streams ended", len(w.dogs))
-	}
-}
-
-// deadlineRecorder records the write deadlines http.ResponseController
-// sets on it.
-type deadlineRecorder struct {
-	http.ResponseWriter
-	set  int
-	last time.Time
-}
-
-func (d *deadlineRecorder) SetWriteDeadline(t time.Time) error {
-	d.set++
-	d.last = t
-	return nil
 }

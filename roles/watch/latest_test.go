@@ -1,0 +1,267 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slicerd/slicerd/api"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/testwait"
+)
+
+// Large assignments keep fewer bases: their slices, in all, stay within
+// deltaBaseSlices, and the previous generation is always kept.
+func TestLatestBoundsItsBases(t *testing.T) {
+	l := New()
+	slicesPer := deltaBaseSlices / 3
+	var prev *assign.Assignment
+	for g := uint64(1); g <= deltaBases; g++ {
+		a := &assign.Assignment{Job: "kv", Generation: g, Incarnation: "i", Tasks: []assign.Task{{Name: "a", Addr: "a:1"}}}
+		w := assign.KeySpaceEnd / assign.SliceKey(slicesPer)
+		for i := range slicesPer {
+			end := assign.SliceKey(i+1) * w
+			if i == slicesPer-1 {
+				end = assign.KeySpaceEnd
+			}
+			a.Slices = append(a.Slices, assign.Slice{Start: assign.SliceKey(i) * w, End: end, Tasks: []string{"a"}})
+		}
+		l.Publish(a, time.Time{})
+		prev = a
+	}
+	s := l.get()
+	if len(s.bases) != 3 || s.bases[len(s.bases)-1].Generation != prev.Generation-1 {
+		t.Fatalf("kept %d bases, the newest generation %d; want the 3 latest", len(s.bases), s.bases[len(s.bases)-1].Generation)
+	}
+}
+
+// A latest sends a delta only from a generation it keeps, and only when
+// the delta is smaller than the full assignment.
+func TestLatestDeltaChoice(t *testing.T) {
+	l := New()
+	tasks := []assign.Task{{Name: "a", Addr: "a:1"}, {Name: "b", Addr: "b:1"}}
+	mk := func(gen uint64, owners ...string) *assign.Assignment {
+		a := &assign.Assignment{Job: "kv", Generation: gen, Incarnation: "i", Tasks: tasks}
+		w := assign.KeySpaceEnd / assign.SliceKey(len(owners))
+		for i, o := range owners {
+			end := assign.SliceKey(i+1) * w
+			if i == len(owners)-1 {
+				end = assign.KeySpaceEnd
+			}
+			a.Slices = append(a.Slices, assign.Slice{Start: assign.SliceKey(i) * w, End: end, Tasks: []string{o}})
+		}
+		return a
+	}
+	owners := make([]string, 100)
+	for i := range owners {
+		owners[i] = []string{"a", "b"}[i%2]
+	}
+	var gens []*assign.Assignment
+	for g := uint64(1); g <= deltaBases+3; g++ {
+		owners[g] = []string{"a", "b"}[(g+1)%2] // one slice moves per generation
+		gens = append(gens, mk(g, owners...))
+		l.Publish(gens[len(gens)-1], time.Time{})
+	}
+	s := l.get()
+	last := gens[len(gens)-1]
+	for _, base := range gens[:len(gens)-1] {
+		d := s.delta(base.Version())
+		kept := last.Generation-base.Generation <= deltaBases
+		if (d != nil) != kept {
+			t.Errorf("from generation %d of %d: delta %v; want one only from the %d latest", base.Generation, last.Generation, d != nil, deltaBases)
+			continue
+		}
+		if d == nil {
+			continue
+		}
+		got, err := api.ApplyDelta(base, d.GetDelta())
+		if err != nil || !reflect.DeepEqual(got, last) {
+			t.Errorf("from generation %d: %v", base.Generation, err)
+		}
+		if s.delta(base.Version()) != d {
+			t.Errorf("from generation %d: the delta was made again", base.Generation)
+		}
+	}
+	if d := s.delta(assign.Version{Incarnation: "other", Generation: last.Generation - 1}); d != nil {
+		t.Error("a delta for another incarnation")
+	}
+	if d := s.delta(assign.Version{}); d != nil {
+		t.Error("a delta for a subscriber that holds nothing")
+	}
+	// Every slice and task changes: the delta is the assignment and more.
+	flipped := make([]string, len(owners))
+	for i, o := range owners {
+		flipped[i] = map[string]string{"a": "b", "b": "a"}[o]
+	}
+	all := mk(last.Generation+1, flipped...)
+	all.Tasks = []assign.Task{{Name: "a", Addr: "a:2"}, {Name: "b", Addr: "b:2"}}
+	l.Publish(all, time.Time{})
+	if d := l.get().delta(last.Version()); d != nil {
+		t.Error("a delta no smaller than the assignment")
+	}
+}
+
+// pacedStreams runs n streams of l, each calling send for every new
+// generation, until the test ends.
+func pacedStreams(t *testing.T, l *Latest, n int, send func(*Message) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		l.pacers.Wait()
+		if got := l.inflight.Load(); got != 0 {
+			t.Errorf("%d streams still counted in flight after every stream ended", got)
+		}
+	})
+	for i := range n {
+		known := l.Current().Version()
+		wg.Go(func() { _ = l.Stream(ctx, nil, known, false, strconv.Itoa(i%10), send) })
+	}
+	testwait.For(t, "every stream to subscribe", func() bool { return l.Subscribers() == n })
+}
+
+func pacedAssignment(gen uint64) *assign.Assignment {
+	return &assign.Assignment{Job: "kv", Generation: gen, Incarnation: "i", Tasks: []assign.Task{{Name: "a", Addr: "a:1"}},
+		Slices: []assign.Slice{{Start: 0, End: assign.KeySpaceEnd, Tasks: []string{"a"}}}}
+}
+
+// A change to many streams wakes at most paceLimit of them at a time
+// while their sends finish, and still reaches every one.
+func TestPacedWakeUpBoundsSendsInFlight(t *testing.T) {
+	const n = 4 * paceLimit
+	l := New()
+	l.Publish(pacedAssignment(1), time.Time{})
+	var inSend, most, sent atomic.Int64
+	pacedStreams(t, l, n, func(*Message) error {
+		now := inSend.Add(1)
+		for {
+			m := most.Load()
+			if now <= m || most.CompareAndSwap(m, now) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Microsecond) // a send that takes a while, so that sends overlap
+		inSend.Add(-1)
+		sent.Add(1)
+		return nil
+	})
+	l.Publish(pacedAssignment(2), time.Time{})
+	testwait.For(t, "every stream to send generation 2", func() bool { return sent.Load() == n })
+	if m := most.Load(); m > paceLimit {
+		t.Errorf("%d sends at once; the pacer allows %d", m, paceLimit)
+	}
+}
+
+// Streams whose sends never finish (stalled subscribers) do not keep the
+// others from their update: the round lets more go after paceStall.
+func TestPacedWakeUpGoesPastStalledSends(t *testing.T) {
+	const n = 3 * paceLimit
+	l := New()
+	l.Publish(pacedAssignment(1), time.Time{})
+	release := make(chan struct{})
+	var sent atomic.Int64
+	pacedStreams(t, l, n, func(*Message) error {
+		sent.Add(1)
+		<-release // stuck until the test ends
+		return nil
+	})
+	t.Cleanup(func() { close(release) }) // runs before pacedStreams' cleanup
+	l.Publish(pacedAssignment(2), time.Time{})
+	testwait.For(t, "every stream to start sending generation 2", func() bool { return sent.Load() == n })
+}
+
+// end stops a pacing round under way and waits for its goroutine, and
+// every stream, woken at once, ends with the error.
+func TestEndStopsPacing(t *testing.T) {
+	const n = 3 * paceLimit
+	l := New()
+	l.Publish(pacedAssignment(1), time.Time{})
+	release := make(chan struct{})
+	var sent atomic.Int64
+	pacedStreams(t, l, n, func(*Message) error {
+		sent.Add(1)
+		<-release
+		return nil
+	})
+	l.Publish(pacedAssignment(2), time.Time{})
+	testwait.For(t, "the first paced streams to start sending generation 2", func() bool { return sent.Load() >= paceLimit })
+	done := make(chan struct{})
+	go func() {
+		l.End(errors.New("job deleted"))
+		close(done)
+	}()
+	select {
+	case <-done: // end returned with the pacer stopped, while senders are still stuck
+	case <-time.After(30 * time.Second):
+		t.Fatal("end did not return while a pacing round was under way")
+	}
+	if n := l.running.Load(); n != 0 {
+		t.Errorf("%d pacing goroutines still running after end", n)
+	}
+	close(release)
+	testwait.For(t, "every stream to end", func() bool {
+		l.subMu.Lock()
+		defer l.subMu.Unlock()
+		return len(l.subs) == 0
+	})
+}
+
+// TestPublishStampsEveryMessageOnce: the commit time is in the message
+// shared by every stream and in the deltas made from it, and each is still
+// encoded once whatever the number of streams.
+func TestPublishStampsEveryMessageOnce(t *testing.T) {
+	l := New()
+	// Sixteen slices, of which generation 2 moves one: its delta is
+	// smaller than the full assignment.
+	tasks := []assign.Task{{Name: "a", Addr: "a:1"}, {Name: "b", Addr: "b:1"}}
+	a1 := &assign.Assignment{Job: "kv", Generation: 1, Incarnation: "i", Tasks: tasks}
+	width := assign.KeySpaceEnd / 16
+	for i := range assign.SliceKey(16) {
+		end := (i + 1) * width
+		if i == 15 {
+			end = assign.KeySpaceEnd
+		}
+		a1.Slices = append(a1.Slices, assign.Slice{Start: i * width, End: end, Tasks: []string{"a"}})
+	}
+	a2 := &assign.Assignment{Job: "kv", Generation: 2, Incarnation: "i", Tasks: tasks, Slices: slices.Clone(a1.Slices)}
+	a2.Slices[3].Tasks = []string{"b"}
+	t1, t2 := time.Unix(100, 1), time.Unix(200, 2)
+	l.Publish(a1, t1)
+	if s := l.get(); s.msg.GetCommittedUnixNano() != t1.UnixNano() || s.msg.update {
+		t.Fatalf("first publish: commit time %d, update %v; want %d, false", s.msg.GetCommittedUnixNano(), s.msg.update, t1.UnixNano())
+	}
+	l.Publish(a2, t2)
+	s := l.get()
+	if s.msg.GetCommittedUnixNano() != t2.UnixNano() || !s.msg.update || !s.msg.committed.Equal(t2) {
+		t.Fatalf("second publish: commit time %d (%v), update %v; want %d, true", s.msg.GetCommittedUnixNano(), s.msg.committed, s.msg.update, t2.UnixNano())
+	}
+	d := s.delta(a1.Version())
+	if d == nil {
+		t.Fatal("no delta from generation 1")
+	}
+	if d.GetCommittedUnixNano() != t2.UnixNano() || !d.committed.Equal(t2) || !d.update {
+		t.Errorf("delta: commit time %d, update %v; want %d, true", d.GetCommittedUnixNano(), d.update, t2.UnixNano())
+	}
+	for range 3 {
+		if _, err := s.msg.encoded(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.encodes.Load(); n != 1 {
+		t.Errorf("%d encodings of generation 2's full message for several sends, want 1", n)
+	}
+	// An old Assigner's message, without the field, publishes with no
+	// commit time.
+	l.Publish(pacedAssignment(3), time.Time{})
+	if s := l.get(); s.msg.GetCommittedUnixNano() != 0 || !s.msg.committed.IsZero() {
+		t.Errorf("unknown commit time published as %d (%v), want 0", s.msg.GetCommittedUnixNano(), s.msg.committed)
+	}
+}
