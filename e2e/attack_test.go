@@ -31,7 +31,7 @@ import (
 	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
-	"github.com/slicerd/slicerd/roles"
+	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -411,8 +411,8 @@ func TestAttackForgedForwardingHeader(t *testing.T) {
 	_, client := callers(t, tg)
 	ctx := context.Background()
 	req := connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: &slicerv1.JobConfig{MinRedundancy: 3, MaxRedundancy: 3}})
-	req.Header().Set(roles.ForwardedHeader, "node-1")
-	req.Header().Set(roles.ForwardedForHeader, identity.ID{Role: identity.Admin, Name: "ops"}.String())
+	req.Header().Set(auth.ForwardedHeader, "node-1")
+	req.Header().Set(auth.ForwardedForHeader, identity.ID{Role: identity.Admin, Name: "ops"}.String())
 	_, err := slicerv1connect.NewJobServiceClient(client, api.URL(tg.node.rpcAddr, true)).SetJobConfig(ctx, req)
 	if connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("SetJobConfig with forged forwarding headers = %v, want PERMISSION_DENIED", err)

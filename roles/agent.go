@@ -26,6 +26,7 @@ import (
 	"github.com/slicerd/slicerd/internal/startgate"
 	"github.com/slicerd/slicerd/internal/webui"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 )
@@ -149,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	mux := http.NewServeMux()
 	a.streams = watch.NewLimiter(cfg.MaxStreams, refusalLogInterval, cfg.Logger.With("component", "rpc"))
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(watch.Codec{}), connect.WithInterceptors(a.streams, messageAuth{})}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(watch.Codec{}), connect.WithInterceptors(a.streams, auth.Messages{})}
 	if cfg.has(gossip.RoleAssigner) {
 		a.assigner = newAssigner(cfg, a.store, a.leases, a, a.stopping)
 		a.assigner.verify, a.assigner.rawPeers = a.verify, a.rawPeers
@@ -217,9 +218,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	} else {
 		protocols.SetUnencryptedHTTP2(true)
 	}
-	auth := newAuthenticator(cfg.TLS != nil, cfg.AdminTokens)
+	authn := auth.New(cfg.TLS != nil, cfg.AdminTokens)
 	a.server = &http.Server{
-		Handler:           a.gate.Wrap(a.hosts.Wrap(auth.wrap(watch.WithLimits(mux, a.sendWatch, cfg.StreamSendBudget)))),
+		Handler:           a.gate.Wrap(a.hosts.Wrap(authn.Wrap(watch.WithLimits(mux, a.sendWatch, cfg.StreamSendBudget)))),
 		TLSConfig:         tlsConf,
 		Protocols:         protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,

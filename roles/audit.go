@@ -12,6 +12,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/roles/auth"
 )
 
 // An admin write (SetJobConfig, DeleteJob) is recorded by one INFO line
@@ -39,15 +40,15 @@ type auditEntry struct {
 // TLS, its verified identities (certificate URIs, "token:NAME") and the
 // address the request came from; without, the address alone.
 func callerOf(ctx context.Context, req connect.AnyRequest) string {
-	if c := callerFrom(ctx); c.enforce {
-		return c.p.String() + " from " + req.Peer().Addr
+	if c := auth.CallerFrom(ctx); c.Enforce {
+		return c.Principal.String() + " from " + req.Peer().Addr
 	}
 	return req.Peer().Addr
 }
 
 // forwardedWrite reports whether another Assigner forwarded the request,
 // which it has then already audited.
-func forwardedWrite(h http.Header) bool { return h.Get(ForwardedHeader) != "" }
+func forwardedWrite(h http.Header) bool { return h.Get(auth.ForwardedHeader) != "" }
 
 // audit logs e.
 func (a *Assigner) audit(e auditEntry) {

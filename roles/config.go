@@ -18,6 +18,7 @@ import (
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/hostcheck"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -162,7 +163,7 @@ type Config struct {
 	// AdminTokens are bearer tokens that make a caller an admin, for the
 	// CLI's writes. They need TLS, so that they never cross the network in
 	// clear.
-	AdminTokens []Token
+	AdminTokens []auth.Token
 	// Insecure allows cleartext RPC and gossip on an address other than
 	// loopback, where anyone who reaches the port is trusted.
 	Insecure bool
@@ -438,7 +439,7 @@ func (c Config) validateSecurity() error {
 	if len(c.AdminTokens) > 0 && c.TLS == nil {
 		return fmt.Errorf("%w: admin tokens need TLS (--tls-cert, --tls-key, --tls-ca): a bearer token sent in clear can be read off the network", ErrConfig)
 	}
-	if err := validateTokens(c.AdminTokens); err != nil {
+	if err := auth.ValidateTokens(c.AdminTokens); err != nil {
 		return err
 	}
 	if c.TLS != nil {

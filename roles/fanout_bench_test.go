@@ -16,6 +16,7 @@ import (
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/metrics"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
 
@@ -44,7 +45,7 @@ func benchFanout(b *testing.B, secure bool, streams int) {
 	if secure {
 		pki = newTestPKI(b)
 		cfg.TLS = pki.source("a1", agentIDs("a1", cfg.Roles...)...)
-		cfg.AdminTokens = []Token{{Name: "ops", Secret: testToken}}
+		cfg.AdminTokens = []auth.Token{{Name: "ops", Secret: testToken}}
 	}
 	node := startAgent(b, cfg)
 	for i := range 2 {

@@ -14,30 +14,18 @@ import (
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/startgate"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/auth"
 )
-
-// ForwardedHeader marks a request one Assigner forwarded to another, with
-// the forwarding Assigner's name as its value. A request that carries it is
-// handled where it lands and never forwarded again, so two Assigners whose
-// views of gossip disagree cannot bounce it between them.
-const ForwardedHeader = "Slicerd-Forwarded-By"
-
-// ForwardedToHolderHeader, "1" on a forwarded request, says the forwarding
-// Assigner sent it to the job's lease holder rather than to the job's
-// preferred Assigner (see lease.Leader.Forwarded). It means nothing
-// without ForwardedHeader, which the RPC edge strips from callers that are
-// not verified Assigners.
-const ForwardedToHolderHeader = "Slicerd-Forwarded-To-Holder"
 
 // forwardTo returns the Assigner a request for job should go to, and
 // whether that is another one: writes (load reports, configuration) are
 // taken by the job's lease holder, or its preferred Assigner while nobody
 // holds the lease (lease.Leader.Target).
 func (a *Assigner) forwardTo(job string, h http.Header) (lease.Route, bool) {
-	if from := h.Get(ForwardedHeader); from != "" {
+	if from := h.Get(auth.ForwardedHeader); from != "" {
 		// The sender takes this Assigner for the job's: an adoption, if
 		// this one disagrees, lasts as long as the writes keep coming.
-		a.leader.Forwarded(job, from, h.Get(ForwardedToHolderHeader) == "1")
+		a.leader.Forwarded(job, from, h.Get(auth.ForwardedToHolderHeader) == "1")
 		return lease.Route{}, false
 	}
 	r := a.leader.Target(job)
@@ -52,10 +40,10 @@ func (a *Assigner) forwardTo(job string, h http.Header) (lease.Route, bool) {
 // waits on that Assigner: it stops counting among this node's starting
 // RPCs (--max-starting-rpcs).
 func (a *Assigner) forwardRequest(ctx context.Context, h http.Header, r lease.Route) {
-	h.Set(ForwardedHeader, a.self)
-	h.Set(ForwardedForHeader, forwardedFor(callerFrom(ctx).p))
+	h.Set(auth.ForwardedHeader, a.self)
+	h.Set(auth.ForwardedForHeader, auth.ForwardedFor(auth.CallerFrom(ctx).Principal))
 	if r.Holder {
-		h.Set(ForwardedToHolderHeader, "1")
+		h.Set(auth.ForwardedToHolderHeader, "1")
 	}
 	startgate.Waiting(ctx) // on the other Assigner, not on this node's CPU
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
 
@@ -292,10 +293,10 @@ func (a *Assigner) registerTask(ctx context.Context, m *slicerv1.RegisterTaskReq
 	if a.verify == nil {
 		return nil // without TLS every member is believed
 	}
-	c := callerFrom(ctx)
-	if !c.direct.TaskOf(m.GetJob(), m.GetTask()) {
+	c := auth.CallerFrom(ctx)
+	if !c.Direct.TaskOf(m.GetJob(), m.GetTask()) {
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
-			"%s may not register task %q of job %q: that needs a certificate naming %s", c.direct, m.GetTask(), m.GetJob(),
+			"%s may not register task %q of job %q: that needs a certificate naming %s", c.Direct, m.GetTask(), m.GetJob(),
 			identity.ID{Role: identity.Task, Job: m.GetJob(), Task: m.GetTask()}))
 	}
 	for _, p := range a.rawPeers() {
@@ -309,7 +310,7 @@ func (a *Assigner) registerTask(ctx context.Context, m *slicerv1.RegisterTaskReq
 		if p.Status != gossip.StatusAlive {
 			break
 		}
-		a.verify.register(p, c.direct.String())
+		a.verify.register(p, c.Direct.String())
 		return nil
 	}
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("gossip member %q is %w; retry shortly", m.GetGossipName(), errNotInGossip))

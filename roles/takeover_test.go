@@ -14,6 +14,7 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -137,7 +138,7 @@ func TestForwardToUnreachablePreferred(t *testing.T) {
 	}
 
 	fwd := connect.NewRequest(report)
-	fwd.Header().Set(ForwardedHeader, other)
+	fwd.Header().Set(auth.ForwardedHeader, other)
 	if _, err := a.ReportLoad(ctx, fwd); err != nil {
 		t.Errorf("a forwarded report was not taken where it landed: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/slicelet"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -68,7 +69,7 @@ func agentIDs(node string, roles ...gossip.Role) []identity.ID {
 func (p *testPKI) agentConfig(t *testing.T, name string) Config {
 	cfg := testConfig(t, name, t.TempDir())
 	cfg.TLS = p.source(name, agentIDs(name, cfg.Roles...)...)
-	cfg.AdminTokens = []Token{{Name: "ops", Secret: testToken}}
+	cfg.AdminTokens = []auth.Token{{Name: "ops", Secret: testToken}}
 	return cfg
 }
 

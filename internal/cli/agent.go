@@ -12,6 +12,7 @@ import (
 	"github.com/slicerd/slicerd/internal/metrics"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles"
+	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
 
@@ -309,7 +310,7 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 		cfg.TLS = src
 	}
 	if path := c.String("token-file"); path != "" {
-		tokens, err := roles.LoadTokenFile(path)
+		tokens, err := auth.LoadTokenFile(path)
 		if err != nil {
 			return cfg, usageError("%v", err)
 		}

@@ -1,4 +1,4 @@
-package roles
+package auth
 
 import (
 	"os"
@@ -22,7 +22,7 @@ func TestLoadTokenFile(t *testing.T) {
 	if err != nil || len(tokens) != 2 || tokens[1].Name != "ci" {
 		t.Fatalf("LoadTokenFile = %v, %v", tokens, err)
 	}
-	if err := validateTokens(tokens); err != nil {
+	if err := ValidateTokens(tokens); err != nil {
 		t.Errorf("validateTokens: %v", err)
 	}
 	for _, tc := range []struct{ body, want string }{
@@ -45,14 +45,14 @@ func TestLoadTokenFile(t *testing.T) {
 		{[]Token{{"ops", strings.Repeat("a", 32)}, {"ops", strings.Repeat("b", 32)}}, "listed twice"},
 		{[]Token{{"a,b", strings.Repeat("a", 32)}}, "without spaces or commas"},
 	} {
-		if err := validateTokens(tc.tokens); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("validateTokens(%v) = %v, want %q", tc.tokens, err, tc.want)
+		if err := ValidateTokens(tc.tokens); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ValidateTokens(%v) = %v, want %q", tc.tokens, err, tc.want)
 		}
 	}
 }
 
 func TestTokenLookup(t *testing.T) {
-	au := newAuthenticator(true, []Token{{"ops", strings.Repeat("x", 32)}})
+	au := New(true, []Token{{"ops", strings.Repeat("x", 32)}})
 	if name, ok := au.token(strings.Repeat("x", 32)); !ok || name != "ops" {
 		t.Errorf("token(right secret) = %q, %v", name, ok)
 	}
@@ -67,7 +67,7 @@ func TestForwardedForRoundTrip(t *testing.T) {
 	p := identity.Principal{IDs: []identity.ID{
 		{Role: identity.Task, Job: "kv", Task: "kv-0"}, {Role: identity.Admin, Name: "ops"},
 	}, Token: "ci"}
-	got := parseForwardedFor(forwardedFor(p))
+	got := parseForwardedFor(ForwardedFor(p))
 	if got.String() != p.String() {
 		t.Errorf("round trip = %s, want %s", got, p)
 	}
@@ -81,7 +81,7 @@ func FuzzParseForwardedFor(f *testing.F) {
 	f.Add("token:x,spiffe://other/admin/x,%zz")
 	f.Fuzz(func(t *testing.T, h string) {
 		p := parseForwardedFor(h)
-		if q := parseForwardedFor(forwardedFor(p)); q.String() != p.String() {
+		if q := parseForwardedFor(ForwardedFor(p)); q.String() != p.String() {
 			t.Errorf("round trip of %q: %s then %s", h, p, q)
 		}
 	})

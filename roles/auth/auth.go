@@ -1,4 +1,4 @@
-package roles
+package auth
 
 import (
 	"bufio"
@@ -19,26 +19,21 @@ import (
 	"github.com/slicerd/slicerd/identity"
 )
 
-// ForwardedForHeader carries, on a request one Assigner forwards to
-// another, the identities the forwarding Assigner verified for the original
-// caller (identity URIs and "token:NAME", comma-separated). It is believed
-// only from a caller whose certificate names it an Assigner; from anyone
-// else both forwarding headers are removed before the request is handled.
+const ForwardedHeader = "Slicerd-Forwarded-By"
+
+const ForwardedToHolderHeader = "Slicerd-Forwarded-To-Holder"
+
 const ForwardedForHeader = "Slicerd-Forwarded-For"
 
-// Token is an admin bearer token: a name for the audit log and the secret
-// a caller presents as "Authorization: Bearer SECRET".
 type Token struct {
 	Name   string
 	Secret string
 }
 
-// minTokenLen is the shortest accepted secret: 128 bits in hex.
+var ErrConfig = errors.New("auth: invalid admin tokens")
+
 const minTokenLen = 32
 
-// LoadTokenFile reads admin tokens from path, one "NAME SECRET" per line;
-// blank lines and lines starting with # are skipped. The file should be
-// readable by slicerd's user only.
 func LoadTokenFile(path string) ([]Token, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -67,7 +62,7 @@ func LoadTokenFile(path string) ([]Token, error) {
 	return tokens, nil
 }
 
-func validateTokens(tokens []Token) error {
+func ValidateTokens(tokens []Token) error {
 	seen := map[string]bool{}
 	for _, t := range tokens {
 		if t.Name == "" || strings.ContainsAny(t.Name, ", \t") {
@@ -84,29 +79,30 @@ func validateTokens(tokens []Token) error {
 	return nil
 }
 
-// caller is what the RPC server verified about a request's sender.
-type caller struct {
-	// enforce is set when the agent authenticates callers (TLS is on);
+type Caller struct {
+	// Enforce is set when the agent authenticates callers (TLS is on);
 	// without it every caller is trusted, as on a private network.
-	enforce bool
-	// p is the caller, or for a request forwarded by an Assigner, the
-	// original caller as the forwarding Assigner verified it.
-	p identity.Principal
-	// direct is who sent this request: the forwarding Assigner itself for
+	Enforce bool
+	// Principal is the caller, or for a request forwarded by an Assigner,
+	// the original caller as the forwarding Assigner verified it.
+	Principal identity.Principal
+	// Direct is who sent this request: the forwarding Assigner itself for
 	// a forwarded one.
-	direct identity.Principal
-	addr   string
+	Direct identity.Principal
+	Addr   string
 }
 
 type callerKey struct{}
 
-func callerFrom(ctx context.Context) caller {
-	c, _ := ctx.Value(callerKey{}).(caller)
+func CallerFrom(ctx context.Context) Caller {
+	c, _ := ctx.Value(callerKey{}).(Caller)
 	return c
 }
 
-// access says who may call a procedure before its request is read; the
-// per-job checks on the message follow in the interceptor.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
 type access int
 
 const (
@@ -119,8 +115,6 @@ const (
 	accessTask            // a task itself
 )
 
-// procedureAccess lists every procedure slicerd serves; one not listed
-// needs an admin.
 var procedureAccess = map[string]access{
 	slicerv1connect.AssignerServiceWatchAssignmentProcedure:    accessAgent,
 	slicerv1connect.DistributorServiceWatchAssignmentProcedure: accessAuthenticated,
@@ -158,24 +152,21 @@ func accessOf(procedure string) access {
 	return accessAdmin
 }
 
-// authenticator verifies callers and decides what they may call.
-type authenticator struct {
+type Authenticator struct {
 	enforce bool
 	tokens  map[[32]byte]string // SHA-256 of a secret → its name
 	errors  *connect.ErrorWriter
 }
 
-func newAuthenticator(enforce bool, tokens []Token) *authenticator {
-	au := &authenticator{enforce: enforce, tokens: map[[32]byte]string{}, errors: connect.NewErrorWriter()}
+func New(enforce bool, tokens []Token) *Authenticator {
+	au := &Authenticator{enforce: enforce, tokens: map[[32]byte]string{}, errors: connect.NewErrorWriter()}
 	for _, t := range tokens {
 		au.tokens[sha256.Sum256([]byte(t.Secret))] = t.Name
 	}
 	return au
 }
 
-// token looks up a bearer secret. Comparing hashes of equal length in
-// constant time keeps the lookup's timing independent of the secret.
-func (au *authenticator) token(secret string) (string, bool) {
+func (au *Authenticator) token(secret string) (string, bool) {
 	sum := sha256.Sum256([]byte(secret))
 	name := ""
 	for h, n := range au.tokens {
@@ -186,15 +177,11 @@ func (au *authenticator) token(secret string) (string, bool) {
 	return name, name != ""
 }
 
-// wrap authenticates every request before next sees it: it reads the
-// caller's certificate identities and bearer token, removes forwarding
-// headers that did not come from an Assigner, and refuses a procedure the
-// caller may not call with UNAUTHENTICATED or PERMISSION_DENIED.
-func (au *authenticator) wrap(next http.Handler) http.Handler {
+func (au *Authenticator) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := caller{enforce: au.enforce, addr: r.RemoteAddr}
+		c := Caller{Enforce: au.enforce, Addr: r.RemoteAddr}
 		if !au.enforce {
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+			next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
 			return
 		}
 		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
@@ -203,7 +190,7 @@ func (au *authenticator) wrap(next http.Handler) http.Handler {
 				au.errors.Write(w, r, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("client certificate: %w", err)))
 				return
 			}
-			c.direct.IDs = ids
+			c.Direct.IDs = ids
 		}
 		if h := r.Header.Get("Authorization"); h != "" {
 			secret, ok := strings.CutPrefix(h, "Bearer ")
@@ -212,11 +199,11 @@ func (au *authenticator) wrap(next http.Handler) http.Handler {
 				au.errors.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errors.New("the bearer token is not one of this agent's admin tokens; check --token-file on the agent and the token the client sends")))
 				return
 			}
-			c.direct.Token = name
+			c.Direct.Token = name
 		}
-		c.p = c.direct
-		if from := r.Header.Get(ForwardedHeader); from != "" && c.direct.AgentNode(identity.Assigner, from) {
-			c.p = parseForwardedFor(r.Header.Get(ForwardedForHeader))
+		c.Principal = c.Direct
+		if from := r.Header.Get(ForwardedHeader); from != "" && c.Direct.AgentNode(identity.Assigner, from) {
+			c.Principal = parseForwardedFor(r.Header.Get(ForwardedForHeader))
 		} else {
 			r.Header.Del(ForwardedHeader)
 			r.Header.Del(ForwardedForHeader)
@@ -226,37 +213,36 @@ func (au *authenticator) wrap(next http.Handler) http.Handler {
 			au.errors.Write(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
+		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
 	})
 }
 
-// allowed applies a procedure's access rule to the caller.
-func allowed(need access, c caller) error {
+func allowed(need access, c Caller) error {
 	if need == accessPublic {
 		return nil
 	}
-	if c.p.Anonymous() {
+	if c.Principal.Anonymous() {
 		return connect.NewError(connect.CodeUnauthenticated, errors.New(
 			"this agent requires authentication: present a client certificate from the cluster's CA (slicerd tls init) or, for the CLI's admin commands, a bearer token (--token-file)"))
 	}
-	_, assigner := c.direct.Agent(identity.Assigner)
+	_, assigner := c.Direct.Agent(identity.Assigner)
 	ok := false
 	switch need {
 	case accessAuthenticated:
 		ok = true
 	case accessAgent:
-		_, ok = c.p.Agent("")
+		_, ok = c.Principal.Agent("")
 	case accessAdmin:
-		ok = c.p.Admin()
+		ok = c.Principal.Admin()
 	case accessAdminOrAssigner:
-		ok = c.p.Admin() || assigner
+		ok = c.Principal.Admin() || assigner
 	case accessTaskOrAssigner:
-		ok = hasRole(c.p, identity.Task) || assigner
+		ok = hasRole(c.Principal, identity.Task) || assigner
 	case accessTask:
-		ok = hasRole(c.direct, identity.Task)
+		ok = hasRole(c.Direct, identity.Task)
 	}
 	if !ok {
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not call this procedure: it needs %s", c.p, accessText(need)))
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not call this procedure: it needs %s", c.Principal, accessText(need)))
 	}
 	return nil
 }
@@ -282,8 +268,7 @@ func accessText(a access) string {
 	return "authentication"
 }
 
-// forwardedFor renders a principal for ForwardedForHeader.
-func forwardedFor(p identity.Principal) string {
+func ForwardedFor(p identity.Principal) string {
 	var parts []string
 	for _, id := range p.IDs {
 		parts = append(parts, id.String())
@@ -308,26 +293,21 @@ func parseForwardedFor(h string) identity.Principal {
 	return p
 }
 
-// jobRequest is a request message that names a job.
 type jobRequest interface{ GetJob() string }
 
-// taskRequest is a request message that names a task of its job.
 type taskRequest interface {
 	jobRequest
 	GetTask() string
 }
 
-// checkMessage applies the per-message rules: a job's assignment is read
-// only by those who may watch it, a load report comes from the task it
-// names, and configuration changes come from admins.
-func checkMessage(c caller, procedure string, msg any) error {
-	if !c.enforce {
+func checkMessage(c Caller, procedure string, msg any) error {
+	if !c.Enforce {
 		return nil
 	}
 	switch procedure {
 	case slicerv1connect.JobServiceSetJobConfigProcedure, slicerv1connect.JobServiceDeleteJobProcedure:
-		if !c.p.Admin() {
-			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not change job configuration: it needs %s", c.p, accessText(accessAdmin)))
+		if !c.Principal.Admin() {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s may not change job configuration: it needs %s", c.Principal, accessText(accessAdmin)))
 		}
 		return nil
 	}
@@ -341,9 +321,9 @@ func checkMessage(c caller, procedure string, msg any) error {
 		case slicerv1connect.LeaseServiceReadLeaseProcedure, slicerv1connect.LeaseServiceReleaseLeaseProcedure:
 			what = "hold leases"
 		}
-		if what != "" && !c.p.TaskOf(m.GetJob(), m.GetTask()) {
+		if what != "" && !c.Principal.TaskOf(m.GetJob(), m.GetTask()) {
 			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
-				"%s may not %s for task %q of job %q: that needs a certificate naming %s", c.p, what, m.GetTask(), m.GetJob(),
+				"%s may not %s for task %q of job %q: that needs a certificate naming %s", c.Principal, what, m.GetTask(), m.GetJob(),
 				identity.ID{Role: identity.Task, Job: m.GetJob(), Task: m.GetTask()}))
 		}
 		if what != "" {
@@ -351,42 +331,39 @@ func checkMessage(c caller, procedure string, msg any) error {
 		}
 	}
 	if m, ok := msg.(jobRequest); ok && accessOf(procedure) == accessAuthenticated && m.GetJob() != "" {
-		if !c.p.MayWatch(m.GetJob()) {
+		if !c.Principal.MayWatch(m.GetJob()) {
 			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
 				"%s may not read job %q: that needs a client certificate for the job (%s), a task certificate of the job, or an admin one",
-				c.p, m.GetJob(), identity.ID{Role: identity.Client, Job: m.GetJob()}))
+				c.Principal, m.GetJob(), identity.ID{Role: identity.Client, Job: m.GetJob()}))
 		}
 	}
 	return nil
 }
 
-// messageAuth is a Connect interceptor that runs checkMessage on every
-// request message, unary and streaming alike.
-type messageAuth struct{}
+type Messages struct{}
 
-func (messageAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+func (Messages) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := checkMessage(callerFrom(ctx), req.Spec().Procedure, req.Any()); err != nil {
+		if err := checkMessage(CallerFrom(ctx), req.Spec().Procedure, req.Any()); err != nil {
 			return nil, err
 		}
 		return next(ctx, req)
 	}
 }
 
-func (messageAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+func (Messages) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
 }
 
-func (messageAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (Messages) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		return next(ctx, &checkedConn{StreamingHandlerConn: conn, c: callerFrom(ctx)})
+		return next(ctx, &checkedConn{StreamingHandlerConn: conn, c: CallerFrom(ctx)})
 	}
 }
 
-// checkedConn checks each message a streaming handler receives.
 type checkedConn struct {
 	connect.StreamingHandlerConn
-	c caller
+	c Caller
 }
 
 func (s *checkedConn) Receive(msg any) error {
