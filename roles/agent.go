@@ -27,6 +27,7 @@ import (
 	"github.com/slicerd/slicerd/internal/webui"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles/auth"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 )
@@ -297,22 +298,22 @@ func (a *Agent) ShuttingDown() <-chan struct{} { return a.shuttingDown }
 func (a *Agent) Check() error {
 	select {
 	case <-a.shuttingDown:
-		return fmt.Errorf("%w: shutting down", ErrNotServing)
+		return fmt.Errorf("%w: shutting down", rpc.ErrNotServing)
 	default:
 	}
 	select {
 	case <-a.ready:
 	default:
-		return fmt.Errorf("%w: starting", ErrNotServing)
+		return fmt.Errorf("%w: starting", rpc.ErrNotServing)
 	}
 	node := a.gossipNode()
 	select {
 	case <-node.Done():
-		return fmt.Errorf("%w: gossip has stopped", ErrNotServing)
+		return fmt.Errorf("%w: gossip has stopped", rpc.ErrNotServing)
 	default:
 	}
 	if self := node.Self(); self.Status != gossip.StatusAlive {
-		return fmt.Errorf("%w: gossip holds this node %s", ErrNotServing, self.Status)
+		return fmt.Errorf("%w: gossip holds this node %s", rpc.ErrNotServing, self.Status)
 	}
 	return nil
 }

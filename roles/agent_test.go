@@ -26,6 +26,7 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -506,8 +507,8 @@ func TestAgentReadyAndCheck(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := a.Check(); !errors.Is(err, ErrNotServing) {
-				t.Errorf("Check before Run: %v; want ErrNotServing", err)
+			if err := a.Check(); !errors.Is(err, rpc.ErrNotServing) {
+				t.Errorf("Check before Run: %v; want rpc.ErrNotServing", err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -546,8 +547,8 @@ func TestAgentReadyAndCheck(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("ShuttingDown not closed within 20s of cancelling Run")
 			}
-			if err := a.Check(); !errors.Is(err, ErrNotServing) {
-				t.Errorf("Check during shutdown: %v; want ErrNotServing", err)
+			if err := a.Check(); !errors.Is(err, rpc.ErrNotServing) {
+				t.Errorf("Check during shutdown: %v; want rpc.ErrNotServing", err)
 			}
 			if err := <-done; err != nil {
 				t.Errorf("Run: %v", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -77,7 +78,7 @@ type Assigner struct {
 	members    membership
 	pref       lease.Preference
 	poll       time.Duration // standby store reads, when the store cannot watch
-	rpcClients *peerClients  // forwarded writes
+	rpcClients *rpc.Peers    // forwarded writes
 	verify     *verifier     // nil without TLS: every member is believed
 	rawPeers   func() []gossip.Peer
 	forwarded  atomic.Uint64 // writes forwarded to the preferred Assigner
@@ -138,7 +139,7 @@ func newAssigner(cfg Config, store storage.Store, leases lease.Manager, members 
 		members:     members,
 		pref:        cfg.Preference.WithDefaults(),
 		poll:        cfg.StandbyPollInterval,
-		rpcClients:  newPeerClients(cfg.TLS),
+		rpcClients:  rpc.NewPeers(cfg.TLS),
 		delay:       cfg.RebalanceDelay,
 		grace:       cfg.StartupGrace,
 		interval:    cfg.RebalanceInterval,
@@ -190,7 +191,7 @@ func (a *Assigner) load(ctx context.Context) error {
 	}
 	for _, name := range names {
 		_, err := a.job(ctx, name, true)
-		if errors.Is(err, ErrTooManyJobs) {
+		if errors.Is(err, rpc.ErrTooManyJobs) {
 			// A record with neither configuration nor assignment holds
 			// nothing to serve; it is not worth stopping for.
 			a.log.Warn("stored job not loaded", "job", name, "err", err)
@@ -283,7 +284,7 @@ func jobTasks(peers []gossip.Peer, job string, aliveOnly bool) []assign.Task {
 // rebalance delay. Every job's stored record is followed, through the
 // store's watch when it has one and by polling otherwise.
 func (a *Assigner) Run(ctx context.Context) error {
-	defer a.rpcClients.closeIdle()
+	defer a.rpcClients.CloseIdle()
 	if err := a.loadRetrying(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}

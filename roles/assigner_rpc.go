@@ -10,13 +10,14 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/roles/rpc"
 )
 
 // WatchAssignment implements slicerv1connect.AssignerServiceHandler.
 func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[slicerv1.WatchAssignmentRequest], stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
 	j, err := a.job(ctx, req.Msg.GetJob(), false)
 	if err != nil {
-		return toConnect(err)
+		return rpc.ToConnect(err)
 	}
 	return j.pub.Serve(ctx, a.stopping, req, stream, nil)
 }
@@ -41,7 +42,7 @@ func (a *Assigner) ListJobs(ctx context.Context, _ *connect.Request[slicerv1.Lis
 func (a *Assigner) GetJob(ctx context.Context, req *connect.Request[slicerv1.GetJobRequest]) (*connect.Response[slicerv1.GetJobResponse], error) {
 	j, err := a.peek(ctx, req.Msg.GetJob())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	return connect.NewResponse(&slicerv1.GetJobResponse{Job: a.jobInfo(j)}), nil
 }
@@ -52,30 +53,30 @@ func (a *Assigner) GetJob(ctx context.Context, req *connect.Request[slicerv1.Get
 func (a *Assigner) setJobConfig(ctx context.Context, req *connect.Request[slicerv1.SetJobConfigRequest]) (*connect.Response[slicerv1.SetJobConfigResponse], error) {
 	name := req.Msg.GetJob()
 	if err := assign.ValidateJobName(name); err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	if p, forward := a.forwardTo(name, req.Header()); forward {
 		return a.forwardConfig(ctx, p, req)
 	}
 	cfg, err := api.ConfigFromProto(req.Msg.GetConfig())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	if err := a.checkMaxSlices(cfg); err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	a.setConfig.Lock()
 	defer a.setConfig.Unlock()
 	if err := a.admitNew(ctx, name); err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	a.undelete(name)
 	if err := a.store.SetConfig(ctx, name, cfg); err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	j, err := a.job(ctx, name, true)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	a.mu.Lock()
 	j.cfg, j.configured = cfg, true

@@ -13,6 +13,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 )
@@ -62,7 +63,7 @@ func (b *Backup) logJobs(ctx context.Context) {
 }
 
 func (b *Backup) read(ctx context.Context, job string) (*slicerv1.Assignment, error) {
-	if err := validateJob(job); err != nil {
+	if err := rpc.ValidateJob(job); err != nil {
 		return nil, err
 	}
 	a, err := b.load(ctx, job)
@@ -77,14 +78,14 @@ func (b *Backup) read(ctx context.Context, job string) (*slicerv1.Assignment, er
 func (b *Backup) load(ctx context.Context, job string) (*assign.Assignment, error) {
 	rec, err := b.store.Load(ctx, job)
 	if errors.Is(err, storage.ErrNotFound) {
-		return nil, toConnect(fmt.Errorf("%w %q: it has no stored assignment yet; the backup serves only what an assigner has committed to the store", ErrUnknownJob, job))
+		return nil, rpc.ToConnect(fmt.Errorf("%w %q: it has no stored assignment yet; the backup serves only what an assigner has committed to the store", rpc.ErrUnknownJob, job))
 	}
 	if errors.Is(err, storage.ErrUnavailable) {
 		// A shared store that does not answer: clients should try elsewhere.
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	return rec.Current, nil
 }
@@ -107,7 +108,7 @@ func (b *Backup) GetAssignment(ctx context.Context, req *connect.Request[slicerv
 // stream skips to the newest assignment.
 func (b *Backup) WatchAssignment(ctx context.Context, req *connect.Request[slicerv1.WatchAssignmentRequest], stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
 	job := req.Msg.GetJob()
-	if err := validateJob(job); err != nil {
+	if err := rpc.ValidateJob(job); err != nil {
 		return err
 	}
 	l, leave, err := b.join(job)
@@ -132,11 +133,11 @@ func (b *Backup) join(job string) (*watch.Latest, func(), error) {
 	defer b.mu.Unlock()
 	select {
 	case <-b.stopping:
-		return nil, nil, connect.NewError(connect.CodeUnavailable, errShuttingDown)
+		return nil, nil, connect.NewError(connect.CodeUnavailable, rpc.ErrShuttingDown)
 	default:
 	}
 	if b.closed {
-		return nil, nil, connect.NewError(connect.CodeUnavailable, errShuttingDown)
+		return nil, nil, connect.NewError(connect.CodeUnavailable, rpc.ErrShuttingDown)
 	}
 	p := b.pollers[job]
 	if p == nil {
@@ -212,7 +213,7 @@ func (b *Backup) pollJob(ctx context.Context, job string, p *poller) {
 		case _, ok := <-changed:
 			if !ok {
 				if ctx.Err() == nil {
-					p.l.Fail(connect.NewError(connect.CodeUnavailable, errShuttingDown))
+					p.l.Fail(connect.NewError(connect.CodeUnavailable, rpc.ErrShuttingDown))
 					b.forget(job, p)
 				}
 				return

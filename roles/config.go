@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -22,6 +23,9 @@ import (
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
+
+// ErrConfig is a configuration the agent cannot run with.
+var ErrConfig = errors.New("roles: invalid configuration")
 
 // Config is everything an Agent needs, already parsed; main turns flags into it.
 type Config struct {
@@ -440,7 +444,7 @@ func (c Config) validateSecurity() error {
 		return fmt.Errorf("%w: admin tokens need TLS (--tls-cert, --tls-key, --tls-ca): a bearer token sent in clear can be read off the network", ErrConfig)
 	}
 	if err := auth.ValidateTokens(c.AdminTokens); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if c.TLS != nil {
 		ids := c.TLS.IDs()

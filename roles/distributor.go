@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/roles/watch"
 )
 
@@ -31,7 +32,7 @@ type Distributor struct {
 	rtt        lease.RTTFunc // nil when membership estimates no distances
 	pref       lease.Preference
 	choices    lease.Choices
-	rpcClients *peerClients
+	rpcClients *rpc.Peers
 	minBackoff time.Duration
 	maxBackoff time.Duration
 	stopping   <-chan struct{}
@@ -71,7 +72,7 @@ func newDistributor(cfg Config, members membership, stopping <-chan struct{}) *D
 		log:        cfg.Logger.With("role", "distributor"),
 		members:    members,
 		pref:       cfg.Preference.WithDefaults(),
-		rpcClients: newPeerClients(cfg.TLS),
+		rpcClients: rpc.NewPeers(cfg.TLS),
 		minBackoff: cfg.PullMinBackoff,
 		maxBackoff: cfg.PullMaxBackoff,
 		stopping:   stopping,
@@ -105,7 +106,7 @@ func (d *Distributor) Run(ctx context.Context) error {
 			d.stopped = true
 			d.mu.Unlock()
 			d.pulls.Wait()
-			d.rpcClients.closeIdle()
+			d.rpcClients.CloseIdle()
 			return nil
 		case <-changes:
 			d.follow()
@@ -155,7 +156,7 @@ func (d *Distributor) job(name string) (*watch.Latest, error) {
 		return j.l, nil
 	}
 	if d.stopped || (d.runCtx != nil && d.runCtx.Err() != nil) {
-		return nil, connect.NewError(connect.CodeUnavailable, errShuttingDown)
+		return nil, connect.NewError(connect.CodeUnavailable, rpc.ErrShuttingDown)
 	}
 	j := &distJob{l: watch.New(), retry: make(chan struct{}, 1)}
 	d.jobs[name] = j
@@ -213,7 +214,7 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 		addr := p.RPCAddr
 		if !ok {
 			if l.Current() == nil {
-				l.Fail(connect.NewError(connect.CodeUnavailable, ErrNoAssigner))
+				l.Fail(connect.NewError(connect.CodeUnavailable, rpc.ErrNoAssigner))
 			}
 			d.log.Warn("no live assigner to pull from; serving the cached assignment", "job", job)
 			if !wait() {
@@ -228,7 +229,7 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 			base, resync = nil, false
 		}
 		known := base.Version()
-		client := slicerv1connect.NewAssignerServiceClient(d.rpcClients.get(identity.Assigner, p.Name, addr))
+		client := slicerv1connect.NewAssignerServiceClient(d.rpcClients.Get(identity.Assigner, p.Name, addr))
 		sctx, cancel := context.WithCancel(ctx)
 		d.mu.Lock()
 		dj.from, dj.cancel, dj.tried = p.Name, cancel, p.Name
@@ -322,11 +323,11 @@ func (d *Distributor) GetAssignment(ctx context.Context, req *connect.Request[sl
 	if err == nil {
 		err = ctx.Err()
 	}
-	return nil, toConnect(err)
+	return nil, rpc.ToConnect(err)
 }
 
 func (d *Distributor) lookup(job string) (*watch.Latest, error) {
-	if err := validateJob(job); err != nil {
+	if err := rpc.ValidateJob(job); err != nil {
 		return nil, err
 	}
 	return d.job(job)

@@ -65,7 +65,7 @@ func forwardErr(p gossip.Peer, job, what string, err error) error {
 // forwardLoad sends a load report on to the job's preferred Assigner.
 func (a *Assigner) forwardLoad(ctx context.Context, r lease.Route, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
 	p := r.Peer
-	client := slicerv1connect.NewLoadServiceClient(a.rpcClients.get(identity.Assigner, p.Name, p.RPCAddr))
+	client := slicerv1connect.NewLoadServiceClient(a.rpcClients.Get(identity.Assigner, p.Name, p.RPCAddr))
 	fwd := connect.NewRequest(req.Msg)
 	a.forwardRequest(ctx, fwd.Header(), r)
 	resp, err := client.ReportLoad(ctx, fwd)
@@ -80,7 +80,7 @@ func (a *Assigner) forwardLoad(ctx context.Context, r lease.Route, req *connect.
 // Assigner, and serves the stored result at once.
 func (a *Assigner) forwardConfig(ctx context.Context, r lease.Route, req *connect.Request[slicerv1.SetJobConfigRequest]) (*connect.Response[slicerv1.SetJobConfigResponse], error) {
 	p := r.Peer
-	client := slicerv1connect.NewJobServiceClient(a.rpcClients.get(identity.Assigner, p.Name, p.RPCAddr))
+	client := slicerv1connect.NewJobServiceClient(a.rpcClients.Get(identity.Assigner, p.Name, p.RPCAddr))
 	fwd := connect.NewRequest(req.Msg)
 	a.forwardRequest(ctx, fwd.Header(), r)
 	resp, err := client.SetJobConfig(ctx, fwd)

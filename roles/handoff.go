@@ -12,6 +12,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/roles/rpc"
 )
 
 // Make-before-break moves (assign.Config.HandoffDeadlineMS): a decision
@@ -162,13 +163,13 @@ func (a *Assigner) overdueFlips() []string {
 func (a *Assigner) ReportReady(ctx context.Context, req *connect.Request[slicerv1.ReportReadyRequest]) (*connect.Response[slicerv1.ReportReadyResponse], error) {
 	m := req.Msg
 	if err := assign.ValidateJobName(m.GetJob()); err != nil {
-		return nil, toConnect(fmt.Errorf("report ready: %w", err))
+		return nil, rpc.ToConnect(fmt.Errorf("report ready: %w", err))
 	}
 	if err := assign.ValidateTaskName(m.GetTask()); err != nil {
-		return nil, toConnect(fmt.Errorf("report ready: %w", err))
+		return nil, rpc.ToConnect(fmt.Errorf("report ready: %w", err))
 	}
 	if r, forward := a.forwardTo(m.GetJob(), req.Header()); forward {
-		client := slicerv1connect.NewLoadServiceClient(a.rpcClients.get(identity.Assigner, r.Peer.Name, r.Peer.RPCAddr))
+		client := slicerv1connect.NewLoadServiceClient(a.rpcClients.Get(identity.Assigner, r.Peer.Name, r.Peer.RPCAddr))
 		fwd := connect.NewRequest(m)
 		a.forwardRequest(ctx, fwd.Header(), r)
 		resp, err := client.ReportReady(ctx, fwd)

@@ -14,6 +14,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -155,7 +156,7 @@ func (a *Assigner) GetJobHistory(ctx context.Context, req *connect.Request[slice
 	name := req.Msg.GetJob()
 	entries, err := a.history(ctx, name, int(min(req.Msg.GetLimit(), storage.HistoryLimit)))
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	resp := &slicerv1.GetJobHistoryResponse{Decisions: make([]*slicerv1.Decision, len(entries))}
 	for i, e := range entries {
@@ -193,11 +194,11 @@ func (a *Assigner) ExplainKey(ctx context.Context, req *connect.Request[slicerv1
 	name := req.Msg.GetJob()
 	j, err := a.peek(ctx, name)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	entries, err := a.history(ctx, name, 0)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	resp := &slicerv1.ExplainKeyResponse{SliceKey: k}
 	if cur := j.pub.Current(); cur != nil {

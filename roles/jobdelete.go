@@ -13,6 +13,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -63,7 +64,7 @@ func (a *Assigner) DeleteJob(ctx context.Context, req *connect.Request[slicerv1.
 func (a *Assigner) deleteJob(ctx context.Context, req *connect.Request[slicerv1.DeleteJobRequest]) (*connect.Response[slicerv1.DeleteJobResponse], error) {
 	name := req.Msg.GetJob()
 	if err := assign.ValidateJobName(name); err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	if p, forward := a.forwardTo(name, req.Header()); forward {
 		return a.forwardDelete(ctx, p, req)
@@ -73,12 +74,12 @@ func (a *Assigner) deleteJob(ctx context.Context, req *connect.Request[slicerv1.
 	a.setConfig.Lock()
 	defer a.setConfig.Unlock()
 	if live := a.tasksOf(name, true); len(live) > 0 {
-		return nil, toConnect(liveTasksError(name, live))
+		return nil, rpc.ToConnect(liveTasksError(name, live))
 	}
 	_, held := a.known(name)
 	j, err := a.peek(ctx, name)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	info := a.jobInfo(j)
 	err = a.store.Delete(ctx, name)
@@ -87,10 +88,10 @@ func (a *Assigner) deleteJob(ctx context.Context, req *connect.Request[slicerv1.
 		// Known here only (from gossip), never stored: forgetting it is
 		// the whole deletion.
 	case errors.Is(err, storage.ErrNotFound):
-		return nil, toConnect(fmt.Errorf("%w %q: nothing is stored for it and no task of it is alive; it was deleted already, or never existed",
-			ErrUnknownJob, name))
+		return nil, rpc.ToConnect(fmt.Errorf("%w %q: nothing is stored for it and no task of it is alive; it was deleted already, or never existed",
+			rpc.ErrUnknownJob, name))
 	case err != nil:
-		return nil, toConnect(fmt.Errorf("delete job %q: %w", name, err))
+		return nil, rpc.ToConnect(fmt.Errorf("delete job %q: %w", name, err))
 	}
 	a.forgetJob(name)
 	a.log.Info("job deleted", "job", name, "generation", info.GetGeneration())
@@ -102,7 +103,7 @@ func (a *Assigner) deleteJob(ctx context.Context, req *connect.Request[slicerv1.
 // store to report it.
 func (a *Assigner) forwardDelete(ctx context.Context, r lease.Route, req *connect.Request[slicerv1.DeleteJobRequest]) (*connect.Response[slicerv1.DeleteJobResponse], error) {
 	p := r.Peer
-	client := slicerv1connect.NewJobServiceClient(a.rpcClients.get(identity.Assigner, p.Name, p.RPCAddr))
+	client := slicerv1connect.NewJobServiceClient(a.rpcClients.Get(identity.Assigner, p.Name, p.RPCAddr))
 	fwd := connect.NewRequest(req.Msg)
 	a.forwardRequest(ctx, fwd.Header(), r)
 	resp, err := client.DeleteJob(ctx, fwd)
@@ -125,12 +126,12 @@ func liveTasksError(job string, live []assign.Task) error {
 		list += fmt.Sprintf(" and %d more", len(live)-maxListedTasks)
 	}
 	return fmt.Errorf("%w: job %q has %d live task(s) in gossip (%s), which would create it again at once; stop them, wait until gossip sees them leave or fail, and delete the job again",
-		ErrLiveTasks, job, len(live), list)
+		rpc.ErrLiveTasks, job, len(live), list)
 }
 
 // deletedError ends the streams of a deleted job.
 func deletedError(job string) error {
-	return connect.NewError(connect.CodeNotFound, fmt.Errorf("%w %q: the job was deleted", ErrUnknownJob, job))
+	return connect.NewError(connect.CodeNotFound, fmt.Errorf("%w %q: the job was deleted", rpc.ErrUnknownJob, job))
 }
 
 // forgetJob drops everything this Assigner holds of a deleted job, ends

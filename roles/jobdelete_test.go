@@ -19,6 +19,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/storage/storagetest"
@@ -215,8 +216,8 @@ func TestDeletedJobNotRecreatedByStaleRefresh(t *testing.T) {
 	if _, ok := a.known("kv"); ok {
 		t.Fatal("a refresh that read the job before its deletion brought it back")
 	}
-	if _, err := a.job(ctx, "kv", false); !errors.Is(err, ErrUnknownJob) {
-		t.Errorf("the deleted job: %v, want ErrUnknownJob", err)
+	if _, err := a.job(ctx, "kv", false); !errors.Is(err, rpc.ErrUnknownJob) {
+		t.Errorf("the deleted job: %v, want rpc.ErrUnknownJob", err)
 	}
 	if _, err := bolt.Load(ctx, "kv"); !errors.Is(err, storage.ErrNotFound) {
 		t.Errorf("the store still holds the deleted job: %v", err)

@@ -9,6 +9,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
 )
@@ -39,7 +40,7 @@ type assignerJob struct {
 
 // job returns the state of a job, creating it from the store (or defaults)
 // when create is set or gossip knows a task of the job. It returns
-// ErrUnknownJob when neither the store nor gossip knows the job.
+// rpc.ErrUnknownJob when neither the store nor gossip knows the job.
 func (a *Assigner) job(ctx context.Context, name string, create bool) (*assignerJob, error) {
 	if j, ok := a.known(name); ok {
 		return j, nil
@@ -58,7 +59,7 @@ func (a *Assigner) job(ctx context.Context, name string, create bool) (*assigner
 	if gone && !live {
 		// What was read may predate the deletion: only a live task
 		// (or SetJobConfig) brings the job back.
-		return nil, unknownJob(name)
+		return nil, rpc.UnknownJob(name)
 	}
 	if rec.Current == nil && !rec.Configured && len(a.jobs) >= a.maxJobs {
 		return nil, a.tooManyJobs(name) // stored jobs are always served
@@ -74,7 +75,7 @@ func (a *Assigner) job(ctx context.Context, name string, create bool) (*assigner
 
 // peek returns the state of a job for reading: this Assigner's own when
 // it has the job, else one read from the store (or gossip) and not kept,
-// so that a read never adds a job. It returns ErrUnknownJob when neither
+// so that a read never adds a job. It returns rpc.ErrUnknownJob when neither
 // the store nor gossip knows the job.
 func (a *Assigner) peek(ctx context.Context, name string) (*assignerJob, error) {
 	if j, ok := a.known(name); ok {
@@ -106,7 +107,7 @@ func (a *Assigner) read(ctx context.Context, name string, create bool) (*assigne
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		if !create && !a.knownToGossip(name) {
-			return nil, storage.Record{}, unknownJob(name)
+			return nil, storage.Record{}, rpc.UnknownJob(name)
 		}
 		rec = storage.Record{Job: name, Config: assign.DefaultConfig()}
 	case err != nil:

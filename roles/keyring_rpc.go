@@ -10,6 +10,7 @@ import (
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/roles/rpc"
 )
 
 // keyringService serves KeyringService on every agent, whatever its roles:
@@ -43,7 +44,7 @@ func keyringError(err error) error {
 			return connect.NewError(c.code, err)
 		}
 	}
-	return toConnect(err)
+	return rpc.ToConnect(err)
 }
 
 // run calls op on the gossip node. An operation that not every member

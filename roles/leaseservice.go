@@ -13,6 +13,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/rpc"
 )
 
 // Lease calls are paced per task: a Slicelet renews its guard and bridge
@@ -41,7 +42,7 @@ func (a *Assigner) ReadLease(ctx context.Context, req *connect.Request[slicerv1.
 	resp := &slicerv1.ReadLeaseResponse{Incarnation: a.store.Incarnation()}
 	j, err := a.job(ctx, m.GetJob(), false)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	a.mu.Lock()
 	resp.Strong = j.cfg.IsStrong()
@@ -61,13 +62,13 @@ func (a *Assigner) ReadLease(ctx context.Context, req *connect.Request[slicerv1.
 			resp.TtlMs = uint32(min(r.TTL.Milliseconds(), math.MaxUint32))
 		case errors.Is(err, lease.ErrRecalled):
 		default:
-			return nil, toConnect(err)
+			return nil, rpc.ToConnect(err)
 		}
 	}
 	for _, k := range []lease.Kind{lease.Guard, lease.Bridge} {
 		st, err := a.leases.State(ctx, m.GetJob(), k)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, rpc.ToConnect(err)
 		}
 		ps := &slicerv1.LeaseState{Set: st.Set, Recalled: st.Recalled,
 			Value: &slicerv1.LeaseValue{FromGeneration: st.Value.From, ToGeneration: st.Value.To}}
@@ -88,7 +89,7 @@ func (a *Assigner) ReleaseLease(ctx context.Context, req *connect.Request[slicer
 		return nil, err
 	}
 	if err := a.leases.Unread(ctx, m.GetJob(), kind, m.GetTask()); err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	return connect.NewResponse(&slicerv1.ReleaseLeaseResponse{}), nil
 }
@@ -99,10 +100,10 @@ func (a *Assigner) ReleaseLease(ctx context.Context, req *connect.Request[slicer
 // task's calls.
 func (a *Assigner) checkLeaseCall(job, task string, kind slicerv1.LeaseKind) (lease.Kind, error) {
 	if err := assign.ValidateJobName(job); err != nil {
-		return 0, toConnect(err)
+		return 0, rpc.ToConnect(err)
 	}
 	if err := assign.ValidateTaskName(task); err != nil {
-		return 0, toConnect(err)
+		return 0, rpc.ToConnect(err)
 	}
 	var k lease.Kind
 	switch kind {
@@ -114,8 +115,8 @@ func (a *Assigner) checkLeaseCall(job, task string, kind slicerv1.LeaseKind) (le
 		return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("lease kind %d is neither guard (1) nor bridge (2)", kind))
 	}
 	if _, ok := slices.BinarySearch(a.liveTaskNames(job), task); !ok {
-		return 0, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip, so it may hold none of the job's leases; "+
-			"start the task's Slicelet (it joins gossip first) or wait until gossip has seen it join", ErrNotMember, task, job))
+		return 0, rpc.ToConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip, so it may hold none of the job's leases; "+
+			"start the task's Slicelet (it joins gossip first) or wait until gossip has seen it join", rpc.ErrNotMember, task, job))
 	}
 	if ok, wait := a.leaseCalls.allow(job, task, time.Now()); !ok {
 		return 0, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(

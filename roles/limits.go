@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -77,7 +78,7 @@ func limitReport(r *reportLimiter, kind, job, task string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: task %q of job %q sends more than %g %s reports per second (burst %d; --max-load-reports-per-second, --load-report-burst); "+
-		"retry in %v", ErrTooManyReports, task, job, float64(r.rate), kind, r.burst, wait.Round(time.Millisecond))
+		"retry in %v", rpc.ErrTooManyReports, task, job, float64(r.rate), kind, r.burst, wait.Round(time.Millisecond))
 }
 
 // capSlices applies the agent's --max-slices-per-job to a job's
@@ -112,7 +113,7 @@ func (a *Assigner) checkReportSize(job, task string, entries int) error {
 // tooManyJobs is the error for a new job over MaxJobs.
 func (a *Assigner) tooManyJobs(job string) error {
 	return fmt.Errorf("%w: this assigner already holds %d jobs (--max-jobs), so job %q is not added; "+
-		"raise --max-jobs on every assigner, or reuse an existing job", ErrTooManyJobs, a.maxJobs, job)
+		"raise --max-jobs on every assigner, or reuse an existing job", rpc.ErrTooManyJobs, a.maxJobs, job)
 }
 
 // admitNew checks, before a new job's configuration is stored, that the

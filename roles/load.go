@@ -13,6 +13,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/roles/rpc"
 )
 
 // A report's window must lie in [minWindowSeconds, maxWindowSeconds]: a
@@ -86,11 +87,11 @@ func loadFromProto(m *slicerv1.ReportLoadRequest) (*loadReport, error) {
 func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
 	m := req.Msg
 	if err := a.checkReportSize(m.GetJob(), m.GetTask(), len(m.GetSlices())); err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	r, err := loadFromProto(m)
 	if err != nil {
-		return nil, toConnect(fmt.Errorf("report load from %s/%s: %w", m.GetJob(), m.GetTask(), err))
+		return nil, rpc.ToConnect(fmt.Errorf("report load from %s/%s: %w", m.GetJob(), m.GetTask(), err))
 	}
 	if p, forward := a.forwardTo(m.GetJob(), req.Header()); forward {
 		return a.forwardLoad(ctx, p, req)
@@ -112,12 +113,12 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 func (a *Assigner) acceptTaskReport(limits *reportLimiter, kind, job, task string) ([]string, error) {
 	live := a.liveTaskNames(job)
 	if _, ok := slices.BinarySearch(live, task); !ok {
-		return nil, toConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
+		return nil, rpc.ToConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
 			"start the task's Slicelet (it joins gossip before reporting) or wait until gossip has seen it join",
-			ErrNotMember, task, job))
+			rpc.ErrNotMember, task, job))
 	}
 	if err := limitReport(limits, kind, job, task); err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	return live, nil
 }

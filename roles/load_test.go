@@ -18,6 +18,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/slicelet"
 )
 
@@ -210,8 +211,8 @@ func TestJobLoadMergesDecaysAndPrunes(t *testing.T) {
 	}
 
 	_, err := as.ReportLoad(context.Background(), connect.NewRequest(goodReport()))
-	if !errors.Is(err, ErrNotMember) || connect.CodeOf(err) != connect.CodeFailedPrecondition {
-		t.Errorf("report after leaving = %v, want ErrNotMember", err)
+	if !errors.Is(err, rpc.ErrNotMember) || connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("report after leaving = %v, want rpc.ErrNotMember", err)
 	}
 }
 
@@ -239,7 +240,7 @@ func FuzzReportLoadRequest(f *testing.F) {
 			if !errors.Is(err, assign.ErrInvalidLoad) && !errors.Is(err, assign.ErrInvalidName) {
 				t.Fatalf("unexpected error kind: %v", err)
 			}
-			if connect.CodeOf(toConnect(err)) != connect.CodeInvalidArgument {
+			if connect.CodeOf(rpc.ToConnect(err)) != connect.CodeInvalidArgument {
 				t.Fatalf("%v does not map to INVALID_ARGUMENT", err)
 			}
 			return

@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/roles/rpc"
 )
 
 // The Assigner keeps a short record of each job's load over the key space,
@@ -142,7 +143,7 @@ func (a *Assigner) sampleLoads(now time.Time) {
 func (a *Assigner) GetLoadHistory(ctx context.Context, req *connect.Request[slicerv1.GetLoadHistoryRequest]) (*connect.Response[slicerv1.GetLoadHistoryResponse], error) {
 	name := req.Msg.GetJob()
 	if _, err := a.peek(ctx, name); err != nil {
-		return nil, toConnect(err)
+		return nil, rpc.ToConnect(err)
 	}
 	return connect.NewResponse(&slicerv1.GetLoadHistoryResponse{
 		BucketCount: loadBuckets,

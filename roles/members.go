@@ -20,6 +20,7 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/roles/auth"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
 
@@ -285,10 +286,10 @@ var errNotInGossip = errors.New("not an alive member in this assigner's gossip v
 
 func (a *Assigner) registerTask(ctx context.Context, m *slicerv1.RegisterTaskRequest) error {
 	if err := assign.ValidateJobName(m.GetJob()); err != nil {
-		return toConnect(err)
+		return rpc.ToConnect(err)
 	}
 	if err := assign.ValidateTaskName(m.GetTask()); err != nil {
-		return toConnect(err)
+		return rpc.ToConnect(err)
 	}
 	if a.verify == nil {
 		return nil // without TLS every member is believed

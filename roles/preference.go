@@ -9,6 +9,7 @@ import (
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -168,7 +169,7 @@ func (a *Assigner) refresh(ctx context.Context, name string) error {
 			return err
 		}
 		j, err := a.job(ctx, name, true)
-		if errors.Is(err, ErrUnknownJob) {
+		if errors.Is(err, rpc.ErrUnknownJob) {
 			return nil // deleted here; see jobdelete.go
 		}
 		if err != nil {

@@ -122,7 +122,7 @@ func TestForwardToUnreachablePreferred(t *testing.T) {
 		gossip.Peer{Name: "a1", Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive},
 		gossip.Peer{Name: other, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: dead, Status: gossip.StatusAlive})
 	a := testAssigner(t, testConfig(t, "a1", ""), tmpStore(t), members, nil)
-	defer a.rpcClients.closeIdle()
+	defer a.rpcClients.CloseIdle()
 
 	report := &slicerv1.ReportLoadRequest{Job: "kv", Task: "t0", WindowSeconds: 1}
 	_, err = a.ReportLoad(ctx, connect.NewRequest(report))
@@ -184,7 +184,7 @@ func TestStandbyAdoptsOrphanedJob(t *testing.T) {
 	cfg.RebalanceDelay = time.Millisecond
 	cfg.Preference.Recheck = time.Millisecond
 	a := testAssigner(t, cfg, store, members, nil)
-	defer a.rpcClients.closeIdle()
+	defer a.rpcClients.CloseIdle()
 	if err := a.load(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ type Token struct {
 	Secret string
 }
 
-var ErrConfig = errors.New("auth: invalid admin tokens")
+var ErrConfig = errors.New("invalid admin tokens")
 
 const minTokenLen = 32
 

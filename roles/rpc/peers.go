@@ -1,4 +1,4 @@
-package roles
+package rpc
 
 import (
 	"net/http"
@@ -9,11 +9,11 @@ import (
 	"github.com/slicerd/slicerd/tlsconfig"
 )
 
-// peerClients are the HTTP clients an agent calls other agents with. With
+// Peers are the HTTP clients an agent calls other agents with. With
 // TLS, each gossip member gets its own client, which accepts only a server
 // whose certificate names that member in the expected role: an address
 // learned from gossip is trusted for what the certificate behind it says.
-type peerClients struct {
+type Peers struct {
 	tls   *tlsconfig.Source // nil: cleartext, peers trusted
 	plain *http.Client
 
@@ -26,16 +26,18 @@ type peerKey struct {
 	node string
 }
 
-func newPeerClients(src *tlsconfig.Source) *peerClients {
-	pc := &peerClients{tls: src, clients: map[peerKey]*http.Client{}}
+// NewPeers returns the clients of an agent with TLS from src, or
+// cleartext HTTP/2 for a nil src.
+func NewPeers(src *tlsconfig.Source) *Peers {
+	pc := &Peers{tls: src, clients: map[peerKey]*http.Client{}}
 	if src == nil {
 		pc.plain = api.NewH2CClient()
 	}
 	return pc
 }
 
-// get returns the client for member node in role, and the base URL of addr.
-func (pc *peerClients) get(role identity.Role, node, addr string) (*http.Client, string) {
+// Get returns the client for member node in role, and the base URL of addr.
+func (pc *Peers) Get(role identity.Role, node, addr string) (*http.Client, string) {
 	if pc.tls == nil {
 		return pc.plain, api.URL(addr, false)
 	}
@@ -50,8 +52,8 @@ func (pc *peerClients) get(role identity.Role, node, addr string) (*http.Client,
 	return c, api.URL(addr, true)
 }
 
-// closeIdle closes every client's idle connections.
-func (pc *peerClients) closeIdle() {
+// CloseIdle closes every client's idle connections.
+func (pc *Peers) CloseIdle() {
 	if pc.plain != nil {
 		pc.plain.CloseIdleConnections()
 	}

@@ -1,4 +1,4 @@
-package roles
+package rpc
 
 import (
 	"context"
@@ -16,27 +16,28 @@ import (
 var (
 	// ErrUnknownJob is returned for a job with no live task, no stored
 	// assignment and no configuration.
-	ErrUnknownJob = errors.New("roles: unknown job")
+	ErrUnknownJob = errors.New("slicerd: unknown job")
 	// ErrNoAssigner means gossip knows no live Assigner to pull a job from.
-	ErrNoAssigner = errors.New("roles: no live assigner")
+	ErrNoAssigner = errors.New("slicerd: no live assigner")
 	// ErrNotMember rejects a load report or a lease call from a task that
 	// gossip does not list as an alive member of the job.
-	ErrNotMember = errors.New("roles: task not a live member of the job")
-	// ErrConfig is a configuration the agent cannot run with.
-	ErrConfig = errors.New("roles: invalid configuration")
+	ErrNotMember = errors.New("slicerd: task not a live member of the job")
 	// ErrLiveTasks refuses to delete a job that still has live tasks.
-	ErrLiveTasks = errors.New("roles: job has live tasks")
+	ErrLiveTasks = errors.New("slicerd: job has live tasks")
 	// ErrTooManyJobs refuses a new job over Config.MaxJobs.
-	ErrTooManyJobs = errors.New("roles: too many jobs")
+	ErrTooManyJobs = errors.New("slicerd: too many jobs")
 	// ErrTooManyReports refuses a load report over the task's
 	// Config.MaxLoadReportsPerSecond.
-	ErrTooManyReports = errors.New("roles: load reports too frequent")
+	ErrTooManyReports = errors.New("slicerd: load reports too frequent")
 	// ErrNotServing is Agent.Check's answer for an agent that is starting,
 	// shutting down or whose gossip has stopped.
-	ErrNotServing = errors.New("roles: agent not serving")
+	ErrNotServing = errors.New("slicerd: agent not serving")
 
-	errShuttingDown = watch.ErrShuttingDown
 )
+
+// ErrShuttingDown ends the calls and streams of a node that is shutting
+// down, as UNAVAILABLE.
+var ErrShuttingDown = watch.ErrShuttingDown
 
 // codes maps package sentinels to Connect codes at the RPC edge. The first
 // match wins; anything unmatched is Internal.
@@ -72,9 +73,9 @@ var codes = []struct {
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded},
 }
 
-// toConnect wraps err with the Connect code its sentinel maps to; an error
+// ToConnect wraps err with the Connect code its sentinel maps to; an error
 // that already carries a code keeps it.
-func toConnect(err error) error {
+func ToConnect(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -90,12 +91,13 @@ func toConnect(err error) error {
 	return connect.NewError(connect.CodeInternal, err)
 }
 
-func unknownJob(job string) error {
+// UnknownJob is the error for a job nobody knows, saying how to make it.
+func UnknownJob(job string) error {
 	return fmt.Errorf("%w %q: no task of it has joined and nothing is stored for it; "+
 		"start a task whose Slicelet names this job, or create it with 'slicerd job set %s'", ErrUnknownJob, job, job)
 }
 
-// validateJob checks a job name from a request.
-func validateJob(job string) error {
-	return toConnect(assign.ValidateJobName(job))
+// ValidateJob checks a job name from a request.
+func ValidateJob(job string) error {
+	return ToConnect(assign.ValidateJobName(job))
 }
