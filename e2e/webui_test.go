@@ -47,10 +47,12 @@ func chromium(t *testing.T) string {
 // TestWebUI runs slicerd with its web UI, three kvserver tasks reporting
 // load and a Clerk offering it, opens the job's page in headless Chromium,
 // and checks that the heatmap, the load per task, the decision history and
-// a "why" answer show the live job; then kills a task and checks that the
-// page follows: the task leaves the table, a task-failed decision enters
-// the history, and the "why" answer names the key's new task. Bad input (an unknown job, a key that is not hex) gets a
-// message on the page.
+// a "why" answer show the live job, each task in a colour of its own;
+// then kills a task and checks that the page follows: the task leaves the
+// table, a task-failed decision enters the history, and the "why" answer
+// names the key's new task. Loaded again, the page gives the survivors the
+// colours they had. Bad input (an unknown job, a key that is not hex) gets
+// a message on the page.
 func TestWebUI(t *testing.T) {
 	browser := chromium(t)
 	node := startSlicerd(t, "slicerd-0", "--data-dir", t.TempDir(), "--rebalance-interval", "2s", "--ui-addr", "127.0.0.1:0")
@@ -108,6 +110,16 @@ func TestWebUI(t *testing.T) {
 		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
 		defer cancel()
 		v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	evalString := func(expr string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+		defer cancel()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(`+expr+`)`))
 		if err != nil {
 			t.Fatalf("evaluate %s: %v", expr, err)
 		}
@@ -172,6 +184,14 @@ func TestWebUI(t *testing.T) {
 		t.Error("the heatmap's newest column is not painted")
 	}
 
+	// Each task has its own colour.
+	const coloursShown = `Object.fromEntries([...document.querySelectorAll("#tasks tbody tr")].map(r =>
+		[r.dataset.task, getComputedStyle(r.querySelector(".swatch")).backgroundColor]))`
+	coloursBefore := evalString(coloursShown)
+	if !evalBool(`new Set(Object.values(` + coloursShown + `)).size === 3`) {
+		t.Errorf("tasks share a colour: %s", coloursBefore)
+	}
+
 	// Why is key-000 there?
 	ask("key-000", "text")
 	waitPage(10*time.Second, "the why answer", `/kv-\d/.test((document.querySelector("#why-result [data-why=tasks]") || {}).textContent || "")`)
@@ -210,6 +230,23 @@ func TestWebUI(t *testing.T) {
 	run("narrow the window", chromedp.EmulateViewport(360, 800))
 	waitPage(10*time.Second, "the page to fit a narrow window", `document.documentElement.scrollWidth <= window.innerWidth`)
 	run("widen the window", chromedp.EmulateViewport(1280, 1800))
+
+	// A task's colour comes from its name: the survivors keep theirs when
+	// the page is loaded again without the failed task.
+	run("load the job page again", chromedp.Navigate(ui+"?job=kv"))
+	waitPage(30*time.Second, "the page to show the two survivors", tasksShown+`.length === 2`)
+	var colBefore, colAfter map[string]string
+	if err := json.Unmarshal([]byte(coloursBefore), &colBefore); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(evalString(coloursShown)), &colAfter); err != nil {
+		t.Fatal(err)
+	}
+	for task, c := range colAfter {
+		if colBefore[task] != c {
+			t.Errorf("%s was %s before %s failed and is %s after a reload", task, colBefore[task], owner, c)
+		}
+	}
 
 	// Bad input: a key that is not hex, and an unknown job.
 	ask("zz", "hex")

@@ -6,9 +6,11 @@
 const REFRESH_MS = 2000;
 const HISTORY_ROWS = 20;
 const KEY_SPACE = 1n << 63n;
-// Task colours: Okabe–Ito's colour-blind-safe set, then more distinct ones.
+// Task colours: Okabe–Ito's colour-blind-safe set, then more that are
+// distinct from it and from one another. A task's colour comes from a hash
+// of its name (colourOf), so it is the same on every refresh and reload.
 const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-  "#000000", "#882255", "#44AA99", "#999933", "#AA4499", "#6699CC", "#661100", "#888888"];
+  "#882255", "#332288", "#999933", "#AA4499", "#888888"];
 // Viridis at five stops: perceptually even and readable in grey.
 const RAMP = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
 
@@ -116,12 +118,43 @@ function replaceChildren(parent, children) {
   parent.replaceChildren(...children);
 }
 
-// ---- task colours: stable for the page's life, in order of appearance ----
+// ---- task colours: from the task's name, not its place in a list ----
 
+// nameHash is FNV-1a (32-bit) of a name's UTF-16 code units.
+function nameHash(name) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < name.length; i++) {
+    h ^= name.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h;
+}
+
+// taskColours holds the palette slot of each task seen while the page is
+// open: once a task has a colour it keeps it.
 const taskColours = new Map();
+
+// assignColours gives each of the tasks on screen a palette slot: its
+// name's hash, or, when a task already shown holds that slot, the next
+// free one, so that up to PALETTE.length tasks on screen never share a
+// colour. Names are taken in order, so the same tasks get the same colours
+// on every load of the page. Tasks no longer shown give their slots back.
+function assignColours(names) {
+  const shown = [...new Set(names)].sort();
+  for (const t of [...taskColours.keys()]) if (!shown.includes(t)) taskColours.delete(t);
+  const used = new Set(taskColours.values());
+  for (const t of shown) {
+    if (taskColours.has(t)) continue;
+    let slot = nameHash(t) % PALETTE.length;
+    for (let i = 0; i < PALETTE.length && used.has(slot); i++) slot = (slot + 1) % PALETTE.length;
+    taskColours.set(t, slot);
+    used.add(slot);
+  }
+}
+
 function colourOf(task) {
-  if (!taskColours.has(task)) taskColours.set(task, PALETTE[taskColours.size % PALETTE.length]);
-  return taskColours.get(task);
+  if (!taskColours.has(task)) return PALETTE[nameHash(task) % PALETTE.length];
+  return PALETTE[taskColours.get(task)];
 }
 
 function rampColour(t) {
@@ -211,7 +244,11 @@ async function refreshJob() {
     rpc("JobService/GetJobHistory", { job, limit: HISTORY_ROWS }),
     getAssignment(job),
   ]);
-  for (const t of (assignment && assignment.tasks) || []) colourOf(t.name);
+  assignColours([
+    ...((assignment && assignment.tasks) || []).map((t) => t.name),
+    ...(info.liveTasks || []).map((t) => t.name),
+    ...(info.taskLoads || []).map((t) => t.task),
+  ]);
   renderSummary(info, assignment);
   renderHeatmap(loads, info);
   renderStrip(assignment);
