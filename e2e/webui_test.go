@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,8 +52,8 @@ func chromium(t *testing.T) string {
 // then kills a task and checks that the page follows: the task leaves the
 // table, a task-failed decision enters the history, and the "why" answer
 // names the key's new task. Loaded again, the page gives the survivors the
-// colours they had. Bad input (an unknown job, a key that is not hex) gets
-// a message on the page.
+// colours they had, and a drained task reads as drained. Bad input (an
+// unknown job, a key that is not hex) gets a message on the page.
 func TestWebUI(t *testing.T) {
 	browser := chromium(t)
 	node := startSlicerd(t, "slicerd-0", "--data-dir", t.TempDir(), "--rebalance-interval", "2s", "--ui-addr", "127.0.0.1:0")
@@ -191,6 +192,9 @@ func TestWebUI(t *testing.T) {
 	if !evalBool(`new Set(Object.values(` + coloursShown + `)).size === 3`) {
 		t.Errorf("tasks share a colour: %s", coloursBefore)
 	}
+	if !evalBool(`[...document.querySelectorAll("#tasks tbody td[data-state]")].every(td => td.dataset.state === "live" && td.textContent === "live")`) {
+		t.Errorf("tasks not shown as live: %s", text("#tasks tbody"))
+	}
 
 	// Why is key-000 there?
 	ask("key-000", "text")
@@ -242,10 +246,26 @@ func TestWebUI(t *testing.T) {
 	if err := json.Unmarshal([]byte(evalString(coloursShown)), &colAfter); err != nil {
 		t.Fatal(err)
 	}
+	var survivors []string
 	for task, c := range colAfter {
+		survivors = append(survivors, task)
 		if colBefore[task] != c {
 			t.Errorf("%s was %s before %s failed and is %s after a reload", task, colBefore[task], owner, c)
 		}
+	}
+
+	// A drained task reads as drained.
+	slices.Sort(survivors)
+	drained := survivors[0]
+	if code, out := runSlicerd(t, "task", "drain", "--addr", node.rpcAddr, "kv", drained); code != 0 {
+		t.Fatalf("task drain: exit %d:\n%s", code, out)
+	}
+	waitPage(30*time.Second, drained+" to read as drained", fmt.Sprintf(`(() => {
+		const td = document.querySelector('#tasks tbody tr[data-task=%q] td[data-state]');
+		return !!td && td.dataset.state === "drained" && td.textContent === "drained — no keys";
+	})()`, drained))
+	if code, out := runSlicerd(t, "task", "undrain", "--addr", node.rpcAddr, "kv", drained); code != 0 {
+		t.Fatalf("task undrain: exit %d:\n%s", code, out)
 	}
 
 	// Bad input: a key that is not hex, and an unknown job.

@@ -378,6 +378,27 @@ function renderStrip(assignment) {
   if (probe.innerHTML !== svg.innerHTML) svg.replaceChildren(...parts);
 }
 
+// taskState words a task's state from what the page knows of it: whether
+// gossip reports it live, whether it is draining or cordoned, and whether
+// the current assignment gives it keys (known only when the page has the
+// assignment). key is for tests and styles, text for people.
+function taskState(r, haveAssignment) {
+  const keys = !haveAssignment ? null : r.assigned;
+  if (!r.live) {
+    return keys ? { key: "gone", text: "not live — keeps its keys until the next decision" } : { key: "gone", text: "not live" };
+  }
+  if (r.live.draining) {
+    if (keys === false) return { key: "drained", text: "drained — no keys" };
+    return { key: "draining", text: keys ? "draining — its keys are moving off" : "draining" };
+  }
+  if (r.live.cordoned) {
+    if (keys === false) return { key: "cordoned", text: "cordoned — no keys, takes no new ones" };
+    return { key: "cordoned", text: keys ? "cordoned — keeps its keys, takes no new ones" : "cordoned" };
+  }
+  if (keys === false) return { key: "joining", text: "joining — no keys yet" };
+  return { key: "live", text: "live" };
+}
+
 function renderTasks(info, assignment) {
   const rows = new Map();
   const row = (name) => {
@@ -400,11 +421,7 @@ function renderTasks(info, assignment) {
   const list = [...rows.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const max = Math.max(0, ...list.map((r) => r.load));
   const trs = list.map((r) => {
-    let st = "live";
-    if (!r.live) st = "not live";
-    else if (r.live.draining) st = "draining";
-    else if (r.live.cordoned) st = "cordoned";
-    if (r.live && !r.assigned && assignment) st += ", no keys yet";
+    const st = taskState(r, !!assignment);
     const width = max > 0 ? (100 * r.load) / max : 0;
     return el("tr", { class: r.live ? null : "gone", "data-task": r.name },
       el("th", { scope: "row" }, el("span", { class: "swatch", style: "background:" + colourOf(r.name), "aria-hidden": "true" }), r.name),
@@ -412,7 +429,7 @@ function renderTasks(info, assignment) {
       el("td", { class: "num" }, fmtLoad(r.load), r.bytes ? el("br") : null, fmtBytes(r.bytes)),
       el("td", { class: "num" }, pct(r.share)),
       el("td", { class: "num" }, r.slices),
-      el("td", {}, st));
+      el("td", { "data-state": st.key }, st.text));
   });
   replaceChildren($("tasks").tBodies[0], trs);
 }
