@@ -52,8 +52,9 @@ func chromium(t *testing.T) string {
 // then kills a task and checks that the page follows: the task leaves the
 // table, a task-failed decision enters the history, and the "why" answer
 // names the key's new task. Loaded again, the page gives the survivors the
-// colours they had, and a drained task reads as drained. Bad input (an
-// unknown job, a key that is not hex) gets a message on the page.
+// colours they had, and a drained task reads as drained. Bad input (a key
+// that is not hex, an unknown job, a name that is not a job's) gets a
+// message on the page, and a job that cannot be read shows no heatmap.
 func TestWebUI(t *testing.T) {
 	browser := chromium(t)
 	node := startSlicerd(t, "slicerd-0", "--data-dir", t.TempDir(), "--rebalance-interval", "2s", "--ui-addr", "127.0.0.1:0")
@@ -268,12 +269,24 @@ func TestWebUI(t *testing.T) {
 		t.Fatalf("task undrain: exit %d:\n%s", code, out)
 	}
 
-	// Bad input: a key that is not hex, and an unknown job.
+	// Bad input: a key that is not hex, an unknown job and a name that is
+	// not a job's: a message, a way back to the jobs, and no heatmap.
 	ask("zz", "hex")
 	waitPage(10*time.Second, "a message that the key is not hex", `/"zz" is not valid hex/.test(document.querySelector("#why-result").textContent)`)
-	run("open an unknown job", chromedp.Navigate(ui+"?job=nope"))
-	waitPage(10*time.Second, "a message that the job is unknown",
-		`!document.querySelector("#error").hidden && /Unknown job "nope"/.test(document.querySelector("#error").textContent)`)
+	for _, c := range []struct{ path, sel, re string }{
+		{"nope", "#error [data-error=no-job]", `/^No job named “nope”\.$/`},
+		{"?job=Not+a+job", "#error [data-error=bad-job]", `/“Not a job” is not a valid job name/`},
+	} {
+		path := c.path
+		run("open "+path, chromedp.Navigate(ui+path))
+		waitPage(10*time.Second, "a message for "+path, fmt.Sprintf(`(() => {
+			const e = document.querySelector(%q);
+			return !!e && %s.test(e.textContent) && !!document.querySelector('#error a[href="./"]');
+		})()`, c.sel, c.re))
+		if !evalBool(`document.querySelector("#job-view").hidden && document.querySelector("#job-view").getClientRects().length === 0`) {
+			t.Errorf("%s: the job's view (its heatmap) is shown", path)
+		}
+	}
 }
 
 // leadingInt is the number a text starts with ("4 samples, ..."), or 0.

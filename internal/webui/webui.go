@@ -19,6 +19,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
 )
 
 //go:embed static
@@ -50,6 +53,10 @@ const CallTimeout = 10 * time.Second
 // Prefix is the path the page is served under.
 const Prefix = "/ui/"
 
+// assetExts are the extensions of files a browser may ask for under
+// Prefix; a missing one is not found rather than taken for a job's name.
+var assetExts = map[string]bool{".html": true, ".js": true, ".css": true, ".svg": true, ".png": true, ".ico": true, ".map": true, ".json": true, ".txt": true}
+
 // securityHeaders are set on every response: the page loads nothing but
 // its own files and is never framed.
 var securityHeaders = map[string]string{
@@ -61,7 +68,7 @@ var securityHeaders = map[string]string{
 }
 
 // Handler returns the web UI: the page under Prefix (and a redirect to it
-// from /), and the procedures in Procedures at their usual paths
+// from /, and from Prefix+NAME to the page of job NAME), and the procedures in Procedures at their usual paths
 // ("/slicer.v1.JobService/GetJob"), answered by rpc. Any other RPC is
 // refused with PERMISSION_DENIED before rpc sees it; a procedure rpc does
 // not serve (a node without a Distributor) answers as rpc does. log
@@ -76,7 +83,18 @@ func Handler(rpc http.Handler, log *slog.Logger) http.Handler {
 	}
 	errs := connect.NewErrorWriter()
 	mux := http.NewServeMux()
-	mux.Handle("GET "+Prefix, http.StripPrefix(Prefix, noCache(http.FileServerFS(files))))
+	page := http.StripPrefix(Prefix, noCache(http.FileServerFS(files)))
+	mux.Handle("GET "+Prefix, page)
+	// A job's page is /ui/?job=NAME; /ui/NAME leads there, unless NAME is
+	// one of the page's files or looks like one.
+	mux.HandleFunc("GET "+Prefix+"{name}", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		if _, err := fs.Stat(files, name); err == nil || assetExts[path.Ext(name)] || assign.ValidateJobName(name) != nil {
+			page.ServeHTTP(w, r)
+			return
+		}
+		http.Redirect(w, r, Prefix+"?job="+url.QueryEscape(name), http.StatusFound)
+	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix, http.StatusFound)
 	})

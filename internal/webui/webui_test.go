@@ -112,6 +112,31 @@ func TestStaticAssets(t *testing.T) {
 	}
 }
 
+// /ui/NAME leads to the page of job NAME, whether or not the job exists
+// (the page says when it does not); the page's own files, and names that
+// look like files, are not taken for jobs.
+func TestJobPath(t *testing.T) {
+	srv, _ := serve(t)
+	defer http.DefaultClient.CloseIdleConnections()
+	for _, c := range []struct{ path, wantPath, wantQuery string }{
+		{"/ui/kv", "/ui/", "job=kv"},
+		{"/ui/orders.v2", "/ui/", "job=orders.v2"},
+		{"/ui/no-such-job", "/ui/", "job=no-such-job"},
+		{"/ui/app.js", "/ui/app.js", ""},
+	} {
+		resp, _ := do(t, "GET", srv.URL+c.path, "")
+		if resp.StatusCode != 200 || resp.Request.URL.Path != c.wantPath || resp.Request.URL.RawQuery != c.wantQuery {
+			t.Errorf("GET %s: %d at %s?%s; want 200 at %s?%s", c.path, resp.StatusCode,
+				resp.Request.URL.Path, resp.Request.URL.RawQuery, c.wantPath, c.wantQuery)
+		}
+	}
+	for _, p := range []string{"/ui/nope.js", "/ui/Not%20A%20Job", "/ui/kv/more"} {
+		if resp, _ := do(t, "GET", srv.URL+p, ""); resp.StatusCode != 404 {
+			t.Errorf("GET %s: %d, want 404", p, resp.StatusCode)
+		}
+	}
+}
+
 // Only the read-only procedures reach the RPC handler; every other
 // procedure, and every procedure called other than by POST, is refused
 // with PERMISSION_DENIED in Connect's JSON error format.

@@ -167,18 +167,31 @@ function rampColour(t) {
 
 // ---- errors and status ----
 
+// showError puts an error in the page's error box. On a job's page, an
+// unknown job says so by name; any other error is shown as the API gave
+// it, saying whether the figures below are from an earlier refresh.
 function showError(err, context) {
   const box = $("error");
-  let text = err.message;
+  const parts = [];
   if (err.code === "not_found" && context && context.job) {
-    text = "Unknown job \"" + context.job + "\": " + err.message;
+    parts.push(el("p", { "data-error": "no-job" }, el("strong", {}, "No job named \u201c" + context.job + "\u201d.")));
+    parts.push(el("p", {}, "slicerd answered: " + err.message));
   } else if (err.code === "invalid_argument" && context && context.job) {
-    text = "Invalid job name \"" + context.job + "\": " + err.message;
+    parts.push(el("p", { "data-error": "bad-job" }, el("strong", {}, "\u201c" + context.job + "\u201d is not a valid job name.")));
+    parts.push(el("p", {}, "slicerd answered: " + err.message));
+  } else {
+    const what = context && context.job ? "Cannot read job \u201c" + context.job + "\u201d" : "Cannot read the jobs";
+    parts.push(el("p", { "data-error": err.code || "unknown" }, el("strong", {}, what + ": "), err.message + " (" + (err.code || "unknown") + ")"));
+    if (context && context.job && state.loaded) {
+      parts.push(el("p", {}, "The figures below are from the last refresh that worked; the page keeps trying every " + REFRESH_MS / 1000 + " s."));
+    } else {
+      parts.push(el("p", {}, "The page keeps trying every " + REFRESH_MS / 1000 + " s."));
+    }
   }
-  const p = el("p", {}, text);
-  const back = el("p", {}, el("a", { href: "./" }, "All jobs"));
-  if (box.hidden || box.textContent !== p.textContent + back.textContent) {
-    box.replaceChildren(p, back);
+  if (context && context.job) parts.push(el("p", {}, el("a", { href: "./" }, "← All jobs")));
+  const probe = el("div", {}, ...parts);
+  if (box.hidden || box.innerHTML !== probe.innerHTML) {
+    box.replaceChildren(...parts);
     box.hidden = false;
   }
 }
@@ -215,7 +228,10 @@ async function refreshJobs() {
 
 // ---- the job page ----
 
-const state = { job: "", assignmentProc: "DistributorService/GetAssignment", noAssignment: false, why: null };
+const state = {
+  job: "", assignmentProc: "DistributorService/GetAssignment", noAssignment: false, why: null,
+  loaded: false, // whether the job's page has been drawn once
+};
 
 async function getAssignment(job) {
   if (state.noAssignment) return null;
@@ -566,12 +582,19 @@ async function tick(refresh, context) {
     await refresh();
     clearError();
     $("updated").textContent = "Updated " + new Date().toLocaleTimeString() + ".";
-    if (context) $("job-view").hidden = false;
+    if (context && !state.loaded) {
+      state.loaded = true;
+      $("job-view").hidden = false;
+    }
   } catch (e) {
-    // An unknown job has nothing to show but the message.
-    if (context && e.code === "not_found") $("job-view").hidden = true;
+    // An unknown job has nothing to show but the message, and a job page
+    // that has never loaded shows no empty heatmap.
+    if (context && (e.code === "not_found" || e.code === "invalid_argument")) {
+      $("job-view").hidden = true;
+      state.loaded = false;
+    }
     showError(e, context);
-    setStatus(e.code === "unavailable" ? "slicerd does not answer" : "error");
+    setStatus(e.code === "unavailable" ? "slicerd does not answer" : e.code === "not_found" && context ? "no such job" : "error");
   }
 }
 
@@ -604,7 +627,7 @@ function main() {
     return;
   }
   state.job = job;
-  $("job-view").hidden = false;
+  // The job's view stays hidden until its first refresh succeeds.
   $("job-name").textContent = job;
   $("crumb").replaceChildren(" / ", el("span", { "aria-current": "page" }, "job " + job));
   document.title = job + " · slicerd";
