@@ -50,9 +50,10 @@ func chromium(t *testing.T) string {
 // and checks that the heatmap, the load per task, the decision history and
 // a "why" answer show the live job, each task in a colour of its own;
 // then kills a task and checks that the page follows: the task leaves the
-// table, a task-failed decision enters the history, and the "why" answer
-// names the key's new task. Loaded again, the page gives the survivors the
-// colours they had, and a drained task reads as drained. Bad input (a key
+// table, a task-failed decision enters the history and is marked on the
+// heatmap, and the "why" answer names the key's new task. Loaded again,
+// the page gives the survivors the colours they had. A drained task reads
+// as drained, and its drain is marked on the heatmap. Bad input (a key
 // that is not hex, an unknown job, a name that is not a job's) gets a
 // message on the page, and a job that cannot be read shows no heatmap.
 func TestWebUI(t *testing.T) {
@@ -196,6 +197,11 @@ func TestWebUI(t *testing.T) {
 	if !evalBool(`[...document.querySelectorAll("#tasks tbody td[data-state]")].every(td => td.dataset.state === "live" && td.textContent === "live")`) {
 		t.Errorf("tasks not shown as live: %s", text("#tasks tbody"))
 	}
+	// The job's first assignment is marked on the heatmap's time axis.
+	waitPage(10*time.Second, "a mark for the initial decision", `(() => {
+		const g = document.querySelector("#marks g[data-cause=initial][data-kind=membership]");
+		return !!g && !!g.querySelector("line.line") && /initial/.test(g.querySelector("title").textContent);
+	})()`)
 
 	// Why is key-000 there?
 	ask("key-000", "text")
@@ -217,6 +223,9 @@ func TestWebUI(t *testing.T) {
 		const s = (document.querySelector("#why-result [data-why=tasks]") || {}).textContent || "";
 		return /kv-\d/.test(s) && !s.includes(%q);
 	})()`, owner))
+	// The failure is marked on the heatmap, as a membership change.
+	waitPage(10*time.Second, "a mark for the failure on the heatmap", fmt.Sprintf(`[...document.querySelectorAll("#marks g[data-cause=task-failed][data-kind=membership]")].some(g =>
+		g.querySelector("line.line") && g.querySelector("title").textContent.includes(%q))`, owner))
 	// Two more samples, so the heatmap shows the load after the failure.
 	waitPage(30*time.Second, "two more load samples", fmt.Sprintf(`parseInt(document.querySelector("#heat-summary").textContent, 10) >= %d`,
 		leadingInt(samples)+2))
@@ -255,7 +264,7 @@ func TestWebUI(t *testing.T) {
 		}
 	}
 
-	// A drained task reads as drained.
+	// A drained task reads as drained, and the drain is marked on the heatmap.
 	slices.Sort(survivors)
 	drained := survivors[0]
 	if code, out := runSlicerd(t, "task", "drain", "--addr", node.rpcAddr, "kv", drained); code != 0 {
@@ -265,6 +274,8 @@ func TestWebUI(t *testing.T) {
 		const td = document.querySelector('#tasks tbody tr[data-task=%q] td[data-state]');
 		return !!td && td.dataset.state === "drained" && td.textContent === "drained — no keys";
 	})()`, drained))
+	waitPage(10*time.Second, "a drain mark on the heatmap", fmt.Sprintf(`[...document.querySelectorAll("#marks g[data-kind=drain]")].some(g =>
+		g.querySelector("line.line") && g.querySelector("title").textContent.includes(%q))`, drained))
 	if code, out := runSlicerd(t, "task", "undrain", "--addr", node.rpcAddr, "kv", drained); code != 0 {
 		t.Fatalf("task undrain: exit %d:\n%s", code, out)
 	}

@@ -5,6 +5,10 @@
 
 const REFRESH_MS = 2000;
 const HISTORY_ROWS = 20;
+// Decisions read for the heatmap's marks: ten minutes of load decisions
+// at the usual pace. The history is read again only when the job's
+// generation changes.
+const MARK_DECISIONS = 64;
 const KEY_SPACE = 1n << 63n;
 // Task colours: Okabe–Ito's colour-blind-safe set, then more that are
 // distinct from it and from one another. A task's colour comes from a hash
@@ -230,7 +234,9 @@ async function refreshJobs() {
 
 const state = {
   job: "", assignmentProc: "DistributorService/GetAssignment", noAssignment: false, why: null,
+  decisions: null, // the newest MARK_DECISIONS decisions, newest first
   loaded: false, // whether the job's page has been drawn once
+  drawn: null, // what the figure was last drawn from, to draw it again at a new size
 };
 
 async function getAssignment(job) {
@@ -255,23 +261,38 @@ async function refreshJob() {
   const job = state.job;
   // GetJob first: an unknown job is reported once, not by every call.
   const info = (await rpc("JobService/GetJob", { job })).job;
+  // Decisions only change with the generation: read them again only then.
+  const newest = state.decisions && state.decisions.length ? state.decisions[0].generation || "0" : null;
+  const stale = state.decisions === null || newest !== (info.generation || "0");
   const [loads, history, assignment] = await Promise.all([
     rpc("JobService/GetLoadHistory", { job }),
-    rpc("JobService/GetJobHistory", { job, limit: HISTORY_ROWS }),
+    stale ? rpc("JobService/GetJobHistory", { job, limit: MARK_DECISIONS }) : null,
     getAssignment(job),
   ]);
+  if (history) state.decisions = history.decisions || [];
   assignColours([
     ...((assignment && assignment.tasks) || []).map((t) => t.name),
     ...(info.liveTasks || []).map((t) => t.name),
     ...(info.taskLoads || []).map((t) => t.task),
   ]);
   renderSummary(info, assignment);
-  renderHeatmap(loads, info);
-  renderStrip(assignment);
+  state.drawn = { loads, info, assignment, decisions: state.decisions };
+  drawFigure();
   renderTasks(info, assignment);
-  renderHistory(history.decisions || []);
+  renderHistory(state.decisions.slice(0, HISTORY_ROWS));
   if (state.why) await explain(state.why, true);
   setStatus("generation " + (info.generation || "0") + ", " + (info.liveTasks || []).length + " live tasks");
+}
+
+// drawFigure draws the heatmap, its decision marks and the assignment
+// strip from the last data read; it runs again when the figure's size
+// changes, since the marks are drawn in pixels.
+function drawFigure() {
+  const d = state.drawn;
+  if (!d) return;
+  const axis = renderHeatmap(d.loads, d.info, d.decisions);
+  renderMarks(axis, d.decisions);
+  renderStrip(d.assignment);
 }
 
 function renderSummary(info, assignment) {
@@ -297,7 +318,7 @@ function bucketRange(i, n) {
   return [start, end];
 }
 
-function renderHeatmap(resp, info) {
+function renderHeatmap(resp, info, decisions) {
   const n = resp.bucketCount || 64;
   const interval = resp.intervalMs || 5000;
   const samples = resp.samples || [];
@@ -350,6 +371,8 @@ function renderHeatmap(resp, info) {
         fmtLoad(last[hot]) + "/s (" + pct(last[hot] / total) + ", where an even spread would be " + pct(1 / n) + ")." : ".") +
       " The brightest cell of the picture is " + fmtLoad(max) + "/s.";
   }
+  const axis = samples.length ? { newest, interval, cols } : null;
+  summary += marksSummary(axis, decisions);
   if ($("heat-summary").textContent !== summary) $("heat-summary").textContent = summary;
 
   const last = samples.length ? samples[samples.length - 1].bucketLoad || [] : [];
@@ -360,6 +383,110 @@ function renderHeatmap(resp, info) {
       el("td", { class: "num" }, fmtLoad(last[i]))));
   }
   replaceChildren($("buckets").tBodies[0], rows);
+  return axis;
+}
+
+// ---- decisions on the heatmap's time axis ----
+
+// MARK_KINDS are the kinds of decision the heatmap marks, each with its
+// class in style.css and the words of its legend.
+const MARK_KINDS = {
+  membership: "membership change",
+  load: "load",
+  drain: "drain",
+  config: "configuration",
+  handover: "Assigner takeover",
+};
+
+// markKind sorts a decision's cause (docs/operations.md, "job history")
+// into the kinds a reader of the heatmap tells apart. An operator decision
+// is a drain when its detail names a draining task, and a change of
+// configuration (cordon, pin, redundancy...) otherwise.
+function markKind(d) {
+  switch (d.cause) {
+    case "initial":
+    case "task-failed":
+    case "task-left":
+    case "task-joined":
+    case "task-moved":
+      return "membership";
+    case "load":
+      return "load";
+    case "operator":
+      return /\bdraining\b/.test(d.detail || "") ? "drain" : "config";
+    default:
+      return "handover"; // takeover, make-before-break
+  }
+}
+
+// markX is where a decision made at time ns falls on the heatmap, in
+// columns from its left edge: column c shows the load measured in the
+// interval that ends at its sample's time. null when it is older than the
+// picture.
+function markX(axis, ns) {
+  const age = Number((axis.newest - big(ns)) / 1000000n) / axis.interval;
+  const x = axis.cols - age;
+  if (x < 0) return null;
+  return Math.min(axis.cols, x);
+}
+
+function marksInView(axis, decisions) {
+  if (!axis) return [];
+  const out = [];
+  for (const d of decisions || []) {
+    const x = markX(axis, d.timeUnixNano);
+    if (x !== null) out.push({ d, x, kind: markKind(d) });
+  }
+  return out;
+}
+
+function marksSummary(axis, decisions) {
+  const marks = marksInView(axis, decisions);
+  if (!marks.length) return "";
+  const counts = new Map();
+  for (const m of marks) counts.set(m.kind, (counts.get(m.kind) || 0) + 1);
+  const kinds = Object.keys(MARK_KINDS).filter((k) => counts.has(k)).map((k) => counts.get(k) + " " + MARK_KINDS[k]);
+  const notLoad = marks.filter((m) => m.kind !== "load");
+  let s = " Marked on its time axis: " + marks.length + (marks.length === 1 ? " decision" : " decisions") + " (" + kinds.join(", ") + ")";
+  if (marks.length >= MARK_DECISIONS) s += ", the newest " + MARK_DECISIONS + " (older ones are not marked)";
+  if (notLoad.length) {
+    const m = notLoad[0];
+    s += "; the newest that was not a load decision is generation " + (m.d.generation || "0") + ", " + m.d.cause + ": " + (m.d.detail || "");
+  }
+  return s + ".";
+}
+
+// renderMarks draws a mark above the heatmap for each decision in its
+// time window and, for each that was not a load decision, a line through
+// it; hovering a mark names the decision.
+function renderMarks(axis, decisions) {
+  const svg = $("marks");
+  const W = svg.clientWidth, H = svg.clientHeight;
+  const track = $("heatmap").getBoundingClientRect().top - svg.getBoundingClientRect().top;
+  const parts = [];
+  // Oldest first, so the newest is drawn on top.
+  for (const m of marksInView(axis, decisions).reverse()) {
+    const x = Math.max(1.5, Math.min(W - 1.5, (W * m.x) / axis.cols));
+    const g = svgEl("g", { class: "mark-" + m.kind, "data-cause": m.d.cause || "", "data-kind": m.kind, "data-generation": m.d.generation || "0" });
+    const title = svgEl("title", {});
+    title.textContent = "Generation " + (m.d.generation || "0") + " at " + fmtTime(m.d.timeUnixNano) + ": " + MARK_KINDS[m.kind] +
+      " (" + (m.d.cause || "") + ")\n" + (m.d.detail || "") + "\n" + pct(m.d.churn || 0) + " of the key space moved, " +
+      movesOf(m.d) + (movesOf(m.d) === 1 ? " move" : " moves") + "; imbalance " +
+      (m.d.imbalanceBefore || 0).toFixed(3) + " → " + (m.d.imbalanceAfter || 0).toFixed(3);
+    g.append(title);
+    if (m.kind !== "load") {
+      g.append(svgEl("line", { class: "halo", x1: x, x2: x, y1: track, y2: H }));
+      g.append(svgEl("line", { class: "line", x1: x, x2: x, y1: track, y2: H }));
+    }
+    // Load decisions come every few seconds: their marks are smaller.
+    const t = Math.max(4, track - 1) * (m.kind === "load" ? 0.65 : 1);
+    g.append(svgEl("path", { class: "tick", d: "M" + (x - t * 0.6).toFixed(1) + " 0.5 L" + (x + t * 0.6).toFixed(1) + " 0.5 L" + x.toFixed(1) + " " + t + " Z" }));
+    g.append(svgEl("rect", { class: "hit", x: x - 4, y: 0, width: 8, height: m.kind === "load" ? track : H }));
+    parts.push(g);
+  }
+  const probe = svgEl("svg", {});
+  probe.append(...parts);
+  if (probe.innerHTML !== svg.innerHTML) svg.replaceChildren(...parts);
 }
 
 // renderStrip draws the assignment beside the heatmap: each slice's range
@@ -585,6 +712,7 @@ async function tick(refresh, context) {
     if (context && !state.loaded) {
       state.loaded = true;
       $("job-view").hidden = false;
+      drawFigure(); // the marks and the strip need the figure's size
     }
   } catch (e) {
     // An unknown job has nothing to show but the message, and a job page
@@ -592,6 +720,7 @@ async function tick(refresh, context) {
     if (context && (e.code === "not_found" || e.code === "invalid_argument")) {
       $("job-view").hidden = true;
       state.loaded = false;
+      state.decisions = null;
     }
     showError(e, context);
     setStatus(e.code === "unavailable" ? "slicerd does not answer" : e.code === "not_found" && context ? "no such job" : "error");
@@ -619,6 +748,15 @@ function loop(refresh, context) {
 }
 
 function main() {
+  // The marks are drawn in pixels: draw them again when the figure's size
+  // changes.
+  if (window.ResizeObserver) {
+    let raf = 0;
+    new ResizeObserver(() => {
+      cancelAnimationFrame(raf);
+      raf = requestAnimationFrame(drawFigure);
+    }).observe(document.querySelector(".heat-grid"));
+  }
   const job = new URLSearchParams(location.search).get("job");
   if (job === null) {
     $("jobs-view").hidden = false;
