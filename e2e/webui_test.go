@@ -48,14 +48,15 @@ func chromium(t *testing.T) string {
 // TestWebUI runs slicerd with its web UI, three kvserver tasks reporting
 // load and a Clerk offering it, opens the job's page in headless Chromium,
 // and checks that the heatmap, the load per task, the decision history and
-// a "why" answer show the live job, each task in a colour of its own;
-// then kills a task and checks that the page follows: the task leaves the
-// table, a task-failed decision enters the history and is marked on the
-// heatmap, and the "why" answer names the key's new task. Loaded again,
-// the page gives the survivors the colours they had. A drained task reads
-// as drained, and its drain is marked on the heatmap. Bad input (a key
-// that is not hex, an unknown job, a name that is not a job's) gets a
-// message on the page, and a job that cannot be read shows no heatmap.
+// a "why" answer show the live job, each task in one colour in the table,
+// the assignment strip and its legend; then kills a task and checks that
+// the page follows: the task leaves the table, a task-failed decision
+// enters the history and is marked on the heatmap, and the "why" answer
+// names the key's new task. Loaded again, the page gives the survivors
+// the colours they had. A drained task reads as drained, and its drain is
+// marked on the heatmap. Bad input (a key that is not hex, an unknown job,
+// a name that is not a job's) gets a message on the page, and a job that
+// cannot be read shows no heatmap.
 func TestWebUI(t *testing.T) {
 	browser := chromium(t)
 	node := startSlicerd(t, "slicerd-0", "--data-dir", t.TempDir(), "--rebalance-interval", "2s", "--ui-addr", "127.0.0.1:0")
@@ -187,12 +188,26 @@ func TestWebUI(t *testing.T) {
 		t.Error("the heatmap's newest column is not painted")
 	}
 
-	// Each task has its own colour.
+	// Each task has its own colour, the same in the table, the strip and
+	// its legend; the strip draws runs of slices, each named on hover.
 	const coloursShown = `Object.fromEntries([...document.querySelectorAll("#tasks tbody tr")].map(r =>
 		[r.dataset.task, getComputedStyle(r.querySelector(".swatch")).backgroundColor]))`
 	coloursBefore := evalString(coloursShown)
-	if !evalBool(`new Set(Object.values(` + coloursShown + `)).size === 3`) {
-		t.Errorf("tasks share a colour: %s", coloursBefore)
+	if !evalBool(`(() => {
+		const c = ` + coloursShown + `;
+		if (new Set(Object.values(c)).size !== 3) return false;
+		const segs = [...document.querySelectorAll("#strip g[data-task]")];
+		const legend = [...document.querySelectorAll("#strip-legend li[data-task]")];
+		return segs.length > 0 && segs.every(g => getComputedStyle(g.querySelector("rect")).fill === c[g.dataset.task] &&
+				/^kv-\d[\s\S]*\[0x[0-9a-f]+, 0x[0-9a-f]+\)[\s\S]*slices?, /.test(g.querySelector("title").textContent)) &&
+			legend.length === 3 && legend.every(li => getComputedStyle(li.querySelector(".swatch")).backgroundColor === c[li.dataset.task]) &&
+			Math.abs(legend.reduce((a, li) => a + parseFloat(li.querySelector(".share").textContent), 0) - 100) < 0.5 &&
+			// One segment per run of slices on the same task (redundancy 1).
+			(m => !!m && segs.length === +m[2] && +m[2] <= +m[1])(/(\d+) slices in (\d+) segments?/.exec(document.querySelector("#strip-legend").textContent));
+	})()`) {
+		t.Errorf("task colours, strip and legend disagree: colours %s, strip %s, legend %s", coloursBefore,
+			evalString(`[...document.querySelectorAll("#strip g[data-task]")].slice(0, 5).map(g => g.dataset.task + " " + getComputedStyle(g.querySelector("rect")).fill + " " + g.textContent).join("; ")`),
+			text("#strip-legend"))
 	}
 	if !evalBool(`[...document.querySelectorAll("#tasks tbody td[data-state]")].every(td => td.dataset.state === "live" && td.textContent === "live")`) {
 		t.Errorf("tasks not shown as live: %s", text("#tasks tbody"))

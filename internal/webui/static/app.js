@@ -236,7 +236,7 @@ const state = {
   job: "", assignmentProc: "DistributorService/GetAssignment", noAssignment: false, why: null,
   decisions: null, // the newest MARK_DECISIONS decisions, newest first
   loaded: false, // whether the job's page has been drawn once
-  drawn: null, // what the figure was last drawn from, to draw it again at a new size
+  drawn: null, // what the heatmap and the strip were last drawn from, to draw them again at a new size
 };
 
 async function getAssignment(job) {
@@ -286,7 +286,7 @@ async function refreshJob() {
 
 // drawFigure draws the heatmap, its decision marks and the assignment
 // strip from the last data read; it runs again when the figure's size
-// changes, since the marks are drawn in pixels.
+// changes, since the marks and the strip's labels are drawn in pixels.
 function drawFigure() {
   const d = state.drawn;
   if (!d) return;
@@ -466,7 +466,10 @@ function renderMarks(axis, decisions) {
   const parts = [];
   // Oldest first, so the newest is drawn on top.
   for (const m of marksInView(axis, decisions).reverse()) {
-    const x = Math.max(1.5, Math.min(W - 1.5, (W * m.x) / axis.cols));
+    // Load decisions come every few seconds: their marks are smaller.
+    const t = Math.max(4, track - 1) * (m.kind === "load" ? 0.65 : 1);
+    // A mark at either edge is kept whole.
+    const x = Math.max(t * 0.6 + 0.5, Math.min(W - t * 0.6 - 0.5, (W * m.x) / axis.cols));
     const g = svgEl("g", { class: "mark-" + m.kind, "data-cause": m.d.cause || "", "data-kind": m.kind, "data-generation": m.d.generation || "0" });
     const title = svgEl("title", {});
     title.textContent = "Generation " + (m.d.generation || "0") + " at " + fmtTime(m.d.timeUnixNano) + ": " + MARK_KINDS[m.kind] +
@@ -478,8 +481,6 @@ function renderMarks(axis, decisions) {
       g.append(svgEl("line", { class: "halo", x1: x, x2: x, y1: track, y2: H }));
       g.append(svgEl("line", { class: "line", x1: x, x2: x, y1: track, y2: H }));
     }
-    // Load decisions come every few seconds: their marks are smaller.
-    const t = Math.max(4, track - 1) * (m.kind === "load" ? 0.65 : 1);
     g.append(svgEl("path", { class: "tick", d: "M" + (x - t * 0.6).toFixed(1) + " 0.5 L" + (x + t * 0.6).toFixed(1) + " 0.5 L" + x.toFixed(1) + " " + t + " Z" }));
     g.append(svgEl("rect", { class: "hit", x: x - 4, y: 0, width: 8, height: m.kind === "load" ? track : H }));
     parts.push(g);
@@ -489,36 +490,88 @@ function renderMarks(axis, decisions) {
   if (probe.innerHTML !== svg.innerHTML) svg.replaceChildren(...parts);
 }
 
-// renderStrip draws the assignment beside the heatmap: each slice's range
-// in the colour of its tasks, replicas side by side.
+// runsOf merges neighbouring slices served by the same tasks: one run,
+// drawn as one segment, per stretch of the key space that the same tasks
+// serve.
+function runsOf(assignment) {
+  const runs = [];
+  for (const s of (assignment && assignment.slices) || []) {
+    const key = (s.tasks || []).join(",");
+    const prev = runs[runs.length - 1];
+    if (prev && prev.key === key) {
+      prev.end = s.end;
+      prev.slices++;
+    } else {
+      runs.push({ key, tasks: s.tasks || [], start: s.start, end: s.end, slices: 1 });
+    }
+  }
+  return runs;
+}
+
+// textColour is black or white, whichever reads better on colour.
+function textColour(colour) {
+  const [r, g, b] = [1, 3, 5].map((i) => parseInt(colour.substr(i, 2), 16) / 255)
+    .map((c) => (c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4));
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.18 ? "#000000" : "#ffffff";
+}
+
+const STRIP_FONT_PX = 11;
+
+// renderStrip draws the assignment beside the heatmap, over the same key
+// space: each run of slices in the colour of its tasks, replicas side by
+// side, labelled with its task where the segment has room for the name,
+// and named with its range, slices and share when hovered. Below the
+// figure, a legend gives each task's colour and share of the key space.
 function renderStrip(assignment) {
   const svg = $("strip");
+  const W = svg.clientWidth, H = svg.clientHeight;
   const parts = [];
-  if (assignment) {
-    // Merge neighbours served by the same tasks: one rectangle per run.
-    const runs = [];
-    for (const s of assignment.slices || []) {
-      const key = (s.tasks || []).join(",");
-      const prev = runs[runs.length - 1];
-      if (prev && prev.key === key) prev.end = s.end;
-      else runs.push({ key, tasks: s.tasks || [], start: s.start, end: s.end });
-    }
-    for (const r of runs) {
-      const y = frac(r.start) * 1000;
-      const h = Math.max(0.5, frac(r.end) * 1000 - y);
-      const w = 1 / Math.max(1, r.tasks.length);
-      r.tasks.forEach((t, k) => {
-        const rect = svgEl("rect", { x: k * w, y, width: w, height: h, fill: colourOf(t) });
-        const title = svgEl("title", {});
-        title.textContent = "[" + hexKey(r.start) + ", " + hexKey(r.end) + "): " + r.tasks.join(", ");
-        rect.append(title);
-        parts.push(rect);
-      });
-    }
+  const runs = runsOf(assignment);
+  for (const r of runs) {
+    const y0 = frac(r.start) * H;
+    const h = Math.max(1, frac(r.end) * H - y0);
+    const w = W / Math.max(1, r.tasks.length);
+    const share = frac(r.end) - frac(r.start);
+    r.tasks.forEach((t, k) => {
+      const g = svgEl("g", { "data-task": t });
+      const rect = svgEl("rect", { x: k * w, y: y0, width: w, height: h, fill: colourOf(t) });
+      const title = svgEl("title", {});
+      title.textContent = r.tasks.join(", ") + "\n[" + hexKey(r.start) + ", " + hexKey(r.end) + ")\n" +
+        r.slices + (r.slices === 1 ? " slice, " : " slices, ") + (share > 0 && share < 0.0001 ? "under 0.01%" : pct(share)) + " of the key space";
+      rect.append(title);
+      g.append(rect);
+      // A label only where it fits: a line of text high, the name wide.
+      const fits = h >= STRIP_FONT_PX + 3 && t.length * STRIP_FONT_PX * 0.62 + 4 <= w;
+      if (fits) {
+        const text = svgEl("text", { x: k * w + w / 2, y: y0 + h / 2, "text-anchor": "middle", "dominant-baseline": "central", fill: textColour(colourOf(t)) });
+        text.textContent = t;
+        g.append(text);
+      }
+      parts.push(g);
+    });
   }
   const probe = svgEl("svg", {});
   probe.append(...parts);
   if (probe.innerHTML !== svg.innerHTML) svg.replaceChildren(...parts);
+  svg.setAttribute("aria-label", assignment
+    ? "Current assignment, generation " + (assignment.generation || "0") + ": " + (assignment.slices || []).length + " slices in " +
+      runs.length + " runs of neighbouring slices on the same tasks, the key space top to bottom, coloured by task"
+    : "No assignment yet");
+
+  // The legend: each task of the assignment, its colour and key share.
+  const shares = new Map();
+  for (const s of (assignment && assignment.slices) || []) {
+    for (const t of s.tasks || []) shares.set(t, (shares.get(t) || 0) + frac(s.end) - frac(s.start));
+  }
+  const items = [...shares.keys()].sort().map((t) =>
+    el("li", { "data-task": t },
+      el("span", { class: "swatch", style: "background:" + colourOf(t), "aria-hidden": "true" }),
+      t, el("span", { class: "share" }, pct(shares.get(t)))));
+  if (items.length) {
+    items.push(el("li", { class: "share" }, (assignment.slices || []).length + " slices in " + runs.length +
+      (runs.length === 1 ? " segment" : " segments") + "; hover one for its range"));
+  }
+  replaceChildren($("strip-legend"), items);
 }
 
 // taskState words a task's state from what the page knows of it: whether
@@ -748,8 +801,8 @@ function loop(refresh, context) {
 }
 
 function main() {
-  // The marks are drawn in pixels: draw them again when the figure's size
-  // changes.
+  // The marks and the strip are drawn in pixels: draw them again when the
+  // figure's size changes.
   if (window.ResizeObserver) {
     let raf = 0;
     new ResizeObserver(() => {
