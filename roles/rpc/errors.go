@@ -32,7 +32,6 @@ var (
 	// ErrNotServing is Agent.Check's answer for an agent that is starting,
 	// shutting down or whose gossip has stopped.
 	ErrNotServing = errors.New("slicerd: agent not serving")
-
 )
 
 // ErrShuttingDown ends the calls and streams of a node that is shutting
