@@ -27,6 +27,7 @@ import (
 	"github.com/slicerd/slicerd/internal/webui"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles/auth"
+	"github.com/slicerd/slicerd/roles/distributor"
 	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
@@ -52,8 +53,8 @@ type Agent struct {
 	streams     *watch.Limiter
 	health      *grpchealth.StaticChecker
 	assigner    *Assigner
-	distributor *Distributor
-	backup      *Backup
+	distributor *distributor.Distributor
+	backup      *distributor.Backup
 	services    []string
 	// The web UI: its handler (nil without an Assigner) and, with
 	// Config.UIAddr, its own listener and server (nil otherwise).
@@ -161,11 +162,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.handle(mux, slicerv1connect.LeaseServiceName)(slicerv1connect.NewLeaseServiceHandler(a.assigner, opts...))
 	}
 	if cfg.has(gossip.RoleDistributor) {
-		a.distributor = newDistributor(cfg, a, a.stopping)
+		a.distributor = distributor.New(distributor.Config{
+			Logger: cfg.Logger, Preference: cfg.Preference, TLS: cfg.TLS,
+			PullMinBackoff: cfg.PullMinBackoff, PullMaxBackoff: cfg.PullMaxBackoff,
+		}, a, a.stopping)
 		a.handle(mux, slicerv1connect.DistributorServiceName)(slicerv1connect.NewDistributorServiceHandler(a.distributor, opts...))
 	}
 	if cfg.has(gossip.RoleBackup) {
-		a.backup = newBackup(cfg, a.store, a.stopping)
+		a.backup = distributor.NewBackup(cfg.Logger, a.store, cfg.BackupPollInterval, a.stopping)
 		a.handle(mux, slicerv1connect.BackupServiceName)(slicerv1connect.NewBackupServiceHandler(a.backup, opts...))
 	}
 	if err := a.registerMetrics(cfg.Registerer); err != nil {
@@ -488,7 +492,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.backup != nil {
 		g.Go(func() error {
-			a.backup.logJobs(gctx)
+			a.backup.LogJobs(gctx)
 			return nil
 		})
 	}
@@ -548,7 +552,7 @@ func (a *Agent) shutdown(node *gossip.Node) {
 	}
 	a.hosts.Close()
 	if a.backup != nil {
-		a.backup.wait()
+		a.backup.Wait()
 	}
 }
 

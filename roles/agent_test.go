@@ -334,7 +334,7 @@ func TestDistributorPullsFromAssigner(t *testing.T) {
 	// Until the distributor sees a live assigner it answers UNAVAILABLE;
 	// then a job no assigner knows does not exist.
 	testwait.For(t, "distributor to see the assigner", func() bool {
-		_, ok := distributor.distributor.assigner("kv")
+		_, ok := distributor.distributor.Assigner("kv")
 		return ok
 	})
 	client := slicerv1connect.NewDistributorServiceClient(api.NewH2CClient(), api.RPCURL(distributor.RPCAddr()))

@@ -29,12 +29,6 @@ func (s *loadingStore) Load(ctx context.Context, job string) (storage.Record, er
 	return s.Store.Load(ctx, job)
 }
 
-func (b *Backup) pollerCount() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.pollers)
-}
-
 // commitGen commits generation gen of job kv over gen-1.
 func commitGen(t *testing.T, store storage.Store, gen uint64) {
 	t.Helper()
@@ -117,7 +111,7 @@ func TestBackupWatchersShareOnePoller(t *testing.T) {
 		}
 	}
 	testwait.For(t, "every watcher to get generation 1", all(1))
-	if c := node.backup.pollerCount(); c != 1 {
+	if c := node.backup.Pollers(); c != 1 {
 		t.Fatalf("%d pollers for one job, want 1", c)
 	}
 	before := store.loads.Load()
@@ -145,9 +139,9 @@ func TestBackupWatchersShareOnePoller(t *testing.T) {
 
 	stopWatching()
 	wg.Wait()
-	testwait.For(t, "the poller to stop with its last watcher", func() bool { return node.backup.pollerCount() == 0 })
+	testwait.For(t, "the poller to stop with its last watcher", func() bool { return node.backup.Pollers() == 0 })
 	done := make(chan struct{})
-	go func() { node.backup.wg.Wait(); close(done) }()
+	go func() { node.backup.WaitPollers(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -184,7 +178,7 @@ func TestBackupWatchStopsWithAgent(t *testing.T) {
 	if code := connect.CodeOf(s.Err()); code != connect.CodeUnavailable {
 		t.Fatalf("the stream ended with %v (%v), want unavailable", code, s.Err())
 	}
-	if c := node.backup.pollerCount(); c != 0 {
+	if c := node.backup.Pollers(); c != 0 {
 		t.Fatalf("%d pollers after Run returned", c)
 	}
 }

@@ -9,7 +9,7 @@ func (a *Agent) PreferredAssigner(job string) string {
 	case a.assigner != nil:
 		return a.assigner.leader.PreferredName(job)
 	case a.distributor != nil:
-		return a.distributor.choices.Current(job)
+		return a.distributor.Preferred(job)
 	}
 	return ""
 }
@@ -36,12 +36,7 @@ func (a *Agent) PullsFrom(job string) string {
 	if a.distributor == nil {
 		return ""
 	}
-	a.distributor.mu.Lock()
-	defer a.distributor.mu.Unlock()
-	if j := a.distributor.jobs[job]; j != nil {
-		return j.from
-	}
-	return ""
+	return a.distributor.PullsFrom(job)
 }
 
 // ForwardedWrites counts the load reports and configuration changes this

@@ -158,7 +158,7 @@ func TestMetrics(t *testing.T) {
 // Registerer counts nothing on its streams.
 func TestMetricsOffRegistersNothing(t *testing.T) {
 	node := startAgent(t, testConfig(t, "a1", t.TempDir()))
-	if node.distributor.metrics != nil {
+	if node.distributor.Counting() {
 		t.Error("distributor counts sends without a registerer")
 	}
 	if node.assigner.storeMetrics != nil || node.assigner.metrics != nil {
@@ -212,33 +212,5 @@ func TestStoreCommitMetrics(t *testing.T) {
 	reg.MustRegister(m.duration)
 	if v, _ := metricstest.Value(t, reg, "slicerd_store_commit_duration_seconds"); v != 6 {
 		t.Errorf("commit durations observed = %v, want 6", v)
-	}
-}
-
-// BenchmarkCountingSend is what metrics add to each send of a
-// Distributor's watch streams (two counters and two histograms, shared by
-// every stream), from parallel senders as in a fan-out.
-//
-//	go test -run '^$' -bench CountingSend -cpu 1,2 ./roles/
-func BenchmarkCountingSend(b *testing.B) {
-	for _, on := range []bool{false, true} {
-		b.Run(fmt.Sprintf("metrics=%v", on), func(b *testing.B) {
-			var m *distMetrics
-			if on {
-				m = newDistMetrics()
-			}
-			now := time.Now()
-			// An update, timed from its commit too.
-			msg := sentMessage{size: 100, published: now, committed: now, update: true}
-			opened := now.Add(-time.Second)
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if m != nil {
-						m.record(opened, msg)
-					}
-				}
-			})
-		})
 	}
 }

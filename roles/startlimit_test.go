@@ -49,7 +49,7 @@ func TestWatchesWaitingForAnAssignmentHoldNoPlace(t *testing.T) {
 			}
 		}()
 	}
-	l, err := node.distributor.job("unassigned")
+	l, err := node.distributor.Latest("unassigned")
 	if err != nil {
 		t.Fatal(err)
 	}

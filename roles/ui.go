@@ -9,6 +9,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/internal/webui"
+	"github.com/slicerd/slicerd/roles/distributor"
 )
 
 // The web UI (package internal/webui) reads through services of its own
@@ -91,7 +92,7 @@ func (r readOnlyJobs) GetLoadHistory(ctx context.Context, req *connect.Request[s
 // polls, it does not stream.
 type readOnlyDistributor struct {
 	slicerv1connect.UnimplementedDistributorServiceHandler
-	d *Distributor
+	d *distributor.Distributor
 }
 
 func (r readOnlyDistributor) GetAssignment(ctx context.Context, req *connect.Request[slicerv1.GetAssignmentRequest]) (*connect.Response[slicerv1.GetAssignmentResponse], error) {
@@ -101,7 +102,7 @@ func (r readOnlyDistributor) GetAssignment(ctx context.Context, req *connect.Req
 // readOnlyBackup is the Backup's GetAssignment alone.
 type readOnlyBackup struct {
 	slicerv1connect.UnimplementedBackupServiceHandler
-	b *Backup
+	b *distributor.Backup
 }
 
 func (r readOnlyBackup) GetAssignment(ctx context.Context, req *connect.Request[slicerv1.GetAssignmentRequest]) (*connect.Response[slicerv1.GetAssignmentResponse], error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/internal/testnet"
+	"github.com/slicerd/slicerd/roles/distributor"
 	"github.com/slicerd/slicerd/roles/watch"
 )
 
@@ -31,9 +32,10 @@ func watchWith(t *testing.T, addr, job string, opts ...connect.ClientOption) *wa
 	return follow(t, hc, cancel, stream, err)
 }
 
-func (d *Distributor) latestOf(t *testing.T, job string) *watch.Latest {
+// latestOf is the Distributor's cache of job.
+func latestOf(t *testing.T, d *distributor.Distributor, job string) *watch.Latest {
 	t.Helper()
-	l, err := d.job(job)
+	l, err := d.Latest(job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func testWatchStreamsShareOneEncoding(t *testing.T, budget int64) {
 	for _, w := range append(watchers, jsonWatcher) {
 		first = w.until(t, "t0 alone", hasTasks("t0"))
 	}
-	l := node.distributor.latestOf(t, "kv")
+	l := latestOf(t, node.distributor, "kv")
 	before := l.Encodes()
 	firstMsg := l.Message()
 
@@ -109,7 +111,7 @@ func TestZeroCopySendLeavesSharedBytesIntact(t *testing.T) {
 	seesTask(t, node, "kv", "t0")
 	first := watchJob(t, node.RPCAddr(), "kv", false)
 	a := first.until(t, "t0 alone", hasTasks("t0"))
-	msg := node.distributor.latestOf(t, "kv").Message()
+	msg := latestOf(t, node.distributor, "kv").Message()
 	if msg.Pinned() == nil || msg.Assignment.GetGeneration() != a.Generation {
 		t.Fatalf("generation %d was not sent from a shared buffer", a.Generation)
 	}

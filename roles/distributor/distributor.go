@@ -1,4 +1,4 @@
-package roles
+package distributor
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
@@ -19,7 +21,34 @@ import (
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/roles/watch"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
+
+// Config is what a Distributor needs of the agent's configuration.
+type Config struct {
+	Logger     *slog.Logger
+	Preference lease.Preference
+	// TLS, when not nil, is how the Distributor dials Assigners: each
+	// must present a certificate naming it an Assigner.
+	TLS *tlsconfig.Source
+	// PullMinBackoff and PullMaxBackoff bound the wait before a failed
+	// pull from an Assigner is retried.
+	PullMinBackoff, PullMaxBackoff time.Duration
+}
+
+// Members is the gossip membership a Distributor follows: the live
+// Assigners, and a signal when membership changes. A Members that also
+// estimates round-trip times (RTT(a, b string) (time.Duration, bool))
+// lets the Distributor prefer the Assigner nearest a job's tasks.
+type Members interface {
+	Peers() []gossip.Peer
+	Changes() (<-chan struct{}, func())
+}
+
+// proximity is the optional distance estimate of a Members.
+type proximity interface {
+	RTT(a, b string) (time.Duration, bool)
+}
 
 // Distributor fans assignments out to subscribers. It pulls a job from the
 // job's preferred Assigner on the first request for it (paper §4.2), caches
@@ -28,7 +57,7 @@ import (
 // new one.
 type Distributor struct {
 	log        *slog.Logger
-	members    membership
+	members    Members
 	rtt        lease.RTTFunc // nil when membership estimates no distances
 	pref       lease.Preference
 	choices    lease.Choices
@@ -45,7 +74,7 @@ type Distributor struct {
 	pulls   sync.WaitGroup
 	jobs    map[string]*distJob
 
-	metrics *distMetrics // nil without Config.Registerer; see metrics.go
+	metrics *distMetrics // nil until Collectors; see metrics.go
 
 	// Test hooks, nil outside tests: a pull was admitted (called under
 	// mu, before it starts); a pull goroutine started.
@@ -67,7 +96,9 @@ type distJob struct {
 	retry chan struct{}
 }
 
-func newDistributor(cfg Config, members membership, stopping <-chan struct{}) *Distributor {
+// New returns a Distributor following members, not yet running;
+// stopping is closed when the agent begins to shut down.
+func New(cfg Config, members Members, stopping <-chan struct{}) *Distributor {
 	d := &Distributor{
 		log:        cfg.Logger.With("role", "distributor"),
 		members:    members,
@@ -180,9 +211,9 @@ func (d *Distributor) startPull(name string, j *distJob) {
 	})
 }
 
-// assigner picks the Assigner to pull a job from: its preferred Assigner,
+// Assigner picks the Assigner to pull a job from: its preferred Assigner,
 // chosen by the same function every Assigner and Slicelet uses.
-func (d *Distributor) assigner(job string) (gossip.Peer, bool) {
+func (d *Distributor) Assigner(job string) (gossip.Peer, bool) {
 	return d.choices.Preferred(d.pref, job, d.members.Peers(), d.rtt)
 }
 
@@ -210,7 +241,7 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 	// the last one did not apply.
 	resync := false
 	for ctx.Err() == nil {
-		p, ok := d.assigner(job)
+		p, ok := d.Assigner(job)
 		addr := p.RPCAddr
 		if !ok {
 			if l.Current() == nil {
@@ -332,3 +363,34 @@ func (d *Distributor) lookup(job string) (*watch.Latest, error) {
 	}
 	return d.job(job)
 }
+
+// Preferred is the Assigner the Distributor prefers for job now, "" when
+// it has made no choice.
+func (d *Distributor) Preferred(job string) string { return d.choices.Current(job) }
+
+// PullsFrom is the name of the Assigner the Distributor streams job
+// from, "" while it has no stream for it.
+func (d *Distributor) PullsFrom(job string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if j := d.jobs[job]; j != nil {
+		return j.from
+	}
+	return ""
+}
+
+// Latest is job's cache, starting its pull if it has none: what the
+// Distributor's streams of job are served from.
+func (d *Distributor) Latest(job string) (*watch.Latest, error) { return d.job(job) }
+
+// Collectors makes the Distributor count what it sends and returns its
+// metrics, to register; call it before Run.
+func (d *Distributor) Collectors() []prometheus.Collector {
+	m := newDistMetrics()
+	d.metrics = m
+	return []prometheus.Collector{m.updates, m.bytes, m.delay, m.commitToSend, subscribersCollector{d: d}}
+}
+
+// Counting reports whether the Distributor counts what it sends: whether
+// Collectors was called.
+func (d *Distributor) Counting() bool { return d.metrics != nil }

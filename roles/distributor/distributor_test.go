@@ -1,13 +1,15 @@
-package roles
+package distributor
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/lease"
 )
 
 // A pull admitted just before the Distributor stops is one Run waits for:
@@ -94,5 +96,8 @@ func testDistributor(t *testing.T) *Distributor {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { node.Shutdown() })
-	return newDistributor(testConfig(t, "distributor-1", ""), node, make(chan struct{}))
+	return New(Config{
+		Logger: slog.New(slog.DiscardHandler), Preference: lease.DefaultPreference(),
+		PullMinBackoff: 10 * time.Millisecond, PullMaxBackoff: 100 * time.Millisecond,
+	}, node, make(chan struct{}))
 }

@@ -1,4 +1,4 @@
-package roles
+package distributor
 
 import (
 	"context"
@@ -39,13 +39,16 @@ type Backup struct {
 	closed  bool               // wait was called: no new pollers
 }
 
-func newBackup(cfg Config, store storage.Store, stopping <-chan struct{}) *Backup {
-	return &Backup{log: cfg.Logger.With("role", "backup"), store: store, poll: cfg.BackupPollInterval, stopping: stopping, pollers: map[string]*poller{}}
+// NewBackup returns a Backup serving from store, polling it every poll
+// when it cannot watch it; stopping is closed when the agent begins to
+// shut down.
+func NewBackup(log *slog.Logger, store storage.Store, poll time.Duration, stopping <-chan struct{}) *Backup {
+	return &Backup{log: log.With("role", "backup"), store: store, poll: poll, stopping: stopping, pollers: map[string]*poller{}}
 }
 
-// logJobs says at start what the backup has to serve, and warns when that
+// LogJobs says at start what the backup has to serve, and warns when that
 // is nothing yet. The Agent calls it from Run.
-func (b *Backup) logJobs(ctx context.Context) {
+func (b *Backup) LogJobs(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	jobs, err := b.store.Jobs(ctx)
@@ -231,9 +234,20 @@ func (b *Backup) forget(job string, p *poller) {
 	}
 }
 
-// wait returns when every poller has stopped; the Agent calls it after
+// Pollers is the number of jobs whose store poller runs.
+func (b *Backup) Pollers() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pollers)
+}
+
+// WaitPollers returns when every poller started so far has stopped,
+// without closing the Backup to new ones.
+func (b *Backup) WaitPollers() { b.wg.Wait() }
+
+// Wait returns when every poller has stopped; the Agent calls it after
 // closing stopping.
-func (b *Backup) wait() {
+func (b *Backup) Wait() {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
