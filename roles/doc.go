@@ -1,9 +1,23 @@
-// Package roles wires slicerd's pure parts into running services: the
-// Assigner (generates, stores and publishes assignments), the Distributor
-// (fans them out to subscribers, pulling from the Assigner), and the Backup
-// Distributor (serves them straight from the store). An Agent runs any set
-// of them in one process, with one gossip member and one RPC server that
-// speaks Connect, gRPC and gRPC-Web over HTTP/2 cleartext.
+// Package roles is slicerd's agent and its Assigner.
+//
+// The Agent (agent.go, config.go, metrics.go, ui.go) wires the roles into
+// one process: any of an Assigner, a Distributor and a Backup, one gossip
+// member, one store and one RPC server that speaks Connect, gRPC and
+// gRPC-Web over HTTP/2. New takes a validated Config and builds without
+// starting; Run runs everything under one errgroup and leaves gossip
+// gracefully. The Assigner (assigner.go and the files it names) generates,
+// stores and publishes assignments. The rest of the family lives beside
+// it:
+//
+//   - roles/distributor: the Distributor (fans assignments out, pulling
+//     from the Assigner) and the Backup (serves them straight from the
+//     store);
+//   - roles/watch: the subscription fan-out all three roles serve their
+//     WatchAssignment streams from;
+//   - roles/auth: who may call what, from verified certificate identities
+//     and admin tokens;
+//   - roles/rpc: the error table of the RPC edge and the clients for
+//     calling other agents.
 //
 // Data flows one way: gossip membership → Assigner → store → Distributor →
 // subscribers; the Backup reads the store directly.
