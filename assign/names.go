@@ -1,6 +1,9 @@
 package assign
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // Limits on names. They keep names safe in serf tags (512 bytes in all),
 // file paths, logs and URLs.
@@ -32,8 +35,7 @@ func validateName(kind, name string, max int, upperAndColon bool) error {
 	if len(name) > max {
 		return fmt.Errorf("%w: %s name %.20q… is %d bytes long; the limit is %d", ErrInvalidName, kind, name, len(name), max)
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	for i, c := range name {
 		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' ||
 			i > 0 && (c == '-' || c == '_' || c == '.') ||
 			upperAndColon && (c >= 'A' && c <= 'Z' || i > 0 && c == ':')
@@ -42,7 +44,7 @@ func validateName(kind, name string, max int, upperAndColon bool) error {
 			if upperAndColon {
 				allowed = "letters, digits, '-', '_', '.' and ':'"
 			}
-			return fmt.Errorf("%w: %s name %q has %q at byte %d; use %s, starting with a letter or digit", ErrInvalidName, kind, name, c, i, allowed)
+			return fmt.Errorf("%w: %s name %q has %s at byte %d; use %s, starting with a letter or digit", ErrInvalidName, kind, name, quoteChar(name[i:]), i, allowed)
 		}
 	}
 	return nil
@@ -58,11 +60,20 @@ func ValidateIncarnation(id string) error {
 	if len(id) > MaxIncarnationLen {
 		return fmt.Errorf("%w: incarnation %.20q… is %d bytes long; the limit is %d", ErrInvalidName, id, len(id), MaxIncarnationLen)
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
+	for i, c := range id {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("%w: incarnation %q has %q at byte %d; use letters, digits, '-' and '_'", ErrInvalidName, id, c, i)
+			return fmt.Errorf("%w: incarnation %q has %s at byte %d; use letters, digits, '-' and '_'", ErrInvalidName, id, quoteChar(id[i:]), i)
 		}
 	}
 	return nil
+}
+
+// quoteChar quotes the character s starts with, as a name's error shows it:
+// the whole character ('ü'), or the byte (0xc3) where s is not UTF-8.
+func quoteChar(s string) string {
+	r, size := utf8.DecodeRuneInString(s)
+	if r == utf8.RuneError && size <= 1 {
+		return fmt.Sprintf("the invalid UTF-8 byte %#x", s[0])
+	}
+	return fmt.Sprintf("%q", r)
 }
