@@ -79,20 +79,25 @@ func jobHistory(c *cli.Context) error {
 	return nil
 }
 
-// printHistory prints decisions as a table, newest first.
+// printHistory prints decisions as a table, newest first. With moves each
+// decision's row is followed by its moves, and the columns stay aligned
+// across them.
 func printHistory(w io.Writer, job string, ds []*slicerv1.Decision, moves bool) {
 	if len(ds) == 0 {
 		fmt.Fprintf(w, "job %s: no decision recorded\n", job)
 		return
 	}
-	fmt.Fprintf(w, "%-10s  %-23s  %-17s  %7s  %-15s  %6s  %s\n", "GENERATION", "TIME", "CAUSE", "CHURN", "IMBALANCE", "MOVES", "DETAIL")
+	t := table{header: []string{"GENERATION", "TIME", "CAUSE", "CHURN", "IMBALANCE", "MOVES", "DETAIL"}, right: []bool{3: true, 5: true}}
 	for _, d := range ds {
-		fmt.Fprintf(w, "%-10d  %-23s  %-17s  %6.2f%%  %-15s  %6d  %s\n", d.GetGeneration(), decisionTime(d), d.GetCause(),
-			100*d.GetChurn(), fmt.Sprintf("%.3f -> %.3f", d.GetImbalanceBefore(), d.GetImbalanceAfter()),
-			len(d.GetMoves())+int(d.GetMovesOmitted()), d.GetDetail())
+		t.rows = append(t.rows, []string{strconv.FormatUint(d.GetGeneration(), 10), decisionTime(d), d.GetCause(),
+			fmt.Sprintf("%.2f%%", 100*d.GetChurn()), fmt.Sprintf("%.3f -> %.3f", d.GetImbalanceBefore(), d.GetImbalanceAfter()),
+			strconv.Itoa(len(d.GetMoves()) + int(d.GetMovesOmitted())), d.GetDetail()})
+	}
+	t.print(w, func(i int) {
 		if !moves {
-			continue
+			return
 		}
+		d := ds[i]
 		if ph := phaseSummary(d); ph != "" {
 			fmt.Fprintf(w, "    phases: %s\n", ph)
 		}
@@ -100,7 +105,7 @@ func printHistory(w io.Writer, job string, ds []*slicerv1.Decision, moves bool) 
 		if n := d.GetMovesOmitted(); n > 0 {
 			fmt.Fprintf(w, "    ... %d more moves not recorded\n", n)
 		}
-	}
+	})
 }
 
 // phaseSummary renders a decision's move counts by phase, such as

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
@@ -136,4 +137,45 @@ func formatBytes(b float64) string {
 		i++
 	}
 	return fmt.Sprintf("%.4g %ciB", b, units[i])
+}
+
+// table prints rows under a header in columns as wide as their widest cell,
+// two spaces apart; the last column is not padded. Unlike text/tabwriter it
+// keeps the columns aligned across lines printed between the rows.
+type table struct {
+	header []string
+	rows   [][]string
+	right  []bool // right-aligned columns, such as numbers with units
+}
+
+// print writes the table; after writes what follows row i, if not nil.
+func (t table) print(w io.Writer, after func(i int)) {
+	widths := make([]int, len(t.header))
+	for _, r := range append([][]string{t.header}, t.rows...) {
+		for i, cell := range r {
+			widths[i] = max(widths[i], utf8.RuneCountInString(cell))
+		}
+	}
+	line := func(r []string) {
+		var b strings.Builder
+		for i, cell := range r {
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(cell))
+			switch {
+			case i == len(r)-1:
+				b.WriteString(cell)
+			case i < len(t.right) && t.right[i]:
+				b.WriteString(pad + cell + "  ")
+			default:
+				b.WriteString(cell + pad + "  ")
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+	line(t.header)
+	for i, r := range t.rows {
+		line(r)
+		if after != nil {
+			after(i)
+		}
+	}
 }
