@@ -34,8 +34,8 @@ func NewApp(version string, stdout, stderr io.Writer, commands ...*cli.Command) 
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		HideVersion:          true,
-		Flags:                agentFlags(),
-		Action:               runAgent,
+		Flags:                append(agentFlags(), versionFlag),
+		Action:               runRoot,
 		EnableBashCompletion: true,
 		// Run reports errors and picks the exit status; the default handler
 		// would exit the process from inside the library.
@@ -62,13 +62,25 @@ func Run(ctx context.Context, app *cli.App, args []string) int {
 	return 0
 }
 
+// versionFlag is slicerd --version, which 'slicerd version' answers too.
+var versionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version, the VCS revision it was built from, and the Go version, and exit"}
+
+// runRoot runs slicerd with no command: the agent, or --version.
+func runRoot(c *cli.Context) error {
+	if c.Bool(versionFlag.Name) {
+		printVersion(c.App.Writer, c.App.Version)
+		return nil
+	}
+	return runAgent(c)
+}
+
 // VersionCommand prints the version.
 func VersionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
-		Usage: "print the version",
+		Usage: "print the version, the VCS revision it was built from, and the Go version",
 		Action: func(c *cli.Context) error {
-			fmt.Fprintf(c.App.Writer, "slicerd %s\n", c.App.Version)
+			printVersion(c.App.Writer, c.App.Version)
 			return nil
 		},
 	}
@@ -82,6 +94,48 @@ func versionString(version string) string {
 		return bi.Main.Version
 	}
 	return "dev"
+}
+
+// printVersion writes version and what the binary's build information
+// says about where it came from: the module and its version, the VCS
+// revision, whether the tree had uncommitted changes, and the commit time
+// (Go records no build time).
+func printVersion(w io.Writer, version string) {
+	bi, _ := debug.ReadBuildInfo()
+	fmt.Fprint(w, versionText(version, bi))
+}
+
+func versionText(version string, bi *debug.BuildInfo) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "slicerd %s\n", version)
+	if bi == nil {
+		return b.String()
+	}
+	if bi.Main.Path != "" {
+		fmt.Fprintf(&b, "  module    %s %s\n", bi.Main.Path, bi.Main.Version)
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if rev := settings["vcs.revision"]; rev != "" {
+		switch settings["vcs.modified"] {
+		case "true":
+			rev += " (modified: built with uncommitted changes)"
+		case "false":
+			rev += " (clean)"
+		}
+		fmt.Fprintf(&b, "  revision  %s\n", rev)
+	}
+	if t := settings["vcs.time"]; t != "" {
+		fmt.Fprintf(&b, "  committed %s\n", t)
+	}
+	goVersion := bi.GoVersion
+	if os, arch := settings["GOOS"], settings["GOARCH"]; os != "" && arch != "" {
+		goVersion += " " + os + "/" + arch
+	}
+	fmt.Fprintf(&b, "  go        %s\n", goVersion)
+	return b.String()
 }
 
 func usageError(format string, args ...any) error {

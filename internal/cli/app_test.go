@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"io"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -32,5 +33,40 @@ func TestSubcommandUsageErrorNamesTheCommand(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("slicerd %s: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errOut.String(), tc.want)
 		}
+	}
+}
+
+// slicerd --version and slicerd version print the same: the version, then
+// what the build information says.
+func TestVersion(t *testing.T) {
+	code, flag := slicerd(t, "--version")
+	if code != 0 || !strings.HasPrefix(flag, "slicerd dev\n") || !strings.Contains(flag, "\n  go        go1.") {
+		t.Errorf("slicerd --version: exit %d:\n%s", code, flag)
+	}
+	if code, cmd := slicerd(t, "version"); code != 0 || cmd != flag {
+		t.Errorf("slicerd version: exit %d:\n%s\nwant what --version prints:\n%s", code, cmd, flag)
+	}
+}
+
+func TestVersionText(t *testing.T) {
+	bi := &debug.BuildInfo{
+		GoVersion: "go1.26.0",
+		Main:      debug.Module{Path: "github.com/slicerd/slicerd", Version: "v0.0.0-20261127134056-52cd622f0c1e+dirty"},
+		Settings: []debug.BuildSetting{
+			{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"},
+			{Key: "vcs.revision", Value: "52cd622f0c1e3a1c"}, {Key: "vcs.time", Value: "2026-11-27T13:40:56Z"}, {Key: "vcs.modified", Value: "true"},
+		},
+	}
+	want := "slicerd v1.2.3\n" +
+		"  module    github.com/slicerd/slicerd v0.0.0-20261127134056-52cd622f0c1e+dirty\n" +
+		"  revision  52cd622f0c1e3a1c (modified: built with uncommitted changes)\n" +
+		"  committed 2026-11-27T13:40:56Z\n" +
+		"  go        go1.26.0 linux/amd64\n"
+	if got := versionText("v1.2.3", bi); got != want {
+		t.Errorf("versionText:\n%s\nwant:\n%s", got, want)
+	}
+	bi.Settings = bi.Settings[:2]
+	if got := versionText("dev", bi); strings.Contains(got, "revision") || !strings.HasSuffix(got, "  go        go1.26.0 linux/amd64\n") {
+		t.Errorf("versionText of a build without VCS information:\n%s", got)
 	}
 }

@@ -102,8 +102,8 @@ func writeFlagTable(b *strings.Builder, name, usage string, flags []cli.Flag, de
 			continue
 		}
 		flagName := f.Names()[0]
-		if flagName == "help" || flagName == "generate-bash-completion" {
-			continue // added by the library, the same for every command
+		if flagName == "help" || flagName == "generate-bash-completion" || f == versionFlag {
+			continue // added by the library, the same for every command, or not a setting
 		}
 		env := ""
 		if vars := df.GetEnvVars(); len(vars) > 0 {
