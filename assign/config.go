@@ -121,7 +121,7 @@ type Config struct {
 	// MaxHandoffDeadlineMS; not for strongly consistent jobs, whose keys
 	// have at most one owner.
 	HandoffDeadlineMS int `json:"handoff_deadline_ms,omitempty"`
-	// Pins are an operator's pins (slicerd job move): the keys of each
+	// Pins are an operator's pins (slicerd job pin): the keys of each
 	// pin's range are served by its task whenever that task is live and
 	// not draining, whatever load or membership would decide. Sorted by
 	// Start, not overlapping, at most MaxPins.

@@ -331,7 +331,7 @@ func updateConfigOf(c *cli.Context, job string, create bool, change func(*slicer
 	case err == nil && resp.Msg.GetJob().GetConfig() != nil:
 		cfg = resp.Msg.GetJob().GetConfig()
 	case err != nil && connect.CodeOf(err) == connect.CodeNotFound && !create:
-		return cli.Exit(fmt.Sprintf("%s: no job %q; 'slicerd job list' shows the jobs", c.Command.FullName(), job), 1)
+		return cli.Exit(fmt.Sprintf("%s: no job %q; 'slicerd job list' shows the jobs", commandPath(c), job), 1)
 	case err != nil && connect.CodeOf(err) != connect.CodeNotFound:
 		return rpcError(c, err)
 	}

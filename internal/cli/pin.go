@@ -16,11 +16,13 @@ import (
 )
 
 func init() {
+	servedBy["pin"] = gossip.RoleAssigner
 	servedBy["move"] = gossip.RoleAssigner
 	servedBy["unpin"] = gossip.RoleAssigner
 }
 
-// pinCommands are job move and job unpin.
+// pinCommands are job pin and job unpin, and job move, pin's name before
+// it had unpin's, kept working but hidden.
 func pinCommands() []*cli.Command {
 	rangeFlags := func() []cli.Flag {
 		return []cli.Flag{
@@ -28,22 +30,28 @@ func pinCommands() []*cli.Command {
 			&cli.StringFlag{Name: "slice", Usage: "a slice-key range START-END (END exclusive; decimal or 0x hex), as 'job get' and 'job watch' print slices"},
 		}
 	}
-	return []*cli.Command{
-		{
-			Name:      "move",
+	pin := func(name string, hidden bool) *cli.Command {
+		return &cli.Command{
+			Name:      name,
+			Hidden:    hidden,
 			Usage:     "pin a key or slice-key range to a task: its keys are served there whatever load or membership would decide",
 			ArgsUsage: "JOB",
 			Description: "The pin is stored with the job's configuration (with --reason, shown by 'job get' and in the moves'\n" +
 				"reasons) and applied at once. It holds while the task is live and not draining; when the task\n" +
 				"is gone the keys go elsewhere, and come back when it returns. A pin over a range another pin\n" +
-				"covers replaces it. The task must be live. 'job unpin' removes pins.\n" +
-				"It is a configuration write: with TLS it needs an admin identity, and the audit log records it.",
-			Flags: append(append(clientFlags(), addrFlag("move")), append(rangeFlags(),
+				"covers replaces it. The task must be live. 'job unpin' removes pins; 'job move' is an older\n" +
+				"name of 'job pin'. It is a configuration write: with TLS it needs an admin identity, and the\n" +
+				"audit log records it.",
+			Flags: append(append(clientFlags(), addrFlag(name)), append(rangeFlags(),
 				&cli.StringFlag{Name: "to", Usage: "the task to serve the keys (required)"},
 				&cli.StringFlag{Name: "reason", Usage: fmt.Sprintf("why, recorded with the pin (at most %d bytes)", assign.MaxPinReasonLen)})...),
 			OnUsageError: subcommandUsageError,
-			Action:       jobMove,
-		},
+			Action:       jobPin,
+		}
+	}
+	return []*cli.Command{
+		pin("pin", false),
+		pin("move", true),
 		{
 			Name:         "unpin",
 			Usage:        "remove the pins over a key or slice-key range",
@@ -69,7 +77,7 @@ func pinRange(c *cli.Context) (start, end assign.SliceKey, err error) {
 	key, slice := c.String("key"), c.String("slice")
 	switch {
 	case (key == "") == (slice == ""):
-		return 0, 0, usageError("%s needs one of --key or --slice", c.Command.FullName())
+		return 0, 0, usageError("%s needs one of --key or --slice", commandPath(c))
 	case key != "":
 		h := assign.HashString(key)
 		return h, h + 1, nil
@@ -90,14 +98,14 @@ func withoutOverlap(pins []*slicerv1.KeyPin, start, end assign.SliceKey) []*slic
 	})
 }
 
-func jobMove(c *cli.Context) error {
+func jobPin(c *cli.Context) error {
 	job, start, end, err := pinArgs(c)
 	if err != nil {
 		return err
 	}
 	task := c.String("to")
 	if task == "" {
-		return usageError("job move needs --to TASK")
+		return usageError("%s needs --to TASK", commandPath(c))
 	}
 	if err := assign.ValidateTaskName(task); err != nil {
 		return usageError("invalid --to: %v", err)
@@ -139,7 +147,7 @@ func needLiveTask(c *cli.Context, job, task string) error {
 	defer cancel()
 	resp, err := client.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
 	if connect.CodeOf(err) == connect.CodeNotFound {
-		return cli.Exit(fmt.Sprintf("%s: no job %q; 'slicerd job list' shows the jobs", c.Command.FullName(), job), 1)
+		return cli.Exit(fmt.Sprintf("%s: no job %q; 'slicerd job list' shows the jobs", commandPath(c), job), 1)
 	}
 	if err != nil {
 		return rpcError(c, err)
@@ -153,5 +161,5 @@ func needLiveTask(c *cli.Context, job, task string) error {
 		names = append(names, t.GetName())
 	}
 	return cli.Exit(fmt.Sprintf("%s: job %q has no live task %q (live: %s); check the name with 'slicerd job get %s'",
-		c.Command.FullName(), job, task, strings.Join(names, ", "), job), 1)
+		commandPath(c), job, task, strings.Join(names, ", "), job), 1)
 }
