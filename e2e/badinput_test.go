@@ -35,7 +35,7 @@ func TestBadFlags(t *testing.T) {
 		{"bad rpc addr", []string{"--rpc-addr", "localhost"}, 2, `rpc address "localhost" is not host:port`},
 		{"bad rpc port", []string{"--rpc-addr", "127.0.0.1:99999"}, 2, "invalid port"},
 		{"unknown flag", []string{"--replicas", "3"}, 2, "flag provided but not defined: -replicas"},
-		{"stray argument", []string{"serve"}, 2, `unexpected argument "serve"`},
+		{"stray argument", []string{"serve"}, 2, `unknown command "serve" for 'slicerd'`},
 		{"bad duration", []string{"--rebalance-delay", "soon"}, 2, "invalid value"},
 		{"bad log level", []string{"--log-level", "loud"}, 2, "invalid --log-level"},
 		{"bad gossip profile", []string{"--gossip-profile", "wan"}, 2, "invalid --gossip-profile"},

@@ -228,7 +228,7 @@ func agentFlags() []cli.Flag {
 // agentConfig turns flags into a validated agent configuration.
 func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	if c.Args().Present() {
-		return roles.Config{}, usageError("unexpected argument %q; slicerd takes flags only (see 'slicerd --help')", c.Args().First())
+		return roles.Config{}, unknownCommand(c, c.App.Commands)
 	}
 	cfg := roles.DefaultConfig()
 	cfg.Logger = log

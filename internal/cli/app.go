@@ -24,6 +24,9 @@ import (
 // commands are the subcommands, in the order 'slicerd --help' lists them.
 // version is the release version ("" for a development build).
 func NewApp(version string, stdout, stderr io.Writer, commands ...*cli.Command) *cli.App {
+	for _, c := range commands {
+		refuseUnknownSubcommands(c)
+	}
 	return &cli.App{
 		Name:    "slicerd",
 		Usage:   "auto-sharding service: assigns keys to live tasks and streams the assignment to clients",
@@ -67,6 +70,9 @@ var versionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version, the 
 
 // runRoot runs slicerd with no command: the agent, or --version.
 func runRoot(c *cli.Context) error {
+	if c.Args().Present() {
+		return unknownCommand(c, c.App.Commands)
+	}
 	if c.Bool(versionFlag.Name) {
 		printVersion(c.App.Writer, c.App.Version)
 		return nil
@@ -136,6 +142,83 @@ func versionText(version string, bi *debug.BuildInfo) string {
 	}
 	fmt.Fprintf(&b, "  go        %s\n", goVersion)
 	return b.String()
+}
+
+// refuseUnknownSubcommands makes cmd and each of its descendants that has
+// subcommands and no action of its own report an unknown subcommand as a
+// usage error; urfave/cli would show "No help topic" and exit 3.
+func refuseUnknownSubcommands(cmd *cli.Command) {
+	if len(cmd.Subcommands) == 0 {
+		return
+	}
+	if cmd.Action == nil {
+		cmd.Action = func(c *cli.Context) error {
+			if !c.Args().Present() {
+				return cli.ShowSubcommandHelp(c)
+			}
+			return unknownCommand(c, c.Command.Subcommands)
+		}
+	}
+	for _, sub := range cmd.Subcommands {
+		refuseUnknownSubcommands(sub)
+	}
+}
+
+// unknownCommand reports c's first argument, which none of cmds is named,
+// with the name it most likely misspells and the names there are.
+func unknownCommand(c *cli.Context, cmds []*cli.Command) error {
+	name := c.Args().First()
+	parent := strings.TrimSpace("slicerd " + commandPath(c))
+	var names []string
+	for _, cmd := range cmds {
+		if !cmd.Hidden && cmd.Name != "help" {
+			names = append(names, cmd.Name)
+		}
+	}
+	hint := ""
+	if near := nearest(name, names); near != "" {
+		hint = fmt.Sprintf(": did you mean '%s'?", near)
+	}
+	return usageError("unknown command %q for '%s'%s (commands: %s; see '%s --help')", name, parent, hint, strings.Join(names, ", "), parent)
+}
+
+// nearest returns the name of names that s most likely misspells or
+// abbreviates: the first that starts with s, else the closest by edit
+// distance if it is close for its length, else "".
+func nearest(s string, names []string) string {
+	for _, n := range names {
+		if len(s) >= 2 && strings.HasPrefix(n, s) {
+			return n
+		}
+	}
+	best, bestDist := "", len(s)/3+2
+	for _, n := range names {
+		if d := editDistance(s, n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 func usageError(format string, args ...any) error {

@@ -70,3 +70,26 @@ func TestVersionText(t *testing.T) {
 		t.Errorf("versionText of a build without VCS information:\n%s", got)
 	}
 }
+
+// An unknown command, at the top or under a command, is a usage error
+// (exit 2) that says so, suggests the command meant and lists the others.
+func TestUnknownCommand(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"job sett", `unknown command "sett" for 'slicerd job': did you mean 'set'? (commands: list, get, `},
+		{"job hist kv", `unknown command "hist" for 'slicerd job': did you mean 'history'?`},
+		{"jobs list", `unknown command "jobs" for 'slicerd': did you mean 'job'? (commands: version, job, task, `},
+		{"--log-level debug jbo", `unknown command "jbo" for 'slicerd': did you mean 'job'?`},
+		{"task drian kv kv-0", `unknown command "drian" for 'slicerd task': did you mean 'drain'?`},
+		{"keyring lst", `unknown command "lst" for 'slicerd keyring': did you mean 'list'?`},
+		{"job xyzzy", `unknown command "xyzzy" for 'slicerd job' (commands: list, get, freeze, unfreeze, set, watch, delete, pin, unpin, history, why; see 'slicerd job --help')`},
+	} {
+		code, out := slicerd(t, strings.Fields(tc.args)...)
+		if code != 2 || !strings.Contains(out, tc.want) || strings.Contains(out, "help topic") {
+			t.Errorf("slicerd %s: exit %d:\n%s\nwant exit 2 and %q", tc.args, code, out, tc.want)
+		}
+	}
+	// A command with subcommands and no argument shows its help.
+	if code, out := slicerd(t, "job"); code != 0 || !strings.Contains(out, "COMMANDS:") {
+		t.Errorf("slicerd job: exit %d:\n%s", code, out)
+	}
+}
