@@ -51,10 +51,10 @@ func NewApp(version string, stdout, stderr io.Writer, commands ...*cli.Command) 
 }
 
 // Run runs app with args (args[0] is the program name) until it finishes
-// or ctx ends, reports an error on app's ErrWriter, and returns the exit
+// or ctx ends (a command's flags may follow its arguments), reports an error on app's ErrWriter, and returns the exit
 // status: 0, 1 for a failure, 2 for a usage error.
 func Run(ctx context.Context, app *cli.App, args []string) int {
-	if err := app.RunContext(ctx, args); err != nil {
+	if err := app.RunContext(ctx, flagsFirst(app, args)); err != nil {
 		fmt.Fprintf(app.ErrWriter, "slicerd: %v\n", err)
 		var ec cli.ExitCoder
 		if errors.As(err, &ec) {

@@ -46,7 +46,8 @@ func historyCommands() []*cli.Command {
 			Description: "KEY is an application key, as clients pass it to the Clerk: its slice key is XXH64(KEY) >> 1.\n" +
 				"With --hex, KEY is the key's bytes in hex; with --slice-key, KEY is a slice key (decimal or\n" +
 				"0x hex, below 2^63) as 'job get' and 'job history' print them. The decisions listed are those\n" +
-				"in the job's history that moved the key, newest first, with the moves that did.",
+				"in the job's history that moved the key, newest first, with the moves that did. A KEY that\n" +
+				"starts with '-' goes after '--': slicerd job why kv -- -key.",
 			Flags: append(clientFlags(), addrFlag("why"),
 				&cli.BoolFlag{Name: "hex", Usage: "KEY is hex-encoded bytes"},
 				&cli.BoolFlag{Name: "slice-key", Usage: "KEY is a slice key, not an application key"}),
@@ -150,9 +151,6 @@ func decisionTime(d *slicerv1.Decision) string {
 }
 
 func jobWhy(c *cli.Context) error {
-	if c.NArg() > 2 && strings.HasPrefix(c.Args().Get(2), "-") {
-		return usageError("flags go before JOB KEY: slicerd job why [flags] %s %s", c.Args().Get(0), c.Args().Get(1))
-	}
 	if c.NArg() != 2 {
 		return usageError("job why needs two arguments, JOB and KEY")
 	}

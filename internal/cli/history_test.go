@@ -16,7 +16,8 @@ func TestHistoryCommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"job", "why", "kv"}, 2, "job why needs two arguments, JOB and KEY"},
-		{[]string{"job", "why", "kv", "k", "--hex"}, 2, "flags go before JOB KEY"},
+		{[]string{"job", "why", "kv", "zz", "--hex"}, 2, `invalid KEY "zz" for --hex`},
+		{[]string{"job", "why", "kv", "k", "extra"}, 2, "job why needs two arguments, JOB and KEY"},
 		{[]string{"job", "why", "--hex", "kv", "zz"}, 2, `invalid KEY "zz" for --hex`},
 		{[]string{"job", "why", "--slice-key", "kv", "0x8000000000000000"}, 2, "give a number below 2^63"},
 		{[]string{"job", "why", "--slice-key", "kv", "twelve"}, 2, `invalid slice key "twelve"`},

@@ -44,17 +44,19 @@ func JobCommand() *cli.Command {
 		Usage: "inspect and configure sharded jobs over RPC (list, get, set and delete talk to an assigner; watch to a distributor)",
 		Subcommands: append([]*cli.Command{
 			{
-				Name:   "list",
-				Usage:  "list known jobs",
-				Flags:  append(clientFlags(), addrFlag("list")),
-				Action: func(c *cli.Context) error { return jobList(c) },
+				Name:         "list",
+				Usage:        "list known jobs",
+				Flags:        append(clientFlags(), addrFlag("list")),
+				OnUsageError: subcommandUsageError,
+				Action:       func(c *cli.Context) error { return jobList(c) },
 			},
 			{
-				Name:      "get",
-				Usage:     "show one job: configuration, generation, live tasks, and its load and balance as the assigner sees them",
-				ArgsUsage: "JOB",
-				Flags:     append(clientFlags(), addrFlag("get")),
-				Action:    func(c *cli.Context) error { return jobGet(c) },
+				Name:         "get",
+				Usage:        "show one job: configuration, generation, live tasks, and its load and balance as the assigner sees them",
+				ArgsUsage:    "JOB",
+				Flags:        append(clientFlags(), addrFlag("get")),
+				OnUsageError: subcommandUsageError,
+				Action:       func(c *cli.Context) error { return jobGet(c) },
 			},
 			{
 				Name:      "freeze",
@@ -89,11 +91,12 @@ func JobCommand() *cli.Command {
 				Action:       func(c *cli.Context) error { return jobSet(c) },
 			},
 			{
-				Name:      "watch",
-				Usage:     "stream a job's assignments from a distributor as they change",
-				ArgsUsage: "JOB",
-				Flags:     append(clientFlags(), addrFlag("watch")),
-				Action:    func(c *cli.Context) error { return jobWatch(c) },
+				Name:         "watch",
+				Usage:        "stream a job's assignments from a distributor as they change",
+				ArgsUsage:    "JOB",
+				Flags:        append(clientFlags(), addrFlag("watch")),
+				OnUsageError: subcommandUsageError,
+				Action:       func(c *cli.Context) error { return jobWatch(c) },
 			},
 			jobDeleteCommand(),
 		}, append(pinCommands(), historyCommands()...)...),
@@ -101,9 +104,6 @@ func JobCommand() *cli.Command {
 }
 
 func jobArg(c *cli.Context) (string, error) {
-	if c.NArg() > 1 && strings.HasPrefix(c.Args().Get(1), "-") {
-		return "", usageError("flags go before JOB: slicerd job %s [flags] %s", c.Command.Name, c.Args().First())
-	}
 	if c.NArg() != 1 {
 		return "", usageError("job %s needs exactly one JOB argument", c.Command.Name)
 	}
@@ -140,6 +140,9 @@ func rpcContext(c *cli.Context) (context.Context, context.CancelFunc) {
 }
 
 func jobList(c *cli.Context) error {
+	if c.Args().Present() {
+		return usageError("job list takes no arguments, got %q (see 'slicerd job list --help')", c.Args().First())
+	}
 	ctx, cancel := rpcContext(c)
 	defer cancel()
 	client, err := jobClient(c)

@@ -31,7 +31,7 @@ func TestJobDeleteNeedsConfirmation(t *testing.T) {
 		want string
 	}{
 		{[]string{"--yes"}, 2, "job delete needs exactly one JOB argument"},
-		{[]string{"--yes", "kv", "--addr"}, 2, "flags go before JOB"},
+		{[]string{"--yes", "kv", "--addr"}, 2, "flag needs an argument: -addr (see 'slicerd job delete --help')"},
 		{[]string{"--yes=maybe", "kv"}, 2, "invalid"},
 		{[]string{"--yes", "Bad_Job!"}, 1, "invalid_argument"},
 		{[]string{"--yes", "kv"}, 0, "deleted job kv (it was at generation 0)"},

@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -87,11 +86,6 @@ func cordonedList(p *slicerv1.JobConfig) *[]string { return &p.CordonedTasks }
 // taskArgs reads the JOB TASK arguments.
 func taskArgs(c *cli.Context) (job, task string, err error) {
 	args := c.Args().Slice()
-	for _, a := range args[min(len(args), 2):] {
-		if strings.HasPrefix(a, "-") {
-			return "", "", usageError("flags go before JOB TASK: slicerd task %s [flags] JOB TASK", c.Command.Name)
-		}
-	}
 	if len(args) != 2 {
 		return "", "", usageError("task %s needs two arguments, JOB and TASK", c.Command.Name)
 	}

@@ -16,7 +16,8 @@ func TestTaskCommandErrors(t *testing.T) {
 	}{
 		{[]string{"task", "drain", "kv"}, 2, "task drain needs two arguments, JOB and TASK"},
 		{[]string{"task", "cordon", "kv", "kv-0", "extra"}, 2, "task cordon needs two arguments"},
-		{[]string{"task", "drain", "kv", "kv-0", "--wait=false"}, 2, "flags go before JOB TASK"},
+		{[]string{"task", "drain", "kv", "kv-0", "--wait=maybe"}, 2, `invalid boolean value "maybe" for -wait`},
+		{[]string{"task", "drain", "kv", "kv-0", "--", "--wait=false"}, 2, "task drain needs two arguments"},
 		{[]string{"task", "drain", "Bad Job", "kv-0"}, 2, "invalid JOB"},
 		{[]string{"task", "uncordon", "kv", "a/b"}, 2, "invalid TASK"},
 		{[]string{"task", "drain", "--timeout", "soon", "kv", "kv-0"}, 2, "invalid value"},
