@@ -23,7 +23,7 @@ func TestJobDeleteBinary(t *testing.T) {
 		t.Errorf("job delete without --yes: exit %d, output:\n%s\nwant exit 2 asking for --yes", code, out)
 	}
 	code, out = runSlicerd(t, "job", "delete", "--addr", node.rpcAddr, "--yes", "kv")
-	if code != 1 || !strings.Contains(out, "failed_precondition") || !strings.Contains(out, "kv-0") {
+	if code != 1 || !strings.Contains(out, "job delete kv: job has live tasks: ") || !strings.Contains(out, "kv-0") {
 		t.Errorf("job delete with a live task: exit %d, output:\n%s\nwant exit 1 naming kv-0", code, out)
 	}
 
@@ -33,7 +33,7 @@ func TestJobDeleteBinary(t *testing.T) {
 	}
 	testwait.For(t, "job delete to succeed once the task has left", func() bool {
 		code, out = runSlicerd(t, "job", "delete", "--addr", node.rpcAddr, "--yes", "kv")
-		if code != 0 && !strings.Contains(out, "failed_precondition") {
+		if code != 0 && !strings.Contains(out, "job delete kv: job has live tasks: ") {
 			t.Fatalf("job delete after the task left: exit %d, output:\n%s", code, out)
 		}
 		return code == 0
@@ -41,8 +41,8 @@ func TestJobDeleteBinary(t *testing.T) {
 	if !strings.Contains(out, "deleted job kv (it was at generation ") {
 		t.Errorf("job delete printed:\n%s", out)
 	}
-	if code := watch.wait(20 * time.Second); code != 1 || !strings.Contains(watch.output(), "not_found") {
-		t.Errorf("job watch of the deleted job: exit %d, output:\n%s\nwant exit 1 with not_found", code, watch.output())
+	if code := watch.wait(20 * time.Second); code != 1 || !strings.Contains(watch.output(), `job watch kv: unknown job "kv": the job was deleted`) {
+		t.Errorf("job watch of the deleted job: exit %d, output:\n%s\nwant exit 1 saying the job was deleted", code, watch.output())
 	}
 	code, out = runSlicerd(t, "job", "list", "--addr", node.rpcAddr)
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 1 {

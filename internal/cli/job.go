@@ -116,7 +116,7 @@ func rpcError(c *cli.Context, err error) error {
 	addr := c.String("addr")
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable:
-		return cli.Exit(fmt.Sprintf("cannot reach slicerd at %s: %v (is it running? set --addr)", addr, err), 1)
+		return cli.Exit(fmt.Sprintf("cannot reach slicerd at %s: %s (is it running? set --addr)", addr, plainMessage(connectMessage(err))), 1)
 	case connect.CodeUnimplemented:
 		// slicerd serves a role's RPC service only on nodes running that
 		// role; other nodes answer HTTP 404.
@@ -124,7 +124,11 @@ func rpcError(c *cli.Context, err error) error {
 		return cli.Exit(fmt.Sprintf("job %s is served by the %s role; %s runs no %s: point --addr at a node started with "+
 			"--role including %s, or without --role (all roles)", c.Command.Name, role, addr, role, role), 1)
 	}
-	return cli.Exit(err.Error(), 1)
+	subject := commandPath(c)
+	if c.Args().Present() {
+		subject += " " + c.Args().First()
+	}
+	return cli.Exit(subject+": "+serverMessage(err), 1)
 }
 
 func jobClient(c *cli.Context) (slicerv1connect.JobServiceClient, error) {

@@ -3,18 +3,22 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/urfave/cli/v2"
 	"go.uber.org/goleak"
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/roles"
+	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -293,5 +297,39 @@ func TestJobHelpNamesTheRole(t *testing.T) {
 	code, out := slicerd(t, "job", "--help")
 	if code != 0 || !strings.Contains(out, "assigner") || !strings.Contains(out, "distributor") {
 		t.Errorf("job --help: exit %d; want it to name both roles:\n%s", code, out)
+	}
+}
+
+// A server's error reaches the user as the command, its job and the
+// server's message, without the error's code or the package prefixes of
+// the server's sentinel errors, except where the code tells something.
+func TestServerErrorsArePlain(t *testing.T) {
+	addr := startAssigner(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"job", "set", "--min-redundancy", "3", "--max-redundancy", "2", "kv"}, "slicerd: job set kv: max redundancy 2 is below min redundancy 3\n"},
+		{[]string{"job", "set", "kü"}, `slicerd: job set kü: job name "kü" has 'ü' at byte 1; use lower-case letters`},
+		{[]string{"job", "get", "nosuch"}, `slicerd: job get nosuch: unknown job "nosuch": no task of it has joined`},
+	} {
+		code, out := slicerd(t, append(tc.args, "--addr", addr)...)
+		if code != 1 || !strings.HasPrefix(out, tc.want) {
+			t.Errorf("slicerd %s: exit %d:\n%s\nwant exit 1 and %q", strings.Join(tc.args, " "), code, out, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%w: job name %q is bad", assign.ErrInvalidName, "x")), `job name "x" is bad`},
+		{connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%w: job %q has 1 live task(s)", rpc.ErrLiveTasks, "kv")), `job has live tasks: job "kv" has 1 live task(s)`},
+		{connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%w: at most 3", rpc.ErrTooManyJobs)), "resource exhausted: too many jobs: at most 3"},
+		{connect.NewError(connect.CodePermissionDenied, errors.New("client x may not change job configuration")), "permission denied: client x may not change job configuration"},
+		{connect.NewError(connect.CodeInternal, errors.New("disk on fire")), "internal: disk on fire"},
+	} {
+		if got := serverMessage(tc.err); got != tc.want {
+			t.Errorf("serverMessage(%v) = %q; want %q", tc.err, got, tc.want)
+		}
 	}
 }

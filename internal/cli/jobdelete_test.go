@@ -33,16 +33,16 @@ func TestJobDeleteNeedsConfirmation(t *testing.T) {
 		{[]string{"--yes"}, 2, "job delete needs exactly one JOB argument"},
 		{[]string{"--yes", "kv", "--addr"}, 2, "flag needs an argument: -addr (see 'slicerd job delete --help')"},
 		{[]string{"--yes=maybe", "kv"}, 2, "invalid"},
-		{[]string{"--yes", "Bad_Job!"}, 1, "invalid_argument"},
+		{[]string{"--yes", "Bad_Job!"}, 1, `job delete Bad_Job!: job name "Bad_Job!" has 'B' at byte 0`},
 		{[]string{"--yes", "kv"}, 0, "deleted job kv (it was at generation 0)"},
-		{[]string{"--yes", "kv"}, 1, "not_found"},
+		{[]string{"--yes", "kv"}, 1, `job delete kv: unknown job "kv"`},
 	} {
 		code, out := slicerd(t, append([]string{"job", "delete", "--addr", addr}, tc.args...)...)
 		if code != tc.code || !strings.Contains(out, tc.want) {
 			t.Errorf("job delete %v: exit %d, output:\n%s\nwant exit %d and %q", tc.args, code, out, tc.code, tc.want)
 		}
 	}
-	if code, out := slicerd(t, "job", "get", "--addr", addr, "kv"); code != 1 || !strings.Contains(out, "not_found") {
-		t.Errorf("job get after job delete: exit %d, output:\n%s\nwant exit 1 and not_found", code, out)
+	if code, out := slicerd(t, "job", "get", "--addr", addr, "kv"); code != 1 || !strings.Contains(out, `job get kv: unknown job "kv"`) {
+		t.Errorf("job get after job delete: exit %d, output:\n%s\nwant exit 1 and the unknown job", code, out)
 	}
 }

@@ -206,11 +206,11 @@ func keyringClient(c *cli.Context) (slicerv1connect.KeyringServiceClient, error)
 func keyringRPCError(c *cli.Context, err error) error {
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable:
-		return cli.Exit(fmt.Sprintf("cannot reach slicerd at %s: %v (is it running? set --addr)", c.String("addr"), err), 1)
+		return cli.Exit(fmt.Sprintf("cannot reach slicerd at %s: %s (is it running? set --addr)", c.String("addr"), plainMessage(connectMessage(err))), 1)
 	case connect.CodeUnimplemented:
 		return cli.Exit(fmt.Sprintf("slicerd at %s does not serve the keyring service; upgrade it", c.String("addr")), 1)
 	}
-	return cli.Exit(err.Error(), 1)
+	return cli.Exit(commandPath(c)+": "+serverMessage(err), 1)
 }
 
 func printKeyCounts(w io.Writer, msg *slicerv1.ListKeysResponse) {

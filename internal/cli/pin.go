@@ -108,7 +108,7 @@ func jobPin(c *cli.Context) error {
 		return usageError("%s needs --to TASK", commandPath(c))
 	}
 	if err := assign.ValidateTaskName(task); err != nil {
-		return usageError("invalid --to: %v", err)
+		return usageError("invalid --to: %s", plainMessage(err.Error()))
 	}
 	if r := c.String("reason"); len(r) > assign.MaxPinReasonLen {
 		return usageError("--reason is %d bytes; at most %d", len(r), assign.MaxPinReasonLen)

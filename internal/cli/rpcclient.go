@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"net/http"
 	"os"
 	"strings"
@@ -92,4 +93,47 @@ func agentSecurityFlags() []cli.Flag {
 			Usage: "allow cleartext RPC and gossip on addresses other than loopback, trusting everyone who can reach them",
 		},
 	}
+}
+
+// sentinelPackages are the packages whose sentinel errors start the
+// messages of slicerd's RPC errors: "assign: invalid job config: ...".
+var sentinelPackages = map[string]bool{"api": true, "assign": true, "auth": true, "gossip": true, "lease": true, "roles": true, "rpc": true, "storage": true, "watch": true}
+
+// plainMessage is msg, an error message of slicerd's packages, without what
+// only slicerd's developers need: the package prefix ("assign: "), and an
+// "invalid ..." sentinel's text where a detail that says more follows it.
+func plainMessage(msg string) string {
+	if pkg, rest, ok := strings.Cut(msg, ": "); ok && sentinelPackages[pkg] {
+		msg = rest
+		if sentinel, detail, ok := strings.Cut(rest, ": "); ok && strings.HasPrefix(sentinel, "invalid ") && !strings.ContainsAny(sentinel, `"'`) {
+			msg = detail
+		}
+	}
+	return msg
+}
+
+// serverMessage is what a failed call's error says to the user: the
+// server's message, plain, with the Connect code in words where it tells
+// more than the message ("permission denied: ..."), and not where the
+// message says it all (invalid_argument, not_found, failed_precondition).
+func serverMessage(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return err.Error()
+	}
+	msg := plainMessage(ce.Message())
+	switch ce.Code() {
+	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeFailedPrecondition, connect.CodeAlreadyExists, connect.CodeOutOfRange:
+		return msg
+	}
+	return strings.ReplaceAll(ce.Code().String(), "_", " ") + ": " + msg
+}
+
+// connectMessage is err's message without its Connect code.
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
 }

@@ -90,10 +90,10 @@ func taskArgs(c *cli.Context) (job, task string, err error) {
 		return "", "", usageError("task %s needs two arguments, JOB and TASK", c.Command.Name)
 	}
 	if err := assign.ValidateJobName(args[0]); err != nil {
-		return "", "", usageError("invalid JOB: %v", err)
+		return "", "", usageError("invalid JOB: %s", plainMessage(err.Error()))
 	}
 	if err := assign.ValidateTaskName(args[1]); err != nil {
-		return "", "", usageError("invalid TASK: %v", err)
+		return "", "", usageError("invalid TASK: %s", plainMessage(err.Error()))
 	}
 	return args[0], args[1], nil
 }

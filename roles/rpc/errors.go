@@ -16,22 +16,22 @@ import (
 var (
 	// ErrUnknownJob is returned for a job with no live task, no stored
 	// assignment and no configuration.
-	ErrUnknownJob = errors.New("slicerd: unknown job")
+	ErrUnknownJob = errors.New("rpc: unknown job")
 	// ErrNoAssigner means gossip knows no live Assigner to pull a job from.
-	ErrNoAssigner = errors.New("slicerd: no live assigner")
+	ErrNoAssigner = errors.New("rpc: no live assigner")
 	// ErrNotMember rejects a load report or a lease call from a task that
 	// gossip does not list as an alive member of the job.
-	ErrNotMember = errors.New("slicerd: task not a live member of the job")
+	ErrNotMember = errors.New("rpc: task not a live member of the job")
 	// ErrLiveTasks refuses to delete a job that still has live tasks.
-	ErrLiveTasks = errors.New("slicerd: job has live tasks")
+	ErrLiveTasks = errors.New("rpc: job has live tasks")
 	// ErrTooManyJobs refuses a new job over Config.MaxJobs.
-	ErrTooManyJobs = errors.New("slicerd: too many jobs")
+	ErrTooManyJobs = errors.New("rpc: too many jobs")
 	// ErrTooManyReports refuses a load report over the task's
 	// Config.MaxLoadReportsPerSecond.
-	ErrTooManyReports = errors.New("slicerd: load reports too frequent")
+	ErrTooManyReports = errors.New("rpc: load reports too frequent")
 	// ErrNotServing is Agent.Check's answer for an agent that is starting,
 	// shutting down or whose gossip has stopped.
-	ErrNotServing = errors.New("slicerd: agent not serving")
+	ErrNotServing = errors.New("rpc: agent not serving")
 )
 
 // ErrShuttingDown ends the calls and streams of a node that is shutting
