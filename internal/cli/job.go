@@ -114,6 +114,9 @@ func jobArg(c *cli.Context) (string, error) {
 // says what to do.
 func rpcError(c *cli.Context, err error) error {
 	addr := c.String("addr")
+	if msg, ok := notSlicerdAPI(c, err); ok {
+		return cli.Exit(msg, 1)
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable:
 		return cli.Exit(fmt.Sprintf("cannot reach slicerd at %s: %s (is it running? set --addr)", addr, plainMessage(connectMessage(err))), 1)

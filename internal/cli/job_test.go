@@ -32,6 +32,13 @@ func startAssigner(t *testing.T) string {
 // returns its RPC address.
 func startNode(t *testing.T, rs ...gossip.Role) string {
 	t.Helper()
+	return startNodeWith(t, nil, rs...).RPCAddr()
+}
+
+// startNodeWith is startNode with edit applied to the node's configuration,
+// returning the running agent.
+func startNodeWith(t *testing.T, edit func(*roles.Config), rs ...gossip.Role) *roles.Agent {
+	t.Helper()
 	cfg := roles.TestConfig("cli-test")
 	cfg.Roles = rs
 	cfg.DataDir = t.TempDir()
@@ -42,6 +49,9 @@ func startNode(t *testing.T, rs ...gossip.Role) string {
 			t.Fatal(err)
 		}
 		st.Close()
+	}
+	if edit != nil {
+		edit(&cfg)
 	}
 	agent, err := roles.New(context.Background(), cfg)
 	if err != nil {
@@ -56,7 +66,7 @@ func startNode(t *testing.T, rs ...gossip.Role) string {
 			t.Errorf("agent Run: %v", err)
 		}
 	})
-	return agent.RPCAddr()
+	return agent
 }
 
 // slicerd runs the CLI in-process and returns its exit code and output.

@@ -204,6 +204,9 @@ func keyringClient(c *cli.Context) (slicerv1connect.KeyringServiceClient, error)
 }
 
 func keyringRPCError(c *cli.Context, err error) error {
+	if msg, ok := notSlicerdAPI(c, err); ok {
+		return cli.Exit(msg, 1)
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable:
 		return cli.Exit(fmt.Sprintf("cannot reach slicerd at %s: %s (is it running? set --addr)", c.String("addr"), plainMessage(connectMessage(err))), 1)
