@@ -277,3 +277,23 @@ func TestJobMoveBinary(t *testing.T) {
 		t.Errorf("job unpin: exit %d:\n%s", code, out)
 	}
 }
+
+// TestJobWatchStopsQuietly: job watch stopped by SIGINT or SIGTERM exits 0
+// and prints nothing after the assignments it streamed: no log line about
+// shutting down, no error about the cancelled stream.
+func TestJobWatchStopsQuietly(t *testing.T) {
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
+	startKV(t, "kv-0", node.gossipAddr)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		watch := start(t, "job watch", bin.slicerd, "job", "watch", "--addr", node.rpcAddr, "kv")
+		last := watch.waitLine(30*time.Second, "job kv generation ", "over 1 tasks")
+		watch.signal(sig)
+		if code := watch.wait(20 * time.Second); code != 0 {
+			t.Errorf("job watch after %v: exit %d; want 0", sig, code)
+		}
+		out := watch.output()
+		if i := strings.LastIndex(out, last); strings.Contains(out, "shutting down") || strings.Contains(out, "slicerd:") || strings.Contains(out, "canceled") {
+			t.Errorf("job watch printed more than assignments after %v:\n%s", sig, out[i:])
+		}
+	}
+}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -356,16 +359,15 @@ func updateConfigOf(c *cli.Context, job string, create bool, change func(*slicer
 	return nil
 }
 
+// jobWatch streams the job's assignments until the stream fails or the
+// user stops it: SIGINT or SIGTERM end it quietly, with exit status 0, as
+// the end of what was asked for rather than a failure.
 func jobWatch(c *cli.Context) error {
 	job, err := jobArg(c)
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(c)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signalContext(c.Context, log)
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	hc, url, opts, err := rpcClient(c)
 	if err != nil {
@@ -374,6 +376,9 @@ func jobWatch(c *cli.Context) error {
 	client := slicerv1connect.NewDistributorServiceClient(hc, url, opts...)
 	stream, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: job}))
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return rpcError(c, err)
 	}
 	defer stream.Close()
