@@ -3,6 +3,7 @@ package cli
 import (
 	"log/slog"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -24,8 +25,51 @@ func defaultNodeName() string {
 	return h
 }
 
-// agentFlags are the flags of slicerd without a command: a node.
+// agentFlagCategories group the agent's flags in 'slicerd --help' (which
+// sorts the groups by name) and in the flag reference (in this order).
+var agentFlagCategories = []struct {
+	name  string
+	flags []string
+}{
+	{"Roles and store", []string{"role", "data-dir", "store", "etcd-ca", "etcd-cert", "etcd-key", "etcd-username", "etcd-password-file"}},
+	{"Network", []string{"rpc-addr", "advertise-rpc-addr", "ui-addr", "allowed-hosts"}},
+	{"Gossip", []string{"gossip-addr", "join", "node-name", "gossip-profile", "gossip-key", "gossip-keyring-file", "gossip-delay"}},
+	{"Security: TLS and tokens", []string{"tls-cert", "tls-key", "tls-ca", "token-file", "insecure"}},
+	{"Assigner: timers, leases and preference", []string{"rebalance-delay", "rebalance-interval", "startup-grace", "job-lease-ttl",
+		"standby-poll-interval", "preference-margin", "preference-min-gain", "preference-recheck", "bridge-wait", "disable-bridge"}},
+	{"Limits: jobs and load reports", []string{"max-jobs", "max-slices-per-job", "max-load-reports-per-second", "load-report-burst"}},
+	{"Limits: RPC connections and streams", []string{"max-connections", "max-connections-per-ip", "idle-timeout", "read-header-timeout",
+		"ping-interval", "ping-timeout", "max-streams", "max-streams-per-connection", "max-starting-rpcs", "stream-write-timeout", "stream-send-budget-mib"}},
+	{"Logs and metrics", []string{"log-level", "log-format", "metrics-addr"}},
+}
+
+// agentFlags are the flags of slicerd without a command: a node, each in
+// its category of agentFlagCategories.
 func agentFlags() []cli.Flag {
+	category := map[string]string{}
+	for _, c := range agentFlagCategories {
+		for _, name := range c.flags {
+			category[name] = c.name
+		}
+	}
+	flags := agentFlagList()
+	for i, f := range flags {
+		flags[i] = withCategory(f, category[f.Names()[0]])
+	}
+	return flags
+}
+
+// withCategory returns a copy of f in category; f may be shared with other
+// commands, which list their flags without categories.
+func withCategory(f cli.Flag, category string) cli.Flag {
+	v := reflect.ValueOf(f).Elem()
+	c := reflect.New(v.Type())
+	c.Elem().Set(v)
+	c.Elem().FieldByName("Category").SetString(category)
+	return c.Interface().(cli.Flag)
+}
+
+func agentFlagList() []cli.Flag {
 	d := roles.DefaultConfig()
 	return append([]cli.Flag{
 		&cli.StringFlag{

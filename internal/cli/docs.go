@@ -72,12 +72,21 @@ func ReplaceFlagReference(doc, ref string) (string, error) {
 	return before + flagRefBegin + "\n" + ref + flagRefEnd + after, nil
 }
 
-// FlagReference renders the flags of app (a node) and of each of its
-// visible commands as Markdown tables: flag, environment variable, default
-// and meaning.
+// FlagReference renders the flags of app (a node, a table for each
+// category) and of each of its visible commands as Markdown tables: flag,
+// environment variable, default and meaning.
 func FlagReference(app *cli.App) string {
 	var b strings.Builder
-	writeFlagTable(&b, "slicerd", "a node (no command)", app.Flags, machineDefaults)
+	fmt.Fprintf(&b, "\n`slicerd`: a node (no command), its flags by category\n")
+	for _, c := range agentFlagCategories {
+		var flags []cli.Flag
+		for _, f := range app.Flags {
+			if cf, ok := f.(cli.CategorizableFlag); ok && cf.GetCategory() == c.name {
+				flags = append(flags, f)
+			}
+		}
+		writeFlagTable(&b, "", c.name, flags, machineDefaults)
+	}
 	var walk func(prefix string, cmds []*cli.Command)
 	walk = func(prefix string, cmds []*cli.Command) {
 		for _, c := range cmds {
@@ -118,8 +127,11 @@ func writeFlagTable(b *strings.Builder, name, usage string, flags []cli.Flag, de
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "\n`%s`: %s\n\n| flag | environment | default | meaning |\n|---|---|---|---|\n%s\n",
-		name, mdEscape(usage), strings.Join(rows, "\n"))
+	heading := fmt.Sprintf("`%s`: %s", name, mdEscape(usage))
+	if name == "" {
+		heading = "*" + mdEscape(usage) + "*" // a category of the flags of the command before
+	}
+	fmt.Fprintf(b, "\n%s\n\n| flag | environment | default | meaning |\n|---|---|---|---|\n%s\n", heading, strings.Join(rows, "\n"))
 }
 
 // flagDefault renders a flag's default: a value as code, a description

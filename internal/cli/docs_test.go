@@ -11,7 +11,8 @@ func TestFlagReferenceCoversEveryFlag(t *testing.T) {
 	app := NewApp("", io.Discard, io.Discard, VersionCommand(), JobCommand(), DemoCommand(), SimulateCommand(), TraceCommand(), DocsCommand())
 	ref := FlagReference(app)
 	for _, want := range []string{
-		"`slicerd`: a node (no command)",
+		"`slicerd`: a node (no command), its flags by category\n\n*Roles and store*\n\n| flag |",
+		"\n*Security: TLS and tokens*\n\n| flag | environment | default | meaning |\n|---|---|---|---|\n| `--tls-cert` |",
 		"| `--role` | `SLICERD_ROLE` |  | roles to run",
 		"| `--node-name` | `SLICERD_NODE_NAME` | the host name |",
 		"| `--rebalance-interval` | `SLICERD_REBALANCE_INTERVAL` | `10s` |",
@@ -29,6 +30,24 @@ func TestFlagReferenceCoversEveryFlag(t *testing.T) {
 		if !strings.Contains(ref, "| `--"+flag.Names()[0]+"` |") {
 			t.Errorf("flag reference lacks --%s", flag.Names()[0])
 		}
+	}
+	// Each agent flag is in exactly one category, and no category names
+	// a flag there is not.
+	seen := map[string]int{}
+	for _, c := range agentFlagCategories {
+		for _, name := range c.flags {
+			seen[name]++
+		}
+	}
+	for _, flag := range agentFlags() {
+		name := flag.Names()[0]
+		if seen[name] != 1 {
+			t.Errorf("--%s is in %d categories of agentFlagCategories; want 1", name, seen[name])
+		}
+		delete(seen, name)
+	}
+	for name := range seen {
+		t.Errorf("agentFlagCategories names --%s, which is not an agent flag", name)
 	}
 	for _, absent := range []string{"slicerd docs", "--help", "slicerd version`"} {
 		if strings.Contains(ref, absent) {
