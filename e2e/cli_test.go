@@ -297,3 +297,18 @@ func TestJobWatchStopsQuietly(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoStopsWithItsParent: the demo stops, cleanly, when the process that
+// started it is killed, as 'go run . demo' is when signalled ('go run' does
+// not pass the signal on). Here a shell stands for 'go run'.
+func TestDemoStopsWithItsParent(t *testing.T) {
+	parent := start(t, "sh running slicerd demo", "/bin/sh", "-c", `"$0" demo --rpc-addr 127.0.0.1:0 --gossip-addr 127.0.0.1:0 & wait`, bin.slicerd)
+	parent.waitLine(60*time.Second, "From another terminal")
+	parent.signal(syscall.SIGKILL)
+	// The demo shares the shell's output: it is closed, and wait returns,
+	// once the demo has exited too.
+	parent.wait(60 * time.Second)
+	if out := parent.output(); !strings.Contains(out, "== shutting down") || !strings.Contains(out, "== stopped cleanly") {
+		t.Errorf("the demo did not shut down cleanly when its parent died:\n%s", out)
+	}
+}

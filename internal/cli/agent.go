@@ -395,6 +395,11 @@ func runAgent(c *cli.Context) error {
 	}
 	ctx, stop := signalContext(c.Context, log)
 	defer stop()
+	// Built by 'go run', which does not pass signals on: stop when it does.
+	if selfCommand(os.Args[0]) == "go run ." && !stopWithParent() {
+		m.close()
+		return cli.Exit("the 'go run' that started slicerd has exited", 1)
+	}
 	agent, err := roles.New(ctx, cfg)
 	if err != nil {
 		m.close()

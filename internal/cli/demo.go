@@ -71,6 +71,11 @@ func runDemo(c *cli.Context) error {
 	}
 	ctx, stop := signalContext(c.Context, log)
 	defer stop()
+	// Stop with the process that started the demo, such as 'go run',
+	// which would not pass its signal on.
+	if !stopWithParent() {
+		return cli.Exit("the process that started slicerd demo has exited", 1)
+	}
 	err = demo.Run(ctx, opts, c.App.Writer)
 	if errors.Is(err, demo.ErrOptions) {
 		return usageError("%v", err)
