@@ -401,7 +401,7 @@ From another terminal, try:
   %[10]s job history --addr %[6]s %[1]s
   %[10]s job why --addr %[6]s %[1]s key-000042
   curl -s -H 'Content-Type: application/json' -d '{"job": "%[1]s"}' http://%[6]s/slicer.v1.JobService/GetJob
-  go run github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3 -plaintext %[6]s list
+  grpcurl -plaintext %[6]s list   # if you have grpcurl
 
 `, Job, ntasks, len(d.keys), d.step, d.step, rpcAddr, gossipAddr, dataDir, keep, d.command, d.metricsLine())
 }

@@ -82,7 +82,7 @@ func TestDemoOnce(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	text := out.String()
-	for _, want := range []string{"go run . job watch --addr 127.0.0.1:", "go run github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3 -plaintext",
+	for _, want := range []string{"go run . job watch --addr 127.0.0.1:", "grpcurl -plaintext 127.0.0.1:",
 		"/slicer.v1.JobService/GetJob", "Web UI (read-only): http://127.0.0.1:", "/ui/?job=kv\n", "== stopping kv-1", "== starting kv-3", "wrote 300 keys", "== stopped cleanly"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q", want)
