@@ -246,7 +246,7 @@ func (Codec) Unmarshal(b []byte, m any) error {
 	return nil
 }
 
-var errCodec = errors.New("roles: codec")
+var errCodec = errors.New("watch: codec")
 
 // sendBudget counts the bytes of stream send copies in flight.
 type sendBudget struct {
@@ -324,11 +324,11 @@ func WithLimits(h http.Handler, watch *SendWatch, budget int64) http.Handler {
 
 // errStreamSend ends a stream whose send failed, most often because its
 // reader fell behind by more than the stream write timeout.
-var errStreamSend = errors.New("roles: assignment stream send failed: the client stopped reading for longer than --stream-write-timeout, or went away; it can resume from its known generation")
+var errStreamSend = errors.New("watch: assignment stream send failed: the client stopped reading for longer than --stream-write-timeout, or went away; it can resume from its known generation")
 
 // errCompressedOverBudget ends a compressed stream that would exceed the
 // send budget: its copy cannot be shared.
-var errCompressedOverBudget = errors.New("roles: compressed assignment streams are over the node's --stream-send-budget-mib; watch without compressing the request, whose responses share one copy")
+var errCompressedOverBudget = errors.New("watch: compressed assignment streams are over the node's --stream-send-budget-mib; watch without compressing the request, whose responses share one copy")
 
 // sendShared returns the send function of a WatchAssignment stream, and
 // the function that ends its use, to be called when the stream ends.
