@@ -367,6 +367,10 @@ func (l *Latest) Stream(ctx context.Context, stopping <-chan struct{}, known ass
 	defer l.settle(sub, paceGone)
 	stop := context.AfterFunc(ctx, sub.signal)
 	defer stop()
+	// done is read once: ctx.Err walks the request's chain of contexts
+	// (the server's, the gate's, auth's, connect-go's) on every call, a
+	// cache miss per link at every wake of every stream.
+	done := ctx.Done()
 	for {
 		s := l.get()
 		switch {
@@ -388,7 +392,8 @@ func (l *Latest) Stream(ctx context.Context, stopping <-chan struct{}, known ass
 		l.settle(sub, paceIdle)
 		startgate.Waiting(ctx) // its start is over: it waits for a change
 		<-sub.wake
-		if ctx.Err() != nil {
+		select {
+		case <-done:
 			// The agent cancels every request's context when it stops.
 			select {
 			case <-stopping:
@@ -396,6 +401,7 @@ func (l *Latest) Stream(ctx context.Context, stopping <-chan struct{}, known ass
 			default:
 				return nil
 			}
+		default:
 		}
 	}
 }
