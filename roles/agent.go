@@ -97,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.stopCtx, a.stopCancel = context.WithCancel(context.Background())
 	a.sendWatch = watch.NewSendWatch(cfg.StreamWriteTimeout)
 	// At most maxStartingHandlers RPCs run their start at once, until
-	// they send their response headers or wait for an event; the others
+	// they answer or wait for an event; the others
 	// wait at the gate in arrival order. When 100,000 watch streams open
 	// at once (subscribers reconnecting after a restart), the scheduler's
 	// run queue stays near that number instead of holding every stream's

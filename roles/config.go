@@ -177,8 +177,8 @@ type Config struct {
 	// connection (its SETTINGS_MAX_CONCURRENT_STREAMS); a client over it
 	// waits for a stream to end or opens another connection.
 	MaxStreams, MaxStreamsPerConnection int
-	// MaxStartingRPCs caps the RPCs served at once until they send their
-	// response headers, wait for their request body or wait for an event
+	// MaxStartingRPCs caps the RPCs served at once until they answer,
+	// wait for their request body or wait for an event
 	// (internal/startgate); the others wait at the gate in arrival order.
 	// One that holds its place 100 ms stops counting. 0 chooses 32 per
 	// CPU, at least 64.

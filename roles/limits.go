@@ -188,7 +188,7 @@ func (a *Assigner) withinJobCap(sorted []string, held int) []string {
 const maxStartingRPCsLimit = 1 << 20
 
 // maxStartingHandlers is how many RPCs the node serves at once until they
-// send their response headers or wait (internal/startgate):
+// answer or wait (internal/startgate):
 // configured (--max-starting-rpcs), or by default 32 per CPU the Go
 // scheduler runs on, and at least 64. A handler on the CPU is done with
 // that part in a millisecond or less, so the default keeps every CPU

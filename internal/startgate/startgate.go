@@ -1,7 +1,9 @@
 // Package startgate bounds the RPC handlers that are starting at once.
 //
-// A handler is starting from when it enters the gate until it sends its
-// response headers, says it waits for an event (Waiting), or returns.
+// A handler is starting from when it enters the gate until it returns
+// (a unary RPC has then sent its answer) or says it waits for an event
+// (Waiting: a watch stream has sent what it had and waits for the next
+// change).
 // That is when it costs CPU: it decodes the request, checks who may call
 // it and builds its first response. When tens of thousands of streams
 // open at once (subscribers reconnecting after a restart) the HTTP/2
@@ -118,7 +120,7 @@ func (g *Gate) Wrap(h http.Handler) http.Handler {
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = &body{ReadCloser: r.Body, p: p}
 		}
-		h.ServeHTTP(&responseWriter{ResponseWriter: w, p: p}, r)
+		h.ServeHTTP(w, r)
 	})
 }
 
@@ -131,38 +133,6 @@ func Waiting(ctx context.Context) {
 		p.release(false)
 	}
 }
-
-// responseWriter gives the place back when the response headers go out.
-// It keeps the underlying writer's optional interfaces reachable:
-// http.ResponseController unwraps it, and connect-go asserts Flusher.
-type responseWriter struct {
-	http.ResponseWriter
-	p *place
-}
-
-func (w *responseWriter) WriteHeader(code int) {
-	w.ResponseWriter.WriteHeader(code)
-	if code >= 200 {
-		w.p.release(false)
-	}
-}
-
-func (w *responseWriter) Write(b []byte) (int, error) {
-	n, err := w.ResponseWriter.Write(b)
-	w.p.release(false)
-	return n, err
-}
-
-func (w *responseWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-	w.p.release(false)
-}
-
-// Unwrap lets http.ResponseController reach the server's writer
-// (deadlines, full duplex).
-func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // body gives the place back when a read waits longer than ReadGrace for
 // the peer.
