@@ -62,34 +62,42 @@ func forwardErr(p gossip.Peer, job, what string, err error) error {
 		what, job, p.Name, p.RPCAddr, err))
 }
 
+// forward sends msg, a request of procedure for job, on to the Assigner
+// r names, marked as forwarded for this request's caller, and returns
+// that Assigner's answer; what names the request in the error a caller
+// sees when that Assigner cannot be reached.
+func forward[Req, Resp any](ctx context.Context, a *Assigner, r lease.Route, procedure, what, job string, msg *Req) (*connect.Response[Resp], error) {
+	hc, base := a.rpcClients.Get(identity.Assigner, r.Peer.Name, r.Peer.RPCAddr)
+	req := connect.NewRequest(msg)
+	a.forwardRequest(ctx, req.Header(), r)
+	resp, err := connect.NewClient[Req, Resp](hc, base+procedure).CallUnary(ctx, req)
+	if err != nil {
+		return nil, forwardErr(r.Peer, job, what, err)
+	}
+	return resp, nil
+}
+
 // forwardLoad sends a load report on to the job's preferred Assigner.
 func (a *Assigner) forwardLoad(ctx context.Context, r lease.Route, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
-	p := r.Peer
-	client := slicerv1connect.NewLoadServiceClient(a.rpcClients.Get(identity.Assigner, p.Name, p.RPCAddr))
-	fwd := connect.NewRequest(req.Msg)
-	a.forwardRequest(ctx, fwd.Header(), r)
-	resp, err := client.ReportLoad(ctx, fwd)
-	if err != nil {
-		return nil, forwardErr(p, req.Msg.GetJob(), "a load report", err)
+	resp, err := forward[slicerv1.ReportLoadRequest, slicerv1.ReportLoadResponse](ctx, a, r,
+		slicerv1connect.LoadServiceReportLoadProcedure, "a load report", req.Msg.GetJob(), req.Msg)
+	if err == nil {
+		a.log.Debug("load report forwarded to the preferred assigner", "job", req.Msg.GetJob(), "task", req.Msg.GetTask(), "preferred", r.Peer.Name)
 	}
-	a.log.Debug("load report forwarded to the preferred assigner", "job", req.Msg.GetJob(), "task", req.Msg.GetTask(), "preferred", p.Name)
-	return resp, nil
+	return resp, err
 }
 
 // forwardConfig sends a configuration change on to the job's preferred
 // Assigner, and serves the stored result at once.
 func (a *Assigner) forwardConfig(ctx context.Context, r lease.Route, req *connect.Request[slicerv1.SetJobConfigRequest]) (*connect.Response[slicerv1.SetJobConfigResponse], error) {
-	p := r.Peer
-	client := slicerv1connect.NewJobServiceClient(a.rpcClients.Get(identity.Assigner, p.Name, p.RPCAddr))
-	fwd := connect.NewRequest(req.Msg)
-	a.forwardRequest(ctx, fwd.Header(), r)
-	resp, err := client.SetJobConfig(ctx, fwd)
+	resp, err := forward[slicerv1.SetJobConfigRequest, slicerv1.SetJobConfigResponse](ctx, a, r,
+		slicerv1connect.JobServiceSetJobConfigProcedure, "a configuration change", req.Msg.GetJob(), req.Msg)
 	if err != nil {
-		return nil, forwardErr(p, req.Msg.GetJob(), "a configuration change", err)
+		return nil, err
 	}
 	if err := a.refresh(ctx, req.Msg.GetJob()); err != nil {
 		a.log.Warn("reading a job configured through another assigner failed", "job", req.Msg.GetJob(), "err", err)
 	}
-	a.log.Info("job configuration forwarded to the preferred assigner", "job", req.Msg.GetJob(), "preferred", p.Name)
+	a.log.Info("job configuration forwarded to the preferred assigner", "job", req.Msg.GetJob(), "preferred", r.Peer.Name)
 	return resp, nil
 }

@@ -11,7 +11,6 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
-	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/roles/rpc"
 )
 
@@ -168,15 +167,9 @@ func (a *Assigner) ReportReady(ctx context.Context, req *connect.Request[slicerv
 	if err := assign.ValidateTaskName(m.GetTask()); err != nil {
 		return nil, rpc.ToConnect(fmt.Errorf("report ready: %w", err))
 	}
-	if r, forward := a.forwardTo(m.GetJob(), req.Header()); forward {
-		client := slicerv1connect.NewLoadServiceClient(a.rpcClients.Get(identity.Assigner, r.Peer.Name, r.Peer.RPCAddr))
-		fwd := connect.NewRequest(m)
-		a.forwardRequest(ctx, fwd.Header(), r)
-		resp, err := client.ReportReady(ctx, fwd)
-		if err != nil {
-			return nil, forwardErr(r.Peer, m.GetJob(), "a readiness report", err)
-		}
-		return resp, nil
+	if r, elsewhere := a.forwardTo(m.GetJob(), req.Header()); elsewhere {
+		return forward[slicerv1.ReportReadyRequest, slicerv1.ReportReadyResponse](ctx, a, r,
+			slicerv1connect.LoadServiceReportReadyProcedure, "a readiness report", m.GetJob(), m)
 	}
 	if _, err := a.acceptTaskReport(a.readyReports, "readiness", m.GetJob(), m.GetTask()); err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
-	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
@@ -66,7 +65,7 @@ func (a *Assigner) deleteJob(ctx context.Context, req *connect.Request[slicerv1.
 	if err := assign.ValidateJobName(name); err != nil {
 		return nil, rpc.ToConnect(err)
 	}
-	if p, forward := a.forwardTo(name, req.Header()); forward {
+	if p, elsewhere := a.forwardTo(name, req.Header()); elsewhere {
 		return a.forwardDelete(ctx, p, req)
 	}
 	// Ordered against SetJobConfig, so a configuration is never stored
@@ -102,16 +101,13 @@ func (a *Assigner) deleteJob(ctx context.Context, req *connect.Request[slicerv1.
 // once it succeeded, forgets the job here too, without waiting for the
 // store to report it.
 func (a *Assigner) forwardDelete(ctx context.Context, r lease.Route, req *connect.Request[slicerv1.DeleteJobRequest]) (*connect.Response[slicerv1.DeleteJobResponse], error) {
-	p := r.Peer
-	client := slicerv1connect.NewJobServiceClient(a.rpcClients.Get(identity.Assigner, p.Name, p.RPCAddr))
-	fwd := connect.NewRequest(req.Msg)
-	a.forwardRequest(ctx, fwd.Header(), r)
-	resp, err := client.DeleteJob(ctx, fwd)
+	resp, err := forward[slicerv1.DeleteJobRequest, slicerv1.DeleteJobResponse](ctx, a, r,
+		slicerv1connect.JobServiceDeleteJobProcedure, "a deletion", req.Msg.GetJob(), req.Msg)
 	if err != nil {
-		return nil, forwardErr(p, req.Msg.GetJob(), "a deletion", err)
+		return nil, err
 	}
 	a.forgetJob(req.Msg.GetJob())
-	a.log.Info("job deletion forwarded to the preferred assigner", "job", req.Msg.GetJob(), "preferred", p.Name)
+	a.log.Info("job deletion forwarded to the preferred assigner", "job", req.Msg.GetJob(), "preferred", r.Peer.Name)
 	return resp, nil
 }
 
