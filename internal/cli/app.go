@@ -55,6 +55,7 @@ func NewApp(version string, stdout, stderr io.Writer, commands ...*cli.Command) 
 // status: 0, 1 for a failure, 2 for a usage error.
 func Run(ctx context.Context, app *cli.App, args []string) int {
 	if err := app.RunContext(ctx, flagsFirst(app, args)); err != nil {
+		err = helpTopicError(app, args, err)
 		fmt.Fprintf(app.ErrWriter, "slicerd: %v\n", err)
 		var ec cli.ExitCoder
 		if errors.As(err, &ec) {
@@ -63,6 +64,34 @@ func Run(ctx context.Context, app *cli.App, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// helpTopicError turns the library's answer to 'slicerd [CMD...] help X'
+// for an unknown X ("No help topic for 'X'", exit 3) into the usage error
+// an unknown command gets; other errors pass.
+func helpTopicError(app *cli.App, args []string, err error) error {
+	var ec cli.ExitCoder
+	if !errors.As(err, &ec) || ec.ExitCode() != 3 {
+		return err
+	}
+	name, ok := strings.CutPrefix(err.Error(), "No help topic for '")
+	if !ok || !strings.HasSuffix(name, "'") {
+		return err
+	}
+	name = strings.TrimSuffix(name, "'")
+	parent, cmds := "slicerd", app.Commands
+	for _, a := range args[1:] {
+		if a == "help" || a == "h" {
+			break
+		}
+		for _, cmd := range cmds {
+			if cmd.HasName(a) {
+				parent, cmds = parent+" "+cmd.Name, cmd.Subcommands
+				break
+			}
+		}
+	}
+	return unknownCommandIn(name, parent, cmds)
 }
 
 // versionFlag is slicerd --version, which 'slicerd version' answers too.
@@ -167,8 +196,12 @@ func refuseUnknownSubcommands(cmd *cli.Command) {
 // unknownCommand reports c's first argument, which none of cmds is named,
 // with the name it most likely misspells and the names there are.
 func unknownCommand(c *cli.Context, cmds []*cli.Command) error {
-	name := c.Args().First()
-	parent := strings.TrimSpace("slicerd " + commandPath(c))
+	return unknownCommandIn(c.Args().First(), strings.TrimSpace("slicerd "+commandPath(c)), cmds)
+}
+
+// unknownCommandIn reports name, which none of cmds, the commands of
+// parent, is named.
+func unknownCommandIn(name, parent string, cmds []*cli.Command) error {
 	var names []string
 	for _, cmd := range cmds {
 		if !cmd.Hidden && cmd.Name != "help" {

@@ -81,6 +81,8 @@ func TestUnknownCommand(t *testing.T) {
 		{"--log-level debug jbo", `unknown command "jbo" for 'slicerd': did you mean 'job'?`},
 		{"task drian kv kv-0", `unknown command "drian" for 'slicerd task': did you mean 'drain'?`},
 		{"keyring lst", `unknown command "lst" for 'slicerd keyring': did you mean 'list'?`},
+		{"help jbo", `unknown command "jbo" for 'slicerd': did you mean 'job'?`},
+		{"job help sett", `unknown command "sett" for 'slicerd job': did you mean 'set'?`},
 		{"job xyzzy", `unknown command "xyzzy" for 'slicerd job' (commands: list, get, freeze, unfreeze, set, watch, delete, pin, unpin, history, why; see 'slicerd job --help')`},
 	} {
 		code, out := slicerd(t, strings.Fields(tc.args)...)
