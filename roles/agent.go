@@ -26,6 +26,7 @@ import (
 	"github.com/slicerd/slicerd/internal/startgate"
 	"github.com/slicerd/slicerd/internal/webui"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/assigner"
 	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/roles/distributor"
 	"github.com/slicerd/slicerd/roles/rpc"
@@ -52,7 +53,7 @@ type Agent struct {
 	hosts       *hostcheck.Checker
 	streams     *watch.Limiter
 	health      *grpchealth.StaticChecker
-	assigner    *Assigner
+	assigner    *assigner.Assigner
 	distributor *distributor.Distributor
 	backup      *distributor.Backup
 	services    []string
@@ -154,8 +155,20 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	a.streams = watch.NewLimiter(cfg.MaxStreams, refusalLogInterval, cfg.Logger.With("component", "rpc"))
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(watch.Codec{}), connect.WithInterceptors(a.streams, auth.Messages{})}
 	if cfg.has(gossip.RoleAssigner) {
-		a.assigner = newAssigner(cfg, a.store, a.leases, a, a.stopping)
-		a.assigner.verify, a.assigner.rawPeers = a.verify, a.rawPeers
+		acfg := assigner.Config{
+			Logger: cfg.Logger, NodeName: cfg.NodeName, Preference: cfg.Preference, TLS: cfg.TLS,
+			StandbyPollInterval: cfg.StandbyPollInterval, RebalanceDelay: cfg.RebalanceDelay,
+			StartupGrace: cfg.StartupGrace, RebalanceInterval: cfg.RebalanceInterval,
+			LoadHalfLife: cfg.LoadHalfLife, LoadHistoryInterval: cfg.LoadHistoryInterval, JobLeaseTTL: cfg.JobLeaseTTL,
+			MaxJobs: cfg.MaxJobs, MaxSlicesPerJob: cfg.MaxSlicesPerJob,
+			MaxLoadReportsPerSecond: cfg.MaxLoadReportsPerSecond, LoadReportBurst: cfg.LoadReportBurst,
+			DisableBridge: cfg.DisableBridge, BridgeWait: cfg.BridgeWait,
+			RawPeers: a.rawPeers, RefusalLogInterval: refusalLogInterval,
+		}
+		if a.verify != nil {
+			acfg.Register = a.verify.register
+		}
+		a.assigner = assigner.New(acfg, a.store, a.leases, a, a.stopping)
 		a.handle(mux, slicerv1connect.AssignerServiceName)(slicerv1connect.NewAssignerServiceHandler(a.assigner, opts...))
 		a.handle(mux, slicerv1connect.JobServiceName)(slicerv1connect.NewJobServiceHandler(a.assigner, opts...))
 		a.handle(mux, slicerv1connect.LoadServiceName)(slicerv1connect.NewLoadServiceHandler(a.assigner, opts...))
@@ -506,7 +519,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			select {
 			case <-gctx.Done():
 				return nil
-			case <-a.assigner.loaded:
+			case <-a.assigner.Loaded():
 			}
 		}
 		a.log.Info("slicerd ready", "node", a.cfg.NodeName, "roles", a.cfg.Roles, "rpc_addr", a.RPCAddr())

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,20 +22,16 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testlog"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
-	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
-	}
-	return slog.New(slog.DiscardHandler)
-}
+func testLogger(t testing.TB) *slog.Logger { return testlog.Logger(t) }
 
 func testConfig(t *testing.T, name, dataDir string, roles ...gossip.Role) Config {
 	cfg := TestConfig(name)
@@ -58,42 +52,6 @@ func testStore(t *testing.T) storage.Store {
 	}
 	t.Cleanup(func() { store.Close() })
 	return store
-}
-
-// testLeases maps each test store to the one embedded lease manager all
-// the test's Assigners on it share, as the agents of one process would.
-var testLeases sync.Map // storage.Store → lease.Manager
-
-// testAssigner builds an Assigner as the agent does, with the embedded
-// lease manager of store (nil for tests that never commit).
-func testAssigner(t *testing.T, cfg Config, store storage.Store, members membership, stopping <-chan struct{}) *Assigner {
-	t.Helper()
-	var leases lease.Manager
-	if b, ok := store.(*storage.Bolt); ok {
-		if m, ok := testLeases.Load(store); ok {
-			leases = m.(lease.Manager)
-		} else {
-			m, err := lease.NewEmbedded(context.Background(), b, lease.EmbeddedOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			testLeases.Store(store, m)
-			t.Cleanup(func() { testLeases.Delete(store); m.Close() })
-			leases = m
-		}
-	}
-	return newAssigner(cfg, store, leases, members, stopping)
-}
-
-// lead makes a take job's lease, as its leader does for a job it prefers,
-// so that a test can drive its decisions directly.
-func lead(t *testing.T, a *Assigner, job string) {
-	t.Helper()
-	a.leader.Evaluate(context.Background(), []string{job})
-	a.leader.Gained()
-	if _, held := a.leader.Held(job); !held {
-		t.Fatalf("assigner %s did not get the lease of job %s", a.self, job)
-	}
 }
 
 // running is an agent started in the background, stopped at cleanup.
@@ -134,22 +92,7 @@ func (r *running) stop(t testing.TB) {
 // taskMember joins gossip the way a Slicelet does.
 func taskMember(t *testing.T, job, task, join string) *gossip.Node {
 	t.Helper()
-	cfg := gossip.TestConfig(job + "/" + task)
-	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: job, Task: task, RPCAddr: "127.0.0.1:1" + fmt.Sprint(len(task))}
-	cfg.Logger = testLogger(t)
-	n, err := gossip.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Shutdown() })
-	// Retried: on a loaded machine one join can exceed the test profile's
-	// short TCP timeout.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := n.RetryJoin(ctx, []string{join}, 50*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return testnet.TaskMember(t, job, task, join, testLogger(t))
 }
 
 // seesTask waits until r's gossip view has task of job alive. A watch
@@ -523,7 +466,7 @@ func TestAgentReadyAndCheck(t *testing.T) {
 			}
 			if a.assigner != nil {
 				select {
-				case <-a.assigner.loaded:
+				case <-a.assigner.Loaded():
 				default:
 					t.Error("ready before the assigner loaded the stored jobs")
 				}

@@ -191,7 +191,7 @@ func TestLoadReportRateLimit(t *testing.T) {
 	node := startAgent(t, cfg)
 	taskMember(t, "kv", "kv-0", node.GossipAddr())
 	taskMember(t, "kv", "kv-1", node.GossipAddr())
-	testwait.For(t, "gossip to list both tasks", func() bool { return len(node.assigner.liveTaskNames("kv")) == 2 })
+	testwait.For(t, "gossip to list both tasks", func() bool { return len(node.assigner.LiveTasks("kv")) == 2 })
 	client := reportClient(t, node)
 	report := func(task string) error {
 		req := goodReport()
@@ -246,7 +246,7 @@ func TestMaxSlicesPerJobUnderForgedLoad(t *testing.T) {
 	node := startAgent(t, cfg)
 	taskMember(t, "kv", "kv-0", node.GossipAddr())
 	taskMember(t, "kv", "kv-1", node.GossipAddr())
-	testwait.For(t, "gossip to list both tasks", func() bool { return len(node.assigner.liveTaskNames("kv")) == 2 })
+	testwait.For(t, "gossip to list both tasks", func() bool { return len(node.assigner.LiveTasks("kv")) == 2 })
 	w := watchJob(t, node.RPCAddr(), "kv", false)
 	w.until(t, "the first assignment", hasTasks("kv-0", "kv-1"))
 	client := reportClient(t, node)
@@ -342,7 +342,7 @@ func TestSliceletRetriesRateLimitedReports(t *testing.T) {
 	<-sl.Ready()
 	testwait.For(t, "the Assigner to refuse three reports", func() bool {
 		sl.ReportLoadString("user:42", 1)
-		return node.assigner.reports.refused.Load() >= 3
+		return node.assigner.RefusedReports() >= 3
 	})
 	select {
 	case err := <-done:
@@ -352,39 +352,12 @@ func TestSliceletRetriesRateLimitedReports(t *testing.T) {
 	// The Assigner took the burst's one report. The Slicelet may not
 	// have seen it accepted: on a busy machine its report can outlast
 	// the 20 ms window it allows a report after the Assigner took it.
-	node.assigner.loads.mu.Lock()
-	_, stored := node.assigner.loads.jobs["kv"]["kv-0"]
-	node.assigner.loads.mu.Unlock()
+	stored := node.assigner.HasReport("kv", "kv-0")
 	if !stored {
 		t.Error("the Assigner holds no load of kv-0; want the burst's one report")
 	}
 	if got := sl.LoadReportsSent(); got > 1 {
 		t.Errorf("LoadReportsSent() = %d; want at most 1, the burst's one report", got)
-	}
-}
-
-// The buckets of tasks that stopped reporting are dropped once full, so
-// the limiter's memory follows the tasks that report.
-func TestReportLimiterForgetsIdleTasks(t *testing.T) {
-	r := newReportLimiter(10, 20)
-	t0 := time.Unix(1_000_000, 0)
-	for i := range 1024 {
-		if ok, _ := r.allow("kv", fmt.Sprintf("t%d", i), t0); !ok {
-			t.Fatalf("first report of task %d refused", i)
-		}
-	}
-	// t1 is still reporting when the sweep runs; the others have refilled.
-	for range 20 {
-		r.allow("kv", "t1", t0.Add(2*time.Second))
-	}
-	if ok, _ := r.allow("kv", "new", t0.Add(2*time.Second)); !ok {
-		t.Fatal("a new task's first report refused")
-	}
-	if got := len(r.tasks); got != 2 {
-		t.Errorf("%d buckets after the sweep; want 2 (the busy task and the new one)", got)
-	}
-	if ok, wait := r.allow("kv", "t1", t0.Add(2*time.Second)); ok || wait <= 0 {
-		t.Errorf("the busy task's 21st report in a row: allowed %v, wait %v; want refused with a wait", ok, wait)
 	}
 }
 

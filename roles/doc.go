@@ -1,14 +1,15 @@
-// Package roles is slicerd's agent and its Assigner.
+// Package roles is slicerd's agent: it wires the roles into one process,
+// any of an Assigner, a Distributor and a Backup, with one gossip member,
+// one store and one RPC server that speaks Connect, gRPC and gRPC-Web over
+// HTTP/2. New takes a validated Config and builds without starting; Run
+// runs everything under one errgroup and leaves gossip gracefully. It owns
+// the agent's configuration and its flags' validation, the store and
+// lease manager it opens, the certificate-backed view of gossip
+// (members.go), the keyring RPCs, the metrics it registers and the web
+// UI's mount. The roles themselves live beside it:
 //
-// The Agent (agent.go, config.go, metrics.go, ui.go) wires the roles into
-// one process: any of an Assigner, a Distributor and a Backup, one gossip
-// member, one store and one RPC server that speaks Connect, gRPC and
-// gRPC-Web over HTTP/2. New takes a validated Config and builds without
-// starting; Run runs everything under one errgroup and leaves gossip
-// gracefully. The Assigner (assigner.go and the files it names) generates,
-// stores and publishes assignments. The rest of the family lives beside
-// it:
-//
+//   - roles/assigner: the Assigner, which generates, stores and publishes
+//     assignments;
 //   - roles/distributor: the Distributor (fans assignments out, pulling
 //     from the Assigner) and the Backup (serves them straight from the
 //     store);
@@ -21,42 +22,4 @@
 //
 // Data flows one way: gossip membership → Assigner → store → Distributor →
 // subscribers; the Backup reads the store directly.
-//
-// Several Assigners may share one store (etcd). One Assigner at a time
-// writes a job: the holder of the job's lease (package lease), which the
-// lease manager grants to one holder for a TTL (--job-lease-ttl), with an
-// epoch above every epoch granted for the job before. Proximity decides
-// who tries to take it: each Assigner's lease.Leader asks for the leases
-// of the jobs it is preferred for (the live Assigner nearest the job's
-// tasks by gossip's network coordinates, lease.Preference, which every
-// Assigner, Distributor and Slicelet computes alike), adopts a job whose
-// preferred Assigner does not generate it, and gives a lease up once
-// another live Assigner is preferred. An Assigner that gains a lease
-// re-reads the stored record and commits a takeover generation before it
-// decides for the job; the others follow the store, serve reads from it,
-// and forward load reports, configuration writes and deletions to the
-// holder (lease.Leader.Target), or to the preferred Assigner while nobody
-// holds the lease.
-//
-// Every commit of an assignment is fenced by the job lease: the Assigner
-// checks it still holds the lease just before writing, and the store
-// applies the commit only if the lease's epoch is still the newest granted
-// (storage.Fencer, checked in the same bbolt or etcd transaction as the
-// write). An Assigner that was paused or partitioned past its lease
-// therefore cannot commit once another holds the job, however late its
-// write arrives; it gets storage.ErrFenced, drops the lease and stops
-// deciding for the job. The commit is also conditional on the generation
-// it read, so an Assigner whose view of the store is behind (say, a new
-// holder whose watch has not yet delivered its predecessor's last commit)
-// gets storage.ErrConflict, re-reads and decides again: generations only
-// grow, and none is lost or committed twice. Configuration writes are not
-// fenced; they replace the stored configuration whole, and the holder
-// rebalances under it.
-//
-// For a strongly consistent job the holder also moves the job's guard and
-// bridge leases, which tell its tasks which keys they may serve (see
-// docs/consistency.md). Those steps are fenced by the same job lease: the
-// manager refuses them under a lease that is no longer the job's
-// (lease.ErrLost), so an Assigner that lost the job cannot move the guard,
-// and the next holder carries on from the guard and bridge it finds.
 package roles

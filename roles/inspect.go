@@ -7,7 +7,7 @@ package roles
 func (a *Agent) PreferredAssigner(job string) string {
 	switch {
 	case a.assigner != nil:
-		return a.assigner.leader.PreferredName(job)
+		return a.assigner.Preferred(job)
 	case a.distributor != nil:
 		return a.distributor.Preferred(job)
 	}
@@ -20,14 +20,7 @@ func (a *Agent) Leads(job string) bool {
 	if a.assigner == nil {
 		return false
 	}
-	held, ok := a.assigner.leader.Held(job)
-	if !ok {
-		return false
-	}
-	a.assigner.mu.Lock()
-	defer a.assigner.mu.Unlock()
-	j := a.assigner.jobs[job]
-	return j != nil && j.takenOver == held.Epoch
+	return a.assigner.Leads(job)
 }
 
 // PullsFrom returns the name of the Assigner this agent's Distributor
@@ -45,5 +38,5 @@ func (a *Agent) ForwardedWrites() uint64 {
 	if a.assigner == nil {
 		return 0
 	}
-	return a.assigner.forwarded.Load()
+	return a.assigner.Forwarded()
 }

@@ -19,10 +19,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
-	"github.com/slicerd/slicerd/roles/rpc"
-	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
-	"github.com/slicerd/slicerd/storage/storagetest"
 )
 
 // logLines collects an agent's JSON log lines.
@@ -95,7 +92,7 @@ func TestDeleteJob(t *testing.T) {
 	}
 
 	task.Shutdown()
-	testwait.For(t, "gossip to see the task gone", func() bool { return len(node.assigner.tasksOf("kv", true)) == 0 })
+	testwait.For(t, "gossip to see the task gone", func() bool { return len(node.assigner.LiveTasks("kv")) == 0 })
 	resp, err := del("kv")
 	if err != nil {
 		t.Fatalf("DeleteJob after the task left: %v", err)
@@ -181,45 +178,5 @@ func TestDeleteJob(t *testing.T) {
 	again := watchJob(t, node.RPCAddr(), "kv", false).until(t, "the job created again", hasTasks("t1"))
 	if again.Generation <= deletedAt {
 		t.Errorf("the job created again is at generation %d, not above the %d it was deleted at", again.Generation, deletedAt)
-	}
-}
-
-// A refresh that read the stored record before the job was deleted must not
-// bring it back when it goes on after the deletion.
-func TestDeletedJobNotRecreatedByStaleRefresh(t *testing.T) {
-	ctx := context.Background()
-	bolt := testStore(t)
-	store := &orderedStore{Store: bolt}
-	if err := bolt.Commit(ctx, "kv", 0, storagetest.Assignment("kv", 1, 2, 2)); err != nil {
-		t.Fatal(err)
-	}
-	a := soloAssigner(t, store)
-	j, err := a.job(ctx, "kv", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	streamed := make(chan error, 1)
-	go func() {
-		streamed <- j.pub.Stream(ctx, nil, j.pub.Current().Version(), false, "", func(*watch.Message) error { return nil })
-	}()
-	store.afterLoad = func() {
-		if _, err := a.DeleteJob(ctx, connect.NewRequest(&slicerv1.DeleteJobRequest{Job: "kv"})); err != nil {
-			t.Errorf("DeleteJob: %v", err)
-		}
-	}
-	if err := a.refresh(ctx, "kv"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-streamed; connect.CodeOf(err) != connect.CodeNotFound {
-		t.Errorf("a stream of the deleted job ended with %v, want NOT_FOUND", err)
-	}
-	if _, ok := a.known("kv"); ok {
-		t.Fatal("a refresh that read the job before its deletion brought it back")
-	}
-	if _, err := a.job(ctx, "kv", false); !errors.Is(err, rpc.ErrUnknownJob) {
-		t.Errorf("the deleted job: %v, want rpc.ErrUnknownJob", err)
-	}
-	if _, err := bolt.Load(ctx, "kv"); !errors.Is(err, storage.ErrNotFound) {
-		t.Errorf("the store still holds the deleted job: %v", err)
 	}
 }

@@ -1,16 +1,12 @@
 package roles
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/metrics"
-	"github.com/slicerd/slicerd/storage"
 )
 
 // The agent's Prometheus metrics, registered with Config.Registerer by New
@@ -22,11 +18,7 @@ import (
 // docs/operations.md lists them all.
 
 // Histogram buckets, in seconds.
-var (
-	// commitBuckets span a bbolt commit on a fast disk (0.5 ms) to an etcd
-	// commit across a struggling cluster (8 s).
-	commitBuckets = prometheus.ExponentialBuckets(0.0005, 2, 15)
-)
+var ()
 
 // registerMetrics registers the agent's metrics with reg and has the roles
 // count theirs. It is called by New once the roles exist; nil reg does
@@ -50,7 +42,7 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 		}, func() float64 { return float64(a.sendWatch.Timeouts()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: metrics.Name("rpc", "parked_handlers_total"),
-			Help: "RPCs that held one of the node's places for starting RPCs 100-200 ms without answering or waiting for an event, and stopped counting (slow handlers; see docs/operations.md).",
+			Help: "RPCs that held one of the node's places for starting RPCs 100 ms without answering or waiting for an event, and stopped counting (slow handlers; see docs/operations.md).",
 		}, func() float64 { return float64(a.gate.Parked()) }),
 		newMembersCollector(a.rawPeers),
 	}
@@ -58,10 +50,7 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 		cs = append(cs, a.distributor.Collectors()...)
 	}
 	if a.assigner != nil {
-		m := newStoreMetrics()
-		a.assigner.storeMetrics = m
-		cs = append(cs, m.duration, m.conflicts, m.errors)
-		cs = append(cs, a.assigner.metricCollectors()...)
+		cs = append(cs, a.assigner.Collectors()...)
 	}
 	return registerAll(reg, cs...)
 }
@@ -103,56 +92,5 @@ func (c membersCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, s := range memberStates {
 		ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(counts[s]), s.String())
-	}
-}
-
-// storeMetrics time the Assigner's commits to the store.
-type storeMetrics struct {
-	duration  prometheus.Histogram
-	conflicts *prometheus.CounterVec
-	errors    prometheus.Counter
-	// conflicts by reason, resolved once
-	generation, lease prometheus.Counter
-}
-
-func newStoreMetrics() *storeMetrics {
-	m := &storeMetrics{
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    metrics.Name("store", "commit_duration_seconds"),
-			Help:    "Seconds the Assigner's conditional commits of assignments to the store took, successful or not.",
-			Buckets: commitBuckets,
-		}),
-		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metrics.Name("store", "commit_conflicts_total"),
-			Help: "Assigner commits the store refused, by reason: generation (another commit came first; the Assigner rebases and retries) " +
-				"or lease (the job's lease moved to another Assigner).",
-		}, []string{"reason"}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: metrics.Name("store", "commit_errors_total"),
-			Help: "Assigner commits that failed for another reason than a conflict (store unreachable, invalid or unreadable data).",
-		}),
-	}
-	m.generation = m.conflicts.WithLabelValues("generation")
-	m.lease = m.conflicts.WithLabelValues("lease")
-	return m
-}
-
-// commitDone records one commit that took d and returned err: the
-// Assigner's commit calls it for every commit, recorded or not.
-func (m *storeMetrics) commitDone(d time.Duration, err error) {
-	if m == nil {
-		return
-	}
-	m.duration.Observe(d.Seconds())
-	switch {
-	case err == nil:
-	case errors.Is(err, storage.ErrConflict):
-		m.generation.Inc()
-	case errors.Is(err, storage.ErrFenced):
-		m.lease.Inc()
-	case errors.Is(err, context.Canceled):
-		// The agent is stopping: not the store's doing.
-	default:
-		m.errors.Inc()
 	}
 }

@@ -7,17 +7,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/internal/metrics"
 	"github.com/slicerd/slicerd/internal/metrics/metricstest"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/slicelet"
-	"github.com/slicerd/slicerd/storage"
 )
 
 // TestMetrics runs an agent, two tasks and a Clerk on one registry, as a
@@ -161,7 +158,7 @@ func TestMetricsOffRegistersNothing(t *testing.T) {
 	if node.distributor.Counting() {
 		t.Error("distributor counts sends without a registerer")
 	}
-	if node.assigner.storeMetrics != nil || node.assigner.metrics != nil {
+	if node.assigner.Counting() {
 		t.Error("assigner counts commits and decisions without a registerer")
 	}
 }
@@ -181,36 +178,5 @@ func TestMetricsRegistererConflict(t *testing.T) {
 	}
 	if after := len(metricstest.Names(t, reg, "")); after != before {
 		t.Errorf("the refused agent left metrics behind: %d families, want %d", after, before)
-	}
-}
-
-func TestStoreCommitMetrics(t *testing.T) {
-	m := newStoreMetrics()
-	m.commitDone(time.Millisecond, nil)
-	m.commitDone(time.Millisecond, fmt.Errorf("commit: %w", storage.ErrConflict))
-	m.commitDone(time.Millisecond, fmt.Errorf("commit: %w", storage.ErrFenced))
-	m.commitDone(time.Millisecond, fmt.Errorf("commit: %w", storage.ErrFenced))
-	m.commitDone(time.Millisecond, errors.New("etcd: no leader"))
-	m.commitDone(time.Millisecond, context.Canceled)
-	for _, tc := range []struct {
-		name string
-		c    prometheus.Collector
-		want float64
-	}{
-		{"conflicts by generation", m.generation, 1},
-		{"conflicts by lease", m.lease, 2},
-		{"errors", m.errors, 1},
-	} {
-		if got := testutil.ToFloat64(tc.c); got != tc.want {
-			t.Errorf("%s = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-	if n := testutil.CollectAndCount(m.duration); n != 1 {
-		t.Fatalf("duration histogram has %d series, want 1", n)
-	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(m.duration)
-	if v, _ := metricstest.Value(t, reg, "slicerd_store_commit_duration_seconds"); v != 6 {
-		t.Errorf("commit durations observed = %v, want 6", v)
 	}
 }

@@ -281,7 +281,7 @@ func TestTLSForwardsWithCallerIdentity(t *testing.T) {
 	<-sl.Ready()
 	var other *running // the Assigner kv's writes are forwarded from
 	testwait.For(t, "both assigners to agree on kv's preferred assigner", func() bool {
-		p1, p2 := a1.assigner.leader.PreferredName("kv"), a2.assigner.leader.PreferredName("kv")
+		p1, p2 := a1.assigner.Preferred("kv"), a2.assigner.Preferred("kv")
 		if p1 == "" || p1 != p2 {
 			return false
 		}

@@ -9,6 +9,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/internal/webui"
+	"github.com/slicerd/slicerd/roles/assigner"
 	"github.com/slicerd/slicerd/roles/distributor"
 )
 
@@ -65,7 +66,7 @@ func (a *Agent) newUIHandler() http.Handler {
 // answer UNIMPLEMENTED.
 type readOnlyJobs struct {
 	slicerv1connect.UnimplementedJobServiceHandler
-	a *Assigner
+	a *assigner.Assigner
 }
 
 func (r readOnlyJobs) ListJobs(ctx context.Context, req *connect.Request[slicerv1.ListJobsRequest]) (*connect.Response[slicerv1.ListJobsResponse], error) {

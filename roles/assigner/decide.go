@@ -1,0 +1,87 @@
+package assigner
+
+import (
+	"github.com/slicerd/slicerd/assign"
+)
+
+// decide computes a job's next assignment for a decision taken for why.
+//
+// Only the periodic load-driven decision moves load. A decision for a
+// change of membership or configuration, or a takeover, moves only what it
+// must (assign.Membership): a departed task's keys, replicas the
+// configuration adds or drops, a joiner's fair share. So a dying task moves
+// nothing else, and an Assigner taking over a job whose tasks are all
+// still live keeps the stored assignment: the load it has seen by then may
+// be partial or measured under an older assignment, and a load decision
+// commits only when it lowers the imbalance, after fresh reports (see
+// balanceAll). When every key moves anyway (the job's first assignment, or
+// no task of the current one live), the algorithm decides with the load at
+// once; with load balancing off it never sees load.
+//
+// A frozen job (assign.Config.Frozen) takes no load-driven decision at
+// all. A load-driven decision taken while the live tasks differ from the
+// current assignment's changes nothing: the membership decision that the
+// same change armed goes first, and load moves at a later tick.
+func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Task, load assign.Load, cfg assign.Config, why trigger) (*assign.Assignment, assign.Decision, error) {
+	switch {
+	case why == triggerLoad && (cfg.Frozen || !settled(cur, cfg.Controls(live))):
+		return cur, assign.Decision{}, nil
+	case why == triggerLoad || a.interval == 0 || !keepsTask(cur, live):
+		return algorithmOf(cfg).Decide(name, cur, live, load, cfg)
+	}
+	return assign.Membership(name, cur, live, load, cfg)
+}
+
+// algorithmOf returns the job's algorithm (assign.Config.Algorithm,
+// weighted-move by default). A stored configuration was validated, so the
+// name is known; one that is not (written by a newer slicerd) falls back
+// to weighted-move rather than stopping the job's decisions.
+func algorithmOf(cfg assign.Config) assign.Algorithm {
+	if cfg.Algorithm != "" {
+		if alg, err := assign.AlgorithmByName(cfg.Algorithm); err == nil {
+			return alg
+		}
+	}
+	return assign.NewWeightedMove()
+}
+
+// settled reports whether cur already reflects the live tasks (sorted by
+// name): every task of cur is live at the same address and not draining,
+// and every live task cur does not list is one that takes no new slices
+// (cordoned or draining). Capacities and limits are not compared:
+// assignments do not record them.
+func settled(cur *assign.Assignment, live []assign.Task) bool {
+	if cur == nil {
+		return false
+	}
+	i := 0
+	for _, t := range live {
+		if i < len(cur.Tasks) && cur.Tasks[i].Name == t.Name {
+			if cur.Tasks[i].Addr != t.Addr || t.Draining {
+				return false
+			}
+			i++
+			continue
+		}
+		if i < len(cur.Tasks) && cur.Tasks[i].Name < t.Name {
+			return false // a task of cur is not live
+		}
+		if !t.Draining && !t.Cordoned {
+			return false // a live task cur has not placed yet
+		}
+	}
+	return i == len(cur.Tasks)
+}
+
+// keepsTask reports whether a task of cur is among live.
+func keepsTask(cur *assign.Assignment, live []assign.Task) bool {
+	if cur == nil {
+		return false
+	}
+	for _, t := range live {
+		if _, ok := cur.TaskIndex(t.Name); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,279 @@
+package assigner
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/roles/rpc"
+)
+
+// A report's window must lie in [minWindowSeconds, maxWindowSeconds]: a
+// millisecond keeps rates finite, a day is far beyond any sane window.
+const (
+	minWindowSeconds = 1e-3
+	maxWindowSeconds = 86400
+)
+
+// loadReport is one task's latest load report, as a rate per second.
+type loadReport struct {
+	generation uint64
+	window     time.Duration
+	rate       assign.Load // load per second, sorted and non-overlapping
+	unowned    float64     // unowned load per second
+	at         time.Time   // when the report arrived
+}
+
+// loads holds, per job, the latest report of each task.
+type loads struct {
+	halfLife time.Duration
+	now      func() time.Time
+
+	mu   sync.Mutex
+	jobs map[string]map[string]*loadReport // job → task → report
+}
+
+func newLoads(halfLife time.Duration) *loads {
+	return &loads{halfLife: halfLife, now: time.Now, jobs: make(map[string]map[string]*loadReport)}
+}
+
+// loadFromProto validates a report and converts it to load per second.
+func loadFromProto(m *slicerv1.ReportLoadRequest) (*loadReport, error) {
+	if err := assign.ValidateJobName(m.GetJob()); err != nil {
+		return nil, err
+	}
+	if err := assign.ValidateTaskName(m.GetTask()); err != nil {
+		return nil, err
+	}
+	w := m.GetWindowSeconds()
+	if !(w >= minWindowSeconds && w <= maxWindowSeconds) { // also rejects NaN
+		return nil, fmt.Errorf("%w: window_seconds %g is not in [%g, %d]; report the length of the measurement window in seconds",
+			assign.ErrInvalidLoad, w, minWindowSeconds, maxWindowSeconds)
+	}
+	if err := assign.ValidateLoadValue(m.GetUnownedLoad()); err != nil {
+		return nil, fmt.Errorf("unowned_load: %w", err)
+	}
+	l := make(assign.Load, len(m.GetSlices()))
+	for i, s := range m.GetSlices() {
+		l[i] = assign.LoadEntry{Start: assign.SliceKey(s.GetStart()), End: assign.SliceKey(s.GetEnd()), Load: s.GetLoad(), Bytes: s.GetBytes()}
+	}
+	if err := l.Validate(); err != nil {
+		return nil, fmt.Errorf("slices: %w", err)
+	}
+	for i := range l {
+		l[i].Load /= w // a rate; bytes are a gauge and stay as reported
+	}
+	return &loadReport{
+		generation: m.GetGeneration(),
+		window:     time.Duration(w * float64(time.Second)),
+		rate:       l,
+		unowned:    m.GetUnownedLoad() / w,
+	}, nil
+}
+
+// ReportLoad implements slicerv1connect.LoadServiceHandler: it validates
+// the report, checks that gossip lists the task as an alive member of the
+// job, and replaces the task's previous report. It does not trigger a
+// decision; the load is read at the next one. A report for a job another
+// Assigner is preferred for is forwarded to that Assigner.
+func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
+	m := req.Msg
+	if err := a.checkReportSize(m.GetJob(), m.GetTask(), len(m.GetSlices())); err != nil {
+		return nil, rpc.ToConnect(err)
+	}
+	r, err := loadFromProto(m)
+	if err != nil {
+		return nil, rpc.ToConnect(fmt.Errorf("report load from %s/%s: %w", m.GetJob(), m.GetTask(), err))
+	}
+	if p, elsewhere := a.forwardTo(m.GetJob(), req.Header()); elsewhere {
+		return a.forwardLoad(ctx, p, req)
+	}
+	live, err := a.acceptTaskReport(a.reports, "load", m.GetJob(), m.GetTask())
+	if err != nil {
+		return nil, err
+	}
+	a.loads.put(m.GetJob(), m.GetTask(), r, live)
+	a.log.Debug("load report", "job", m.GetJob(), "task", m.GetTask(), "generation", r.generation,
+		"window", r.window, "slices", len(r.rate), "rate", r.rate.Total(), "unowned_rate", r.unowned,
+		"rejected_reports", m.GetRejectedReports())
+	return connect.NewResponse(&slicerv1.ReportLoadResponse{}), nil
+}
+
+// acceptTaskReport checks that task is an alive member of job in gossip
+// and within its rate of reports of this kind (limits, "load" or
+// "readiness"), and returns the job's live task names.
+func (a *Assigner) acceptTaskReport(limits *reportLimiter, kind, job, task string) ([]string, error) {
+	live := a.liveTaskNames(job)
+	if _, ok := slices.BinarySearch(live, task); !ok {
+		return nil, rpc.ToConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
+			"start the task's Slicelet (it joins gossip before reporting) or wait until gossip has seen it join",
+			rpc.ErrNotMember, task, job))
+	}
+	if err := limitReport(limits, kind, job, task); err != nil {
+		return nil, rpc.ToConnect(err)
+	}
+	return live, nil
+}
+
+// liveTaskNames lists the names of the job's alive tasks, sorted.
+func (a *Assigner) liveTaskNames(job string) []string {
+	tasks := a.tasksOf(job, true)
+	names := make([]string, len(tasks))
+	for i, t := range tasks {
+		names[i] = t.Name
+	}
+	return names
+}
+
+// put stores r as task's latest report and drops the reports of tasks
+// no longer in live (sorted).
+func (l *loads) put(job, task string, r *loadReport, live []string) {
+	r.at = l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	reps := l.jobs[job]
+	if reps == nil {
+		reps = make(map[string]*loadReport)
+		l.jobs[job] = reps
+	}
+	reps[task] = r
+	prune(reps, live)
+}
+
+// prune drops the reports of tasks not in live (sorted).
+func prune(reps map[string]*loadReport, live []string) {
+	for name := range reps {
+		if _, ok := slices.BinarySearch(live, name); !ok {
+			delete(reps, name)
+		}
+	}
+}
+
+// pruneLoads drops the reports of every task that has left its job, so
+// memory follows membership.
+func (a *Assigner) pruneLoads() {
+	alive := make(map[string][]string)
+	for _, p := range a.members.Peers() {
+		if p.Has(gossip.RoleTask) && p.Status == gossip.StatusAlive {
+			alive[p.Job] = append(alive[p.Job], p.Task)
+		}
+	}
+	a.loads.mu.Lock()
+	defer a.loads.mu.Unlock()
+	for job, reps := range a.loads.jobs {
+		live := alive[job]
+		slices.Sort(live)
+		prune(reps, live)
+		if len(reps) == 0 {
+			delete(a.loads.jobs, job)
+		}
+	}
+}
+
+// jobLoad merges the latest reports of the job's live tasks into one load
+// (per second). Ranges several tasks report (replicas, or tasks measuring
+// under different generations) add up. A report is taken at full weight
+// until its window has passed again (the next report is due), then
+// decays with the configured half-life, so a task that stopped reporting
+// fades out instead of pinning its last load.
+func (a *Assigner) jobLoad(job string) assign.Load {
+	live := a.liveTaskNames(job)
+	a.loads.mu.Lock()
+	reps := a.loads.jobs[job]
+	now := a.loads.now()
+	var parts []assign.Load
+	for task, r := range reps {
+		if _, ok := slices.BinarySearch(live, task); !ok {
+			continue // departed; pruneLoads drops it
+		}
+		w := a.loads.weight(r, now)
+		if w == 1 {
+			parts = append(parts, r.rate)
+			continue
+		}
+		scaled := slices.Clone(r.rate)
+		for i := range scaled {
+			scaled[i].Load *= w
+		}
+		parts = append(parts, scaled)
+	}
+	a.loads.mu.Unlock()
+	return assign.MergeLoads(parts...)
+}
+
+// weight is how much r still counts at now: 1 until one window past its
+// arrival, then halving every half-life.
+func (l *loads) weight(r *loadReport, now time.Time) float64 {
+	stale := now.Sub(r.at) - r.window
+	if stale <= 0 || l.halfLife <= 0 {
+		return 1
+	}
+	return math.Exp2(-float64(stale) / float64(l.halfLife))
+}
+
+// reportingJobs lists, sorted, the jobs with at least one load report.
+func (l *loads) reportingJobs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	names := make([]string, 0, len(l.jobs))
+	for job, reps := range l.jobs {
+		if len(reps) > 0 {
+			names = append(names, job)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// fresh reports whether every task reporting load for job has reported
+// since the time since, or is overdue (a window has passed since then
+// without its report).
+//
+// A decision right after a commit would otherwise see, for every range it
+// moved, only the old task's report: the new task has not yet reported
+// serving it, and the old one's next report will not show it any more, so
+// the same moves could be repeated or undone on a stale picture. Waiting
+// for reports measured wholly after the commit would be more exact still,
+// but costs a second window per decision; since Slicelets report hot keys
+// as their own entries, the part of a window before the commit misleads
+// little.
+func (l *loads) fresh(job string, since time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	for _, r := range l.jobs[job] {
+		if !r.at.After(since) && now.Sub(since) < r.window {
+			return false
+		}
+	}
+	return true
+}
+
+// reportingAmong counts the tasks in live (sorted) with a load report for
+// job.
+func (l *loads) reportingAmong(job string, live []string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for task := range l.jobs[job] {
+		if _, ok := slices.BinarySearch(live, task); ok {
+			n++
+		}
+	}
+	return n
+}
+
+// reporting counts the tasks with a load report for job.
+func (l *loads) reporting(job string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.jobs[job])
+}

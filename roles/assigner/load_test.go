@@ -1,0 +1,154 @@
+package assigner
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/roles/rpc"
+)
+
+// fakeMembers is a membership whose peers the test sets.
+type fakeMembers struct {
+	mu    sync.Mutex
+	peers []gossip.Peer
+}
+
+func (f *fakeMembers) Peers() []gossip.Peer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]gossip.Peer(nil), f.peers...)
+}
+
+func (f *fakeMembers) Changes() (<-chan struct{}, func()) { return nil, func() {} }
+
+func (f *fakeMembers) set(job string, tasks ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.peers = nil
+	for _, name := range tasks {
+		f.peers = append(f.peers, gossip.Peer{Name: job + "/" + name, Roles: []gossip.Role{gossip.RoleTask},
+			Job: job, Task: name, Status: gossip.StatusAlive})
+	}
+}
+
+func TestJobLoadMergesDecaysAndPrunes(t *testing.T) {
+	members := &fakeMembers{}
+	members.set("kv", "a", "b")
+	cfg := testConfig(t, "n")
+	cfg.LoadHalfLife = 10 * time.Second
+	as := testAssigner(t, cfg, nil, members, nil)
+	now := time.Unix(1000, 0)
+	as.loads.now = func() time.Time { return now }
+
+	report := func(task string, slices ...*slicerv1.SliceLoad) {
+		t.Helper()
+		req := &slicerv1.ReportLoadRequest{Job: "kv", Task: task, Generation: 1, WindowSeconds: 2, Slices: slices}
+		if _, err := as.ReportLoad(context.Background(), connect.NewRequest(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Replicas of [0, 100) add up; b measured under other slice bounds.
+	report("a", &slicerv1.SliceLoad{Start: 0, End: 100, Load: 20})
+	report("b", &slicerv1.SliceLoad{Start: 50, End: 150, Load: 40})
+	want := assign.Load{{Start: 0, End: 50, Load: 5}, {Start: 50, End: 100, Load: 15}, {Start: 100, End: 150, Load: 10}}
+	check := func(what string, want assign.Load) {
+		t.Helper()
+		got := as.jobLoad("kv")
+		if err := got.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: job load %v, want %v", what, got, want)
+		}
+		for i := range got {
+			if got[i].Start != want[i].Start || got[i].End != want[i].End || math.Abs(got[i].Load-want[i].Load) > 1e-9 {
+				t.Fatalf("%s: job load %v, want %v", what, got, want)
+			}
+		}
+	}
+	check("fresh", want)
+
+	// A newer report from a replaces its previous one.
+	report("a", &slicerv1.SliceLoad{Start: 0, End: 100, Load: 40})
+	want = assign.Load{{Start: 0, End: 50, Load: 10}, {Start: 50, End: 100, Load: 20}, {Start: 100, End: 150, Load: 10}}
+	check("replaced", want)
+
+	// One window after arrival the reports are still at full weight; one
+	// half-life later they count half.
+	now = now.Add(2 * time.Second)
+	check("one window old", want)
+	now = now.Add(10 * time.Second)
+	for i := range want {
+		want[i].Load /= 2
+	}
+	check("one half-life stale", want)
+
+	// b leaves the job: its report goes.
+	members.set("kv", "a")
+	check("b left", assign.Load{{Start: 0, End: 100, Load: 10}})
+	members.set("kv")
+	as.pruneLoads()
+	as.loads.mu.Lock()
+	n := len(as.loads.jobs)
+	as.loads.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d jobs keep load after every task left", n)
+	}
+
+	_, err := as.ReportLoad(context.Background(), connect.NewRequest(goodReport()))
+	if !errors.Is(err, rpc.ErrNotMember) || connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("report after leaving = %v, want rpc.ErrNotMember", err)
+	}
+}
+
+func FuzzReportLoadRequest(f *testing.F) {
+	for _, r := range []*slicerv1.ReportLoadRequest{
+		goodReport(),
+		{},
+		{Job: "kv", Task: "t", WindowSeconds: 1e-3, Slices: []*slicerv1.SliceLoad{{Start: 1, End: 2, Load: assign.MaxLoad}}},
+		{Job: "kv", Task: "t", WindowSeconds: 5, UnownedLoad: math.NaN(), Slices: []*slicerv1.SliceLoad{{Start: 3, End: 2}}},
+		{Job: "kv", Task: "t", WindowSeconds: 5, Slices: []*slicerv1.SliceLoad{{Start: 0, End: 1 << 63}, {Start: 0, End: 1}}},
+	} {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m slicerv1.ReportLoadRequest
+		if proto.Unmarshal(b, &m) != nil {
+			return
+		}
+		r, err := loadFromProto(&m)
+		if err != nil {
+			if !errors.Is(err, assign.ErrInvalidLoad) && !errors.Is(err, assign.ErrInvalidName) {
+				t.Fatalf("unexpected error kind: %v", err)
+			}
+			if connect.CodeOf(rpc.ToConnect(err)) != connect.CodeInvalidArgument {
+				t.Fatalf("%v does not map to INVALID_ARGUMENT", err)
+			}
+			return
+		}
+		if err := assign.MergeLoads(r.rate, r.rate).Validate(); err != nil {
+			t.Fatalf("accepted report merges into invalid load: %v", err)
+		}
+	})
+}
+
+func goodReport() *slicerv1.ReportLoadRequest {
+	return &slicerv1.ReportLoadRequest{
+		Job: "kv", Task: "kv-0", Generation: 1, WindowSeconds: 10,
+		Slices: []*slicerv1.SliceLoad{{Start: 0, End: 10, Load: 1}, {Start: 10, End: 1 << 63, Load: 2}},
+	}
+}

@@ -1,0 +1,86 @@
+package assigner
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/roles/assigner/assignertest"
+)
+
+// The load history bins each sample over the key space, keeps the newest
+// loadSamples oldest first, and forgets a job that is deleted or no longer
+// sampled.
+func TestLoadHistory(t *testing.T) {
+	ctx := context.Background()
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	f := newBalanceFixture(t, members, nil)
+	get := func(job string) (*slicerv1.GetLoadHistoryResponse, error) {
+		resp, err := f.as.GetLoadHistory(ctx, connect.NewRequest(&slicerv1.GetLoadHistoryRequest{Job: job}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+	h, err := get("kv")
+	if err != nil || h.GetBucketCount() != loadBuckets || len(h.GetSamples()) != 0 {
+		t.Fatalf("history before any report = %v, %v; want %d buckets and no sample", h, err, loadBuckets)
+	}
+	if _, err := get("nope"); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("history of an unknown job: %v, want NOT_FOUND", err)
+	}
+
+	// skewed puts 900/s on the first sixth of the key space, 100/s on the rest.
+	f.report(t, assignertest.Skewed(), "t0", "t1", "t2")
+	for i := range loadSamples + 10 {
+		f.as.sampleLoads(f.now.Add(time.Duration(i) * time.Second))
+	}
+	h, err = get("kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h.GetSamples()
+	if len(s) != loadSamples {
+		t.Fatalf("%d samples kept, want the newest %d", len(s), loadSamples)
+	}
+	if first, last := time.Unix(0, s[0].GetTimeUnixNano()), time.Unix(0, s[len(s)-1].GetTimeUnixNano()); !first.Equal(f.now.Add(10*time.Second)) ||
+		!last.Equal(f.now.Add((loadSamples+9)*time.Second)) {
+		t.Fatalf("samples span %v to %v; want the newest %d, oldest first", first, last, loadSamples)
+	}
+	// The reports carry load per slice of the first assignment (a third
+	// of the key space each), so the merged load is even within each third.
+	var sum float64
+	b := s[0].GetBucketLoad()
+	for _, v := range b {
+		sum += v
+	}
+	want := f.as.jobLoad("kv")
+	w := assign.KeySpaceEnd / loadBuckets
+	if len(b) != loadBuckets || math.Abs(sum-1000) > 0.01 || math.Abs(b[0]-want.In(0, w)) > 0.001 ||
+		math.Abs(b[loadBuckets-1]-want.In(assign.KeySpaceEnd-w, assign.KeySpaceEnd)) > 0.001 || b[0] <= 10*b[loadBuckets-1] {
+		t.Errorf("buckets %v add up to %g; want 1000, the merged load of each bucket, and the hot first sixth hotter", b, sum)
+	}
+
+	// Not sampled for as long as the record spans: dropped.
+	span := loadSamples * f.as.loadHistory.interval
+	f.as.loadHistory.prune(f.now.Add((loadSamples+9)*time.Second + span - time.Second))
+	if h, _ := get("kv"); len(h.GetSamples()) != loadSamples {
+		t.Fatalf("a record sampled within its span was dropped")
+	}
+	f.as.loadHistory.prune(f.now.Add((loadSamples+9)*time.Second + span + time.Second))
+	if h, _ := get("kv"); len(h.GetSamples()) != 0 {
+		t.Errorf("a record not sampled for %v kept %d samples", span, len(h.GetSamples()))
+	}
+	// Deleted: dropped.
+	f.as.sampleLoads(f.now)
+	f.as.forgetJob("kv")
+	if len(f.as.loadHistory.samples("kv")) != 0 {
+		t.Error("a deleted job's load history was kept")
+	}
+}

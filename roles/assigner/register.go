@@ -1,0 +1,62 @@
+package assigner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/roles/auth"
+	"github.com/slicerd/slicerd/roles/rpc"
+)
+
+// RegisterTask implements slicerv1connect.AssignerServiceHandler: see
+// registerTask.
+func (a *Assigner) RegisterTask(ctx context.Context, req *connect.Request[slicerv1.RegisterTaskRequest]) (*connect.Response[slicerv1.RegisterTaskResponse], error) {
+	if err := a.registerTask(ctx, req.Msg); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slicerv1.RegisterTaskResponse{}), nil
+}
+
+// errNotInGossip is returned to a registration that came before gossip
+// showed the member; the Slicelet retries.
+var errNotInGossip = errors.New("not an alive member in this assigner's gossip view yet")
+
+func (a *Assigner) registerTask(ctx context.Context, m *slicerv1.RegisterTaskRequest) error {
+	if err := assign.ValidateJobName(m.GetJob()); err != nil {
+		return rpc.ToConnect(err)
+	}
+	if err := assign.ValidateTaskName(m.GetTask()); err != nil {
+		return rpc.ToConnect(err)
+	}
+	if a.register == nil {
+		return nil // without TLS every member is believed
+	}
+	c := auth.CallerFrom(ctx)
+	if !c.Direct.TaskOf(m.GetJob(), m.GetTask()) {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+			"%s may not register task %q of job %q: that needs a certificate naming %s", c.Direct, m.GetTask(), m.GetJob(),
+			identity.ID{Role: identity.Task, Job: m.GetJob(), Task: m.GetTask()}))
+	}
+	for _, p := range a.rawPeers() {
+		if p.Name != m.GetGossipName() {
+			continue
+		}
+		if !p.Has(gossip.RoleTask) || p.Job != m.GetJob() || p.Task != m.GetTask() {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+				"gossip member %q advertises job %q task %q, not job %q task %q", p.Name, p.Job, p.Task, m.GetJob(), m.GetTask()))
+		}
+		if p.Status != gossip.StatusAlive {
+			break
+		}
+		a.register(p, c.Direct.String())
+		return nil
+	}
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("gossip member %q is %w; retry shortly", m.GetGossipName(), errNotInGossip))
+}

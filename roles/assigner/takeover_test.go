@@ -1,0 +1,198 @@
+package assigner
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/assigner/assignertest"
+	"github.com/slicerd/slicerd/roles/auth"
+	"github.com/slicerd/slicerd/storage"
+)
+
+func tmpStore(t *testing.T) storage.Store {
+	t.Helper()
+	store := testStore(t)
+	return store
+}
+
+// A takeover continues from the stored assignment, whoever committed it,
+// and commits the next generation at once: unchanged when every task is
+// alive, without the dead tasks otherwise.
+func TestTakeoverCommitsNextGeneration(t *testing.T) {
+	ctx := context.Background()
+	store := tmpStore(t)
+	stored, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:10"}, {Name: "t1", Addr: "127.0.0.1:11"}}, assign.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored.Generation = 5
+	if err := store.Commit(ctx, "kv", 0, stored); err != nil {
+		t.Fatal(err)
+	}
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1")
+	for i := range members.peers {
+		members.peers[i].RPCAddr = stored.Tasks[i].Addr
+	}
+	a := testAssigner(t, testConfig(t, "a1"), store, members, nil)
+
+	a.evaluate(ctx, true) // takes the lease, and the job over
+	rec, err := store.Load(ctx, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Current.Generation != 6 || !assignertest.SameRouting(rec.Current, stored) {
+		t.Fatalf("takeover stored generation %d %v, want generation 6 with the stored slices %v", rec.Current.Generation, rec.Current.Slices, stored.Slices)
+	}
+	j, _ := a.job(ctx, "kv", false)
+	if _, held := a.leader.Held("kv"); !held {
+		t.Error("after the takeover the assigner does not hold the job's lease")
+	}
+
+	// Another Assigner cannot take the job while the first holds it.
+	members.set("kv", "t0")
+	members.peers[0].RPCAddr = "127.0.0.1:10"
+	b := testAssigner(t, testConfig(t, "a2"), store, members, nil)
+	b.evaluate(ctx, true)
+	if rec, _ := store.Load(ctx, "kv"); rec.Current.Generation != 6 {
+		t.Fatalf("an assigner without the lease committed generation %d", rec.Current.Generation)
+	}
+	// Once the first gives the lease up, it takes over with t1 dead.
+	a.leader.Forget(ctx, "kv")
+	testwait.For(t, "a2 to take the released lease", func() bool {
+		b.evaluate(ctx, true)
+		_, held := b.leader.Held("kv")
+		return held
+	})
+	rec, _ = store.Load(ctx, "kv")
+	if rec.Current.Generation != 7 || len(rec.Current.Tasks) != 1 || rec.Current.Tasks[0].Name != "t0" {
+		t.Fatalf("takeover with t1 dead stored generation %d tasks %v", rec.Current.Generation, taskNames(rec.Current))
+	}
+	// The first Assigner's next read shows it someone else committed.
+	if err := a.refresh(ctx, "kv"); err != nil {
+		t.Fatal(err)
+	}
+	if got := j.pub.Current().Generation; got != 7 {
+		t.Errorf("after refresh the first assigner serves generation %d, want 7", got)
+	}
+}
+
+// A write for a job another Assigner is preferred for is forwarded to it;
+// when that Assigner cannot be reached the caller gets UNAVAILABLE saying
+// so, and a request that was already forwarded is never forwarded again.
+func TestForwardToUnreachablePreferred(t *testing.T) {
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+
+	// Pick a name the rendezvous hash prefers over a1 for kv: with no
+	// distances known, that is how the preference is made.
+	other := ""
+	for _, name := range []string{"a0", "a2", "a3", "a4", "a5", "a6"} {
+		if lease.DefaultPreference().Choose("kv", []string{"a1", name}, nil, nil, "") == name {
+			other = name
+			break
+		}
+	}
+	if other == "" {
+		t.Fatal("no candidate name wins the rendezvous against a1")
+	}
+	members := &fakeMembers{}
+	members.set("kv", "t0")
+	members.peers = append(members.peers,
+		gossip.Peer{Name: "a1", Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive},
+		gossip.Peer{Name: other, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: dead, Status: gossip.StatusAlive})
+	a := testAssigner(t, testConfig(t, "a1"), tmpStore(t), members, nil)
+	defer a.rpcClients.CloseIdle()
+
+	report := &slicerv1.ReportLoadRequest{Job: "kv", Task: "t0", WindowSeconds: 1}
+	_, err = a.ReportLoad(ctx, connect.NewRequest(report))
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), other) || !strings.Contains(err.Error(), "cannot be reached") {
+		t.Errorf("ReportLoad to an unreachable preferred assigner = %v, want UNAVAILABLE naming %s", err, other)
+	}
+	_, err = a.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: &slicerv1.JobConfig{MinRedundancy: 1, MaxRedundancy: 1}}))
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("SetJobConfig to an unreachable preferred assigner = %v, want UNAVAILABLE", err)
+	}
+	if a.forwarded.Load() != 2 {
+		t.Errorf("%d writes counted as forwarded, want 2", a.forwarded.Load())
+	}
+
+	fwd := connect.NewRequest(report)
+	fwd.Header().Set(auth.ForwardedHeader, other)
+	if _, err := a.ReportLoad(ctx, fwd); err != nil {
+		t.Errorf("a forwarded report was not taken where it landed: %v", err)
+	}
+	if a.loads.reporting("kv") != 1 {
+		t.Error("the forwarded report was not recorded")
+	}
+	// The sender prefers a1: a1 adopts the job, so that views that
+	// disagree the other way round cannot leave it without an Assigner.
+	if _, self := a.leader.Preferred("kv"); !self {
+		t.Error("a write forwarded here did not make this assigner adopt the job")
+	}
+	if got := a.leader.PreferredName("kv"); got != "a1" {
+		t.Errorf("preferredName = %q after adopting, want a1", got)
+	}
+}
+
+// A standby Assigner adopts a job whose stored assignment keeps routing
+// keys to a dead task: its preferred Assigner is not doing its work.
+func TestStandbyAdoptsOrphanedJob(t *testing.T) {
+	ctx := context.Background()
+	store := tmpStore(t)
+	stored, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:10"}, {Name: "t1", Addr: "127.0.0.1:11"}}, assign.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Commit(ctx, "kv", 0, stored); err != nil {
+		t.Fatal(err)
+	}
+	other := ""
+	for _, name := range []string{"a0", "a2", "a3", "a4", "a5", "a6"} {
+		if lease.DefaultPreference().Choose("kv", []string{"a1", name}, nil, nil, "") == name {
+			other = name
+			break
+		}
+	}
+	members := &fakeMembers{}
+	members.set("kv", "t0") // t1 is dead, yet still in the stored assignment
+	members.peers[0].RPCAddr = "127.0.0.1:10"
+	members.peers = append(members.peers,
+		gossip.Peer{Name: "a1", Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive},
+		gossip.Peer{Name: other, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:2", Status: gossip.StatusAlive})
+	cfg := testConfig(t, "a1")
+	cfg.RebalanceDelay = time.Millisecond
+	cfg.Preference.Recheck = time.Millisecond
+	a := testAssigner(t, cfg, store, members, nil)
+	defer a.rpcClients.CloseIdle()
+	if err := a.load(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	a.evaluate(ctx, true) // notices the orphan
+	if a.leader.PreferredName("kv") == "a1" {
+		t.Fatal("adopted at once; the preferred assigner gets its orphan time to act")
+	}
+	time.Sleep(10*cfg.Preference.Recheck + 10*cfg.RebalanceDelay)
+	a.evaluate(ctx, true) // adopts
+	a.evaluate(ctx, true) // takes the lease, and the job over
+	rec, _ := store.Load(ctx, "kv")
+	if rec.Current.Generation != 2 || len(rec.Current.Tasks) != 1 {
+		t.Fatalf("after adopting, the store holds generation %d with tasks %v; want generation 2 without t1", rec.Current.Generation, taskNames(rec.Current))
+	}
+}
