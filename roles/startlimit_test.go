@@ -54,10 +54,13 @@ func TestWatchesWaitingForAnAssignmentHoldNoPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.For(t, "every watch to wait for the job's first assignment", func() bool { return l.Subscribers() == n })
-	// Whether or not a busy machine made some of them late enough to be
-	// parked, every watch has said it waits.
-	if n := node.gate.Starting(); n != 0 {
-		t.Errorf("%d handlers are still starting; want 0, every watch said it waits (%d parked)", n, node.gate.Parked())
+	// A watch subscribes just before it says it waits: every place comes
+	// back. A watch that did not say so would hold its place until the
+	// gate parks it, 100 ms on; a busy machine may make a few that late,
+	// but not all of them.
+	testwait.For(t, "every watch to give its place back", func() bool { return node.gate.Starting() == 0 })
+	if p := node.gate.Parked(); p >= uint64(n) {
+		t.Errorf("%d of %d watches were parked: they held their places instead of saying they wait", p, n)
 	}
 	if _, err := jobs.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: "unassigned"})); err != nil {
 		t.Errorf("GetJob while the watches wait: %v", err)
