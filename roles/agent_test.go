@@ -25,6 +25,7 @@ import (
 	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/roles/assigner/assignertest"
 	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
 )
@@ -183,17 +184,10 @@ func (w *watcher) until(t *testing.T, what string, cond func(*assign.Assignment)
 	}
 }
 
-func taskNames(a *assign.Assignment) []string {
-	var names []string
-	for _, t := range a.Tasks {
-		names = append(names, t.Name)
-	}
-	return names
-}
-
-func hasTasks(names ...string) func(*assign.Assignment) bool {
-	return func(a *assign.Assignment) bool { return slices.Equal(taskNames(a), names) }
-}
+var (
+	taskNames = assignertest.TaskNames
+	hasTasks  = assignertest.HasTasks
+)
 
 func TestSingleNodeShardsJob(t *testing.T) {
 	dir := t.TempDir()

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -13,6 +12,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -28,21 +28,7 @@ func gossipKey(t *testing.T) []byte {
 // encryptedTask joins gossip as a task with the given keys.
 func encryptedTask(t *testing.T, job, task, join string, keys ...[]byte) *gossip.Node {
 	t.Helper()
-	cfg := gossip.TestConfig(job + "/" + task)
-	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: job, Task: task, RPCAddr: "127.0.0.1:1" + task[len(task)-1:]}
-	cfg.Keys = keys
-	cfg.Logger = testLogger(t)
-	n, err := gossip.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Shutdown() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := n.RetryJoin(ctx, []string{join}, 50*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return testnet.TaskMember(t, job, task, join, testLogger(t), keys...)
 }
 
 func seesAlive(r *running, names ...string) func() bool {

@@ -11,11 +11,13 @@ import (
 )
 
 // TaskMember joins gossip at join as task of job, the way a Slicelet
-// does, and leaves at the end of the test. log may be nil.
-func TaskMember(t testing.TB, job, task, join string, log *slog.Logger) *gossip.Node {
+// does, with the gossip keys given (none: unencrypted), and leaves at the
+// end of the test. log may be nil.
+func TaskMember(t testing.TB, job, task, join string, log *slog.Logger, keys ...[]byte) *gossip.Node {
 	t.Helper()
 	cfg := gossip.TestConfig(job + "/" + task)
 	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: job, Task: task, RPCAddr: "127.0.0.1:1" + fmt.Sprint(len(task))}
+	cfg.Keys = keys
 	if log != nil {
 		cfg.Logger = log
 	}

@@ -3,18 +3,17 @@ package assigner
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/assigner/assignertest"
 	"github.com/slicerd/slicerd/storage"
 )
 
@@ -99,14 +98,7 @@ func taskMember(t *testing.T, job, task, join string) *gossip.Node {
 	return testnet.TaskMember(t, job, task, join, testLogger(t))
 }
 
-func taskNames(a *assign.Assignment) []string {
-	var names []string
-	for _, t := range a.Tasks {
-		names = append(names, t.Name)
-	}
-	return names
-}
-
-func hasTasks(names ...string) func(*assign.Assignment) bool {
-	return func(a *assign.Assignment) bool { return slices.Equal(taskNames(a), names) }
-}
+var (
+	taskNames = assignertest.TaskNames
+	hasTasks  = assignertest.HasTasks
+)

@@ -79,3 +79,18 @@ func SameRouting(a, b *assign.Assignment) bool {
 	x.Generation, y.Generation = 0, 0
 	return assign.Equal(x, y)
 }
+
+// TaskNames are the names in a's task table, in its order.
+func TaskNames(a *assign.Assignment) []string {
+	var names []string
+	for _, t := range a.Tasks {
+		names = append(names, t.Name)
+	}
+	return names
+}
+
+// HasTasks matches an assignment whose task table holds exactly names,
+// in that order.
+func HasTasks(names ...string) func(*assign.Assignment) bool {
+	return func(a *assign.Assignment) bool { return slices.Equal(TaskNames(a), names) }
+}
