@@ -19,6 +19,7 @@ import (
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/hostcheck"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/assigner"
 	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/tlsconfig"
@@ -212,25 +213,26 @@ type Config struct {
 // DefaultConfig returns a configuration that runs every role on one node
 // with production timers.
 func DefaultConfig() Config {
+	ad := assigner.DefaultConfig()
 	return Config{
 		Roles:               []gossip.Role{gossip.RoleAssigner, gossip.RoleDistributor, gossip.RoleBackup},
 		DataDir:             "slicerd-data",
 		RPCAddr:             "127.0.0.1:7070",
 		Gossip:              gossip.DefaultConfig(),
 		JoinRetryInterval:   2 * time.Second,
-		RebalanceDelay:      500 * time.Millisecond,
-		StartupGrace:        3 * time.Second,
+		RebalanceDelay:      ad.RebalanceDelay,
+		StartupGrace:        ad.StartupGrace,
 		BackupPollInterval:  time.Second,
-		StandbyPollInterval: 500 * time.Millisecond,
-		JobLeaseTTL:         lease.DefaultJobTTL,
-		BridgeWait:          time.Second,
+		StandbyPollInterval: ad.StandbyPollInterval,
+		JobLeaseTTL:         ad.JobLeaseTTL,
+		BridgeWait:          ad.BridgeWait,
 		PullMinBackoff:      50 * time.Millisecond,
 		PullMaxBackoff:      2 * time.Second,
 		LeaveTimeout:        5 * time.Second,
 		ShutdownTimeout:     5 * time.Second,
-		RebalanceInterval:   10 * time.Second,
-		LoadHalfLife:        10 * time.Second,
-		LoadHistoryInterval: 5 * time.Second,
+		RebalanceInterval:   ad.RebalanceInterval,
+		LoadHalfLife:        ad.LoadHalfLife,
+		LoadHistoryInterval: ad.LoadHistoryInterval,
 		MaxRequestBytes:     1 << 20,
 		MaxConnections:      8192,
 		MaxConnectionsPerIP: 1024,
@@ -242,13 +244,10 @@ func DefaultConfig() Config {
 		// connections with room to spare.
 		MaxStreams:              200_000,
 		MaxStreamsPerConnection: 2_000,
-		MaxJobs:                 10_000,
-		// 100,000 slices encode to about 1 MB, within etcd's default
-		// request size, and are 150 slices per task for 666 tasks.
-		MaxSlicesPerJob: 100_000,
-		// The Slicelet reports once per 5 s window by default.
-		MaxLoadReportsPerSecond: 10,
-		LoadReportBurst:         20,
+		MaxJobs:                 ad.MaxJobs,
+		MaxSlicesPerJob:         ad.MaxSlicesPerJob,
+		MaxLoadReportsPerSecond: ad.MaxLoadReportsPerSecond,
+		LoadReportBurst:         ad.LoadReportBurst,
 		StreamWriteTimeout:      30 * time.Second,
 		StreamSendBudget:        64 << 20,
 	}

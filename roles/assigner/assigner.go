@@ -175,6 +175,31 @@ type Config struct {
 	RefusalLogInterval time.Duration
 }
 
+// DefaultConfig returns an Assigner's production settings; the agent's
+// DefaultConfig starts from them.
+func DefaultConfig() Config {
+	return Config{
+		Logger:              slog.New(slog.DiscardHandler),
+		RebalanceDelay:      500 * time.Millisecond,
+		StartupGrace:        3 * time.Second,
+		StandbyPollInterval: 500 * time.Millisecond,
+		JobLeaseTTL:         lease.DefaultJobTTL,
+		BridgeWait:          time.Second,
+		RebalanceInterval:   10 * time.Second,
+		LoadHalfLife:        10 * time.Second,
+		LoadHistoryInterval: 5 * time.Second,
+		MaxJobs:             10_000,
+		// 100,000 slices encode to about 1 MB, within etcd's default
+		// request size, and are 150 slices per task for 666 tasks.
+		MaxSlicesPerJob: 100_000,
+		// The Slicelet reports once per 5 s window by default.
+		MaxLoadReportsPerSecond: 10,
+		LoadReportBurst:         20,
+		RawPeers:                func() []gossip.Peer { return nil },
+		RefusalLogInterval:      10 * time.Second,
+	}
+}
+
 // New returns an Assigner of the jobs in store, not yet running; leases
 // grants its job leases, members is the certificate-backed gossip view,
 // and stopping is closed when the agent begins to shut down.

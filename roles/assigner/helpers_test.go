@@ -24,25 +24,17 @@ func testLogger(t testing.TB) *slog.Logger { return testlog.Logger(t) }
 // testConfig is an Assigner's configuration with the agent's defaults
 // and timers shrunk for tests, as the agent's TestConfig has them.
 func testConfig(t testing.TB, name string) Config {
-	return Config{
-		Logger:                  testLogger(t),
-		NodeName:                name,
-		Preference:              lease.Preference{Recheck: 50 * time.Millisecond},
-		StandbyPollInterval:     20 * time.Millisecond,
-		RebalanceDelay:          20 * time.Millisecond,
-		StartupGrace:            50 * time.Millisecond,
-		RebalanceInterval:       10 * time.Second,
-		LoadHalfLife:            10 * time.Second,
-		LoadHistoryInterval:     5 * time.Second,
-		JobLeaseTTL:             500 * time.Millisecond,
-		MaxJobs:                 10000,
-		MaxSlicesPerJob:         100000,
-		MaxLoadReportsPerSecond: 1000, // Slicelets in tests report every few milliseconds
-		LoadReportBurst:         1000,
-		BridgeWait:              time.Second,
-		RawPeers:                func() []gossip.Peer { return nil },
-		RefusalLogInterval:      10 * time.Second,
-	}
+	c := DefaultConfig()
+	c.Logger = testLogger(t)
+	c.NodeName = name
+	c.Preference = lease.Preference{Recheck: 50 * time.Millisecond}
+	c.StandbyPollInterval = 20 * time.Millisecond
+	c.RebalanceDelay = 20 * time.Millisecond
+	c.StartupGrace = 50 * time.Millisecond
+	c.JobLeaseTTL = 500 * time.Millisecond
+	c.MaxLoadReportsPerSecond = 1000 // Slicelets in tests report every few milliseconds
+	c.LoadReportBurst = 1000
+	return c
 }
 
 // testStore opens a bbolt store in a temporary directory, closed at cleanup.
