@@ -44,17 +44,6 @@ func testConfig(t *testing.T, name, dataDir string, roles ...gossip.Role) Config
 	return cfg
 }
 
-// testStore opens a bbolt store in a temporary directory, closed at cleanup.
-func testStore(t *testing.T) storage.Store {
-	t.Helper()
-	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	return store
-}
-
 // running is an agent started in the background, stopped at cleanup.
 type running struct {
 	*Agent

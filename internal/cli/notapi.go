@@ -25,6 +25,9 @@ var notAPIShapes = []string{
 	"server gave HTTP response to HTTPS client",
 }
 
+// whereTheAPIIs ends the messages about an --addr that is not slicerd's API.
+const whereTheAPIIs = "slicerd's API is on its --rpc-addr, 127.0.0.1:7070 by default"
+
 // notSlicerdAPI returns a message saying that --addr is not slicerd's API,
 // if err, from a call to it, shows that it is not: the connection did not
 // speak HTTP/2 the way slicerd does (see notAPIShapes), or it did but
@@ -32,8 +35,7 @@ var notAPIShapes = []string{
 // server, or an HTTP/2 server that answers 404 for everything.
 func notSlicerdAPI(c *cli.Context, err error) (string, bool) {
 	addr := c.String("addr")
-	notAPI := fmt.Sprintf("%s answered but is not a slicerd API address (did you point --addr at the UI, metrics or an etcd port? "+
-		"slicerd's API is on its --rpc-addr, 127.0.0.1:7070 by default)", addr)
+	notAPI := fmt.Sprintf("%s answered but is not a slicerd API address (did you point --addr at the UI, metrics or an etcd port? %s)", addr, whereTheAPIIs)
 	msg := err.Error()
 	for _, shape := range notAPIShapes {
 		if strings.Contains(msg, shape) {
@@ -45,8 +47,7 @@ func notSlicerdAPI(c *cli.Context, err error) (string, bool) {
 	// that stops, or refuses a connection over --max-connections.
 	if strings.HasSuffix(msg, "unexpected EOF") || strings.HasSuffix(msg, "broken pipe") || strings.HasSuffix(msg, "connection reset by peer") {
 		return fmt.Sprintf("%s closed the connection without answering: either it is not a slicerd API address (did you point --addr "+
-			"at a gossip, UI, metrics or etcd port? slicerd's API is on its --rpc-addr, 127.0.0.1:7070 by default), or slicerd there "+
-			"stopped or is over its --max-connections", addr), true
+			"at a gossip, UI, metrics or etcd port? %s), or slicerd there stopped or is over its --max-connections", addr, whereTheAPIIs), true
 	}
 	if connect.CodeOf(err) == connect.CodeUnimplemented && !servesSlicerServices(c) {
 		return notAPI, true

@@ -26,7 +26,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -45,8 +44,7 @@ type Gate struct {
 	sem  chan struct{}
 	park time.Duration
 
-	parked  atomic.Uint64 // places given back by the park timer
-	holding atomic.Int64  // places taken and not given back
+	parked atomic.Uint64 // places given back by the park timer
 }
 
 // New returns a gate that lets limit handlers start at once, each for at
@@ -65,7 +63,7 @@ func New(limit int, park time.Duration) *Gate {
 func (g *Gate) Limit() int { return cap(g.sem) }
 
 // Starting is the number of handlers holding a place now.
-func (g *Gate) Starting() int { return int(g.holding.Load()) }
+func (g *Gate) Starting() int { return len(g.sem) }
 
 // Parked counts the handlers that held their place for the park time
 // without answering or waiting, since the gate was made.
@@ -77,24 +75,24 @@ type placeKey struct{}
 // place is one handler's place in the gate, given back once.
 type place struct {
 	g     *Gate
-	once  sync.Once
 	done  atomic.Bool // given back
 	timer *time.Timer
 }
 
 func (p *place) release(parked bool) {
-	p.once.Do(func() {
-		p.done.Store(true)
-		if !parked && p.timer != nil {
-			p.timer.Stop()
-		}
-		if parked {
-			p.g.parked.Add(1)
-		}
-		p.g.holding.Add(-1)
-		<-p.g.sem
-	})
+	if !p.done.CompareAndSwap(false, true) {
+		return
+	}
+	if parked {
+		p.g.parked.Add(1)
+	} else {
+		p.timer.Stop()
+	}
+	<-p.g.sem
 }
+
+// notStarted answers a request whose context ended before it had a place.
+const notStarted = "slicerd: shutting down or the request was canceled before it started"
 
 // Wrap returns h behind the gate. A request waits for a place, or for its
 // context to end (the client went away, or the server shuts down), in
@@ -104,15 +102,14 @@ func (g *Gate) Wrap(h http.Handler) http.Handler {
 		select {
 		case g.sem <- struct{}{}:
 		case <-r.Context().Done():
-			http.Error(w, "slicerd: shutting down or the request was canceled before it started", http.StatusServiceUnavailable)
+			http.Error(w, notStarted, http.StatusServiceUnavailable)
 			return
 		}
 		if r.Context().Err() != nil { // both were ready: the request is gone
 			<-g.sem
-			http.Error(w, "slicerd: shutting down or the request was canceled before it started", http.StatusServiceUnavailable)
+			http.Error(w, notStarted, http.StatusServiceUnavailable)
 			return
 		}
-		g.holding.Add(1)
 		p := &place{g: g}
 		p.timer = time.AfterFunc(g.park, func() { p.release(true) })
 		defer p.release(false)

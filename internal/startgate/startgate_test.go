@@ -134,8 +134,10 @@ func TestSlowHandlerIsParked(t *testing.T) {
 	if code, err := get(t.Context(), srv, "/"); err != nil || code != http.StatusOK {
 		t.Fatalf("request behind a slow handler: %d, %v", code, err)
 	}
-	if got := g.Parked(); got != 1 {
-		t.Errorf("Parked() = %d; want 1", got)
+	// The slow handler was parked; on a busy machine the quick one may
+	// have been too.
+	if got := g.Parked(); got < 1 {
+		t.Errorf("Parked() = %d; want at least 1, the slow handler", got)
 	}
 	close(release)
 	if err := <-slow; err != nil {
@@ -163,8 +165,10 @@ func TestCanceledWhileWaiting(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("status %d; want 503", rec.Code)
 	}
-	if got := g.Starting(); got != 0 {
-		t.Errorf("Starting() = %d; want 0", got)
+	// Only the place held from the start is taken: the canceled request
+	// took none.
+	if got := g.Starting(); got != 1 {
+		t.Errorf("Starting() = %d; want 1", got)
 	}
 }
 

@@ -177,10 +177,10 @@ func (d *Distributor) follow() {
 	}
 }
 
-// job returns the cache of a job, starting its pull on first use. A job
-// asked for before Run starts (the RPC server may serve first) gets its
-// pull when Run starts.
-func (d *Distributor) job(name string) (*watch.Latest, error) {
+// Latest is the cache of job name, what its streams are served from,
+// starting its pull on first use. A job asked for before Run starts (the
+// RPC server may serve first) gets its pull when Run starts.
+func (d *Distributor) Latest(name string) (*watch.Latest, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if j, ok := d.jobs[name]; ok {
@@ -361,7 +361,7 @@ func (d *Distributor) lookup(job string) (*watch.Latest, error) {
 	if err := rpc.ValidateJob(job); err != nil {
 		return nil, err
 	}
-	return d.job(job)
+	return d.Latest(job)
 }
 
 // Preferred is the Assigner the Distributor prefers for job now, "" when
@@ -378,10 +378,6 @@ func (d *Distributor) PullsFrom(job string) string {
 	}
 	return ""
 }
-
-// Latest is job's cache, starting its pull if it has none: what the
-// Distributor's streams of job are served from.
-func (d *Distributor) Latest(job string) (*watch.Latest, error) { return d.job(job) }
 
 // Collectors makes the Distributor count what it sends and returns its
 // metrics, to register; call it before Run.

@@ -49,7 +49,7 @@ func TestDistributorNoPullOutlivesRun(t *testing.T) {
 		defer d.mu.Unlock()
 		return d.runCtx != nil
 	})
-	if _, err := d.job("kv"); err != nil {
+	if _, err := d.Latest("kv"); err != nil {
 		t.Fatalf("job admitted before stopping: %v", err)
 	}
 	<-runDone
@@ -57,7 +57,7 @@ func TestDistributorNoPullOutlivesRun(t *testing.T) {
 	if late.Load() {
 		t.Fatal("a pull started after Distributor.Run returned")
 	}
-	if _, err := d.job("other"); err == nil {
+	if _, err := d.Latest("other"); err == nil {
 		t.Error("a stopped Distributor admitted a new job")
 	}
 }
@@ -70,7 +70,7 @@ func TestDistributorServesJobsAskedBeforeRun(t *testing.T) {
 	var started atomic.Int32
 	d.testPullStarted = func() { started.Add(1) }
 
-	if _, err := d.job("kv"); err != nil {
+	if _, err := d.Latest("kv"); err != nil {
 		t.Fatalf("job asked for before Run: %v", err)
 	}
 	if n := started.Load(); n != 0 {

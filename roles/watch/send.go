@@ -2,10 +2,8 @@ package watch
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -73,8 +71,7 @@ type Message struct {
 	*slicerv1.WatchAssignmentResponse
 
 	once    sync.Once
-	env     []byte // the gRPC/Connect envelope: flags, length, then wire
-	wire    []byte // protobuf encoding, env[5:]; neither is written after once
+	wire    []byte // protobuf encoding; not written after once
 	err     error
 	encodes *atomic.Int64 // counts encodings, for tests; may be nil
 	// published is when the generation was published to this node's
@@ -124,36 +121,9 @@ func (s *Message) encoded() ([]byte, error) {
 		if s.encodes != nil {
 			s.encodes.Add(1)
 		}
-		m := s.WatchAssignmentResponse
-		env := make([]byte, envelopePrefix, envelopePrefix+proto.Size(m))
-		env, s.err = proto.MarshalOptions{}.MarshalAppend(env, m)
-		if s.err != nil {
-			return
-		}
-		if len(env)-envelopePrefix > math.MaxUint32 {
-			s.err = fmt.Errorf("%w: a %d-byte message does not fit an envelope", errCodec, len(env)-envelopePrefix)
-			return
-		}
-		env[0] = 0 // flags: an uncompressed message
-		binary.BigEndian.PutUint32(env[1:envelopePrefix], uint32(len(env)-envelopePrefix))
-		s.env, s.wire = env, env[envelopePrefix:]
+		s.wire, s.err = proto.Marshal(s.WatchAssignmentResponse)
 	})
 	return s.wire, s.err
-}
-
-// envelopePrefix is the length of the prefix the Connect, gRPC and
-// gRPC-Web protocols put before each streamed message: a flags byte and
-// the message's length, 4 bytes big-endian.
-const envelopePrefix = 5
-
-// enveloped returns the message as a streaming response carries it,
-// uncompressed: the envelope prefix, then the protobuf encoding. The
-// caller must not modify it.
-func (s *Message) enveloped() ([]byte, error) {
-	if _, err := s.encoded(); err != nil {
-		return nil, err
-	}
-	return s.env, nil
 }
 
 // unrecycled returns the encoding in a slice connect-go will not pool.
