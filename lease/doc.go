@@ -72,6 +72,8 @@
 // holds, treating a lease as lost from its local deadline on. The Assigner
 // asks it one thing: Held, "do I hold job J, at which epoch?".
 //
-// Package leasecheck checks recorded histories of a strongly consistent
+// Package guard is the protocol that moves a job's guard and bridge
+// through its generations, the Assigner's side and the Slicelet's, as one
+// state machine with a model test. Package leasecheck checks recorded histories of a strongly consistent
 // job's requests for double owners and fencing tokens going back.
 package lease

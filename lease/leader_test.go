@@ -9,22 +9,14 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/lease/leasetest"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/storage/storagetest"
 )
 
 func embedded(t *testing.T) (*lease.Embedded, *storage.Bolt) {
 	t.Helper()
-	b, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := lease.NewEmbedded(t.Context(), b, lease.EmbeddedOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(); b.Close() })
-	return m, b
+	return leasetest.Embedded(t, lease.EmbeddedOptions{})
 }
 
 func assigners(names ...string) func() []gossip.Peer {

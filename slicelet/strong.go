@@ -15,6 +15,7 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/lease/guard"
 )
 
 // DefaultLeaseTTL is Config.LeaseTTL's default: etcd's least lease TTL
@@ -163,6 +164,13 @@ func (st *strongState) remember(a *assign.Assignment) {
 	case st.kick <- struct{}{}:
 	default:
 	}
+}
+
+// incarnation is the store incarnation of the assignments kept.
+func (st *strongState) incarnation() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.inc
 }
 
 func (st *strongState) assignment(gen uint64) *assign.Assignment {
@@ -317,8 +325,26 @@ func (s *Slicelet) due(o *ownership) bool {
 	return s.since()-o.renewed.Load() >= int64(s.cfg.LeaseTTL/3)
 }
 
+// maxFollowSteps bounds the lease steps one strongStep takes: a
+// transition needs at most a renewal, a bridge taken, the guard released
+// and the next guard read.
+const maxFollowSteps = 8
+
+// held is what the task holds, as guard.Follow takes it.
+func (s *Slicelet) held(v *strongView) guard.Held {
+	var h guard.Held
+	if v.guard != nil {
+		h.Guard, h.GuardValid, h.GuardDue = v.guard.value, s.valid(v.guard), s.due(v.guard)
+	}
+	if v.bridge != nil {
+		h.Bridge, h.BridgeValid, h.BridgeDue = v.bridge.value, s.valid(v.bridge), s.due(v.bridge)
+	}
+	return h
+}
+
 // strongStep renews what the task holds and takes the next lease of a
-// transition, and returns how long to wait before the next step.
+// transition, following the protocol of package lease/guard, and returns
+// how long to wait before the next step.
 func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
 	renew := s.cfg.LeaseTTL / 3
 	select {
@@ -339,7 +365,7 @@ func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
 		return transitionPoll * 5
 	}
 
-	// The guard: renew the one held when due, or read the state.
+	// The leases' state, with the guard renewed if that is due.
 	var resp *slicerv1.ReadLeaseResponse
 	var err error
 	if v.guard != nil && s.due(v.guard) {
@@ -351,105 +377,133 @@ func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
 		if resp.GetGranted() {
 			s.extend(v.guard, sent, resp.GetTtlMs())
 		}
-	} else {
-		if resp, _, err = s.read(ctx, client, lease.Guard, nil); err != nil {
-			return fail("reading the leases' state", err)
-		}
+	} else if resp, _, err = s.read(ctx, client, lease.Guard, nil); err != nil {
+		return fail("reading the leases' state", err)
 	}
 	if !resp.GetStrong() {
 		s.log.Error("slicelet: this Slicelet is in strong mode but its job is not configured strong; it owns no key until it is (slicerd job set JOB --consistency strong)")
 		s.dropAll()
 		return renew
 	}
-	guard, bridge := stateOf(resp.GetGuard()), stateOf(resp.GetBridge())
-	if v.guard != nil && guard.Value.From > v.guard.value.From {
-		// The guard moved on: the manager let this task's read expire.
-		var kept []assign.Slice
-		if v.bridge != nil {
-			kept = v.bridge.owned
+	if inc := resp.GetIncarnation(); inc != "" && inc != st.incarnation() {
+		// The leases name generations of another store than the
+		// assignments this task has (the store was recreated, or the
+		// task's stream lags behind the change): none of them can be
+		// used until the assignments of that store arrive.
+		if v.guard != nil || v.bridge != nil {
+			s.log.Warn("slicelet: the lease manager serves another store incarnation than this task's assignments; the task stops using its leases until the assignments of that store arrive",
+				"leases", inc, "assignments", st.incarnation())
+			s.releaseLeases()
 		}
-		s.setView(nil, v.bridge, subtract(v.guard.owned, kept))
-		v = st.view.Load()
+		return transitionPoll
 	}
+	g, b := stateOf(resp.GetGuard()), stateOf(resp.GetBridge())
+	have := func(gen uint64) bool { return st.assignment(gen) != nil }
 
-	// The bridge: renew the one held when due, or take one from the guard
-	// held.
-	if v.bridge != nil {
-		if bridge.Set && !bridge.Recalled && bridge.Value == v.bridge.value && s.due(v.bridge) {
-			r, sent, err := s.read(ctx, client, lease.Bridge, &v.bridge.value)
+steps:
+	for range maxFollowSteps {
+		v = st.view.Load()
+		step := guard.Follow(s.held(v), g, b, have)
+		switch step.Op {
+		case guard.Idle:
+			break steps
+		case guard.DropGuard:
+			// The guard moved on: the manager let this task's read end.
+			var kept []assign.Slice
+			if v.bridge != nil {
+				kept = v.bridge.owned
+			}
+			s.setView(nil, v.bridge, subtract(v.guard.owned, kept))
+		case guard.DropBridge:
+			// The bridge was replaced, or the guard passed its target.
+			var kept []assign.Slice
+			if v.guard != nil && s.valid(v.guard) {
+				kept = v.guard.owned
+			}
+			s.setView(v.guard, nil, subtract(v.bridge.owned, kept))
+			if b.Value == v.bridge.value {
+				s.unread(ctx, client, lease.Bridge)
+			}
+		case guard.RenewGuard, guard.RenewBridge:
+			kind, o := lease.Guard, v.guard
+			if step.Op == guard.RenewBridge {
+				kind, o = lease.Bridge, v.bridge
+			}
+			r, sent, err := s.read(ctx, client, kind, &o.value)
 			if err != nil {
-				return fail("renewing the bridge", err)
+				return fail("renewing the "+kind.String(), err)
 			}
 			if r.GetGranted() {
-				s.extend(v.bridge, sent, r.GetTtlMs())
+				s.extend(o, sent, r.GetTtlMs())
 			}
-		}
-	} else if bridge.Set && !bridge.Recalled && v.guard != nil && s.valid(v.guard) && bridge.Value.From == v.guard.value.From {
-		s.takeBridge(ctx, client, bridge.Value)
-		v = st.view.Load()
-	}
-
-	// The guard's next value: never the one the bridge held leads away
-	// from, which this task has just released so that it can be recalled.
-	if guard.Set && !guard.Recalled && (v.guard == nil || guard.Value != v.guard.value) &&
-		(v.bridge == nil || guard.Value.From >= v.bridge.value.To) {
-		if a := st.assignment(guard.Value.From); a != nil {
-			r, sent, err := s.read(ctx, client, lease.Guard, &guard.Value)
+			g, b = stateOf(r.GetGuard()), stateOf(r.GetBridge())
+		case guard.TakeBridge:
+			from, to := st.assignment(step.Value.From), st.assignment(step.Value.To)
+			if from == nil || to == nil {
+				break steps // pushed out of the newest few meanwhile
+			}
+			r, sent, err := s.read(ctx, client, lease.Bridge, &step.Value)
+			if err != nil {
+				return fail("reading the bridge", err)
+			}
+			g, b = stateOf(r.GetGuard()), stateOf(r.GetBridge())
+			if !r.GetGranted() {
+				continue
+			}
+			o := newOwnership(step.Value, intersect(ownedRanges(from, s.cfg.Task), ownedRanges(to, s.cfg.Task)))
+			s.extend(o, sent, r.GetTtlMs())
+			s.setView(v.guard, o, nil)
+			s.log.Debug("slicelet: bridge read", "from", step.Value.From, "to", step.Value.To, "kept_ranges", len(o.owned))
+		case guard.ReleaseGuard:
+			// The bridge from the guard's generation is held: wait for
+			// the handles on the keys it does not cover, stop owning
+			// them and give the guard up, so that its recall need not
+			// wait for the read to expire.
+			lost := subtract(v.guard.owned, v.bridge.owned)
+			s.drainHandles(v.guard, lost)
+			s.setView(nil, v.bridge, lost)
+			s.unread(ctx, client, lease.Guard)
+			s.log.Debug("slicelet: guard released for the bridge", "lost_ranges", len(lost))
+		case guard.ReadGuard:
+			a := st.assignment(step.Value.From)
+			if a == nil {
+				break steps
+			}
+			r, sent, err := s.read(ctx, client, lease.Guard, &step.Value)
 			if err != nil {
 				return fail("reading the guard", err)
 			}
-			if r.GetGranted() {
-				o := newOwnership(guard.Value, ownedRanges(a, s.cfg.Task))
-				s.extend(o, sent, r.GetTtlMs())
-				var dropped []assign.Slice
-				if v.bridge != nil {
-					dropped = subtract(v.bridge.owned, o.owned)
-				}
-				s.setView(o, nil, dropped)
-				if v.bridge != nil {
-					s.unread(ctx, client, lease.Bridge)
-				}
-				s.log.Debug("slicelet: guard read", "generation", guard.Value.From, "ranges", len(o.owned))
-				v = st.view.Load()
+			g, b = stateOf(r.GetGuard()), stateOf(r.GetBridge())
+			if !r.GetGranted() {
+				continue
 			}
+			o := newOwnership(step.Value, ownedRanges(a, s.cfg.Task))
+			s.extend(o, sent, r.GetTtlMs())
+			// The guard replaces the bridge at once: it covers every key
+			// the bridge did, with a newer token.
+			var dropped []assign.Slice
+			if v.bridge != nil {
+				dropped = subtract(v.bridge.owned, o.owned)
+			}
+			s.setView(o, nil, dropped)
+			if v.bridge != nil {
+				s.unread(ctx, client, lease.Bridge)
+			}
+			s.log.Debug("slicelet: guard read", "generation", step.Value.From, "ranges", len(o.owned))
 		}
 	}
 
 	// Poll fast while a transition waits on this task.
+	v = st.view.Load()
 	switch {
 	case v.guard == nil:
 		return transitionPoll
-	case guard.Recalled || (bridge.Set && !bridge.Recalled && v.bridge == nil && bridge.Value.From == v.guard.value.From):
+	case g.Recalled || (b.Set && !b.Recalled && v.bridge == nil && b.Value.From == v.guard.value.From):
 		return transitionPoll
 	case st.newest() > v.guard.value.From:
 		return transitionPoll
 	}
 	return renew
-}
-
-// takeBridge reads the bridge b, and once it is held, gives the guard up:
-// it waits (up to ReleaseWait) for the handles on the keys the bridge does
-// not cover, stops owning them, and releases the guard so that its recall
-// need not wait for the read to expire.
-func (s *Slicelet) takeBridge(ctx context.Context, client slicerv1connect.LeaseServiceClient, b lease.Value) {
-	st := &s.strong
-	from, to := st.assignment(b.From), st.assignment(b.To)
-	if from == nil || to == nil {
-		return // the new assignment has not reached this task yet
-	}
-	r, sent, err := s.read(ctx, client, lease.Bridge, &b)
-	if err != nil || !r.GetGranted() {
-		return
-	}
-	v := st.view.Load()
-	o := newOwnership(b, intersect(ownedRanges(from, s.cfg.Task), ownedRanges(to, s.cfg.Task)))
-	s.extend(o, sent, r.GetTtlMs())
-	lost := subtract(v.guard.owned, o.owned)
-	s.setView(v.guard, o, nil)
-	s.drainHandles(v.guard, lost)
-	s.setView(nil, o, lost)
-	s.unread(ctx, client, lease.Guard)
-	s.log.Debug("slicelet: bridge read; guard released", "from", b.From, "to", b.To, "kept_ranges", len(o.owned), "lost_ranges", len(lost))
 }
 
 // drainHandles waits, up to ReleaseWait, until no handle taken under o is

@@ -649,3 +649,20 @@ func testRestart(t *testing.T, o Opener) {
 		t.Fatalf("Set after the readers from before the restart expired: %v", err)
 	}
 }
+
+// Embedded returns an embedded manager on a bbolt store in a new
+// temporary directory, both closed when the test ends.
+func Embedded(t testing.TB, opts lease.EmbeddedOptions) (*lease.Embedded, *storage.Bolt) {
+	t.Helper()
+	b, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := lease.NewEmbedded(context.Background(), b, opts)
+	if err != nil {
+		b.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); b.Close() })
+	return m, b
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/lease/guard"
 	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/storage"
 	"github.com/slicerd/slicerd/tlsconfig"
@@ -125,11 +126,10 @@ type Assigner struct {
 
 	// Strong jobs' guard drivers (guard.go): runCtx is Run's, set when it
 	// starts; guards and runCtx are guarded by mu; Run waits for drivers.
-	runCtx     context.Context
-	guards     map[string]*guardDriver
-	drivers    sync.WaitGroup
-	noBridge   bool
-	bridgeWait time.Duration
+	runCtx  context.Context
+	guards  map[string]*guardDriver
+	drivers sync.WaitGroup
+	guard   guard.Driver // strong jobs' guard moves (guard.go)
 	// replicatedWarned: the generation each strong job was last warned
 	// about for giving a key to several tasks. Guarded by mu.
 	replicatedWarned map[string]uint64
@@ -237,7 +237,7 @@ func New(cfg Config, store storage.Store, leases lease.Manager, members Members,
 	a.leases = leases
 	a.guards = make(map[string]*guardDriver)
 	a.replicatedWarned = make(map[string]uint64)
-	a.noBridge, a.bridgeWait = cfg.DisableBridge, cfg.BridgeWait
+	a.guard = guard.Driver{Leases: a.leases, Bridged: !cfg.DisableBridge, BridgeWait: cfg.BridgeWait, Log: a.log}
 	a.leaseCalls = newReportLimiter(leaseCallsPerSecond, leaseCallBurst)
 	var rtt lease.RTTFunc // nil when membership estimates no distances
 	if p, ok := members.(proximity); ok {

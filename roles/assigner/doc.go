@@ -40,7 +40,7 @@
 //
 // For a strongly consistent job the holder also moves the job's guard and
 // bridge leases, which tell its tasks which keys they may serve (see
-// docs/consistency.md). Those steps are fenced by the same job lease: the
+// docs/consistency.md), with package lease/guard's driver. Those steps are fenced by the same job lease: the
 // manager refuses them under a lease that is no longer the job's
 // (lease.ErrLost), so an Assigner that lost the job cannot move the guard,
 // and the next holder carries on from the guard and bridge it finds.
