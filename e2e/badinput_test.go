@@ -74,8 +74,20 @@ func TestBadInputKeepsAssignment(t *testing.T) {
 	testwait.Until(t, 30*time.Second, "a stored assignment for kv", func() bool { return get() != nil })
 	stored := get()
 
+	// A data file that is there but holds no store (0 bytes) is refused
+	// and left as it is: slicerd never replaces it with an empty store.
+	emptyDir := t.TempDir()
+	emptyFile := filepath.Join(emptyDir, "slicerd.db")
+	if err := os.WriteFile(emptyFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runSlicerd(t, "--data-dir", emptyDir, "--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--node-name", "node-3")
+	if fi, err := os.Stat(emptyFile); code != 1 || !strings.Contains(out, "empty (0 bytes)") || err != nil || fi.Size() != 0 {
+		t.Errorf("slicerd on a 0-byte data file: exit %d, file %v %v; output:\n%s", code, fi, err, out)
+	}
+
 	// A second slicerd on the same data directory is refused.
-	code, out := runSlicerd(t, "--data-dir", dataDir, "--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--node-name", "node-2")
+	code, out = runSlicerd(t, "--data-dir", dataDir, "--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--node-name", "node-2")
 	if code != 1 || !strings.Contains(out, "in use by another slicerd process") {
 		t.Errorf("second slicerd on the same data dir: exit %d, output:\n%s", code, out)
 	}

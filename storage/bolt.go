@@ -83,15 +83,21 @@ func OpenBolt(path string, opts BoltOptions) (*Bolt, error) {
 	}
 	log = log.With("path", path)
 
-	if err := checkPath(path, opts.ReadOnly); err != nil {
+	exists, err := checkPath(path, opts.ReadOnly)
+	if err != nil {
 		return nil, err
+	}
+	if !exists {
+		if err := createBolt(path, opts, log); err != nil {
+			return nil, err
+		}
 	}
 	db, err := openBolt(path, opts)
 	if err != nil {
 		return nil, err
 	}
 	b := &Bolt{db: db, path: path, readOnly: opts.ReadOnly, log: log}
-	version, err := b.prepare()
+	version, err := b.prepare(false)
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -100,23 +106,76 @@ func OpenBolt(path string, opts BoltOptions) (*Bolt, error) {
 	return b, nil
 }
 
-// checkPath turns the common set-up mistakes into errors that say what to
-// do, before bbolt produces a terser one.
-func checkPath(path string, readOnly bool) error {
-	fi, err := os.Stat(path)
-	switch {
-	case err == nil && fi.IsDir():
-		return fmt.Errorf("storage: data file %s is a directory; remove it or choose another --data-dir", path)
-	case err == nil && !fi.Mode().IsRegular():
-		return fmt.Errorf("storage: data file %s is not a regular file (%s); remove it or choose another --data-dir", path, fi.Mode().Type())
-	case errors.Is(err, fs.ErrNotExist) && readOnly:
-		return fmt.Errorf("storage: data file %s: %w; a read-only open needs an existing data file: start slicerd once without read-only, or fix --data-dir", path, err)
-	case err == nil && fi.Size() == 0 && readOnly:
-		return fmt.Errorf("storage: data file %s is empty; a read-only open needs an initialised data file: start slicerd once without read-only, or fix --data-dir", path)
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("storage: data file %s: %w; check that --data-dir exists, is a directory, and is accessible to slicerd's user", path, err)
+// createBolt creates the data file at path whole: it writes the schema to
+// a file beside it, then links that file to path, which fails if a file
+// appeared there meanwhile (another slicerd created it; the caller opens
+// that one). slicerd therefore never leaves a data file that exists but
+// holds no store, and OpenBolt refuses such a file (a 0-byte one
+// included) rather than initialise it over whatever was lost.
+func createBolt(path string, opts BoltOptions, log *slog.Logger) error {
+	tmp := path + ".creating"
+	// A leftover of a creation that crashed: it was never the store.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("storage: remove the unfinished data file %s: %w; remove it by hand, or choose another --data-dir", tmp, err)
+	}
+	db, err := openBolt(tmp, opts)
+	if err != nil {
+		return err
+	}
+	b := &Bolt{db: db, path: tmp, log: log}
+	_, err = b.prepare(true)
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("storage: create data file %s: %w", path, cerr)
+	}
+	if err == nil {
+		if err = os.Link(tmp, path); errors.Is(err, fs.ErrExist) {
+			err = nil
+		} else if err == nil {
+			err = syncDir(filepath.Dir(path))
+		}
+	}
+	if rerr := os.Remove(tmp); err == nil && rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("storage: create data file %s: %w; check that slicerd's user may write its directory", path, err)
 	}
 	return nil
+}
+
+// syncDir makes a directory's entries durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// checkPath turns the common set-up mistakes into errors that say what to
+// do, before bbolt produces a terser one, and reports whether the file
+// exists.
+func checkPath(path string, readOnly bool) (exists bool, err error) {
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.Mode().IsRegular() && fi.Size() == 0 && !readOnly:
+		return true, corruptFile(path, errors.New("it is empty (0 bytes), and slicerd creates its data file whole, so this one lost its contents or was made by something else"))
+	case err == nil && fi.IsDir():
+		return true, fmt.Errorf("storage: data file %s is a directory; remove it or choose another --data-dir", path)
+	case err == nil && !fi.Mode().IsRegular():
+		return true, fmt.Errorf("storage: data file %s is not a regular file (%s); remove it or choose another --data-dir", path, fi.Mode().Type())
+	case errors.Is(err, fs.ErrNotExist) && readOnly:
+		return false, fmt.Errorf("storage: data file %s: %w; a read-only open needs an existing data file: start slicerd once without read-only, or fix --data-dir", path, err)
+	case err == nil && fi.Size() == 0 && readOnly:
+		return true, fmt.Errorf("storage: data file %s is empty; a read-only open needs an initialised data file: start slicerd once without read-only, or fix --data-dir", path)
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Errorf("storage: data file %s: %w; check that --data-dir exists, is a directory, and is accessible to slicerd's user", path, err)
+	}
+	return err == nil, nil
 }
 
 // openBolt opens the file with bbolt, classifying failures and recovering
@@ -165,7 +224,7 @@ func openBolt(path string, opts BoltOptions) (db *bbolt.DB, err error) {
 	case size > 0 && !errors.As(err, &errno):
 		// Content errors (bad magic, checksum, bbolt version, too short)
 		// carry no errno; I/O errors do. An empty file is a new one: bbolt
-		// initialises it.
+		// initialises it (createBolt's; checkPath refuses any other).
 		return nil, corruptFile(path, err)
 	}
 	return nil, fmt.Errorf("storage: open data file %s: %w; check the disk and the file's permissions", path, err)
@@ -176,10 +235,11 @@ func corruptFile(path string, reason error) error {
 	return fmt.Errorf("%w: data file %s cannot be read: %w; slicerd left it untouched: restore it from a backup, or move it aside to start with an empty store", ErrCorrupt, path, reason)
 }
 
-// prepare checks the file's size and format version and, for a writable
-// fresh file, writes the schema; it upgrades a writable file of an older
-// format. It sets b.incarnation and returns the format version.
-func (b *Bolt) prepare() (uint64, error) {
+// prepare checks the file's size and format version and, when create is
+// set (createBolt's new file), writes the schema; a file without one is
+// otherwise refused. It upgrades a writable file of an older format. It
+// sets b.incarnation and returns the format version.
+func (b *Bolt) prepare(create bool) (uint64, error) {
 	var (
 		version uint64
 		fresh   bool
@@ -206,9 +266,8 @@ func (b *Bolt) prepare() (uint64, error) {
 	case version > FormatVersion:
 		return 0, fmt.Errorf("%w: data file %s was written by a newer slicerd (format %d, this binary reads up to %d); upgrade slicerd",
 			ErrNewerFormat, b.path, version, FormatVersion)
-	case b.readOnly && fresh:
-		// An empty file: reads find nothing.
-		return 0, nil
+	case fresh && !create:
+		return 0, corruptFile(b.path, errors.New("it is a bbolt file without slicerd's schema, and slicerd creates its data file whole, so this one lost its contents or was made by something else"))
 	case b.readOnly && version < FormatVersion:
 		return 0, fmt.Errorf("%w: data file %s has format %d; open it once without read-only to upgrade it to format %d",
 			ErrReadOnly, b.path, version, FormatVersion)

@@ -87,20 +87,20 @@ func TestReadOnlyMissingFile(t *testing.T) {
 	}
 }
 
-func TestReadOnlyBareBoltFile(t *testing.T) {
-	// A bbolt file without slicerd's buckets yet reads as an empty store.
+// A bbolt file without slicerd's schema is not a data file slicerd made:
+// it is refused, read-only or not, and left as it is.
+func TestBareBoltFileIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), storage.DataFileName)
 	rawUpdate(t, path, func(*bbolt.Tx) error { return nil })
-	b, err := storage.OpenBolt(path, storage.BoltOptions{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
+	before := readFile(t, path)
+	for _, ro := range []bool{false, true} {
+		_, err := storage.OpenBolt(path, storage.BoltOptions{ReadOnly: ro})
+		if !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), "without slicerd's schema") {
+			t.Fatalf("open (read-only %v) of a bare bbolt file: %v; want ErrCorrupt", ro, err)
+		}
 	}
-	defer b.Close()
-	if jobs, err := b.Jobs(ctx); err != nil || len(jobs) != 0 {
-		t.Fatalf("Jobs = %q, %v", jobs, err)
-	}
-	if _, err := b.Load(ctx, "j"); !errors.Is(err, storage.ErrNotFound) {
-		t.Fatalf("Load: %v, want ErrNotFound", err)
+	if !bytes.Equal(readFile(t, path), before) {
+		t.Fatal("the refused file changed")
 	}
 }
 

@@ -276,15 +276,48 @@ func TestReadOnlyEmptyFile(t *testing.T) {
 	}
 }
 
-func TestEmptyFileIsNew(t *testing.T) {
-	// An empty file is what a crash while creating the store leaves.
+// A data file that exists but holds no store is refused and left as it
+// is, never replaced by a new empty store: slicerd creates its file whole,
+// so an empty one lost what it held (a truncation, a bad restore).
+func TestEmptyFileIsRefused(t *testing.T) {
 	path := writeFile(t, t.TempDir(), storage.DataFileName, nil)
-	b, err := storage.OpenBolt(path, storage.BoltOptions{})
+	_, err := storage.OpenBolt(path, storage.BoltOptions{})
+	if !errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), "empty (0 bytes)") || !strings.Contains(err.Error(), path) {
+		t.Fatalf("open of an empty data file: %v; want ErrCorrupt naming it", err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Fatalf("the empty data file after the refusal: %v, %v; want it untouched", fi, err)
+	}
+}
+
+// A new data file appears whole: the schema is written beside it first,
+// and a creation that crashed before (its leftover beside the path) is
+// no obstacle.
+func TestCreateIsWhole(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, storage.DataFileName+".creating", []byte("a creation that crashed"))
+	b, err := storage.OpenDataDir(dir, storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustCommit(t, b, "j", 0, storagetest.Assignment("j", 1, 1, 1))
+	inc := b.Incarnation()
+	b.Close()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != storage.DataFileName {
+		t.Fatalf("the data dir holds %v; want only %s", entries, storage.DataFileName)
+	}
+	b, err = storage.OpenDataDir(dir, storage.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	mustCommit(t, b, "j", 0, storagetest.Assignment("j", 1, 1, 1))
+	if b.Incarnation() != inc {
+		t.Fatalf("incarnation %q after reopening, want %q", b.Incarnation(), inc)
+	}
 }
 
 // rawUpdate changes a closed data file with bbolt directly.
