@@ -72,12 +72,15 @@ type Leader struct {
 	wanted    map[string]bool      // jobs the last Evaluate wanted
 	holders   map[string]string    // job → another holder, as Acquire last found
 	retry     map[string]time.Time // job → earliest next Acquire
+	acquiring map[string]bool      // jobs an acquire is under way for
 	adoptions map[string]time.Time // job → when its adoption lapses
 	orphans   map[string]time.Time // job → since when it is Stale
 }
 
 // heldJob is never changed once in l.held: a renewal replaces it, so that
-// a copy of the pointer taken under l.mu may be read without it.
+// a copy of the pointer taken under l.mu may be read without it. One past
+// its deadline is lapsed: not held (Held), not renewed, and released
+// before this Assigner acquires the job again.
 type heldJob struct {
 	l        Job
 	deadline time.Time
@@ -113,6 +116,7 @@ func NewLeader(cfg LeaderConfig) *Leader {
 		wanted:    make(map[string]bool),
 		holders:   make(map[string]string),
 		retry:     make(map[string]time.Time),
+		acquiring: make(map[string]bool),
 		adoptions: make(map[string]time.Time),
 		orphans:   make(map[string]time.Time),
 	}
@@ -301,12 +305,30 @@ func (l *Leader) Evaluate(ctx context.Context, jobs []string) {
 func (l *Leader) acquire(ctx context.Context, job string) {
 	now := time.Now()
 	l.mu.Lock()
-	if now.Before(l.retry[job]) {
+	if h := l.held[job]; now.Before(l.retry[job]) || l.acquiring[job] || (h != nil && now.Before(h.deadline)) {
+		// Paced, or another call (Evaluate, or Run's retry) is acquiring
+		// it or just did: a second Acquire would find the lease held by
+		// this Assigner and back off as if another held it.
 		l.mu.Unlock()
 		return
 	}
+	l.acquiring[job] = true
+	lapsed := l.held[job]
 	delete(l.held, job)
 	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.acquiring, job)
+		l.mu.Unlock()
+	}()
+	if lapsed != nil {
+		// This Assigner's own lease, past its local deadline but perhaps
+		// not yet expired in the manager: released first, so that it is
+		// not locked out by itself until the manager lets it go, and
+		// taken again under a new epoch, which fences any write it sent
+		// before the deadline.
+		l.release(ctx, lapsed.l)
+	}
 	sent := time.Now()
 	lj, err := l.cfg.Manager.Acquire(ctx, job, l.cfg.Self, l.cfg.TTL)
 	if err != nil {
@@ -404,10 +426,13 @@ func (l *Leader) Run(ctx context.Context) error {
 }
 
 func (l *Leader) renewAll(ctx context.Context) {
+	now := time.Now()
 	l.mu.Lock()
 	held := make([]*heldJob, 0, len(l.held))
 	for _, h := range l.held {
-		held = append(held, h)
+		if now.Before(h.deadline) { // a lapsed one is taken again, not renewed
+			held = append(held, h)
+		}
 	}
 	l.mu.Unlock()
 	var g errgroup.Group
@@ -439,7 +464,8 @@ func (l *Leader) renew(ctx context.Context, h *heldJob) {
 		l.log.Warn("job lease lost; no longer writing the job", "job", h.l.Job, "epoch", h.l.Epoch, "err", err)
 		l.signal()
 	case !time.Now().Before(h.deadline):
-		delete(l.held, h.l.Job)
+		// Kept, lapsed (Held is false): the next acquire releases it
+		// first, and Evaluate releases it for the preferred Assigner.
 		l.log.Warn("job lease not renewed before its deadline; no longer writing the job", "job", h.l.Job, "epoch", h.l.Epoch, "err", err)
 		l.signal()
 	case ctx.Err() == nil:

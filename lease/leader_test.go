@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,5 +175,75 @@ func TestLeaderForwardedAdoption(t *testing.T) {
 	a.Evaluate(ctx, []string{"j"})
 	if _, held := a.Held("j"); !held {
 		t.Error("a adopted j but did not take its lease")
+	}
+}
+
+// stallRenew is a manager whose renewals hang until their deadline while
+// stalled is set: a manager, or the path to it, that stopped answering.
+type stallRenew struct {
+	lease.Manager
+	stalled atomic.Bool
+	// selfHeld counts Acquires refused because the caller itself holds
+	// the lease.
+	selfHeld atomic.Int32
+}
+
+func (m *stallRenew) Renew(ctx context.Context, l lease.Job) (lease.Job, error) {
+	if m.stalled.Load() {
+		<-ctx.Done()
+		return lease.Job{}, ctx.Err()
+	}
+	return m.Manager.Renew(ctx, l)
+}
+
+func (m *stallRenew) Acquire(ctx context.Context, job, holder string, ttl time.Duration) (lease.Job, error) {
+	l, err := m.Manager.Acquire(ctx, job, holder, ttl)
+	var he *lease.HeldError
+	if errors.As(err, &he) && he.Holder == holder {
+		m.selfHeld.Add(1)
+	}
+	return l, err
+}
+
+// A holder whose renewal missed its local deadline takes the job again at
+// once, under a new epoch, rather than being locked out by its own lease
+// until the manager lets it expire (or, with itself alive in gossip, until
+// the next preference recheck).
+func TestLeaderRetakesItsLapsedLease(t *testing.T) {
+	t.Parallel()
+	em, _ := embedded(t)
+	m := &stallRenew{Manager: em}
+	ctx := t.Context()
+	const ttl = 300 * time.Millisecond
+	a := lease.NewLeader(lease.LeaderConfig{Self: "a", Manager: m, TTL: ttl, Members: assigners("a"),
+		Preference: lease.Preference{Recheck: time.Hour}})
+	a.Evaluate(ctx, []string{"j"})
+	first, held := a.Held("j")
+	if !held {
+		t.Fatal("a did not take the lease")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	m.stalled.Store(true)
+	testwait.For(t, "a's lease to lapse while its renewals hang", func() bool {
+		_, held := a.Held("j")
+		return !held
+	})
+	m.stalled.Store(false)
+	// Evaluate and Run's retries both try to take it again.
+	testwait.For(t, "a to take j again", func() bool {
+		a.Evaluate(ctx, []string{"j"})
+		_, held := a.Held("j")
+		return held
+	})
+	again, _ := a.Held("j")
+	if again.Epoch <= first.Epoch {
+		t.Errorf("retaken at epoch %d, want above the lapsed %d", again.Epoch, first.Epoch)
+	}
+	if n := m.selfHeld.Load(); n != 0 {
+		t.Errorf("%d acquires were refused because a itself held the lease", n)
 	}
 }
