@@ -39,7 +39,9 @@
 // slicelet package), therefore stops using the lease before anyone else
 // can be granted what it covered; a reader paused past its deadline must
 // not use it again until it reads again. Wait never returns earlier than
-// that, and the contract suite checks it.
+// that, and the contract suite checks it. Holders (Leader, the Slicelet)
+// count their deadlines on internal/leaseclock, which, unlike Go's
+// monotonic clock on Linux, counts the time their host spent suspended.
 //
 // # Implementations
 //

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/leaseclock"
 )
 
 // LeaderConfig configures a Leader.
@@ -63,6 +64,7 @@ const DefaultClockMargin = 0.05
 type Leader struct {
 	cfg     LeaderConfig
 	log     *slog.Logger
+	clock   *leaseclock.Clock // lease deadlines, counting a host's suspend
 	choices Choices
 	changes chan struct{} // a lease was gained or lost
 
@@ -83,8 +85,11 @@ type Leader struct {
 // before this Assigner acquires the job again.
 type heldJob struct {
 	l        Job
-	deadline time.Time
+	deadline int64 // on Leader.clock
 }
+
+// live reports whether h is still before its deadline at now (Leader.clock).
+func (h *heldJob) live(now int64) bool { return now < h.deadline }
 
 // NewLeader returns a Leader holding no lease; Run renews what Evaluate
 // acquires.
@@ -111,6 +116,7 @@ func NewLeader(cfg LeaderConfig) *Leader {
 	return &Leader{
 		cfg:       cfg,
 		log:       cfg.Logger,
+		clock:     leaseclock.New(),
 		changes:   make(chan struct{}, 1),
 		held:      make(map[string]*heldJob),
 		wanted:    make(map[string]bool),
@@ -134,7 +140,7 @@ func (l *Leader) Held(job string) (Job, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.held[job]
-	if h == nil || !time.Now().Before(h.deadline) {
+	if h == nil || !h.live(l.clock.Now()) {
 		return Job{}, false
 	}
 	return h.l, true
@@ -287,7 +293,7 @@ func (l *Leader) Evaluate(ctx context.Context, jobs []string) {
 		h := l.held[job]
 		l.mu.Unlock()
 		switch {
-		case want && (h == nil || !time.Now().Before(h.deadline)):
+		case want && (h == nil || !h.live(l.clock.Now())):
 			l.acquire(ctx, job)
 		case !want && h != nil:
 			l.log.Info("another assigner is preferred for the job; releasing its lease", "job", job, "preferred", p.Name, "epoch", h.l.Epoch)
@@ -305,7 +311,7 @@ func (l *Leader) Evaluate(ctx context.Context, jobs []string) {
 func (l *Leader) acquire(ctx context.Context, job string) {
 	now := time.Now()
 	l.mu.Lock()
-	if h := l.held[job]; now.Before(l.retry[job]) || l.acquiring[job] || (h != nil && now.Before(h.deadline)) {
+	if h := l.held[job]; now.Before(l.retry[job]) || l.acquiring[job] || (h != nil && h.live(l.clock.Now())) {
 		// Paced, or another call (Evaluate, or Run's retry) is acquiring
 		// it or just did: a second Acquire would find the lease held by
 		// this Assigner and back off as if another held it.
@@ -329,7 +335,7 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 		// before the deadline.
 		l.release(ctx, lapsed.l)
 	}
-	sent := time.Now()
+	sent := l.clock.Now()
 	lj, err := l.cfg.Manager.Acquire(ctx, job, l.cfg.Self, l.cfg.TTL)
 	if err != nil {
 		var he *HeldError
@@ -381,8 +387,8 @@ func (l *Leader) retryAfter(he *HeldError) (wait time.Duration, holderAlive bool
 
 // deadline is when a lease granted or renewed by a request sent at sent
 // stops being used here.
-func (l *Leader) deadline(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - time.Duration(float64(ttl)*l.cfg.ClockMargin))
+func (l *Leader) deadline(sent int64, ttl time.Duration) int64 {
+	return sent + int64(ttl-time.Duration(float64(ttl)*l.cfg.ClockMargin))
 }
 
 func (l *Leader) release(ctx context.Context, lj Job) {
@@ -426,11 +432,11 @@ func (l *Leader) Run(ctx context.Context) error {
 }
 
 func (l *Leader) renewAll(ctx context.Context) {
-	now := time.Now()
+	now := l.clock.Now()
 	l.mu.Lock()
 	held := make([]*heldJob, 0, len(l.held))
 	for _, h := range l.held {
-		if now.Before(h.deadline) { // a lapsed one is taken again, not renewed
+		if h.live(now) { // a lapsed one is taken again, not renewed
 			held = append(held, h)
 		}
 	}
@@ -447,8 +453,8 @@ func (l *Leader) renewAll(ctx context.Context) {
 }
 
 func (l *Leader) renew(ctx context.Context, h *heldJob) {
-	sent := time.Now()
-	rctx, cancel := context.WithDeadline(ctx, h.deadline)
+	sent := l.clock.Now()
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(h.deadline-sent))
 	lj, err := l.cfg.Manager.Renew(rctx, h.l)
 	cancel()
 	l.mu.Lock()
@@ -463,23 +469,23 @@ func (l *Leader) renew(ctx context.Context, h *heldJob) {
 		delete(l.held, h.l.Job)
 		l.log.Warn("job lease lost; no longer writing the job", "job", h.l.Job, "epoch", h.l.Epoch, "err", err)
 		l.signal()
-	case !time.Now().Before(h.deadline):
+	case !h.live(l.clock.Now()):
 		// Kept, lapsed (Held is false): the next acquire releases it
 		// first, and Evaluate releases it for the preferred Assigner.
 		l.log.Warn("job lease not renewed before its deadline; no longer writing the job", "job", h.l.Job, "epoch", h.l.Epoch, "err", err)
 		l.signal()
 	case ctx.Err() == nil:
 		l.log.Warn("renewing the job lease failed; retrying until its deadline", "job", h.l.Job, "epoch", h.l.Epoch,
-			"deadline_in", time.Until(h.deadline).Round(time.Millisecond), "err", err)
+			"deadline_in", time.Duration(h.deadline-l.clock.Now()).Round(time.Millisecond), "err", err)
 	}
 }
 
 func (l *Leader) retryWanted(ctx context.Context) {
-	now := time.Now()
+	now, clk := time.Now(), l.clock.Now()
 	l.mu.Lock()
 	var jobs []string
 	for job, want := range l.wanted {
-		if h := l.held[job]; want && (h == nil || !now.Before(h.deadline)) && !now.Before(l.retry[job]) {
+		if h := l.held[job]; want && (h == nil || !h.live(clk)) && !now.Before(l.retry[job]) {
 			jobs = append(jobs, job)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/leaseclock"
 	"github.com/slicerd/slicerd/internal/metrics"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/subset"
@@ -112,7 +113,7 @@ func New(cfg Config) (*Slicelet, error) {
 	s.handoff.serveSem = make(chan struct{}, maxConcurrentServes)
 	s.handoff.fetched = make(map[string][]fetchedRange)
 	s.handoff.served = make(chan struct{})
-	s.strong.base = time.Now()
+	s.strong.clock = leaseclock.New()
 	s.strong.kick = make(chan struct{}, 1)
 	s.strong.recent = make(map[uint64]*assign.Assignment)
 	s.strong.view.Store(&strongView{})

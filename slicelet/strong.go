@@ -14,6 +14,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/leaseclock"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/lease/guard"
 )
@@ -53,7 +54,7 @@ type ownership struct {
 	// tell (the guard's generation; the bridge's from).
 	token uint64
 	// deadline is when the task stops using the lease, in nanoseconds of
-	// the Slicelet's monotonic clock (Slicelet.since); renewed is when the
+	// the Slicelet's lease clock (Slicelet.since); renewed is when the
 	// request that last granted or renewed it was sent.
 	deadline, renewed atomic.Int64
 	// handles counts the outstanding handles per handleBuckets-th of the
@@ -115,9 +116,9 @@ type loss struct {
 
 // strongState is a strong-mode Slicelet's lease state.
 type strongState struct {
-	base time.Time // the monotonic clock's origin
-	view atomic.Pointer[strongView]
-	kick chan struct{} // a new assignment arrived
+	clock *leaseclock.Clock // what lease deadlines are counted on; see since
+	view  atomic.Pointer[strongView]
+	kick  chan struct{} // a new assignment arrived
 
 	// lossSeq is the number of the newest loss; handles remember it.
 	lossSeq atomic.Uint64
@@ -136,8 +137,10 @@ type strongState struct {
 
 func (s *Slicelet) strongMode() bool { return s.cfg.Consistency == assign.Strong }
 
-// since is the Slicelet's monotonic clock, in nanoseconds.
-func (s *Slicelet) since() int64 { return int64(time.Since(s.strong.base)) }
+// since is the Slicelet's lease clock, in nanoseconds: monotonic, and
+// counting the time the host spent suspended, so that a lease does not
+// outlive its deadline across a suspend (package leaseclock).
+func (s *Slicelet) since() int64 { return s.strong.clock.Now() }
 
 // valid reports whether o may be used now.
 func (s *Slicelet) valid(o *ownership) bool {
