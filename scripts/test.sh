@@ -39,21 +39,26 @@ fi
 # detector slows it tenfold, so it runs at full depth here, without it, and
 # at a shallow depth in the race pass below.
 echo "== model check (lease/guard)"
-go test -count=1 -run 'TestModel' -timeout 10m ./lease/guard/
+model_status=0
+go test -count=1 -run 'TestModel' -timeout 10m ./lease/guard/ 2>&1 | sed 's/^ok /ok (model) /' | tee /tmp/slicerd-model.$$.log || model_status=${PIPESTATUS[0]}
 
+# A failing pass does not stop the next one: every failure is reported,
+# and the summary line is always printed.
 echo "== go test -race"
-go test -race -count=1 -timeout 20m ./... 2>&1 | tee /tmp/slicerd-test.$$.log
-status=${PIPESTATUS[0]}
+status=0
+go test -race -count=1 -timeout 20m ./... 2>&1 | tee /tmp/slicerd-test.$$.log || status=${PIPESTATUS[0]}
 
 # The end-to-end tests again, with every cluster on the documented secure
 # settings (TLS, certificate identities, admin token); the attack suite
 # runs only in this pass.
 echo "== go test -race ./e2e/ (secure)"
-SLICERD_E2E_SECURE=1 go test -race -count=1 -timeout 20m ./e2e/ 2>&1 | sed 's/^ok /ok (secure) /' | tee -a /tmp/slicerd-test.$$.log
-secure_status=${PIPESTATUS[0]}
+secure_status=0
+SLICERD_E2E_SECURE=1 go test -race -count=1 -timeout 20m ./e2e/ 2>&1 | sed 's/^ok /ok (secure) /' | tee -a /tmp/slicerd-test.$$.log || secure_status=${PIPESTATUS[0]}
 [ "$status" = 0 ] && status=$secure_status
+[ "$status" = 0 ] && status=$model_status
+cat /tmp/slicerd-model.$$.log >> /tmp/slicerd-test.$$.log
 passed=$(grep -c '^ok ' /tmp/slicerd-test.$$.log || true)
 failed=$(grep -c -E '^(FAIL|--- FAIL)' /tmp/slicerd-test.$$.log || true)
-rm -f /tmp/slicerd-test.$$.log
+rm -f /tmp/slicerd-test.$$.log /tmp/slicerd-model.$$.log
 echo "packages: $passed passed, $failed failed"
 exit "$status"
