@@ -317,11 +317,11 @@ func TestAttackFakeTaskClaimsJob(t *testing.T) {
 		t.Errorf("kvserver with another job's certificate exited %d, want 2 (refused at start)", code)
 	}
 	// Joining gossip without registering: the Assigner never counts it.
-	joinFakeTask(t, tg, "kv/kv-evil2", "kv", "kv-evil2")
+	joinFakeTask(t, tg, gossip.TaskMemberName("kv", "kv-evil2"), "kv", "kv-evil2")
 	hc, url := rpcClient("")
 	defer hc.CloseIdleConnections()
 	reg := slicerv1connect.NewAssignerServiceClient(hc, url(tg.node.rpcAddr))
-	_, err := reg.RegisterTask(context.Background(), connect.NewRequest(&slicerv1.RegisterTaskRequest{Job: "kv", Task: "kv-evil2", GossipName: "kv/kv-evil2"}))
+	_, err := reg.RegisterTask(context.Background(), connect.NewRequest(&slicerv1.RegisterTaskRequest{Job: "kv", Task: "kv-evil2", GossipName: gossip.TaskMemberName("kv", "kv-evil2")}))
 	if connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("registering a task with an admin certificate = %v, want PERMISSION_DENIED", err)
 	}

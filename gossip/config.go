@@ -65,6 +65,15 @@ type Config struct {
 	// name stays bound to its old address. Zero frees the name at once, so
 	// a task restarted elsewhere under the same name rejoins without delay.
 	DeadNodeReclaimTime time.Duration
+	// RejoinFile, if set, is a file where the node keeps the gossip
+	// addresses of a few members it last saw alive, and from which it
+	// joins them when it starts (besides Join). A node that is the only
+	// seed of its tasks (a single-node slicerd) is otherwise unknown to
+	// them after a quick restart until one of them exchanges member
+	// lists with it, a push-pull interval or more, while they still count
+	// it alive. It holds addresses only, rewritten at most once a second
+	// while membership changes.
+	RejoinFile string
 
 	// SendDelay, when positive, holds back everything this member sends
 	// over gossip by that long, so that its network coordinate, and every

@@ -123,6 +123,16 @@ func Start(cfg Config) (*Node, error) {
 	n.addr = net.JoinHostPort(local.Addr.String(), strconv.Itoa(int(local.Port)))
 	n.guard.setSelf(local.Addr, local.Port)
 	go n.run()
+	if cfg.RejoinFile != "" {
+		prev, err := readRejoinFile(cfg.RejoinFile)
+		if err != nil {
+			n.log.Warn("gossip: ignoring the members recorded before the restart", "file", cfg.RejoinFile, "err", err)
+		}
+		if len(prev) > 0 {
+			n.wg.Go(func() { n.rejoin(prev) })
+		}
+		n.wg.Go(n.recordMembers)
+	}
 	if ring != nil {
 		n.log.Info("gossip encryption on", "keys", len(ring.GetKeys()), "keyring_file", cfg.KeyringFile)
 	}

@@ -101,6 +101,12 @@ func statusFromSerf(s serf.MemberStatus) Status {
 	}
 }
 
+// TaskMemberName is the gossip member name of task of job: "task@job".
+// Neither a job nor a task name may hold '@' or '/'; a '/' would break
+// memberlist's "name/address" join syntax, which serf uses to rejoin
+// members from its snapshot and to reconnect failed ones.
+func TaskMemberName(job, task string) string { return task + "@" + job }
+
 // Peer is the typed identity of a gossip member. Its serf tags are encoded by
 // Tags and parsed by ParseMember, and nowhere else.
 type Peer struct {

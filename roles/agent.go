@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -410,6 +411,18 @@ func (a *Agent) storeAttrs() []any {
 	return []any{"store", "bolt", "data_dir", a.cfg.DataDir}
 }
 
+// RejoinFileName is the file in the data directory where a node that keeps
+// its store there records a few live gossip members, and from which it
+// rejoins them when it starts (gossip.Config.RejoinFile).
+const RejoinFileName = "gossip-members"
+
+// usesDataDir reports whether this agent keeps its store in the data
+// directory (the embedded bbolt store).
+func (a *Agent) usesDataDir() bool {
+	spec, _ := ParseStore(a.cfg.Store) // valid: New checked it
+	return a.store != nil && a.cfg.OpenStore == nil && !spec.Etcd && a.cfg.DataDir != ""
+}
+
 // Run joins gossip, serves RPCs and runs the roles until ctx ends, then
 // leaves gossip gracefully, drains RPC streams and closes the store. It
 // returns the first error that stopped it.
@@ -423,6 +436,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	gcfg.NodeName = a.cfg.NodeName
 	gcfg.Self = gossip.Peer{Name: a.cfg.NodeName, Roles: a.cfg.Roles, RPCAddr: advertise}
 	gcfg.Logger = a.log
+	if a.usesDataDir() && gcfg.RejoinFile == "" {
+		gcfg.RejoinFile = filepath.Join(a.cfg.DataDir, RejoinFileName)
+	}
 	node, err := gossip.Start(gcfg)
 	if err != nil {
 		a.listener.Close()

@@ -68,7 +68,7 @@ func TestKeyringRotationAcrossAgentsAndTask(t *testing.T) {
 		agents = append(agents, startAgent(t, cfg))
 	}
 	task := encryptedTask(t, "kv", "t0", agents[0].GossipAddr(), k1)
-	members := []string{"agent-1", "agent-2", "agent-3", "kv/t0"}
+	members := []string{"agent-1", "agent-2", "agent-3", gossip.TaskMemberName("kv", "t0")}
 	for _, a := range agents {
 		testwait.For(t, "every member alive", seesAlive(a, members...))
 	}

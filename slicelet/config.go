@@ -157,7 +157,7 @@ func (c Config) gossipConfig(log *slog.Logger) gossip.Config {
 	if reflect.ValueOf(g).IsZero() {
 		g = gossip.DefaultConfig()
 	}
-	g.NodeName = c.Job + "/" + c.Task
+	g.NodeName = gossip.TaskMemberName(c.Job, c.Task)
 	g.BindAddr = c.GossipAddr
 	if g.BindAddr == "" {
 		g.BindAddr = defaultGossipAddr

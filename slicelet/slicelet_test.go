@@ -165,11 +165,11 @@ func TestSliceletFollowsAssignmentAndLeaves(t *testing.T) {
 
 	// Cancelling Run is a graceful leave: the other member sees "left".
 	r.stop(t)
-	p, ok := peer(dist, job+"/kv-0")
+	p, ok := peer(dist, gossip.TaskMemberName(job, "kv-0"))
 	if !ok {
 		t.Fatalf("the task is gone from gossip; want it listed as left. peers: %v", dist.Peers())
 	}
-	testwait.For(t, "status left", func() bool { p, _ = peer(dist, job+"/kv-0"); return p.Status == gossip.StatusLeft })
+	testwait.For(t, "status left", func() bool { p, _ = peer(dist, gossip.TaskMemberName(job, "kv-0")); return p.Status == gossip.StatusLeft })
 	// The assignment stays readable after Run returns.
 	checkAffinity(t, r.sl, a2)
 }

@@ -819,12 +819,12 @@ func (c *commitLog) others(task string) (suspected, failed int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, n := range c.suspected {
-		if name != "kv/"+task {
+		if name != gossip.TaskMemberName("kv", task) {
 			suspected += n
 		}
 	}
 	for name, n := range c.failed {
-		if name != "kv/"+task {
+		if name != gossip.TaskMemberName("kv", task) {
 			failed += n
 		}
 	}

@@ -502,7 +502,7 @@ type Task struct {
 // reporting load every 100 ms, and waits until it has joined gossip.
 func (c *Cluster) StartTask(job, task string) *Task {
 	c.t.Helper()
-	name := job + "/" + task
+	name := gossip.TaskMemberName(job, task)
 	c.mu.Lock()
 	c.nextPort++
 	addr := fmt.Sprintf("127.0.0.1:%d", c.nextPort)

@@ -15,7 +15,7 @@ import (
 // end of the test. log may be nil.
 func TaskMember(t testing.TB, job, task, join string, log *slog.Logger, keys ...[]byte) *gossip.Node {
 	t.Helper()
-	cfg := gossip.TestConfig(job + "/" + task)
+	cfg := gossip.TestConfig(gossip.TaskMemberName(job, task))
 	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: job, Task: task, RPCAddr: "127.0.0.1:1" + fmt.Sprint(len(task))}
 	cfg.Keys = keys
 	if log != nil {

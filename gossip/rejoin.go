@@ -1,0 +1,163 @@
+package gossip
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Rejoining after a restart (Config.RejoinFile). Joining any one live
+// member is enough: the push-pull exchange of a join brings the whole
+// member list. So the file keeps a small random sample of live members,
+// and a starting node tries them one at a time.
+const (
+	// rejoinSample bounds the addresses kept.
+	rejoinSample = 16
+	// rejoinRecordEvery paces rewrites of the file while membership
+	// changes.
+	rejoinRecordEvery = time.Second
+	// maxRejoinFile bounds what is read back: a file larger than this
+	// was not written by slicerd.
+	maxRejoinFile = 64 << 10
+)
+
+// readRejoinFile returns the addresses in path; a missing file is none.
+func readRejoinFile(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxRejoinFile {
+		return nil, errors.New("it is larger than any slicerd writes")
+	}
+	var addrs []string
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if err := validateJoinAddr(line); err != nil {
+			return nil, err
+		}
+		addrs = append(addrs, line)
+	}
+	return addrs, sc.Err()
+}
+
+// writeRejoinFile replaces path with addrs, durably.
+func writeRejoinFile(path string, addrs []string) error {
+	var b strings.Builder
+	b.WriteString("# gossip members this slicerd node last saw alive; it joins them when it starts\n")
+	for _, a := range addrs {
+		b.WriteString(a + "\n")
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(b.String())
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
+
+// rejoin joins the first of addrs that answers, one at a time, until one
+// does or the node stops. It runs once, at Start, in a goroutine of the
+// node's WaitGroup.
+func (n *Node) rejoin(addrs []string) {
+	for _, a := range addrs {
+		select {
+		case <-n.stop:
+			return
+		default:
+		}
+		if a == n.addr {
+			continue
+		}
+		if _, err := n.Join([]string{a}); err == nil {
+			n.log.Info("gossip rejoined a member known before the restart", "member_addr", a)
+			return
+		}
+	}
+	n.log.Info("gossip: none of the members known before the restart answered; waiting to be joined", "tried", len(addrs))
+}
+
+// recordMembers keeps RejoinFile up to date until the node stops: at a
+// membership change it writes a sample of the live members' addresses at
+// once, or, within rejoinRecordEvery of the last write, at the end of that
+// interval. A goroutine of the node's WaitGroup.
+func (n *Node) recordMembers() {
+	changes, unsubscribe := n.Changes()
+	defer unsubscribe()
+	tick := time.NewTicker(rejoinRecordEvery)
+	defer tick.Stop()
+	var (
+		dirty   bool
+		last    string
+		written time.Time
+	)
+	record := func() {
+		dirty = false
+		var addrs []string
+		for _, p := range n.Peers() {
+			if p.Status == StatusAlive && p.Name != n.cfg.NodeName && p.GossipAddr != "" {
+				addrs = append(addrs, p.GossipAddr)
+			}
+		}
+		rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+		addrs = addrs[:min(len(addrs), rejoinSample)]
+		slices.Sort(addrs)
+		key := strings.Join(addrs, ",")
+		if key == last || len(addrs) == 0 {
+			return // an empty view (alone, or leaving) keeps the last sample
+		}
+		if err := writeRejoinFile(n.cfg.RejoinFile, addrs); err != nil {
+			n.log.Warn("gossip: recording the members to rejoin after a restart failed", "file", n.cfg.RejoinFile, "err", err)
+			return
+		}
+		last, written = key, time.Now()
+	}
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-changes:
+			if time.Since(written) >= rejoinRecordEvery {
+				record()
+			} else {
+				dirty = true
+			}
+		case <-tick.C:
+			if dirty {
+				record()
+			}
+		}
+	}
+}
