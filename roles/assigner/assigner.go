@@ -114,9 +114,10 @@ type Assigner struct {
 
 	mu   sync.Mutex
 	jobs map[string]*assignerJob
-	// deleted holds the jobs this Assigner deleted or saw deleted, until
-	// they are created again; see jobdelete.go. Guarded by mu.
-	deleted map[string]struct{}
+	// forgets counts the jobs forgotten (forgetJob), so that job can tell
+	// a store read that may predate a deletion; see jobdelete.go. Guarded
+	// by mu.
+	forgets uint64
 
 	// Limits; see limits.go.
 	maxJobs, maxSlices int
@@ -265,7 +266,10 @@ func (a *Assigner) load(ctx context.Context) error {
 		return fmt.Errorf("assigner: list stored jobs: %w", err)
 	}
 	for _, name := range names {
-		_, err := a.job(ctx, name, true)
+		_, err := a.job(ctx, name)
+		if errors.Is(err, rpc.ErrUnknownJob) {
+			continue // deleted since it was listed
+		}
 		if errors.Is(err, rpc.ErrTooManyJobs) {
 			// A record with neither configuration nor assignment holds
 			// nothing to serve; it is not worth stopping for.
@@ -567,7 +571,11 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 	if _, held := a.leader.Held(name); !held {
 		return nil
 	}
-	j, err := a.job(ctx, name, true)
+	j, err := a.job(ctx, name)
+	if errors.Is(err, rpc.ErrUnknownJob) {
+		a.dropLease(ctx, name)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 
 // WatchAssignment implements slicerv1connect.AssignerServiceHandler.
 func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[slicerv1.WatchAssignmentRequest], stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
-	j, err := a.job(ctx, req.Msg.GetJob(), false)
+	j, err := a.job(ctx, req.Msg.GetJob())
 	if err != nil {
 		return rpc.ToConnect(err)
 	}
@@ -70,11 +70,10 @@ func (a *Assigner) setJobConfig(ctx context.Context, req *connect.Request[slicer
 	if err := a.admitNew(ctx, name); err != nil {
 		return nil, rpc.ToConnect(err)
 	}
-	a.undelete(name)
 	if err := a.store.SetConfig(ctx, name, cfg); err != nil {
 		return nil, rpc.ToConnect(err)
 	}
-	j, err := a.job(ctx, name, true)
+	j, err := a.job(ctx, name)
 	if err != nil {
 		return nil, rpc.ToConnect(err)
 	}

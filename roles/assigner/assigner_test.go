@@ -39,7 +39,7 @@ func TestAssignerRebasesOnConflict(t *testing.T) {
 	stopping := make(chan struct{})
 	a := testAssigner(t, testConfig(t, "assigner-1"), store, node, stopping)
 	lead(t, a, "kv")
-	j, err := a.job(ctx, "kv", true)
+	j, err := a.job(ctx, "kv")
 	if err != nil {
 		t.Fatal(err)
 	}

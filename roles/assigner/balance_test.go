@@ -44,7 +44,7 @@ func newBalanceFixture(t *testing.T, members *fakeMembers, jcfg *assign.Config) 
 	if err := f.as.reconcile(ctx, "kv", triggerChange); err != nil {
 		t.Fatal(err)
 	}
-	j, err := f.as.job(ctx, "kv", false)
+	j, err := f.as.job(ctx, "kv")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestBalanceOff(t *testing.T) {
 	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
 		t.Fatal(err)
 	}
-	j, _ := as.job(ctx, "kv", false)
+	j, _ := as.job(ctx, "kv")
 	first := j.pub.Current()
 	for _, task := range []string{"t0", "t1", "t2"} {
 		if _, err := as.ReportLoad(ctx, connect.NewRequest(assignertest.ReportFor(first, task, assignertest.Skewed(), 1))); err != nil {

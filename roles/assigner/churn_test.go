@@ -73,7 +73,7 @@ func TestLoadDecisionWaitsForMembershipDecision(t *testing.T) {
 	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
 		t.Fatal(err)
 	}
-	j, err := a.job(ctx, "kv", false)
+	j, err := a.job(ctx, "kv")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func TestRefreshKeepsConfigSetMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := soloAssigner(t, store)
-	j, err := a.job(ctx, "kv", true)
+	j, err := a.job(ctx, "kv")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/slicerd/slicerd/storage"
 )
 
-// Deleting a job. Jobs come into existence from gossip (a task that names
-// the job) or from SetJobConfig, so a job with a live task cannot be
+// Deleting a job. Jobs come into existence from gossip (a live task that
+// names the job) or from SetJobConfig, so a job with a live task cannot be
 // deleted: its preferred Assigner would create it again at the next
 // membership change, so the deletion would only reset its configuration
 // and churn its assignment. DeleteJob therefore refuses such a job with
@@ -25,16 +25,22 @@ import (
 // continues above the generation it was deleted at (the store remembers
 // it), so clients that still hold the old assignment take the new one.
 //
-// Once the store has forgotten the job, so does every role: the Assigner
-// that deleted it drops the job's state (assignment, configuration, load
-// reports, preference and adoption) and ends its streams with NOT_FOUND;
-// other Assigners do the same when they see the stored assignment vanish
-// (refresh); Distributors drop their cache when the Assigner answers
-// NOT_FOUND, and Backups when the store does. An Assigner remembers a job
-// it deleted, so that a store read begun before the deletion, or a task of
-// the job that is failed but not yet reaped from gossip, cannot make it
-// serve the job again; a live task of the job, or SetJobConfig, creates it
-// afresh.
+// The store is the truth every role follows: a job the store does not
+// hold exists only while a task of it is alive in gossip (see job), so a
+// task that failed or left, which serf lists for hours until it reaps it,
+// makes no job known, and an Assigner needs no memory of deletions for
+// them. Once the store has forgotten the job, so does every role, within
+// the time it takes the store's watch (or, without one, the standby poll)
+// to report it: the Assigner that deleted it drops the job's state
+// (assignment, configuration, load reports, preference, adoption, lease
+// and any pending make-before-break step) and ends its streams with
+// NOT_FOUND; other Assigners do the same when they read the record gone
+// (refresh), whether the job had an assignment or only a configuration;
+// Distributors drop their cache when the Assigner answers NOT_FOUND, and
+// Backups when the store does. A store read begun before the deletion
+// cannot bring the job back: job reads again when a job was forgotten
+// while it read. Nothing is remembered per deleted job, so an Assigner's
+// memory follows the jobs it serves.
 
 // maxListedTasks bounds the live tasks named in a refusal.
 const maxListedTasks = 10
@@ -130,18 +136,15 @@ func deletedError(job string) error {
 	return connect.NewError(connect.CodeNotFound, fmt.Errorf("%w %q: the job was deleted", rpc.ErrUnknownJob, job))
 }
 
-// forgetJob drops everything this Assigner holds of a deleted job, ends
-// its streams with NOT_FOUND, and remembers the deletion (see job).
+// forgetJob drops everything this Assigner holds of a deleted job and
+// ends its streams with NOT_FOUND.
 func (a *Assigner) forgetJob(name string) {
 	a.mu.Lock()
 	j := a.jobs[name]
 	delete(a.jobs, name)
 	delete(a.replicatedWarned, name)
 	a.metrics.forget(name)
-	if a.deleted == nil {
-		a.deleted = make(map[string]struct{})
-	}
-	a.deleted[name] = struct{}{}
+	a.forgets++
 	a.mu.Unlock()
 	a.leader.Forget(context.Background(), name)
 	a.loads.mu.Lock()
@@ -153,32 +156,26 @@ func (a *Assigner) forgetJob(name string) {
 	}
 }
 
-// forgetVanished forgets a job whose stored record is gone while this
-// Assigner serves a stored assignment of it: only a deletion removes one.
+// forgetVanished forgets a job whose stored record refresh found gone: it
+// was deleted, whether this Assigner served an assignment of it or only
+// its configuration. A job known only from a live task, which the store
+// does not hold before its first commit, is kept.
 func (a *Assigner) forgetVanished(name string) {
 	a.mu.Lock()
 	j := a.jobs[name]
 	a.mu.Unlock()
-	if j == nil || j.pub.Current() == nil {
+	if j == nil || (j.pub.Current() == nil && len(a.tasksOf(name, true)) > 0) {
 		return
 	}
 	a.log.Info("the job's stored record is gone: it was deleted; forgetting it", "job", name)
 	a.forgetJob(name)
 }
 
-// undelete lets the job be created again: SetJobConfig calls it.
-func (a *Assigner) undelete(name string) {
-	a.mu.Lock()
-	delete(a.deleted, name)
-	a.mu.Unlock()
-}
-
-// knownToGossip reports whether gossip lists a task of the job: any task,
-// or only a live one once the job was deleted, since the failed tasks of a
-// deleted job linger in gossip until they are reaped.
-func (a *Assigner) knownToGossip(name string) bool {
-	a.mu.Lock()
-	_, gone := a.deleted[name]
-	a.mu.Unlock()
-	return len(a.tasksOf(name, gone)) > 0
+// dropLease gives up the lease of a job the Assigner took for a live task
+// that is gone before the job was stored: the job does not exist (job).
+func (a *Assigner) dropLease(ctx context.Context, name string) {
+	if _, held := a.leader.Held(name); held {
+		a.log.Debug("the job's tasks are gone and the store does not hold it; releasing its lease", "job", name)
+		a.leader.Forget(ctx, name)
+	}
 }

@@ -38,50 +38,61 @@ type assignerJob struct {
 	pending *pendingFlip
 }
 
-// job returns the state of a job, creating it from the store (or defaults)
-// when create is set or gossip knows a task of the job. It returns
-// rpc.ErrUnknownJob when neither the store nor gossip knows the job.
-func (a *Assigner) job(ctx context.Context, name string, create bool) (*assignerJob, error) {
-	if j, ok := a.known(name); ok {
+// job returns the state of a job: this Assigner's own, or one built from
+// the job's stored record, or from the defaults when the store does not
+// hold the job but a task of it is alive in gossip. It returns
+// rpc.ErrUnknownJob when neither holds the job: a job the store does not
+// hold exists only while a task names it, so neither a deleted job nor
+// its failed tasks lingering in gossip bring it back.
+//
+// The store is read without mu, so a deletion may be forgotten here
+// (forgetJob) between the read and the job's insertion; what was read may
+// then predate the deletion, and the store is read again. Each read again
+// follows a forgotten job, so this ends once deletions stop racing it.
+func (a *Assigner) job(ctx context.Context, name string) (*assignerJob, error) {
+	for {
+		if j, ok := a.known(name); ok {
+			return j, nil
+		}
+		a.mu.Lock()
+		forgets := a.forgets
+		a.mu.Unlock()
+		j, rec, err := a.read(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		a.mu.Lock()
+		if existing, ok := a.jobs[name]; ok {
+			a.mu.Unlock()
+			return existing, nil
+		}
+		if a.forgets != forgets {
+			a.mu.Unlock()
+			continue
+		}
+		if rec.Current == nil && !rec.Configured && len(a.jobs) >= a.maxJobs {
+			a.mu.Unlock()
+			return nil, a.tooManyJobs(name) // stored jobs are always served
+		}
+		a.jobs[name] = j
+		a.mu.Unlock()
+		if rec.Current != nil {
+			a.log.Info("carrying stored assignment forward", "job", name, "generation", rec.Current.Generation,
+				"tasks", len(rec.Current.Tasks), "slices", len(rec.Current.Slices))
+		}
 		return j, nil
 	}
-	j, rec, err := a.read(ctx, name, create)
-	if err != nil {
-		return nil, err
-	}
-	live := len(a.tasksOf(name, true)) > 0
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if existing, ok := a.jobs[name]; ok {
-		return existing, nil
-	}
-	_, gone := a.deleted[name]
-	if gone && !live {
-		// What was read may predate the deletion: only a live task
-		// (or SetJobConfig) brings the job back.
-		return nil, rpc.UnknownJob(name)
-	}
-	if rec.Current == nil && !rec.Configured && len(a.jobs) >= a.maxJobs {
-		return nil, a.tooManyJobs(name) // stored jobs are always served
-	}
-	delete(a.deleted, name)
-	a.jobs[name] = j
-	if rec.Current != nil {
-		a.log.Info("carrying stored assignment forward", "job", name, "generation", rec.Current.Generation,
-			"tasks", len(rec.Current.Tasks), "slices", len(rec.Current.Slices))
-	}
-	return j, nil
 }
 
 // peek returns the state of a job for reading: this Assigner's own when
 // it has the job, else one read from the store (or gossip) and not kept,
 // so that a read never adds a job. It returns rpc.ErrUnknownJob when neither
-// the store nor gossip knows the job.
+// the store nor a live task knows the job.
 func (a *Assigner) peek(ctx context.Context, name string) (*assignerJob, error) {
 	if j, ok := a.known(name); ok {
 		return j, nil
 	}
-	j, _, err := a.read(ctx, name, false)
+	j, _, err := a.read(ctx, name)
 	return j, err
 }
 
@@ -97,16 +108,15 @@ func (a *Assigner) known(name string) (*assignerJob, bool) {
 }
 
 // read builds a job's state from its stored record, or from the defaults
-// when the store does not hold it and create is set or gossip knows a
-// task of the job.
-func (a *Assigner) read(ctx context.Context, name string, create bool) (*assignerJob, storage.Record, error) {
+// when the store does not hold it and a task of it is alive in gossip.
+func (a *Assigner) read(ctx context.Context, name string) (*assignerJob, storage.Record, error) {
 	if err := assign.ValidateJobName(name); err != nil {
 		return nil, storage.Record{}, err
 	}
 	rec, err := a.store.Load(ctx, name)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		if !create && !a.knownToGossip(name) {
+		if len(a.tasksOf(name, true)) == 0 {
 			return nil, storage.Record{}, rpc.UnknownJob(name)
 		}
 		rec = storage.Record{Job: name, Config: assign.DefaultConfig()}

@@ -40,7 +40,7 @@ func (a *Assigner) ReadLease(ctx context.Context, req *connect.Request[slicerv1.
 		return nil, err
 	}
 	resp := &slicerv1.ReadLeaseResponse{Incarnation: a.store.Incarnation()}
-	j, err := a.job(ctx, m.GetJob(), false)
+	j, err := a.job(ctx, m.GetJob())
 	if err != nil {
 		return nil, rpc.ToConnect(err)
 	}

@@ -3,6 +3,7 @@ package assigner
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -49,23 +50,17 @@ func (a *Assigner) outOfDate(job string) bool {
 	return false
 }
 
-// jobNames lists, sorted, the jobs this Assigner knows: those with a task
-// in gossip and those it has loaded.
+// jobNames lists, sorted, the jobs this Assigner knows: those with a live
+// task in gossip and those it has loaded. A task that failed or left does
+// not make a job known (see job).
 func (a *Assigner) jobNames() []string {
 	names := make(map[string]bool)
-	alive := make(map[string]bool)
 	for _, p := range a.members.Peers() {
-		if p.Has(gossip.RoleTask) && p.Job != "" {
+		if p.Has(gossip.RoleTask) && p.Job != "" && p.Status == gossip.StatusAlive {
 			names[p.Job] = true
-			alive[p.Job] = alive[p.Job] || p.Status == gossip.StatusAlive
 		}
 	}
 	a.mu.Lock()
-	for name := range a.deleted {
-		if !alive[name] {
-			delete(names, name) // only failed tasks of a deleted job
-		}
-	}
 	held := len(a.jobs)
 	for name := range a.jobs {
 		names[name] = true
@@ -118,7 +113,11 @@ func (a *Assigner) takeover(ctx context.Context, name string) {
 	if !ok {
 		return
 	}
-	j, err := a.job(ctx, name, true)
+	j, err := a.job(ctx, name)
+	if errors.Is(err, rpc.ErrUnknownJob) {
+		a.dropLease(ctx, name)
+		return
+	}
 	if err != nil {
 		a.log.Error("taking over job failed; retrying", "job", name, "err", err)
 		return
@@ -168,9 +167,9 @@ func (a *Assigner) refresh(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
-		j, err := a.job(ctx, name, true)
+		j, err := a.job(ctx, name)
 		if errors.Is(err, rpc.ErrUnknownJob) {
-			return nil // deleted here; see jobdelete.go
+			return nil // deleted since it was read; see jobdelete.go
 		}
 		if err != nil {
 			return err
@@ -199,19 +198,23 @@ func (a *Assigner) refreshAll(ctx context.Context) {
 		}
 		return
 	}
-	stored := make(map[string]bool, len(names))
+	// The jobs held here but not listed are read too: a deleted one is
+	// forgotten, and one stored since the listing is kept.
+	a.mu.Lock()
+	held := make(map[string]bool, len(a.jobs))
+	for name := range a.jobs {
+		held[name] = true
+	}
+	a.mu.Unlock()
 	for _, name := range names {
-		stored[name] = true
+		delete(held, name)
+	}
+	for _, name := range append(names, slices.Sorted(maps.Keys(held))...) {
 		if ctx.Err() != nil {
 			return
 		}
 		if err := a.refresh(ctx, name); err != nil && ctx.Err() == nil {
 			a.log.Warn("reading a stored job failed; serving what was read before", "job", name, "err", err)
-		}
-	}
-	for _, name := range a.jobNames() {
-		if !stored[name] {
-			a.forgetVanished(name)
 		}
 	}
 }

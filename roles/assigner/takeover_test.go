@@ -54,7 +54,7 @@ func TestTakeoverCommitsNextGeneration(t *testing.T) {
 	if rec.Current.Generation != 6 || !assignertest.SameRouting(rec.Current, stored) {
 		t.Fatalf("takeover stored generation %d %v, want generation 6 with the stored slices %v", rec.Current.Generation, rec.Current.Slices, stored.Slices)
 	}
-	j, _ := a.job(ctx, "kv", false)
+	j, _ := a.job(ctx, "kv")
 	if _, held := a.leader.Held("kv"); !held {
 		t.Error("after the takeover the assigner does not hold the job's lease")
 	}

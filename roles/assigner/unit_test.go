@@ -54,7 +54,7 @@ func TestDeletedJobNotRecreatedByStaleRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := soloAssigner(t, store)
-	j, err := a.job(ctx, "kv", true)
+	j, err := a.job(ctx, "kv")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestDeletedJobNotRecreatedByStaleRefresh(t *testing.T) {
 	if _, ok := a.known("kv"); ok {
 		t.Fatal("a refresh that read the job before its deletion brought it back")
 	}
-	if _, err := a.job(ctx, "kv", false); !errors.Is(err, rpc.ErrUnknownJob) {
+	if _, err := a.job(ctx, "kv"); !errors.Is(err, rpc.ErrUnknownJob) {
 		t.Errorf("the deleted job: %v, want rpc.ErrUnknownJob", err)
 	}
 	if _, err := bolt.Load(ctx, "kv"); !errors.Is(err, storage.ErrNotFound) {
