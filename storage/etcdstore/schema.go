@@ -65,7 +65,8 @@ func (k keys) job(job string) string      { return k.jobs() + job + "/" }
 func (k keys) current(job string) string  { return k.job(job) + leafCurrent }
 func (k keys) previous(job string) string { return k.job(job) + leafPrevious }
 func (k keys) config(job string) string   { return k.job(job) + leafConfig }
-func (k keys) deleted(job string) string  { return k.prefix + "deleted/" + job }
+func (k keys) deletedDir() string         { return k.prefix + "deleted/" }
+func (k keys) deleted(job string) string  { return k.deletedDir() + job }
 func (k keys) leases(job string) string   { return k.prefix + "leases/" + job + "/" }
 func (k keys) jobLease(job string) string { return k.leases(job) + "job" }
 func (k keys) history(job string) string  { return k.prefix + "history/" + job + "/" }

@@ -652,6 +652,24 @@ func (s *Store) jobs(ctx context.Context, prefix string) ([]string, int64, error
 	return sortedJobs(names), resp.Header.Revision, nil
 }
 
+// deletedJobs lists the sorted names of the jobs ever deleted (a job
+// created again since is listed too): those under deleted/. A key there
+// that names no job is skipped; nothing else reads it as a name.
+func (s *Store) deletedJobs(ctx context.Context) ([]string, error) {
+	dir := s.keys.deletedDir()
+	resp, err := s.cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if job := strings.TrimPrefix(string(kv.Key), dir); assign.ValidateJobName(job) == nil {
+			names = append(names, job)
+		}
+	}
+	return sortedJobs(names), nil
+}
+
 // errCorruptKey marks a key in the jobs namespace that names no job.
 type errCorruptKey struct{ err error }
 

@@ -408,6 +408,46 @@ func TestEtcdDownMidRun(t *testing.T) {
 	}
 }
 
+// A watch that must resync (one started while etcd is down cannot know
+// where to start) delivers the jobs deleted before it, not only the
+// stored ones: a receiver still serving one deleted meanwhile must read
+// it gone. A watch of one deleted job delivers it.
+func TestWatchResyncDeliversDeletedJobs(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := openAt(t, srv, etcdstore.Options{RequestTimeout: 300 * time.Millisecond})
+	for _, job := range []string{"kept", "gone"} {
+		if err := s.Commit(ctx, job, 0, storagetest.Assignment(job, 1, 2, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv.Stop()
+	all, one := s.Watch(wctx, ""), s.Watch(wctx, "gone")
+	srv.Restart()
+
+	seen := map[string]bool{}
+	for !seen["kept"] || !seen["gone"] {
+		select {
+		case name := <-all:
+			seen[name] = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the resynced watch of every job delivered %v, want kept and gone", seen)
+		}
+	}
+	select {
+	case name := <-one:
+		if name != "gone" {
+			t.Fatalf("the resynced watch of gone delivered %q", name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the resynced watch of the deleted job delivered nothing")
+	}
+}
+
 // TestRequestTooLarge: an assignment above etcd's request limit fails with
 // an error saying which limit to raise, not a conflict.
 func TestRequestTooLarge(t *testing.T) {

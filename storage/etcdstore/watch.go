@@ -20,7 +20,9 @@ const (
 // Watch returns, so a change committed after that is never missed; when
 // etcd drops the watch (history compacted, leader lost) it restarts at the
 // latest revision and delivers every watched job, since it cannot tell
-// which changed. Pinning the start is one read, so Watch itself may take up
+// which changed: every stored job and every deleted one (the names under
+// deleted/), so that a deletion made meanwhile is not missed; a watch of
+// one job delivers that job. Pinning the start is one read, so Watch itself may take up
 // to the request timeout when etcd does not answer; the watch then starts
 // with such a full delivery once etcd is back. The goroutine behind it ends
 // when ctx ends or the store is closed, and Close waits for it.
@@ -105,13 +107,25 @@ func (w *watch) run(ctx context.Context, rev int64) {
 	}
 }
 
-// resync queues every watched job and returns the revision it listed at.
+// resync queues every watched job, stored or deleted, and returns the
+// revision it listed the stored ones at. The deleted ones are listed
+// after: one deleted since is delivered by the watch from that revision
+// anyway.
 func (w *watch) resync(ctx context.Context) (int64, error) {
 	rctx, cancel := w.s.withTimeout(ctx)
 	defer cancel()
 	names, rev, err := w.s.jobs(rctx, w.prefix)
 	if err != nil {
 		return 0, err
+	}
+	if w.job != "" {
+		names = []string{w.job}
+	} else {
+		deleted, err := w.s.deletedJobs(rctx)
+		if err != nil {
+			return 0, err
+		}
+		names = append(names, deleted...)
 	}
 	for _, n := range names {
 		w.add(n)

@@ -598,6 +598,13 @@ func testWatch(t *testing.T, o Opener) {
 	if rec := mustLoad(t, s, "b"); rec.Generation() != 1 {
 		t.Fatalf("after the notification, b is at generation %d", rec.Generation())
 	}
+	// A deletion is a change.
+	if err := p.Delete(context.Background(), "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, onlyB); got != "b" {
+		t.Fatalf("watch of b delivered %q after b was deleted, want b", got)
+	}
 	cancel()
 	for range all {
 	}
