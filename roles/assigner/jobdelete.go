@@ -136,11 +136,15 @@ func deletedError(job string) error {
 	return connect.NewError(connect.CodeNotFound, fmt.Errorf("%w %q: the job was deleted", rpc.ErrUnknownJob, job))
 }
 
-// forgetJob drops everything this Assigner holds of a deleted job and
-// ends its streams with NOT_FOUND.
+// forgetJob drops everything this Assigner holds of a deleted job, stops
+// the deadline of its pending make-before-break step, and ends its
+// streams with NOT_FOUND.
 func (a *Assigner) forgetJob(name string) {
 	a.mu.Lock()
 	j := a.jobs[name]
+	if j != nil {
+		setPending(j, nil)
+	}
 	delete(a.jobs, name)
 	delete(a.replicatedWarned, name)
 	a.metrics.forget(name)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -167,5 +168,33 @@ func setStatus(f *fakeMembers, status gossip.Status) {
 	defer f.mu.Unlock()
 	for i := range f.peers {
 		f.peers[i].Status = status
+	}
+}
+
+// Forgetting a deleted job stops the deadline of its pending make-before-
+// break step, which would otherwise run on for a job that is gone.
+func TestForgetJobStopsPendingFlip(t *testing.T) {
+	ctx := context.Background()
+	store := testStore(t)
+	if err := store.Commit(ctx, "kv", 0, storagetest.Assignment("kv", 1, 2, 2)); err != nil {
+		t.Fatal(err)
+	}
+	a := testAssigner(t, testConfig(t, "a1"), store, &fakeMembers{}, nil)
+	j, err := a.job(ctx, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pendingFlip{mid: 1, timer: time.AfterFunc(time.Hour, func() {})}
+	a.mu.Lock()
+	setPending(j, p)
+	a.mu.Unlock()
+	a.forgetJob("kv")
+	if p.timer.Stop() {
+		t.Error("the pending step's deadline still ran after its job was forgotten")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if j.pending != nil {
+		t.Error("the forgotten job still holds its pending step")
 	}
 }
