@@ -55,7 +55,11 @@
 // serves the persisted guard and bridge values, so readers renew at once;
 // but it cannot know which readers the previous run granted, so it
 // refuses to move a guard or bridge (Set, Wait) for MaxReadTTL, the
-// longest read lease it grants.
+// longest read lease it grants. It keeps in memory only the jobs in use
+// (a job lease held, a reader) and reads an idle job's state back from
+// the file when the job is used again, so a deleted job costs it no
+// memory once its lease is released; the persisted epoch outlives the
+// deletion, so a job created again under the name continues above it.
 //
 // etcdlease keeps every lease in etcd, beside the store's records, with
 // etcd leases and transactions, so that any slicerd node on the store

@@ -18,6 +18,9 @@ import (
 type Persister interface {
 	// LeaseStates returns every job's state as PutLeaseState stored it.
 	LeaseStates(ctx context.Context) (map[string][]byte, error)
+	// LeaseState returns job's state as PutLeaseState stored it, nil when
+	// none is stored.
+	LeaseState(ctx context.Context, job string) ([]byte, error)
 	// PutLeaseState stores job's state, whose first 8 bytes are the job
 	// lease's epoch, big-endian; it refuses an epoch below the stored one.
 	PutLeaseState(ctx context.Context, job string, state []byte) error
@@ -50,11 +53,19 @@ type Embedded struct {
 	// run may still hold the guards and bridges it persisted.
 	unknownUntil time.Time
 
-	mu      sync.Mutex
-	closed  bool
-	nextID  int64
-	jobs    map[string]*jobState
-	changed chan struct{} // closed and replaced whenever a reader leaves
+	mu     sync.Mutex
+	closed bool
+	nextID int64
+	// jobs holds the states of the jobs in use: a job lease held, a
+	// reader of a guard or bridge, or one the previous run may have
+	// granted. An idle job's state is dropped (see sweep) and read back
+	// from the Persister when the job is used again, so memory follows
+	// the jobs in use rather than every job ever leased, deleted ones
+	// included, while the persisted epoch, which outlives a job's
+	// deletion, keeps growing across it.
+	jobs      map[string]*jobState
+	nextSweep time.Time     // the earliest next sweep
+	changed   chan struct{} // closed and replaced whenever a reader leaves
 }
 
 var _ Manager = (*Embedded)(nil)
@@ -103,6 +114,7 @@ func NewEmbedded(ctx context.Context, p Persister, opts EmbeddedOptions) (*Embed
 		jobs:         make(map[string]*jobState, len(states)),
 		changed:      make(chan struct{}),
 	}
+	now := time.Now()
 	for job, b := range states {
 		js, err := decodeState(b)
 		if err != nil {
@@ -111,7 +123,9 @@ func NewEmbedded(ctx context.Context, p Persister, opts EmbeddedOptions) (*Embed
 		for i := range js.shared {
 			js.shared[i].unknown = js.shared[i].st.Set
 		}
-		m.jobs[job] = js
+		if !m.idle(js, now) {
+			m.jobs[job] = js // the others are read back when used
+		}
 	}
 	return m, nil
 }
@@ -132,8 +146,15 @@ func (m *Embedded) Acquire(ctx context.Context, job, holder string, ttl time.Dur
 		return Job{}, err
 	}
 	defer m.mu.Unlock()
-	js := m.job(job)
 	now := time.Now()
+	m.sweep(now)
+	js, err := m.lookup(ctx, op, job)
+	if err != nil {
+		return Job{}, err
+	}
+	if js == nil {
+		js = &jobState{}
+	}
 	if js.holder != "" && now.Before(js.expires) {
 		return Job{}, &HeldError{Job: job, Holder: js.holder, Epoch: js.epoch, Remaining: js.expires.Sub(now)}
 	}
@@ -144,6 +165,7 @@ func (m *Embedded) Acquire(ctx context.Context, job, holder string, ttl time.Dur
 	}
 	m.nextID++
 	js.epoch, js.holder, js.id, js.ttl, js.expires = next.epoch, holder, m.nextID, ttl, now.Add(ttl)
+	m.jobs[job] = js
 	m.log.Info("job lease granted", "job", job, "holder", holder, "epoch", js.epoch, "ttl", ttl)
 	return Job{Job: job, Holder: holder, Epoch: js.epoch, TTL: ttl, ID: js.id}, nil
 }
@@ -158,11 +180,13 @@ func (m *Embedded) Renew(ctx context.Context, l Job) (Job, error) {
 		return Job{}, err
 	}
 	defer m.mu.Unlock()
+	now := time.Now()
+	m.sweep(now)
 	js := m.jobs[l.Job]
-	if err := m.held(js, l, time.Now()); err != nil {
+	if err := m.held(js, l, now); err != nil {
 		return Job{}, err
 	}
-	js.expires = time.Now().Add(js.ttl)
+	js.expires = now.Add(js.ttl)
 	l.TTL = js.ttl
 	return l, nil
 }
@@ -181,6 +205,9 @@ func (m *Embedded) Release(ctx context.Context, l Job) error {
 	if js != nil && js.epoch == l.Epoch && js.id == l.ID && js.holder != "" {
 		js.holder = ""
 		m.log.Info("job lease released", "job", l.Job, "holder", l.Holder, "epoch", l.Epoch)
+		if m.idle(js, time.Now()) {
+			delete(m.jobs, l.Job) // a deleted job's goes here, as its Assigner forgets it
+		}
 	}
 	return nil
 }
@@ -213,10 +240,11 @@ func (m *Embedded) State(ctx context.Context, job string, kind Kind) (State, err
 		return State{}, err
 	}
 	defer m.mu.Unlock()
-	if js := m.jobs[job]; js != nil {
-		return js.shared[kind-1].st, nil
+	js, err := m.lookup(ctx, op, job)
+	if err != nil || js == nil {
+		return State{}, err
 	}
-	return State{}, nil
+	return js.shared[kind-1].st, nil
 }
 
 // Set implements Manager.
@@ -374,7 +402,10 @@ func (m *Embedded) Read(ctx context.Context, job string, kind Kind, reader strin
 		return Read{}, err
 	}
 	defer m.mu.Unlock()
-	js := m.jobs[job]
+	js, err := m.lookup(ctx, op, job)
+	if err != nil {
+		return Read{}, err
+	}
 	var st State
 	if js != nil {
 		st = js.shared[kind-1].st
@@ -387,6 +418,7 @@ func (m *Embedded) Read(ctx context.Context, job string, kind Kind, reader strin
 		sh.readers = make(map[string]heldRead)
 	}
 	sh.readers[reader] = heldRead{value: v, expires: time.Now().Add(ttl)}
+	m.jobs[job] = js
 	return Read{Job: job, Kind: kind, Reader: reader, Value: v, TTL: ttl}, nil
 }
 
@@ -434,14 +466,60 @@ func (m *Embedded) lockOpen(op, job string) error {
 	return nil
 }
 
-// job returns job's state, creating it. Called with mu held.
-func (m *Embedded) job(job string) *jobState {
-	js := m.jobs[job]
-	if js == nil {
-		js = &jobState{}
-		m.jobs[job] = js
+// lookup returns job's state: the one in memory, or else the persisted
+// one read back, not yet kept (nil when none is persisted). Called with mu
+// held.
+func (m *Embedded) lookup(ctx context.Context, op, job string) (*jobState, error) {
+	if js := m.jobs[job]; js != nil {
+		return js, nil
 	}
-	return js
+	b, err := m.p.LeaseState(ctx, job)
+	if err != nil {
+		return nil, fmt.Errorf("lease: %s of job %q: read its stored state: %w", op, job, err)
+	}
+	if b == nil {
+		return nil, nil
+	}
+	js, err := decodeState(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s of job %q: its stored lease state: %w", ErrCorrupt, op, job, err)
+	}
+	now := time.Now()
+	for i := range js.shared {
+		js.shared[i].unknown = js.shared[i].st.Set && now.Before(m.unknownUntil)
+	}
+	return js, nil
+}
+
+// idle reports whether js may be dropped from memory: nobody holds its job
+// lease, and no reader holds its guard or bridge, nor may one the previous
+// run granted. Called with mu held.
+func (m *Embedded) idle(js *jobState, now time.Time) bool {
+	if js.holder != "" && now.Before(js.expires) {
+		return false
+	}
+	for i := range js.shared {
+		if m.prune(&js.shared[i], now) > 0 || js.shared[i].unknown {
+			return false
+		}
+	}
+	return true
+}
+
+// sweep drops the idle jobs' states, at most once per maxRead (the longest
+// read lease), so that its pass over the jobs in memory costs little
+// beside the grants and renewals that run it. A state dropped is read back
+// from the Persister when its job is used again. Called with mu held.
+func (m *Embedded) sweep(now time.Time) {
+	if now.Before(m.nextSweep) {
+		return
+	}
+	m.nextSweep = now.Add(m.maxRead)
+	for job, js := range m.jobs {
+		if m.idle(js, now) {
+			delete(m.jobs, job)
+		}
+	}
 }
 
 // held checks that l is job's current lease. Called with mu held.

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/lease/leasetest"
 	"github.com/slicerd/slicerd/storage"
@@ -43,4 +44,93 @@ func TestEmbeddedContract(t *testing.T) {
 		},
 		TTL: shortTTL,
 	})
+}
+
+// The embedded manager keeps a job's state in memory only while the job
+// is in use: released with no reader (as a deleted job's lease is), it is
+// dropped at once; with readers, once their leases ran out. Read back
+// from the file, the job's guard is what was set and its next epoch
+// continues above the last one granted, across a restart too.
+func TestEmbeddedDropsIdleJobs(t *testing.T) {
+	ctx := t.Context()
+	path := t.TempDir() + "/" + storage.DataFileName
+	p := openEmbedded(t, path)
+	m := p.M.(*lease.Embedded)
+	acquire := func(job string) lease.Job {
+		t.Helper()
+		l, err := m.Acquire(ctx, job, "a1", shortTTL)
+		if err != nil {
+			t.Fatalf("Acquire %s: %v", job, err)
+		}
+		return l
+	}
+	guard := func(job string) lease.State {
+		t.Helper()
+		st, err := m.State(ctx, job, lease.Guard)
+		if err != nil {
+			t.Fatalf("State %s: %v", job, err)
+		}
+		return st
+	}
+
+	// Released without readers: dropped at once.
+	gone := acquire("gone")
+	if err := m.Set(ctx, gone, lease.Guard, lease.GuardValue(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if m.InMemoryForTest("gone") {
+		t.Error("a released job without readers is still in memory")
+	}
+	if st := guard("gone"); st.Value != lease.GuardValue(3) || m.InMemoryForTest("gone") {
+		t.Errorf("the dropped job's guard reads %+v (kept in memory: %v), want generation 3 read back, not kept",
+			st, m.InMemoryForTest("gone"))
+	}
+	if again := acquire("gone"); again.Epoch != gone.Epoch+1 {
+		t.Errorf("the dropped job's next lease has epoch %d, want %d", again.Epoch, gone.Epoch+1)
+	}
+
+	// Released while a reader holds its guard: dropped once the reader's
+	// lease ran out, by a sweep another grant or renewal runs.
+	strong := acquire("strong")
+	if err := m.Set(ctx, strong, lease.Guard, lease.GuardValue(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Read(ctx, "strong", lease.Guard, "t0", lease.GuardValue(1), shortTTL); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(ctx, strong); err != nil {
+		t.Fatal(err)
+	}
+	if !m.InMemoryForTest("strong") {
+		t.Fatal("a job whose guard a reader holds was dropped")
+	}
+	other := acquire("other")
+	testwait.For(t, "the job to be dropped once its reader's lease ran out", func() bool {
+		var err error
+		if other, err = m.Renew(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		return !m.InMemoryForTest("strong")
+	})
+	if !m.InMemoryForTest("other") {
+		t.Error("a held job was dropped")
+	}
+
+	// After a restart, epochs still grow.
+	p.M.Close()
+	if err := p.S.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = openEmbedded(t, path)
+	defer func() { p.M.Close(); p.S.Close() }()
+	m = p.M.(*lease.Embedded)
+	if m.InMemoryForTest("other") {
+		t.Error("after a restart, a job with nothing set for readers is in memory before it is used")
+	}
+	if l := acquire("gone"); l.Epoch != gone.Epoch+2 {
+		t.Errorf("after a restart the job's lease has epoch %d, want %d", l.Epoch, gone.Epoch+2)
+	}
 }

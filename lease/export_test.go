@@ -9,3 +9,11 @@ func DecodeStateForTest(b []byte) ([]byte, error) {
 	}
 	return encodeState(js), nil
 }
+
+// InMemoryForTest reports whether m keeps job's state in memory.
+func (m *Embedded) InMemoryForTest(job string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.jobs[job]
+	return ok
+}

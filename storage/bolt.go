@@ -462,6 +462,29 @@ func (b *Bolt) LeaseStates(ctx context.Context) (map[string][]byte, error) {
 	return out, nil
 }
 
+// LeaseState returns job's lease state as PutLeaseState stored it, nil
+// when none is stored: the embedded lease manager reads a job's back when
+// it uses the job again after dropping it from memory.
+func (b *Bolt) LeaseState(ctx context.Context, job string) ([]byte, error) {
+	if err := b.check(ctx, "read lease state of", job); err != nil {
+		return nil, err
+	}
+	var out []byte
+	err := b.view(func(tx *bbolt.Tx) error {
+		if _, err := readFence(tx, job); err != nil {
+			return err
+		}
+		if leases := tx.Bucket(bucketLeases); leases != nil {
+			out = bytes.Clone(leases.Get([]byte(job)))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, b.opError("read lease state of", job, err)
+	}
+	return out, nil
+}
+
 // PutLeaseState stores job's lease state for the embedded lease manager.
 // Its first 8 bytes are the job lease's epoch, big-endian, which every
 // later CommitFenced of the job must carry; an epoch below the stored one

@@ -54,6 +54,12 @@ func TestBoltFence(t *testing.T) {
 	if err != nil || len(states) != 1 || !bytes.Equal(states["j"], leaseState(4, 'x')) {
 		t.Fatalf("LeaseStates = %x, %v", states, err)
 	}
+	if got, err := b.LeaseState(ctx, "j"); err != nil || !bytes.Equal(got, leaseState(4, 'x')) {
+		t.Fatalf("LeaseState(j) = %x, %v", got, err)
+	}
+	if got, err := b.LeaseState(ctx, "none"); err != nil || got != nil {
+		t.Fatalf("LeaseState of a job with none stored = %x, %v; want nil", got, err)
+	}
 	// Deleting the job keeps its epoch: a new job of the name is fenced
 	// by the same lease.
 	if err := b.Delete(ctx, "j"); err != nil {
@@ -87,6 +93,9 @@ func TestBoltFenceCorrupt(t *testing.T) {
 	}
 	if _, err := b.LeaseStates(ctx); !errors.Is(err, storage.ErrCorrupt) {
 		t.Fatalf("LeaseStates over a corrupt lease state: got %v, want ErrCorrupt", err)
+	}
+	if _, err := b.LeaseState(ctx, "j"); !errors.Is(err, storage.ErrCorrupt) {
+		t.Fatalf("LeaseState of a corrupt lease state: got %v, want ErrCorrupt", err)
 	}
 	if _, err := b.Load(ctx, "j"); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("Load after the refused commit: got %v, want ErrNotFound", err)
