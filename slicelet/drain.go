@@ -35,6 +35,8 @@ func (s *Slicelet) Drain(ctx context.Context) error {
 	n := s.node.Load()
 	members, unsubscribe := n.Changes()
 	defer unsubscribe()
+	s.handoff.beginDrain()
+	defer s.handoff.endDrain()
 	start := time.Now()
 	var owned []assign.Slice    // what the task served before it emptied
 	var prev *assign.Assignment // the assignment it served them under

@@ -1,6 +1,7 @@
 package slicelet
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -43,6 +44,7 @@ func TestFetchedSince(t *testing.T) {
 	before, after := since.Add(-time.Second), since.Add(time.Second)
 	want := map[string][]assign.Slice{"b": {{Start: 0, End: 100}, {Start: 300, End: 400}}}
 	h := &handoffState{fetched: map[string][]fetchedRange{}}
+	h.beginDrain()
 	check := func(step string, wantDone bool) {
 		t.Helper()
 		if got := h.fetchedSince(since, want); got != wantDone {
@@ -68,5 +70,30 @@ func TestFetchedSince(t *testing.T) {
 	}
 	if rs := h.fetched["e"]; len(rs) != maxFetchedRanges || rs[0].start != 5 {
 		t.Fatalf("kept %d ranges starting at %d, want the newest %d", len(rs), rs[0].start, maxFetchedRanges)
+	}
+}
+
+// Fetches are recorded only while a drain runs, and forgotten when the
+// last drain ends: the record of the tasks that fetched from here does not
+// grow with every task that ever did.
+func TestFetchedKeptOnlyWhileDraining(t *testing.T) {
+	h := &handoffState{fetched: map[string][]fetchedRange{}}
+	at := time.Unix(1000, 0)
+	h.recordFetch("b", 0, 100, at)
+	if len(h.fetched) != 0 {
+		t.Fatalf("a fetch with no drain running was recorded: %v", h.fetched)
+	}
+	h.beginDrain()
+	h.beginDrain()
+	for i := range 100 {
+		h.recordFetch(fmt.Sprintf("t%d", i), 0, 100, at)
+	}
+	h.endDrain()
+	if len(h.fetched) != 100 {
+		t.Fatalf("%d tasks' fetches kept while a drain still runs, want 100", len(h.fetched))
+	}
+	h.endDrain()
+	if len(h.fetched) != 0 {
+		t.Fatalf("%d tasks' fetches kept after the last drain ended, want none", len(h.fetched))
 	}
 }

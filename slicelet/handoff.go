@@ -84,10 +84,13 @@ type handoffState struct {
 	// The fetches served here, guarded by mu: how many are in progress,
 	// when one last started or ended, the ranges each task fetched whole
 	// (at most maxFetchedRanges per task, the newest); served is closed,
-	// and replaced, as each ends.
+	// and replaced, as each ends. Only a drain reads fetched, and only the
+	// fetches that ended since it began, so fetched is kept only while a
+	// drain runs (drains counts them) and emptied when the last ends.
 	serving   int
 	lastServe time.Time
 	fetched   map[string][]fetchedRange
+	drains    int
 	served    chan struct{}
 
 	fetches, failed, entries atomic.Uint64
@@ -512,14 +515,35 @@ type fetchedRange struct {
 // gaining task fetches in at most a few batches.
 const maxFetchedRanges = 1024
 
-// recordFetch notes that task fetched [start, end) whole at at. Call with
-// mu held.
+// recordFetch notes that task fetched [start, end) whole at at, while a
+// drain runs. Call with mu held.
 func (h *handoffState) recordFetch(task string, start, end assign.SliceKey, at time.Time) {
+	if h.drains == 0 {
+		return // no drain began before it: none will count it
+	}
 	rs := append(h.fetched[task], fetchedRange{start, end, at})
 	if len(rs) > maxFetchedRanges {
 		rs = slices.Delete(rs, 0, len(rs)-maxFetchedRanges)
 	}
 	h.fetched[task] = rs
+}
+
+// beginDrain makes the fetches that end from now on recorded, until the
+// matching endDrain. Call it before taking the drain's start time.
+func (h *handoffState) beginDrain() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.drains++
+}
+
+// endDrain ends what beginDrain began, forgetting the recorded fetches
+// once no drain runs.
+func (h *handoffState) endDrain() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.drains--; h.drains == 0 {
+		clear(h.fetched)
+	}
 }
 
 // fetchedSince reports whether every range of want, by gaining task, was
