@@ -118,7 +118,7 @@ func NewEmbedded(ctx context.Context, p Persister, opts EmbeddedOptions) (*Embed
 	for job, b := range states {
 		js, err := decodeState(b)
 		if err != nil {
-			return nil, fmt.Errorf("%w: the stored lease state of job %q: %w; delete the job (slicerd job delete) to reset it", ErrCorrupt, job, err)
+			return nil, fmt.Errorf("%w: the stored lease state of job %q: %w; the data file is damaged: restore slicerd.db from a backup (docs/operations.md, The data directory)", ErrCorrupt, job, err)
 		}
 		for i := range js.shared {
 			js.shared[i].unknown = js.shared[i].st.Set
