@@ -169,7 +169,10 @@ func TestSliceletFollowsAssignmentAndLeaves(t *testing.T) {
 	if !ok {
 		t.Fatalf("the task is gone from gossip; want it listed as left. peers: %v", dist.Peers())
 	}
-	testwait.For(t, "status left", func() bool { p, _ = peer(dist, gossip.TaskMemberName(job, "kv-0")); return p.Status == gossip.StatusLeft })
+	testwait.For(t, "status left", func() bool {
+		p, _ = peer(dist, gossip.TaskMemberName(job, "kv-0"))
+		return p.Status == gossip.StatusLeft
+	})
 	// The assignment stays readable after Run returns.
 	checkAffinity(t, r.sl, a2)
 }
