@@ -47,7 +47,9 @@
 //
 // Embedded serves a single-node slicerd from its own memory and persists
 // epochs and guard and bridge values in the bbolt file (storage.Bolt),
-// whose fenced commit checks the epoch in the commit's transaction. While
+// whose fenced commit checks the epoch in the commit's transaction. It
+// stores them outside its lock, so that tasks' reads and renewals never
+// wait for a sync. While
 // that node is down, nothing grants or renews leases: a strongly
 // consistent job cannot change its assignment, and its Slicelets keep
 // using their guard and bridge only until their leases run out, then stop

@@ -64,8 +64,11 @@ type Embedded struct {
 	// included, while the persisted epoch, which outlives a job's
 	// deletion, keeps growing across it.
 	jobs      map[string]*jobState
-	nextSweep time.Time     // the earliest next sweep
-	changed   chan struct{} // closed and replaced whenever a reader leaves
+	nextSweep time.Time // the earliest next sweep
+	// writing holds, per job, the write (Acquire, Set, Recall) storing
+	// its state now, outside mu; closed when it is done. See writeSlot.
+	writing map[string]chan struct{}
+	changed chan struct{} // closed and replaced whenever a reader leaves
 }
 
 var _ Manager = (*Embedded)(nil)
@@ -112,6 +115,7 @@ func NewEmbedded(ctx context.Context, p Persister, opts EmbeddedOptions) (*Embed
 		maxRead:      opts.MaxReadTTL,
 		unknownUntil: time.Now().Add(opts.MaxReadTTL),
 		jobs:         make(map[string]*jobState, len(states)),
+		writing:      make(map[string]chan struct{}),
 		changed:      make(chan struct{}),
 	}
 	now := time.Now()
@@ -123,7 +127,7 @@ func NewEmbedded(ctx context.Context, p Persister, opts EmbeddedOptions) (*Embed
 		for i := range js.shared {
 			js.shared[i].unknown = js.shared[i].st.Set
 		}
-		if !m.idle(js, now) {
+		if !m.idle(job, js, now) {
 			m.jobs[job] = js // the others are read back when used
 		}
 	}
@@ -142,32 +146,81 @@ func (m *Embedded) Acquire(ctx context.Context, job, holder string, ttl time.Dur
 	if err := CheckTTL(op, ttl); err != nil {
 		return Job{}, err
 	}
+	done, err := m.writeSlot(ctx, op, job)
+	if err != nil {
+		return Job{}, err
+	}
+	defer done()
 	if err := m.lockOpen(op, job); err != nil {
 		return Job{}, err
 	}
-	defer m.mu.Unlock()
 	now := time.Now()
 	m.sweep(now)
 	js, err := m.lookup(ctx, op, job)
 	if err != nil {
+		m.mu.Unlock()
 		return Job{}, err
 	}
 	if js == nil {
 		js = &jobState{}
 	}
 	if js.holder != "" && now.Before(js.expires) {
+		m.mu.Unlock()
 		return Job{}, &HeldError{Job: job, Holder: js.holder, Epoch: js.epoch, Remaining: js.expires.Sub(now)}
 	}
+	// Kept in memory while the new epoch is stored (a job being written
+	// is never idle), so that the grant lands on the state others see.
+	m.jobs[job] = js
 	next := *js
 	next.epoch++
-	if err := m.p.PutLeaseState(ctx, job, encodeState(&next)); err != nil {
+	state := encodeState(&next)
+	m.mu.Unlock()
+	if err := m.p.PutLeaseState(ctx, job, state); err != nil {
 		return Job{}, fmt.Errorf("lease: %s %q: store the new epoch: %w", op, job, err)
 	}
+	if err := m.lockOpen(op, job); err != nil {
+		return Job{}, err
+	}
+	defer m.mu.Unlock()
+	// The lease lasts its TTL from now: no earlier than the holder counts
+	// it from, the moment it sent the request.
+	now = time.Now()
 	m.nextID++
 	js.epoch, js.holder, js.id, js.ttl, js.expires = next.epoch, holder, m.nextID, ttl, now.Add(ttl)
-	m.jobs[job] = js
 	m.log.Info("job lease granted", "job", job, "holder", holder, "epoch", js.epoch, "ttl", ttl)
 	return Job{Job: job, Holder: holder, Epoch: js.epoch, TTL: ttl, ID: js.id}, nil
+}
+
+// writeSlot serialises the writes of one job that store its state
+// (Acquire, Set, Recall) and returns the func that ends the caller's turn.
+// They store outside mu, so that every other call, the reads and renewals
+// of the job's tasks included, goes on while a write waits for its store
+// to sync; a write decides under mu, stores, then applies under mu, and no
+// other write of the job runs meanwhile.
+func (m *Embedded) writeSlot(ctx context.Context, op, job string) (func(), error) {
+	for {
+		if err := m.lockOpen(op, job); err != nil {
+			return nil, err
+		}
+		busy := m.writing[job]
+		if busy == nil {
+			mine := make(chan struct{})
+			m.writing[job] = mine
+			m.mu.Unlock()
+			return func() {
+				m.mu.Lock()
+				delete(m.writing, job)
+				m.mu.Unlock()
+				close(mine)
+			}, nil
+		}
+		m.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lease: %s of job %q: %w", op, job, ctx.Err())
+		}
+	}
 }
 
 // Renew implements Manager.
@@ -205,7 +258,7 @@ func (m *Embedded) Release(ctx context.Context, l Job) error {
 	if js != nil && js.epoch == l.Epoch && js.id == l.ID && js.holder != "" {
 		js.holder = ""
 		m.log.Info("job lease released", "job", l.Job, "holder", l.Holder, "epoch", l.Epoch)
-		if m.idle(js, time.Now()) {
+		if m.idle(l.Job, js, time.Now()) {
 			delete(m.jobs, l.Job) // a deleted job's goes here, as its Assigner forgets it
 		}
 	}
@@ -256,30 +309,45 @@ func (m *Embedded) Set(ctx context.Context, l Job, kind Kind, v Value) error {
 	if err := CheckValue(op, kind, v); err != nil {
 		return err
 	}
+	done, err := m.writeSlot(ctx, op, l.Job)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if err := m.lockOpen(op, l.Job); err != nil {
 		return err
 	}
-	defer m.mu.Unlock()
 	js := m.jobs[l.Job]
 	now := time.Now()
 	if err := m.held(js, l, now); err != nil {
+		m.mu.Unlock()
 		return err
 	}
 	sh := &js.shared[kind-1]
 	if n := m.prune(sh, now); n > 0 {
+		m.mu.Unlock()
 		return fmt.Errorf("%w: %s of job %q: %d readers still hold %v; recall it and wait for them",
 			ErrBusy, op, l.Job, n, sh.st.Value)
 	}
 	if sh.unknown {
+		m.mu.Unlock()
 		return fmt.Errorf("%w: %s of job %q: readers granted before this manager started may hold %v for another %v",
 			ErrBusy, op, l.Job, sh.st.Value, m.unknownUntil.Sub(now).Round(time.Millisecond))
 	}
 	next := *js
 	next.shared[kind-1].st = State{Set: true, Value: v}
-	if err := m.p.PutLeaseState(ctx, l.Job, encodeState(&next)); err != nil {
+	state := encodeState(&next)
+	// Closed to readers while the new value is stored: none may take the
+	// old one meanwhile, and none sees the new one before it is stored.
+	// If storing fails, the lease stays closed; the holder sets it again.
+	sh.st.Recalled = sh.st.Set
+	m.mu.Unlock()
+	if err := m.p.PutLeaseState(ctx, l.Job, state); err != nil {
 		return fmt.Errorf("lease: %s of job %q: store it: %w", op, l.Job, err)
 	}
+	m.mu.Lock()
 	sh.st = next.shared[kind-1].st
+	m.mu.Unlock()
 	m.log.Debug("lease set", "job", l.Job, "kind", kind.String(), "value", v.String(), "epoch", l.Epoch)
 	return nil
 }
@@ -290,25 +358,36 @@ func (m *Embedded) Recall(ctx context.Context, l Job, kind Kind) error {
 	if err := m.checkShared(ctx, op, l.Job, kind); err != nil {
 		return err
 	}
+	done, err := m.writeSlot(ctx, op, l.Job)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if err := m.lockOpen(op, l.Job); err != nil {
 		return err
 	}
-	defer m.mu.Unlock()
 	js := m.jobs[l.Job]
 	if err := m.held(js, l, time.Now()); err != nil {
+		m.mu.Unlock()
 		return err
 	}
 	sh := &js.shared[kind-1]
-	if !sh.st.Set || sh.st.Recalled {
+	if !sh.st.Set {
+		m.mu.Unlock()
 		return nil
 	}
 	next := *js
 	next.shared[kind-1].st.Recalled = true
-	if err := m.p.PutLeaseState(ctx, l.Job, encodeState(&next)); err != nil {
+	state := encodeState(&next)
+	// Closed to readers at once; stored after (again, if an earlier
+	// recall closed it but failed to store).
+	sh.st.Recalled = true
+	readers := len(sh.readers)
+	m.mu.Unlock()
+	if err := m.p.PutLeaseState(ctx, l.Job, state); err != nil {
 		return fmt.Errorf("lease: %s of job %q: store it: %w", op, l.Job, err)
 	}
-	sh.st.Recalled = true
-	m.log.Debug("lease recalled", "job", l.Job, "kind", kind.String(), "value", sh.st.Value.String(), "readers", len(sh.readers))
+	m.log.Debug("lease recalled", "job", l.Job, "kind", kind.String(), "value", next.shared[kind-1].st.Value.String(), "readers", readers)
 	return nil
 }
 
@@ -494,8 +573,8 @@ func (m *Embedded) lookup(ctx context.Context, op, job string) (*jobState, error
 // idle reports whether js may be dropped from memory: nobody holds its job
 // lease, and no reader holds its guard or bridge, nor may one the previous
 // run granted. Called with mu held.
-func (m *Embedded) idle(js *jobState, now time.Time) bool {
-	if js.holder != "" && now.Before(js.expires) {
+func (m *Embedded) idle(job string, js *jobState, now time.Time) bool {
+	if _, w := m.writing[job]; w || (js.holder != "" && now.Before(js.expires)) {
 		return false
 	}
 	for i := range js.shared {
@@ -516,7 +595,7 @@ func (m *Embedded) sweep(now time.Time) {
 	}
 	m.nextSweep = now.Add(m.maxRead)
 	for job, js := range m.jobs {
-		if m.idle(js, now) {
+		if m.idle(job, js, now) {
 			delete(m.jobs, job)
 		}
 	}

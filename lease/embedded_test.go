@@ -1,6 +1,8 @@
 package lease_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -132,5 +134,84 @@ func TestEmbeddedDropsIdleJobs(t *testing.T) {
 	}
 	if l := acquire("gone"); l.Epoch != gone.Epoch+2 {
 		t.Errorf("after a restart the job's lease has epoch %d, want %d", l.Epoch, gone.Epoch+2)
+	}
+}
+
+// gatedStore holds every PutLeaseState until gate is closed: a store
+// whose sync is slow.
+type gatedStore struct {
+	*storage.Bolt
+	gate    chan struct{}
+	waiting chan struct{} // receives once a put is held at the gate
+}
+
+func (g *gatedStore) PutLeaseState(ctx context.Context, job string, state []byte) error {
+	select {
+	case g.waiting <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return g.Bolt.PutLeaseState(ctx, job, state)
+}
+
+// A write that waits on its store (a slow fsync) holds up no other call:
+// tasks read and renew, and other jobs' leases are granted and renewed,
+// meanwhile; and nobody reads the value being written before it is stored.
+func TestEmbeddedStoresOutsideItsLock(t *testing.T) {
+	b, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	g := &gatedStore{Bolt: b, gate: make(chan struct{}), waiting: make(chan struct{}, 1)}
+	close(g.gate) // open while the test sets up
+	m, err := lease.NewEmbedded(t.Context(), g, lease.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	ctx := t.Context()
+	kv, err := m.Acquire(ctx, "kv", "a1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	web, err := m.Acquire(ctx, "web", "a1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Set(ctx, kv, lease.Guard, lease.GuardValue(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Set(ctx, web, lease.Guard, lease.GuardValue(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Read(ctx, "kv", lease.Guard, "t0", lease.GuardValue(1), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	// kv's bridge is being set, held at the store.
+	g.gate = make(chan struct{})
+	setDone := make(chan error, 1)
+	go func() { setDone <- m.Set(ctx, kv, lease.Bridge, lease.Value{From: 1, To: 2}) }()
+	<-g.waiting
+
+	if _, err := m.Read(ctx, "kv", lease.Guard, "t0", lease.GuardValue(1), 5*time.Second); err != nil {
+		t.Errorf("renewing kv's guard while its bridge is stored: %v", err)
+	}
+	if _, err := m.Read(ctx, "web", lease.Guard, "w0", lease.GuardValue(1), 5*time.Second); err != nil {
+		t.Errorf("reading web's guard while kv's bridge is stored: %v", err)
+	}
+	if _, err := m.Renew(ctx, web); err != nil {
+		t.Errorf("renewing web's job lease while kv's bridge is stored: %v", err)
+	}
+	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", lease.Value{From: 1, To: 2}, 5*time.Second); !errors.Is(err, lease.ErrRecalled) {
+		t.Errorf("reading kv's bridge before it is stored = %v, want ErrRecalled", err)
+	}
+	close(g.gate)
+	if err := <-setDone; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", lease.Value{From: 1, To: 2}, 5*time.Second); err != nil {
+		t.Errorf("reading kv's bridge once stored: %v", err)
 	}
 }
