@@ -3,7 +3,9 @@ package slicelet
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -31,9 +33,21 @@ import (
 // under the previous assignment and passes every entry to ImportState;
 // AwaitState lets a request for a key wait until its state has arrived.
 // A fetch is bounded by Config.HandoffTimeout and Config.HandoffMaxBytes,
-// at most maxConcurrentFetches run at once, and one that fails (the peer
-// died, refused, or ran out of time) is abandoned: its keys start cold, as
-// they would without handoff.
+// and at most maxConcurrentFetches run at once. One refused before any
+// entry arrived for a reason that passes (the holder has not seen the new
+// generation yet, is serving its maximum of fetches, or cannot be reached
+// for a moment) is tried again, with backoff, until the timeout; one that
+// fails otherwise, or mid-stream, is abandoned, keeping what arrived, and
+// the rest of its keys start cold, as they would without handoff. The task
+// tells the Assigner it is ready for the new generation (which lets a
+// make-before-break move drop the losing tasks early) only once every
+// fetch succeeded; after a failure the move completes at its deadline.
+//
+// Handoff warms the new owner's state; it is not a versioned transfer. The
+// entries come as the old owner holds them when it exports them, and during
+// a make-before-break move both tasks may serve (and write) a key, so a
+// fetched entry can be older than one the new owner already holds: an
+// ImportState must keep what the task has rather than overwrite it.
 
 // StateExporter streams the state the task holds for the keys whose slice
 // keys are in [start, end), calling emit for each key and value; it stops
@@ -44,7 +58,9 @@ import (
 type StateExporter func(ctx context.Context, start, end assign.SliceKey, emit func(key, value []byte) error) error
 
 // StateImporter adds one key's state fetched from the task that held it.
-// It is called from several handoff goroutines at once.
+// It is called from several handoff goroutines at once. It must not replace
+// an entry the task already holds for the key: that one was written here
+// since the key arrived, and is newer (see the package's handoff notes).
 type StateImporter func(key, value []byte)
 
 // Handoff bounds and defaults.
@@ -109,6 +125,7 @@ type handoffClient struct {
 type importRange struct {
 	start, end assign.SliceKey
 	done       chan struct{}
+	failed     atomic.Bool // set, if the fetch failed, before done closes
 }
 
 // handoffOn reports whether the job's state moves with its keys.
@@ -225,6 +242,9 @@ func (s *Slicelet) reportReady(gen uint64, imps []*importRange) {
 			case <-ctx.Done():
 				return
 			}
+			if imp.failed.Load() {
+				return // not ready: the move completes at its deadline
+			}
 		}
 		p, ok := s.assigner()
 		if !ok || p.RPCAddr == "" {
@@ -250,6 +270,29 @@ func holder(prev *assign.Assignment, sl assign.Slice, self string, start assign.
 	return prev.Tasks[i], true
 }
 
+// Backoff between tries of a fetch refused for a passing reason.
+const (
+	fetchRetryMin = 20 * time.Millisecond
+	fetchRetryMax = 500 * time.Millisecond
+)
+
+// retryableFetch reports whether a fetch that failed with err before any
+// entry arrived may succeed if tried again: the holder has not seen the
+// generation yet, is at its limit of fetches served, or was not reached.
+// A holder that cannot be dialled at all has died or moved: its keys start
+// cold at once rather than wait out the timeout.
+func retryableFetch(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeResourceExhausted, connect.CodeAborted:
+		return true
+	}
+	return false
+}
+
 // fetch imports the state of p from the task that held it.
 func (s *Slicelet) fetch(ctx context.Context, gen uint64, p piece, imp *importRange) {
 	defer s.handoff.wg.Done()
@@ -257,6 +300,7 @@ func (s *Slicelet) fetch(ctx context.Context, gen uint64, p piece, imp *importRa
 	select {
 	case s.handoff.sem <- struct{}{}:
 	case <-ctx.Done():
+		imp.failed.Store(true)
 		return
 	}
 	defer func() { <-s.handoff.sem }()
@@ -271,37 +315,60 @@ func (s *Slicelet) fetch(ctx context.Context, gen uint64, p piece, imp *importRa
 	fctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	stream, err := s.handoffClient(p.from).FetchState(fctx, connect.NewRequest(&slicerv1.FetchStateRequest{
-		Job: s.cfg.Job, Task: s.cfg.Task, Generation: gen, Start: uint64(p.start), End: uint64(p.end)}))
-	var n, size int64
-	if err == nil {
-	receive:
-		for stream.Receive() {
-			for _, e := range stream.Msg().GetEntries() {
-				if size += int64(len(e.GetKey()) + len(e.GetValue())); size > limit {
-					err = fmt.Errorf("more than %d bytes of state; keeping what came", limit)
-					break receive
-				}
-				s.cfg.ImportState(e.GetKey(), e.GetValue())
-				n++
-			}
+	var (
+		n, size int64
+		err     error
+		tries   int
+	)
+	for backoff := fetchRetryMin; ; backoff = min(2*backoff, fetchRetryMax) {
+		tries++
+		n, size, err = s.fetchOnce(fctx, gen, p, limit)
+		if err == nil || n > 0 || !retryableFetch(err) {
+			break
 		}
-		if err == nil {
-			err = stream.Err()
+		t := time.NewTimer(backoff)
+		select {
+		case <-fctx.Done():
+			t.Stop()
+		case <-t.C:
 		}
-		stream.Close()
+		if fctx.Err() != nil {
+			break
+		}
 	}
 	s.handoff.entries.Add(uint64(n))
 	if err != nil {
+		imp.failed.Store(true)
 		s.handoff.failed.Add(1)
 		if ctx.Err() == nil {
 			s.log.Warn("slicelet: state handoff cut short; the rest of the range starts cold", "from", p.from.Name,
-				"start", p.start, "end", p.end, "entries", n, "bytes", size, "took", time.Since(start), "err", err)
+				"start", p.start, "end", p.end, "entries", n, "bytes", size, "tries", tries, "took", time.Since(start), "err", err)
 		}
 		return
 	}
 	s.log.Debug("slicelet: state handed off", "from", p.from.Name, "start", p.start, "end", p.end,
-		"entries", n, "bytes", size, "took", time.Since(start))
+		"entries", n, "bytes", size, "tries", tries, "took", time.Since(start))
+}
+
+// fetchOnce runs one FetchState stream of p, importing each entry, and
+// returns how many entries and bytes it imported.
+func (s *Slicelet) fetchOnce(ctx context.Context, gen uint64, p piece, limit int64) (n, size int64, err error) {
+	stream, err := s.handoffClient(p.from).FetchState(ctx, connect.NewRequest(&slicerv1.FetchStateRequest{
+		Job: s.cfg.Job, Task: s.cfg.Task, Generation: gen, Start: uint64(p.start), End: uint64(p.end)}))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		for _, e := range stream.Msg().GetEntries() {
+			if size += int64(len(e.GetKey()) + len(e.GetValue())); size > limit {
+				return n, size, fmt.Errorf("more than %d bytes of state; keeping what came", limit)
+			}
+			s.cfg.ImportState(e.GetKey(), e.GetValue())
+			n++
+		}
+	}
+	return n, size, stream.Err()
 }
 
 func (s *Slicelet) doneImporting(imp *importRange) {

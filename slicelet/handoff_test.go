@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,6 +145,28 @@ func TestFetchEndsWhenThePeerFails(t *testing.T) {
 					fetches, failed, entries, h.imported)
 			}
 		})
+	}
+}
+
+// A holder that answers "retry" (it has not seen the new generation yet)
+// before sending anything is asked again, and the state arrives.
+func TestFetchRetriesARefusalThatPasses(t *testing.T) {
+	var calls atomic.Int32
+	peer := peerFunc(func(_ context.Context, out *connect.ServerStream[slicerv1.FetchStateResponse]) error {
+		if calls.Add(1) <= 2 {
+			return connect.NewError(connect.CodeUnavailable, errors.New("has not seen generation 7 yet; retry"))
+		}
+		return out.Send(&slicerv1.FetchStateResponse{Entries: []*slicerv1.StateEntry{{Key: []byte("a"), Value: []byte("1")}}})
+	})
+	h := newHandoffTask(t, "b", nil)
+	h.cfg.HandoffTimeout = 10 * time.Second
+	path, handler := slicerv1connect.NewHandoffServiceHandler(peer)
+	ts := h2cServer(t, path, handler)
+	h.fetchFrom(t, strings.TrimPrefix(ts.URL, "http://"))
+	fetches, failed, entries := h.HandoffStats()
+	if fetches != 1 || failed != 0 || entries != 1 || h.imported["a"] != "1" || calls.Load() != 3 {
+		t.Errorf("fetches %d, failed %d, entries %d, imported %v after %d calls; want one fetch that succeeded on the third call",
+			fetches, failed, entries, h.imported, calls.Load())
 	}
 }
 

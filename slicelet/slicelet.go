@@ -374,19 +374,26 @@ func (s *Slicelet) install(_, next *assign.Assignment) {
 	s.listenMu.Lock()
 	defer s.listenMu.Unlock()
 	var oldOwned []assign.Slice
-	old := s.view.Swap(v)
+	old := s.view.Load() // installs are serialised by listenMu
+	if old != nil {
+		oldOwned = old.owned
+	}
+	assigned, unassigned := diffRanges(oldOwned, v.owned)
+	// The state of the ranges gained is awaited (AwaitState) from before
+	// the view that gives them here is in place, so no request for them
+	// is served cold while their fetch starts.
+	imps := s.startImports(old, next, assigned)
+	s.view.Store(v)
 	close(s.changed)
 	s.changed = make(chan struct{})
 	if s.strongMode() {
 		s.strong.changes.notify() // keys stop or start being on their way here
 	}
 	if old != nil {
-		oldOwned = old.owned
 		s.retire(old)
 	} else {
 		close(s.ready)
 	}
-	assigned, unassigned := diffRanges(oldOwned, v.owned)
 	s.log.Debug("slicelet: assignment installed", "generation", next.Generation,
 		"owned_ranges", len(v.owned), "assigned", len(assigned), "unassigned", len(unassigned))
 	if len(assigned) == 0 && len(unassigned) == 0 {
@@ -395,7 +402,6 @@ func (s *Slicelet) install(_, next *assign.Assignment) {
 	for _, l := range s.listeners {
 		l.OnChangedSlices(assigned, unassigned)
 	}
-	imps := s.startImports(old, next, assigned)
 	if len(assigned) > 0 {
 		s.reportReady(next.Generation, imps)
 	}
