@@ -361,6 +361,7 @@ func (s *Slicelet) reportOnce(ctx context.Context, now time.Time) {
 	defer cancel()
 	_, err := client.ReportLoad(rctx, connect.NewRequest(r.proto(s.cfg.Job, s.cfg.Task)))
 	if err != nil {
+		s.notMember(err)
 		if ctx.Err() == nil {
 			s.log.Warn("slicelet: load report failed; keeping the load for the next report", "assigner", addr, "err", err)
 		}

@@ -3,6 +3,7 @@ package slicelet
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -20,8 +21,23 @@ import (
 // faster than gossip noticed it has forgotten the registration.
 const registerRefresh = 30 * time.Second
 
-// registerRetry paces registrations that failed.
+// registerRetry paces registrations that failed, and registrations again
+// after a call was refused as from a non-member.
 const registerRetry = time.Second
+
+// notMember reports whether err is an Assigner's refusal of a call from a
+// task it does not count as a live member of its job (rpc.ErrNotMember):
+// with identities, a task it has no registration for, as after a restart
+// of the Assigner faster than gossip noticed. It asks registerLoop to
+// register again.
+func (s *Slicelet) notMember(err error) {
+	if connect.CodeOf(err) == connect.CodeFailedPrecondition && strings.Contains(err.Error(), "not a live member") {
+		select {
+		case s.reregister <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // assignerClient returns the HTTP client and base URL for Assigner p: with
 // TLS, a client that accepts only a certificate naming p as an Assigner.
@@ -63,6 +79,7 @@ func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node) {
 	defer refresh.Stop()
 	retry := time.NewTimer(0)
 	defer retry.Stop()
+	var cleared time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -71,6 +88,13 @@ func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node) {
 		case <-retry.C:
 		case <-refresh.C:
 			clear(done)
+			cleared = time.Now()
+		case <-s.reregister:
+			if time.Since(cleared) < registerRetry {
+				continue // registered again moments ago; its effect is on its way
+			}
+			clear(done)
+			cleared = time.Now()
 		}
 		failed := false
 		alive := map[string]bool{}

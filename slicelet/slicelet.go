@@ -54,11 +54,14 @@ type Slicelet struct {
 	clerk    *clerk.Clerk
 	nodeName string
 
-	view    atomic.Pointer[view]
-	node    atomic.Pointer[gossip.Node]
-	ready   chan struct{}
-	joined  chan struct{}
-	started atomic.Bool
+	view   atomic.Pointer[view]
+	node   atomic.Pointer[gossip.Node]
+	ready  chan struct{}
+	joined chan struct{}
+	// reregister asks registerLoop to register again with every Assigner:
+	// an Assigner refused a call as from a non-member (see notMember).
+	reregister chan struct{}
+	started    atomic.Bool
 
 	load       loadState
 	httpClient *http.Client // load reports to the Assigner, without TLS
@@ -107,6 +110,7 @@ func New(cfg Config) (*Slicelet, error) {
 		log:        cfg.Logger.With("job", cfg.Job, "task", cfg.Task),
 		ready:      make(chan struct{}),
 		joined:     make(chan struct{}),
+		reregister: make(chan struct{}, 1),
 		httpClient: api.NewH2CClient(),
 		changed:    make(chan struct{}),
 	}

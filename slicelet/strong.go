@@ -362,6 +362,7 @@ func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
 	st := &s.strong
 	v := st.view.Load()
 	fail := func(what string, err error) time.Duration {
+		s.notMember(err)
 		if ctx.Err() == nil {
 			s.log.Warn("slicelet: "+what+" failed; the task stops using its leases at their deadlines", "assigner", addr, "err", err)
 		}

@@ -54,7 +54,7 @@ func eastPreferred(c *clustertest.Cluster, n int) (east *clustertest.Agent, cl *
 func taskNames(job string, n int) []string {
 	var names []string
 	for i := range n {
-		names = append(names, fmt.Sprintf("%s/t%d", job, i))
+		names = append(names, gossip.TaskMemberName(job, fmt.Sprintf("t%d", i)))
 	}
 	return names
 }
@@ -198,7 +198,7 @@ func TestPartitionedAssignersConverge(t *testing.T) {
 	start := len(c.Commits("kv"))
 
 	// Each Assigner keeps two tasks on its side.
-	c.Partition([]string{"a1", "kv/t0", "kv/t1"}, []string{"a2", "kv/t2", "kv/t3"})
+	c.Partition([]string{"a1", gossip.TaskMemberName("kv", "t0"), gossip.TaskMemberName("kv", "t1")}, []string{"a2", gossip.TaskMemberName("kv", "t2"), gossip.TaskMemberName("kv", "t3")})
 	// Settled: each Assigner has declared the other failed, so neither can
 	// prefer the other again, and both prefer themselves. Preferring
 	// itself alone is not enough: on a loaded machine an Assigner still

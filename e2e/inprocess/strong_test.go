@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/clustertest"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
@@ -77,7 +78,7 @@ func TestStrongJobOneOwnerPerKey(t *testing.T) {
 	servedBy := func(names ...string) func() bool {
 		return func() bool {
 			for _, n := range names {
-				if _, ok := served.Load("kv/" + n); !ok {
+				if _, ok := served.Load(gossip.TaskMemberName("kv", n)); !ok {
 					return false
 				}
 			}
@@ -90,8 +91,8 @@ func TestStrongJobOneOwnerPerKey(t *testing.T) {
 	// A task leaves: its keys move, and the guard follows.
 	tasks[1].Stop()
 	c.WaitGeneration("kv", gen+1)
-	served.Delete("kv/t0")
-	served.Delete("kv/t2")
+	served.Delete(gossip.TaskMemberName("kv", "t0"))
+	served.Delete(gossip.TaskMemberName("kv", "t2"))
 	testwait.For(t, "the survivors to serve under the next guard", servedBy("t0", "t2"))
 	// A task joins and takes a share.
 	start("t3")
