@@ -10,9 +10,19 @@
 // continues it, kills another (SIGKILL), kills the Assigner holding the
 // job's lease, and restarts etcd. At the end it checks every task's
 // recorded history of satisfied requests (lease/leasecheck): no instant at
-// which two tasks owned a key, no fencing token going back. It reports
-// requests satisfied (of the attempts the clients sent to a task) and the
-// guard's recall periods from the Assigners' logs.
+// which two tasks owned a key, no fencing token going back.
+//
+// The load is open-loop (load.go): every request has its time on a fixed
+// timetable and its own goroutine, so a stalled request delays no other.
+// A request is satisfied when the key's owner answers it within -deadline
+// of its scheduled time; one not sent (the -inflight bound) or not
+// answered in time is unsatisfied, and is listed against the fault window
+// its life overlaps (the fault's span plus -settle), or counted outside
+// any. It reports satisfied-of-scheduled, the unsatisfied requests by
+// fault window and cause (every one in unsatisfied.txt of the log
+// directory), and the guard's recall periods from the Assigners' logs.
+// It exits 1 on a double owner, a token regression or an unsatisfied
+// request outside every fault window.
 //
 //	go run ./bench/consistency -duration 5m
 //	go run ./bench/consistency -duration 5m -bridge=false
@@ -61,6 +71,8 @@ type options struct {
 	rate              float64
 	duration, shift   time.Duration
 	leaseTTL, await   time.Duration
+	deadline, settle  time.Duration
+	inflight          int
 	taskLogLevel      string
 	bridge, faults    bool
 	logDir            string
@@ -80,6 +92,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.hotShare, "hot-share", 0.5, "share of the requests that go to the hot keys")
 	fs.Float64Var(&o.rate, "rate", 20, "requests per second per client")
 	fs.DurationVar(&o.duration, "duration", 5*time.Minute, "how long the clients run")
+	fs.DurationVar(&o.deadline, "deadline", 5*time.Second, "a request not answered this long after its scheduled time is unsatisfied")
+	fs.DurationVar(&o.settle, "settle", 10*time.Second, "a fault's window lasts this long past the fault's end")
+	fs.IntVar(&o.inflight, "inflight", 4000, "requests in flight at most; one scheduled beyond it is unsatisfied")
 	fs.DurationVar(&o.shift, "shift", 10*time.Second, "how often the hot keys move")
 	fs.DurationVar(&o.leaseTTL, "lease-ttl", 2*time.Second, "the tasks' guard and bridge read TTL")
 	fs.DurationVar(&o.await, "await", kvcache.DefaultAwait, "how long a task holds a request for a key on its way to it (kvserver -await; 0: answer 421 at once)")
@@ -98,8 +113,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case o.tasks < 3 || o.clients < 1 || o.keys < 1 || o.hot < 0 || o.hot > o.keys:
 		fmt.Fprintln(stderr, "consistency: need -tasks ≥ 3, -clients ≥ 1, and 0 ≤ -hot ≤ -keys")
 		return 2
-	case !(o.hotShare >= 0 && o.hotShare <= 1) || !(o.rate > 0) || o.duration <= 0 || o.shift <= 0 || o.leaseTTL <= 0:
-		fmt.Fprintln(stderr, "consistency: -hot-share must be in [0, 1]; -rate, -duration, -shift and -lease-ttl positive")
+	case !(o.hotShare >= 0 && o.hotShare <= 1) || !(o.rate > 0) || o.duration <= 0 || o.shift <= 0 || o.leaseTTL <= 0 ||
+		o.deadline <= 0 || o.settle < 0 || o.inflight < 1:
+		fmt.Fprintln(stderr, "consistency: -hot-share must be in [0, 1]; -rate, -duration, -shift, -lease-ttl, -deadline and -inflight positive; -settle not negative")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -116,65 +132,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		rep.print(stdout)
 	}
-	if rep.DoubleOwners != 0 || rep.TokenRegressions != 0 {
+	if rep.DoubleOwners != 0 || rep.TokenRegressions != 0 || rep.OutsideCount != 0 {
 		return 1
 	}
 	return 0
-}
-
-type report struct {
-	Command          string   `json:"command"`
-	Bridge           bool     `json:"bridge"`
-	Seconds          float64  `json:"seconds"`
-	Requests         uint64   `json:"requests"`
-	Failed           uint64   `json:"failed"`
-	Attempts         uint64   `json:"attempts"`
-	Satisfied        uint64   `json:"satisfied"`
-	SatisfiedPct     float64  `json:"satisfied_pct"`
-	RequestsPct      float64  `json:"requests_pct"`
-	Recorded         int      `json:"recorded"`
-	DoubleOwners     int      `json:"double_owners"`
-	TokenRegressions int      `json:"token_regressions"`
-	StaleWrites      uint64   `json:"stale_writes_refused"`
-	GuardMoves       int      `json:"guard_moves"`
-	RecallP50Ms      float64  `json:"recall_p50_ms"`
-	RecallP99Ms      float64  `json:"recall_p99_ms"`
-	MoveP50Ms        float64  `json:"move_p50_ms"`
-	MoveP99Ms        float64  `json:"move_p99_ms"`
-	LatencyP50Ms     float64  `json:"latency_p50_ms"`
-	LatencyP99Ms     float64  `json:"latency_p99_ms"`
-	LatencyP999Ms    float64  `json:"latency_p999_ms"`
-	LatencyMaxMs     float64  `json:"latency_max_ms"`
-	Faults           []string `json:"faults"`
-	// FailedAfterFault counts the failed requests in the faultWindow after
-	// each fault (the newest one before the failure); FailedElsewhere the
-	// others.
-	FailedAfterFault []uint64 `json:"failed_after_fault"`
-	FailedElsewhere  uint64   `json:"failed_elsewhere"`
-	Examples         []string `json:"examples,omitempty"`
-}
-
-func (r report) print(w io.Writer) {
-	fmt.Fprintf(w, "%s\n", r.Command)
-	fmt.Fprintf(w, "bridge %v, %.0f s: %d requests, %d failed after the client's retries (%.3f%% succeeded); %d of %d attempts satisfied (%.3f%%)\n",
-		r.Bridge, r.Seconds, r.Requests+r.Failed, r.Failed, r.RequestsPct, r.Satisfied, r.Attempts, r.SatisfiedPct)
-	fmt.Fprintf(w, "history: %d satisfied requests recorded, %d double owners, %d token regressions; backing store refused %d stale writes\n",
-		r.Recorded, r.DoubleOwners, r.TokenRegressions, r.StaleWrites)
-	fmt.Fprintf(w, "guard moved %d times: recall p50 %.0f ms p99 %.0f ms; whole move p50 %.0f ms p99 %.0f ms\n",
-		r.GuardMoves, r.RecallP50Ms, r.RecallP99Ms, r.MoveP50Ms, r.MoveP99Ms)
-	fmt.Fprintf(w, "satisfied requests took p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, max %.0f ms (retries and waits for keys on their way included)\n",
-		r.LatencyP50Ms, r.LatencyP99Ms, r.LatencyP999Ms, r.LatencyMaxMs)
-	for i, f := range r.Faults {
-		var n uint64
-		if i < len(r.FailedAfterFault) {
-			n = r.FailedAfterFault[i]
-		}
-		fmt.Fprintf(w, "  fault: %s (failed requests in the %v after it: %d)\n", f, faultWindow, n)
-	}
-	fmt.Fprintf(w, "failed requests away from any fault: %d\n", r.FailedElsewhere)
-	for _, e := range r.Examples {
-		fmt.Fprintf(w, "  violation: %s\n", e)
-	}
 }
 
 func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) {
@@ -279,58 +240,38 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	say("job kv strong over %d tasks (generation %d); %d clients at %g req/s each for %v; logs in %s",
 		o.tasks, ck.Generation(), o.clients, o.rate, o.duration, logDir)
 
-	client := kvcache.NewClient(ck, &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}})
+	client := kvcache.NewClient(ck, &http.Client{Timeout: o.deadline, Transport: &http.Transport{MaxIdleConnsPerHost: 64}})
 	var hotSeed atomic.Uint64
 	rctx, rcancel := context.WithTimeout(ctx, o.duration)
 	defer rcancel()
 	var wg sync.WaitGroup
-	var ok, failed atomic.Uint64
-	latencies := make([][]float64, o.clients) // ms of each satisfied request, per client
-	var failMu sync.Mutex
-	var failedAt []time.Duration // since start
-	start := time.Now()
-	for c := range o.clients {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(c), 11))
-			tick := time.NewTicker(time.Duration(float64(time.Second) / o.rate))
-			defer tick.Stop()
-			for {
-				select {
-				case <-rctx.Done():
-					return
-				case <-tick.C:
-				}
-				var k int
-				if o.hot > 0 && rng.Float64() < o.hotShare {
-					// The hot keys are a window of the key set that moves
-					// every shift.
-					k = (int(hotSeed.Load())*7919 + rng.IntN(o.hot)) % o.keys
-				} else {
-					k = rng.IntN(o.keys)
-				}
-				key := "key-" + strconv.Itoa(k)
-				qctx, cancel := context.WithTimeout(rctx, 10*time.Second)
-				began := time.Now()
-				var err error
-				if rng.IntN(2) == 0 {
-					err = client.Put(qctx, key, []byte(strconv.Itoa(c)))
-				} else {
-					_, _, err = client.Get(qctx, key)
-				}
-				cancel()
-				switch {
-				case err == nil:
-					ok.Add(1)
-					latencies[c] = append(latencies[c], float64(time.Since(began).Microseconds())/1e3)
-				case rctx.Err() == nil:
-					failed.Add(1)
-					failMu.Lock()
-					failedAt = append(failedAt, time.Since(start))
-					failMu.Unlock()
-				}
-			}
-		})
+	rngs := make([]*rand.Rand, o.clients)
+	for c := range rngs {
+		rngs[c] = rand.New(rand.NewPCG(uint64(c), 11))
 	}
+	// next is called by client c's scheduler only, so its rng needs no
+	// lock; the request it returns runs in its own goroutine.
+	next := func(c int) request {
+		rng := rngs[c]
+		var k int
+		if o.hot > 0 && rng.Float64() < o.hotShare {
+			// The hot keys are a window of the key set that moves
+			// every shift.
+			k = (int(hotSeed.Load())*7919 + rng.IntN(o.hot)) % o.keys
+		} else {
+			k = rng.IntN(o.keys)
+		}
+		key := "key-" + strconv.Itoa(k)
+		if rng.IntN(2) == 0 {
+			val := []byte(strconv.Itoa(c))
+			return func(ctx context.Context) error { return client.Put(ctx, key, val) }
+		}
+		return func(ctx context.Context) error { _, _, err := client.Get(ctx, key); return err }
+	}
+	tt := timetable{clients: o.clients, rate: o.rate, duration: o.duration, deadline: o.deadline, inflight: o.inflight}
+	start := time.Now()
+	var load *loadResult
+	wg.Go(func() { load = tt.run(rctx, start, next) })
 	wg.Go(func() {
 		t := time.NewTicker(o.shift)
 		defer t.Stop()
@@ -344,50 +285,53 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		}
 	})
 
-	rep := &report{Command: "go run ./bench/consistency " + strings.Join(args(), " "), Bridge: o.bridge}
-	var faultAt []time.Duration
+	rep := &report{Command: "go run ./bench/consistency " + strings.Join(args(), " "), Bridge: o.bridge,
+		DeadlineS: o.deadline.Seconds(), SettleS: o.settle.Seconds()}
+	var windows []window
 	if o.faults {
 		// The faults at fixed fractions of the run, each after a quiet
 		// stretch so its effect can be told apart in the logs.
 		at := func(frac float64) error {
 			return benchproc.SleepUntil(rctx, start.Add(time.Duration(frac*float64(o.duration))))
 		}
-		note := func(f string) {
-			faultAt = append(faultAt, time.Since(start))
-			rep.Faults = append(rep.Faults, fmt.Sprintf("%5.1f s %s", time.Since(start).Seconds(), f))
-			say("%s", f)
+		// begin opens a fault's window; its end is closed when the fault
+		// is over (a process continued or restarted), or at once for an
+		// instantaneous one.
+		begin := func(name string) int {
+			say("%s", name)
+			windows = append(windows, window{Name: name, Start: time.Since(start)})
+			return len(windows) - 1
 		}
+		end := func(i int) { windows[i].End = time.Since(start) }
 		if at(0.15) == nil {
 			p := tasks["kv-1"]
 			p.Cmd.Process.Signal(syscall.SIGSTOP)
-			note("SIGSTOP kv-1 for " + (2 * o.leaseTTL).String())
-			if benchproc.SleepUntil(rctx, time.Now().Add(2*o.leaseTTL)) == nil {
-				p.Cmd.Process.Signal(syscall.SIGCONT)
-				note("SIGCONT kv-1")
-			}
+			w := begin("SIGSTOP kv-1 for " + (2 * o.leaseTTL).String() + ", then SIGCONT")
+			benchproc.SleepUntil(rctx, time.Now().Add(2*o.leaseTTL))
+			p.Cmd.Process.Signal(syscall.SIGCONT)
+			end(w)
 		}
 		if at(0.35) == nil {
 			tasks["kv-2"].Cmd.Process.Signal(syscall.SIGKILL)
-			note("SIGKILL kv-2")
+			end(begin("SIGKILL kv-2"))
 		}
 		if at(0.55) == nil {
 			holder := leaseHolder(assigners[0].logf, assigners[1].logf)
 			for _, a := range assigners {
 				if a.logf == holder {
 					a.p.Cmd.Process.Signal(syscall.SIGKILL)
-					note("SIGKILL " + a.name + ", the job lease's holder")
+					end(begin("SIGKILL " + a.name + ", the job lease's holder"))
 				}
 			}
 		}
 		if at(0.75) == nil {
 			etcd.Stop()
-			note("etcd stopped")
-			if benchproc.SleepUntil(rctx, time.Now().Add(time.Second)) == nil {
-				if err := etcd.Restart(); err != nil {
-					return nil, err
-				}
-				note("etcd restarted")
+			w := begin("etcd stopped for 1s, then restarted")
+			benchproc.SleepUntil(rctx, time.Now().Add(time.Second))
+			if err := etcd.Restart(); err != nil {
+				return nil, err
 			}
+			end(w)
 		}
 	}
 	<-rctx.Done()
@@ -401,27 +345,25 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	benchproc.StopAll(procs, 10*time.Second)
 	procs = nil
 
-	rep.Requests, rep.Failed = ok.Load(), failed.Load()
-	all := slices.Concat(latencies...)
+	rep.Scheduled, rep.Sent, rep.Satisfied = load.Scheduled, load.Sent, load.Satisfied
+	if rep.Scheduled > 0 {
+		rep.SatisfiedPct = 100 * float64(rep.Satisfied) / float64(rep.Scheduled)
+	}
+	if rep.Sent > 0 {
+		rep.SentSatisfiedPct = 100 * float64(rep.Satisfied) / float64(rep.Sent)
+	}
+	all := load.Latency
 	rep.LatencyP50Ms, rep.LatencyP99Ms, rep.LatencyP999Ms = pct(all, 0.5), pct(all, 0.99), pct(all, 0.999)
 	if len(all) > 0 {
 		rep.LatencyMaxMs = slices.Max(all)
 	}
-	rep.FailedAfterFault = make([]uint64, len(faultAt))
-	for _, t := range failedAt {
-		i := faultBefore(faultAt, t)
-		if i < 0 {
-			rep.FailedElsewhere++
-		} else {
-			rep.FailedAfterFault[i]++
-		}
+	rep.attribute(windows, load.Unsatisfied, o.deadline, o.settle)
+	if err := rep.writeUnsatisfied(filepath.Join(logDir, "unsatisfied.txt")); err != nil {
+		return nil, err
 	}
-	rep.Attempts, rep.Satisfied = client.Attempts()
-	if n := rep.Requests + rep.Failed; n > 0 {
-		rep.RequestsPct = 100 * float64(rep.Requests) / float64(n)
-	}
+	rep.Attempts, rep.AttemptsSatisfied = client.Attempts()
 	if rep.Attempts > 0 {
-		rep.SatisfiedPct = 100 * float64(rep.Satisfied) / float64(rep.Attempts)
+		rep.AttemptsPct = 100 * float64(rep.AttemptsSatisfied) / float64(rep.Attempts)
 	}
 	rep.StaleWrites = backing.Refused()
 	ops, err := leasecheck.ReadRecords(filepath.Join(logDir, "*.rec"))
@@ -502,24 +444,6 @@ func leaseHolder(logs ...string) string {
 		f.Close()
 	}
 	return holder
-}
-
-// faultWindow is how long after a fault a failed request is counted as
-// the fault's.
-const faultWindow = 20 * time.Second
-
-// faultBefore returns the index of the newest fault at most faultWindow
-// before t, or -1.
-func faultBefore(faultAt []time.Duration, t time.Duration) int {
-	for i := len(faultAt) - 1; i >= 0; i-- {
-		if faultAt[i] <= t {
-			if t-faultAt[i] <= faultWindow {
-				return i
-			}
-			return -1
-		}
-	}
-	return -1
 }
 
 func pct(xs []float64, q float64) float64 {
