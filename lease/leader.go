@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/failpoint"
 	"github.com/slicerd/slicerd/internal/leaseclock"
 )
 
@@ -455,7 +456,16 @@ func (l *Leader) renewAll(ctx context.Context) {
 func (l *Leader) renew(ctx context.Context, h *heldJob) {
 	sent := l.clock.Now()
 	rctx, cancel := context.WithTimeout(ctx, time.Duration(h.deadline-sent))
-	lj, err := l.cfg.Manager.Renew(rctx, h.l)
+	// Failpoints lease/before-renew and lease/after-renew: an injected
+	// error is a failed renewal (retried until the deadline).
+	err := failpoint.Hit(rctx, "lease/before-renew")
+	var lj Job
+	if err == nil {
+		lj, err = l.cfg.Manager.Renew(rctx, h.l)
+	}
+	if err == nil {
+		err = failpoint.Hit(rctx, "lease/after-renew")
+	}
 	cancel()
 	l.mu.Lock()
 	defer l.mu.Unlock()

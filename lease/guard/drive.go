@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slicerd/slicerd/internal/failpoint"
 	"github.com/slicerd/slicerd/lease"
 )
 
@@ -53,6 +54,9 @@ func (d *Driver) Step(ctx context.Context, held lease.Job, target uint64) (Move,
 	var recalled time.Time
 	readers := 0
 	for _, c := range mv.Calls {
+		if err := failpoint.Hit(ctx, c.Op.before()); err != nil {
+			return mv, err
+		}
 		switch c.Op {
 		case RecallBridge, RecallGuard:
 			err = d.Leases.Recall(ctx, held, c.Op.Kind())
@@ -67,6 +71,9 @@ func (d *Driver) Step(ctx context.Context, held lease.Job, target uint64) (Move,
 			readers, err = d.awaitBridge(ctx, job, c.Value)
 		}
 		if err != nil {
+			return mv, err
+		}
+		if err := failpoint.Hit(ctx, c.Op.after()); err != nil {
 			return mv, err
 		}
 	}
@@ -128,3 +135,21 @@ func covered(guard, bridge []lease.Reader, want lease.Value) bool {
 	}
 	return true
 }
+
+// The failpoints around each call of a move (internal/failpoint):
+// guard/before-OP and guard/after-OP, OP one of recall-bridge,
+// wait-bridge, set-bridge, await-bridge, recall-guard, wait-guard and
+// set-guard. An injected error is the call's error: the move stops there
+// and the next Step carries on.
+var points = [...][2]string{
+	RecallBridge: {"guard/before-recall-bridge", "guard/after-recall-bridge"},
+	WaitBridge:   {"guard/before-wait-bridge", "guard/after-wait-bridge"},
+	SetBridge:    {"guard/before-set-bridge", "guard/after-set-bridge"},
+	AwaitBridge:  {"guard/before-await-bridge", "guard/after-await-bridge"},
+	RecallGuard:  {"guard/before-recall-guard", "guard/after-recall-guard"},
+	WaitGuard:    {"guard/before-wait-guard", "guard/after-wait-guard"},
+	SetGuard:     {"guard/before-set-guard", "guard/after-set-guard"},
+}
+
+func (o Op) before() string { return points[o][0] }
+func (o Op) after() string  { return points[o][1] }

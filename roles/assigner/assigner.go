@@ -15,6 +15,7 @@ import (
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/failpoint"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/lease/guard"
 	"github.com/slicerd/slicerd/roles/rpc"
@@ -707,6 +708,11 @@ func (a *Assigner) commit(ctx context.Context, job string, epoch, prevGen uint64
 	if a.fencer == nil {
 		return fmt.Errorf("%w: the store (%T) cannot fence commits by the job lease", ErrStore, a.store)
 	}
+	// Failpoints assigner/before-commit and assigner/after-commit: an
+	// injected error after the write is a commit whose answer was lost.
+	if err := failpoint.Hit(ctx, "assigner/before-commit"); err != nil {
+		return err
+	}
 	start := time.Now()
 	var err error
 	if h, ok := a.store.(storage.Historian); ok {
@@ -715,6 +721,9 @@ func (a *Assigner) commit(ctx context.Context, job string, epoch, prevGen uint64
 		err = a.fencer.CommitFenced(ctx, job, epoch, prevGen, next)
 	}
 	a.storeMetrics.commitDone(time.Since(start), err)
+	if err == nil {
+		err = failpoint.Hit(ctx, "assigner/after-commit")
+	}
 	return err
 }
 
