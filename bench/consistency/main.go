@@ -75,6 +75,8 @@ type options struct {
 	inflight          int
 	taskLogLevel      string
 	bridge, faults    bool
+	targeted          bool
+	restart           time.Duration
 	logDir            string
 	jsonOut           bool
 }
@@ -101,6 +103,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.taskLogLevel, "task-log-level", "warn", "the tasks' log level (kvserver -log-level)")
 	fs.BoolVar(&o.bridge, "bridge", true, "move the guard through a bridge lease (false: slicerd --disable-bridge)")
 	fs.BoolVar(&o.faults, "faults", true, "inject the faults")
+	fs.BoolVar(&o.targeted, "targeted", true, "with -faults, also the faults aimed by failpoints at a guard move's steps (needs a slicerd built with -tags failpoints, as the harness builds it)")
+	fs.DurationVar(&o.restart, "restart", 2*time.Second, "how long a killed or crashed Assigner stays down")
 	fs.StringVar(&o.logDir, "log-dir", "", "keep the processes' logs and records here (default: a temporary directory, removed)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
@@ -145,7 +149,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		return nil, err
 	}
 	defer cleanup()
-	if err := benchproc.Build(ctx, logDir, benchproc.Binary{Path: &o.slicerd, Name: "slicerd", Pkg: "."},
+	if err := benchproc.Build(ctx, logDir, benchproc.Binary{Path: &o.slicerd, Name: "slicerd", Pkg: ".", Tags: "failpoints"},
 		benchproc.Binary{Path: &o.kvserver, Name: "kvserver", Pkg: "./examples/kvcache/cmd/kvserver"}); err != nil {
 		return nil, err
 	}
@@ -165,33 +169,39 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	defer func() { etcd.Stop() }()
 	store := "etcd://" + etcd.Addr + "/consistency/"
 
-	var procs []*benchproc.Proc
-	defer func() { benchproc.StopAll(procs, 10*time.Second) }()
-	type node struct {
-		p            *benchproc.Proc
-		name         string
-		rpc, gossip  string
-		killed, logf string
+	var procs []*benchproc.Proc // the tasks
+	var assigners []*assigner
+	running := func() []*benchproc.Proc {
+		ps := slices.Clone(procs)
+		for _, a := range assigners {
+			ps = append(ps, a.p)
+		}
+		return ps
 	}
-	var assigners []*node
+	defer func() { benchproc.StopAll(running(), 10*time.Second) }()
 	for i := range 2 {
 		name := fmt.Sprintf("assigner-%d", i)
-		args := []string{"--node-name", name, "--store", store, "--data-dir", filepath.Join(logDir, name),
-			"--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local",
-			"--rebalance-delay", "200ms", "--startup-grace", "500ms"}
+		a := &assigner{name: name, bin: o.slicerd, dir: logDir,
+			args: []string{"--node-name", name, "--store", store, "--data-dir", filepath.Join(logDir, name),
+				"--gossip-profile", "local", "--rebalance-delay", "200ms", "--startup-grace", "500ms"}}
 		if !o.bridge {
-			args = append(args, "--disable-bridge")
+			a.args = append(a.args, "--disable-bridge")
 		}
+		// Fixed addresses, so that a restarted Assigner is found where
+		// it was.
+		for _, addr := range []*string{&a.rpc, &a.gossip, &a.failpoint} {
+			if *addr, err = benchproc.FreeAddr(); err != nil {
+				return nil, err
+			}
+		}
+		join := ""
 		if i > 0 {
-			args = append(args, "--join", assigners[0].gossip)
+			join = assigners[0].gossip
 		}
-		logf := filepath.Join(logDir, name+".log")
-		p, st, err := benchproc.StartSlicerd(name, logf, o.slicerd, args, 30*time.Second)
-		if err != nil {
+		if err := a.start(join); err != nil {
 			return nil, err
 		}
-		procs = append(procs, p)
-		assigners = append(assigners, &node{p: p, name: name, rpc: st.RPC, gossip: st.Gossip, logf: logf})
+		assigners = append(assigners, a)
 	}
 	out, err := exec.CommandContext(ctx, o.slicerd, "job", "set", "--addr", assigners[0].rpc, "--consistency", "strong", "kv").CombinedOutput()
 	if err != nil {
@@ -287,51 +297,10 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 
 	rep := &report{Command: "go run ./bench/consistency " + strings.Join(args(), " "), Bridge: o.bridge,
 		DeadlineS: o.deadline.Seconds(), SettleS: o.settle.Seconds()}
-	var windows []window
+	n := &nemesis{ctx: rctx, start: start, say: say, assigners: assigners, fireWait: o.shift * 3}
 	if o.faults {
-		// The faults at fixed fractions of the run, each after a quiet
-		// stretch so its effect can be told apart in the logs.
-		at := func(frac float64) error {
-			return benchproc.SleepUntil(rctx, start.Add(time.Duration(frac*float64(o.duration))))
-		}
-		// begin opens a fault's window; its end is closed when the fault
-		// is over (a process continued or restarted), or at once for an
-		// instantaneous one.
-		begin := func(name string) int {
-			say("%s", name)
-			windows = append(windows, window{Name: name, Start: time.Since(start)})
-			return len(windows) - 1
-		}
-		end := func(i int) { windows[i].End = time.Since(start) }
-		if at(0.15) == nil {
-			p := tasks["kv-1"]
-			p.Cmd.Process.Signal(syscall.SIGSTOP)
-			w := begin("SIGSTOP kv-1 for " + (2 * o.leaseTTL).String() + ", then SIGCONT")
-			benchproc.SleepUntil(rctx, time.Now().Add(2*o.leaseTTL))
-			p.Cmd.Process.Signal(syscall.SIGCONT)
-			end(w)
-		}
-		if at(0.35) == nil {
-			tasks["kv-2"].Cmd.Process.Signal(syscall.SIGKILL)
-			end(begin("SIGKILL kv-2"))
-		}
-		if at(0.55) == nil {
-			holder := leaseHolder(assigners[0].logf, assigners[1].logf)
-			for _, a := range assigners {
-				if a.logf == holder {
-					a.p.Cmd.Process.Signal(syscall.SIGKILL)
-					end(begin("SIGKILL " + a.name + ", the job lease's holder"))
-				}
-			}
-		}
-		if at(0.75) == nil {
-			etcd.Stop()
-			w := begin("etcd stopped for 1s, then restarted")
-			benchproc.SleepUntil(rctx, time.Now().Add(time.Second))
-			if err := etcd.Restart(); err != nil {
-				return nil, err
-			}
-			end(w)
+		if err := n.run(o, tasks, etcd); err != nil {
+			return nil, err
 		}
 	}
 	<-rctx.Done()
@@ -342,7 +311,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 			p.Cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
-	benchproc.StopAll(procs, 10*time.Second)
+	benchproc.StopAll(running(), 10*time.Second)
 	procs = nil
 
 	rep.Scheduled, rep.Sent, rep.Satisfied = load.Scheduled, load.Sent, load.Satisfied
@@ -357,7 +326,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	if len(all) > 0 {
 		rep.LatencyMaxMs = slices.Max(all)
 	}
-	rep.attribute(windows, load.Unsatisfied, o.deadline, o.settle)
+	rep.attribute(n.windows, load.Unsatisfied, o.deadline, o.settle)
 	if err := rep.writeUnsatisfied(filepath.Join(logDir, "unsatisfied.txt")); err != nil {
 		return nil, err
 	}
@@ -377,8 +346,10 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	}
 	var recalls, moves []float64
 	for _, a := range assigners {
-		r, m := guardMoves(a.logf)
-		recalls, moves = append(recalls, r...), append(moves, m...)
+		for _, l := range a.logs {
+			r, m := guardMoves(l)
+			recalls, moves = append(recalls, r...), append(moves, m...)
+		}
 	}
 	rep.GuardMoves = len(recalls)
 	rep.RecallP50Ms, rep.RecallP99Ms = pct(recalls, 0.5), pct(recalls, 0.99)

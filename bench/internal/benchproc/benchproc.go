@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +28,14 @@ type Proc struct {
 	err  error         // exit status, valid after done
 
 	ready chan string // the first line containing readyMark
+
+	mu      sync.Mutex
+	watches []watch // Await's, each waiting for its line
+}
+
+type watch struct {
+	mark string
+	line chan string
 }
 
 // Start starts path with args, logging its output to logPath and
@@ -57,6 +66,15 @@ func Start(name, logPath, readyMark string, env []string, path string, args ...s
 		for sc.Scan() {
 			line := sc.Text()
 			fmt.Fprintln(logf, line)
+			p.mu.Lock()
+			p.watches = slices.DeleteFunc(p.watches, func(w watch) bool {
+				if strings.Contains(line, w.mark) {
+					w.line <- line
+					return true
+				}
+				return false
+			})
+			p.mu.Unlock()
 			if !seen && strings.Contains(line, readyMark) {
 				seen = true
 				p.ready <- line
@@ -86,6 +104,16 @@ func (p *Proc) WaitReady(timeout time.Duration) (string, error) {
 	case <-t.C:
 		return "", fmt.Errorf("%s was not ready within %v; see its log", p.name, timeout)
 	}
+}
+
+// Await returns a channel that receives the first line of the process's
+// output, written after the call, that contains mark.
+func (p *Proc) Await(mark string) <-chan string {
+	w := watch{mark: mark, line: make(chan string, 1)}
+	p.mu.Lock()
+	p.watches = append(p.watches, w)
+	p.mu.Unlock()
+	return w.line
 }
 
 // Exited is closed when the process has exited.

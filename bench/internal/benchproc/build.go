@@ -18,6 +18,7 @@ type Binary struct {
 	Path *string // set by Build when empty
 	Name string  // file name in the build directory
 	Pkg  string  // e.g. "." for slicerd, "./examples/kvcache/cmd/kvserver"
+	Tags string  // build tags, e.g. "failpoints"
 }
 
 // Build compiles, into dir, every binary whose Path is empty, from the
@@ -37,7 +38,11 @@ func Build(ctx context.Context, dir string, bins ...Binary) error {
 			}
 		}
 		out := filepath.Join(dir, b.Name)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, b.Pkg)
+		args := []string{"build", "-o", out}
+		if b.Tags != "" {
+			args = append(args, "-tags", b.Tags)
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, b.Pkg)...)
 		cmd.Dir = root
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build %s: %w: %s", b.Pkg, err, msg)

@@ -89,7 +89,13 @@ func StartedAddrs(line string) (Addrs, error) {
 // logPath, and waits up to ready for it to serve. On failure it stops the
 // process and says where its log is.
 func StartSlicerd(name, logPath, path string, args []string, ready time.Duration) (*Proc, Addrs, error) {
-	p, err := Start(name, logPath, `"msg":"slicerd started"`, []string{"SLICERD_LOG_FORMAT=json"}, path, args...)
+	return StartSlicerdEnv(name, logPath, path, nil, args, ready)
+}
+
+// StartSlicerdEnv is StartSlicerd with env added to the process's
+// environment.
+func StartSlicerdEnv(name, logPath, path string, env, args []string, ready time.Duration) (*Proc, Addrs, error) {
+	p, err := Start(name, logPath, `"msg":"slicerd started"`, append([]string{"SLICERD_LOG_FORMAT=json"}, env...), path, args...)
 	if err != nil {
 		return nil, Addrs{}, err
 	}
