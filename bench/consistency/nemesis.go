@@ -155,8 +155,9 @@ func (n *nemesis) etcdStopDuringWait(etcd *benchproc.Etcd, down time.Duration) e
 	if a == nil {
 		return err
 	}
-	etcd.Stop()
+	// The window opens before the stop, which takes a while.
 	w := n.begin(fmt.Sprintf("etcd stopped while %s's guard driver waits for the guard's readers (failpoint guard/before-wait-guard), restarted after %v", a.name, down))
+	etcd.Stop()
 	benchproc.Sleep(context.WithoutCancel(n.ctx), down)
 	err = etcd.Restart()
 	n.end(w)
@@ -193,16 +194,17 @@ func (n *nemesis) run(o options, tasks map[string]*benchproc.Proc, etcd *benchpr
 	steps := []func() error{
 		func() error {
 			p := tasks["kv-1"]
-			p.Cmd.Process.Signal(syscall.SIGSTOP)
 			w := n.begin("SIGSTOP kv-1 for " + (2 * o.leaseTTL).String() + ", then SIGCONT")
+			p.Cmd.Process.Signal(syscall.SIGSTOP)
 			benchproc.Sleep(context.WithoutCancel(n.ctx), 2*o.leaseTTL)
 			p.Cmd.Process.Signal(syscall.SIGCONT)
 			n.end(w)
 			return nil
 		},
 		func() error {
+			w := n.begin("SIGKILL kv-2")
 			tasks["kv-2"].Cmd.Process.Signal(syscall.SIGKILL)
-			n.end(n.begin("SIGKILL kv-2"))
+			n.end(w)
 			return nil
 		},
 		func() error {
@@ -213,8 +215,8 @@ func (n *nemesis) run(o options, tasks map[string]*benchproc.Proc, etcd *benchpr
 			holder := leaseHolder(logs...)
 			for _, a := range n.assigners {
 				if slices.Contains(a.logs, holder) {
-					a.p.Cmd.Process.Signal(syscall.SIGKILL)
 					w := n.begin(fmt.Sprintf("SIGKILL %s, the job lease's holder, restarted after %v", a.name, o.restart))
+					a.p.Cmd.Process.Signal(syscall.SIGKILL)
 					<-a.p.Exited()
 					benchproc.Sleep(context.WithoutCancel(n.ctx), o.restart)
 					err := a.start(n.other(a).gossip)
@@ -225,8 +227,8 @@ func (n *nemesis) run(o options, tasks map[string]*benchproc.Proc, etcd *benchpr
 			return nil
 		},
 		func() error {
-			etcd.Stop()
 			w := n.begin("etcd stopped for 1s, then restarted")
+			etcd.Stop() // takes a while: the window is open already
 			benchproc.Sleep(context.WithoutCancel(n.ctx), time.Second)
 			err := etcd.Restart()
 			n.end(w)
@@ -235,9 +237,11 @@ func (n *nemesis) run(o options, tasks map[string]*benchproc.Proc, etcd *benchpr
 	}
 	if o.targeted {
 		steps = append(steps,
-			func() error { return n.pauseAfterRecall(2 * lease.DefaultJobTTL) },
-			func() error { return n.etcdStopDuringWait(etcd, time.Second) },
+			// Last: after it the job may stay without a lease holder
+			// for a while (see docs/benchmarks.md).
 			func() error { return n.crashMidBridge(o.restart) },
+			func() error { return n.etcdStopDuringWait(etcd, time.Second) },
+			func() error { return n.pauseAfterRecall(2 * lease.DefaultJobTTL) },
 		)
 	}
 	for i, step := range steps {

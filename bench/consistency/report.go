@@ -147,7 +147,11 @@ func (r report) print(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "unsatisfied requests outside any fault window: %d\n", r.OutsideCount)
-	for _, o := range r.Outside {
+	for i, o := range r.Outside {
+		if i == 20 {
+			fmt.Fprintf(w, "  ... and %d more: every unsatisfied request is in unsatisfied.txt in the log directory\n", len(r.Outside)-i)
+			break
+		}
 		fmt.Fprintf(w, "  %9.3f s: %s: %s\n", o.At.Seconds(), o.Cause, o.Err)
 	}
 	for _, e := range r.Examples {
