@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -144,11 +146,18 @@ func TestWriteWaitsForRoom(t *testing.T) {
 	if _, err := c.Write([]byte("1234")); err != nil { // the flusher takes these and blocks
 		t.Fatal(err)
 	}
+	// Once the flusher holds them (blocked on the pipe), so that what is
+	// buffered next does not depend on when it woke.
+	testwait.For(t, "the flusher to take the first write", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.pending == nil
+	})
 	if _, err := c.Write([]byte("5678")); err != nil { // buffered
 		t.Fatal(err)
 	}
 	c.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
-	_, err := c.Write([]byte("9"))
+	_, err := c.Write([]byte("90123")) // 4 + 5 bytes: past the bound of 8
 	var ne net.Error
 	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("Write past the bound: %v, want a timeout", err)
