@@ -261,18 +261,61 @@ func (l *Leader) Target(job string) Route {
 
 // Forwarded notes that another Assigner forwarded a write for job here,
 // taking this one for the job's lease holder (toHolder) or its preferred
-// Assigner. In the second case, if this one neither holds nor prefers the
-// job, it adopts it, so that two Assigners that each prefer the other do
-// not leave the job to nobody. A write sent to a holder that has since
-// released the lease adopts nothing: the sender wants the job itself, or
-// knows who does, and takes the lease at its next attempt.
-func (l *Leader) Forwarded(job, from string, toHolder bool) {
-	if _, ok := l.Held(job); ok || toHolder {
+// Assigner. In the second case, if this one does not prefer the job and
+// nobody holds its lease, it adopts it, so that two Assigners that each
+// prefer the other do not leave the job to nobody; an adoption already
+// under way is renewed, whether or not this one has taken the lease since,
+// so that it keeps the job while the writes keep coming. A write sent to
+// the preferred Assigner while another live Assigner holds the lease
+// adopts nothing: the sender did not know the holder, and the holder
+// generates the job (this one routes the job's writes there from now on).
+// A write sent to a holder that has since released the lease adopts
+// nothing either: the sender wants the job itself, or knows who does, and
+// takes the lease at its next attempt.
+func (l *Leader) Forwarded(ctx context.Context, job, from string, toHolder bool) {
+	if toHolder {
 		return
 	}
-	if p, ok := l.choices.Preferred(l.cfg.Preference, job, l.cfg.Members(), l.cfg.RTT); ok && p.Name != l.cfg.Self {
-		l.adopt(job, "assigner "+from+" forwards the job's writes here")
+	p, ok := l.choices.Preferred(l.cfg.Preference, job, l.cfg.Members(), l.cfg.RTT)
+	if !ok || p.Name == l.cfg.Self {
+		return
 	}
+	why := "assigner " + from + " forwards the job's writes here"
+	if l.adopting(job) {
+		l.adopt(job, why)
+		return
+	}
+	if _, held := l.Held(job); held {
+		return
+	}
+	if holder := l.liveHolder(ctx, job); holder != "" {
+		l.mu.Lock()
+		l.holders[job] = holder
+		l.mu.Unlock()
+		return
+	}
+	l.adopt(job, why)
+}
+
+// liveHolder is the Assigner other than this one that holds job's lease,
+// as the manager says, if gossip has it alive; "" otherwise, also when the
+// manager does not answer.
+func (l *Leader) liveHolder(ctx context.Context, job string) string {
+	lj, err := l.cfg.Manager.Holder(ctx, job)
+	if err != nil || lj.Holder == l.cfg.Self || !l.alive(lj.Holder) {
+		return ""
+	}
+	return lj.Holder
+}
+
+// alive reports whether gossip has name alive as an Assigner.
+func (l *Leader) alive(name string) bool {
+	for _, p := range l.cfg.Members() {
+		if p.Name == name && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner) {
+			return true
+		}
+	}
+	return false
 }
 
 // Evaluate decides, for each of jobs, whether this Assigner should hold

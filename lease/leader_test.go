@@ -164,11 +164,11 @@ func TestLeaderForwardedAdoption(t *testing.T) {
 	if _, self := a.Preferred("j"); self {
 		t.Fatalf("a prefers itself over %s", other)
 	}
-	a.Forwarded("j", other, true)
+	a.Forwarded(ctx, "j", other, true)
 	if _, self := a.Preferred("j"); self {
 		t.Error("a write sent to a as a holder made it adopt the job")
 	}
-	a.Forwarded("j", other, false)
+	a.Forwarded(ctx, "j", other, false)
 	if _, self := a.Preferred("j"); !self {
 		t.Error("a write sent to a as the preferred assigner did not make it adopt the job")
 	}
@@ -245,5 +245,68 @@ func TestLeaderRetakesItsLapsedLease(t *testing.T) {
 	}
 	if n := m.selfHeld.Load(); n != 0 {
 		t.Errorf("%d acquires were refused because a itself held the lease", n)
+	}
+}
+
+// preferredOf returns, of two Assigner names, the one the rendezvous hash
+// prefers for job j when no distance is known, and the other.
+func preferredOf(x, y string) (winner, loser string) {
+	if lease.DefaultPreference().Choose("j", []string{x, y}, nil, nil, "") == x {
+		return x, y
+	}
+	return y, x
+}
+
+// An Assigner that adopted a job because writes were forwarded to it
+// keeps the job while they keep coming, holding its lease or not: were
+// the adoption to lapse once it held the lease, it would release the job
+// to an Assigner that does not want it, and adopt it again at the next
+// write.
+func TestLeaderAdoptionLastsWhileWritesCome(t *testing.T) {
+	t.Parallel()
+	m, _ := embedded(t)
+	ctx := t.Context()
+	other, self := preferredOf("a", "b")
+	const adoptFor = 100 * time.Millisecond
+	l := lease.NewLeader(lease.LeaderConfig{Self: self, Manager: m, Members: assigners(self, other), AdoptFor: adoptFor})
+	l.Forwarded(ctx, "j", other, false)
+	l.Evaluate(ctx, []string{"j"})
+	first, held := l.Held("j")
+	if !held {
+		t.Fatal("the adopted job's lease was not taken")
+	}
+	for start := time.Now(); time.Since(start) < 5*adoptFor; {
+		time.Sleep(adoptFor / 10) // writes every tenth of the adoption, not a wait for an event
+		l.Forwarded(ctx, "j", other, false)
+		l.Evaluate(ctx, []string{"j"})
+		if lj, held := l.Held("j"); !held || lj.Epoch != first.Epoch {
+			t.Fatalf("%v after the adoption began, with writes still forwarded: held %v at epoch %d, want epoch %d",
+				time.Since(start).Round(time.Millisecond), held, lj.Epoch, first.Epoch)
+		}
+	}
+}
+
+// A write forwarded to an Assigner as the job's preferred one while
+// another live Assigner holds the job's lease adopts nothing: the holder
+// generates the job, and the write's receiver routes the job's writes to
+// it.
+func TestLeaderForwardedWithLiveHolder(t *testing.T) {
+	t.Parallel()
+	m, _ := embedded(t)
+	ctx := t.Context()
+	h, b := preferredOf("a", "c")
+	hl := lease.NewLeader(lease.LeaderConfig{Self: h, Manager: m, Members: assigners(h, b)})
+	hl.Evaluate(ctx, []string{"j"})
+	if _, held := hl.Held("j"); !held {
+		t.Fatalf("%s did not take the lease", h)
+	}
+	bl := lease.NewLeader(lease.LeaderConfig{Self: b, Manager: m, Members: assigners(h, b)})
+	// A third Assigner's view differs: it takes b for the preferred one.
+	bl.Forwarded(ctx, "j", "z", false)
+	if _, self := bl.Preferred("j"); self {
+		t.Errorf("%s adopted the job %s holds", b, h)
+	}
+	if r := bl.Target("j"); r.Peer.Name != h || !r.Holder {
+		t.Errorf("%s routes the job's writes to %+v, want the holder %s", b, r, h)
 	}
 }

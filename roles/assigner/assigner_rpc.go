@@ -55,7 +55,7 @@ func (a *Assigner) setJobConfig(ctx context.Context, req *connect.Request[slicer
 	if err := assign.ValidateJobName(name); err != nil {
 		return nil, rpc.ToConnect(err)
 	}
-	if p, elsewhere := a.forwardTo(name, req.Header()); elsewhere {
+	if p, elsewhere := a.forwardTo(ctx, name, req.Header()); elsewhere {
 		return a.forwardConfig(ctx, p, req)
 	}
 	cfg, err := api.ConfigFromProto(req.Msg.GetConfig())

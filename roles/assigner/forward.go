@@ -21,11 +21,11 @@ import (
 // whether that is another one: writes (load reports, configuration) are
 // taken by the job's lease holder, or its preferred Assigner while nobody
 // holds the lease (lease.Leader.Target).
-func (a *Assigner) forwardTo(job string, h http.Header) (lease.Route, bool) {
+func (a *Assigner) forwardTo(ctx context.Context, job string, h http.Header) (lease.Route, bool) {
 	if from := h.Get(auth.ForwardedHeader); from != "" {
 		// The sender takes this Assigner for the job's: an adoption, if
 		// this one disagrees, lasts as long as the writes keep coming.
-		a.leader.Forwarded(job, from, h.Get(auth.ForwardedToHolderHeader) == "1")
+		a.leader.Forwarded(ctx, job, from, h.Get(auth.ForwardedToHolderHeader) == "1")
 		return lease.Route{}, false
 	}
 	r := a.leader.Target(job)

@@ -167,7 +167,7 @@ func (a *Assigner) ReportReady(ctx context.Context, req *connect.Request[slicerv
 	if err := assign.ValidateTaskName(m.GetTask()); err != nil {
 		return nil, rpc.ToConnect(fmt.Errorf("report ready: %w", err))
 	}
-	if r, elsewhere := a.forwardTo(m.GetJob(), req.Header()); elsewhere {
+	if r, elsewhere := a.forwardTo(ctx, m.GetJob(), req.Header()); elsewhere {
 		return forward[slicerv1.ReportReadyRequest, slicerv1.ReportReadyResponse](ctx, a, r,
 			slicerv1connect.LoadServiceReportReadyProcedure, "a readiness report", m.GetJob(), m)
 	}

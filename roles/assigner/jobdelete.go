@@ -71,7 +71,7 @@ func (a *Assigner) deleteJob(ctx context.Context, req *connect.Request[slicerv1.
 	if err := assign.ValidateJobName(name); err != nil {
 		return nil, rpc.ToConnect(err)
 	}
-	if p, elsewhere := a.forwardTo(name, req.Header()); elsewhere {
+	if p, elsewhere := a.forwardTo(ctx, name, req.Header()); elsewhere {
 		return a.forwardDelete(ctx, p, req)
 	}
 	// Ordered against SetJobConfig, so a configuration is never stored

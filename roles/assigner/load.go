@@ -93,7 +93,7 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	if err != nil {
 		return nil, rpc.ToConnect(fmt.Errorf("report load from %s/%s: %w", m.GetJob(), m.GetTask(), err))
 	}
-	if p, elsewhere := a.forwardTo(m.GetJob(), req.Header()); elsewhere {
+	if p, elsewhere := a.forwardTo(ctx, m.GetJob(), req.Header()); elsewhere {
 		return a.forwardLoad(ctx, p, req)
 	}
 	live, err := a.acceptTaskReport(a.reports, "load", m.GetJob(), m.GetTask())
