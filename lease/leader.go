@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -74,6 +75,7 @@ type Leader struct {
 	gained    []string             // gained since the last Gained
 	wanted    map[string]bool      // jobs the last Evaluate wanted
 	holders   map[string]string    // job → another holder, as Acquire last found
+	deferrals map[string]*deferral // job → the live holder this Assigner defers to
 	retry     map[string]time.Time // job → earliest next Acquire
 	acquiring map[string]bool      // jobs an acquire is under way for
 	adoptions map[string]time.Time // job → when its adoption lapses
@@ -91,6 +93,18 @@ type heldJob struct {
 
 // live reports whether h is still before its deadline at now (Leader.clock).
 func (h *heldJob) live(now int64) bool { return now < h.deadline }
+
+// deferral is this Assigner deferring to another live Assigner that holds
+// a job this one would take: the holder is its remembered choice (see
+// acquire). It lasts while that Assigner holds the lease, which Run checks
+// every TTL/10 for a handoff window after the deferral began (the holder,
+// when it sees the same change, releases the job for this one within it)
+// and every preference recheck after that.
+type deferral struct {
+	holder string
+	since  time.Time // when this Assigner began deferring to holder
+	next   time.Time // when to check again that holder holds the lease
+}
 
 // NewLeader returns a Leader holding no lease; Run renews what Evaluate
 // acquires.
@@ -122,6 +136,7 @@ func NewLeader(cfg LeaderConfig) *Leader {
 		held:      make(map[string]*heldJob),
 		wanted:    make(map[string]bool),
 		holders:   make(map[string]string),
+		deferrals: make(map[string]*deferral),
 		retry:     make(map[string]time.Time),
 		acquiring: make(map[string]bool),
 		adoptions: make(map[string]time.Time),
@@ -178,6 +193,7 @@ func (l *Leader) Forget(ctx context.Context, job string) {
 	delete(l.held, job)
 	delete(l.wanted, job)
 	delete(l.holders, job)
+	delete(l.deferrals, job)
 	delete(l.retry, job)
 	delete(l.adoptions, job)
 	delete(l.orphans, job)
@@ -333,6 +349,9 @@ func (l *Leader) Evaluate(ctx context.Context, jobs []string) {
 			l.watchOrphan(job)
 		}
 		l.mu.Lock()
+		if d := l.deferrals[job]; d != nil && d.holder != p.Name {
+			delete(l.deferrals, job) // choices were made afresh since
+		}
 		l.wanted[job] = want
 		h := l.held[job]
 		l.mu.Unlock()
@@ -383,21 +402,35 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 	lj, err := l.cfg.Manager.Acquire(ctx, job, l.cfg.Self, l.cfg.TTL)
 	if err != nil {
 		var he *HeldError
+		if !errors.As(err, &he) {
+			he = nil
+		}
+		now := time.Now()
 		l.mu.Lock()
-		if errors.As(err, &he) {
+		if he != nil {
 			l.holders[job] = he.Holder
 		}
-		wait, alive := l.retryAfter(he)
-		l.retry[job] = time.Now().Add(wait)
-		l.mu.Unlock()
-		if alive {
-			// Another live Assigner holds the job: it becomes this one's
-			// remembered choice, which the hysteresis keeps unless this
-			// one is nearer by more than the margin. Views that differ
-			// only slightly then agree on the holder instead of each
-			// wanting the job forever.
+		wait, other := l.retryAfter(he)
+		l.retry[job] = now.Add(wait)
+		if other {
+			// Another live Assigner holds the job: this one defers to it.
+			// The holder becomes its remembered choice, which the
+			// hysteresis keeps unless this one is nearer by more than the
+			// margin, so views that differ only slightly agree on the
+			// holder instead of each wanting the job forever. The
+			// deferral ends when the holder lets the job go (Run checks):
+			// often it is about to, having seen the same change as this
+			// one a moment later, and would otherwise release the job to
+			// an Assigner that no longer wants it.
+			d := l.deferrals[job]
+			if d == nil || d.holder != he.Holder {
+				d = &deferral{holder: he.Holder, since: now}
+				l.deferrals[job] = d
+			}
+			d.next = now.Add(l.deferralCheck(d, now))
 			l.choices.Remember(job, he.Holder)
 		}
+		l.mu.Unlock()
 		if !errors.Is(err, ErrHeld) && ctx.Err() == nil {
 			l.log.Warn("acquiring the job lease failed; retrying", "job", job, "err", err)
 		}
@@ -406,6 +439,7 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 	l.mu.Lock()
 	l.held[job] = &heldJob{l: lj, deadline: l.deadline(sent, lj.TTL)}
 	delete(l.holders, job)
+	delete(l.deferrals, job)
 	delete(l.retry, job)
 	l.gained = append(l.gained, job)
 	l.mu.Unlock()
@@ -413,20 +447,32 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 }
 
 // retryAfter paces attempts on a lease another holds, and reports whether
-// gossip has its holder alive. While gossip has the
-// holder alive, it is renewing: the two disagree on preference, or it is
-// about to release, and the next Evaluate tries again. A holder gossip
-// has failed leaves a lease that expires within a TTL: it is tried often,
-// so that failover waits for little more than the expiry.
-func (l *Leader) retryAfter(he *HeldError) (wait time.Duration, holderAlive bool) {
-	if he != nil {
-		for _, p := range l.cfg.Members() {
-			if p.Name == he.Holder && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner) {
-				return l.cfg.Preference.Recheck, true
-			}
-		}
+// that is another live Assigner. While gossip has the holder alive, it is
+// renewing: the two disagree on preference, or it is about to release, and
+// the deferral's checks notice when it does. A holder gossip has failed
+// leaves a lease that expires within a TTL, and so does this Assigner's
+// own name as the holder (its previous run, killed or restarted before its
+// lease expired, or an Acquire whose answer was lost): they are tried
+// often, so that failover waits for little more than the expiry. Called
+// with l.mu held.
+func (l *Leader) retryAfter(he *HeldError) (wait time.Duration, other bool) {
+	if he != nil && he.Holder != l.cfg.Self && l.alive(he.Holder) {
+		return l.cfg.Preference.Recheck, true
 	}
 	return l.cfg.TTL / 10, false
+}
+
+// handoffWindow is how long after it began deferring to a holder this
+// Assigner checks often whether the holder let the job go: long enough
+// for the holder to see a change of membership this one saw first.
+func (l *Leader) handoffWindow() time.Duration { return 2 * l.cfg.Preference.Recheck }
+
+// deferralCheck is the time until d is next checked.
+func (l *Leader) deferralCheck(d *deferral, now time.Time) time.Duration {
+	if now.Sub(d.since) < l.handoffWindow() {
+		return l.cfg.TTL / 10
+	}
+	return l.cfg.Preference.Recheck
 }
 
 // deadline is when a lease granted or renewed by a request sent at sent
@@ -454,7 +500,8 @@ func (l *Leader) signal() {
 const maxParallelRenewals = 16
 
 // Run renews the held leases every TTL/3 and retries, every TTL/10, the
-// wanted jobs whose holder gossip has failed, until ctx ends; then it
+// wanted jobs whose holder gossip has failed, and checks the deferrals
+// that are due, until ctx ends; then it
 // releases every lease it holds, so that another Assigner takes the jobs
 // at once rather than after their TTL.
 func (l *Leader) Run(ctx context.Context) error {
@@ -471,6 +518,7 @@ func (l *Leader) Run(ctx context.Context) error {
 			l.renewAll(ctx)
 		case <-retry.C:
 			l.retryWanted(ctx)
+			l.checkDeferrals(ctx)
 		}
 	}
 }
@@ -549,6 +597,59 @@ func (l *Leader) retryWanted(ctx context.Context) {
 			return
 		}
 		l.acquire(ctx, job)
+	}
+}
+
+// checkDeferrals ends each due deferral whose holder no longer holds the
+// job's lease: the job's choice is made afresh, and if it is this
+// Assigner, it takes the lease at once.
+func (l *Leader) checkDeferrals(ctx context.Context) {
+	now := time.Now()
+	l.mu.Lock()
+	due := make(map[string]string)
+	for job, d := range l.deferrals {
+		if !now.Before(d.next) {
+			due[job] = d.holder
+		}
+	}
+	l.mu.Unlock()
+	for _, job := range slices.Sorted(maps.Keys(due)) {
+		if ctx.Err() != nil {
+			return
+		}
+		holder := due[job]
+		lj, err := l.cfg.Manager.Holder(ctx, job)
+		l.mu.Lock()
+		d := l.deferrals[job]
+		if d == nil || d.holder != holder {
+			l.mu.Unlock()
+			continue // ended or replaced meanwhile
+		}
+		if (err == nil && lj.Holder == holder) || (err != nil && !errors.Is(err, ErrNotHeld)) {
+			// Still held by it, or the manager did not answer.
+			d.next = time.Now().Add(l.deferralCheck(d, time.Now()))
+			l.mu.Unlock()
+			continue
+		}
+		delete(l.deferrals, job)
+		if err == nil {
+			l.holders[job] = lj.Holder
+		} else {
+			delete(l.holders, job)
+		}
+		delete(l.retry, job)
+		l.mu.Unlock()
+		if l.choices.Current(job) == holder {
+			l.choices.Forget(job)
+		}
+		_, want := l.Preferred(job)
+		l.mu.Lock()
+		l.wanted[job] = want
+		l.mu.Unlock()
+		if want {
+			l.log.Info("the job's holder let it go; taking it", "job", job, "holder", holder)
+			l.acquire(ctx, job)
+		}
 	}
 }
 

@@ -248,6 +248,22 @@ func TestLeaderRetakesItsLapsedLease(t *testing.T) {
 	}
 }
 
+// view is a gossip view a test changes as it goes.
+type view struct{ peers atomic.Pointer[[]gossip.Peer] }
+
+func newView(names ...string) *view {
+	v := &view{}
+	v.set(names...)
+	return v
+}
+
+func (v *view) set(names ...string) {
+	peers := assigners(names...)()
+	v.peers.Store(&peers)
+}
+
+func (v *view) get() []gossip.Peer { return *v.peers.Load() }
+
 // preferredOf returns, of two Assigner names, the one the rendezvous hash
 // prefers for job j when no distance is known, and the other.
 func preferredOf(x, y string) (winner, loser string) {
@@ -255,6 +271,88 @@ func preferredOf(x, y string) (winner, loser string) {
 		return x, y
 	}
 	return y, x
+}
+
+// An Assigner that sees a change first (here, the other Assigner joining)
+// and finds the job held by a live Assigner defers to it; when the holder
+// sees the change too and releases the job for it, it takes the lease at
+// once instead of still deferring to an Assigner that let the job go,
+// which would leave the job without a holder until something else
+// changed.
+func TestLeaderDeferralEndsWhenHolderLetsGo(t *testing.T) {
+	t.Parallel()
+	m, _ := embedded(t)
+	ctx := t.Context()
+	x, h := preferredOf("a", "b") // x is preferred once both see both
+	hView, xView := newView(h), newView(h)
+	// Rechecks an hour apart: only the deferral's own checks can end it.
+	pref := lease.Preference{Recheck: time.Hour}
+	hl := lease.NewLeader(lease.LeaderConfig{Self: h, Manager: m, TTL: time.Second, Members: hView.get, Preference: pref})
+	xl := lease.NewLeader(lease.LeaderConfig{Self: x, Manager: m, TTL: time.Second, Members: xView.get, Preference: pref})
+	hl.Evaluate(ctx, []string{"j"})
+	if _, held := hl.Held("j"); !held {
+		t.Fatalf("%s did not take the lease", h)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	go func() { done <- hl.Run(runCtx) }()
+	go func() { done <- xl.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done; <-done })
+
+	xView.set(h, x) // x sees both first: it prefers itself, h still holds
+	xl.Evaluate(ctx, []string{"j"})
+	xl.Evaluate(ctx, []string{"j"}) // the Assigner's next recheck
+	if _, held := xl.Held("j"); held {
+		t.Fatalf("%s took the lease %s holds", x, h)
+	}
+	if got := xl.PreferredName("j"); got != h {
+		t.Errorf("%s prefers %q while %s holds the job; want it to defer to the holder", x, got, h)
+	}
+	hView.set(h, x) // now h sees x, prefers it, and releases the job for it
+	hl.Evaluate(ctx, []string{"j"})
+	if _, held := hl.Held("j"); held {
+		t.Fatalf("%s kept the lease though it prefers %s", h, x)
+	}
+	testwait.For(t, x+" to take the job its holder let go", func() bool {
+		xl.Evaluate(ctx, []string{"j"})
+		_, held := xl.Held("j")
+		return held
+	})
+	if g := xl.Gained(); len(g) != 1 || g[0] != "j" {
+		t.Errorf("%s gained %v, want [j]", x, g)
+	}
+}
+
+// An Assigner restarted under the same name before its previous run's
+// lease expired finds the job held by itself: that lease is not another
+// live holder's, and it takes the job as soon as the lease expires rather
+// than waiting a preference recheck or deferring to itself.
+func TestLeaderTakesLeaseOfItsPreviousRun(t *testing.T) {
+	t.Parallel()
+	m, _ := embedded(t)
+	ctx := t.Context()
+	const ttl = 300 * time.Millisecond
+	prev := lease.NewLeader(lease.LeaderConfig{Self: "a", Manager: m, TTL: ttl, Members: assigners("a")})
+	prev.Evaluate(ctx, []string{"j"})
+	first, held := prev.Held("j")
+	if !held {
+		t.Fatal("the previous run did not take the lease")
+	}
+	// The previous run is killed: it never renews nor releases.
+	a := lease.NewLeader(lease.LeaderConfig{Self: "a", Manager: m, TTL: ttl, Members: assigners("a"),
+		Preference: lease.Preference{Recheck: time.Hour}})
+	a.Evaluate(ctx, []string{"j"})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	testwait.For(t, "a to take the lease its previous run left", func() bool {
+		_, held := a.Held("j")
+		return held
+	})
+	if l, _ := a.Held("j"); l.Epoch <= first.Epoch {
+		t.Errorf("taken at epoch %d, want above the previous run's %d", l.Epoch, first.Epoch)
+	}
 }
 
 // An Assigner that adopted a job because writes were forwarded to it
