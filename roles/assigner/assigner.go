@@ -98,7 +98,7 @@ type Assigner struct {
 	stopping   <-chan struct{}
 	loaded     chan struct{} // closed once Run has loaded the stored jobs
 
-	kick  chan struct{} // a job's configuration changed
+	kick  chan struct{} // a job's configuration changed; see kickDecision
 	flips chan string   // a make-before-break deadline passed; see handoff.go
 
 	loads *loads // tasks' latest load reports; see load.go
@@ -506,6 +506,15 @@ func (a *Assigner) Run(ctx context.Context) error {
 				arm(max(a.delay, retryDelay))
 			}
 		}
+	}
+}
+
+// kickDecision asks Run for a decision on every job this Assigner leads,
+// at once: a job's configuration changed.
+func (a *Assigner) kickDecision() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -82,9 +82,6 @@ func (a *Assigner) setJobConfig(ctx context.Context, req *connect.Request[slicer
 	j.cfgSet++
 	a.mu.Unlock()
 	a.log.Info("job configured", "job", name, "min_redundancy", cfg.MinRedundancy, "max_redundancy", cfg.MaxRedundancy)
-	select {
-	case a.kick <- struct{}{}:
-	default:
-	}
+	a.kickDecision()
 	return connect.NewResponse(&slicerv1.SetJobConfigResponse{Job: a.jobInfo(j)}), nil
 }

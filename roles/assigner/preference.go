@@ -179,10 +179,19 @@ func (a *Assigner) refresh(ctx context.Context, name string) error {
 			a.mu.Unlock()
 			continue
 		}
+		changed := j.configured != rec.Configured || !j.cfg.Equal(rec.Config)
 		j.cfg, j.configured = rec.Config, rec.Configured
 		a.mu.Unlock()
 		if rec.Current != nil {
 			j.pub.Publish(rec.Current, time.Time{}) // read from the store: commit time unknown
+		}
+		if _, held := a.leader.Held(name); changed && held {
+			// Another Assigner stored it (one that took itself for the
+			// job's, or that the write reached while the lease moved):
+			// this one generates the job, so it decides on it now rather
+			// than at whatever changes next.
+			a.log.Info("job configured through another assigner; deciding on it", "job", name)
+			a.kickDecision()
 		}
 		return nil
 	}

@@ -2,6 +2,7 @@ package assigner
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -195,4 +196,50 @@ func TestStandbyAdoptsOrphanedJob(t *testing.T) {
 	if rec.Current.Generation != 2 || len(rec.Current.Tasks) != 1 {
 		t.Fatalf("after adopting, the store holds generation %d with tasks %v; want generation 2 without t1", rec.Current.Generation, taskNames(rec.Current))
 	}
+}
+
+// A configuration another Assigner stored (one that took itself for the
+// job's preferred Assigner while this one held the lease) is applied by
+// the holder at its next read of the store, with a decision of its own,
+// not left until something else changes.
+func TestHolderAppliesConfigurationStoredElsewhere(t *testing.T) {
+	store := tmpStore(t)
+	tasks := func(self string) *fakeMembers {
+		m := &fakeMembers{}
+		m.set("kv", "t0", "t1", "t2")
+		for i := range m.peers {
+			m.peers[i].RPCAddr = fmt.Sprintf("127.0.0.1:%d", 10+i)
+		}
+		// Each Assigner sees only itself: each takes itself for the
+		// job's preferred one.
+		m.peers = append(m.peers, gossip.Peer{Name: self, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive})
+		return m
+	}
+	a := testAssigner(t, testConfig(t, "a1"), store, tasks("a1"), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testwait.For(t, "a1 to lead job kv", func() bool { return a.Leads("kv") })
+
+	b := testAssigner(t, testConfig(t, "a2"), store, tasks("a2"), nil)
+	_, err := b.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: "kv", Config: &slicerv1.JobConfig{MinRedundancy: 2, MaxRedundancy: 2}}))
+	if err != nil {
+		t.Fatalf("SetJobConfig through a2: %v", err)
+	}
+	if _, held := b.leader.Held("kv"); held {
+		t.Fatal("a2 holds the job's lease")
+	}
+	testwait.For(t, "a1 to commit an assignment with the configuration a2 stored", func() bool {
+		rec, err := store.Load(ctx, "kv")
+		if err != nil || rec.Current == nil {
+			return false
+		}
+		for _, s := range rec.Current.Slices {
+			if len(s.Tasks) != 2 {
+				return false
+			}
+		}
+		return true
+	})
 }
