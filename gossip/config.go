@@ -75,6 +75,13 @@ type Config struct {
 	// while membership changes.
 	RejoinFile string
 
+	// SettleSamples, when positive, makes the node advertise its network
+	// coordinate as settling (Peer.Settling) from its start until the
+	// coordinate has been updated this many times, one update per answered
+	// probe: DefaultSettleSamples is 8 s at the default probe interval.
+	// Zero advertises nothing: the member counts as settled.
+	SettleSamples int
+
 	// SendDelay, when positive, holds back everything this member sends
 	// over gossip by that long, so that its network coordinate, and every
 	// round-trip estimate to it, moves away from the others'. It is a
@@ -102,6 +109,13 @@ type Config struct {
 	// to slog. Nil discards them.
 	Logger *slog.Logger
 }
+
+// DefaultSettleSamples is the SettleSamples slicerd's nodes use: a fresh
+// Vivaldi coordinate among settled ones moves most of the way to its
+// place in its first ten or so updates (each moves it a fifth of its
+// error towards the probed member), and twenty leave every member a copy
+// of it taken after a dozen.
+const DefaultSettleSamples = 20
 
 // DefaultConfig returns the configuration for a node on a LAN: the lan
 // profile, bound to 127.0.0.1:7946. NodeName and Self must still be set.
@@ -173,6 +187,9 @@ const maxNodeNameLen = 128
 func (c Config) validate() (map[string]string, error) {
 	if c.NodeName == "" {
 		return nil, fmt.Errorf("%w: node name is empty; give every member a unique name", ErrConfig)
+	}
+	if c.SettleSamples < 0 {
+		return nil, fmt.Errorf("%w: settle samples %d is negative; use 0 to advertise no settling", ErrConfig, c.SettleSamples)
 	}
 	if c.SendDelay < 0 || c.SendDelay > time.Minute {
 		return nil, fmt.Errorf("%w: send delay %v must be between 0 and 1m", ErrConfig, c.SendDelay)

@@ -25,6 +25,9 @@
 //	         means none
 //	drain    "1" while a task drains (gives up its        draining task members
 //	         slices before it stops)
+//	settling "1" while the member's network coordinate    members started with
+//	         has not settled (Config.SettleSamples)       SettleSamples, until
+//	                                                      it has settled
 //
 // The member name and gossip address come from serf, not tags. Members
 // without the slicerd tag, or with another schema version, are not
@@ -105,6 +108,16 @@
 // job and Assigner name. Assigners, Distributors and Slicelets all choose
 // with Node.Peers and Node.RTT, so they agree whenever their gossip views
 // do.
+//
+// A member's coordinate starts from scratch whenever its process starts,
+// and moves a long way over its first probes; until then every member
+// holds a different, and wrong, picture of where it is, and distances to
+// it mislead. A node started with Config.SettleSamples advertises itself
+// as settling (Peer.Settling, the settling tag) until its coordinate has
+// been updated that many times, then clears the tag once, logging
+// "network coordinate settled". Every member sees the tag the same way,
+// so they all leave a restarted Assigner out of their choices until it
+// has settled, and all take it in at the same change.
 //
 // For tests of many members on one machine, NewDelayTransport wraps a
 // member's transport to add per-link latency or drop a link, since the

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/serf/coordinate"
 	"github.com/hashicorp/serf/serf"
 
 	"github.com/slicerd/slicerd/internal/fanout"
@@ -41,6 +42,7 @@ type Node struct {
 	updateMu sync.Mutex    // serialises UpdateSelf
 
 	mu        sync.Mutex
+	settling  bool          // advertised Peer.Settling; see settle
 	closed    bool          // Shutdown has begun
 	leaveDone chan struct{} // non-nil once Leave started; closed when it ends
 	leaveErr  error
@@ -56,6 +58,7 @@ type Node struct {
 // node as the cluster's only member. It does not join: call Join or
 // RetryJoin with cfg.Join.
 func Start(cfg Config) (*Node, error) {
+	cfg.Self.Settling = cfg.SettleSamples > 0 // the node's to say, not its owner's
 	tags, err := cfg.validate()
 	if err != nil {
 		if cfg.Transport != nil {
@@ -68,12 +71,13 @@ func Start(cfg Config) (*Node, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	n := &Node{
-		cfg:    cfg,
-		log:    logger.With("node", cfg.NodeName),
-		events: make(chan serf.Event, eventBuffer),
-		guard:  &mergeGuard{name: cfg.NodeName},
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		cfg:      cfg,
+		log:      logger.With("node", cfg.NodeName),
+		events:   make(chan serf.Event, eventBuffer),
+		guard:    &mergeGuard{name: cfg.NodeName},
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		settling: cfg.Self.Settling,
 	}
 	ring, ringFromFile, err := cfg.loadKeyring()
 	if err != nil {
@@ -132,6 +136,10 @@ func Start(cfg Config) (*Node, error) {
 			n.wg.Go(func() { n.rejoin(prev) })
 		}
 		n.wg.Go(n.recordMembers)
+	}
+	if n.settling {
+		n.wg.Add(1)
+		go n.settle(cfg.SettleSamples, sc.MemberlistConfig.ProbeInterval/2)
 	}
 	if ring != nil {
 		n.log.Info("gossip encryption on", "keys", len(ring.GetKeys()), "keyring_file", cfg.KeyringFile)
@@ -365,6 +373,9 @@ func (n *Node) changeSelf(change func(*Peer)) error {
 
 // updateSelfLocked is UpdateSelf with updateMu held.
 func (n *Node) updateSelfLocked(p Peer) error {
+	n.mu.Lock()
+	p.Settling = n.settling
+	n.mu.Unlock()
 	tags, err := p.Tags()
 	if err != nil {
 		return fmt.Errorf("gossip: update self: %w", err)
@@ -390,6 +401,46 @@ func (n *Node) updateSelfLocked(p Peer) error {
 	n.cfg.Self = p
 	n.mu.Unlock()
 	return nil
+}
+
+// settle advertises this node's network coordinate as settled once it
+// has been updated samples times, reading it every interval (half the
+// probe interval: memberlist probes one member per interval, and each
+// answer moves the coordinate). It gives up when the node shuts down.
+func (n *Node) settle(samples int, every time.Duration) {
+	defer n.wg.Done()
+	start := time.Now()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var last *coordinate.Coordinate
+	for seen := 0; seen < samples; {
+		select {
+		case <-n.stop:
+			return
+		case <-tick.C:
+		}
+		c, err := n.serf.GetCoordinate()
+		if err != nil {
+			return // coordinates are off: nothing will settle
+		}
+		if last != nil && !sameCoordinate(c, last) {
+			seen++
+		}
+		last = c
+	}
+	n.mu.Lock()
+	n.settling = false
+	n.mu.Unlock()
+	if err := n.changeSelf(func(*Peer) {}); err != nil {
+		n.log.Debug("network coordinate settled, but not advertised", "err", err)
+		return
+	}
+	n.log.Info("network coordinate settled", "samples", samples, "error", last.Error, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// sameCoordinate reports whether a and b are the same coordinate.
+func sameCoordinate(a, b *coordinate.Coordinate) bool {
+	return slices.Equal(a.Vec, b.Vec) && a.Error == b.Error && a.Adjustment == b.Adjustment && a.Height == b.Height
 }
 
 // SetDraining re-advertises this node as draining (a task giving up its

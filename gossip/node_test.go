@@ -396,6 +396,7 @@ func TestStartRejectsInvalidConfig(t *testing.T) {
 		"negative timer":      func(c *Config) { c.ProbeInterval = -time.Second },
 		"negative push-pull":  func(c *Config) { c.PushPullInterval = -time.Second },
 		"negative suspicion":  func(c *Config) { c.SuspicionMult = -1 },
+		"negative settle":     func(c *Config) { c.SettleSamples = -1 },
 		"no roles":            func(c *Config) { c.Self = Peer{} },
 		"unknown role":        func(c *Config) { c.Self.Roles = []Role{"worker"} },
 		"task without job":    func(c *Config) { c.Self = Peer{Roles: []Role{RoleTask}, Task: "t"} },
@@ -656,5 +657,36 @@ func TestHasLiveServer(t *testing.T) {
 	peers[2].Status = StatusAlive
 	if !HasLiveServer("me", peers) {
 		t.Error("an alive distributor is not seen")
+	}
+}
+
+// A node started with SettleSamples advertises its network coordinate as
+// settling until it has been updated that many times, then as settled,
+// once; an update of its identity keeps what the node says, whatever the
+// caller passes. A node without SettleSamples never advertises settling.
+func TestSettlingUntilCoordinateSettles(t *testing.T) {
+	a := testNode(t, "a", selfAssigner)
+	b := testNode(t, "b", selfAssigner, func(c *Config) { c.SettleSamples = 5 })
+	if a.Self().Settling {
+		t.Error("a node without SettleSamples advertises settling")
+	}
+	if !b.Self().Settling {
+		t.Fatal("a node with SettleSamples does not advertise settling at its start")
+	}
+	// b has probed nobody yet, so it cannot have settled before a hears of it.
+	join(t, b, a)
+	if p, ok := peer(a, "b"); !ok || !p.Settling {
+		t.Fatalf("a sees b as %+v, %v after the join; want settling", p, ok)
+	}
+	testwait.For(t, "a to see b settled", func() bool { p, _ := peer(a, "b"); return !p.Settling })
+	if b.Self().Settling {
+		t.Error("b still advertises settling itself")
+	}
+	if err := b.UpdateSelf(Peer{Roles: selfAssigner.Roles, RPCAddr: "127.0.0.1:7072", Settling: true}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "a to see b's new address", func() bool { p, _ := peer(a, "b"); return p.RPCAddr == "127.0.0.1:7072" })
+	if p, _ := peer(a, "b"); p.Settling {
+		t.Error("an update of b's identity made it settling again")
 	}
 }

@@ -125,7 +125,12 @@ type Peer struct {
 	// Draining says a task is giving up its slices before it stops
 	// (slicelet.Slicelet.Drain). Task members only; it is the task's own
 	// claim and moves only its own keys.
-	Draining   bool
+	Draining bool
+	// Settling says the member's network coordinate has not settled yet:
+	// it started recently and has measured too few round trips for
+	// distances to it to be trusted (Config.SettleSamples). Any role; the
+	// node sets it, not its owner.
+	Settling   bool
 	GossipAddr string // host:port of the member's gossip endpoint (from the member, not a tag)
 	Status     Status
 }
@@ -145,6 +150,7 @@ const (
 	tagCap    = "cap"
 	tagMem    = "mem"
 	tagDrain  = "drain"
+	tagSettle = "settling"
 
 	schemaVersion = "1"
 )
@@ -206,6 +212,9 @@ func (p Peer) Tags() (map[string]string, error) {
 			return nil, err
 		}
 		tags[tagRPC] = p.RPCAddr
+	}
+	if p.Settling {
+		tags[tagSettle] = "1"
 	}
 	if n := encodedTagsLen(tags); n > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("%w: tags encode to %d bytes, above serf's limit of %d; shorten the job, task or RPC host name", ErrInvalidPeer, n, memberlist.MetaMaxSize)
@@ -349,6 +358,12 @@ func parseTags(tags map[string]string) (Peer, error) {
 			return Peer{}, err
 		}
 		p.RPCAddr = rpc
+	}
+	if v, ok := tags[tagSettle]; ok {
+		if v != "1" {
+			return Peer{}, fmt.Errorf("%w: settling tag %q is not \"1\"", ErrInvalidPeer, v)
+		}
+		p.Settling = true
 	}
 	return p, nil
 }

@@ -56,6 +56,8 @@ func TestTagsRoundTrip(t *testing.T) {
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", MemoryLimit: 1 << 30},
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Capacity: 2, MemoryLimit: 1},
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", RPCAddr: "127.0.0.1:1", Draining: true},
+		{Roles: []Role{RoleAssigner, RoleDistributor}, RPCAddr: "127.0.0.1:1", Settling: true},
+		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Settling: true},
 	} {
 		tags, err := p.Tags()
 		if err != nil {
@@ -208,7 +210,7 @@ func TestParseMemberStatuses(t *testing.T) {
 func peersEqual(a, b Peer) bool {
 	return a.Name == b.Name && slices.Equal(a.Roles, b.Roles) && a.Job == b.Job && a.Task == b.Task &&
 		a.RPCAddr == b.RPCAddr && a.GossipAddr == b.GossipAddr && a.Status == b.Status && a.Capacity == b.Capacity &&
-		a.MemoryLimit == b.MemoryLimit && a.Draining == b.Draining
+		a.MemoryLimit == b.MemoryLimit && a.Draining == b.Draining && a.Settling == b.Settling
 }
 
 // FuzzParseTags checks that parsing arbitrary tag maps never panics and
@@ -225,6 +227,8 @@ func FuzzParseTags(f *testing.F) {
 	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "mem", "1073741824")
 	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "mem", "+1")
 	f.Add(uint8(0x3f), "1", "task", "kv", "kv-0", "127.0.0.1:9000", "drain", "1")
+	f.Add(uint8(0x23), "1", "assigner", "", "", "", "settling", "1")
+	f.Add(uint8(0x23), "1", "assigner", "", "", "", "settling", "0")
 	f.Fuzz(func(t *testing.T, present uint8, schema, roles, job, task, rpc, extraK, extraV string) {
 		tags := map[string]string{}
 		for i, kv := range [][2]string{{tagSchema, schema}, {tagRoles, roles}, {tagJob, job}, {tagTask, task}, {tagRPC, rpc}, {extraK, extraV}} {
@@ -242,7 +246,7 @@ func FuzzParseTags(f *testing.F) {
 		}
 		known := maps.Clone(tags)
 		maps.DeleteFunc(known, func(k, _ string) bool {
-			return k != tagSchema && k != tagRoles && k != tagJob && k != tagTask && k != tagRPC && k != tagCap && k != tagMem && k != tagDrain
+			return k != tagSchema && k != tagRoles && k != tagJob && k != tagTask && k != tagRPC && k != tagCap && k != tagMem && k != tagDrain && k != tagSettle
 		})
 		if !maps.Equal(again, known) {
 			t.Fatalf("re-encoding differs\n  in %v\n out %v", known, again)

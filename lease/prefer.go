@@ -223,21 +223,15 @@ func rendezvous(job, name string) uint64 {
 	return d.Sum64()
 }
 
-// Preferred applies Choose to a membership view: the live Assigners that
-// advertise an RPC address, and the job's live tasks. It returns the
+// Preferred applies Choose to a membership view: the Assigners a job may
+// be given to (candidates), and the job's live tasks. It returns the
 // chosen Assigner's gossip.Peer, or false when no Assigner is live.
 func (p Preference) Preferred(job string, peers []gossip.Peer, rtt RTTFunc, current string) (gossip.Peer, bool) {
 	var assignerBuf [8]string
-	assigners := assignerBuf[:0]
+	assigners := candidates(peers, assignerBuf[:0])
 	var tasks []string
 	for _, m := range peers {
-		if m.Status != gossip.StatusAlive {
-			continue
-		}
-		if m.Has(gossip.RoleAssigner) && m.RPCAddr != "" {
-			assigners = append(assigners, m.Name)
-		}
-		if m.Has(gossip.RoleTask) && m.Job == job {
+		if m.Status == gossip.StatusAlive && m.Has(gossip.RoleTask) && m.Job == job {
 			tasks = append(tasks, m.Name)
 		}
 	}
@@ -250,16 +244,48 @@ func (p Preference) Preferred(job string, peers []gossip.Peer, rtt RTTFunc, curr
 	return gossip.Peer{}, false
 }
 
+// candidates appends to buf the names of the Assigners in peers that a job
+// may be given to: the live ones that advertise an RPC address, less those
+// whose network coordinate is still settling (gossip.Peer.Settling) while
+// one whose coordinate has settled is live. An Assigner that has just
+// started has a coordinate every member sees differently, and that moves
+// a long way over its first probes; choosing by it would have members
+// disagree, and choices flap, until it settles. Leaving it out, as every
+// member does from the same tag, keeps them agreed; when it settles the
+// set of candidates changes for all of them at once, and they choose
+// afresh together (Choices). While no live Assigner has settled (a whole
+// cluster just started) every live one is a candidate.
+func candidates(peers []gossip.Peer, buf []string) []string {
+	settled := false
+	for _, m := range peers {
+		if isAssigner(m) && !m.Settling {
+			settled = true
+			break
+		}
+	}
+	for _, m := range peers {
+		if isAssigner(m) && (!settled || !m.Settling) {
+			buf = append(buf, m.Name)
+		}
+	}
+	return buf
+}
+
+// isAssigner reports whether m is a live Assigner that serves RPCs.
+func isAssigner(m gossip.Peer) bool {
+	return m.Status == gossip.StatusAlive && m.Has(gossip.RoleAssigner) && m.RPCAddr != ""
+}
+
 // Choices is one observer's memory of the Assigner it prefers for each job:
 // the current choice that Choose keeps under its hysteresis. It forgets
-// every choice whenever the set of live Assigners changes, so that after an
-// Assigner joins, leaves, fails or comes back from a partition, every
-// observer chooses afresh from the same inputs and they agree again, even
-// if their earlier histories differed. The zero value is ready to use and
-// it is safe for concurrent use.
+// every choice whenever the set of candidate Assigners changes, so that
+// after an Assigner joins, leaves, fails, comes back from a partition or
+// has settled after a restart, every observer chooses afresh from the same
+// inputs and they agree again, even if their earlier histories differed.
+// The zero value is ready to use and it is safe for concurrent use.
 type Choices struct {
 	mu   sync.Mutex
-	set  []string          // live Assigners when the remembered choices were made, sorted
+	set  []string          // candidate Assigners when the remembered choices were made, sorted
 	gen  uint64            // bumped whenever set changes
 	prev map[string]string // job → chosen Assigner
 }
@@ -275,12 +301,7 @@ type Choices struct {
 // overwrite a newer one.
 func (c *Choices) Preferred(p Preference, job string, peers []gossip.Peer, rtt RTTFunc) (gossip.Peer, bool) {
 	var assignerBuf [8]string
-	assigners := assignerBuf[:0]
-	for _, m := range peers {
-		if m.Status == gossip.StatusAlive && m.Has(gossip.RoleAssigner) && m.RPCAddr != "" {
-			assigners = append(assigners, m.Name)
-		}
-	}
+	assigners := candidates(peers, assignerBuf[:0])
 	slices.Sort(assigners)
 	c.mu.Lock()
 	if !slices.Equal(assigners, c.set) {

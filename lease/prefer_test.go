@@ -244,6 +244,43 @@ func TestPreferredSkipsDeadAndAddressless(t *testing.T) {
 	}
 }
 
+// An Assigner whose network coordinate is still settling (it has just
+// restarted) is left out of every observer's choice while a settled one is
+// live, so observers whose estimates of it differ wildly still agree; when
+// it has settled, every observer chooses afresh, together.
+func TestChoicesLeaveOutSettlingAssigner(t *testing.T) {
+	ms := time.Millisecond
+	p := DefaultPreference()
+	peer := func(name string, settling bool) gossip.Peer {
+		return gossip.Peer{Name: name, Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1", Status: gossip.StatusAlive, Settling: settling}
+	}
+	task := gossip.Peer{Name: "kv/t0", Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "t0", Status: gossip.StatusAlive}
+	// x holds the restarted r's fresh coordinate, far from everything; y
+	// still holds its previous run's, nearest the task.
+	xEst := near(map[string]time.Duration{"a1": 5 * ms, "a2": 5 * ms, "r": 40 * ms}, "kv/t0")
+	yEst := near(map[string]time.Duration{"a1": 5 * ms, "a2": 5 * ms, "r": ms}, "kv/t0")
+	restarting := []gossip.Peer{peer("a1", false), peer("a2", false), peer("r", true), task}
+	var x, y Choices
+	gx, _ := x.Preferred(p, "kv", restarting, xEst.rtt)
+	gy, _ := y.Preferred(p, "kv", restarting, yEst.rtt)
+	if gx.Name != gy.Name || gx.Name == "r" {
+		t.Fatalf("while r settles, x prefers %s and y prefers %s; want one of the settled Assigners for both", gx.Name, gy.Name)
+	}
+	settled := []gossip.Peer{peer("a1", false), peer("a2", false), peer("r", false), task}
+	gx, _ = x.Preferred(p, "kv", settled, yEst.rtt)
+	gy, _ = y.Preferred(p, "kv", settled, yEst.rtt)
+	if gx.Name != "r" || gy.Name != "r" {
+		t.Errorf("once r has settled, nearest by 4 ms, x prefers %s and y prefers %s; want r for both", gx.Name, gy.Name)
+	}
+	// A cluster that has just started has no settled Assigner: all of
+	// them are candidates.
+	fresh := []gossip.Peer{peer("a1", true), peer("a2", true), task}
+	want := p.Choose("kv", []string{"a1", "a2"}, []string{"kv/t0"}, nil, "")
+	if got, ok := p.Preferred("kv", fresh, nil, ""); !ok || got.Name != want {
+		t.Errorf("with no Assigner settled, Preferred = %q, %v; want %q", got.Name, ok, want)
+	}
+}
+
 func benchChoose(b *testing.B, assigners, tasks int) {
 	var as, ts []string
 	tb := table{}

@@ -218,7 +218,7 @@ func DefaultConfig() Config {
 		Roles:               []gossip.Role{gossip.RoleAssigner, gossip.RoleDistributor, gossip.RoleBackup},
 		DataDir:             "slicerd-data",
 		RPCAddr:             "127.0.0.1:7070",
-		Gossip:              gossip.DefaultConfig(),
+		Gossip:              defaultGossip(),
 		JoinRetryInterval:   2 * time.Second,
 		RebalanceDelay:      ad.RebalanceDelay,
 		StartupGrace:        ad.StartupGrace,
@@ -251,6 +251,16 @@ func DefaultConfig() Config {
 		StreamWriteTimeout:      30 * time.Second,
 		StreamSendBudget:        64 << 20,
 	}
+}
+
+// defaultGossip is gossip.DefaultConfig with the node's coordinate
+// advertised as settling until it has settled, so that a restarted
+// Assigner is left out of every member's preferences until distances to
+// it can be trusted (lease.Preference).
+func defaultGossip() gossip.Config {
+	g := gossip.DefaultConfig()
+	g.SettleSamples = gossip.DefaultSettleSamples
+	return g
 }
 
 // TestConfig returns a configuration for tests on loopback: every role, a
