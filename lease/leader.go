@@ -324,6 +324,16 @@ func (l *Leader) liveHolder(ctx context.Context, job string) string {
 	return lj.Holder
 }
 
+// leaving reports whether gossip has this Assigner leaving or left.
+func (l *Leader) leaving() bool {
+	for _, p := range l.cfg.Members() {
+		if p.Name == l.cfg.Self {
+			return p.Status == gossip.StatusLeaving || p.Status == gossip.StatusLeft
+		}
+	}
+	return false
+}
+
 // alive reports whether gossip has name alive as an Assigner.
 func (l *Leader) alive(name string) bool {
 	for _, p := range l.cfg.Members() {
@@ -337,7 +347,9 @@ func (l *Leader) alive(name string) bool {
 // Evaluate decides, for each of jobs, whether this Assigner should hold
 // its lease, and acts: it tries to acquire the lease of a job it prefers
 // (or has adopted) and does not hold, and releases that of a job another
-// live Assigner is now preferred for, so that one can take it at once.
+// live Assigner is now preferred for, so that one can take it at once
+// (unless this one is leaving gossip: it then keeps its leases until Run
+// ends).
 // Jobs whose lease it gains are reported by Gained.
 func (l *Leader) Evaluate(ctx context.Context, jobs []string) {
 	for _, job := range jobs {
@@ -358,6 +370,13 @@ func (l *Leader) Evaluate(ctx context.Context, jobs []string) {
 		switch {
 		case want && (h == nil || !h.live(l.clock.Now())):
 			l.acquire(ctx, job)
+		case !want && h != nil && l.leaving():
+			// This Assigner is leaving gossip, so it prefers another,
+			// which does not know yet: serf marks a leaving member
+			// without telling anyone, and the others see it gone only
+			// when the leave is complete. It keeps the job until Run
+			// ends, after the leave; released now, the job would have
+			// no holder until then.
 		case !want && h != nil:
 			l.log.Info("another assigner is preferred for the job; releasing its lease", "job", job, "preferred", p.Name, "epoch", h.l.Epoch)
 			l.mu.Lock()

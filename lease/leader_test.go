@@ -408,3 +408,39 @@ func TestLeaderForwardedWithLiveHolder(t *testing.T) {
 		t.Errorf("%s routes the job's writes to %+v, want the holder %s", b, r, h)
 	}
 }
+
+// An Assigner leaving gossip prefers another for its jobs, which do not
+// know it is leaving until the leave is complete: it keeps its leases,
+// and gives them back only when Run ends, after the leave.
+func TestLeaderLeavingKeepsLeasesUntilRunEnds(t *testing.T) {
+	t.Parallel()
+	m, _ := embedded(t)
+	ctx := t.Context()
+	self, other := preferredOf("a", "b")
+	v := newView(self, other)
+	l := lease.NewLeader(lease.LeaderConfig{Self: self, Manager: m, Members: v.get})
+	l.Evaluate(ctx, []string{"j"})
+	if _, held := l.Held("j"); !held {
+		t.Fatalf("%s did not take the lease", self)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(runCtx) }()
+
+	leaving := v.get()
+	for i := range leaving {
+		if leaving[i].Name == self {
+			leaving[i].Status = gossip.StatusLeaving
+		}
+	}
+	v.peers.Store(&leaving)
+	l.Evaluate(ctx, []string{"j"})
+	if _, held := l.Held("j"); !held {
+		t.Fatalf("%s released the job while leaving, before the others could know", self)
+	}
+	stop()
+	<-done
+	if _, err := m.Holder(ctx, "j"); !errors.Is(err, lease.ErrNotHeld) {
+		t.Errorf("after Run ended the job's lease reads %v; want it released", err)
+	}
+}

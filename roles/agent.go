@@ -514,7 +514,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	})
 	if a.assigner != nil {
-		g.Go(func() error { return a.assigner.Run(gctx) })
+		// The Assigner runs until the node has left gossip (shutdown
+		// closes stopping once it has), so that it gives its job leases
+		// back only when the other Assigners see it gone and want its
+		// jobs. Given back at the signal, a job would have no holder
+		// until they noticed the leave, which serf tells them only once
+		// it is complete.
+		actx, stopAssigner := context.WithCancel(context.WithoutCancel(gctx))
+		g.Go(func() error {
+			defer stopAssigner()
+			return a.assigner.Run(actx)
+		})
+		g.Go(func() error {
+			<-a.stopping
+			stopAssigner()
+			return nil
+		})
 	}
 	if a.distributor != nil {
 		g.Go(func() error { return a.distributor.Run(gctx) })

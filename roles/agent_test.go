@@ -220,6 +220,27 @@ func TestSingleNodeShardsJob(t *testing.T) {
 	}
 }
 
+// An agent that stops gives its job leases back only once it has left
+// gossip. Serf marks a leaving member without telling the others, who see
+// it gone only when the leave is complete: a lease given back before that
+// leaves its job without a holder, since every other Assigner still
+// prefers the stopping one.
+func TestAssignerGivesLeasesBackAfterLeavingGossip(t *testing.T) {
+	var logs syncBuffer
+	cfg := testConfig(t, "node-1", t.TempDir(), gossip.RoleAssigner)
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	node := startAgent(t, cfg)
+	taskMember(t, "kv", "t0", node.GossipAddr())
+	testwait.For(t, "the assigner to lead job kv", func() bool { return node.assigner.Leads("kv") })
+	node.stop(t)
+	out := logs.String()
+	left := strings.Index(out, `"msg":"left gossip"`)
+	released := strings.Index(out, `"msg":"released the job leases on shutdown"`)
+	if left < 0 || released < left {
+		t.Errorf("the agent logged leaving gossip at offset %d and giving its leases back at %d; want the leave first:\n%s", left, released, out)
+	}
+}
+
 func shareOf(a *assign.Assignment, task string) float64 {
 	var w uint64
 	for _, s := range a.Slices {
