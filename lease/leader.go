@@ -430,7 +430,6 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 			l.holders[job] = he.Holder
 		}
 		wait, other := l.retryAfter(he)
-		l.retry[job] = now.Add(wait)
 		if other {
 			// Another live Assigner holds the job: this one defers to it.
 			// The holder becomes its remembered choice, which the
@@ -445,10 +444,17 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 			if d == nil || d.holder != he.Holder {
 				d = &deferral{holder: he.Holder, since: now}
 				l.deferrals[job] = d
+				l.log.Debug("job lease held by another assigner; deferring to it until it lets the job go", "job", job, "holder", he.Holder)
 			}
 			d.next = now.Add(l.deferralCheck(d, now))
+			// Tried again as often as the deferral is checked: the
+			// holder is remembered as this one's choice, but if this one
+			// is nearer by more than the margin its next Evaluate still
+			// wants the job, and takes it as soon as the holder lets go.
+			wait = l.deferralCheck(d, now)
 			l.choices.Remember(job, he.Holder)
 		}
+		l.retry[job] = now.Add(wait)
 		l.mu.Unlock()
 		if !errors.Is(err, ErrHeld) && ctx.Err() == nil {
 			l.log.Warn("acquiring the job lease failed; retrying", "job", job, "err", err)
@@ -468,7 +474,8 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 // retryAfter paces attempts on a lease another holds, and reports whether
 // that is another live Assigner. While gossip has the holder alive, it is
 // renewing: the two disagree on preference, or it is about to release, and
-// the deferral's checks notice when it does. A holder gossip has failed
+// the deferral's checks notice when it does (acquire paces the attempts
+// as the checks). A holder gossip has failed
 // leaves a lease that expires within a TTL, and so does this Assigner's
 // own name as the holder (its previous run, killed or restarted before its
 // lease expired, or an Acquire whose answer was lost): they are tried

@@ -444,3 +444,49 @@ func TestLeaderLeavingKeepsLeasesUntilRunEnds(t *testing.T) {
 		t.Errorf("after Run ended the job's lease reads %v; want it released", err)
 	}
 }
+
+// An Assigner nearer the job's tasks than its holder by more than the
+// margin wants the job even after it found the holder and deferred to it:
+// it tries again as often as it checks the deferral, and so takes the job
+// as soon as the holder lets it go, not a whole preference recheck later.
+func TestLeaderNearerContenderTakesReleasedJob(t *testing.T) {
+	t.Parallel()
+	m, _ := embedded(t)
+	ctx := t.Context()
+	task := gossip.Peer{Name: "j/t", Roles: []gossip.Role{gossip.RoleTask}, Job: "j", Task: "t", Status: gossip.StatusAlive}
+	withTask := func(v *view) func() []gossip.Peer {
+		return func() []gossip.Peer { return append(v.get(), task) }
+	}
+	rtt := func(a, b string) (time.Duration, bool) {
+		switch {
+		case a == "x" && b == "j/t", a == "j/t" && b == "x":
+			return time.Millisecond, true
+		case a == "h" && b == "j/t", a == "j/t" && b == "h":
+			return 10 * time.Millisecond, true
+		}
+		return 0, false
+	}
+	hView, xView := newView("h"), newView("h", "x")
+	pref := lease.Preference{Recheck: time.Hour} // only the Leader's own pacing can retry
+	hl := lease.NewLeader(lease.LeaderConfig{Self: "h", Manager: m, TTL: time.Second, Members: withTask(hView), RTT: rtt, Preference: pref})
+	xl := lease.NewLeader(lease.LeaderConfig{Self: "x", Manager: m, TTL: time.Second, Members: withTask(xView), RTT: rtt, Preference: pref})
+	hl.Evaluate(ctx, []string{"j"})
+	xl.Evaluate(ctx, []string{"j"}) // finds h holding, defers
+	xl.Evaluate(ctx, []string{"j"}) // nearer by far more than the margin: wants it still
+	if _, self := xl.Preferred("j"); !self {
+		t.Fatal("x does not prefer itself though it is nearer than h by 9 ms")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- xl.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	hView.set("h", "x") // h sees x, nearer, and releases the job for it
+	hl.Evaluate(ctx, []string{"j"})
+	if _, held := hl.Held("j"); held {
+		t.Fatal("h kept the job though x is nearer")
+	}
+	testwait.For(t, "x to take the job h released", func() bool {
+		_, held := xl.Held("j")
+		return held
+	})
+}
