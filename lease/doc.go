@@ -74,11 +74,17 @@
 //
 // Leader keeps one Assigner's job leases. Proximity (Preference, over
 // gossip's network coordinates, with hysteresis) decides which jobs it
-// tries to take; the manager decides which it may write. It releases a
-// job another live Assigner is now preferred for, adopts a job nobody
-// generates, routes writes to the holder (Target), and renews what it
-// holds, treating a lease as lost from its local deadline on. The Assigner
-// asks it one thing: Held, "do I hold job J, at which epoch?".
+// tries to take; the manager decides which it may write. Assigners whose
+// coordinate is still settling after a restart are nobody's choice while
+// a settled one is live, so members choosing from different copies of a
+// fresh coordinate do not disagree. The Leader releases a job another
+// live Assigner is now preferred for (not while it is itself leaving
+// gossip: it keeps its leases until it stops), defers to a live holder of
+// a job it would take until that holder lets the job go, adopts a job
+// nobody holds when writes for it are forwarded to it, routes writes to
+// the holder (Target), and renews what it holds, treating a lease as lost
+// from its local deadline on. The Assigner asks it one thing: Held, "do I
+// hold job J, at which epoch?".
 //
 // Package guard is the protocol that moves a job's guard and bridge
 // through its generations, the Assigner's side and the Slicelet's, as one
