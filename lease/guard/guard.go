@@ -272,12 +272,14 @@ func Follow(h Held, g, b lease.State, have func(gen uint64) bool) ReadStep {
 		return ReadStep{Op: DropGuard}
 	case h.Bridge != zero && (!b.Set || b.Value != h.Bridge || (g.Set && g.Value.From > h.Bridge.To)):
 		return ReadStep{Op: DropBridge}
+	case h.Guard != zero && h.Bridge != zero && h.BridgeValid && h.Bridge.From == h.Guard.From:
+		// Before any renewal: a guard whose bridge is held is given up,
+		// never read again, so that its recall need not wait for it.
+		return ReadStep{Op: ReleaseGuard}
 	case h.Guard != zero && h.GuardDue && g.Set && !g.Recalled && g.Value == h.Guard:
 		return ReadStep{Op: RenewGuard}
 	case h.Bridge != zero && h.BridgeDue && !b.Recalled:
 		return ReadStep{Op: RenewBridge}
-	case h.Guard != zero && h.Bridge != zero && h.BridgeValid && h.Bridge.From == h.Guard.From:
-		return ReadStep{Op: ReleaseGuard}
 	case h.Bridge == zero && h.Guard != zero && h.GuardValid && b.Set && !b.Recalled && b.Value.From == h.Guard.From &&
 		have(b.Value.From) && have(b.Value.To):
 		return ReadStep{Op: TakeBridge, Value: b.Value}
