@@ -311,15 +311,29 @@ func lastCommitted(p *slicerdNode) uint64 {
 	return last
 }
 
-// nearLeads reports whether the near Assigner has taken job kv over and the
-// far one, since it last led the job, has logged that the near one is
-// preferred: both then agree, so killing the near one must hand the job
-// over with a new generation.
+// nearLeads reports whether the near Assigner holds job kv and the far one
+// agrees: the near one's last word on the job is a takeover, and the far
+// one either never led the job (the near one took it first) or last said
+// that the near one is preferred, having released it. Killing the near one
+// must then hand the job over with a new generation.
 func (h *haCluster) nearLeads() bool {
-	if !h.near.hasLine(`"job":"kv"`, `"msg":"took over job as its preferred assigner"`) {
+	if lastWordOnKV(h.near.output()) != "took over" {
 		return false
 	}
-	lines := strings.Split(h.far.output(), "\n")
+	switch lastWordOnKV(h.far.output()) {
+	case "":
+		return true
+	case "released to assigner-near":
+		return true
+	}
+	return false
+}
+
+// lastWordOnKV is an Assigner's last logged change of its leadership of job
+// kv: "took over", "released to NAME", "adopting", "choosing afresh", or ""
+// if it logged none.
+func lastWordOnKV(output string) string {
+	lines := strings.Split(output, "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := lines[i]
 		if !strings.Contains(line, `"job":"kv"`) {
@@ -327,11 +341,18 @@ func (h *haCluster) nearLeads() bool {
 		}
 		switch {
 		case strings.Contains(line, `another assigner is preferred`):
-			return strings.Contains(line, `"preferred":"assigner-near"`)
-		case strings.Contains(line, `took over job`), strings.Contains(line, `choosing the preferred assigner afresh`),
-			strings.Contains(line, `adopting the job`):
-			return false
+			var rec struct {
+				Preferred string `json:"preferred"`
+			}
+			_ = json.Unmarshal([]byte(line), &rec)
+			return "released to " + rec.Preferred
+		case strings.Contains(line, `"msg":"took over job`):
+			return "took over"
+		case strings.Contains(line, `choosing the preferred assigner afresh`):
+			return "choosing afresh"
+		case strings.Contains(line, `adopting the job`):
+			return "adopting"
 		}
 	}
-	return false
+	return ""
 }
