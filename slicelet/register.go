@@ -3,7 +3,6 @@ package slicelet
 import (
 	"context"
 	"net/http"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -26,12 +25,12 @@ const registerRefresh = 30 * time.Second
 const registerRetry = time.Second
 
 // notMember reports whether err is an Assigner's refusal of a call from a
-// task it does not count as a live member of its job (rpc.ErrNotMember):
+// task it does not count as a live member of its job (api.RefusalNotMember):
 // with identities, a task it has no registration for, as after a restart
 // of the Assigner faster than gossip noticed. It asks registerLoop to
 // register again.
 func (s *Slicelet) notMember(err error) {
-	if connect.CodeOf(err) == connect.CodeFailedPrecondition && strings.Contains(err.Error(), "not a live member") {
+	if api.Refusal(err) == api.RefusalNotMember {
 		select {
 		case s.reregister <- struct{}{}:
 		default:

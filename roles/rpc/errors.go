@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles/watch"
@@ -84,7 +85,11 @@ func ToConnect(err error) error {
 	}
 	for _, c := range codes {
 		if errors.Is(err, c.err) {
-			return connect.NewError(c.code, err)
+			ce := connect.NewError(c.code, err)
+			if c.err == ErrNotMember {
+				ce.Meta().Set(api.RefusalHeader, api.RefusalNotMember)
+			}
+			return ce
 		}
 	}
 	return connect.NewError(connect.CodeInternal, err)

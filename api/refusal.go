@@ -1,0 +1,27 @@
+package api
+
+import (
+	"errors"
+
+	"connectrpc.com/connect"
+)
+
+// RefusalHeader names, in an error's metadata, why an Assigner refused a
+// task's call when the task should act on the reason rather than on the
+// code alone. Values are the Refusal* constants.
+const RefusalHeader = "Slicerd-Refusal"
+
+// RefusalNotMember: the Assigner does not count the calling task as a live
+// member of its job (gossip has not seen it, or, with identities, it has
+// no registration there, as after a restart of the Assigner). The task
+// registers again.
+const RefusalNotMember = "not-member"
+
+// Refusal returns err's RefusalHeader value, "" if it has none.
+func Refusal(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	return ce.Meta().Get(RefusalHeader)
+}
