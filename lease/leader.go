@@ -420,17 +420,19 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 	sent := l.clock.Now()
 	lj, err := l.cfg.Manager.Acquire(ctx, job, l.cfg.Self, l.cfg.TTL)
 	if err != nil {
-		var he *HeldError
-		if !errors.As(err, &he) {
-			he = nil
-		}
+		var he *HeldError // nil unless the lease is held
+		errors.As(err, &he)
 		now := time.Now()
 		l.mu.Lock()
 		if he != nil {
 			l.holders[job] = he.Holder
 		}
-		wait, other := l.retryAfter(he)
-		if other {
+		// A holder gossip has failed leaves a lease that expires within a
+		// TTL, and so does this Assigner's own name as the holder (its
+		// previous run, or an Acquire whose answer was lost): it is tried
+		// often, so that failover waits for little more than the expiry.
+		wait := l.cfg.TTL / 10
+		if he != nil && he.Holder != l.cfg.Self && l.alive(he.Holder) {
 			// Another live Assigner holds the job: this one defers to it.
 			// The holder becomes its remembered choice, which the
 			// hysteresis keeps unless this one is nearer by more than the
@@ -446,12 +448,12 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 				l.deferrals[job] = d
 				l.log.Debug("job lease held by another assigner; deferring to it until it lets the job go", "job", job, "holder", he.Holder)
 			}
-			d.next = now.Add(l.deferralCheck(d, now))
 			// Tried again as often as the deferral is checked: the
 			// holder is remembered as this one's choice, but if this one
 			// is nearer by more than the margin its next Evaluate still
 			// wants the job, and takes it as soon as the holder lets go.
 			wait = l.deferralCheck(d, now)
+			d.next = now.Add(wait)
 			l.choices.Remember(job, he.Holder)
 		}
 		l.retry[job] = now.Add(wait)
@@ -469,23 +471,6 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 	l.gained = append(l.gained, job)
 	l.mu.Unlock()
 	l.signal()
-}
-
-// retryAfter paces attempts on a lease another holds, and reports whether
-// that is another live Assigner. While gossip has the holder alive, it is
-// renewing: the two disagree on preference, or it is about to release, and
-// the deferral's checks notice when it does (acquire paces the attempts
-// as the checks). A holder gossip has failed
-// leaves a lease that expires within a TTL, and so does this Assigner's
-// own name as the holder (its previous run, killed or restarted before its
-// lease expired, or an Acquire whose answer was lost): they are tried
-// often, so that failover waits for little more than the expiry. Called
-// with l.mu held.
-func (l *Leader) retryAfter(he *HeldError) (wait time.Duration, other bool) {
-	if he != nil && he.Holder != l.cfg.Self && l.alive(he.Holder) {
-		return l.cfg.Preference.Recheck, true
-	}
-	return l.cfg.TTL / 10, false
 }
 
 // handoffWindow is how long after it began deferring to a holder this
