@@ -138,8 +138,8 @@ func Start(cfg Config) (*Node, error) {
 		n.wg.Go(n.recordMembers)
 	}
 	if n.settling {
-		n.wg.Add(1)
-		go n.settle(cfg.SettleSamples, sc.MemberlistConfig.ProbeInterval/2)
+		every := sc.MemberlistConfig.ProbeInterval / 2
+		n.wg.Go(func() { n.settle(cfg.SettleSamples, every) })
 	}
 	if ring != nil {
 		n.log.Info("gossip encryption on", "keys", len(ring.GetKeys()), "keyring_file", cfg.KeyringFile)
@@ -408,7 +408,6 @@ func (n *Node) updateSelfLocked(p Peer) error {
 // probe interval: memberlist probes one member per interval, and each
 // answer moves the coordinate). It gives up when the node shuts down.
 func (n *Node) settle(samples int, every time.Duration) {
-	defer n.wg.Done()
 	start := time.Now()
 	tick := time.NewTicker(every)
 	defer tick.Stop()

@@ -208,7 +208,11 @@ func serve(addr string) error {
 		return fmt.Errorf("%s: %w", AddrEnv, err)
 	}
 	fmt.Fprintf(os.Stderr, "failpoint: control endpoint on http://%s/\n", ln.Addr())
-	go http.Serve(ln, handler())
+	// It serves for the life of the process (a test bed's), bounded like
+	// any slicerd listener against a client that opens and stalls.
+	srv := &http.Server{Handler: handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
+		WriteTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 4 << 10}
+	go srv.Serve(ln)
 	return nil
 }
 
