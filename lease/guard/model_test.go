@@ -17,7 +17,7 @@ import (
 // written by nAssigners Assigners, through the generations of assignments
 // below. Its state is everything the protocol's parties hold: the
 // manager's leases, live reads and epoch, each Assigner's lease and plan,
-// each task's reads and what it last saw. explore visits every state
+// each task's reads. explore visits every state
 // reachable by any interleaving of the events in next, and checks each.
 const (
 	nAssigners = 2
@@ -162,7 +162,6 @@ type tag uint8
 
 const (
 	evCommit tag = iota
-	evLearn
 	evAcquire
 	evCrash
 	evLapse
@@ -170,14 +169,12 @@ const (
 	evGrace
 	evExpire
 	evGhostExpire
-	evBehind
 	evPlan
 	evLost
 	evBusy
 	evCall
 	evAmbiguous
 	evFail
-	evReceive
 	evTaskRestart
 	evRead
 	evRefused
@@ -195,8 +192,6 @@ func (e event) describe(plan planner) string {
 	switch e.tag {
 	case evCommit:
 		what = fmt.Sprintf("commits generation %d", e.arg)
-	case evLearn:
-		what = fmt.Sprintf("learns generation %d", e.arg)
 	case evAcquire:
 		what = fmt.Sprintf("acquires the job lease at epoch %d", e.arg)
 	case evCrash:
@@ -211,8 +206,6 @@ func (e event) describe(plan planner) string {
 		what = fmt.Sprintf("lets its %v read expire", lease.Kind(e.arg))
 	case evGhostExpire:
 		what = fmt.Sprintf("lets its pre-restart %v read expire", lease.Kind(e.arg))
-	case evBehind:
-		what = "finds its view behind and reads the store"
 	case evPlan:
 		mv := plan(uint64(e.arg), e.obs[0].state(), e.obs[1].state(), e.call.Op != 0)
 		var calls []string
@@ -230,8 +223,6 @@ func (e event) describe(plan planner) string {
 		what = fmt.Sprintf("%v: takes effect, but the reply is an error", e.call)
 	case evFail:
 		what = fmt.Sprintf("%v: fails", e.call)
-	case evReceive:
-		what = fmt.Sprintf("receives generation %d", e.arg)
 	case evTaskRestart:
 		what = "restarts"
 	case evRead:
