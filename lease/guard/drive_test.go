@@ -17,6 +17,23 @@ func embedded(t *testing.T) lease.Manager {
 	return m
 }
 
+// guardAt1 returns an embedded manager whose job kv's lease a1 holds, the
+// driver a1 moves the guard with, and that lease; the guard is set at
+// generation 1.
+func guardAt1(t *testing.T) (lease.Manager, *guard.Driver, lease.Job) {
+	t.Helper()
+	m := embedded(t)
+	held, err := m.Acquire(t.Context(), "kv", "a1", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &guard.Driver{Leases: m, Bridged: true, BridgeWait: 50 * time.Millisecond, Log: testlog.Logger(t)}
+	if mv, err := d.Step(t.Context(), held, 1); err != nil || mv.To != 1 {
+		t.Fatalf("Step to 1 = %+v, %v; want the guard set at 1", mv, err)
+	}
+	return m, d, held
+}
+
 func state(t *testing.T, m lease.Manager, kind lease.Kind) lease.State {
 	t.Helper()
 	st, err := m.State(t.Context(), "kv", kind)
@@ -34,15 +51,7 @@ func state(t *testing.T, m lease.Manager, kind lease.Kind) lease.State {
 // 3 beside the open bridge 1→2: t0 kept keys generation 3 gives others.)
 func TestStepFinishesAnInterruptedMove(t *testing.T) {
 	ctx := t.Context()
-	m := embedded(t)
-	held, err := m.Acquire(ctx, "kv", "a1", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &guard.Driver{Leases: m, Bridged: true, BridgeWait: 50 * time.Millisecond, Log: testlog.Logger(t)}
-	if mv, err := d.Step(ctx, held, 1); err != nil || mv.To != 1 {
-		t.Fatalf("Step to 1 = %+v, %v; want the guard set at 1", mv, err)
-	}
+	m, d, held := guardAt1(t)
 	if _, err := m.Read(ctx, "kv", lease.Guard, "t0", lease.GuardValue(1), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,9 @@ package guard_test
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/slicerd/slicerd/internal/failpoint"
-	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/lease"
-	"github.com/slicerd/slicerd/lease/guard"
 )
 
 // An error injected right after the guard's recall stops the move there,
@@ -18,15 +15,7 @@ import (
 // (go test -tags failpoints ./lease/guard/)
 func TestStepFailpointAfterRecall(t *testing.T) {
 	ctx := t.Context()
-	m := embedded(t)
-	held, err := m.Acquire(ctx, "kv", "a1", 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &guard.Driver{Leases: m, Bridged: true, BridgeWait: 50 * time.Millisecond, Log: testlog.Logger(t)}
-	if _, err := d.Step(ctx, held, 1); err != nil {
-		t.Fatal(err)
-	}
+	m, d, held := guardAt1(t)
 	if err := failpoint.Enable("guard/after-recall-guard", "1*error"); err != nil {
 		t.Fatal(err)
 	}
