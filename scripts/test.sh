@@ -44,6 +44,12 @@ go test -count=1 -run 'TestModel' -timeout 10m ./lease/guard/ 2>&1 | sed 's/^ok 
 
 # A failing pass does not stop the next one: every failure is reported,
 # and the summary line is always printed.
+# The failpoints build (internal/failpoint) and the tests that use its
+# points, which a release build compiles out.
+echo "== go test -race -tags failpoints"
+failpoint_status=0
+go test -race -count=1 -tags failpoints ./internal/failpoint/ ./lease/guard/ 2>&1 | sed 's/^ok /ok (failpoints) /' | tee /tmp/slicerd-failpoints.$$.log || failpoint_status=${PIPESTATUS[0]}
+
 echo "== go test -race"
 status=0
 go test -race -count=1 -timeout 20m ./... 2>&1 | tee /tmp/slicerd-test.$$.log || status=${PIPESTATUS[0]}
@@ -56,9 +62,10 @@ secure_status=0
 SLICERD_E2E_SECURE=1 go test -race -count=1 -timeout 20m ./e2e/ 2>&1 | sed 's/^ok /ok (secure) /' | tee -a /tmp/slicerd-test.$$.log || secure_status=${PIPESTATUS[0]}
 [ "$status" = 0 ] && status=$secure_status
 [ "$status" = 0 ] && status=$model_status
-cat /tmp/slicerd-model.$$.log >> /tmp/slicerd-test.$$.log
+[ "$status" = 0 ] && status=$failpoint_status
+cat /tmp/slicerd-model.$$.log /tmp/slicerd-failpoints.$$.log >> /tmp/slicerd-test.$$.log
 passed=$(grep -c '^ok ' /tmp/slicerd-test.$$.log || true)
 failed=$(grep -c -E '^(FAIL|--- FAIL)' /tmp/slicerd-test.$$.log || true)
-rm -f /tmp/slicerd-test.$$.log /tmp/slicerd-model.$$.log
+rm -f /tmp/slicerd-test.$$.log /tmp/slicerd-model.$$.log /tmp/slicerd-failpoints.$$.log
 echo "packages: $passed passed, $failed failed"
 exit "$status"
