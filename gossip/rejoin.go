@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -120,29 +119,20 @@ func (n *Node) recordMembers() {
 	defer tick.Stop()
 	var (
 		dirty   bool
-		last    string
 		written time.Time
 	)
+	var sample []string // the addresses last written, sorted
 	record := func() {
 		dirty = false
-		var addrs []string
-		for _, p := range n.Peers() {
-			if p.Status == StatusAlive && p.Name != n.cfg.NodeName && p.GossipAddr != "" {
-				addrs = append(addrs, p.GossipAddr)
-			}
+		next := nextSample(sample, n.liveAddrs())
+		if len(next) == 0 || slices.Equal(next, sample) {
+			return // unchanged, or an empty view (alone, or leaving): the file stays
 		}
-		rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
-		addrs = addrs[:min(len(addrs), rejoinSample)]
-		slices.Sort(addrs)
-		key := strings.Join(addrs, ",")
-		if key == last || len(addrs) == 0 {
-			return // an empty view (alone, or leaving) keeps the last sample
-		}
-		if err := writeRejoinFile(n.cfg.RejoinFile, addrs); err != nil {
+		if err := writeRejoinFile(n.cfg.RejoinFile, next); err != nil {
 			n.log.Warn("gossip: recording the members to rejoin after a restart failed", "file", n.cfg.RejoinFile, "err", err)
 			return
 		}
-		last, written = key, time.Now()
+		sample, written = next, time.Now()
 	}
 	for {
 		select {
@@ -160,4 +150,38 @@ func (n *Node) recordMembers() {
 			}
 		}
 	}
+}
+
+// liveAddrs returns the gossip addresses of the live members other than
+// this node.
+func (n *Node) liveAddrs() map[string]bool {
+	addrs := map[string]bool{}
+	for _, p := range n.Peers() {
+		if p.Status == StatusAlive && p.Name != n.cfg.NodeName && p.GossipAddr != "" {
+			addrs[p.GossipAddr] = true
+		}
+	}
+	return addrs
+}
+
+// nextSample is the sample of live addresses to record: those of prev that
+// are still live, filled up to rejoinSample with others at random, sorted.
+// Keeping the members still live means a change elsewhere in a large
+// cluster leaves the file alone.
+func nextSample(prev []string, live map[string]bool) []string {
+	next := make([]string, 0, rejoinSample)
+	for _, a := range prev {
+		if live[a] && len(next) < rejoinSample {
+			next = append(next, a)
+			delete(live, a)
+		}
+	}
+	for a := range live { // map order: a random fill
+		if len(next) == rejoinSample {
+			break
+		}
+		next = append(next, a)
+	}
+	slices.Sort(next)
+	return next
 }

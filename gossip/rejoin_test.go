@@ -1,7 +1,10 @@
 package gossip
 
 import (
+	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -58,4 +61,42 @@ func TestRejoinAfterRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { node.Shutdown() })
 	testwait.For(t, "the restarted node to know the task again", knows(node))
+}
+
+// The sample keeps the members still live, so a change elsewhere leaves
+// the file as it is.
+func TestNextSampleKeepsLiveMembers(t *testing.T) {
+	live := map[string]bool{}
+	for i := range 40 {
+		live[fmt.Sprintf("127.0.0.1:%d", 7000+i)] = true
+	}
+	first := nextSample(nil, maps.Clone(live))
+	if len(first) != rejoinSample {
+		t.Fatalf("sample of %d live members: %d addresses, want %d", len(live), len(first), rejoinSample)
+	}
+	var outside string
+	for a := range live {
+		if !slices.Contains(first, a) {
+			outside = a
+			break
+		}
+	}
+	delete(live, outside) // a member outside the sample leaves
+	if again := nextSample(first, maps.Clone(live)); !slices.Equal(again, first) {
+		t.Errorf("a member outside the sample left, and the sample changed: %v → %v", first, again)
+	}
+	delete(live, first[0]) // one inside leaves: replaced, the rest kept
+	again := nextSample(first, maps.Clone(live))
+	if len(again) != rejoinSample || slices.Contains(again, first[0]) {
+		t.Errorf("after %s left: %v", first[0], again)
+	}
+	kept := 0
+	for _, a := range first[1:] {
+		if slices.Contains(again, a) {
+			kept++
+		}
+	}
+	if kept != rejoinSample-1 {
+		t.Errorf("kept %d of the %d members still live", kept, rejoinSample-1)
+	}
 }
