@@ -11,11 +11,12 @@ import (
 	"maps"
 	"math"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/serf"
+
+	"github.com/slicerd/slicerd/internal/atomicfile"
 )
 
 // KeySizes lists the accepted gossip key lengths in bytes: AES-128, AES-192
@@ -105,27 +106,7 @@ func writeKeyringFile(path string, keys [][]byte) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.WriteFile(path, data, 0o600)
 }
 
 // validateKeys checks Config.Keys: each of an accepted length, no repeats.

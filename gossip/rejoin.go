@@ -6,10 +6,11 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/slicerd/slicerd/internal/atomicfile"
 )
 
 // Rejoining after a restart (Config.RejoinFile). Joining any one live
@@ -61,30 +62,7 @@ func writeRejoinFile(path string, addrs []string) error {
 	for _, a := range addrs {
 		b.WriteString(a + "\n")
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(b.String())
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
+	return atomicfile.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 // rejoin joins the first of addrs that answers, one at a time, until one

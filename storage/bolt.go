@@ -18,6 +18,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/atomicfile"
 )
 
 // BoltOptions configures OpenBolt.
@@ -131,7 +132,7 @@ func createBolt(path string, opts BoltOptions, log *slog.Logger) error {
 		if err = os.Link(tmp, path); errors.Is(err, fs.ErrExist) {
 			err = nil
 		} else if err == nil {
-			err = syncDir(filepath.Dir(path))
+			err = atomicfile.SyncDir(filepath.Dir(path))
 		}
 	}
 	if rerr := os.Remove(tmp); err == nil && rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
@@ -141,19 +142,6 @@ func createBolt(path string, opts BoltOptions, log *slog.Logger) error {
 		return fmt.Errorf("storage: create data file %s: %w; check that slicerd's user may write its directory", path, err)
 	}
 	return nil
-}
-
-// syncDir makes a directory's entries durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // checkPath turns the common set-up mistakes into errors that say what to

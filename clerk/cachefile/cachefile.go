@@ -15,6 +15,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/atomicfile"
 )
 
 // Format constants.
@@ -171,49 +172,8 @@ func Write(path string, a *assign.Assignment) error {
 }
 
 func writeFile(path string, data []byte) error {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("cachefile: write %s: %w", path, err)
-	}
-	if err := writeSync(tmp, data); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("cachefile: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("cachefile: write %s: %w", path, err)
-	}
-	// The rename is durable only once the directory entry is.
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("cachefile: write %s: the file is in place but %w", path, err)
-	}
-	return nil
-}
-
-// writeSync writes data to f, syncs and closes it.
-func writeSync(f *os.File, data []byte) error {
-	_, err := f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for sync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }
