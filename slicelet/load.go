@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,11 +113,10 @@ const pendingDecay = 0.5
 // assignments and failed reports left over for the next report.
 type loadState struct {
 	mu          sync.Mutex
-	carry       assign.Load // owned load of assignments replaced in this window
-	start       time.Time   // when the current window began
-	client      slicerv1connect.LoadServiceClient
-	clientAddr  string
-	unowned     atomicFloat // load on keys the current assignment does not give this task
+	carry       assign.Load           // owned load of assignments replaced in this window
+	start       time.Time             // when the current window began
+	clients     map[string]loadClient // Assigner name → its client
+	unowned     atomicFloat           // load on keys the current assignment does not give this task
 	rejected    atomic.Uint64
 	reportsSent atomic.Uint64
 	choices     lease.Choices // the job's preferred Assigner, with hysteresis
@@ -306,10 +307,10 @@ func (r *windowReport) proto(job, task string) *slicerv1.ReportLoadRequest {
 	return req
 }
 
-// assignerAddr returns the RPC address of the job's preferred Assigner, as
-// every Assigner and Distributor chooses it (lease.Preference): load
-// reports go to the Assigner that generates the job's assignments. "" when
-// gossip knows no live Assigner.
+// assigner returns the job's preferred Assigner, as every Assigner and
+// Distributor chooses it (lease.Preference): readiness reports and lease
+// calls go to the Assigner that generates the job's assignments, and load
+// reports go there first. false when gossip knows no live Assigner.
 func (s *Slicelet) assigner() (gossip.Peer, bool) {
 	n := s.node.Load()
 	if n == nil {
@@ -335,8 +336,19 @@ func (s *Slicelet) reportLoop(ctx context.Context) {
 	}
 }
 
-// reportOnce sends the window that ends now. A failure is logged and the
-// window's load is kept, decayed, for the next attempt.
+// maxReportAssigners bounds the Assigners one window's report goes to:
+// a deployment runs two or three, and a gossip view listing more (a
+// misconfiguration, or members posing as Assigners) costs each task at
+// most this many calls and connections per window.
+const maxReportAssigners = 8
+
+// reportOnce sends the window that ends now to every alive Assigner in
+// gossip (every_assigner), so each holds the job's whole load: the one
+// deciding for the job, and the others for their views and for the
+// moment one of them takes the job over. The window counts as reported
+// when at least one Assigner accepted it; when none did, its load is
+// kept, decayed, for the next attempt. Each call is bounded by the
+// window, and reportOnce waits for all of them.
 func (s *Slicelet) reportOnce(ctx context.Context, now time.Time) {
 	r := s.collect(now)
 	s.load.mu.Lock()
@@ -349,39 +361,98 @@ func (s *Slicelet) reportOnce(ctx context.Context, now time.Time) {
 		s.keep(r)
 		return
 	}
-	p, ok := s.assigner()
-	addr := p.RPCAddr
-	if !ok || addr == "" {
+	targets := s.reportAssigners()
+	if len(targets) == 0 {
 		s.log.Debug("slicelet: no live assigner in gossip; keeping load for the next report")
 		s.keep(r)
 		return
 	}
-	client := s.loadClient(p)
+	req := r.proto(s.cfg.Job, s.cfg.Task)
+	req.EveryAssigner = true
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.LoadWindow)
 	defer cancel()
-	_, err := client.ReportLoad(rctx, connect.NewRequest(r.proto(s.cfg.Job, s.cfg.Task)))
-	if err != nil {
-		s.notMember(err)
+	var accepted atomic.Int32
+	var wg sync.WaitGroup
+	for _, p := range targets {
+		client := s.loadClient(p)
+		wg.Go(func() {
+			if _, err := client.ReportLoad(rctx, connect.NewRequest(req)); err != nil {
+				s.notMember(err)
+				if ctx.Err() == nil {
+					s.log.Warn("slicelet: load report to an assigner failed", "assigner", p.Name, "rpc_addr", p.RPCAddr, "err", err)
+				}
+				return
+			}
+			accepted.Add(1)
+		})
+	}
+	wg.Wait()
+	if accepted.Load() == 0 {
 		if ctx.Err() == nil {
-			s.log.Warn("slicelet: load report failed; keeping the load for the next report", "assigner", addr, "err", err)
+			s.log.Warn("slicelet: no assigner accepted the load report; keeping the load for the next report", "assigners", len(targets))
 		}
 		s.keep(r)
 		return
 	}
 	s.load.reportsSent.Add(1)
-	s.log.Debug("slicelet: load reported", "assigner", addr, "generation", r.generation,
+	s.log.Debug("slicelet: load reported", "assigners", len(targets), "accepted", accepted.Load(), "generation", r.generation,
 		"slices", len(r.load), "load", r.load.Total(), "unowned", r.unowned, "rejected", r.rejected)
 }
 
-// loadClient returns a client for the Assigner p, reusing the last one
-// while the Assigner stays the same.
+// reportAssigners lists the alive Assigners in gossip that load reports
+// go to: the job's preferred one first, then the others by name, at most
+// maxReportAssigners. It also drops the clients of Assigners no longer
+// listed.
+func (s *Slicelet) reportAssigners() []gossip.Peer {
+	n := s.node.Load()
+	if n == nil {
+		return nil
+	}
+	var out []gossip.Peer
+	preferred, ok := s.assigner()
+	if ok && preferred.RPCAddr != "" {
+		out = append(out, preferred)
+	}
+	var others []gossip.Peer
+	for _, p := range n.Peers() {
+		if p.Has(gossip.RoleAssigner) && p.Status == gossip.StatusAlive && p.RPCAddr != "" && p.Name != preferred.Name {
+			others = append(others, p)
+		}
+	}
+	slices.SortFunc(others, func(a, b gossip.Peer) int { return strings.Compare(a.Name, b.Name) })
+	out = append(out, others...)
+	if len(out) > maxReportAssigners {
+		out = out[:maxReportAssigners]
+	}
+	s.load.mu.Lock()
+	for name := range s.load.clients {
+		if !slices.ContainsFunc(out, func(p gossip.Peer) bool { return p.Name == name }) {
+			delete(s.load.clients, name)
+		}
+	}
+	s.load.mu.Unlock()
+	return out
+}
+
+// loadClient returns a client for the Assigner p, reusing the one made
+// for it while its address stays the same.
 func (s *Slicelet) loadClient(p gossip.Peer) slicerv1connect.LoadServiceClient {
 	s.load.mu.Lock()
 	defer s.load.mu.Unlock()
-	if s.load.client == nil || s.load.clientAddr != p.Name+"@"+p.RPCAddr {
+	c, ok := s.load.clients[p.Name]
+	if !ok || c.addr != p.RPCAddr {
 		hc, url := s.assignerClient(p)
-		s.load.client = slicerv1connect.NewLoadServiceClient(hc, url)
-		s.load.clientAddr = p.Name + "@" + p.RPCAddr
+		c = loadClient{addr: p.RPCAddr, client: slicerv1connect.NewLoadServiceClient(hc, url)}
+		if s.load.clients == nil {
+			s.load.clients = make(map[string]loadClient)
+		}
+		s.load.clients[p.Name] = c
 	}
-	return s.load.client
+	return c.client
+}
+
+// loadClient is a LoadService client for one Assigner at addr.
+type loadClient struct {
+	addr   string
+	client slicerv1connect.LoadServiceClient
 }

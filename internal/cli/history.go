@@ -91,7 +91,7 @@ func printHistory(w io.Writer, job string, ds []*slicerv1.Decision, moves bool) 
 	t := table{header: []string{"GENERATION", "TIME", "CAUSE", "CHURN", "IMBALANCE", "MOVES", "DETAIL"}, right: []bool{3: true, 5: true}}
 	for _, d := range ds {
 		t.rows = append(t.rows, []string{strconv.FormatUint(d.GetGeneration(), 10), decisionTime(d), d.GetCause(),
-			fmt.Sprintf("%.2f%%", 100*d.GetChurn()), fmt.Sprintf("%.3f -> %.3f", d.GetImbalanceBefore(), d.GetImbalanceAfter()),
+			fmt.Sprintf("%.2f%%", 100*d.GetChurn()), imbalanceChange(d),
 			strconv.Itoa(len(d.GetMoves()) + int(d.GetMovesOmitted())), d.GetDetail()})
 	}
 	t.print(w, func(i int) {
@@ -221,4 +221,14 @@ func printWhy(w io.Writer, job, shown string, r *slicerv1.ExplainKeyResponse) {
 		fmt.Fprintf(w, "  generation %d at %s, %s: %s\n", d.GetGeneration(), decisionTime(d), d.GetCause(), d.GetDetail())
 		printMoves(w, d.GetMoves(), "    ")
 	}
+}
+
+// imbalanceChange prints a decision's imbalance before and after; both 0
+// means the deciding Assigner did not have every task's load (the detail
+// says so), and prints as unknown.
+func imbalanceChange(d *slicerv1.Decision) string {
+	if d.GetImbalanceBefore() == 0 && d.GetImbalanceAfter() == 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.3f -> %.3f", d.GetImbalanceBefore(), d.GetImbalanceAfter())
 }

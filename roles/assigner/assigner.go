@@ -102,9 +102,13 @@ type Assigner struct {
 	flips chan string   // a make-before-break deadline passed; see handoff.go
 
 	loads *loads // tasks' latest load reports; see load.go
-	// loadHistory records each led job's load over the key space for
+	// loadHistory records each job's load over the key space for
 	// GetLoadHistory; see loadhistory.go.
 	loadHistory *loadHistory
+	// started is when Run began (by loads.now): until loadWarmup has
+	// passed, a job's load-driven decision waits for the reports of every
+	// task it serves (load.go). Zero before Run.
+	started atomic.Int64
 
 	metrics      *jobMetrics   // nil without metrics; set before Run (jobmetrics.go)
 	storeMetrics *storeMetrics // nil without metrics; set before Run (metrics.go)
@@ -369,6 +373,7 @@ func (a *Assigner) Run(ctx context.Context) error {
 		return err
 	}
 	close(a.loaded)
+	a.started.Store(a.loads.now().UnixNano())
 	// The leader renews the job leases while the Assigner decides, and
 	// releases them once it has stopped, so that another Assigner takes
 	// the jobs over at once.
@@ -564,6 +569,13 @@ func (a *Assigner) balanceAll(ctx context.Context) {
 			a.log.Debug("load decision waits for reports after the last commit", "job", name)
 			continue
 		}
+		// An Assigner that started moments ago has not heard from every
+		// task yet: a task without a report would look idle.
+		if n, of := a.unknownLoad(name, j), len(a.liveTaskNames(name)); n > 0 && a.warmingUp() {
+			a.log.Debug("load decision waits until every task serving the job has reported here",
+				"job", name, "without_report", n, "live", of)
+			continue
+		}
 		if err := a.reconcile(ctx, name, triggerLoad); err != nil {
 			a.log.Error("load-driven rebalance failed; keeping the current assignment until the next interval", "job", name, "err", err)
 		}
@@ -656,6 +668,17 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			entry.Detail += "; make-before-break: the gaining tasks serve beside the losing ones until they are ready"
 			entry.ImbalanceAfter = finite(assign.ImbalanceWith(mid, load, live))
 		}
+		unknown := 0
+		if a.interval > 0 {
+			unknown = a.unknownLoad(name, j)
+		}
+		if n := unknown; n > 0 {
+			// The imbalance of a partial picture is no figure: a takeover
+			// by an Assigner that just started would record 4.000 for
+			// four tasks of which one has reported here.
+			entry.ImbalanceBefore, entry.ImbalanceAfter = 0, 0
+			entry.Detail += fmt.Sprintf("; imbalance not recorded: %d task(s) serving the job had not reported load to this assigner yet", n)
+		}
 		// The lease is checked again just before the write: one that ran
 		// out while the decision was computed stops it here, and one
 		// another Assigner took since is refused by the store's fence.
@@ -700,8 +723,8 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		a.metrics.committed(name, entry)
 		a.moveGuard(name)
 		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "epoch", held.Epoch, "trigger", why.String(),
-			"tasks", len(next.Tasks), "slices", len(next.Slices), "imbalance_before", before, "imbalance_after", after,
-			"load", load.Total(), "churn", decision.Churn, "moves", len(decision.Moves))
+			"tasks", len(next.Tasks), "slices", len(next.Slices), "imbalance_before", entry.ImbalanceBefore, "imbalance_after", entry.ImbalanceAfter,
+			"tasks_without_load", unknown, "load", load.Total(), "churn", decision.Churn, "moves", len(decision.Moves))
 		for _, m := range decision.Moves {
 			a.log.Debug("move", "job", name, "generation", next.Generation, "kind", m.Kind, "start", m.Start, "end", m.End,
 				"from", m.From, "to", m.To, "reason", m.Reason)

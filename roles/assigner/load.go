@@ -82,8 +82,9 @@ func loadFromProto(m *slicerv1.ReportLoadRequest) (*loadReport, error) {
 // ReportLoad implements slicerv1connect.LoadServiceHandler: it validates
 // the report, checks that gossip lists the task as an alive member of the
 // job, and replaces the task's previous report. It does not trigger a
-// decision; the load is read at the next one. A report for a job another
-// Assigner is preferred for is forwarded to that Assigner.
+// decision; the load is read at the next one. A report sent to one
+// Assigner only (every_assigner unset) for a job another Assigner is
+// preferred for is forwarded to that Assigner.
 func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
 	m := req.Msg
 	if err := a.checkReportSize(m.GetJob(), m.GetTask(), len(m.GetSlices())); err != nil {
@@ -93,8 +94,13 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	if err != nil {
 		return nil, rpc.ToConnect(fmt.Errorf("report load from %s/%s: %w", m.GetJob(), m.GetTask(), err))
 	}
-	if p, elsewhere := a.forwardTo(ctx, m.GetJob(), req.Header()); elsewhere {
-		return a.forwardLoad(ctx, p, req)
+	// A report sent to every Assigner is kept wherever it arrives: each
+	// Assigner then holds the job's whole load, for its views and for the
+	// moment it takes the job over.
+	if !m.GetEveryAssigner() {
+		if p, elsewhere := a.forwardTo(ctx, m.GetJob(), req.Header()); elsewhere {
+			return a.forwardLoad(ctx, p, req)
+		}
 	}
 	live, err := a.acceptTaskReport(a.reports, "load", m.GetJob(), m.GetTask())
 	if err != nil {
@@ -276,4 +282,46 @@ func (l *loads) reporting(job string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.jobs[job])
+}
+
+// loadWarmup is how long after it starts an Assigner's load-driven
+// decisions wait for the reports of every task a job's assignment lists:
+// Slicelets report every few seconds (slicelet.DefaultLoadWindow is 5 s),
+// so two rounds of them fit in it at the defaults. Past it a task that
+// still has not reported (it cannot reach this Assigner) no longer holds
+// the job's balancing back.
+const loadWarmup = 30 * time.Second
+
+// warmingUp reports whether the Assigner started less than loadWarmup ago.
+func (a *Assigner) warmingUp() bool {
+	started := a.started.Load()
+	return started != 0 && a.loads.now().Sub(time.Unix(0, started)) < loadWarmup
+}
+
+// unknownLoad counts the tasks of j's current assignment that gossip lists
+// alive for the job but that have no load report here: their load is
+// unknown to this Assigner, not zero. A task that has just joined is not
+// in the assignment yet and does not count. 0 for a nil j.
+func (a *Assigner) unknownLoad(job string, j *assignerJob) int {
+	if j == nil {
+		return 0
+	}
+	cur := j.pub.Current()
+	if cur == nil {
+		return 0
+	}
+	live := a.liveTaskNames(job)
+	a.loads.mu.Lock()
+	defer a.loads.mu.Unlock()
+	reps := a.loads.jobs[job]
+	n := 0
+	for _, t := range cur.Tasks {
+		if _, ok := slices.BinarySearch(live, t.Name); !ok {
+			continue
+		}
+		if _, ok := reps[t.Name]; !ok {
+			n++
+		}
+	}
+	return n
 }

@@ -13,16 +13,16 @@ import (
 
 // The Assigner keeps a short record of each job's load over the key space,
 // for the heatmap operators look at (JobService.GetLoadHistory): every
-// LoadHistoryInterval, for each job whose lease it holds and whose tasks
-// report load, it bins the job's merged load into loadBuckets equal key
-// ranges and keeps the newest loadSamples samples.
+// LoadHistoryInterval, for each job whose tasks report load to it (they
+// report to every Assigner, whichever holds the job's lease), it bins the
+// job's merged load into loadBuckets equal key ranges and keeps the
+// newest loadSamples samples.
 //
 // Memory: a job's record is loadSamples × (8 + loadBuckets × 4) bytes,
 // 31,680 bytes (about 31 KiB), allocated at its first sample; at most
 // maxLoadHistoryJobs jobs are recorded (about 31 MiB), a job beyond them
 // is not. A record is dropped with its job, and when the job has not been
-// sampled for as long as a record spans (its tasks stopped reporting, or
-// another Assigner took it over).
+// sampled for as long as a record spans (its tasks stopped reporting).
 const (
 	loadBuckets        = 64
 	loadSamples        = 120 // ten minutes at the default 5 s
@@ -121,17 +121,14 @@ func (h *loadHistory) samples(job string) []*slicerv1.LoadSample {
 	return out
 }
 
-// sampleLoads takes one sample of every job this Assigner holds the lease
-// of and has load reports for, and drops records that are no longer
-// sampled. The Assigner's Run loop calls it every LoadHistoryInterval.
+// sampleLoads takes one sample of every job this Assigner has load
+// reports for, whether or not it holds the job's lease: Slicelets send
+// their reports to every Assigner (ReportLoadRequest.every_assigner), so
+// each records the same history, and it outlives a lease move. Records no
+// longer sampled are dropped. The Assigner's Run loop calls it every
+// LoadHistoryInterval.
 func (a *Assigner) sampleLoads(now time.Time) {
 	for _, name := range a.loads.reportingJobs() {
-		if _, held := a.leader.Held(name); !held {
-			// Another Assigner leads it now: what is held here would be
-			// served as if it were current.
-			a.loadHistory.forget(name)
-			continue
-		}
 		if !a.loadHistory.add(name, now, a.jobLoad(name).Buckets(loadBuckets)) {
 			a.log.Warn("load history full: not recording another job's load for the web UI's heatmap", "job", name, "max_jobs", maxLoadHistoryJobs)
 		}

@@ -82,6 +82,14 @@ function fmtBytes(b) {
   return b.toFixed(i ? 1 : 0) + " " + units[i];
 }
 
+// imbalanceChange prints a decision's imbalance before and after; both 0
+// means the deciding Assigner did not have every task's load yet.
+function imbalanceChange(d) {
+  const before = d.imbalanceBefore || 0, after = d.imbalanceAfter || 0;
+  if (before === 0 && after === 0) return "unknown";
+  return before.toFixed(3) + " → " + after.toFixed(3);
+}
+
 function fmtTime(ns) {
   const d = new Date(Number(big(ns) / 1000000n));
   return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
@@ -475,7 +483,7 @@ function renderMarks(axis, decisions) {
     title.textContent = "Generation " + (m.d.generation || "0") + " at " + fmtTime(m.d.timeUnixNano) + ": " + MARK_KINDS[m.kind] +
       " (" + (m.d.cause || "") + ")\n" + (m.d.detail || "") + "\n" + pct(m.d.churn || 0) + " of the key space moved, " +
       movesOf(m.d) + (movesOf(m.d) === 1 ? " move" : " moves") + "; imbalance " +
-      (m.d.imbalanceBefore || 0).toFixed(3) + " → " + (m.d.imbalanceAfter || 0).toFixed(3);
+      imbalanceChange(m.d);
     g.append(title);
     if (m.kind !== "load") {
       g.append(svgEl("line", { class: "halo", x1: x, x2: x, y1: track, y2: H }));
@@ -641,7 +649,7 @@ function renderHistory(decisions) {
       el("td", { class: "mono" }, fmtTime(d.timeUnixNano)),
       el("td", { class: "nowrap" }, d.cause || ""),
       el("td", { class: "num" }, pct(d.churn || 0)),
-      el("td", { class: "num" }, (d.imbalanceBefore || 0).toFixed(3) + " → " + (d.imbalanceAfter || 0).toFixed(3)),
+      el("td", { class: "num" }, imbalanceChange(d)),
       el("td", { class: "num" }, movesOf(d)),
       el("td", {}, d.detail || "")));
   if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 7 }, "No decision recorded yet.")));

@@ -2547,8 +2547,15 @@ type ReportLoadRequest struct {
 	// Load reports the task rejected as invalid (NaN, infinite, negative or
 	// too large costs) since its last report.
 	RejectedReports uint64 `protobuf:"varint,7,opt,name=rejected_reports,json=rejectedReports,proto3" json:"rejected_reports,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The task sends this same report to every alive Assigner in gossip:
+	// the receiver keeps it and does not forward it. Every Assigner then
+	// holds the job's whole load, so any of them answers GetJob, ListJobs
+	// and GetLoadHistory with it, and one that takes the job over decides
+	// on it at once. Unset, the report goes to one Assigner, which forwards
+	// it to the job's.
+	EveryAssigner bool `protobuf:"varint,8,opt,name=every_assigner,json=everyAssigner,proto3" json:"every_assigner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportLoadRequest) Reset() {
@@ -2628,6 +2635,13 @@ func (x *ReportLoadRequest) GetRejectedReports() uint64 {
 		return x.RejectedReports
 	}
 	return 0
+}
+
+func (x *ReportLoadRequest) GetEveryAssigner() bool {
+	if x != nil {
+		return x.EveryAssigner
+	}
+	return false
 }
 
 type ReportLoadResponse struct {
@@ -3521,7 +3535,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
 	"\x04load\x18\x03 \x01(\x01R\x04load\x12\x14\n" +
-	"\x05bytes\x18\x04 \x01(\x01R\x05bytes\"\xfc\x01\n" +
+	"\x05bytes\x18\x04 \x01(\x01R\x05bytes\"\xa3\x02\n" +
 	"\x11ReportLoadRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1e\n" +
@@ -3531,7 +3545,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x0ewindow_seconds\x18\x04 \x01(\x01R\rwindowSeconds\x12,\n" +
 	"\x06slices\x18\x05 \x03(\v2\x14.slicer.v1.SliceLoadR\x06slices\x12!\n" +
 	"\funowned_load\x18\x06 \x01(\x01R\vunownedLoad\x12)\n" +
-	"\x10rejected_reports\x18\a \x01(\x04R\x0frejectedReports\"\x14\n" +
+	"\x10rejected_reports\x18\a \x01(\x04R\x0frejectedReports\x12%\n" +
+	"\x0eevery_assigner\x18\b \x01(\bR\reveryAssigner\"\x14\n" +
 	"\x12ReportLoadResponse\"Z\n" +
 	"\x12ReportReadyRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
