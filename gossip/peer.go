@@ -208,7 +208,7 @@ func (p Peer) Tags() (map[string]string, error) {
 		return nil, fmt.Errorf("%w: job %q and task %q are set but the roles %v do not include task; set both only for task members", ErrInvalidPeer, p.Job, p.Task, roles)
 	}
 	if p.RPCAddr != "" {
-		if err := validateRPCAddr(p.RPCAddr); err != nil {
+		if err := ValidateRPCAddr(p.RPCAddr); err != nil {
 			return nil, err
 		}
 		tags[tagRPC] = p.RPCAddr
@@ -237,9 +237,9 @@ func joinRoles(roles []Role) string {
 	return b.String()
 }
 
-// validateRPCAddr accepts host:port with a non-empty host and a port in
+// ValidateRPCAddr accepts host:port with a non-empty host and a port in
 // 1..65535: the address other members dial, so wildcards make no sense.
-func validateRPCAddr(addr string) error {
+func ValidateRPCAddr(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("%w: RPC address %q: %v; use host:port", ErrInvalidPeer, addr, err)
@@ -354,7 +354,7 @@ func parseTags(tags map[string]string) (Peer, error) {
 		return Peer{}, fmt.Errorf("%w: memory tag on a member without the task role", ErrInvalidPeer)
 	}
 	if rpc, ok := tags[tagRPC]; ok {
-		if err := validateRPCAddr(rpc); err != nil {
+		if err := ValidateRPCAddr(rpc); err != nil {
 			return Peer{}, err
 		}
 		p.RPCAddr = rpc

@@ -34,6 +34,15 @@ import (
 //     (reaps it), so a task that was wrongly declared failed and refuted
 //     it counts again at once; a restarted task registers afresh.
 //
+// Once a member is registered as a task, gossip only says whether it is
+// alive: its job, task and serving address are the registration's. A
+// holder of the gossip key can forge the member's gossip state (an alive
+// message with new tags and the highest incarnation, which the real
+// member's refutations cannot outbid), but what it claims there is
+// ignored, logged and counted (forgedClaims): the task's keys keep going
+// to the address its certificate registered, and the real task is never
+// locked out of its name.
+//
 // Members whose claims are not backed are left out of Peers, so no role
 // routes to them, defers to them or gives them slices.
 
@@ -56,7 +65,16 @@ type verifier struct {
 	mu     sync.Mutex
 	agents map[string]verdict // by member name
 	tasks  map[string]taskReg // by member name
+	// forged counts the gossip states of registered task members that
+	// disagreed with their registrations; warned, by member name, when
+	// each member's last warning is older than forgedWarnEvery.
+	forged atomic.Uint64
+	warned map[string]time.Time
 }
+
+// forgedWarnEvery bounds the warnings about one member's forged gossip
+// claims: filter runs on every membership read.
+const forgedWarnEvery = time.Minute
 
 // verdict is the outcome of dialling a member that claims agent roles.
 type verdict struct {
@@ -68,13 +86,14 @@ type verdict struct {
 // taskReg is a task member's registration.
 type taskReg struct {
 	job, task, gossipAddr string
+	rpcAddr               string // the serving address registered; "" from a Slicelet that predates it
 	by                    string // the registering identities, for logs
 }
 
 func newVerifier(src *tlsconfig.Source, self string, log *slog.Logger, notify func()) *verifier {
 	return &verifier{
 		src: src, self: self, log: log.With("component", "members"), notify: notify,
-		kick: make(chan struct{}, 1), agents: map[string]verdict{}, tasks: map[string]taskReg{},
+		kick: make(chan struct{}, 1), agents: map[string]verdict{}, tasks: map[string]taskReg{}, warned: map[string]time.Time{},
 	}
 }
 
@@ -100,13 +119,12 @@ func (v *verifier) filter(peers []gossip.Peer) []gossip.Peer {
 			out = append(out, p)
 			continue
 		}
-		if p.Has(gossip.RoleTask) {
-			r, ok := v.tasks[p.Name]
-			if !ok || r.job != p.Job || r.task != p.Task || r.gossipAddr != p.GossipAddr {
-				continue
-			}
-			out = append(out, p)
+		if r, ok := v.tasks[p.Name]; ok && r.gossipAddr == p.GossipAddr {
+			out = append(out, v.registered(p, r))
 			continue
+		}
+		if p.Has(gossip.RoleTask) {
+			continue // not registered (yet) from this gossip address
 		}
 		roles := agentRoles(p)
 		if roles == "" {
@@ -131,6 +149,34 @@ func (v *verifier) filter(peers []gossip.Peer) []gossip.Peer {
 	}
 	return out
 }
+
+// registered returns p as its registration r describes it: a task of r's
+// job at r's serving address, whatever its gossip tags claim. A claim that
+// disagrees is counted and warned about. Call with mu held.
+func (v *verifier) registered(p gossip.Peer, r taskReg) gossip.Peer {
+	q := p
+	q.Roles = []gossip.Role{gossip.RoleTask}
+	q.Job, q.Task = r.job, r.task
+	if r.rpcAddr != "" {
+		q.RPCAddr = r.rpcAddr
+	}
+	if !slices.Equal(p.Roles, q.Roles) || p.Job != q.Job || p.Task != q.Task || p.RPCAddr != q.RPCAddr {
+		v.forged.Add(1)
+		if now := time.Now(); now.Sub(v.warned[p.Name]) >= forgedWarnEvery {
+			v.warned[p.Name] = now
+			v.log.Warn("ignoring gossip claims of a registered task member that disagree with its registration: "+
+				"someone holding the gossip key may be forging its state; its keys stay at the registered address",
+				"member", p.Name, "claimed_roles", p.Roles, "claimed_job", p.Job, "claimed_task", p.Task,
+				"claimed_rpc_addr", p.RPCAddr, "registered_job", r.job, "registered_task", r.task, "registered_rpc_addr", q.RPCAddr,
+				"gossip_addr", p.GossipAddr, "registered_by", r.by)
+		}
+	}
+	return q
+}
+
+// ForgedClaims counts the times a registered task member's gossip state
+// disagreed with its registration (each membership read that saw it).
+func (v *verifier) ForgedClaims() uint64 { return v.forged.Load() }
 
 // run dials members that claim agent roles until ctx ends; peers returns
 // the raw gossip view.
@@ -225,6 +271,11 @@ func (v *verifier) prune(current []gossip.Peer) {
 			delete(v.tasks, name)
 		}
 	}
+	for name := range v.warned {
+		if !names[name] {
+			delete(v.warned, name)
+		}
+	}
 }
 
 // dial checks that the certificate at p's RPC address names p in each
@@ -256,10 +307,11 @@ func (v *verifier) dial(ctx context.Context, p gossip.Peer) error {
 func (v *verifier) register(p gossip.Peer, by string) {
 	v.mu.Lock()
 	prev, had := v.tasks[p.Name]
-	v.tasks[p.Name] = taskReg{job: p.Job, task: p.Task, gossipAddr: p.GossipAddr, by: by}
+	v.tasks[p.Name] = taskReg{job: p.Job, task: p.Task, gossipAddr: p.GossipAddr, rpcAddr: p.RPCAddr, by: by}
 	v.mu.Unlock()
-	if !had || prev.gossipAddr != p.GossipAddr || prev.job != p.Job || prev.task != p.Task {
-		v.log.Info("task registered", "member", p.Name, "job", p.Job, "task", p.Task, "gossip_addr", p.GossipAddr, "by", by)
+	if !had || prev.gossipAddr != p.GossipAddr || prev.job != p.Job || prev.task != p.Task || prev.rpcAddr != p.RPCAddr {
+		v.log.Info("task registered", "member", p.Name, "job", p.Job, "task", p.Task, "gossip_addr", p.GossipAddr,
+			"rpc_addr", p.RPCAddr, "by", by)
 		v.notify()
 	}
 }

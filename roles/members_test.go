@@ -40,3 +40,51 @@ func TestRegisteredTaskSurvivesFalseFailure(t *testing.T) {
 		t.Fatal("a registration outlived gossip forgetting the member")
 	}
 }
+
+// A holder of the gossip key can forge a registered task member's gossip
+// state from its own gossip address (new tags, the highest incarnation).
+// The view keeps the task as its registration describes it: the same job
+// and task at the registered serving address, never the forged one, and
+// the forgery is counted. The real task, registering again, is never
+// locked out of its name.
+func TestForgedTaskClaimsAreIgnored(t *testing.T) {
+	v := newVerifier(nil, "a1", testLogger(t), func() {})
+	name := gossip.TaskMemberName("kv", "kv-1")
+	task := gossip.Peer{Name: name, Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "kv-1",
+		GossipAddr: "127.0.0.1:7001", RPCAddr: "127.0.0.1:9001", Status: gossip.StatusAlive}
+	v.register(task, "spiffe://slicerd/task/kv/kv-1")
+	if got := v.filter([]gossip.Peer{task}); len(got) != 1 || got[0].RPCAddr != task.RPCAddr || v.ForgedClaims() != 0 {
+		t.Fatalf("view of the registered task = %+v (forged claims %d); want it at %s, nothing forged", got, v.ForgedClaims(), task.RPCAddr)
+	}
+	for _, forge := range []struct {
+		what string
+		edit func(*gossip.Peer)
+	}{
+		{"serving address", func(p *gossip.Peer) { p.RPCAddr = "127.0.0.1:6666" }},
+		{"job", func(p *gossip.Peer) { p.Job = "web" }},
+		{"task", func(p *gossip.Peer) { p.Task = "kv-9" }},
+		{"roles", func(p *gossip.Peer) { p.Roles = []gossip.Role{gossip.RoleAssigner} }},
+	} {
+		forged := task
+		forge.edit(&forged)
+		before := v.ForgedClaims()
+		got := v.filter([]gossip.Peer{forged})
+		if len(got) != 1 || got[0].RPCAddr != task.RPCAddr || got[0].Job != "kv" || got[0].Task != "kv-1" ||
+			!got[0].Has(gossip.RoleTask) || got[0].Has(gossip.RoleAssigner) {
+			t.Errorf("forged %s: view = %+v; want task kv-1 of kv at %s as registered", forge.what, got, task.RPCAddr)
+		}
+		if v.ForgedClaims() != before+1 {
+			t.Errorf("forged %s: forged claims went from %d to %d, want one more", forge.what, before, v.ForgedClaims())
+		}
+	}
+	// The task moves its serving address and registers again: the view
+	// follows the registration, not the tag.
+	moved := task
+	moved.RPCAddr = "127.0.0.1:9002"
+	v.register(moved, "spiffe://slicerd/task/kv/kv-1")
+	stale := task // gossip still carries the forged or old tag
+	stale.RPCAddr = "127.0.0.1:6666"
+	if got := v.filter([]gossip.Peer{stale}); len(got) != 1 || got[0].RPCAddr != moved.RPCAddr {
+		t.Errorf("after registering again at %s the view = %+v", moved.RPCAddr, got)
+	}
+}

@@ -46,6 +46,12 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 		}, func() float64 { return float64(a.gate.Parked()) }),
 		newMembersCollector(a.rawPeers),
 	}
+	if a.verify != nil {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metrics.Name("gossip", "forged_claims_total"),
+			Help: "Membership reads that found a registered task member's gossip state (roles, job, task or serving address) disagreeing with its certificate-backed registration; the registration was used. Anything but 0 means someone holding the gossip key forged that state (with TLS only).",
+		}, func() float64 { return float64(a.verify.ForgedClaims()) }))
+	}
 	if a.distributor != nil {
 		cs = append(cs, a.distributor.Collectors()...)
 	}

@@ -132,7 +132,7 @@ func (s *Slicelet) register(ctx context.Context, node *gossip.Node, p gossip.Pee
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := slicerv1connect.NewAssignerServiceClient(hc, url).RegisterTask(rctx, connect.NewRequest(&slicerv1.RegisterTaskRequest{
-		Job: s.cfg.Job, Task: s.cfg.Task, GossipName: node.Self().Name,
+		Job: s.cfg.Job, Task: s.cfg.Task, GossipName: node.Self().Name, RpcAddr: node.Self().RPCAddr,
 	}))
 	return err
 }

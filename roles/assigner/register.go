@@ -44,16 +44,32 @@ func (a *Assigner) registerTask(ctx context.Context, m *slicerv1.RegisterTaskReq
 			"%s may not register task %q of job %q: that needs a certificate naming %s", c.Direct, m.GetTask(), m.GetJob(),
 			identity.ID{Role: identity.Task, Job: m.GetJob(), Task: m.GetTask()}))
 	}
+	// The member's name is the task's (gossip.TaskMemberName), and only a
+	// holder of the task's certificate gets here: the registration binds
+	// that name, from its gossip address, to the job, the task and the
+	// serving address the request gives, whatever the member's gossip tags
+	// say, so that a forger of its gossip state (it has the gossip key)
+	// can neither redirect the task's keys nor lock it out of its name.
+	if want := gossip.TaskMemberName(m.GetJob(), m.GetTask()); m.GetGossipName() != want {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+			"task %q of job %q joins gossip as %q, not as %q", m.GetTask(), m.GetJob(), m.GetGossipName(), want))
+	}
+	addr := m.GetRpcAddr()
+	if addr != "" {
+		if err := gossip.ValidateRPCAddr(addr); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("task %q of job %q registers serving address %q: %w", m.GetTask(), m.GetJob(), addr, err))
+		}
+	}
 	for _, p := range a.rawPeers() {
 		if p.Name != m.GetGossipName() {
 			continue
 		}
-		if !p.Has(gossip.RoleTask) || p.Job != m.GetJob() || p.Task != m.GetTask() {
-			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
-				"gossip member %q advertises job %q task %q, not job %q task %q", p.Name, p.Job, p.Task, m.GetJob(), m.GetTask()))
-		}
 		if p.Status != gossip.StatusAlive {
 			break
+		}
+		p.Roles, p.Job, p.Task = []gossip.Role{gossip.RoleTask}, m.GetJob(), m.GetTask()
+		if addr != "" {
+			p.RPCAddr = addr
 		}
 		a.register(p, c.Direct.String())
 		return nil

@@ -1053,7 +1053,13 @@ type RegisterTaskRequest struct {
 	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	Task  string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
 	// The task's gossip member name, as it appears in the Assigner's view.
-	GossipName    string `protobuf:"bytes,3,opt,name=gossip_name,json=gossipName,proto3" json:"gossip_name,omitempty"`
+	GossipName string `protobuf:"bytes,3,opt,name=gossip_name,json=gossipName,proto3" json:"gossip_name,omitempty"`
+	// The address the task serves its job on (host:port), as it advertises
+	// it in gossip. With TLS the Assigner routes the job's keys to this
+	// address, whatever the member's gossip tags say later: a holder of the
+	// gossip key cannot redirect the task's traffic by forging them. Empty
+	// (a Slicelet that predates the field): the gossip tag is used.
+	RpcAddr       string `protobuf:"bytes,4,opt,name=rpc_addr,json=rpcAddr,proto3" json:"rpc_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1105,6 +1111,13 @@ func (x *RegisterTaskRequest) GetTask() string {
 func (x *RegisterTaskRequest) GetGossipName() string {
 	if x != nil {
 		return x.GossipName
+	}
+	return ""
+}
+
+func (x *RegisterTaskRequest) GetRpcAddr() string {
+	if x != nil {
+		return x.RpcAddr
 	}
 	return ""
 }
@@ -3425,12 +3438,13 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x15GetAssignmentResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x15.slicer.v1.AssignmentR\n" +
-	"assignment\"\\\n" +
+	"assignment\"w\n" +
 	"\x13RegisterTaskRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1f\n" +
 	"\vgossip_name\x18\x03 \x01(\tR\n" +
-	"gossipName\"\x16\n" +
+	"gossipName\x12\x19\n" +
+	"\brpc_addr\x18\x04 \x01(\tR\arpcAddr\"\x16\n" +
 	"\x14RegisterTaskResponse\"\x84\x03\n" +
 	"\aJobInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +

@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"math"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testwait"
+)
+
+// forgedAlive is memberlist's alive message (memberlist/net.go), as an
+// attacker holding the gossip key writes it.
+type forgedAlive struct {
+	Incarnation uint32
+	Node        string
+	Addr        []byte
+	Port        uint16
+	Meta        []byte
+	Vsn         []uint8
+}
+
+// forgeAlive sends to addr, over UDP and encrypted with key as memberlist
+// encrypts packets (version 1: AES-GCM, a random nonce, no label), an
+// alive message for member p at p's own gossip address with the tags of
+// p and the given incarnation.
+func forgeAlive(t *testing.T, addr string, key []byte, p gossip.Peer, incarnation uint32) {
+	t.Helper()
+	tags, err := p.Tags()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta bytes.Buffer
+	meta.WriteByte(255) // serf's tag magic byte
+	if err := codec.NewEncoder(&meta, &codec.MsgpackHandle{}).Encode(tags); err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(p.GossipAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	portN, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := bytes.NewBuffer([]byte{4}) // memberlist's aliveMsg
+	if err := codec.NewEncoder(msg, &codec.MsgpackHandle{}).Encode(&forgedAlive{
+		Incarnation: incarnation, Node: p.Name, Addr: net.ParseIP(host).To4(), Port: uint16(portN), Meta: meta.Bytes(),
+		Vsn: []uint8{1, 5, 2, 2, 5, 5},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcm, err := cipher.NewGCM(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packet := make([]byte, 1+gcm.NonceSize())
+	packet[0] = 1 // encryption version 1
+	if _, err := rand.Read(packet[1:]); err != nil {
+		t.Fatal(err)
+	}
+	packet = gcm.Seal(packet, packet[1:], msg.Bytes(), nil)
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(packet); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAttackForgedTaskAddress forges, with the gossip key alone, task
+// kv-1's gossip state: an alive message from its own gossip address, at
+// the highest incarnation (which the real task's refutations, wrapping
+// to 0, cannot outbid), advertising the attacker's listener as its
+// serving address. slicerd keeps routing kv-1's keys to the address kv-1
+// registered with its certificate: no connection reaches the attacker,
+// the stored assignment and the Clerk's routing stay as they were, and
+// the forgery is logged.
+func TestAttackForgedTaskAddress(t *testing.T) {
+	tg := startTarget(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var reached atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			reached.Add(1)
+			c.Close()
+		}
+	}()
+
+	// The attacker joins gossip (it has the key) to learn kv-1's gossip
+	// address and tags.
+	cfg := gossip.TestConfig(gossip.TaskMemberName("kv", "spy"))
+	cfg.Keys = insiderKeys(t)
+	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "spy", RPCAddr: "127.0.0.1:1"}
+	spy, err := gossip.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Shutdown()
+	if _, err := spy.Join([]string{tg.node.gossipAddr}); err != nil {
+		t.Fatal(err)
+	}
+	var victim gossip.Peer
+	testwait.Until(t, 20*time.Second, "the attacker to see kv-1 in gossip", func() bool {
+		for _, p := range spy.Peers() {
+			if p.Job == "kv" && p.Task == "kv-1" && p.Status == gossip.StatusAlive {
+				victim = p
+				return true
+			}
+		}
+		return false
+	})
+	registered := victim.RPCAddr
+	forged := victim
+	forged.RPCAddr = ln.Addr().String()
+	for range 5 {
+		forgeAlive(t, tg.node.gossipAddr, insiderKeys(t)[0], forged, math.MaxUint32)
+	}
+	// The node's gossip now holds the forged state (the attack works at
+	// the gossip layer) ...
+	testwait.Until(t, 10*time.Second, "the forged address to spread in gossip", func() bool {
+		for _, p := range spy.Peers() {
+			if p.Name == victim.Name && p.RPCAddr == forged.RPCAddr {
+				return true
+			}
+		}
+		return false
+	})
+	// ... and routing ignores it: kv-1 stays at its registered address
+	// while the Assigner decides (the legitimate join in contained makes
+	// a new generation from the view that saw the forgery).
+	tg.contained()
+	for _, task := range tg.clerk.Assignment().Tasks {
+		if task.Name == "kv-1" && task.Addr != registered {
+			t.Errorf("kv-1 is routed to %s, not to its registered address %s", task.Addr, registered)
+		}
+	}
+	if n := reached.Load(); n != 0 {
+		t.Errorf("%d connections reached the attacker's listener", n)
+	}
+	tg.node.waitLine(10*time.Second, "ignoring gossip claims of a registered task member", `"claimed_rpc_addr":"`+forged.RPCAddr+`"`)
+}
