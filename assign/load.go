@@ -1,6 +1,7 @@
 package assign
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -422,6 +423,47 @@ func MergeLoads(ls ...Load) Load {
 		}
 		if sum > 0 || most > 0 {
 			out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad), Bytes: min(most, MaxBytes)})
+		}
+	}
+	return out
+}
+
+// Owned returns the load of l that falls on keys some slice of one of as
+// gives task: each entry cut to those keys, its load and bytes taken as
+// spread evenly over its keys. It is how an Assigner keeps a task's
+// report to the keys the task serves (in the current assignment, or the
+// one before while a report spans the change), so that one task cannot
+// report load on another's keys. nil assignments are skipped.
+func (l Load) Owned(task string, as ...*Assignment) Load {
+	var owned [][2]SliceKey
+	for _, a := range as {
+		if a == nil {
+			continue
+		}
+		for _, s := range a.Slices {
+			if slices.Contains(s.Tasks, task) {
+				owned = append(owned, [2]SliceKey{s.Start, s.End})
+			}
+		}
+	}
+	slices.SortFunc(owned, func(x, y [2]SliceKey) int { return cmp.Compare(x[0], y[0]) })
+	merged := owned[:0]
+	for _, r := range owned {
+		if n := len(merged); n > 0 && r[0] <= merged[n-1][1] {
+			merged[n-1][1] = max(merged[n-1][1], r[1])
+			continue
+		}
+		merged = append(merged, r)
+	}
+	var out Load
+	for _, e := range l {
+		// The first owned range that ends after the entry starts.
+		j, _ := slices.BinarySearchFunc(merged, e.Start, func(r [2]SliceKey, k SliceKey) int { return cmp.Compare(r[1], k+1) })
+		for ; j < len(merged) && merged[j][0] < e.End; j++ {
+			a, b := max(e.Start, merged[j][0]), min(e.End, merged[j][1])
+			if a < b {
+				out = append(out, LoadEntry{Start: a, End: b, Load: e.within(a, b), Bytes: e.bytesWithin(a, b)})
+			}
 		}
 	}
 	return out

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -231,5 +232,29 @@ func TestLoadBuckets(t *testing.T) {
 	}
 	if !near(sum, 9) {
 		t.Fatalf("three buckets add up to %g, want 9", sum)
+	}
+}
+
+// Owned keeps the parts of a task's report on keys one of the given
+// assignments gives it, load and bytes cut in proportion to the keys.
+func TestLoadOwned(t *testing.T) {
+	prev := &Assignment{Slices: []Slice{{0, 100, []string{"a"}}, {100, 200, []string{"b"}}, {200, KeySpaceEnd, []string{"a", "b"}}}}
+	cur := &Assignment{Slices: []Slice{{0, 50, []string{"a"}}, {50, 150, []string{"b"}}, {150, KeySpaceEnd, []string{"b"}}}}
+	report := Load{{Start: 10, End: 20, Load: 5}, {Start: 40, End: 60, Load: 20, Bytes: 200}, {Start: 120, End: 130, Load: 7}, {Start: 190, End: 210, Load: 10}}
+	for _, tc := range []struct {
+		name string
+		as   []*Assignment
+		want Load
+	}{
+		{"current only", []*Assignment{cur}, Load{{10, 20, 5, 0}, {40, 50, 10, 100}}},
+		{"current and previous", []*Assignment{cur, prev}, Load{{10, 20, 5, 0}, {40, 60, 20, 200}, {200, 210, 5, 0}}},
+		{"none", []*Assignment{nil}, nil},
+	} {
+		if got := report.Owned("a", tc.as...); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: Owned(a) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := report.Owned("b", cur); !slices.Equal(got, Load{{50, 60, 10, 100}, {120, 130, 7, 0}, {190, 210, 10, 0}}) {
+		t.Errorf("Owned(b) = %v", got)
 	}
 }

@@ -170,5 +170,9 @@ func (l *loads) unownedRate(job string, live []string) float64 {
 func (a *Assigner) metricCollectors() []prometheus.Collector {
 	m := newJobMetrics()
 	a.metrics = m
-	return []prometheus.Collector{m.decisions, m.churn, m.duration, jobCollector{a}}
+	foreign := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "slicerd_assigner_foreign_load_reports_total",
+		Help: "Load reports cut to the reporting task's own keys: they carried load on keys the job's assignment gives other tasks. Anything but 0 is a misbehaving task, or one trying to move another's keys.",
+	}, func() float64 { return float64(a.ForeignLoadReports()) })
+	return []prometheus.Collector{m.decisions, m.churn, m.duration, foreign, jobCollector{a}}
 }

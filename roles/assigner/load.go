@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -39,6 +40,10 @@ type loads struct {
 
 	mu   sync.Mutex
 	jobs map[string]map[string]*loadReport // job → task → report
+	// warned is when each job/task was last warned about for load on keys
+	// it does not serve; guarded by mu.
+	warned  map[string]time.Time
+	foreign atomic.Uint64 // reports cut to the task's own keys
 }
 
 func newLoads(halfLife time.Duration) *loads {
@@ -106,6 +111,7 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	if err != nil {
 		return nil, err
 	}
+	a.keepOwned(m.GetJob(), m.GetTask(), r)
 	a.loads.put(m.GetJob(), m.GetTask(), r, live)
 	a.log.Debug("load report", "job", m.GetJob(), "task", m.GetTask(), "generation", r.generation,
 		"window", r.window, "slices", len(r.rate), "rate", r.rate.Total(), "unowned_rate", r.unowned,
@@ -324,4 +330,62 @@ func (a *Assigner) unknownLoad(job string, j *assignerJob) int {
 		}
 	}
 	return n
+}
+
+// keepOwned cuts r to the keys the job's current assignment, or the one
+// before it (a window may span the change), gives task: a task's report
+// counts only for keys it serves, so that a task, whatever its
+// certificate, cannot move another task's keys by reporting load on them.
+// Load cut off is counted (ForeignLoadReports) and warned about once a
+// minute per task. A report for a job this Assigner holds no assignment
+// of yet is kept whole.
+func (a *Assigner) keepOwned(job, task string, r *loadReport) {
+	var cur, prev *assign.Assignment
+	if j, ok := a.known(job); ok {
+		cur, prev = j.pub.Current(), j.pub.Previous()
+	}
+	if cur == nil {
+		return // no assignment of the job here yet: nothing to check against
+	}
+	kept := r.rate.Owned(task, cur, prev)
+	total := r.rate.Total()
+	r.rate = kept
+	if dropped := total - kept.Total(); dropped > 1e-9*max(total, 1) {
+		a.loads.foreign.Add(1)
+		if a.loads.warnForeign(job, task) {
+			a.log.Warn("load report on keys the task does not serve: that part is ignored (a task may report load only on its own keys)",
+				"job", job, "task", task, "report_generation", r.generation, "generation", cur.Generation,
+				"ignored_load", dropped, "reported_load", total)
+		}
+	}
+}
+
+// ForeignLoadReports counts the load reports cut to the reporting task's
+// own keys (keepOwned).
+func (a *Assigner) ForeignLoadReports() uint64 { return a.loads.foreign.Load() }
+
+// foreignWarnEvery bounds the warnings about one task's load reports on
+// keys it does not serve.
+const foreignWarnEvery = time.Minute
+
+// warnForeign reports whether a warning about job/task's foreign load is
+// due, and notes it.
+func (l *loads) warnForeign(job, task string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	key := job + "\x00" + task
+	for k, at := range l.warned {
+		if now.Sub(at) >= foreignWarnEvery {
+			delete(l.warned, k) // bounded by the tasks warned about within a minute
+		}
+	}
+	if _, recent := l.warned[key]; recent {
+		return false
+	}
+	if l.warned == nil {
+		l.warned = make(map[string]time.Time)
+	}
+	l.warned[key] = now
+	return true
 }

@@ -259,6 +259,17 @@ func (l *Latest) Current() *assign.Assignment {
 	return l.get().a
 }
 
+// Previous returns the assignment of the same incarnation held before the
+// current one, or nil (none was held here since this node started, or
+// the incarnation changed).
+func (l *Latest) Previous() *assign.Assignment {
+	b := l.get().bases
+	if len(b) == 0 {
+		return nil
+	}
+	return b[len(b)-1]
+}
+
 // replace installs next and wakes every stream; l.mu is held.
 func (l *Latest) replace(next *state) {
 	l.state.Store(next)
