@@ -5,16 +5,20 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"fmt"
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -162,4 +166,68 @@ func TestAttackForgedTaskAddress(t *testing.T) {
 		t.Errorf("%d connections reached the attacker's listener", n)
 	}
 	tg.node.waitLine(10*time.Second, "ignoring gossip claims of a registered task member", `"claimed_rpc_addr":"`+forged.RPCAddr+`"`)
+}
+
+// TestAttackFakeAssignerDoesNotSwallowLoad puts a fake Assigner in gossip
+// under a name that wins the preference hash for job kv, with a client
+// certificate from the cluster's own CA. Tasks send their load reports to
+// every Assigner and verify each one's certificate, so the fake gets none
+// (its handshake fails) and the real Assigner still gets every window's
+// report.
+func TestAttackFakeAssignerDoesNotSwallowLoad(t *testing.T) {
+	requireSecure(t)
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir(), "--log-level", "debug")
+	var tasks []*kvTask
+	for i := range 2 {
+		tasks = append(tasks, startKV(t, fmt.Sprintf("kv-%d", i), node.gossipAddr, "-load-window", "200ms"))
+	}
+	tg := &target{t: t, node: node}
+	name := winningName()
+	cert := certFrom(t, issue("client-kv", identity.ID{Role: identity.Client, Job: "kv"}))
+	rogue, addr := startRogue(t, &slicerv1.Assignment{Job: "kv", Generation: 1 << 62}, cert)
+	joinFake(t, tg, name, addr, gossip.RoleAssigner, gossip.RoleDistributor)
+	for _, task := range tasks {
+		// The task tried the fake: it is in the task's view.
+		task.waitLine(20*time.Second, "load report", "failed", name)
+	}
+	// From now on the real Assigner must keep getting every task's reports.
+	from := node.lineCount()
+	testwait.Until(t, 20*time.Second, "three more load reports from each task at the real assigner", func() bool {
+		for _, task := range tasks {
+			if node.countSince(from, `"msg":"load report"`, `"task":"`+task.task+`"`) < 3 {
+				return false
+			}
+		}
+		return true
+	})
+	select {
+	case c := <-rogue.calls:
+		t.Errorf("a slicerd component called the fake assigner (%s)", c)
+	default:
+	}
+}
+
+// lineCount is how many lines p has printed so far.
+func (p *proc) lineCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.lines)
+}
+
+// countSince counts the lines printed from index from on that contain
+// every one of substrs.
+func (p *proc) countSince(from int, substrs ...string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.lines[min(from, len(p.lines)):] {
+		ok := true
+		for _, s := range substrs {
+			ok = ok && strings.Contains(l, s)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
 }
