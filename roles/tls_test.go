@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -314,5 +315,45 @@ func TestTLSForwardsWithCallerIdentity(t *testing.T) {
 	report := &slicerv1.ReportLoadRequest{Job: "kv", Task: "kv-0", Generation: sl.Assignment().Generation, WindowSeconds: 1}
 	if _, err := load.ReportLoad(ctx, connect.NewRequest(report)); err != nil {
 		t.Errorf("ReportLoad through the other assigner: %v", err)
+	}
+}
+
+// With TLS, ListJobs shows a caller only the jobs GetJob would: a task or
+// client certificate of another job lists none of kv's tasks and
+// addresses; kv's own task, a client of every job and an admin list kv.
+func TestTLSListJobsShowsOnlyReadableJobs(t *testing.T) {
+	pki := newTestPKI(t)
+	node := startAgent(t, pki.agentConfig(t, "a1"))
+	sl := startTLSTask(t, node, pki.source("task-kv-0", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-0"}), "kv", "kv-0")
+	<-sl.Ready()
+	list := func(who string, id identity.ID) []string {
+		t.Helper()
+		src := pki.source(who, id)
+		hc := api.NewHTTPClient(src.ClientConfig(tlsconfig.WantAgent()))
+		t.Cleanup(hc.CloseIdleConnections)
+		resp, err := slicerv1connect.NewJobServiceClient(hc, api.URL(node.RPCAddr(), true)).ListJobs(context.Background(), connect.NewRequest(&slicerv1.ListJobsRequest{}))
+		if err != nil {
+			t.Fatalf("ListJobs as %s: %v", who, err)
+		}
+		var names []string
+		for _, j := range resp.Msg.GetJobs() {
+			names = append(names, j.GetName())
+		}
+		return names
+	}
+	for _, c := range []struct {
+		who  string
+		id   identity.ID
+		want bool
+	}{
+		{"task-other", identity.ID{Role: identity.Task, Job: "other", Task: "o0"}, false},
+		{"client-other", identity.ID{Role: identity.Client, Job: "other"}, false},
+		{"task-kv-1", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-1"}, true},
+		{"client-any", identity.ID{Role: identity.Client, Job: identity.Any}, true},
+		{"admin", identity.ID{Role: identity.Admin, Name: "ops"}, true},
+	} {
+		if got := slices.Contains(list(c.who, c.id), "kv"); got != c.want {
+			t.Errorf("ListJobs as %s lists kv: %v, want %v", c.who, got, c.want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/roles/rpc"
 )
 
@@ -24,10 +25,15 @@ func (a *Assigner) WatchAssignment(ctx context.Context, req *connect.Request[sli
 
 // ListJobs implements slicerv1connect.JobServiceHandler.
 func (a *Assigner) ListJobs(ctx context.Context, _ *connect.Request[slicerv1.ListJobsRequest]) (*connect.Response[slicerv1.ListJobsResponse], error) {
+	// With TLS a caller sees the jobs it may read with GetJob, no others:
+	// a task or client certificate of one job lists that job only.
+	c := auth.CallerFrom(ctx)
 	a.mu.Lock()
 	jobs := make([]*assignerJob, 0, len(a.jobs))
 	for _, j := range a.jobs {
-		jobs = append(jobs, j)
+		if !c.Enforce || c.Principal.MayWatch(j.name) {
+			jobs = append(jobs, j)
+		}
 	}
 	a.mu.Unlock()
 	slices.SortFunc(jobs, func(x, y *assignerJob) int { return strings.Compare(x.name, y.name) })
