@@ -102,7 +102,7 @@ func secureEnv(path string, args []string) []string {
 	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		// A command: the CLI as an admin.
 		f := issue("admin", identity.ID{Role: identity.Admin, Name: "e2e"})
-		return []string{"SLICERD_TLS_CERT=" + f.Cert, "SLICERD_TLS_KEY=" + f.Key, "SLICERD_TLS_CA=" + f.CA}
+		return []string{"SLICERD_CLIENT_TLS_CERT=" + f.Cert, "SLICERD_CLIENT_TLS_KEY=" + f.Key, "SLICERD_CLIENT_TLS_CA=" + f.CA}
 	default:
 		node := flagValue("--node-name")
 		if node == "" {

@@ -14,22 +14,26 @@ import (
 )
 
 // clientFlags are the security flags of every command that calls an agent.
+// Their environment variables are the CLI's own (SLICERD_CLIENT_*): an
+// agent's SLICERD_TLS_CERT and SLICERD_TOKEN_FILE mean the node's server
+// certificate and its file of token secrets, so a shell that sourced the
+// agent's environment must not hand them to the CLI.
 func clientFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{
-			Name: "tls-ca", EnvVars: []string{"SLICERD_TLS_CA"},
+			Name: "tls-ca", EnvVars: []string{"SLICERD_CLIENT_TLS_CA"},
 			Usage: "CA certificate (PEM) to verify the agent by; turns TLS on. The agent must present a slicerd agent identity",
 		},
 		&cli.StringFlag{
-			Name: "tls-cert", EnvVars: []string{"SLICERD_TLS_CERT"},
+			Name: "tls-cert", EnvVars: []string{"SLICERD_CLIENT_TLS_CERT"},
 			Usage: "client certificate (PEM) to present, e.g. an admin or client one from 'slicerd tls init'",
 		},
 		&cli.StringFlag{
-			Name: "tls-key", EnvVars: []string{"SLICERD_TLS_KEY"},
+			Name: "tls-key", EnvVars: []string{"SLICERD_CLIENT_TLS_KEY"},
 			Usage: "private key (PEM) of --tls-cert",
 		},
 		&cli.StringFlag{
-			Name: "token-file", EnvVars: []string{"SLICERD_TOKEN_FILE"},
+			Name: "token-file", EnvVars: []string{"SLICERD_CLIENT_TOKEN_FILE"},
 			Usage: "file holding an admin bearer token to send (one of the agent's --token-file secrets); needs TLS",
 		},
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -190,4 +191,30 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// The CLI reads its own environment (SLICERD_CLIENT_*), not the agent's:
+// a shell that sourced an agent's environment file, whose SLICERD_TLS_CERT
+// is the node's server certificate and SLICERD_TOKEN_FILE its file of
+// token secrets, still runs `job list` against a cleartext node.
+func TestCLIIgnoresTheAgentsSecurityEnvironment(t *testing.T) {
+	addr := startNode(t, gossip.RoleAssigner)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("ops secret-one\nci secret-two\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLICERD_TLS_CERT", filepath.Join(dir, "node.pem"))
+	t.Setenv("SLICERD_TLS_KEY", filepath.Join(dir, "node-key.pem"))
+	t.Setenv("SLICERD_TLS_CA", filepath.Join(dir, "ca.pem"))
+	t.Setenv("SLICERD_TOKEN_FILE", tokens)
+	if code, _, stderr := runCLI(t, "job", "list", "--addr", addr); code != 0 {
+		t.Fatalf("job list with an agent's environment set: exit %d: %s", code, stderr)
+	}
+	// Its own variables are read.
+	t.Setenv("SLICERD_CLIENT_TOKEN_FILE", tokens)
+	code, _, stderr := runCLI(t, "job", "list", "--addr", addr)
+	if code != 2 || !strings.Contains(stderr, "--token-file needs TLS") {
+		t.Errorf("job list with SLICERD_CLIENT_TOKEN_FILE and no TLS: exit %d: %s; want the usage error", code, stderr)
+	}
 }
