@@ -403,6 +403,17 @@ func TestAttackWritesWithoutCredentials(t *testing.T) {
 	if _, err := tok.SetJobConfig(ctx, setCfg); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("SetJobConfig with a wrong token = %v, want UNAUTHENTICATED", err)
 	}
+	// Each kind of refusal is logged (and counted: slicerd_rpc_refused_total).
+	tg.node.waitLine(10*time.Second, `"msg":"refused a call: unauthenticated"`, `"remote_addr":"127.0.0.1:`)
+	tg.node.waitLine(10*time.Second, `"msg":"refused a call: denied"`, `"identity":"spiffe://slicerd/client/kv"`)
+	// A TLS handshake with a certificate from another CA is refused.
+	stranger := otherCA(t, "stranger", identity.ID{Role: identity.Admin, Name: "x"})
+	present := func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &stranger, nil }
+	if conn, err := tls.Dial("tcp", tg.node.rpcAddr, &tls.Config{InsecureSkipVerify: true, GetClientCertificate: present}); err == nil {
+		_, _ = conn.Read(make([]byte, 1)) // TLS 1.3: the server's refusal arrives after the handshake
+		conn.Close()
+	}
+	tg.node.waitLine(10*time.Second, `"msg":"refused a TLS handshake"`)
 	tg.contained()
 }
 

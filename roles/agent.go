@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -49,6 +50,7 @@ type Agent struct {
 	store       storage.Store
 	leases      lease.Manager // the assigner role's; nil without it
 	listener    net.Listener
+	conns       *connlimit.Listener // under listener: the connection caps
 	server      *http.Server
 	gate        *startgate.Gate // bounds the RPCs starting at once (--max-starting-rpcs)
 	hosts       *hostcheck.Checker
@@ -82,6 +84,9 @@ type Agent struct {
 	node    *gossip.Node
 	changes fanout.Signal // Changes subscriptions
 	verify  *verifier     // nil without TLS
+	// refusals counts and logs refused TLS handshakes and refused calls;
+	// nil without TLS, where nobody is refused.
+	refusals *auth.Refusals
 }
 
 // New validates cfg, opens the store and binds the RPC port, so that every
@@ -132,10 +137,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	// generation fanned out to the watch streams of one connection leaves
 	// in a few system calls instead of one per stream. It buffers at most
 	// batchconn.DefaultMaxPending (32 KiB) per connection.
-	a.listener = &batchconn.Listener{Listener: connlimit.Wrap(ln, connlimit.Limits{
+	a.conns = connlimit.Wrap(ln, connlimit.Limits{
 		Max: cfg.MaxConnections, MaxPerIP: cfg.MaxConnectionsPerIP,
 		LogInterval: refusalLogInterval, Logger: cfg.Logger.With("component", "rpc"),
-	})}
+	})
+	a.listener = &batchconn.Listener{Listener: a.conns}
 	if cfg.UIAddr != "" {
 		uiLn, err := net.Listen("tcp", cfg.UIAddr)
 		if err != nil {
@@ -151,10 +157,11 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 
 	if cfg.TLS != nil {
 		a.verify = newVerifier(cfg.TLS, cfg.NodeName, cfg.Logger, a.changes.Notify)
+		a.refusals = auth.NewRefusals(cfg.Logger)
 	}
 	mux := http.NewServeMux()
 	a.streams = watch.NewLimiter(cfg.MaxStreams, refusalLogInterval, cfg.Logger.With("component", "rpc"))
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(watch.Codec{}), connect.WithInterceptors(a.streams, auth.Messages{})}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxRequestBytes), connect.WithCodec(watch.Codec{}), connect.WithInterceptors(a.streams, auth.Messages{Refusals: a.refusals})}
 	if cfg.has(gossip.RoleAssigner) {
 		acfg := assigner.Config{
 			Logger: cfg.Logger, NodeName: cfg.NodeName, Preference: cfg.Preference, TLS: cfg.TLS,
@@ -237,7 +244,14 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	} else {
 		protocols.SetUnencryptedHTTP2(true)
 	}
-	authn := auth.New(cfg.TLS != nil, cfg.AdminTokens)
+	authn := auth.New(cfg.TLS != nil, cfg.AdminTokens, a.refusals)
+	debugLog := slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug)
+	httpLog := debugLog
+	if a.refusals != nil {
+		// Failed TLS handshakes reach the server's error log only: count
+		// and log them as refusals.
+		httpLog = log.New(auth.HandshakeErrors{Refusals: a.refusals, Next: func(line string) { debugLog.Print(line) }}, "", 0)
+	}
 	a.server = &http.Server{
 		Handler:           a.gate.Wrap(a.hosts.Wrap(authn.Wrap(watch.WithLimits(mux, a.sendWatch, cfg.StreamSendBudget)))),
 		TLSConfig:         tlsConf,
@@ -250,7 +264,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			MaxConcurrentStreams: cfg.MaxStreamsPerConnection,
 		},
 		MaxHeaderBytes: 64 << 10,
-		ErrorLog:       slog.NewLogLogger(cfg.Logger.With("component", "http").Handler(), slog.LevelDebug),
+		ErrorLog:       httpLog,
 		BaseContext:    func(net.Listener) context.Context { return a.stopCtx },
 	}
 	// HTTP/2 from golang.org/x/net/http2 rather than net/http's bundled

@@ -7,6 +7,7 @@ import (
 
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/metrics"
+	"github.com/slicerd/slicerd/roles/auth"
 )
 
 // The agent's Prometheus metrics, registered with Config.Registerer by New
@@ -44,7 +45,20 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 			Name: metrics.Name("rpc", "parked_handlers_total"),
 			Help: "RPCs that held one of the node's places for starting RPCs 100 ms without answering or waiting for an event, and stopped counting (slow handlers; see docs/operations.md).",
 		}, func() float64 { return float64(a.gate.Parked()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metrics.Name("rpc", "connections_refused_total"),
+			Help: "RPC connections closed on arrival because the node held --max-connections, or --max-connections-per-ip from that address.",
+		}, func() float64 { return float64(a.conns.Refused()) }),
 		newMembersCollector(a.rawPeers),
+	}
+	if a.refusals != nil {
+		for _, r := range []auth.Reason{auth.Handshake, auth.Unauthenticated, auth.Denied} {
+			cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name:        metrics.Name("rpc", "refused_total"),
+				Help:        "With TLS: TLS handshakes that failed (reason handshake), calls without valid credentials (unauthenticated) and calls denied to their caller (denied). Each is also logged, at most once per 10 s per reason.",
+				ConstLabels: prometheus.Labels{"reason": r.String()},
+			}, func() float64 { return float64(a.refusals.Count(r)) }))
+		}
 	}
 	if a.verify != nil {
 		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{

@@ -153,13 +153,16 @@ func accessOf(procedure string) access {
 }
 
 type Authenticator struct {
-	enforce bool
-	tokens  map[[32]byte]string // SHA-256 of a secret → its name
-	errors  *connect.ErrorWriter
+	enforce  bool
+	tokens   map[[32]byte]string // SHA-256 of a secret → its name
+	errors   *connect.ErrorWriter
+	refusals *Refusals // may be nil
 }
 
-func New(enforce bool, tokens []Token) *Authenticator {
-	au := &Authenticator{enforce: enforce, tokens: map[[32]byte]string{}, errors: connect.NewErrorWriter()}
+// New returns the Authenticator of an agent; refusals (nil: none) counts
+// and logs the calls it refuses.
+func New(enforce bool, tokens []Token, refusals *Refusals) *Authenticator {
+	au := &Authenticator{enforce: enforce, tokens: map[[32]byte]string{}, errors: connect.NewErrorWriter(), refusals: refusals}
 	for _, t := range tokens {
 		au.tokens[sha256.Sum256([]byte(t.Secret))] = t.Name
 	}
@@ -187,7 +190,9 @@ func (au *Authenticator) Wrap(next http.Handler) http.Handler {
 		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 			ids, err := identity.FromCert(r.TLS.PeerCertificates[0])
 			if err != nil {
-				au.errors.Write(w, r, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("client certificate: %w", err)))
+				err := connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("client certificate: %w", err))
+				au.refusals.recordCall(c, err)
+				au.errors.Write(w, r, err)
 				return
 			}
 			c.Direct.IDs = ids
@@ -196,7 +201,9 @@ func (au *Authenticator) Wrap(next http.Handler) http.Handler {
 			secret, ok := strings.CutPrefix(h, "Bearer ")
 			name, known := au.token(secret)
 			if !ok || !known {
-				au.errors.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errors.New("the bearer token is not one of this agent's admin tokens; check --token-file on the agent and the token the client sends")))
+				err := connect.NewError(connect.CodeUnauthenticated, errors.New("the bearer token is not one of this agent's admin tokens; check --token-file on the agent and the token the client sends"))
+				au.refusals.recordCall(c, err)
+				au.errors.Write(w, r, err)
 				return
 			}
 			c.Direct.Token = name
@@ -210,6 +217,7 @@ func (au *Authenticator) Wrap(next http.Handler) http.Handler {
 			r.Header.Del(ForwardedToHolderHeader)
 		}
 		if err := allowed(accessOf(r.URL.Path), c); err != nil {
+			au.refusals.recordCall(c, err)
 			au.errors.Write(w, r, err)
 			return
 		}
@@ -340,24 +348,38 @@ func checkMessage(c Caller, procedure string, msg any) error {
 	return nil
 }
 
-type Messages struct{}
+// Messages is the interceptor that checks each request message against
+// its caller (checkMessage), and records every call it or the handler
+// refuses (UNAUTHENTICATED, PERMISSION_DENIED) in Refusals (nil: none).
+type Messages struct{ Refusals *Refusals }
 
-func (Messages) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+func (m Messages) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := checkMessage(CallerFrom(ctx), req.Spec().Procedure, req.Any()); err != nil {
+		c := CallerFrom(ctx)
+		if err := checkMessage(c, req.Spec().Procedure, req.Any()); err != nil {
+			m.Refusals.recordCall(c, err)
 			return nil, err
 		}
-		return next(ctx, req)
+		resp, err := next(ctx, req)
+		if err != nil {
+			m.Refusals.recordCall(c, err)
+		}
+		return resp, err
 	}
 }
 
-func (Messages) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+func (m Messages) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return next
 }
 
-func (Messages) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (m Messages) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		return next(ctx, &checkedConn{StreamingHandlerConn: conn, c: CallerFrom(ctx)})
+		c := CallerFrom(ctx)
+		err := next(ctx, &checkedConn{StreamingHandlerConn: conn, c: c})
+		if err != nil {
+			m.Refusals.recordCall(c, err)
+		}
+		return err
 	}
 }
 

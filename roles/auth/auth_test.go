@@ -1,10 +1,16 @@
 package auth
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"connectrpc.com/connect"
 
 	"github.com/slicerd/slicerd/identity"
 )
@@ -52,7 +58,7 @@ func TestLoadTokenFile(t *testing.T) {
 }
 
 func TestTokenLookup(t *testing.T) {
-	au := New(true, []Token{{"ops", strings.Repeat("x", 32)}})
+	au := New(true, []Token{{"ops", strings.Repeat("x", 32)}}, nil)
 	if name, ok := au.token(strings.Repeat("x", 32)); !ok || name != "ops" {
 		t.Errorf("token(right secret) = %q, %v", name, ok)
 	}
@@ -85,4 +91,33 @@ func FuzzParseForwardedFor(f *testing.F) {
 			t.Errorf("round trip of %q: %s then %s", h, p, q)
 		}
 	})
+}
+
+// Refusals counts every refusal and logs the first of each reason at once,
+// then at most one line per RefusalLogInterval; handshake errors from the
+// HTTP server's error log are recorded, other lines pass through.
+func TestRefusalsCountAndLogSparingly(t *testing.T) {
+	var buf bytes.Buffer
+	r := NewRefusals(slog.New(slog.NewTextHandler(&buf, nil)))
+	for range 100 {
+		r.recordCall(Caller{Addr: "10.0.0.9:4000"}, connect.NewError(connect.CodeUnauthenticated, errors.New("no certificate")))
+		r.recordCall(Caller{Addr: "10.0.0.9:4001"}, connect.NewError(connect.CodePermissionDenied, errors.New("not yours")))
+		r.recordCall(Caller{}, connect.NewError(connect.CodeNotFound, errors.New("no such job")))
+	}
+	var passed []string
+	h := HandshakeErrors{Refusals: r, Next: func(line string) { passed = append(passed, line) }}
+	fmt.Fprintln(h, "http: TLS handshake error from 10.0.0.7:5555: remote error: tls: bad certificate")
+	fmt.Fprintln(h, "http: superfluous response.WriteHeader call")
+	if got := [3]uint64{r.Count(Handshake), r.Count(Unauthenticated), r.Count(Denied)}; got != [3]uint64{1, 100, 100} {
+		t.Errorf("counts handshake, unauthenticated, denied = %v, want [1 100 100]", got)
+	}
+	lines := strings.Count(buf.String(), "\n")
+	if lines != 3 || !strings.Contains(buf.String(), "remote_addr=10.0.0.7:5555") || !strings.Contains(buf.String(), "tls: bad certificate") {
+		t.Errorf("log has %d lines, want 3 (one per reason) naming the address and error:\n%s", lines, buf.String())
+	}
+	if len(passed) != 1 || !strings.Contains(passed[0], "superfluous") {
+		t.Errorf("lines passed on = %q, want the one that is not a handshake error", passed)
+	}
+	var nilR *Refusals
+	nilR.Record(Denied, "", "", nil) // records nothing, does not panic
 }
