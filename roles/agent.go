@@ -34,6 +34,7 @@ import (
 	"github.com/slicerd/slicerd/roles/rpc"
 	"github.com/slicerd/slicerd/roles/watch"
 	"github.com/slicerd/slicerd/storage"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 // refusalLogInterval is the least time between two log lines about
@@ -474,6 +475,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("slicerd started", append(started, a.storeAttrs()...)...)
 
 	g, gctx := errgroup.WithContext(ctx)
+	if a.cfg.TLS != nil {
+		g.Go(func() error {
+			warnCertExpiry(gctx, a.cfg.TLS)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		a.changes.Notify() // gossip has started: subscriptions made before Run see it
 		for {
@@ -625,5 +632,27 @@ func (a *Agent) closeStore() {
 	}
 	if err := a.store.Close(); err != nil {
 		a.log.Error("closing store", "err", err)
+	}
+}
+
+// Certificates are checked for expiry at start and every certCheckEvery;
+// one that expires within certWarnBefore is warned about each time.
+const (
+	certWarnBefore = 14 * 24 * time.Hour
+	certCheckEvery = time.Hour
+)
+
+// warnCertExpiry warns about the node's certificate and CA ahead of their
+// expiry (tlsconfig.Source.WarnExpiry) until ctx ends.
+func warnCertExpiry(ctx context.Context, src *tlsconfig.Source) {
+	t := time.NewTicker(certCheckEvery)
+	defer t.Stop()
+	for {
+		src.WarnExpiry(certWarnBefore)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

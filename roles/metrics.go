@@ -2,12 +2,14 @@ package roles
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/metrics"
 	"github.com/slicerd/slicerd/roles/auth"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 // The agent's Prometheus metrics, registered with Config.Registerer by New
@@ -50,6 +52,23 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 			Help: "RPC connections closed on arrival because the node held --max-connections, or --max-connections-per-ip from that address.",
 		}, func() float64 { return float64(a.conns.Refused()) }),
 		newMembersCollector(a.rawPeers),
+	}
+	if src := a.cfg.TLS; src != nil {
+		for _, c := range []struct {
+			label string
+			at    func(tlsconfig.Expiry) time.Time
+		}{{"node", func(e tlsconfig.Expiry) time.Time { return e.Cert }}, {"ca", func(e tlsconfig.Expiry) time.Time { return e.CA }}} {
+			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name:        metrics.Name("tls", "certificate_expiry_timestamp_seconds"),
+				Help:        "When the node's TLS certificate (certificate=node) and the earliest certificate of its CA file (certificate=ca) expire, in seconds since the Unix epoch; alert well before (slicerd warns in its log from 14 days before).",
+				ConstLabels: prometheus.Labels{"certificate": c.label},
+			}, func() float64 {
+				if at := c.at(src.Expiry()); !at.IsZero() {
+					return float64(at.Unix())
+				}
+				return 0
+			}))
+		}
 	}
 	if a.refusals != nil {
 		for _, r := range []auth.Reason{auth.Handshake, auth.Unauthenticated, auth.Denied} {

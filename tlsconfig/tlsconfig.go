@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -70,8 +71,16 @@ type Source struct {
 	cert    *tls.Certificate // nil without Cert
 	ids     []identity.ID    // of cert's leaf
 	pool    *x509.CertPool
+	expiry  Expiry
 	stamps  [3]stamp
 	checked time.Time
+}
+
+// Expiry is when the loaded certificates stop being valid: the own
+// certificate's leaf (zero without one) and the earliest of the CA file's
+// certificates.
+type Expiry struct {
+	Cert, CA time.Time
 }
 
 // stamp is a digest of a file's contents. Size and modification time
@@ -103,14 +112,47 @@ func (s *Source) Files() Files { return s.files }
 // CA stay in use.
 func (s *Source) Reload() error {
 	stamps := s.stat()
-	cert, ids, pool, err := load(s.files)
+	cert, ids, pool, exp, err := load(s.files, s.now())
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.cert, s.ids, s.pool, s.stamps, s.checked = cert, ids, pool, stamps, s.now()
+	s.cert, s.ids, s.pool, s.expiry, s.stamps, s.checked = cert, ids, pool, exp, stamps, s.now()
 	s.mu.Unlock()
 	return nil
+}
+
+// Expiry returns when the current certificate and CA expire.
+func (s *Source) Expiry() Expiry {
+	s.maybeReload()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expiry
+}
+
+// WarnExpiry logs a warning for each of the current certificate and CA
+// that expires within within (or has expired), naming its file and what
+// to do, and reports whether it warned.
+func (s *Source) WarnExpiry(within time.Duration) bool {
+	exp, now := s.Expiry(), s.now()
+	warned := false
+	for _, c := range []struct {
+		what, file string
+		at         time.Time
+	}{{"certificate", s.files.Cert, exp.Cert}, {"CA certificate", s.files.CA, exp.CA}} {
+		if c.at.IsZero() || c.at.Sub(now) > within {
+			continue
+		}
+		warned = true
+		if !c.at.After(now) {
+			s.log.Error("TLS "+c.what+" has expired: peers refuse it; issue a new one and replace the file (it is reloaded without a restart)",
+				"file", c.file, "not_after", c.at.UTC())
+			continue
+		}
+		s.log.Warn("TLS "+c.what+" expires soon: issue a new one and replace the file before then (it is reloaded without a restart)",
+			"file", c.file, "not_after", c.at.UTC(), "remaining", c.at.Sub(now).Round(time.Minute).String())
+	}
+	return warned
 }
 
 // IDs returns the slicerd identities of this side's own certificate.
@@ -176,36 +218,58 @@ func (s *Source) current() (*tls.Certificate, *x509.CertPool) {
 	return s.cert, s.pool
 }
 
-func load(f Files) (*tls.Certificate, []identity.ID, *x509.CertPool, error) {
+func load(f Files, now time.Time) (*tls.Certificate, []identity.ID, *x509.CertPool, Expiry, error) {
+	var exp Expiry
 	pool := x509.NewCertPool()
-	pem, err := os.ReadFile(f.CA)
+	caPEM, err := os.ReadFile(f.CA)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: read CA file: %w", ErrConfig, err)
+		return nil, nil, nil, exp, fmt.Errorf("%w: read CA file: %w", ErrConfig, err)
 	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, nil, nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrConfig, f.CA)
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, nil, nil, exp, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrConfig, f.CA)
+	}
+	for rest := caPEM; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if c, err := x509.ParseCertificate(block.Bytes); err == nil && (exp.CA.IsZero() || c.NotAfter.Before(exp.CA)) {
+			exp.CA = c.NotAfter
+		}
 	}
 	if f.Cert == "" {
-		return nil, nil, pool, nil
+		return nil, nil, pool, exp, nil
 	}
 	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: certificate %s with key %s: %w", ErrConfig, f.Cert, f.Key, err)
+		return nil, nil, nil, exp, fmt.Errorf("%w: certificate %s with key %s: %w", ErrConfig, f.Cert, f.Key, err)
 	}
 	leaf := cert.Leaf
 	if leaf == nil {
 		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return nil, nil, nil, fmt.Errorf("%w: certificate %s: %w", ErrConfig, f.Cert, err)
+			return nil, nil, nil, exp, fmt.Errorf("%w: certificate %s: %w", ErrConfig, f.Cert, err)
 		}
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: intermediates(cert.Certificate[1:]), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: certificate %s is not signed by the CA in %s: %w", ErrConfig, f.Cert, f.CA, err)
+	// Expiry first: x509's own error would call an expired certificate
+	// one the CA did not sign.
+	switch {
+	case now.After(leaf.NotAfter):
+		return nil, nil, nil, exp, fmt.Errorf("%w: certificate %s expired on %s; issue a new one from the CA (slicerd tls init, or your own CA)",
+			ErrConfig, f.Cert, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return nil, nil, nil, exp, fmt.Errorf("%w: certificate %s is not valid until %s; check this host's clock",
+			ErrConfig, f.Cert, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: intermediates(cert.Certificate[1:]), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}, CurrentTime: now}); err != nil {
+		return nil, nil, nil, exp, fmt.Errorf("%w: certificate %s is not signed by the CA in %s: %w", ErrConfig, f.Cert, f.CA, err)
 	}
 	ids, err := identity.FromCert(leaf)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w: certificate %s: %w", ErrConfig, f.Cert, err)
+		return nil, nil, nil, exp, fmt.Errorf("%w: certificate %s: %w", ErrConfig, f.Cert, err)
 	}
-	return &cert, ids, pool, nil
+	exp.Cert = leaf.NotAfter
+	return &cert, ids, pool, exp, nil
 }
 
 func intermediates(ders [][]byte) *x509.CertPool {
