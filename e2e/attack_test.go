@@ -58,10 +58,10 @@ type target struct {
 	before *slicerv1.Assignment
 }
 
-func startTarget(t *testing.T) *target {
+func startTarget(t *testing.T, extra ...string) *target {
 	t.Helper()
 	requireSecure(t)
-	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
+	node := startSlicerd(t, "node-1", append([]string{"--data-dir", t.TempDir()}, extra...)...)
 	for i := range 3 {
 		startKV(t, fmt.Sprintf("kv-%d", i), node.gossipAddr)
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -230,4 +232,42 @@ func (p *proc) countSince(from int, substrs ...string) int {
 		}
 	}
 	return n
+}
+
+// TestAttackConnectFloodFromManyAddresses keeps --max-connections (64)
+// full of plain TCP connects from nine source addresses, each up to its
+// per-address cap (16), and meanwhile checks that the cluster works: a
+// new legitimate task joins and the Clerk gets its generation. The
+// connections that never prove a certificate share a quarter of the cap,
+// the oldest closed to admit each new one, so the flood churns there
+// instead of refusing everyone; the evictions are logged.
+func TestAttackConnectFloodFromManyAddresses(t *testing.T) {
+	tg := startTarget(t, "--max-connections", "64", "--max-connections-per-ip", "16")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var opened atomic.Int64
+	defer func() { cancel(); wg.Wait() }()
+	for i := range 9 {
+		from := fmt.Sprintf("127.0.0.%d", 2+i)
+		for range 16 {
+			wg.Go(func() {
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+				for ctx.Err() == nil {
+					c, err := d.DialContext(ctx, "tcp", tg.node.rpcAddr)
+					if err != nil {
+						continue
+					}
+					opened.Add(1)
+					stop := context.AfterFunc(ctx, func() { c.Close() })
+					_, _ = c.Read(make([]byte, 1)) // hold it until slicerd closes it
+					stop()
+					c.Close()
+				}
+			})
+		}
+	}
+	testwait.Until(t, 20*time.Second, "the flood to fill the connection cap", func() bool { return opened.Load() >= 64 })
+	tg.contained() // a new task joins and the Clerk follows, during the flood
+	tg.node.waitLine(20*time.Second, "refused connections over the limit", `"evicted_unproven":`)
+	t.Logf("the flood opened %d connections", opened.Load())
 }

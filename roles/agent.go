@@ -138,8 +138,17 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	// generation fanned out to the watch streams of one connection leaves
 	// in a few system calls instead of one per stream. It buffers at most
 	// batchconn.DefaultMaxPending (32 KiB) per connection.
+	// With TLS, connections that have not proven a certificate of the
+	// cluster's CA share a quarter of --max-connections, the oldest of
+	// them closed to admit a new one (connlimit): a flood of plain TCP
+	// connects cannot refuse the tasks, peers and clients that prove
+	// themselves (proveConns).
+	unproven := 0
+	if cfg.TLS != nil {
+		unproven = max(1, cfg.MaxConnections/4)
+	}
 	a.conns = connlimit.Wrap(ln, connlimit.Limits{
-		Max: cfg.MaxConnections, MaxPerIP: cfg.MaxConnectionsPerIP,
+		Max: cfg.MaxConnections, MaxPerIP: cfg.MaxConnectionsPerIP, MaxUnproven: unproven,
 		LogInterval: refusalLogInterval, Logger: cfg.Logger.With("component", "rpc"),
 	})
 	a.listener = &batchconn.Listener{Listener: a.conns}
@@ -241,7 +250,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	var tlsConf *tls.Config
 	if cfg.TLS != nil {
 		protocols.SetHTTP2(true)
-		tlsConf = cfg.TLS.ServerConfig()
+		tlsConf = proveConns(cfg.TLS.ServerConfig())
 	} else {
 		protocols.SetUnencryptedHTTP2(true)
 	}
@@ -655,4 +664,27 @@ func warnCertExpiry(ctx context.Context, src *tlsconfig.Source) {
 		case <-t.C:
 		}
 	}
+}
+
+// proveConns has every connection whose TLS handshake verified a client
+// certificate (the cluster's CA signed it) marked proven to the connection
+// caps (connlimit.Prove), so that it keeps its place however many
+// unproven connections arrive.
+func proveConns(c *tls.Config) *tls.Config {
+	get := c.GetConfigForClient
+	c.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		conf, err := get(hello)
+		if err != nil || conf == nil {
+			return conf, err
+		}
+		conn := hello.Conn
+		conf.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) > 0 { // verified by now: VerifyClientCertIfGiven
+				connlimit.Prove(conn)
+			}
+			return nil
+		}
+		return conf, nil
+	}
+	return c
 }

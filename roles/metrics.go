@@ -51,6 +51,10 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 			Name: metrics.Name("rpc", "connections_refused_total"),
 			Help: "RPC connections closed on arrival because the node held --max-connections, or --max-connections-per-ip from that address.",
 		}, func() float64 { return float64(a.conns.Refused()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metrics.Name("rpc", "connections_evicted_total"),
+			Help: "With TLS: connections without a certificate of the cluster's CA closed to admit a newer one, their share (a quarter of --max-connections) or the whole cap being full.",
+		}, func() float64 { return float64(a.conns.Evicted()) }),
 		newMembersCollector(a.rawPeers),
 	}
 	if src := a.cfg.TLS; src != nil {

@@ -153,6 +153,9 @@ func newConn(c net.Conn, pool *bufferPool, linger time.Duration) *Conn {
 // take it past the bound, Write first waits for the buffer to be written
 // or for the write deadline (then it returns os.ErrDeadlineExceeded and
 // writes nothing).
+// NetConn returns the connection c wraps.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
 func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	for !c.closed && c.err == nil && c.pending != nil && len(*c.pending)+len(p) > c.pool.size {

@@ -3,10 +3,12 @@ package connlimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -286,9 +288,66 @@ func BenchmarkAdmit(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		ip := netip.MustParseAddr("127.0.0.1")
 		for pb.Next() {
-			if l.admit(ip) {
-				l.release(ip)
+			c := &conn{l: l, ip: ip}
+			if ok, _ := l.admit(c); ok {
+				l.release(c)
 			}
 		}
 	})
+}
+
+// With MaxUnproven, a flood of connections that never prove themselves
+// (plain TCP connects from several addresses) churns through its own
+// budget: the oldest unproven connection is closed to admit each new one,
+// and a proven connection keeps its place. At the whole cap a new
+// connection still gets in, in place of the oldest unproven one.
+func TestUnprovenConnectionsHaveTheirOwnBudget(t *testing.T) {
+	s := serve(t, Limits{Max: 6, MaxPerIP: 4, MaxUnproven: 3})
+	addr := s.Addr().String()
+
+	dial(t, addr, "127.0.0.1")
+	proven := s.admitted(t)
+	if !Prove(proven) {
+		t.Fatal("Prove did not find the admitted connection")
+	}
+	var flood []net.Conn // the attacker's client ends
+	for i := range 9 {
+		flood = append(flood, dial(t, addr, fmt.Sprintf("127.0.0.%d", 2+i%3)))
+		s.admitted(t)
+	}
+	// Only the newest three of the flood are open; the six before were
+	// closed to make room, oldest first.
+	for i, c := range flood[:6] {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Errorf("flood connection %d still open", i)
+		}
+	}
+	if got, want := s.Open(), 4; got != want {
+		t.Errorf("Open() = %d, want %d: the proven connection and three unproven", got, want)
+	}
+	if got := s.Evicted(); got != 6 {
+		t.Errorf("Evicted() = %d, want 6", got)
+	}
+	// The proven connection is untouched.
+	proven.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := proven.Read(make([]byte, 1)); err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the proven connection was closed: %v", err)
+	}
+	// Three more proven connections fill the whole cap; the next one
+	// still gets in, in place of the oldest unproven.
+	for range 2 {
+		dial(t, addr, "127.0.0.9")
+		Prove(s.admitted(t))
+	}
+	dial(t, addr, "127.0.0.9")
+	Prove(s.admitted(t))
+	if got := s.Open(); got != 6 {
+		t.Errorf("Open() = %d at the whole cap, want 6", got)
+	}
+	dial(t, addr, "127.0.0.10")
+	s.admitted(t)
+	if got := s.Refused(); got != 0 {
+		t.Errorf("Refused() = %d, want 0: an unproven connection made room each time", got)
+	}
 }
