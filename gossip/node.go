@@ -330,9 +330,16 @@ func (n *Node) KeepJoined(ctx context.Context, addrs []string, interval time.Dur
 		if connected(n.Peers()) {
 			continue
 		}
-		if num, err := n.Join(addrs); err != nil {
+		num, err := n.Join(addrs)
+		switch {
+		case err != nil:
 			n.log.Debug("gossip rejoin failed; retrying", "addrs", addrs, "retry_in", interval, "err", err)
-		} else {
+		case !connected(n.Peers()):
+			// The join reached only this node (its own address is in the
+			// list, as on every node of a shared SLICERD_JOIN) or members
+			// that are not servers: nothing was rejoined.
+			n.log.Debug("gossip rejoin reached no other server; retrying", "addrs", addrs, "contacted", num, "retry_in", interval)
+		default:
 			n.log.Info("gossip rejoined after losing every server", "contacted", num)
 		}
 	}

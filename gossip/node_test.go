@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,9 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -697,4 +701,51 @@ func TestSettlingUntilCoordinateSettles(t *testing.T) {
 	if p, _ := peer(a, "b"); p.Settling {
 		t.Error("an update of b's identity made it settling again")
 	}
+}
+
+// A lone server whose join list holds its own address (every node of a
+// shared SLICERD_JOIN does) does not claim, every interval, to have
+// rejoined: a join that reached only itself rejoined nothing.
+func TestKeepJoinedAloneDoesNotClaimRejoins(t *testing.T) {
+	var buf syncBuffer
+	addr := freeAddr(t)
+	n := testNode(t, "n1", selfAssigner, func(c *Config) {
+		c.BindAddr = addr
+		c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var rounds atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- n.KeepJoined(ctx, []string{addr}, 5*time.Millisecond, func(peers []Peer) bool {
+			rounds.Add(1)
+			return HasLiveServer("n1", peers)
+		})
+	}()
+	testwait.For(t, "twenty rejoin rounds", func() bool { return rounds.Load() >= 20 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "gossip rejoined") {
+		t.Errorf("a lone node claimed to have rejoined:\n%s", buf.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
