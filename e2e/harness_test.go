@@ -69,9 +69,15 @@ type proc struct {
 
 func start(t *testing.T, name, path string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, name, path, append(append(os.Environ(), "SLICERD_LOG_FORMAT=json"), secureEnv(path, args)...), args...)
+}
+
+// startEnv starts path with exactly the environment env.
+func startEnv(t *testing.T, name, path string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, done: make(chan struct{}), notify: make(chan struct{})}
 	p.cmd = exec.Command(path, args...)
-	p.cmd.Env = append(append(os.Environ(), "SLICERD_LOG_FORMAT=json"), secureEnv(path, args)...)
+	p.cmd.Env = env
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
 	if err := p.cmd.Start(); err != nil {
