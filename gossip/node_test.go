@@ -1,7 +1,6 @@
 package gossip
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,13 +9,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/serf/serf"
 
+	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -707,7 +706,7 @@ func TestSettlingUntilCoordinateSettles(t *testing.T) {
 // shared SLICERD_JOIN does) does not claim, every interval, to have
 // rejoined: a join that reached only itself rejoined nothing.
 func TestKeepJoinedAloneDoesNotClaimRejoins(t *testing.T) {
-	var buf syncBuffer
+	var buf testlog.Buffer
 	addr := freeAddr(t)
 	n := testNode(t, "n1", selfAssigner, func(c *Config) {
 		c.BindAddr = addr
@@ -730,22 +729,4 @@ func TestKeepJoinedAloneDoesNotClaimRejoins(t *testing.T) {
 	if strings.Contains(buf.String(), "gossip rejoined") {
 		t.Errorf("a lone node claimed to have rejoined:\n%s", buf.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

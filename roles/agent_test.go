@@ -226,7 +226,7 @@ func TestSingleNodeShardsJob(t *testing.T) {
 // leaves its job without a holder, since every other Assigner still
 // prefers the stopping one.
 func TestAssignerGivesLeasesBackAfterLeavingGossip(t *testing.T) {
-	var logs syncBuffer
+	var logs testlog.Buffer
 	cfg := testConfig(t, "node-1", t.TempDir(), gossip.RoleAssigner)
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	node := startAgent(t, cfg)

@@ -1,7 +1,6 @@
 package roles
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/internal/testlog"
 )
 
 // hostTransport sends every request with its Host header set to host, as
@@ -53,31 +52,13 @@ func healthAs(t *testing.T, addr, host string) (healthv1.HealthCheckResponse_Ser
 	return checkHealth(ctx, hostClient(t, addr, host), addr)
 }
 
-// syncBuffer collects log lines written from the agent's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A request whose Host names a foreign domain is refused with a message
 // naming the host and --allowed-hosts: a gRPC health check gets
 // PERMISSION_DENIED, a plain request 421; the refusals are logged once per
 // interval with a count. IP addresses and localhost pass, and a watch
 // stream keeps working.
 func TestHostCheckRefusesForeignHost(t *testing.T) {
-	var logs syncBuffer
+	var logs testlog.Buffer
 	cfg := testConfig(t, "node-1", t.TempDir())
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	node := startAgent(t, cfg)

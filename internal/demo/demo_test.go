@@ -13,12 +13,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -167,24 +167,6 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer the demo writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // With --metrics-addr the demo serves slicerd's, the tasks' and the
 // client's metrics with live values, on a port of their own or on the web
 // UI's.
@@ -195,7 +177,7 @@ func TestDemoMetrics(t *testing.T) {
 
 func testDemoMetrics(t *testing.T, uiAddr string) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	var out lockedBuffer
+	var out testlog.Buffer
 	opts := DefaultOptions()
 	opts.RPCAddr, opts.GossipAddr, opts.GossipProfile = "127.0.0.1:0", "127.0.0.1:0", "local"
 	opts.MetricsAddr, opts.UIAddr = "127.0.0.1:0", uiAddr

@@ -13,6 +13,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/roles"
 )
@@ -40,7 +41,7 @@ func TestJoinsEncryptedCluster(t *testing.T) {
 	}()
 	testwait.For(t, "slicerd's gossip to start", func() bool { return agent.GossipAddr() != "" })
 
-	var out, errOut syncBuffer
+	var out, errOut testlog.Buffer
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/roles"
 )
@@ -43,24 +43,6 @@ func TestRejectsBadFlags(t *testing.T) {
 	}
 }
 
-// syncBuffer collects what run writes while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // A task that starts against a running slicerd, receives its assignment
 // and stops logs nothing above INFO: a warning in a normal start teaches
 // operators to ignore warnings. Its -metrics-addr serves the Slicelet's
@@ -88,7 +70,7 @@ func TestNormalStartLogsNoWarning(t *testing.T) {
 	}()
 	testwait.For(t, "slicerd's gossip to start", func() bool { return agent.GossipAddr() != "" })
 
-	var out, errOut syncBuffer
+	var out, errOut testlog.Buffer
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
