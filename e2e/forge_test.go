@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,12 +18,16 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 
+	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 // forgedAlive is memberlist's alive message (memberlist/net.go), as an
@@ -270,4 +276,79 @@ func TestAttackConnectFloodFromManyAddresses(t *testing.T) {
 	tg.contained() // a new task joins and the Clerk follows, during the flood
 	tg.node.waitLine(20*time.Second, "refused connections over the limit", `"evicted_unproven":`)
 	t.Logf("the flood opened %d connections", opened.Load())
+}
+
+// certClient is an HTTP client presenting a certificate of the cluster's
+// CA naming ids.
+func certClient(t *testing.T, name string, ids ...identity.ID) *http.Client {
+	t.Helper()
+	src, err := tlsconfig.Load(issue(name, ids...), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := api.NewHTTPClient(src.ClientConfig(tlsconfig.WantAgent()))
+	t.Cleanup(hc.CloseIdleConnections)
+	return hc
+}
+
+// TestAttackLoadOnAnotherTasksKeys reports, with task kv-1's own valid
+// certificate, a huge load on kv-0's keys, window after window, to an
+// Assigner that balances every 200 ms: the victim would look hot and lose
+// keys. Only load on kv-1's own keys counts: no key moves because of it,
+// and the reports are logged as load on keys the task does not serve.
+func TestAttackLoadOnAnotherTasksKeys(t *testing.T) {
+	tg := startTarget(t, "--rebalance-interval", "200ms", "--rebalance-delay", "100ms")
+	hc := certClient(t, "task-kv-kv-1", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-1"})
+	load := slicerv1connect.NewLoadServiceClient(hc, api.URL(tg.node.rpcAddr, true))
+	var victims []*slicerv1.SliceLoad
+	for _, s := range tg.before.GetSlices() {
+		if slices.Contains(s.GetTasks(), "kv-0") {
+			victims = append(victims, &slicerv1.SliceLoad{Start: s.GetStart(), End: s.GetEnd(), Load: 1e12})
+		}
+	}
+	if len(victims) == 0 {
+		t.Fatalf("kv-0 holds no slice of %v", tg.before)
+	}
+	// Longer than the tasks' load window (5 s), so that every task has
+	// reported and the Assigner decides on load.
+	end := time.Now().Add(8 * time.Second)
+	for time.Now().Before(end) {
+		_, err := load.ReportLoad(context.Background(), connect.NewRequest(&slicerv1.ReportLoadRequest{
+			Job: "kv", Task: "kv-1", Generation: tg.before.GetGeneration(), WindowSeconds: 1, EveryAssigner: true,
+			Slices: victims,
+		}))
+		if err != nil && connect.CodeOf(err) != connect.CodeResourceExhausted {
+			t.Fatalf("ReportLoad as kv-1: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // the attacker's pace, within the report rate limit
+	}
+	tg.contained()
+	tg.node.waitLine(10*time.Second, "load report on keys the task does not serve", `"task":"kv-1"`)
+}
+
+// TestAttackListOtherJobs lists jobs with a task certificate of another
+// job and with a client certificate of another job: job kv, its tasks and
+// their addresses are not in the answer, as GetJob kv is denied to them.
+func TestAttackListOtherJobs(t *testing.T) {
+	tg := startTarget(t)
+	for _, c := range []struct {
+		name string
+		id   identity.ID
+	}{
+		{"task-other-o0", identity.ID{Role: identity.Task, Job: "other", Task: "o0"}},
+		{"client-other", identity.ID{Role: identity.Client, Job: "other"}},
+	} {
+		jobs := slicerv1connect.NewJobServiceClient(certClient(t, c.name, c.id), api.URL(tg.node.rpcAddr, true))
+		resp, err := jobs.ListJobs(context.Background(), connect.NewRequest(&slicerv1.ListJobsRequest{}))
+		if err != nil {
+			t.Fatalf("ListJobs as %s: %v", c.name, err)
+		}
+		for _, j := range resp.Msg.GetJobs() {
+			t.Errorf("ListJobs as %s lists job %s with %d live tasks", c.name, j.GetName(), len(j.GetLiveTasks()))
+		}
+		if _, err := jobs.GetJob(context.Background(), connect.NewRequest(&slicerv1.GetJobRequest{Job: "kv"})); connect.CodeOf(err) != connect.CodePermissionDenied {
+			t.Errorf("GetJob kv as %s = %v, want PERMISSION_DENIED", c.name, err)
+		}
+	}
+	tg.contained()
 }
