@@ -282,18 +282,25 @@ func BenchmarkAccept(b *testing.B) {
 	}
 }
 
-// BenchmarkAdmit measures the bookkeeping alone, from many goroutines.
+// BenchmarkAdmit measures the bookkeeping alone, from many goroutines:
+// admitting and releasing a connection, and with an unproven budget
+// admitting, proving and releasing it.
 func BenchmarkAdmit(b *testing.B) {
-	l := Wrap(nil, Limits{Max: 1 << 30, MaxPerIP: 1 << 30})
-	b.RunParallel(func(pb *testing.PB) {
-		ip := netip.MustParseAddr("127.0.0.1")
-		for pb.Next() {
-			c := &conn{l: l, ip: ip}
-			if ok, _ := l.admit(c); ok {
-				l.release(c)
-			}
-		}
-	})
+	for _, unproven := range []int{0, 1 << 20} {
+		b.Run(fmt.Sprintf("unproven=%d", unproven), func(b *testing.B) {
+			l := Wrap(nil, Limits{Max: 1 << 30, MaxPerIP: 1 << 30, MaxUnproven: unproven})
+			b.RunParallel(func(pb *testing.PB) {
+				ip := netip.MustParseAddr("127.0.0.1")
+				for pb.Next() {
+					c := &conn{l: l, ip: ip}
+					if ok, _ := l.admit(c); ok {
+						l.prove(c)
+						l.release(c)
+					}
+				}
+			})
+		})
+	}
 }
 
 // With MaxUnproven, a flood of connections that never prove themselves
