@@ -27,6 +27,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/slicelet"
@@ -47,6 +48,9 @@ type cluster struct {
 	client     *Client
 	hc         *http.Client
 	stops      []func()
+	// warnings collects the Slicelets' warnings and errors, for a test
+	// to print when it fails.
+	warnings testlog.Buffer
 }
 
 type task struct {
@@ -147,6 +151,7 @@ func (c *cluster) startTaskWith(name string, handoff bool) *task {
 		GossipAddr: "127.0.0.1:0",
 		Join:       []string{c.gossipAddr},
 		Gossip:     gcfg,
+		Logger:     slog.New(slog.NewTextHandler(&c.warnings, &slog.HandlerOptions{Level: slog.LevelWarn})).With("task", name),
 	}
 	var opts []Option
 	if handoff {
@@ -687,6 +692,11 @@ func TestHandoffMovesEntries(t *testing.T) {
 			}
 			if handoff && kept < len(keys)*99/100 {
 				t.Errorf("with handoff only %d of %d keys found after a join", kept, len(keys))
+				for name, tk := range c.tasks {
+					f, x, n := tk.sl.HandoffStats()
+					t.Logf("%s: %d fetches, %d failed, %d entries", name, f, x, n)
+				}
+				t.Logf("the tasks' warnings:\n%s", c.warnings.String())
 			}
 			if !handoff && kept > len(keys)-movedTo3 {
 				t.Errorf("without handoff %d of %d keys found, but %d moved", kept, len(keys), movedTo3)
