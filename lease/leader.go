@@ -694,6 +694,10 @@ func (l *Leader) adopt(job, why string) {
 	}
 }
 
+// Adopting reports whether this Assigner has adopted job: it takes the
+// job's lease although it prefers another Assigner (see Forwarded).
+func (l *Leader) Adopting(job string) bool { return l.adopting(job) }
+
 // adopting reports whether job's adoption lasts, without ending one that
 // has lapsed, for readers.
 func (l *Leader) adopting(job string) bool {

@@ -153,6 +153,7 @@ func (a *Assigner) forgetJob(name string) {
 	a.leader.Forget(context.Background(), name)
 	a.loads.mu.Lock()
 	delete(a.loads.jobs, name)
+	delete(a.loads.nudged, name)
 	a.loads.mu.Unlock()
 	a.loadHistory.forget(name)
 	if j != nil {

@@ -14,6 +14,8 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/roles/rpc"
 )
 
@@ -42,7 +44,10 @@ type loads struct {
 	jobs map[string]map[string]*loadReport // job → task → report
 	// warned is when each job/task was last warned about for load on keys
 	// it does not serve; guarded by mu.
-	warned  map[string]time.Time
+	warned map[string]time.Time
+	// nudged is when a copy of a report of each job last went to its
+	// preferred Assigner (nudgeTarget); guarded by mu, dropped with the job.
+	nudged  map[string]time.Time
 	foreign atomic.Uint64 // reports cut to the task's own keys
 }
 
@@ -101,11 +106,18 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	}
 	// A report sent to every Assigner is kept wherever it arrives: each
 	// Assigner then holds the job's whole load, for its views and for the
-	// moment it takes the job over.
-	if !m.GetEveryAssigner() {
+	// moment it takes the job over. One another Assigner forwarded still
+	// tells this one that the sender takes it for the job's Assigner
+	// (forwardTo, lease.Leader.Forwarded).
+	var nudge lease.Route
+	forwarded := req.Header().Get(auth.ForwardedHeader) != ""
+	switch {
+	case !m.GetEveryAssigner() || forwarded:
 		if p, elsewhere := a.forwardTo(ctx, m.GetJob(), req.Header()); elsewhere {
 			return a.forwardLoad(ctx, p, req)
 		}
+	default:
+		nudge = a.nudgeTarget(m.GetJob())
 	}
 	live, err := a.acceptTaskReport(a.reports, "load", m.GetJob(), m.GetTask())
 	if err != nil {
@@ -113,6 +125,16 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	}
 	a.keepOwned(m.GetJob(), m.GetTask(), r)
 	a.loads.put(m.GetJob(), m.GetTask(), r, live)
+	if nudge.Peer.Name != "" {
+		// This Assigner knows no holder of the job and prefers another:
+		// a copy of the report goes there, as a forwarded write, so that
+		// if that one does not want the job either (their estimates
+		// differ) it adopts it rather than leave it to nobody. Its answer
+		// changes nothing here: the report is kept.
+		if _, err := a.forwardLoad(ctx, nudge, req); err != nil {
+			a.log.Debug("passing a load report to the preferred assigner failed", "job", m.GetJob(), "preferred", nudge.Peer.Name, "err", err)
+		}
+	}
 	a.log.Debug("load report", "job", m.GetJob(), "task", m.GetTask(), "generation", r.generation,
 		"window", r.window, "slices", len(r.rate), "rate", r.rate.Total(), "unowned_rate", r.unowned,
 		"rejected_reports", m.GetRejectedReports())
@@ -388,4 +410,34 @@ func (l *loads) warnForeign(job, task string) bool {
 	}
 	l.warned[key] = now
 	return true
+}
+
+// nudgeEvery bounds the copies of load reports an Assigner passes to a
+// job's preferred Assigner (nudgeTarget): one per job per interval is
+// enough to start and renew an adoption (lease.Config.AdoptFor).
+const nudgeEvery = time.Second
+
+// nudgeTarget returns the Assigner to pass a copy of a load report for job
+// to, or a zero Route: the job's preferred Assigner, when it is another
+// one and this Assigner knows no live holder of the job's lease, at most
+// once per nudgeEvery per job. Without these copies two Assigners that
+// each prefer the other would both leave the job, and nothing would tell
+// either to adopt it, since tasks report to every Assigner and no report
+// is forwarded.
+func (a *Assigner) nudgeTarget(job string) lease.Route {
+	r := a.leader.Target(job)
+	if r.Self || r.Holder || r.Peer.Name == "" || r.Peer.RPCAddr == "" {
+		return lease.Route{}
+	}
+	now := a.loads.now()
+	a.loads.mu.Lock()
+	defer a.loads.mu.Unlock()
+	if now.Sub(a.loads.nudged[job]) < nudgeEvery {
+		return lease.Route{}
+	}
+	if a.loads.nudged == nil {
+		a.loads.nudged = make(map[string]time.Time)
+	}
+	a.loads.nudged[job] = now
+	return r
 }
