@@ -12,7 +12,7 @@
 // recorded history of satisfied requests (lease/leasecheck): no instant at
 // which two tasks owned a key, no fencing token going back.
 //
-// The load is open-loop (load.go): every request has its time on a fixed
+// The load is open-loop (benchproc.Timetable): every request has its time on a fixed
 // timetable and its own goroutine, so a stalled request delays no other.
 // A request is satisfied when the key's owner answers it within -deadline
 // of its scheduled time; one not sent (the -inflight bound) or not
@@ -261,7 +261,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	}
 	// next is called by client c's scheduler only, so its rng needs no
 	// lock; the request it returns runs in its own goroutine.
-	next := func(c int) request {
+	next := func(c int) benchproc.Request {
 		rng := rngs[c]
 		var k int
 		if o.hot > 0 && rng.Float64() < o.hotShare {
@@ -278,10 +278,10 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		}
 		return func(ctx context.Context) error { _, _, err := client.Get(ctx, key); return err }
 	}
-	tt := timetable{clients: o.clients, rate: o.rate, duration: o.duration, deadline: o.deadline, inflight: o.inflight}
+	tt := benchproc.Timetable{Clients: o.clients, Rate: o.rate, Duration: o.duration, Deadline: o.deadline, Inflight: o.inflight}
 	start := time.Now()
-	var load *loadResult
-	wg.Go(func() { load = tt.run(rctx, start, next) })
+	var load *benchproc.LoadResult
+	wg.Go(func() { load = tt.Run(rctx, start, next) })
 	wg.Go(func() {
 		t := time.NewTicker(o.shift)
 		defer t.Stop()

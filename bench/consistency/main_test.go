@@ -2,13 +2,13 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/slicerd/slicerd/bench/internal/benchproc"
 )
 
 // Bad flags are refused with a message and exit status 2, before any
@@ -43,47 +43,13 @@ func TestReadLogs(t *testing.T) {
 	}
 }
 
-// The timetable is open-loop: requests that block until their deadline
-// skip no tick, and a request the in-flight bound stops is counted as
-// unsatisfied, not dropped.
-func TestTimetableOpenLoop(t *testing.T) {
-	tt := timetable{clients: 3, rate: 200, duration: 100 * time.Millisecond, deadline: 50 * time.Millisecond, inflight: 4}
-	var n atomic.Int64
-	res := tt.run(context.Background(), time.Now(), func(c int) request {
-		if n.Add(1)%2 == 0 {
-			return func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() } // never answered
-		}
-		return func(context.Context) error { return nil }
-	})
-	if want := uint64(3 * 20); res.Scheduled != want {
-		t.Errorf("scheduled %d, want %d", res.Scheduled, want)
-	}
-	bound, deadline := 0, 0
-	for _, o := range res.Unsatisfied {
-		switch o.Cause {
-		case causeBound:
-			bound++
-		case causeDeadline:
-			deadline++
-		default:
-			t.Errorf("unexpected cause %q", o.Cause)
-		}
-	}
-	if bound == 0 || res.Sent+uint64(bound) != res.Scheduled {
-		t.Errorf("sent %d + refused by the bound %d, want %d scheduled and some refused", res.Sent, bound, res.Scheduled)
-	}
-	if res.Satisfied+uint64(len(res.Unsatisfied)) != res.Scheduled || uint64(deadline)+res.Satisfied != res.Sent {
-		t.Errorf("satisfied %d, unsatisfied %d (%d by deadline), sent %d, scheduled %d", res.Satisfied, len(res.Unsatisfied), deadline, res.Sent, res.Scheduled)
-	}
-}
-
 // An unsatisfied request falls in the fault window its life overlaps,
 // extended by the settle time; the others are counted outside.
 func TestAttribute(t *testing.T) {
 	s := time.Second
 	var r report
 	r.attribute([]window{{Name: "kill", Start: 10 * s, End: 10 * s}, {Name: "stop", Start: 30 * s, End: 34 * s}},
-		[]outcome{{At: 6 * s}, {At: 8 * s}, {At: 15 * s}, {At: 27 * s}, {At: 40 * s}, {At: 44 * s}, {At: 45 * s}}, 3*s, 10*s)
+		[]benchproc.Outcome{{At: 6 * s}, {At: 8 * s}, {At: 15 * s}, {At: 27 * s}, {At: 40 * s}, {At: 44 * s}, {At: 45 * s}}, 3*s, 10*s)
 	if r.Windows[0].Unsatisfied != 2 || r.Windows[1].Unsatisfied != 3 || r.OutsideCount != 2 {
 		t.Errorf("windows %+v, outside %v", r.Windows, r.Outside)
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/slicerd/slicerd/bench/internal/benchproc"
 )
 
 type report struct {
@@ -43,11 +45,11 @@ type report struct {
 	LatencyMaxMs      float64 `json:"latency_max_ms"`
 	// Windows are the faults, each with the unsatisfied requests it
 	// explains; Outside the unsatisfied requests no fault explains.
-	Windows      []windowReport `json:"windows"`
-	OutsideCount int            `json:"unsatisfied_outside_windows"`
-	Outside      []outcome      `json:"outside,omitempty"`
-	Unsatisfied  []attributed   `json:"unsatisfied,omitempty"`
-	Examples     []string       `json:"examples,omitempty"`
+	Windows      []windowReport      `json:"windows"`
+	OutsideCount int                 `json:"unsatisfied_outside_windows"`
+	Outside      []benchproc.Outcome `json:"outside,omitempty"`
+	Unsatisfied  []attributed        `json:"unsatisfied,omitempty"`
+	Examples     []string            `json:"examples,omitempty"`
 }
 
 // window is a fault's span since the start: from the fault to its end
@@ -69,7 +71,7 @@ type windowReport struct {
 // attributed is an unsatisfied request and the fault window it falls in
 // ("" for none).
 type attributed struct {
-	outcome
+	benchproc.Outcome
 	Window string `json:"window,omitempty"`
 }
 
@@ -77,14 +79,14 @@ type attributed struct {
 // its life overlaps: from its scheduled time to its deadline, against the
 // fault's span extended by settle (the time a fault is given to heal:
 // failure detection, lease expiry, reassignment).
-func (r *report) attribute(ws []window, un []outcome, deadline, settle time.Duration) {
+func (r *report) attribute(ws []window, un []benchproc.Outcome, deadline, settle time.Duration) {
 	r.Windows = make([]windowReport, len(ws))
 	for i, w := range ws {
 		r.Windows[i] = windowReport{Name: w.Name, StartS: w.Start.Seconds(), EndS: w.End.Seconds()}
 	}
 	r.Unsatisfied = make([]attributed, 0, len(un))
 	for _, o := range un {
-		a := attributed{outcome: o}
+		a := attributed{Outcome: o}
 		i := slices.IndexFunc(ws, func(w window) bool { return o.At <= w.End+settle && o.At+deadline >= w.Start })
 		if i < 0 {
 			r.OutsideCount++

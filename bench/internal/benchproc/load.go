@@ -1,4 +1,4 @@
-package main
+package benchproc
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/slicerd/slicerd/bench/internal/benchproc"
 	"github.com/slicerd/slicerd/examples/kvcache"
 )
 
@@ -18,84 +17,85 @@ import (
 // would skip the ticks it spent blocked, and those requests — the ones a
 // fault hurts — would never be counted.
 
-// request is one scheduled request; it returns nil when satisfied.
-type request func(ctx context.Context) error
+// Request is one scheduled request; it returns nil when satisfied.
+type Request func(ctx context.Context) error
 
-// timetable is the open-loop schedule: clients × rate requests a second
+// Timetable is the open-loop schedule: clients × rate requests a second
 // for duration, client c's k-th at (k + c/clients)/rate, each given up at
 // deadline after its time; at most inflight run at once.
-type timetable struct {
-	clients  int
-	rate     float64
-	duration time.Duration
-	deadline time.Duration
-	inflight int
+type Timetable struct {
+	Clients  int
+	Rate     float64
+	Duration time.Duration
+	Deadline time.Duration
+	Inflight int
 }
 
 // Causes of an unsatisfied request.
 const (
-	causeBound    = "not sent: in-flight bound"
-	causeDeadline = "deadline passed"
-	causeNoOwner  = "no owner after the client's retries"
-	causeServer   = "task answered with an error"
-	causeOther    = "other error"
+	CauseBound    = "not sent: in-flight bound"
+	CauseDeadline = "deadline passed"
+	CauseNoOwner  = "no owner after the client's retries"
+	CauseServer   = "task answered with an error"
+	CauseOther    = "other error"
 )
 
-// outcome is an unsatisfied request: when it was scheduled (since the
+// Outcome is an unsatisfied request: when it was scheduled (since the
 // start) and why it was not satisfied.
-type outcome struct {
+type Outcome struct {
 	At    time.Duration `json:"at_ns"`
 	Cause string        `json:"cause"`
 	Err   string        `json:"err,omitempty"`
 }
 
-// loadResult is what a timetable's run gives.
-type loadResult struct {
+// LoadResult is what a Timetable's run gives.
+type LoadResult struct {
 	Scheduled, Sent, Satisfied uint64
-	Unsatisfied                []outcome // by scheduled time
+	Unsatisfied                []Outcome // by scheduled time
 	// Latency of each satisfied request from its scheduled time, in ms:
 	// a request sent late waited for its turn, and that counts.
 	Latency []float64
 }
 
-func causeOf(err error) string {
+// CauseOf names what made a request unsatisfied.
+func CauseOf(err error) string {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return causeDeadline
+		return CauseDeadline
 	case errors.Is(err, kvcache.ErrNoOwner):
-		return causeNoOwner
+		return CauseNoOwner
 	case errors.Is(err, kvcache.ErrServer):
-		return causeServer
+		return CauseServer
 	}
-	return causeOther
+	return CauseOther
 }
 
-// run offers the timetable from start until ctx ends or the timetable
+// Run offers the timetable from start until ctx ends or the timetable
 // does, next(c) building client c's next request, and returns once every
 // request sent has been answered or given up.
-func (tt timetable) run(ctx context.Context, start time.Time, next func(c int) request) *loadResult {
+func (tt Timetable) Run(ctx context.Context, start time.Time, next func(c int) Request) *LoadResult {
 	var (
 		mu     sync.Mutex
-		res    loadResult
+		res    LoadResult
 		sent   atomic.Uint64
 		ok     atomic.Uint64
-		slots  = make(chan struct{}, tt.inflight)
+		slots  = make(chan struct{}, tt.Inflight)
 		reqs   sync.WaitGroup
 		sched  sync.WaitGroup
-		period = time.Duration(float64(time.Second) / tt.rate)
+		period = time.Duration(float64(time.Second) / tt.Rate)
 	)
-	fail := func(o outcome) {
+	fail := func(o Outcome) {
 		mu.Lock()
 		res.Unsatisfied = append(res.Unsatisfied, o)
 		mu.Unlock()
 	}
-	perClient := int(tt.duration.Seconds() * tt.rate)
-	for c := range tt.clients {
+	perClient := int(tt.Duration.Seconds() * tt.Rate)
+	for c := range tt.Clients {
 		sched.Go(func() {
-			phase := time.Duration(int64(period) * int64(c) / int64(tt.clients))
+			phase := time.Duration(int64(period) * int64(c) / int64(tt.Clients))
 			for k := range perClient {
 				at := phase + time.Duration(k)*period
-				if benchproc.SleepUntil(ctx, start.Add(at)) != nil {
+				if SleepUntil(ctx, start.Add(at)) != nil {
 					return
 				}
 				q := next(c)
@@ -105,7 +105,7 @@ func (tt timetable) run(ctx context.Context, start time.Time, next func(c int) r
 				select {
 				case slots <- struct{}{}:
 				default:
-					fail(outcome{At: at, Cause: causeBound})
+					fail(Outcome{At: at, Cause: CauseBound})
 					continue
 				}
 				sent.Add(1)
@@ -113,11 +113,11 @@ func (tt timetable) run(ctx context.Context, start time.Time, next func(c int) r
 					defer func() { <-slots }()
 					// Given up at its deadline even when the run ends
 					// first: a request sent is answered or counted.
-					qctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(at+tt.deadline))
+					qctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(at+tt.Deadline))
 					err := q(qctx)
 					cancel()
 					if err != nil {
-						fail(outcome{At: at, Cause: causeOf(err), Err: err.Error()})
+						fail(Outcome{At: at, Cause: CauseOf(err), Err: err.Error()})
 						return
 					}
 					ok.Add(1)
@@ -132,6 +132,6 @@ func (tt timetable) run(ctx context.Context, start time.Time, next func(c int) r
 	sched.Wait()
 	reqs.Wait()
 	res.Sent, res.Satisfied = sent.Load(), ok.Load()
-	slices.SortFunc(res.Unsatisfied, func(a, b outcome) int { return int(a.At - b.At) })
+	slices.SortFunc(res.Unsatisfied, func(a, b Outcome) int { return int(a.At - b.At) })
 	return &res
 }
