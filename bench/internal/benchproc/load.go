@@ -51,7 +51,10 @@ type Outcome struct {
 // LoadResult is what a Timetable's run gives.
 type LoadResult struct {
 	Scheduled, Sent, Satisfied uint64
-	Unsatisfied                []Outcome // by scheduled time
+	// ScheduledAt is the time of every scheduled request, in order per
+	// client, for a harness that counts the requests inside a window.
+	ScheduledAt []time.Duration
+	Unsatisfied []Outcome // by scheduled time
 	// Latency of each satisfied request from its scheduled time, in ms:
 	// a request sent late waited for its turn, and that counts.
 	Latency []float64
@@ -101,6 +104,7 @@ func (tt Timetable) Run(ctx context.Context, start time.Time, next func(c int) R
 				q := next(c)
 				mu.Lock()
 				res.Scheduled++
+				res.ScheduledAt = append(res.ScheduledAt, at)
 				mu.Unlock()
 				select {
 				case slots <- struct{}{}:
