@@ -98,7 +98,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.etcdmember, "etcdmember", "", "etcdmember binary (default: build it)")
 	fs.DurationVar(&o.duration, "duration", 0, "repeat rounds of faults until this much time has passed (0: one round)")
 	fs.DurationVar(&o.hold, "hold", 6*time.Second, "how long each fault lasts before it is healed")
-	fs.DurationVar(&o.quiet, "quiet", 3*time.Second, "quiet time after each convergence, before the next fault")
+	fs.DurationVar(&o.quiet, "quiet", 8*time.Second, "quiet time after each convergence, before the next fault; the requests whose life falls in it, past -deadline, are the ones outside every fault window")
 	fs.StringVar(&o.only, "faults", "", "run only the faults whose names contain one of these comma-separated words (default: all)")
 	fs.IntVar(&o.affinityClients, "affinity-clients", 4, "clients of the affinity job")
 	fs.IntVar(&o.strongClients, "strong-clients", 2, "clients of the strong job")
@@ -119,8 +119,10 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("unexpected argument %q; the harness takes flags only", fs.Arg(0))
-	case o.duration < 0 || o.hold <= 0 || o.quiet < 0 || o.deadline <= 0 || o.leaseTTL <= 0 || o.convergeWithin <= 0 || o.convergeTimeout < o.convergeWithin:
-		return o, errors.New("-hold, -deadline, -lease-ttl and -converge-within must be positive, -duration and -quiet not negative, -converge-timeout at least -converge-within")
+	case o.duration < 0 || o.hold <= 0 || o.deadline <= 0 || o.leaseTTL <= 0 || o.convergeWithin <= 0 || o.convergeTimeout < o.convergeWithin:
+		return o, errors.New("-hold, -deadline, -lease-ttl and -converge-within must be positive, -duration not negative, -converge-timeout at least -converge-within")
+	case o.quiet <= o.deadline:
+		return o, fmt.Errorf("-quiet %v must exceed -deadline %v, or no request falls outside the fault windows", o.quiet, o.deadline)
 	case o.affinityClients < 1 || o.strongClients < 1 || !(o.rate > 0) || o.keys < 1 || o.inflight < 1 || !(o.minRouted >= 0 && o.minRouted <= 100):
 		return o, errors.New("need at least one client of each job, -rate, -keys and -inflight positive, -min-routed in [0, 100]")
 	}

@@ -11,7 +11,8 @@ import (
 )
 
 // TestPartitions is the short run: one round of every fault, each held
-// for 4 s, on the namespace bed, with every check of the bench command.
+// for 4 s, on the namespace bed, with every check of the bench command
+// but the convergence goal (see below).
 // It needs root and the ip command, and skips without them.
 func TestPartitions(t *testing.T) {
 	if testing.Short() {
@@ -20,7 +21,11 @@ func TestPartitions(t *testing.T) {
 	if err := netbed.Available(); err != nil {
 		t.Skip(err)
 	}
-	o, err := parse([]string{"-hold", "4s", "-quiet", "2s", "-converge-timeout", "20s", "-affinity-clients", "3", "-rate", "15"}, &bytes.Buffer{})
+	// The test asserts that every fault converges, within 30 s; how
+	// soon is a figure, which the bench command holds to its 10 s goal
+	// (docs/benchmarks.md), not an assertion on a shared machine.
+	o, err := parse([]string{"-hold", "4s", "-quiet", "4s", "-converge-within", "30s", "-converge-timeout", "30s",
+		"-affinity-clients", "3", "-rate", "15"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +67,7 @@ func TestPartitions(t *testing.T) {
 func TestFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-hold", "0s"}, {"-duration", "-1s"}, {"-rate", "0"}, {"-affinity-clients", "0"}, {"-min-routed", "101"},
-		{"-converge-within", "20s", "-converge-timeout", "10s"}, {"-faults", "nonesuch"}, {"extra"},
+		{"-converge-within", "20s", "-converge-timeout", "10s"}, {"-quiet", "2s", "-deadline", "2s"}, {"-faults", "nonesuch"}, {"extra"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), args, &stderr, &stderr); code != 2 {
