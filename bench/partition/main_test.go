@@ -113,3 +113,18 @@ func TestOutside(t *testing.T) {
 		}
 	}
 }
+
+// The faults of several rounds are summed by kind.
+func TestByFault(t *testing.T) {
+	r := report{Faults: []faultReport{
+		{window: window{Name: "a", Converged: true}, ConvergeS: 3, AffinityFailed: 1, AffinityInWindow: 10},
+		{window: window{Name: "b", Converged: true}, ConvergeS: 1},
+		{window: window{Name: "a", Converged: true}, ConvergeS: 1, AffinityFailed: 2, AffinityInWindow: 10, DoubleOwners: 1},
+		{window: window{Name: "a"}, ConvergeS: 30},
+	}}
+	got := r.byFault()
+	if len(got) != 2 || got[0].Name != "a" || got[0].Runs != 3 || got[0].ConvergeP50S != 1 || got[0].ConvergeMaxS != 3 ||
+		got[0].AffinityFailed != 3 || got[0].AffinityInWindow != 20 || got[0].DoubleOwners != 1 || got[1].Runs != 1 {
+		t.Errorf("byFault = %+v", got)
+	}
+}

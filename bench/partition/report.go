@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/slicerd/slicerd/bench/internal/benchproc"
@@ -160,6 +161,12 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%-38s %8.1f %8.1f %10s %6d of %5d %8d %8d\n", f.Name, f.StartS, f.HealS, conv, f.AffinityFailed, f.AffinityInWindow, f.DoubleOwners, f.TokenRegressions)
 	}
+	if rounds := r.byFault(); len(rounds) < len(r.Faults) {
+		fmt.Fprintf(w, "by fault, over the rounds:\n%-38s %5s %13s %10s %14s %8s %8s\n", "fault", "runs", "converge p50", "max", "affinity fail", "owners", "tokens")
+		for _, a := range rounds {
+			fmt.Fprintf(w, "%-38s %5d %13.2f %10.2f %6d of %5d %8d %8d\n", a.Name, a.Runs, a.ConvergeP50S, a.ConvergeMaxS, a.AffinityFailed, a.AffinityInWindow, a.DoubleOwners, a.TokenRegressions)
+		}
+	}
 	for _, f := range r.Faults {
 		fmt.Fprintf(w, "  %s: %s\n", f.Name, f.What)
 	}
@@ -185,4 +192,45 @@ func (r *report) print(w io.Writer) {
 	for _, f := range r.Failures {
 		fmt.Fprintf(w, "FAILED: %s\n", f)
 	}
+}
+
+// faultSummary is one kind of fault over every round it ran in.
+type faultSummary struct {
+	Name                           string
+	Runs                           int
+	ConvergeP50S, ConvergeMaxS     float64 // over the runs that converged
+	AffinityInWindow               int
+	AffinityFailed                 int
+	DoubleOwners, TokenRegressions int
+}
+
+// byFault sums the faults by kind, in the order they first ran.
+func (r *report) byFault() []faultSummary {
+	var out []faultSummary
+	conv := map[string][]float64{}
+	for _, f := range r.Faults {
+		i := slices.IndexFunc(out, func(s faultSummary) bool { return s.Name == f.Name })
+		if i < 0 {
+			i = len(out)
+			out = append(out, faultSummary{Name: f.Name})
+		}
+		s := &out[i]
+		s.Runs++
+		s.AffinityInWindow += f.AffinityInWindow
+		s.AffinityFailed += f.AffinityFailed
+		s.DoubleOwners += f.DoubleOwners
+		s.TokenRegressions += f.TokenRegressions
+		if f.Converged {
+			conv[f.Name] = append(conv[f.Name], f.ConvergeS)
+		}
+	}
+	for i := range out {
+		cs := conv[out[i].Name]
+		if len(cs) == 0 {
+			continue
+		}
+		slices.Sort(cs)
+		out[i].ConvergeP50S, out[i].ConvergeMaxS = cs[(len(cs)-1)/2], cs[len(cs)-1]
+	}
+	return out
 }
