@@ -5,5 +5,7 @@
 // The in-process integration tests, which run a cluster of agents inside
 // one test process on the internal/clustertest harness (to control gossip
 // latency and partitions), are in the subpackage e2e/inprocess; they build
-// no binaries and check for leaked goroutines.
+// no binaries and check for leaked goroutines. Real network partitions,
+// on a bed of network namespaces (internal/netbed), are in bench/partition
+// (TestPartitions, and the longer bench command).
 package e2e
