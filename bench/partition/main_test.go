@@ -7,8 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/slicerd/slicerd/internal/netbed"
 )
+
+// Every goroutine a test starts (clients, servers, process watchers) is
+// stopped and waited for by the end.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestPartitions is the short run: one round of every fault, each held
 // for 4 s, on the namespace bed, with every check of the bench command

@@ -10,7 +10,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+// Every goroutine a test starts (clients, servers, process watchers) is
+// stopped and waited for by the end.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // bed returns a bed of the named hosts, removed at the end of the test,
 // or skips the test where namespaces cannot be made.
