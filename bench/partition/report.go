@@ -168,7 +168,10 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 	for _, f := range r.Faults {
-		fmt.Fprintf(w, "  %s: %s\n", f.Name, f.What)
+		fmt.Fprintf(w, "  %.1f s %s: %s\n", f.StartS, f.Name, f.What)
+		if len(f.Waited) > 0 {
+			fmt.Fprintf(w, "      after the heal it waited for: %s\n", strings.Join(f.Waited, "; "))
+		}
 	}
 	for _, s := range r.Skipped {
 		fmt.Fprintf(w, "  skipped: %s\n", s)
