@@ -50,41 +50,8 @@ func TestPartitions(t *testing.T) {
 	var out strings.Builder
 	rep.print(&out)
 	t.Logf("after %v:\n%s", time.Since(start).Round(time.Second), out.String())
-	var known []string
 	for _, f := range rep.Failures {
-		if knownNoHolder(f) {
-			known = append(known, f)
-			continue
-		}
 		t.Error(f)
-	}
-	if len(known) > 0 && !t.Failed() {
-		// Every other check passed; this one is a known slicerd bug.
-		t.Skipf("known slicerd bug: after a fault heals, the Assigners can disagree on which of them is preferred for a job "+
-			"(each deferring to another), and since tasks report load to every Assigner (3a0a1b9) no forwarded write makes "+
-			"either adopt the job, so it has no lease holder until the coordinates change: %s", strings.Join(known, "; "))
-	}
-}
-
-// knownNoHolder reports whether a failed check is the known bug of a job
-// left without a lease holder: a fault that never converged, or found no
-// holder to aim at, because nobody held a lease — not a slow convergence
-// that passed through such a moment.
-func knownNoHolder(failure string) bool {
-	return strings.Contains(failure, noHolder) && !strings.Contains(failure, "later than")
-}
-
-func TestKnownNoHolder(t *testing.T) {
-	for f, want := range map[string]bool{
-		"etcd leader isolated (x): not converged 30s after the heal: job kv: " + noHolder + ` ("")`:     true,
-		"fault lease holder isolated with a minority: skipped: job kv: " + noHolder + " 10s after":      true,
-		"x: converged 12.00 s after the heal, later than 10s; it waited for: +0.1s job kv: " + noHolder: false,
-		"strong job: 10 requests on 1 keys: 1 double owners, 0 token regressions":                       false,
-		"x: not converged 30s after the heal: job kv: node n1 serves generation 3, the store holds 4":   false,
-	} {
-		if got := knownNoHolder(f); got != want {
-			t.Errorf("knownNoHolder(%q) = %v", f, got)
-		}
 	}
 }
 
