@@ -61,6 +61,13 @@ type Config struct {
 	ReapInterval     time.Duration
 	ReconnectTimeout time.Duration
 	TombstoneTimeout time.Duration
+	// ReconnectInterval is how often the cluster, in aggregate, tries to
+	// reconnect to each member it holds failed (serf's default: 30 s).
+	// After a partition heals, the two sides hold each other failed until
+	// one reconnects: that, not failure detection, bounds how soon they
+	// merge again. Each try is one TCP connection to one failed member.
+	// 0: DefaultReconnectInterval.
+	ReconnectInterval time.Duration
 	// DeadNodeReclaimTime is how long after a member is declared failed its
 	// name stays bound to its old address. Zero frees the name at once, so
 	// a task restarted elsewhere under the same name rejoins without delay.
@@ -116,6 +123,10 @@ type Config struct {
 // error towards the probed member), and twenty leave every member a copy
 // of it taken after a dozen.
 const DefaultSettleSamples = 20
+
+// DefaultReconnectInterval is Config.ReconnectInterval when unset: the
+// two sides of a healed partition find each other within about this long.
+const DefaultReconnectInterval = 2 * time.Second
 
 // DefaultConfig returns the configuration for a node on a LAN: the lan
 // profile, bound to 127.0.0.1:7946. NodeName and Self must still be set.
@@ -225,6 +236,7 @@ func (c Config) validate() (map[string]string, error) {
 		{"gossip interval", c.GossipInterval}, {"push-pull interval", c.PushPullInterval},
 		{"reap interval", c.ReapInterval},
 		{"reconnect timeout", c.ReconnectTimeout}, {"tombstone timeout", c.TombstoneTimeout},
+		{"reconnect interval", c.ReconnectInterval},
 		{"dead node reclaim time", c.DeadNodeReclaimTime},
 	} {
 		if d.v < 0 {
@@ -331,6 +343,10 @@ func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events c
 	}
 	if c.TombstoneTimeout > 0 {
 		sc.TombstoneTimeout = c.TombstoneTimeout
+	}
+	sc.ReconnectInterval = DefaultReconnectInterval
+	if c.ReconnectInterval > 0 {
+		sc.ReconnectInterval = c.ReconnectInterval
 	}
 	// A leave waits for its broadcast to leave our queue (BroadcastTimeout)
 	// and then stays up to answer probes while it spreads

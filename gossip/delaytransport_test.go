@@ -20,6 +20,7 @@ func delayedNode(t *testing.T, name string, self Peer, delay func(from, to strin
 	return testNode(t, name, self, func(c *Config) {
 		c.Transport = NewDelayTransport(inner, delay)
 		c.ProbeTimeout = 200 * time.Millisecond // above the injected round trip
+		c.ReconnectInterval = 200 * time.Millisecond
 	})
 }
 
@@ -55,6 +56,10 @@ func TestDelayTransportConverges(t *testing.T) {
 	drop.Store(true)
 	testwait.For(t, "a to see b failed behind the dropped link", hasStatus(a, "b", StatusFailed))
 	testwait.For(t, "b to see a failed behind the dropped link", hasStatus(b, "a", StatusFailed))
+
+	// Healed, the two find each other again.
+	drop.Store(false)
+	testwait.For(t, "the healed pair to see each other alive again", func() bool { return allAlive(a, "a", "b")() && allAlive(b, "a", "b")() })
 }
 
 func TestDelayTransportShutdownDiscardsQueued(t *testing.T) {

@@ -440,7 +440,7 @@ func TestDefaultConfig(t *testing.T) {
 	sc := c.serfConfig(slog.New(slog.DiscardHandler), nil, nil, &mergeGuard{})
 	if sc.MemberlistConfig.ProbeInterval != 400*time.Millisecond || sc.MemberlistConfig.ProbeTimeout != 200*time.Millisecond ||
 		sc.MemberlistConfig.SuspicionMult != 3 || sc.MemberlistConfig.BindPort != 7946 ||
-		sc.EnableNameConflictResolution || sc.SnapshotPath != "" || sc.DisableCoordinates {
+		sc.EnableNameConflictResolution || sc.SnapshotPath != "" || sc.DisableCoordinates || sc.ReconnectInterval != DefaultReconnectInterval {
 		t.Errorf("lan serf config: %+v / %+v", sc, sc.MemberlistConfig)
 	}
 	tc := TestConfig("t")
