@@ -121,6 +121,10 @@ func (r retryable) Unwrap() error { return r.err }
 // replica), retrying with backoff while a task refuses the key (421),
 // cannot be reached, or is not yet known.
 func (c *Client) do(ctx context.Context, method, key string, body []byte, all bool, handle func(*http.Response) error) error {
+	if err := ctx.Err(); err != nil {
+		// Both channels below would be ready: say what happened.
+		return fmt.Errorf("kvcache: %s %q: not sent: %w", method, key, err)
+	}
 	select {
 	case <-c.clerk.Ready():
 	case <-ctx.Done():
