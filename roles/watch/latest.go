@@ -382,6 +382,9 @@ func (l *Latest) Stream(ctx context.Context, stopping <-chan struct{}, known ass
 	// (the server's, the gate's, auth's, connect-go's) on every call, a
 	// cache miss per link at every wake of every stream.
 	done := ctx.Done()
+	// waited: the stream gave back its start place (startgate.Waiting,
+	// itself a walk of that chain) when it first waited.
+	waited := false
 	for {
 		s := l.get()
 		switch {
@@ -401,7 +404,10 @@ func (l *Latest) Stream(ctx context.Context, stopping <-chan struct{}, known ass
 			return s.err
 		}
 		l.settle(sub, paceIdle)
-		startgate.Waiting(ctx) // its start is over: it waits for a change
+		if !waited {
+			startgate.Waiting(ctx) // its start is over: it waits for a change
+			waited = true
+		}
 		<-sub.wake
 		select {
 		case <-done:
