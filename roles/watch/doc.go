@@ -6,8 +6,9 @@
 //
 //   - Latest, the newest assignment of one job and its waiting streams:
 //     a slow stream skips to the newest generation instead of queueing,
-//     the publisher never waits, and a change to a job with many streams
-//     wakes them in a paced round (latest.go);
+//     the publisher never waits, and a change is sent to every stream by
+//     a round of a few workers while the streams' handlers sleep
+//     (latest.go);
 //   - Message and Codec, the one protobuf encoding of a generation (and
 //     of each delta) that every stream sends, and the budget of send
 //     copies in flight (send.go);

@@ -14,31 +14,38 @@ import (
 	"github.com/slicerd/slicerd/internal/startgate"
 )
 
-// Latest holds the newest assignment of one job and wakes every waiter when
-// it changes. Waiters hold no per-subscriber queue: each reads the newest
-// value after waking, so a slow stream skips intermediate generations instead
-// of slowing the publisher or buffering without bound.
+// Latest holds the newest assignment of one job and sends it to every
+// stream when it changes. Streams hold no per-subscriber queue: each is
+// sent the newest value when its turn comes, so a slow stream skips
+// intermediate generations instead of slowing the publisher or buffering
+// without bound.
 //
 // Readers take no lock: every change installs a new immutable state,
-// so the streams a change wakes (up to one per subscriber) load it from
-// one atomic pointer instead of queueing on a mutex. Writers serialise on
-// mu.
+// which the senders load from one atomic pointer instead of queueing on a
+// mutex. Writers serialise on mu.
 //
-// Each stream waits on a channel of its own, which a change signals, one
-// group of streams after another, a group being the streams of one client
-// connection: the streams of one HTTP/2 connection then run back to back,
-// so the connection can write their frames in fewer flushes, and a waiting
-// stream costs one channel receive rather than a select over channels that
-// thousands of streams share.
-//
-// A change to a job with more than paceLimit streams wakes them in a
-// paced round: at most paceLimit of them are woken and still sending at
-// any moment, so that a fan-out to 100,000 streams never puts 100,000
-// goroutines in the scheduler's run queue at once, where gossip's probe
+// A change is sent in a round: a few worker goroutines (roundWorkers) walk
+// the job's streams, one group of streams after another, a group being the
+// streams of one client connection, and call each stream's send function
+// on its handler's behalf while the handler waits. The handler goroutines
+// of the job's streams stay asleep: a change costs one send per stream
+// from a goroutine that is already running, rather than waking each
+// stream's goroutine to send for itself (a wake-up, a switch to a stack
+// that went cold, and back to sleep, for every stream of every change).
+// Consecutive streams of a connection are sent by different workers, so
+// the connection can write their frames in fewer flushes; and since only
+// the workers send, a fan-out to 100,000 streams never puts 100,000
+// goroutines in the scheduler's run queue, where gossip's probe
 // acknowledgements and the Assigner's work would queue behind them.
-// Senders that make no progress for paceStall (stalled subscribers, whose
-// sends wait for --stream-write-timeout) do not hold the round up: it
-// then lets paceLimit more go.
+//
+// Whoever sends on a stream holds its subscriber's mutex: its handler
+// while it sends the stream's first messages and whenever it wakes (its
+// context ended, or a worker's send failed), or a worker. A worker that
+// finds a stream held skips it and wakes its handler, which sends what is
+// new once it holds the stream. A worker whose send waits on a
+// subscriber that does not read holds only that stream; when no send of
+// the round finished for paceStall, the round starts another worker, so
+// stalled subscribers do not hold the others up.
 type Latest struct {
 	mu      sync.Mutex
 	state   atomic.Pointer[state]
@@ -47,39 +54,40 @@ type Latest struct {
 	subMu sync.Mutex
 	subs  map[string]map[*subscriber]struct{} // by group
 
-	round    atomic.Uint64 // the latest wake-up round; a pacer stops when it is not its own
-	inflight atomic.Int64  // streams a pacer woke that have not finished sending
-	released chan struct{} // signalled when inflight falls to paceLimit/2, and by stopPacing
-	// pacers are the pacing goroutines, at most one running its round and
-	// any superseded one on its way out. A round ends when every stream
-	// was woken (at the latest n/paceLimit × paceStall after it began),
-	// when a later change starts another, or at stopPacing, which end
-	// calls and which waits for them.
+	round    atomic.Uint64 // the latest round; a round's goroutines stop when it is not their own
+	released chan struct{} // nudges a round's supervisor to look at its round (stopPacing)
+	// pacers are the rounds' supervisors, at most one running its round
+	// and any superseded one on its way out. A round ends when every
+	// stream was taken by a worker, when a later change starts another,
+	// or at stopPacing, which End calls and which waits for them.
 	pacers  sync.WaitGroup
-	running atomic.Int32 // pacing goroutines started and not yet returned
+	running atomic.Int32 // supervisors started and not yet returned
+	// senders are the rounds' workers. A worker stops when its round
+	// ends, once its send in progress returns: a send to a subscriber
+	// that does not read, at the latest after the stream write timeout,
+	// and the stream's handler waits for it before it returns.
+	senders sync.WaitGroup
 }
 
-// Pacing of large wake-ups.
+// Rounds.
 const (
-	paceLimit = 512
-	paceStall = 50 * time.Millisecond
+	roundWorkers = 32
+	paceStall    = 50 * time.Millisecond
 )
 
-// subscriber is one waiting stream: wake is signalled at every change and
-// when its context ends. paced is its part in a pacing round.
+// subscriber is one stream. wake is signalled when its context ends, when
+// a worker's send for it failed, and when a worker found it held.
 type subscriber struct {
-	wake  chan struct{}
-	paced atomic.Int32
+	wake chan struct{}
+	// mu is held by whoever sends on the stream: its handler or a worker.
+	mu sync.Mutex
+	// Under mu:
+	known  assign.Version // the version the stream's subscriber holds
+	deltas bool           // the subscriber applies deltas
+	send   func(*Message) error
+	err    error // a worker's send failed: the handler returns it
+	gone   bool  // the handler returned: nobody may send on the stream
 }
-
-// subscriber.paced: a pacer counts a stream in inflight on idle → woken,
-// and the stream uncounts itself on woken → idle (nothing left to send)
-// or woken → gone (it ended); a gone stream is never counted again.
-const (
-	paceIdle int32 = iota
-	paceWoken
-	paceGone
-)
 
 func (s *subscriber) signal() {
 	select {
@@ -88,10 +96,11 @@ func (s *subscriber) signal() {
 	}
 }
 
-// subscribe registers a stream of group; the returned function
-// unregisters it.
-func (l *Latest) subscribe(group string) (*subscriber, func()) {
-	sub := &subscriber{wake: make(chan struct{}, 1)}
+// subscribe registers a stream of group, its mutex held by the caller;
+// the returned function unregisters it.
+func (l *Latest) subscribe(group string, known assign.Version, deltas bool, send func(*Message) error) (*subscriber, func()) {
+	sub := &subscriber{wake: make(chan struct{}, 1), known: known, deltas: deltas, send: send}
+	sub.mu.Lock()
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
 	if l.subs == nil {
@@ -113,18 +122,56 @@ func (l *Latest) subscribe(group string) (*subscriber, func()) {
 	}
 }
 
-// wakeAll signals every subscriber, group by group: at once when they
-// are few, else in a paced round of its own.
+// deliver sends sub every assignment that supersedes what it holds, the
+// delta where it can; sub.mu is held. It returns the send's error, or the
+// Latest's when it has no assignment and failed.
+func (l *Latest) deliver(sub *subscriber) error {
+	for {
+		s := l.get()
+		switch {
+		case s.a != nil && s.a.Version().Supersedes(sub.known):
+			msg := s.msg
+			if sub.deltas {
+				if d := s.delta(sub.known); d != nil {
+					msg = d
+				}
+			}
+			if err := sub.send(msg); err != nil {
+				return err
+			}
+			sub.known = s.a.Version()
+		case s.a == nil && s.err != nil:
+			return s.err
+		default:
+			return nil
+		}
+	}
+}
+
+// sendFor delivers to sub on its handler's behalf, unless someone holds
+// the stream: then its handler is woken, to deliver once it holds it. A
+// failed send is left for the handler to return.
+func (l *Latest) sendFor(sub *subscriber) {
+	if !sub.mu.TryLock() {
+		sub.signal()
+		return
+	}
+	if !sub.gone && sub.err == nil {
+		if err := l.deliver(sub); err != nil {
+			sub.err = err
+			sub.signal()
+		}
+	}
+	sub.mu.Unlock()
+}
+
+// wakeAll sends the held state to every subscriber in a round of its own,
+// group after group.
 func (l *Latest) wakeAll() {
 	l.subMu.Lock()
 	n := 0
 	for _, g := range l.subs {
 		n += len(g)
-	}
-	if n <= paceLimit {
-		l.subMu.Unlock()
-		l.wakeNow()
-		return
 	}
 	subs := make([]*subscriber, 0, n)
 	for _, g := range l.subs {
@@ -134,9 +181,9 @@ func (l *Latest) wakeAll() {
 	}
 	l.subMu.Unlock()
 	round := l.round.Add(1)
-	// The round ends when every stream was woken, or when a later change
-	// starts another; with every sender stuck that takes
-	// n/paceLimit × paceStall.
+	if len(subs) == 0 {
+		return
+	}
 	l.running.Add(1)
 	l.pacers.Go(func() {
 		defer l.running.Add(-1)
@@ -144,9 +191,10 @@ func (l *Latest) wakeAll() {
 	})
 }
 
-// wakeNow signals every subscriber at once, group by group; a round under
-// way stops, since everyone is woken.
+// wakeNow wakes every subscriber's handler at once, group by group; a
+// round under way stops.
 func (l *Latest) wakeNow() {
+	l.round.Add(1)
 	l.subMu.Lock()
 	for _, g := range l.subs {
 		for sub := range g {
@@ -154,62 +202,75 @@ func (l *Latest) wakeNow() {
 		}
 	}
 	l.subMu.Unlock()
-	l.round.Add(1)
 }
 
-// pace wakes subs in order, keeping at most limit of them woken and still
-// sending; limit grows by paceLimit whenever no sender finished for
-// paceStall.
+// pace runs a round: roundWorkers workers take subs in order, and each
+// worker that finished no send for paceStall (its subscriber does not
+// read) is replaced by two, so that a run of stalled subscribers, such as
+// every stream of a client that stopped reading, holds the round up for a
+// few paceStalls rather than one per stream.
 func (l *Latest) pace(round uint64, subs []*subscriber) {
-	limit := int64(paceLimit)
-	var t *time.Timer
-	for i := 0; i < len(subs); {
+	var next atomic.Int64
+	taken := make(chan struct{})
+	var takenOnce sync.Once
+	type worker struct {
+		sent     atomic.Int64
+		last     int64
+		replaced bool
+	}
+	var workers []*worker
+	start := func(n int) {
+		for range n {
+			w := &worker{}
+			workers = append(workers, w)
+			l.senders.Go(func() {
+				for l.round.Load() == round {
+					i := next.Add(1) - 1
+					if i >= int64(len(subs)) {
+						takenOnce.Do(func() { close(taken) })
+						return
+					}
+					l.sendFor(subs[i])
+					w.sent.Add(1)
+				}
+			})
+		}
+	}
+	start(min(roundWorkers, len(subs)))
+	t := time.NewTicker(paceStall)
+	defer t.Stop()
+	for {
+		select {
+		case <-taken:
+			return
+		case <-l.released:
+		case <-t.C:
+		}
 		if l.round.Load() != round {
 			return
 		}
-		for ; i < len(subs) && l.inflight.Load() < limit; i++ {
-			sub := subs[i]
-			if sub.paced.CompareAndSwap(paceIdle, paceWoken) {
-				l.inflight.Add(1)
+		stuck := 0
+		for _, w := range workers {
+			if n := w.sent.Load(); n != w.last || w.replaced {
+				w.last = n
+				continue
 			}
-			sub.signal()
+			w.replaced = true
+			stuck++
 		}
-		if i == len(subs) {
-			return
-		}
-		if t == nil {
-			t = time.NewTimer(paceStall)
-			defer t.Stop()
-		} else {
-			t.Reset(paceStall)
-		}
-		select {
-		case <-l.released:
-		case <-t.C:
-			limit += paceLimit
-		}
+		start(2 * stuck)
 	}
 }
 
-// stopPacing ends any pacing round and waits for its goroutine.
+// stopPacing ends any round and waits for its supervisor; its workers
+// stop after their sends in progress.
 func (l *Latest) stopPacing() {
 	l.round.Add(1)
 	select {
-	case l.released <- struct{}{}: // a pacer waiting for senders looks at its round
+	case l.released <- struct{}{}: // a supervisor waiting for its tick looks at its round
 	default:
 	}
 	l.pacers.Wait()
-}
-
-// settle uncounts sub from inflight if a pacer counted it: the stream has
-// nothing left to send (to paceIdle) or ended (to paceGone).
-func (l *Latest) settle(sub *subscriber, to int32) {
-	if sub.paced.Swap(to) == paceWoken && l.inflight.Add(-1) <= paceLimit/2 {
-		select {
-		case l.released <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // deltaBases is how many earlier generations a Latest keeps to send
@@ -323,9 +384,10 @@ func (l *Latest) Fail(err error) {
 }
 
 // End drops the held assignment and ends every stream of l with err: the
-// job is gone. Its streams are woken at once, not paced (they end without
-// sending), and any pacing round is stopped and waited for. A later
-// publish starts afresh.
+// job is gone. Its streams' handlers are woken at once (they end without
+// sending, each once a worker's send in progress on it returns), and any
+// round is stopped and its supervisor waited for. A later publish starts
+// afresh.
 func (l *Latest) End(err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -368,47 +430,42 @@ func (s *state) delta(known assign.Version) *Message {
 
 // Stream sends every assignment that supersedes known until ctx ends or l
 // fails before it has any assignment; as deltas where it can when deltas
-// is set (the subscriber applies them). It waits for changes in group,
-// the caller's connection ("" for none). stopping is closed when the
-// agent shuts down, which then cancels ctx: a stream ended so returns
-// UNAVAILABLE, telling the client to reconnect elsewhere.
+// is set (the subscriber applies them). The stream's first messages are
+// sent here, the later ones by the rounds' workers while this waits (see
+// Latest). It is in group, the caller's connection ("" for none).
+// stopping is closed when the agent shuts down, which then cancels ctx: a
+// stream ended so returns UNAVAILABLE, telling the client to reconnect
+// elsewhere.
 func (l *Latest) Stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, deltas bool, group string, send func(*Message) error) error {
-	sub, unsubscribe := l.subscribe(group)
+	sub, unsubscribe := l.subscribe(group, known, deltas, send)
 	defer unsubscribe()
-	defer l.settle(sub, paceGone)
 	stop := context.AfterFunc(ctx, sub.signal)
 	defer stop()
+	// sub.mu is held but while the handler waits; no worker sends on the
+	// stream once it returns.
+	defer func() {
+		sub.gone = true
+		sub.mu.Unlock()
+	}()
 	// done is read once: ctx.Err walks the request's chain of contexts
 	// (the server's, the gate's, auth's, connect-go's) on every call, a
-	// cache miss per link at every wake of every stream.
+	// cache miss per link.
 	done := ctx.Done()
-	// waited: the stream gave back its start place (startgate.Waiting,
-	// itself a walk of that chain) when it first waited.
 	waited := false
 	for {
-		s := l.get()
-		switch {
-		case s.a != nil && s.a.Version().Supersedes(known):
-			msg := s.msg
-			if deltas {
-				if d := s.delta(known); d != nil {
-					msg = d
-				}
-			}
-			if err := send(msg); err != nil {
-				return err
-			}
-			known = s.a.Version()
-			continue
-		case s.a == nil && s.err != nil:
-			return s.err
+		if sub.err != nil {
+			return sub.err
 		}
-		l.settle(sub, paceIdle)
+		if err := l.deliver(sub); err != nil {
+			return err
+		}
+		sub.mu.Unlock()
 		if !waited {
-			startgate.Waiting(ctx) // its start is over: it waits for a change
+			startgate.Waiting(ctx) // its start is over: it waits
 			waited = true
 		}
 		<-sub.wake
+		sub.mu.Lock()
 		select {
 		case <-done:
 			// The agent cancels every request's context when it stops.

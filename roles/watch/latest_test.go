@@ -117,9 +117,7 @@ func pacedStreams(t *testing.T, l *Latest, n int, send func(*Message) error) {
 		cancel()
 		wg.Wait()
 		l.pacers.Wait()
-		if got := l.inflight.Load(); got != 0 {
-			t.Errorf("%d streams still counted in flight after every stream ended", got)
-		}
+		l.senders.Wait()
 	})
 	for i := range n {
 		known := l.Current().Version()
@@ -133,10 +131,10 @@ func pacedAssignment(gen uint64) *assign.Assignment {
 		Slices: []assign.Slice{{Start: 0, End: assign.KeySpaceEnd, Tasks: []string{"a"}}}}
 }
 
-// A change to many streams wakes at most paceLimit of them at a time
-// while their sends finish, and still reaches every one.
+// A change to many streams is sent by at most roundWorkers senders at a
+// time while their sends finish, and still reaches every one.
 func TestPacedWakeUpBoundsSendsInFlight(t *testing.T) {
-	const n = 4 * paceLimit
+	const n = 16 * roundWorkers
 	l := New()
 	l.Publish(pacedAssignment(1), time.Time{})
 	var inSend, most, sent atomic.Int64
@@ -155,15 +153,16 @@ func TestPacedWakeUpBoundsSendsInFlight(t *testing.T) {
 	})
 	l.Publish(pacedAssignment(2), time.Time{})
 	testwait.For(t, "every stream to send generation 2", func() bool { return sent.Load() == n })
-	if m := most.Load(); m > paceLimit {
-		t.Errorf("%d sends at once; the pacer allows %d", m, paceLimit)
+	if m := most.Load(); m > roundWorkers {
+		t.Errorf("%d sends at once; a round has %d workers", m, roundWorkers)
 	}
 }
 
 // Streams whose sends never finish (stalled subscribers) do not keep the
-// others from their update: the round lets more go after paceStall.
+// others from their update: the round replaces a stuck worker after
+// paceStall.
 func TestPacedWakeUpGoesPastStalledSends(t *testing.T) {
-	const n = 3 * paceLimit
+	const n = 48 * roundWorkers
 	l := New()
 	l.Publish(pacedAssignment(1), time.Time{})
 	release := make(chan struct{})
@@ -178,10 +177,11 @@ func TestPacedWakeUpGoesPastStalledSends(t *testing.T) {
 	testwait.For(t, "every stream to start sending generation 2", func() bool { return sent.Load() == n })
 }
 
-// end stops a pacing round under way and waits for its goroutine, and
-// every stream, woken at once, ends with the error.
+// end stops a round under way and waits for its supervisor, and every
+// stream, woken at once, ends with the error once its send in progress
+// returns.
 func TestEndStopsPacing(t *testing.T) {
-	const n = 3 * paceLimit
+	const n = 48 * roundWorkers
 	l := New()
 	l.Publish(pacedAssignment(1), time.Time{})
 	release := make(chan struct{})
@@ -192,7 +192,7 @@ func TestEndStopsPacing(t *testing.T) {
 		return nil
 	})
 	l.Publish(pacedAssignment(2), time.Time{})
-	testwait.For(t, "the first paced streams to start sending generation 2", func() bool { return sent.Load() >= paceLimit })
+	testwait.For(t, "the first streams to start sending generation 2", func() bool { return sent.Load() >= roundWorkers })
 	done := make(chan struct{})
 	go func() {
 		l.End(errors.New("job deleted"))
