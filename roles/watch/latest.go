@@ -71,7 +71,7 @@ type Latest struct {
 
 // Rounds.
 const (
-	roundWorkers = 32
+	roundWorkers = 256
 	paceStall    = 50 * time.Millisecond
 )
 

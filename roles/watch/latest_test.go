@@ -134,7 +134,7 @@ func pacedAssignment(gen uint64) *assign.Assignment {
 // A change to many streams is sent by at most roundWorkers senders at a
 // time while their sends finish, and still reaches every one.
 func TestPacedWakeUpBoundsSendsInFlight(t *testing.T) {
-	const n = 16 * roundWorkers
+	const n = 8 * roundWorkers
 	l := New()
 	l.Publish(pacedAssignment(1), time.Time{})
 	var inSend, most, sent atomic.Int64
@@ -162,7 +162,7 @@ func TestPacedWakeUpBoundsSendsInFlight(t *testing.T) {
 // others from their update: the round replaces a stuck worker after
 // paceStall.
 func TestPacedWakeUpGoesPastStalledSends(t *testing.T) {
-	const n = 48 * roundWorkers
+	const n = 12 * roundWorkers
 	l := New()
 	l.Publish(pacedAssignment(1), time.Time{})
 	release := make(chan struct{})
@@ -181,7 +181,7 @@ func TestPacedWakeUpGoesPastStalledSends(t *testing.T) {
 // stream, woken at once, ends with the error once its send in progress
 // returns.
 func TestEndStopsPacing(t *testing.T) {
-	const n = 48 * roundWorkers
+	const n = 12 * roundWorkers
 	l := New()
 	l.Publish(pacedAssignment(1), time.Time{})
 	release := make(chan struct{})
