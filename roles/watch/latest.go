@@ -43,9 +43,9 @@ import (
 // context ended, or a worker's send failed), or a worker. A worker that
 // finds a stream held skips it and wakes its handler, which sends what is
 // new once it holds the stream. A worker whose send waits on a
-// subscriber that does not read holds only that stream; when no send of
-// the round finished for paceStall, the round starts another worker, so
-// stalled subscribers do not hold the others up.
+// subscriber that does not read holds only that stream; a worker that
+// finished no send for paceStall is replaced by another, so stalled
+// subscribers do not hold the others up.
 type Latest struct {
 	mu      sync.Mutex
 	state   atomic.Pointer[state]
@@ -206,9 +206,10 @@ func (l *Latest) wakeNow() {
 
 // pace runs a round: roundWorkers workers take subs in order, and each
 // worker that finished no send for paceStall (its subscriber does not
-// read) is replaced by two, so that a run of stalled subscribers, such as
-// every stream of a client that stopped reading, holds the round up for a
-// few paceStalls rather than one per stream.
+// read) is replaced by another, so that a run of stalled subscribers,
+// such as every stream of a client that stopped reading, holds the round
+// up for one paceStall per roundWorkers of them rather than one per
+// stream.
 func (l *Latest) pace(round uint64, subs []*subscriber) {
 	var next atomic.Int64
 	taken := make(chan struct{})
@@ -258,7 +259,9 @@ func (l *Latest) pace(round uint64, subs []*subscriber) {
 			w.replaced = true
 			stuck++
 		}
-		start(2 * stuck)
+		// One for one, and never more than the streams not yet taken: a
+		// process starved of CPU makes every worker look stuck.
+		start(min(stuck, max(0, len(subs)-int(next.Load()))))
 	}
 }
 
