@@ -38,6 +38,9 @@ func newBalanceFixture(t *testing.T, members *fakeMembers, jcfg *assign.Config) 
 	}
 	cfg := testConfig(t, "n")
 	cfg.RebalanceInterval = time.Second
+	// Decisions are taken under the lease: it must outlast the test on a
+	// busy machine (nothing here renews it or waits for it to lapse).
+	cfg.JobLeaseTTL = 30 * time.Second
 	f := &balanceFixture{as: testAssigner(t, cfg, store, members, nil), now: time.Unix(1000, 0)}
 	lead(t, f.as, "kv")
 	f.as.loads.now = func() time.Time { return f.now }

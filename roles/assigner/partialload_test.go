@@ -39,6 +39,9 @@ func takeoverWithReports(t *testing.T, reporting ...string) (*Assigner, *time.Ti
 	}
 	cfg := testConfig(t, "a2")
 	cfg.RebalanceInterval = time.Second
+	// The lease must outlast the test's decisions on a busy machine:
+	// nothing here waits for it to lapse.
+	cfg.JobLeaseTTL = 30 * time.Second
 	a := testAssigner(t, cfg, store, members, nil)
 	now := time.Unix(1000, 0)
 	a.loads.now = func() time.Time { return now }
