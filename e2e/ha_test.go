@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
 )
@@ -60,21 +60,10 @@ func startHACluster(t *testing.T) *haCluster {
 }
 
 // logBuffer is a slog destination the test can search.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type logBuffer struct{ testlog.Buffer }
 
 func (b *logBuffer) contains(substrs ...string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return hasLine(b.buf.String(), substrs...)
+	return hasLine(b.String(), substrs...)
 }
 
 // hasLine reports whether one line of text holds every one of substrs.

@@ -1,12 +1,10 @@
 package inprocess
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/internal/clustertest"
+	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/storage"
@@ -133,23 +132,12 @@ func TestDeleteJobAcrossAssigners(t *testing.T) {
 }
 
 // logLines collects an agent's log lines.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logLines struct{ testlog.Buffer }
 
 // count returns how many lines contain every one of substrs.
 func (l *logLines) count(substrs ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	n := 0
-	for _, line := range strings.Split(l.buf.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		all := true
 		for _, s := range substrs {
 			all = all && strings.Contains(line, s)
