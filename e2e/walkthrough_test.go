@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,16 +55,17 @@ func TestSecurityWalkthrough(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	// Every host:port of the page gets a free loopback port.
 	ports := map[string]string{}
-	for _, hp := range regexp.MustCompile(`10\.0\.0\.\d:\d+`).FindAllString(section, -1) {
+	hostPort := regexp.MustCompile(`10\.0\.0\.\d:\d+`)
+	for _, hp := range hostPort.FindAllString(section, -1) {
 		_, port, _ := strings.Cut(hp, ":")
 		for n := 1; n <= 3; n++ { // the page shows n1; n2 and n3 have theirs
 			if hp := fmt.Sprintf("10.0.0.%d:%s", n, port); ports[hp] == "" {
-				ports[hp] = freeLoopback(t)
+				ports[hp] = freeAddr(t)
 			}
 		}
 	}
 	mapAddrs := func(s string) string {
-		return regexp.MustCompile(`10\.0\.0\.\d:\d+`).ReplaceAllStringFunc(s, func(hp string) string { return ports[hp] })
+		return hostPort.ReplaceAllStringFunc(s, func(hp string) string { return ports[hp] })
 	}
 	binDir := filepath.Dir(bin.slicerd)
 	env := []string{"PATH=" + binDir + ":" + os.Getenv("PATH"), "HOME=" + filepath.Join(w, "home"), "SLICERD_LOG_FORMAT=json"}
@@ -204,16 +204,6 @@ func codeBlocks(md string) []string {
 		}
 	}
 	return blocks
-}
-
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func readFile(t *testing.T, path string) string {

@@ -72,12 +72,7 @@ func pull(t *testing.T, a *clustertest.Agent, job string) {
 
 func reporting(t *testing.T, a *clustertest.Agent, job string) uint32 {
 	t.Helper()
-	client := slicerv1connect.NewJobServiceClient(api.NewH2CClient(), api.RPCURL(a.Addr()))
-	resp, err := client.GetJob(context.Background(), connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
-	if err != nil {
-		t.Fatalf("GetJob(%s) from %s: %v", job, a.Name, err)
-	}
-	return resp.Msg.GetJob().GetReportingTasks()
+	return getJob(t, a, job).GetReportingTasks()
 }
 
 // The Assigner near a job's tasks becomes its preferred Assigner and is

@@ -571,10 +571,12 @@ func (a *Assigner) balanceAll(ctx context.Context) {
 		}
 		// An Assigner that started moments ago has not heard from every
 		// task yet: a task without a report would look idle.
-		if n, of := a.unknownLoad(name, j), len(a.liveTaskNames(name)); n > 0 && a.warmingUp() {
-			a.log.Debug("load decision waits until every task serving the job has reported here",
-				"job", name, "without_report", n, "live", of)
-			continue
+		if a.warmingUp() {
+			if n := a.unknownLoad(name, j); n > 0 {
+				a.log.Debug("load decision waits until every task serving the job has reported here",
+					"job", name, "without_report", n)
+				continue
+			}
 		}
 		if err := a.reconcile(ctx, name, triggerLoad); err != nil {
 			a.log.Error("load-driven rebalance failed; keeping the current assignment until the next interval", "job", name, "err", err)
