@@ -37,10 +37,7 @@ func TestAssignerFailover(t *testing.T) {
 
 	var took []time.Duration
 	for round := 1; round <= rounds; round++ {
-		testwait.Until(t, 60*time.Second, "both assigners to agree the near one leads job kv", func() bool {
-			g := lastCommitted(h.near)
-			return h.nearLeads() && g >= lastCommitted(h.far) && r.c.Generation() >= g
-		})
+		h.waitNearLeads(t, r)
 		done := r.phase()
 		before := r.c.Generation()
 		killed := time.Now()

@@ -211,9 +211,7 @@ func TestClientsSurviveControlPlaneLoss(t *testing.T) {
 	})
 	// Until network coordinates settle, either Assigner may lead; then the
 	// near one must take the job and keep it.
-	testwait.Until(t, 30*time.Second, "both assigners to agree the near one leads job kv", func() bool {
-		return h.nearLeads() && r.c.Generation() >= lastCommitted(h.near)
-	})
+	h.waitNearLeads(t, r)
 	led := r.c.Generation()
 	testwait.Until(t, 10*time.Second, "the client to see the near assigner's generation", func() bool {
 		return r.c.Generation() >= lastCommitted(h.near)
@@ -298,6 +296,49 @@ func lastCommitted(p *slicerdNode) uint64 {
 		}
 	}
 	return last
+}
+
+// waitNearLeads waits until both Assigners agree that the near one leads
+// job kv, the near one has committed the job's newest generation and r's
+// client has it. On a timeout it says which of those failed, with each
+// Assigner's leadership lines, since the processes' whole outputs may be
+// too long to read where the failure is reported.
+func (h *haCluster) waitNearLeads(t *testing.T, r *router) {
+	t.Helper()
+	var state string
+	_, ok := testwait.Poll(t, 60*time.Second, func() bool {
+		near, far := lastCommitted(h.near), lastCommitted(h.far)
+		client := r.c.Generation()
+		state = fmt.Sprintf("near's last word %q, far's %q; last committed by near %d, by far %d; the client has %d",
+			lastWordOnKV(h.near.output()), lastWordOnKV(h.far.output()), near, far, client)
+		return h.nearLeads() && near >= far && client >= near
+	})
+	if !ok {
+		t.Fatalf("timed out waiting for both assigners to agree the near one leads job kv: %s\n"+
+			"near's leadership lines:\n%s\nfar's leadership lines:\n%s",
+			state, leadershipLines(h.near.output()), leadershipLines(h.far.output()))
+	}
+}
+
+// leadershipLines are the last lines of an Assigner's output about who
+// generates job kv: lease changes, adoptions, takeovers and commits.
+func leadershipLines(output string) string {
+	var out []string
+	for _, line := range strings.Split(output, "\n") {
+		if !strings.Contains(line, `"job":"kv"`) {
+			continue
+		}
+		for _, s := range []string{"lease", "adopt", "took over", "preferred", "committed", "holder"} {
+			if strings.Contains(line, s) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	if len(out) > 40 {
+		out = out[len(out)-40:]
+	}
+	return strings.Join(out, "\n")
 }
 
 // nearLeads reports whether the near Assigner holds job kv and the far one
