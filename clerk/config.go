@@ -33,7 +33,9 @@ type Config struct {
 	// certificate (a client one for the job, spiffe://slicerd/client/JOB,
 	// or a task's) and accepts only servers whose certificate names a
 	// slicerd Distributor or Backup. With HTTPClient set too, HTTPClient
-	// carries the calls and must be configured for TLS itself.
+	// carries the calls and must be configured for TLS itself. Connect to
+	// a task with the configuration Clerk.TaskTLS returns, which accepts
+	// only the certificate of the task the assignment places there.
 	TLS *tlsconfig.Source
 	// MinBackoff and MaxBackoff bound the jittered wait between rounds of
 	// connection attempts; it doubles after every round in which no server

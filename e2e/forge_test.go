@@ -24,6 +24,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testwait"
@@ -71,6 +72,33 @@ func forgeAlive(t *testing.T, addr string, key []byte, p gossip.Peer, incarnatio
 	}); err != nil {
 		t.Fatal(err)
 	}
+	sendSealed(t, addr, key, msg.Bytes())
+}
+
+// forgedDead is memberlist's dead message (memberlist/net.go).
+type forgedDead struct {
+	Incarnation uint32
+	Node        string
+	From        string
+}
+
+// forgeDead sends to addr, encrypted with key as forgeAlive does, a dead
+// message about member node at the given incarnation, as if from member
+// from (a name other than node's: memberlist takes a dead message from
+// the member itself for a graceful leave).
+func forgeDead(t *testing.T, addr string, key []byte, node, from string, incarnation uint32) {
+	t.Helper()
+	msg := bytes.NewBuffer([]byte{5}) // memberlist's deadMsg
+	if err := codec.NewEncoder(msg, &codec.MsgpackHandle{}).Encode(&forgedDead{Incarnation: incarnation, Node: node, From: from}); err != nil {
+		t.Fatal(err)
+	}
+	sendSealed(t, addr, key, msg.Bytes())
+}
+
+// sendSealed sends msg to addr over UDP, encrypted with key as memberlist
+// encrypts packets (version 1: AES-GCM, a random nonce, no label).
+func sendSealed(t *testing.T, addr string, key, msg []byte) {
+	t.Helper()
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +112,7 @@ func forgeAlive(t *testing.T, addr string, key []byte, p gossip.Peer, incarnatio
 	if _, err := rand.Read(packet[1:]); err != nil {
 		t.Fatal(err)
 	}
-	packet = gcm.Seal(packet, packet[1:], msg.Bytes(), nil)
+	packet = gcm.Seal(packet, packet[1:], msg, nil)
 	conn, err := net.Dial("udp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +121,28 @@ func forgeAlive(t *testing.T, addr string, key []byte, p gossip.Peer, incarnatio
 	if _, err := conn.Write(packet); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAttackForgedDeadTask declares, with the gossip key alone, task kv-1
+// dead at the highest incarnation, which the task's refutations (wrapping
+// to 0) cannot outbid. The task must take its membership back: kv-1 is a
+// live member of the job again, and serves its keys, within a bound.
+func TestAttackForgedDeadTask(t *testing.T) {
+	tg := startTarget(t)
+	key := insiderKeys(t)[0]
+	victim := gossip.TaskMemberName("kv", "kv-1")
+	forged := time.Now()
+	for range 5 {
+		forgeDead(t, tg.node.gossipAddr, key, victim, gossip.TaskMemberName("kv", "kv-0"), math.MaxUint32)
+	}
+	testwait.Until(t, 20*time.Second, "the node to drop kv-1 from the assignment", func() bool {
+		return !slices.ContainsFunc(tg.clerk.Assignment().Tasks, func(task assign.Task) bool { return task.Name == "kv-1" })
+	})
+	dropped := time.Since(forged)
+	took := testwait.Until(t, 120*time.Second, "kv-1 to be back in the assignment", func() bool {
+		return slices.ContainsFunc(tg.clerk.Assignment().Tasks, func(task assign.Task) bool { return task.Name == "kv-1" })
+	})
+	t.Logf("kv-1 dropped %v after the forged dead message, back %v later", dropped.Round(time.Millisecond), took.Round(time.Millisecond))
 }
 
 // TestAttackForgedTaskAddress forges, with the gossip key alone, task

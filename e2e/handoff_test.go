@@ -18,7 +18,6 @@ import (
 // drains on SIGTERM) leave every key found at its new owner without being
 // written again.
 func TestHandoffBinary(t *testing.T) {
-	skipWithoutHandoff(t)
 	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
 	kvs := map[string]*kvTask{}
 	for _, name := range []string{"kv-0", "kv-1", "kv-2"} {

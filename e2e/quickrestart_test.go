@@ -45,11 +45,12 @@ func TestStrongJobSurvivesQuickRestart(t *testing.T) {
 	}
 	// served reports whether every key of a small set is answered by some
 	// task (a 404 for a key never written is an answer; a 421 is not).
+	hc, scheme := taskClient()
 	served := func() bool {
 		for k := range 8 {
 			ok := false
 			for _, task := range tasks {
-				resp, err := http.Get("http://" + task.addr + "/kv/" + fmt.Sprint("key-", k))
+				resp, err := hc.Get(scheme + "://" + task.addr + "/kv/" + fmt.Sprint("key-", k))
 				if err != nil {
 					continue
 				}

@@ -21,7 +21,6 @@ import (
 // falls more than 10 points below the warm cache's. bench/rolling measures
 // the same at ten tasks, with and without handoff.
 func TestRollingRestartBinary(t *testing.T) {
-	skipWithoutHandoff(t)
 	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
 	const tasks = 4
 	kvs := make([]*kvTask, tasks)

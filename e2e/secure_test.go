@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/slicerd/slicerd/api"
@@ -154,12 +153,23 @@ func rpcClient(job string) (*http.Client, func(addr string) string) {
 	return api.NewH2CClient(), api.RPCURL
 }
 
-// skipWithoutHandoff skips a test that needs state handoff when the
-// cluster runs with TLS: the example kvserver serves its clients (and
-// handoffs) over plain HTTP, so it turns handoff off when given TLS files.
-func skipWithoutHandoff(t *testing.T) {
-	t.Helper()
-	if secure {
-		t.Skip("kvserver turns state handoff off with TLS (it serves plain HTTP); this test runs without SLICERD_E2E_SECURE")
+// taskClient returns an HTTP client and the URL scheme for calling a kv
+// task directly, as a client of job kv: HTTPS with a client certificate in
+// secure mode, where kvserver serves only TLS (any task of kv is accepted;
+// kvcache.Client checks the very task).
+func taskClient() (*http.Client, string) {
+	src := clientSource("kv")
+	if src == nil {
+		return http.DefaultClient, "http"
 	}
+	cfg := src.ClientConfig(func(ids []identity.ID) error {
+		for _, id := range ids {
+			if id.Role == identity.Task && id.Job == "kv" {
+				return nil
+			}
+		}
+		return fmt.Errorf("certificate names no task of kv (has %v)", ids)
+	})
+	cfg.NextProtos = []string{"http/1.1"}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}, "https"
 }

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
 )
@@ -156,7 +159,22 @@ func TestSecurityWalkthrough(t *testing.T) {
 	}
 	kv := startEnv(t, "kv-0", "bash", env, "-euo", "pipefail", "-c", "cd "+w+"\n"+task)
 	kv.waitLine(30*time.Second, "kvserver task=kv-0")
-	kv.waitLine(30*time.Second, "state handoff is off")
+	// The task serves TLS with its own certificate, and no plain text.
+	conn, err := tls.Dial("tcp", ports["10.0.0.1:8080"], &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatalf("the task does not serve TLS at its address: %v", err)
+	}
+	ids, err := identity.FromCert(conn.ConnectionState().PeerCertificates[0])
+	conn.Close()
+	if err != nil || !(identity.Principal{IDs: ids}).TaskOf("kv", "kv-0") {
+		t.Errorf("the task's certificate names %v (%v), not task kv/kv-0", ids, err)
+	}
+	if resp, err := http.Get("http://" + ports["10.0.0.1:8080"] + "/kv/a"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound {
+			t.Errorf("the task answered a plain-text GET: HTTP %d", resp.StatusCode)
+		}
+	}
 
 	// 5. Operate: the CLI as an admin, by certificate and by token.
 	op := blocks[4]

@@ -3,9 +3,11 @@ package kvcache
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"sync/atomic"
@@ -34,8 +36,9 @@ const (
 // Client reads and writes the cache, routing each key with a Clerk to the
 // task that owns it. It is safe for concurrent use.
 type Client struct {
-	clerk *clerk.Clerk
-	hc    *http.Client
+	clerk  *clerk.Clerk
+	hc     *http.Client
+	scheme string // "https" when the Clerk has TLS
 
 	// Every request sent to a task, and those it satisfied; see Attempts.
 	attempts, satisfied atomic.Uint64
@@ -50,13 +53,38 @@ func (c *Client) Attempts() (attempts, satisfied uint64) {
 }
 
 // NewClient returns a Client routing with c. A nil hc uses
-// http.DefaultClient.
+// http.DefaultClient. When c has TLS, the client talks HTTPS with c's
+// certificate and replaces hc's transport with one that accepts a task only
+// if its certificate names the task the assignment places at the address
+// dialled (clerk.Clerk.TaskTLS); hc's other settings, such as its timeout,
+// are kept.
 func NewClient(c *clerk.Clerk, hc *http.Client) *Client {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &Client{clerk: c, hc: hc}
+	if !c.TLS() {
+		return &Client{clerk: c, hc: hc, scheme: "http"}
+	}
+	verified := *hc
+	verified.Transport = &http.Transport{
+		ForceAttemptHTTP2: true,
+		MaxIdleConns:      100,
+		IdleConnTimeout:   90 * time.Second,
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			cfg, err := c.TaskTLS(addr)
+			if err != nil {
+				return nil, err
+			}
+			d := tls.Dialer{Config: cfg}
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+	return &Client{clerk: c, hc: &verified, scheme: "https"}
 }
+
+// Close closes the idle connections of a client that made its own
+// transport (with TLS); a Client needs no other cleanup.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // Owner returns the address of a task the key routes to. When slicerd
 // replicated the key's slice, it is one of the replicas at random, so that
@@ -195,7 +223,7 @@ func (c *Client) send(ctx context.Context, addr, method, key string, body []byte
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+"/kv/"+url.PathEscape(key), rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+addr+"/kv/"+url.PathEscape(key), rd)
 	if err != nil {
 		return fmt.Errorf("kvcache: %s %q: %w", method, key, err)
 	}

@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -177,13 +178,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		cfg.TLS = src
-		if *handoff {
-			// Handoff streams between tasks are then mutually
-			// authenticated TLS, and this example serves plain HTTP.
-			log.Info("state handoff is off: with TLS the task's own server would have to serve TLS, which this example does not")
-			*handoff = false
-			cfg.ExportState, cfg.ImportState = nil, nil
-		}
 	}
 	var mln net.Listener // the metrics port, with -metrics-addr
 	reg := kvcache.NewMetricsRegistry()
@@ -221,14 +215,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	kv := kvcache.NewServer(sl, log, opts...)
 	cache.Store(kv)
-	// HTTP/1 for clients, cleartext HTTP/2 for the handoff streams of the
-	// job's other tasks.
+	// HTTP/1 for clients, HTTP/2 for the handoff streams of the job's
+	// other tasks. With TLS the task serves only TLS, presenting its task
+	// certificate (clients and the other tasks check that it names this
+	// task), and serves only callers whose certificate names a client or a
+	// task of the job.
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
+	var handler http.Handler = kv
+	var tlsConfig *tls.Config
+	if cfg.TLS != nil {
+		protocols.SetHTTP2(true)
+		tlsConfig = cfg.TLS.ServerConfig()
+		handler = kvcache.RequireJobPeer(*job, kv)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
 	srv := &http.Server{
 		Protocols:         protocols,
-		Handler:           kv,
+		Handler:           handler,
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
@@ -261,7 +267,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Info("kvserver serving metrics", "metrics_addr", mln.Addr().String())
 	}
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.Serve
+		if tlsConfig != nil {
+			serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("http server: %w", err)
 		}
 		return nil
