@@ -17,6 +17,14 @@ const RefusalHeader = "Slicerd-Refusal"
 // registers again.
 const RefusalNotMember = "not-member"
 
+// RefusalNotAlive: the Assigner refused a task's registration because its
+// gossip does not have the task's member alive. Right after the task joins
+// that passes within a gossip round trip; if it lasts, gossip holds the
+// member dead at an incarnation the task cannot outbid (a forged death
+// message), and the task moves its gossip member to a new address, which
+// gossip accepts for a dead member whatever its incarnation.
+const RefusalNotAlive = "not-alive"
+
 // Refusal returns err's RefusalHeader value, "" if it has none.
 func Refusal(err error) string {
 	var ce *connect.Error

@@ -1,8 +1,10 @@
 package clerk
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -47,3 +49,21 @@ func (c *Clerk) TaskTLS(addr string) (*tls.Config, error) {
 // TLS reports whether the Clerk was configured with TLS, and so whether
 // TaskTLS returns a configuration.
 func (c *Clerk) TLS() bool { return c.cfg.TLS != nil }
+
+// DialTaskTLS connects to the task that the current assignment places at
+// addr and completes the TLS handshake with TaskTLS's configuration, so the
+// connection reaches only that task. It fits http.Transport's
+// DialTLSContext (with ForceAttemptHTTP2 the transport speaks HTTP/2 when
+// the task offers it); use URLs with the https scheme. It fails when the
+// Clerk has no TLS.
+func (c *Clerk) DialTaskTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	cfg, err := c.TaskTLS(addr)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		return nil, fmt.Errorf("clerk: job %q: DialTaskTLS needs a Clerk configured with TLS", c.cfg.Job)
+	}
+	d := tls.Dialer{Config: cfg}
+	return d.DialContext(ctx, network, addr)
+}

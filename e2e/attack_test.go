@@ -56,19 +56,22 @@ type target struct {
 	clerk  *clerk.Clerk
 	admin  *http.Client
 	before *slicerv1.Assignment
+	tasks  map[string]*kvTask // kv-0, kv-1, kv-2 by name
 }
 
 func startTarget(t *testing.T, extra ...string) *target {
 	t.Helper()
 	requireSecure(t)
 	node := startSlicerd(t, "node-1", append([]string{"--data-dir", t.TempDir()}, extra...)...)
+	tasks := map[string]*kvTask{}
 	for i := range 3 {
-		startKV(t, fmt.Sprintf("kv-%d", i), node.gossipAddr)
+		name := fmt.Sprintf("kv-%d", i)
+		tasks[name] = startKV(t, name, node.gossipAddr)
 	}
 	c := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
 	admin, _ := rpcClient("")
 	t.Cleanup(admin.CloseIdleConnections)
-	tg := &target{t: t, node: node, clerk: c, admin: admin}
+	tg := &target{t: t, node: node, clerk: c, admin: admin, tasks: tasks}
 	testwait.Until(t, 30*time.Second, "an assignment over the three tasks", func() bool {
 		a := c.Assignment()
 		return a != nil && len(a.Tasks) == 3

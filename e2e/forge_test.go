@@ -125,24 +125,40 @@ func sendSealed(t *testing.T, addr string, key, msg []byte) {
 
 // TestAttackForgedDeadTask declares, with the gossip key alone, task kv-1
 // dead at the highest incarnation, which the task's refutations (wrapping
-// to 0) cannot outbid. The task must take its membership back: kv-1 is a
-// live member of the job again, and serves its keys, within a bound.
+// to 0) cannot outbid: every node then ignores the real member, and
+// without a defence kv-1 stays out of its job for good. The task takes its
+// membership back by moving its gossip member to a new port: kv-1 is in
+// the assignment again, at its own serving address, and the move is
+// logged.
 func TestAttackForgedDeadTask(t *testing.T) {
 	tg := startTarget(t)
 	key := insiderKeys(t)[0]
 	victim := gossip.TaskMemberName("kv", "kv-1")
+	var addr string
+	for _, task := range tg.clerk.Assignment().Tasks {
+		if task.Name == "kv-1" {
+			addr = task.Addr
+		}
+	}
 	forged := time.Now()
 	for range 5 {
 		forgeDead(t, tg.node.gossipAddr, key, victim, gossip.TaskMemberName("kv", "kv-0"), math.MaxUint32)
 	}
-	testwait.Until(t, 20*time.Second, "the node to drop kv-1 from the assignment", func() bool {
-		return !slices.ContainsFunc(tg.clerk.Assignment().Tasks, func(task assign.Task) bool { return task.Name == "kv-1" })
-	})
+	has := func(name string) bool {
+		return slices.ContainsFunc(tg.clerk.Assignment().Tasks, func(task assign.Task) bool { return task.Name == name })
+	}
+	testwait.Until(t, 20*time.Second, "the node to drop kv-1 from the assignment", func() bool { return !has("kv-1") })
 	dropped := time.Since(forged)
-	took := testwait.Until(t, 120*time.Second, "kv-1 to be back in the assignment", func() bool {
-		return slices.ContainsFunc(tg.clerk.Assignment().Tasks, func(task assign.Task) bool { return task.Name == "kv-1" })
-	})
+	// 10 s of refused registrations, a new member and its join, and a
+	// membership decision.
+	took := testwait.Until(t, 40*time.Second, "kv-1 to be back in the assignment", func() bool { return has("kv-1") })
 	t.Logf("kv-1 dropped %v after the forged dead message, back %v later", dropped.Round(time.Millisecond), took.Round(time.Millisecond))
+	for _, task := range tg.clerk.Assignment().Tasks {
+		if task.Name == "kv-1" && task.Addr != addr {
+			t.Errorf("kv-1 came back at %s, not at its serving address %s", task.Addr, addr)
+		}
+	}
+	tg.tasks["kv-1"].waitLine(10*time.Second, "moved the member to a new gossip address")
 }
 
 // TestAttackForgedTaskAddress forges, with the gossip key alone, task

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/coordinate"
 	"github.com/hashicorp/serf/serf"
 
@@ -36,7 +38,8 @@ type Node struct {
 	serf   *serf.Serf
 	events chan serf.Event
 	guard  *mergeGuard
-	addr   string // advertised gossip address, fixed at Start
+	addr   string              // advertised gossip address, fixed at Start
+	ring   *memberlist.Keyring // nil without encryption
 
 	changes  fanout.Signal // Changes subscriptions
 	updateMu sync.Mutex    // serialises UpdateSelf
@@ -52,6 +55,21 @@ type Node struct {
 	wg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
+}
+
+// LocalKeys returns the keys this node's keyring holds now, the primary
+// key first (nil without encryption): after rotations they differ from
+// Config.Keys. A member started to replace this one uses them.
+func (n *Node) LocalKeys() [][]byte {
+	if n.ring == nil {
+		return nil
+	}
+	keys := n.ring.GetKeys() // the primary key first
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = bytes.Clone(k)
+	}
+	return out
 }
 
 // Start validates cfg, binds the gossip port and starts serf with this
@@ -103,6 +121,7 @@ func Start(cfg Config) (*Node, error) {
 	sc := cfg.serfConfig(n.log, tags, n.events, n.guard)
 	sc.MemberlistConfig.Transport = transport
 	if ring != nil {
+		n.ring = ring
 		sc.MemberlistConfig.Keyring = ring
 		sc.MemberlistConfig.GossipVerifyIncoming = true
 		sc.MemberlistConfig.GossipVerifyOutgoing = true

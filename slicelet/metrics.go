@@ -20,7 +20,7 @@ type sliceletMetrics struct {
 	s                            *Slicelet
 	lookups, requests, misrouted metrics.ShardedCounter
 
-	generation, age, lookupsDesc, requestsDesc, misroutedDesc *prometheus.Desc
+	generation, age, lookupsDesc, requestsDesc, misroutedDesc, reclaimsDesc *prometheus.Desc
 }
 
 func newSliceletMetrics(s *Slicelet) *sliceletMetrics {
@@ -38,6 +38,8 @@ func newSliceletMetrics(s *Slicelet) *sliceletMetrics {
 			"which HTTPMiddleware and Interceptor make once per request or stream message)."),
 		misroutedDesc: desc("misrouted_requests_total", "Requests of requests_total for keys the task's current assignment does not give it "+
 			"(the client routed on another assignment than this task's, or before this task had one); their load is reported as unowned."),
+		reclaimsDesc: desc("gossip_reclaims_total", "Times the task moved its gossip member to a new address because the Assigners' gossip kept it dead although it was alive "+
+			"(with TLS). Anything but 0 means a death message at an incarnation the member could not outbid, possibly forged by a holder of the gossip key."),
 	}
 }
 
@@ -47,6 +49,7 @@ func (m *sliceletMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.lookupsDesc
 	ch <- m.requestsDesc
 	ch <- m.misroutedDesc
+	ch <- m.reclaimsDesc
 }
 
 func (m *sliceletMetrics) Collect(ch chan<- prometheus.Metric) {
@@ -61,4 +64,5 @@ func (m *sliceletMetrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.lookupsDesc, prometheus.CounterValue, float64(m.lookups.Load()))
 	ch <- prometheus.MustNewConstMetric(m.requestsDesc, prometheus.CounterValue, float64(requests))
 	ch <- prometheus.MustNewConstMetric(m.misroutedDesc, prometheus.CounterValue, float64(misrouted))
+	ch <- prometheus.MustNewConstMetric(m.reclaimsDesc, prometheus.CounterValue, float64(m.s.reclaims.Load()))
 }

@@ -63,13 +63,16 @@ func (s *Slicelet) closeAssignerClients() {
 }
 
 // registerLoop registers this task with every alive Assigner in gossip:
-// once joined, whenever an Assigner appears or comes back, after a failed
-// attempt, and every registerRefresh.
-func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node) {
+// once joined is closed, whenever an Assigner appears or comes back, after
+// a failed attempt, and every registerRefresh. It returns nil when ctx
+// ends, and errReclaim when the Assigners have refused the registration
+// for reclaimAfter because their gossip does not have the member alive
+// (api.RefusalNotAlive) and none accepted it meanwhile.
+func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node, joined <-chan struct{}) error {
 	select {
-	case <-s.joined:
+	case <-joined:
 	case <-ctx.Done():
-		return
+		return nil
 	}
 	changes, unsubscribe := node.Changes()
 	defer unsubscribe()
@@ -79,10 +82,11 @@ func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node) {
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	var cleared time.Time
+	var notAlive time.Time // since when every answer was RefusalNotAlive; zero if one was not
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-changes:
 		case <-retry.C:
 		case <-refresh.C:
@@ -107,12 +111,21 @@ func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node) {
 			}
 			if err := s.register(ctx, node, p); err != nil {
 				if ctx.Err() != nil {
-					return
+					return nil
+				}
+				failed = true
+				if api.Refusal(err) == api.RefusalNotAlive {
+					if notAlive.IsZero() {
+						notAlive = time.Now()
+					}
+					s.log.Debug("slicelet: an assigner's gossip does not have this task's member alive yet; registering again shortly",
+						"assigner", p.Name, "for", time.Since(notAlive).Round(time.Millisecond))
+					continue
 				}
 				s.log.Warn("slicelet: registering with an assigner failed; retrying", "assigner", p.Name, "rpc_addr", p.RPCAddr, "err", err)
-				failed = true
 				continue
 			}
+			notAlive = time.Time{}
 			done[p.Name] = p.RPCAddr
 			s.log.Debug("slicelet: registered with assigner", "assigner", p.Name)
 		}
@@ -120,6 +133,9 @@ func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node) {
 			if !alive[name] {
 				delete(done, name) // register again when it is back
 			}
+		}
+		if !notAlive.IsZero() && time.Since(notAlive) >= reclaimAfter && !s.draining() {
+			return errReclaim
 		}
 		if failed {
 			retry.Reset(registerRetry)

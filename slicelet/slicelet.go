@@ -58,6 +58,8 @@ type Slicelet struct {
 	node   atomic.Pointer[gossip.Node]
 	ready  chan struct{}
 	joined chan struct{}
+	// reclaims counts the gossip members runGossip replaced.
+	reclaims atomic.Uint64
 	// reregister asks registerLoop to register again with every Assigner:
 	// an Assigner refused a call as from a non-member (see notMember).
 	reregister chan struct{}
@@ -245,24 +247,10 @@ func (s *Slicelet) Run(ctx context.Context) error {
 		return fmt.Errorf("slicelet: start gossip for task %s/%s: %w", s.cfg.Job, s.cfg.Task, err)
 	}
 	s.node.Store(node)
-	changes, unsubscribe := node.Changes()
-	defer unsubscribe()
 
 	g, gctx := errgroup.WithContext(ctx)
 	s.startHandoff(gctx)
-	g.Go(func() error {
-		err := node.RetryJoin(gctx, s.cfg.Join, joinRetryInterval)
-		if gctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("slicelet: join %v: %w", s.cfg.Join, err)
-		}
-		close(s.joined)
-		return node.KeepJoined(gctx, s.cfg.Join, joinRetryInterval, func(peers []gossip.Peer) bool {
-			return gossip.HasLiveServer(node.Self().Name, peers)
-		})
-	})
+	g.Go(func() error { return s.runGossip(gctx, node) })
 	g.Go(func() error {
 		// The Clerk's servers come from gossip: before the join it knows
 		// none and would only warn that none answered. A join that keeps
@@ -284,24 +272,6 @@ func (s *Slicelet) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	if s.cfg.TLS != nil {
-		g.Go(func() error {
-			s.registerLoop(gctx, node)
-			return nil
-		})
-	}
-	g.Go(func() error {
-		// A membership change may bring the first Distributor; skip the
-		// Clerk's backoff rather than wait it out.
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-changes:
-				s.clerk.ResolveNow()
-			}
-		}
-	})
 	err = g.Wait()
 	s.stopHandoff()
 	s.httpClient.CloseIdleConnections()
@@ -309,6 +279,7 @@ func (s *Slicelet) Run(ctx context.Context) error {
 
 	// Leave is the drain signal. Serf bounds it by its broadcast timeout
 	// and leave propagation delay, so it needs no deadline of its own.
+	node = s.node.Load() // a reclaim may have replaced it
 	if lerr := node.Leave(context.WithoutCancel(ctx)); lerr != nil {
 		s.log.Warn("slicelet: graceful leave failed; slicerd will see this task as failed instead of drained", "err", lerr)
 		err = errors.Join(err, lerr)

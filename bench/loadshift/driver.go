@@ -57,12 +57,14 @@ func (c Config) Validate() error {
 // Driver offers the load of a Config to a job's tasks and meters how much
 // each task answers.
 type Driver struct {
-	cfg   Config
-	law   *PowerLaw
-	keys  []string
-	ck    *clerk.Clerk
-	hc    *http.Client
-	meter *Meter
+	cfg  Config
+	law  *PowerLaw
+	keys []string
+	ck   *clerk.Clerk
+	hc   *http.Client
+	// scheme is "https" when the Clerk has TLS and the Driver made hc.
+	scheme string
+	meter  *Meter
 
 	perm atomic.Pointer[[]int] // perm[rank] is the index in keys of the key with that rank
 
@@ -75,18 +77,26 @@ type Driver struct {
 }
 
 // NewDriver returns a Driver that routes with ck and sends with hc (nil:
-// a client with keep-alive connections for every worker). Its Meter starts
+// a client with keep-alive connections for every worker, speaking HTTPS
+// through ck.DialTaskTLS when ck has TLS). Its Meter starts
 // now.
 func NewDriver(cfg Config, ck *clerk.Clerk, hc *http.Client) (*Driver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	law, _ := NewPowerLaw(cfg.Keys, cfg.Exponent)
+	scheme := "http"
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Workers, MaxIdleConns: 4 * cfg.Workers}}
+		tr := &http.Transport{MaxIdleConnsPerHost: cfg.Workers, MaxIdleConns: 4 * cfg.Workers}
+		if ck.TLS() {
+			// Tasks serve TLS; each connection reaches only the task the
+			// assignment places at its address.
+			tr.DialTLSContext, tr.ForceAttemptHTTP2, scheme = ck.DialTaskTLS, true, "https"
+		}
+		hc = &http.Client{Transport: tr}
 	}
 	d := &Driver{
-		cfg: cfg, law: law, ck: ck, hc: hc,
+		cfg: cfg, law: law, ck: ck, hc: hc, scheme: scheme,
 		keys:  make([]string, cfg.Keys),
 		meter: NewMeter(time.Now()),
 		rng:   rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
@@ -261,7 +271,7 @@ func (d *Driver) work(ctx context.Context, tokens <-chan struct{}, rng *rand.Ran
 func (d *Driver) get(ctx context.Context, addr, key string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/kv/"+key, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.scheme+"://"+addr+"/kv/"+key, nil)
 	if err != nil {
 		return err
 	}

@@ -3,11 +3,9 @@ package kvcache
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"sync/atomic"
@@ -70,14 +68,7 @@ func NewClient(c *clerk.Clerk, hc *http.Client) *Client {
 		ForceAttemptHTTP2: true,
 		MaxIdleConns:      100,
 		IdleConnTimeout:   90 * time.Second,
-		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			cfg, err := c.TaskTLS(addr)
-			if err != nil {
-				return nil, err
-			}
-			d := tls.Dialer{Config: cfg}
-			return d.DialContext(ctx, network, addr)
-		},
+		DialTLSContext:    c.DialTaskTLS,
 	}
 	return &Client{clerk: c, hc: &verified, scheme: "https"}
 }

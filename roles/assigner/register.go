@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
@@ -74,5 +75,7 @@ func (a *Assigner) registerTask(ctx context.Context, m *slicerv1.RegisterTaskReq
 		a.register(p, c.Direct.String())
 		return nil
 	}
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("gossip member %q is %w; retry shortly", m.GetGossipName(), errNotInGossip))
+	ce := connect.NewError(connect.CodeUnavailable, fmt.Errorf("gossip member %q is %w; retry shortly", m.GetGossipName(), errNotInGossip))
+	ce.Meta().Set(api.RefusalHeader, api.RefusalNotAlive)
+	return ce
 }
