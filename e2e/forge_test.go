@@ -242,6 +242,58 @@ func TestAttackForgedTaskAddress(t *testing.T) {
 	tg.node.waitLine(10*time.Second, "ignoring gossip claims of a registered task member", `"claimed_rpc_addr":"`+forged.RPCAddr+`"`)
 }
 
+// TestAttackForgedTaskAttributes forges, with the gossip key alone, task
+// kv-1's gossip state to say it is draining and has a hundred times its
+// capacity: a drain would move every key off kv-1, and the capacity would
+// pile load on it. Assigners take a registered task's attributes from its
+// registration, so nothing moves and the forgery is logged.
+func TestAttackForgedTaskAttributes(t *testing.T) {
+	tg := startTarget(t)
+	cfg := gossip.TestConfig(gossip.TaskMemberName("kv", "spy"))
+	cfg.Keys = insiderKeys(t)
+	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "spy", RPCAddr: "127.0.0.1:1"}
+	spy, err := gossip.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Shutdown()
+	if _, err := spy.Join([]string{tg.node.gossipAddr}); err != nil {
+		t.Fatal(err)
+	}
+	var victim gossip.Peer
+	testwait.Until(t, 20*time.Second, "the attacker to see kv-1 in gossip", func() bool {
+		for _, p := range spy.Peers() {
+			if p.Job == "kv" && p.Task == "kv-1" && p.Status == gossip.StatusAlive {
+				victim = p
+				return true
+			}
+		}
+		return false
+	})
+	forged := victim
+	forged.Draining, forged.Capacity = true, 100
+	for range 5 {
+		forgeAlive(t, tg.node.gossipAddr, insiderKeys(t)[0], forged, math.MaxUint32)
+	}
+	testwait.Until(t, 10*time.Second, "the forged attributes to spread in gossip", func() bool {
+		for _, p := range spy.Peers() {
+			if p.Name == victim.Name && p.Draining {
+				return true
+			}
+		}
+		return false
+	})
+	// contained checks that no generation was committed since, then lets
+	// a task join: the Assigner decides that join on the view with the
+	// forgery in it, and kv-1 must keep slices in it.
+	tg.contained()
+	kept := slices.ContainsFunc(tg.clerk.Assignment().Slices, func(sl assign.Slice) bool { return slices.Contains(sl.Tasks, "kv-1") })
+	if !kept {
+		t.Error("kv-1 holds no slice after the forgery: the forged draining tag was believed")
+	}
+	tg.node.waitLine(10*time.Second, "ignoring gossip claims of a registered task member", `"claimed_capacity":100`)
+}
+
 // TestAttackFakeAssignerDoesNotSwallowLoad puts a fake Assigner in gossip
 // under a name that wins the preference hash for job kv, with a client
 // certificate from the cluster's own CA. Tasks send their load reports to

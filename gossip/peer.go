@@ -367,3 +367,32 @@ func parseTags(tags map[string]string) (Peer, error) {
 	}
 	return p, nil
 }
+
+// TaskAttributes are what a task member says about itself beyond its
+// job, name and address: the Peer fields a task's registration binds
+// (AssignerService.RegisterTask) so that they need not be believed from
+// gossip.
+type TaskAttributes struct {
+	Capacity    float64
+	MemoryLimit int64
+	Draining    bool
+}
+
+// Validate reports what is wrong with a, if anything.
+func (a TaskAttributes) Validate() error {
+	if err := assign.ValidateCapacity(a.Capacity); err != nil {
+		return err
+	}
+	return assign.ValidateMemoryLimit(float64(a.MemoryLimit))
+}
+
+// Attributes returns p's task attributes.
+func (p Peer) Attributes() TaskAttributes {
+	return TaskAttributes{Capacity: p.Capacity, MemoryLimit: p.MemoryLimit, Draining: p.Draining}
+}
+
+// WithAttributes returns p with its task attributes set to a.
+func (p Peer) WithAttributes(a TaskAttributes) Peer {
+	p.Capacity, p.MemoryLimit, p.Draining = a.Capacity, a.MemoryLimit, a.Draining
+	return p
+}

@@ -86,8 +86,9 @@ type verdict struct {
 // taskReg is a task member's registration.
 type taskReg struct {
 	job, task, gossipAddr string
-	rpcAddr               string // the serving address registered; "" from a Slicelet that predates it
-	by                    string // the registering identities, for logs
+	rpcAddr               string                 // the serving address registered; "" from a Slicelet that predates it
+	attrs                 *gossip.TaskAttributes // nil from a Slicelet that predates them
+	by                    string                 // the registering identities, for logs
 }
 
 func newVerifier(src *tlsconfig.Source, self string, log *slog.Logger, notify func()) *verifier {
@@ -160,7 +161,14 @@ func (v *verifier) registered(p gossip.Peer, r taskReg) gossip.Peer {
 	if r.rpcAddr != "" {
 		q.RPCAddr = r.rpcAddr
 	}
-	if !slices.Equal(p.Roles, q.Roles) || p.Job != q.Job || p.Task != q.Task || p.RPCAddr != q.RPCAddr {
+	if r.attrs != nil {
+		// The draining flag changes in gossip and in the registration
+		// at slightly different moments, so a difference in it alone is
+		// not called a forgery; it is ignored all the same.
+		q = q.WithAttributes(*r.attrs)
+	}
+	if !slices.Equal(p.Roles, q.Roles) || p.Job != q.Job || p.Task != q.Task || p.RPCAddr != q.RPCAddr ||
+		p.Capacity != q.Capacity || p.MemoryLimit != q.MemoryLimit {
 		v.forged.Add(1)
 		if now := time.Now(); now.Sub(v.warned[p.Name]) >= forgedWarnEvery {
 			v.warned[p.Name] = now
@@ -168,6 +176,7 @@ func (v *verifier) registered(p gossip.Peer, r taskReg) gossip.Peer {
 				"someone holding the gossip key may be forging its state; its keys stay at the registered address",
 				"member", p.Name, "claimed_roles", p.Roles, "claimed_job", p.Job, "claimed_task", p.Task,
 				"claimed_rpc_addr", p.RPCAddr, "registered_job", r.job, "registered_task", r.task, "registered_rpc_addr", q.RPCAddr,
+				"claimed_capacity", p.Capacity, "registered_capacity", q.Capacity, "claimed_memory_limit", p.MemoryLimit, "registered_memory_limit", q.MemoryLimit,
 				"gossip_addr", p.GossipAddr, "registered_by", r.by)
 		}
 	}
@@ -304,14 +313,18 @@ func (v *verifier) dial(ctx context.Context, p gossip.Peer) error {
 }
 
 // register records a task member's registration.
-func (v *verifier) register(p gossip.Peer, by string) {
+func (v *verifier) register(p gossip.Peer, attrs *gossip.TaskAttributes, by string) {
 	v.mu.Lock()
 	prev, had := v.tasks[p.Name]
-	v.tasks[p.Name] = taskReg{job: p.Job, task: p.Task, gossipAddr: p.GossipAddr, rpcAddr: p.RPCAddr, by: by}
+	v.tasks[p.Name] = taskReg{job: p.Job, task: p.Task, gossipAddr: p.GossipAddr, rpcAddr: p.RPCAddr, attrs: attrs, by: by}
 	v.mu.Unlock()
+	sameAttrs := (prev.attrs == nil) == (attrs == nil) && (attrs == nil || *prev.attrs == *attrs)
 	if !had || prev.gossipAddr != p.GossipAddr || prev.job != p.Job || prev.task != p.Task || prev.rpcAddr != p.RPCAddr {
 		v.log.Info("task registered", "member", p.Name, "job", p.Job, "task", p.Task, "gossip_addr", p.GossipAddr,
-			"rpc_addr", p.RPCAddr, "by", by)
+			"rpc_addr", p.RPCAddr, "attributes", attrs, "by", by)
+		v.notify()
+	} else if !sameAttrs {
+		v.log.Info("task registered new attributes", "member", p.Name, "job", p.Job, "task", p.Task, "attributes", attrs, "by", by)
 		v.notify()
 	}
 }

@@ -23,7 +23,7 @@ func TestRegisteredTaskSurvivesFalseFailure(t *testing.T) {
 	if memberNames(v.filter([]gossip.Peer{task}))[task.Name] {
 		t.Fatal("an unregistered task is in the view")
 	}
-	v.register(task, "spiffe://slicerd/task/kv/kv-0")
+	v.register(task, nil, "spiffe://slicerd/task/kv/kv-0")
 	for _, status := range []gossip.Status{gossip.StatusAlive, gossip.StatusFailed, gossip.StatusAlive} {
 		task.Status = status
 		if !memberNames(v.filter([]gossip.Peer{task}))[task.Name] {
@@ -52,7 +52,8 @@ func TestForgedTaskClaimsAreIgnored(t *testing.T) {
 	name := gossip.TaskMemberName("kv", "kv-1")
 	task := gossip.Peer{Name: name, Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "kv-1",
 		GossipAddr: "127.0.0.1:7001", RPCAddr: "127.0.0.1:9001", Status: gossip.StatusAlive}
-	v.register(task, "spiffe://slicerd/task/kv/kv-1")
+	v.register(task, &gossip.TaskAttributes{Capacity: 2}, "spiffe://slicerd/task/kv/kv-1")
+	task.Capacity = 2
 	if got := v.filter([]gossip.Peer{task}); len(got) != 1 || got[0].RPCAddr != task.RPCAddr || v.ForgedClaims() != 0 {
 		t.Fatalf("view of the registered task = %+v (forged claims %d); want it at %s, nothing forged", got, v.ForgedClaims(), task.RPCAddr)
 	}
@@ -64,24 +65,33 @@ func TestForgedTaskClaimsAreIgnored(t *testing.T) {
 		{"job", func(p *gossip.Peer) { p.Job = "web" }},
 		{"task", func(p *gossip.Peer) { p.Task = "kv-9" }},
 		{"roles", func(p *gossip.Peer) { p.Roles = []gossip.Role{gossip.RoleAssigner} }},
+		{"capacity", func(p *gossip.Peer) { p.Capacity = 100 }},
+		{"memory limit", func(p *gossip.Peer) { p.MemoryLimit = 1 }},
 	} {
 		forged := task
 		forge.edit(&forged)
 		before := v.ForgedClaims()
 		got := v.filter([]gossip.Peer{forged})
 		if len(got) != 1 || got[0].RPCAddr != task.RPCAddr || got[0].Job != "kv" || got[0].Task != "kv-1" ||
-			!got[0].Has(gossip.RoleTask) || got[0].Has(gossip.RoleAssigner) {
+			!got[0].Has(gossip.RoleTask) || got[0].Has(gossip.RoleAssigner) || got[0].Capacity != 2 || got[0].MemoryLimit != 0 {
 			t.Errorf("forged %s: view = %+v; want task kv-1 of kv at %s as registered", forge.what, got, task.RPCAddr)
 		}
 		if v.ForgedClaims() != before+1 {
 			t.Errorf("forged %s: forged claims went from %d to %d, want one more", forge.what, before, v.ForgedClaims())
 		}
 	}
+	// A forged draining flag is ignored too (not counted: the real one
+	// changes in gossip and in the registration at different moments).
+	drained := task
+	drained.Draining = true
+	if got := v.filter([]gossip.Peer{drained}); len(got) != 1 || got[0].Draining {
+		t.Errorf("forged draining: view = %+v; want the task not draining, as registered", got)
+	}
 	// The task moves its serving address and registers again: the view
 	// follows the registration, not the tag.
 	moved := task
 	moved.RPCAddr = "127.0.0.1:9002"
-	v.register(moved, "spiffe://slicerd/task/kv/kv-1")
+	v.register(moved, &gossip.TaskAttributes{Capacity: 2}, "spiffe://slicerd/task/kv/kv-1")
 	stale := task // gossip still carries the forged or old tag
 	stale.RPCAddr = "127.0.0.1:6666"
 	if got := v.filter([]gossip.Peer{stale}); len(got) != 1 || got[0].RPCAddr != moved.RPCAddr {

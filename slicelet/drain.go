@@ -15,7 +15,9 @@ import (
 var ErrNotRunning = errors.New("slicelet: not running")
 
 // Drain gives up this task's slices before it stops: it advertises the
-// task as draining in gossip, so the Assigner places its slices on other
+// task as draining in gossip (and, with TLS, registers it as draining with
+// every Assigner, which then believe the registration rather than the
+// gossip tag), so the Assigner places its slices on other
 // tasks (and gives it no new ones), and returns once the task's assignment
 // gives it no key, or with ctx's error, saying how much it still held,
 // when ctx ends first. The task keeps serving meanwhile: a client whose
@@ -108,6 +110,12 @@ func (s *Slicelet) setDraining(draining bool) error {
 	}
 	if err := n.SetDraining(draining); err != nil {
 		return fmt.Errorf("slicelet: advertise draining=%v: %w", draining, err)
+	}
+	// With TLS the Assigners take the flag from the task's registration,
+	// not from gossip: register it.
+	select {
+	case s.attrsChanged <- struct{}{}:
+	default:
 	}
 	s.log.Info("slicelet: draining advertised", "draining", draining)
 	return nil

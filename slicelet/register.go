@@ -98,6 +98,9 @@ func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node, joined <
 			}
 			clear(done)
 			cleared = time.Now()
+		case <-s.attrsChanged:
+			clear(done)
+			cleared = time.Now()
 		}
 		failed := false
 		alive := map[string]bool{}
@@ -145,10 +148,12 @@ func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node, joined <
 
 func (s *Slicelet) register(ctx context.Context, node *gossip.Node, p gossip.Peer) error {
 	hc, url := s.assignerClient(p)
+	self := node.Self()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := slicerv1connect.NewAssignerServiceClient(hc, url).RegisterTask(rctx, connect.NewRequest(&slicerv1.RegisterTaskRequest{
-		Job: s.cfg.Job, Task: s.cfg.Task, GossipName: node.Self().Name, RpcAddr: node.Self().RPCAddr,
+		Job: s.cfg.Job, Task: s.cfg.Task, GossipName: self.Name, RpcAddr: self.RPCAddr,
+		Attributes: &slicerv1.TaskAttributes{Capacity: self.Capacity, MemoryLimit: self.MemoryLimit, Draining: self.Draining},
 	}))
 	return err
 }

@@ -63,7 +63,10 @@ type Slicelet struct {
 	// reregister asks registerLoop to register again with every Assigner:
 	// an Assigner refused a call as from a non-member (see notMember).
 	reregister chan struct{}
-	started    atomic.Bool
+	// attrsChanged asks registerLoop to register again at once with every
+	// Assigner: the task's attributes (draining) changed.
+	attrsChanged chan struct{}
+	started      atomic.Bool
 
 	load       loadState
 	httpClient *http.Client // load reports to the Assigner, without TLS
@@ -108,13 +111,14 @@ func New(cfg Config) (*Slicelet, error) {
 		cfg.ReleaseWait = DefaultReleaseWait
 	}
 	s := &Slicelet{
-		cfg:        cfg,
-		log:        cfg.Logger.With("job", cfg.Job, "task", cfg.Task),
-		ready:      make(chan struct{}),
-		joined:     make(chan struct{}),
-		reregister: make(chan struct{}, 1),
-		httpClient: api.NewH2CClient(),
-		changed:    make(chan struct{}),
+		cfg:          cfg,
+		log:          cfg.Logger.With("job", cfg.Job, "task", cfg.Task),
+		ready:        make(chan struct{}),
+		joined:       make(chan struct{}),
+		reregister:   make(chan struct{}, 1),
+		attrsChanged: make(chan struct{}, 1),
+		httpClient:   api.NewH2CClient(),
+		changed:      make(chan struct{}),
 	}
 	s.handoff.serveSem = make(chan struct{}, maxConcurrentServes)
 	s.handoff.fetched = make(map[string][]fetchedRange)

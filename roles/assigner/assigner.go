@@ -87,9 +87,9 @@ type Assigner struct {
 	leader     *lease.Leader
 	members    Members
 	pref       lease.Preference
-	poll       time.Duration             // standby store reads, when the store cannot watch
-	rpcClients *rpc.Peers                // forwarded writes
-	register   func(gossip.Peer, string) // records a task's registration; nil without TLS: every member is believed
+	poll       time.Duration                                     // standby store reads, when the store cannot watch
+	rpcClients *rpc.Peers                                        // forwarded writes
+	register   func(gossip.Peer, *gossip.TaskAttributes, string) // records a task's registration; nil without TLS: every member is believed
 	rawPeers   func() []gossip.Peer
 	forwarded  atomic.Uint64 // writes forwarded to the preferred Assigner
 	delay      time.Duration
@@ -172,10 +172,11 @@ type Config struct {
 	DisableBridge           bool
 	BridgeWait              time.Duration
 	// RawPeers is gossip's whole view, before certificates back any claim,
-	// for matching a task's registration; Register records one (nil
-	// without TLS, where every member is believed).
+	// for matching a task's registration; Register records one, with the
+	// task's attributes when it gave them (nil: its gossip tags are used)
+	// (nil without TLS, where every member is believed).
 	RawPeers func() []gossip.Peer
-	Register func(p gossip.Peer, by string)
+	Register func(p gossip.Peer, attrs *gossip.TaskAttributes, by string)
 	// RefusalLogInterval is the least time between two log lines about
 	// jobs ignored over MaxJobs.
 	RefusalLogInterval time.Duration

@@ -61,6 +61,13 @@ func (a *Assigner) registerTask(ctx context.Context, m *slicerv1.RegisterTaskReq
 			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("task %q of job %q registers serving address %q: %w", m.GetTask(), m.GetJob(), addr, err))
 		}
 	}
+	var attrs *gossip.TaskAttributes
+	if at := m.GetAttributes(); at != nil {
+		attrs = &gossip.TaskAttributes{Capacity: at.GetCapacity(), MemoryLimit: at.GetMemoryLimit(), Draining: at.GetDraining()}
+		if err := attrs.Validate(); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("task %q of job %q registers attributes: %w", m.GetTask(), m.GetJob(), err))
+		}
+	}
 	for _, p := range a.rawPeers() {
 		if p.Name != m.GetGossipName() {
 			continue
@@ -72,7 +79,7 @@ func (a *Assigner) registerTask(ctx context.Context, m *slicerv1.RegisterTaskReq
 		if addr != "" {
 			p.RPCAddr = addr
 		}
-		a.register(p, c.Direct.String())
+		a.register(p, attrs, c.Direct.String())
 		return nil
 	}
 	ce := connect.NewError(connect.CodeUnavailable, fmt.Errorf("gossip member %q is %w; retry shortly", m.GetGossipName(), errNotInGossip))

@@ -1059,7 +1059,14 @@ type RegisterTaskRequest struct {
 	// address, whatever the member's gossip tags say later: a holder of the
 	// gossip key cannot redirect the task's traffic by forging them. Empty
 	// (a Slicelet that predates the field): the gossip tag is used.
-	RpcAddr       string `protobuf:"bytes,4,opt,name=rpc_addr,json=rpcAddr,proto3" json:"rpc_addr,omitempty"`
+	RpcAddr string `protobuf:"bytes,4,opt,name=rpc_addr,json=rpcAddr,proto3" json:"rpc_addr,omitempty"`
+	// The task's capacity, memory limit and draining state, as it
+	// advertises them in gossip. With TLS the Assigner takes them from here,
+	// whatever the member's gossip tags say, so a holder of the gossip key
+	// cannot drain a task or change its share by forging them; the Slicelet
+	// registers again whenever one changes (a drain). Unset (a Slicelet that
+	// predates the field): the gossip tags are used.
+	Attributes    *TaskAttributes `protobuf:"bytes,5,opt,name=attributes,proto3" json:"attributes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1122,6 +1129,77 @@ func (x *RegisterTaskRequest) GetRpcAddr() string {
 	return ""
 }
 
+func (x *RegisterTaskRequest) GetAttributes() *TaskAttributes {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
+// TaskAttributes are what a task says about itself beyond its address.
+type TaskAttributes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Relative capacity (assign.Task.Capacity); 0 means 1.
+	Capacity float64 `protobuf:"fixed64,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// Most state in bytes the task may hold; 0, no limit.
+	MemoryLimit int64 `protobuf:"varint,2,opt,name=memory_limit,json=memoryLimit,proto3" json:"memory_limit,omitempty"`
+	// The task is giving up its slices before it stops.
+	Draining      bool `protobuf:"varint,3,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskAttributes) Reset() {
+	*x = TaskAttributes{}
+	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskAttributes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskAttributes) ProtoMessage() {}
+
+func (x *TaskAttributes) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskAttributes.ProtoReflect.Descriptor instead.
+func (*TaskAttributes) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TaskAttributes) GetCapacity() float64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *TaskAttributes) GetMemoryLimit() int64 {
+	if x != nil {
+		return x.MemoryLimit
+	}
+	return 0
+}
+
+func (x *TaskAttributes) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 type RegisterTaskResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1130,7 +1208,7 @@ type RegisterTaskResponse struct {
 
 func (x *RegisterTaskResponse) Reset() {
 	*x = RegisterTaskResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1220,7 @@ func (x *RegisterTaskResponse) String() string {
 func (*RegisterTaskResponse) ProtoMessage() {}
 
 func (x *RegisterTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[11]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1233,7 @@ func (x *RegisterTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterTaskResponse.ProtoReflect.Descriptor instead.
 func (*RegisterTaskResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{11}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
 }
 
 // JobInfo describes a job as the Assigner sees it.
@@ -1195,7 +1273,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1285,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[12]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1298,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobInfo) GetName() string {
@@ -1308,7 +1386,7 @@ type TaskLoad struct {
 
 func (x *TaskLoad) Reset() {
 	*x = TaskLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1398,7 @@ func (x *TaskLoad) String() string {
 func (*TaskLoad) ProtoMessage() {}
 
 func (x *TaskLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[13]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1411,7 @@ func (x *TaskLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLoad.ProtoReflect.Descriptor instead.
 func (*TaskLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{13}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TaskLoad) GetTask() string {
@@ -1365,7 +1443,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1455,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[14]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1468,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{14}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
 }
 
 type ListJobsResponse struct {
@@ -1402,7 +1480,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1492,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[15]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1505,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{15}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListJobsResponse) GetJobs() []*JobInfo {
@@ -1446,7 +1524,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1536,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[16]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1549,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{16}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetJobRequest) GetJob() string {
@@ -1490,7 +1568,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1580,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[17]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1593,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{17}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetJobResponse) GetJob() *JobInfo {
@@ -1535,7 +1613,7 @@ type SetJobConfigRequest struct {
 
 func (x *SetJobConfigRequest) Reset() {
 	*x = SetJobConfigRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1625,7 @@ func (x *SetJobConfigRequest) String() string {
 func (*SetJobConfigRequest) ProtoMessage() {}
 
 func (x *SetJobConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[18]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1638,7 @@ func (x *SetJobConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetJobConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetJobConfigRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{18}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetJobConfigRequest) GetJob() string {
@@ -1586,7 +1664,7 @@ type SetJobConfigResponse struct {
 
 func (x *SetJobConfigResponse) Reset() {
 	*x = SetJobConfigResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1676,7 @@ func (x *SetJobConfigResponse) String() string {
 func (*SetJobConfigResponse) ProtoMessage() {}
 
 func (x *SetJobConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[19]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1689,7 @@ func (x *SetJobConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetJobConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetJobConfigResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{19}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetJobConfigResponse) GetJob() *JobInfo {
@@ -1630,7 +1708,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1720,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[20]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1733,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{20}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteJobRequest) GetJob() string {
@@ -1675,7 +1753,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1765,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[21]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1778,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{21}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteJobResponse) GetJob() *JobInfo {
@@ -1734,7 +1812,7 @@ type DecisionMove struct {
 
 func (x *DecisionMove) Reset() {
 	*x = DecisionMove{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1824,7 @@ func (x *DecisionMove) String() string {
 func (*DecisionMove) ProtoMessage() {}
 
 func (x *DecisionMove) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[22]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1837,7 @@ func (x *DecisionMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionMove.ProtoReflect.Descriptor instead.
 func (*DecisionMove) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{22}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DecisionMove) GetPhase() string {
@@ -1823,7 +1901,7 @@ type PhaseMoves struct {
 
 func (x *PhaseMoves) Reset() {
 	*x = PhaseMoves{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1913,7 @@ func (x *PhaseMoves) String() string {
 func (*PhaseMoves) ProtoMessage() {}
 
 func (x *PhaseMoves) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[23]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1926,7 @@ func (x *PhaseMoves) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PhaseMoves.ProtoReflect.Descriptor instead.
 func (*PhaseMoves) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{23}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PhaseMoves) GetPhase() string {
@@ -1899,7 +1977,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +1989,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[24]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2002,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{24}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Decision) GetGeneration() uint64 {
@@ -2030,7 +2108,7 @@ type GetJobHistoryRequest struct {
 
 func (x *GetJobHistoryRequest) Reset() {
 	*x = GetJobHistoryRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2120,7 @@ func (x *GetJobHistoryRequest) String() string {
 func (*GetJobHistoryRequest) ProtoMessage() {}
 
 func (x *GetJobHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[25]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2133,7 @@ func (x *GetJobHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetJobHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{25}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetJobHistoryRequest) GetJob() string {
@@ -2081,7 +2159,7 @@ type GetJobHistoryResponse struct {
 
 func (x *GetJobHistoryResponse) Reset() {
 	*x = GetJobHistoryResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2171,7 @@ func (x *GetJobHistoryResponse) String() string {
 func (*GetJobHistoryResponse) ProtoMessage() {}
 
 func (x *GetJobHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[26]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2184,7 @@ func (x *GetJobHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetJobHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{26}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetJobHistoryResponse) GetDecisions() []*Decision {
@@ -2125,7 +2203,7 @@ type GetLoadHistoryRequest struct {
 
 func (x *GetLoadHistoryRequest) Reset() {
 	*x = GetLoadHistoryRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2215,7 @@ func (x *GetLoadHistoryRequest) String() string {
 func (*GetLoadHistoryRequest) ProtoMessage() {}
 
 func (x *GetLoadHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[27]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2228,7 @@ func (x *GetLoadHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetLoadHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{27}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetLoadHistoryRequest) GetJob() string {
@@ -2175,7 +2253,7 @@ type GetLoadHistoryResponse struct {
 
 func (x *GetLoadHistoryResponse) Reset() {
 	*x = GetLoadHistoryResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2265,7 @@ func (x *GetLoadHistoryResponse) String() string {
 func (*GetLoadHistoryResponse) ProtoMessage() {}
 
 func (x *GetLoadHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[28]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2278,7 @@ func (x *GetLoadHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLoadHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetLoadHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{28}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetLoadHistoryResponse) GetBucketCount() uint32 {
@@ -2238,7 +2316,7 @@ type LoadSample struct {
 
 func (x *LoadSample) Reset() {
 	*x = LoadSample{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2328,7 @@ func (x *LoadSample) String() string {
 func (*LoadSample) ProtoMessage() {}
 
 func (x *LoadSample) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[29]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2341,7 @@ func (x *LoadSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadSample.ProtoReflect.Descriptor instead.
 func (*LoadSample) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{29}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LoadSample) GetTimeUnixNano() int64 {
@@ -2294,7 +2372,7 @@ type ExplainKeyRequest struct {
 
 func (x *ExplainKeyRequest) Reset() {
 	*x = ExplainKeyRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2384,7 @@ func (x *ExplainKeyRequest) String() string {
 func (*ExplainKeyRequest) ProtoMessage() {}
 
 func (x *ExplainKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[30]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2397,7 @@ func (x *ExplainKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainKeyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainKeyRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{30}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExplainKeyRequest) GetJob() string {
@@ -2394,7 +2472,7 @@ type ExplainKeyResponse struct {
 
 func (x *ExplainKeyResponse) Reset() {
 	*x = ExplainKeyResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2484,7 @@ func (x *ExplainKeyResponse) String() string {
 func (*ExplainKeyResponse) ProtoMessage() {}
 
 func (x *ExplainKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[31]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2497,7 @@ func (x *ExplainKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainKeyResponse.ProtoReflect.Descriptor instead.
 func (*ExplainKeyResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{31}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExplainKeyResponse) GetSliceKey() uint64 {
@@ -2484,7 +2562,7 @@ type SliceLoad struct {
 
 func (x *SliceLoad) Reset() {
 	*x = SliceLoad{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2574,7 @@ func (x *SliceLoad) String() string {
 func (*SliceLoad) ProtoMessage() {}
 
 func (x *SliceLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[32]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2587,7 @@ func (x *SliceLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SliceLoad.ProtoReflect.Descriptor instead.
 func (*SliceLoad) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{32}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SliceLoad) GetStart() uint64 {
@@ -2573,7 +2651,7 @@ type ReportLoadRequest struct {
 
 func (x *ReportLoadRequest) Reset() {
 	*x = ReportLoadRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2663,7 @@ func (x *ReportLoadRequest) String() string {
 func (*ReportLoadRequest) ProtoMessage() {}
 
 func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[33]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2676,7 @@ func (x *ReportLoadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadRequest.ProtoReflect.Descriptor instead.
 func (*ReportLoadRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{33}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReportLoadRequest) GetJob() string {
@@ -2665,7 +2743,7 @@ type ReportLoadResponse struct {
 
 func (x *ReportLoadResponse) Reset() {
 	*x = ReportLoadResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2755,7 @@ func (x *ReportLoadResponse) String() string {
 func (*ReportLoadResponse) ProtoMessage() {}
 
 func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[34]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2768,7 @@ func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
 func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{34}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{35}
 }
 
 // ReportReadyRequest says a task holds what an assignment gave it: it has
@@ -2707,7 +2785,7 @@ type ReportReadyRequest struct {
 
 func (x *ReportReadyRequest) Reset() {
 	*x = ReportReadyRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +2797,7 @@ func (x *ReportReadyRequest) String() string {
 func (*ReportReadyRequest) ProtoMessage() {}
 
 func (x *ReportReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[35]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +2810,7 @@ func (x *ReportReadyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReadyRequest.ProtoReflect.Descriptor instead.
 func (*ReportReadyRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{35}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReportReadyRequest) GetJob() string {
@@ -2764,7 +2842,7 @@ type ReportReadyResponse struct {
 
 func (x *ReportReadyResponse) Reset() {
 	*x = ReportReadyResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[36]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2854,7 @@ func (x *ReportReadyResponse) String() string {
 func (*ReportReadyResponse) ProtoMessage() {}
 
 func (x *ReportReadyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[36]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +2867,7 @@ func (x *ReportReadyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReadyResponse.ProtoReflect.Descriptor instead.
 func (*ReportReadyResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{36}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{37}
 }
 
 // What a guard or bridge lease says: the guard names one generation
@@ -2804,7 +2882,7 @@ type LeaseValue struct {
 
 func (x *LeaseValue) Reset() {
 	*x = LeaseValue{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[37]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +2894,7 @@ func (x *LeaseValue) String() string {
 func (*LeaseValue) ProtoMessage() {}
 
 func (x *LeaseValue) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[37]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +2907,7 @@ func (x *LeaseValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseValue.ProtoReflect.Descriptor instead.
 func (*LeaseValue) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{37}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LeaseValue) GetFromGeneration() uint64 {
@@ -2860,7 +2938,7 @@ type LeaseState struct {
 
 func (x *LeaseState) Reset() {
 	*x = LeaseState{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[38]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2872,7 +2950,7 @@ func (x *LeaseState) String() string {
 func (*LeaseState) ProtoMessage() {}
 
 func (x *LeaseState) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[38]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2885,7 +2963,7 @@ func (x *LeaseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
 func (*LeaseState) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{38}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LeaseState) GetSet() bool {
@@ -2927,7 +3005,7 @@ type ReadLeaseRequest struct {
 
 func (x *ReadLeaseRequest) Reset() {
 	*x = ReadLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[39]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3017,7 @@ func (x *ReadLeaseRequest) String() string {
 func (*ReadLeaseRequest) ProtoMessage() {}
 
 func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[39]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3030,7 @@ func (x *ReadLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReadLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{39}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReadLeaseRequest) GetJob() string {
@@ -3011,7 +3089,7 @@ type ReadLeaseResponse struct {
 
 func (x *ReadLeaseResponse) Reset() {
 	*x = ReadLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[40]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3101,7 @@ func (x *ReadLeaseResponse) String() string {
 func (*ReadLeaseResponse) ProtoMessage() {}
 
 func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[40]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3114,7 @@ func (x *ReadLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReadLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{40}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReadLeaseResponse) GetGranted() bool {
@@ -3092,7 +3170,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[41]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3182,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[41]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3195,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{41}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReleaseLeaseRequest) GetJob() string {
@@ -3149,7 +3227,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[42]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3161,7 +3239,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[42]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3174,7 +3252,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{42}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{43}
 }
 
 // FetchStateRequest asks a task for the state it holds for the keys in
@@ -3196,7 +3274,7 @@ type FetchStateRequest struct {
 
 func (x *FetchStateRequest) Reset() {
 	*x = FetchStateRequest{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[43]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3208,7 +3286,7 @@ func (x *FetchStateRequest) String() string {
 func (*FetchStateRequest) ProtoMessage() {}
 
 func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[43]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3221,7 +3299,7 @@ func (x *FetchStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchStateRequest.ProtoReflect.Descriptor instead.
 func (*FetchStateRequest) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{43}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FetchStateRequest) GetJob() string {
@@ -3271,7 +3349,7 @@ type StateEntry struct {
 
 func (x *StateEntry) Reset() {
 	*x = StateEntry{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[44]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3283,7 +3361,7 @@ func (x *StateEntry) String() string {
 func (*StateEntry) ProtoMessage() {}
 
 func (x *StateEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[44]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3296,7 +3374,7 @@ func (x *StateEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
 func (*StateEntry) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{44}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StateEntry) GetKey() []byte {
@@ -3323,7 +3401,7 @@ type FetchStateResponse struct {
 
 func (x *FetchStateResponse) Reset() {
 	*x = FetchStateResponse{}
-	mi := &file_slicer_v1_slicer_proto_msgTypes[45]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3413,7 @@ func (x *FetchStateResponse) String() string {
 func (*FetchStateResponse) ProtoMessage() {}
 
 func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slicer_v1_slicer_proto_msgTypes[45]
+	mi := &file_slicer_v1_slicer_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3426,7 @@ func (x *FetchStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchStateResponse.ProtoReflect.Descriptor instead.
 func (*FetchStateResponse) Descriptor() ([]byte, []int) {
-	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{45}
+	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FetchStateResponse) GetEntries() []*StateEntry {
@@ -3438,13 +3516,20 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x15GetAssignmentResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x15.slicer.v1.AssignmentR\n" +
-	"assignment\"w\n" +
+	"assignment\"\xb2\x01\n" +
 	"\x13RegisterTaskRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1f\n" +
 	"\vgossip_name\x18\x03 \x01(\tR\n" +
 	"gossipName\x12\x19\n" +
-	"\brpc_addr\x18\x04 \x01(\tR\arpcAddr\"\x16\n" +
+	"\brpc_addr\x18\x04 \x01(\tR\arpcAddr\x129\n" +
+	"\n" +
+	"attributes\x18\x05 \x01(\v2\x19.slicer.v1.TaskAttributesR\n" +
+	"attributes\"k\n" +
+	"\x0eTaskAttributes\x12\x1a\n" +
+	"\bcapacity\x18\x01 \x01(\x01R\bcapacity\x12!\n" +
+	"\fmemory_limit\x18\x02 \x01(\x03R\vmemoryLimit\x12\x1a\n" +
+	"\bdraining\x18\x03 \x01(\bR\bdraining\"\x16\n" +
 	"\x14RegisterTaskResponse\"\x84\x03\n" +
 	"\aJobInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
@@ -3661,7 +3746,7 @@ func file_slicer_v1_slicer_proto_rawDescGZIP() []byte {
 }
 
 var file_slicer_v1_slicer_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_slicer_v1_slicer_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_slicer_v1_slicer_proto_goTypes = []any{
 	(Consistency)(0),                // 0: slicer.v1.Consistency
 	(LeaseKind)(0),                  // 1: slicer.v1.LeaseKind
@@ -3676,41 +3761,42 @@ var file_slicer_v1_slicer_proto_goTypes = []any{
 	(*GetAssignmentRequest)(nil),    // 10: slicer.v1.GetAssignmentRequest
 	(*GetAssignmentResponse)(nil),   // 11: slicer.v1.GetAssignmentResponse
 	(*RegisterTaskRequest)(nil),     // 12: slicer.v1.RegisterTaskRequest
-	(*RegisterTaskResponse)(nil),    // 13: slicer.v1.RegisterTaskResponse
-	(*JobInfo)(nil),                 // 14: slicer.v1.JobInfo
-	(*TaskLoad)(nil),                // 15: slicer.v1.TaskLoad
-	(*ListJobsRequest)(nil),         // 16: slicer.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 17: slicer.v1.ListJobsResponse
-	(*GetJobRequest)(nil),           // 18: slicer.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 19: slicer.v1.GetJobResponse
-	(*SetJobConfigRequest)(nil),     // 20: slicer.v1.SetJobConfigRequest
-	(*SetJobConfigResponse)(nil),    // 21: slicer.v1.SetJobConfigResponse
-	(*DeleteJobRequest)(nil),        // 22: slicer.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 23: slicer.v1.DeleteJobResponse
-	(*DecisionMove)(nil),            // 24: slicer.v1.DecisionMove
-	(*PhaseMoves)(nil),              // 25: slicer.v1.PhaseMoves
-	(*Decision)(nil),                // 26: slicer.v1.Decision
-	(*GetJobHistoryRequest)(nil),    // 27: slicer.v1.GetJobHistoryRequest
-	(*GetJobHistoryResponse)(nil),   // 28: slicer.v1.GetJobHistoryResponse
-	(*GetLoadHistoryRequest)(nil),   // 29: slicer.v1.GetLoadHistoryRequest
-	(*GetLoadHistoryResponse)(nil),  // 30: slicer.v1.GetLoadHistoryResponse
-	(*LoadSample)(nil),              // 31: slicer.v1.LoadSample
-	(*ExplainKeyRequest)(nil),       // 32: slicer.v1.ExplainKeyRequest
-	(*ExplainKeyResponse)(nil),      // 33: slicer.v1.ExplainKeyResponse
-	(*SliceLoad)(nil),               // 34: slicer.v1.SliceLoad
-	(*ReportLoadRequest)(nil),       // 35: slicer.v1.ReportLoadRequest
-	(*ReportLoadResponse)(nil),      // 36: slicer.v1.ReportLoadResponse
-	(*ReportReadyRequest)(nil),      // 37: slicer.v1.ReportReadyRequest
-	(*ReportReadyResponse)(nil),     // 38: slicer.v1.ReportReadyResponse
-	(*LeaseValue)(nil),              // 39: slicer.v1.LeaseValue
-	(*LeaseState)(nil),              // 40: slicer.v1.LeaseState
-	(*ReadLeaseRequest)(nil),        // 41: slicer.v1.ReadLeaseRequest
-	(*ReadLeaseResponse)(nil),       // 42: slicer.v1.ReadLeaseResponse
-	(*ReleaseLeaseRequest)(nil),     // 43: slicer.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),    // 44: slicer.v1.ReleaseLeaseResponse
-	(*FetchStateRequest)(nil),       // 45: slicer.v1.FetchStateRequest
-	(*StateEntry)(nil),              // 46: slicer.v1.StateEntry
-	(*FetchStateResponse)(nil),      // 47: slicer.v1.FetchStateResponse
+	(*TaskAttributes)(nil),          // 13: slicer.v1.TaskAttributes
+	(*RegisterTaskResponse)(nil),    // 14: slicer.v1.RegisterTaskResponse
+	(*JobInfo)(nil),                 // 15: slicer.v1.JobInfo
+	(*TaskLoad)(nil),                // 16: slicer.v1.TaskLoad
+	(*ListJobsRequest)(nil),         // 17: slicer.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 18: slicer.v1.ListJobsResponse
+	(*GetJobRequest)(nil),           // 19: slicer.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 20: slicer.v1.GetJobResponse
+	(*SetJobConfigRequest)(nil),     // 21: slicer.v1.SetJobConfigRequest
+	(*SetJobConfigResponse)(nil),    // 22: slicer.v1.SetJobConfigResponse
+	(*DeleteJobRequest)(nil),        // 23: slicer.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 24: slicer.v1.DeleteJobResponse
+	(*DecisionMove)(nil),            // 25: slicer.v1.DecisionMove
+	(*PhaseMoves)(nil),              // 26: slicer.v1.PhaseMoves
+	(*Decision)(nil),                // 27: slicer.v1.Decision
+	(*GetJobHistoryRequest)(nil),    // 28: slicer.v1.GetJobHistoryRequest
+	(*GetJobHistoryResponse)(nil),   // 29: slicer.v1.GetJobHistoryResponse
+	(*GetLoadHistoryRequest)(nil),   // 30: slicer.v1.GetLoadHistoryRequest
+	(*GetLoadHistoryResponse)(nil),  // 31: slicer.v1.GetLoadHistoryResponse
+	(*LoadSample)(nil),              // 32: slicer.v1.LoadSample
+	(*ExplainKeyRequest)(nil),       // 33: slicer.v1.ExplainKeyRequest
+	(*ExplainKeyResponse)(nil),      // 34: slicer.v1.ExplainKeyResponse
+	(*SliceLoad)(nil),               // 35: slicer.v1.SliceLoad
+	(*ReportLoadRequest)(nil),       // 36: slicer.v1.ReportLoadRequest
+	(*ReportLoadResponse)(nil),      // 37: slicer.v1.ReportLoadResponse
+	(*ReportReadyRequest)(nil),      // 38: slicer.v1.ReportReadyRequest
+	(*ReportReadyResponse)(nil),     // 39: slicer.v1.ReportReadyResponse
+	(*LeaseValue)(nil),              // 40: slicer.v1.LeaseValue
+	(*LeaseState)(nil),              // 41: slicer.v1.LeaseState
+	(*ReadLeaseRequest)(nil),        // 42: slicer.v1.ReadLeaseRequest
+	(*ReadLeaseResponse)(nil),       // 43: slicer.v1.ReadLeaseResponse
+	(*ReleaseLeaseRequest)(nil),     // 44: slicer.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),    // 45: slicer.v1.ReleaseLeaseResponse
+	(*FetchStateRequest)(nil),       // 46: slicer.v1.FetchStateRequest
+	(*StateEntry)(nil),              // 47: slicer.v1.StateEntry
+	(*FetchStateResponse)(nil),      // 48: slicer.v1.FetchStateResponse
 }
 var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	2,  // 0: slicer.v1.Assignment.tasks:type_name -> slicer.v1.Task
@@ -3722,70 +3808,71 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	3,  // 6: slicer.v1.AssignmentDelta.slices:type_name -> slicer.v1.Slice
 	2,  // 7: slicer.v1.AssignmentDelta.tasks:type_name -> slicer.v1.Task
 	4,  // 8: slicer.v1.GetAssignmentResponse.assignment:type_name -> slicer.v1.Assignment
-	5,  // 9: slicer.v1.JobInfo.config:type_name -> slicer.v1.JobConfig
-	2,  // 10: slicer.v1.JobInfo.live_tasks:type_name -> slicer.v1.Task
-	15, // 11: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
-	14, // 12: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
-	14, // 13: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
-	5,  // 14: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
-	14, // 15: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
-	14, // 16: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
-	25, // 17: slicer.v1.Decision.phases:type_name -> slicer.v1.PhaseMoves
-	24, // 18: slicer.v1.Decision.moves:type_name -> slicer.v1.DecisionMove
-	26, // 19: slicer.v1.GetJobHistoryResponse.decisions:type_name -> slicer.v1.Decision
-	31, // 20: slicer.v1.GetLoadHistoryResponse.samples:type_name -> slicer.v1.LoadSample
-	3,  // 21: slicer.v1.ExplainKeyResponse.slice:type_name -> slicer.v1.Slice
-	2,  // 22: slicer.v1.ExplainKeyResponse.tasks:type_name -> slicer.v1.Task
-	26, // 23: slicer.v1.ExplainKeyResponse.decisions:type_name -> slicer.v1.Decision
-	34, // 24: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
-	39, // 25: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
-	1,  // 26: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	39, // 27: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
-	40, // 28: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
-	40, // 29: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
-	1,  // 30: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	46, // 31: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
-	7,  // 32: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	10, // 33: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	7,  // 34: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	10, // 35: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	7,  // 36: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	12, // 37: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
-	16, // 38: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	18, // 39: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	20, // 40: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	22, // 41: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
-	27, // 42: slicer.v1.JobService.GetJobHistory:input_type -> slicer.v1.GetJobHistoryRequest
-	32, // 43: slicer.v1.JobService.ExplainKey:input_type -> slicer.v1.ExplainKeyRequest
-	29, // 44: slicer.v1.JobService.GetLoadHistory:input_type -> slicer.v1.GetLoadHistoryRequest
-	35, // 45: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	37, // 46: slicer.v1.LoadService.ReportReady:input_type -> slicer.v1.ReportReadyRequest
-	41, // 47: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
-	43, // 48: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
-	45, // 49: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
-	8,  // 50: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 51: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	8,  // 52: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 53: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	8,  // 54: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	13, // 55: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
-	17, // 56: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	19, // 57: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	21, // 58: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	23, // 59: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
-	28, // 60: slicer.v1.JobService.GetJobHistory:output_type -> slicer.v1.GetJobHistoryResponse
-	33, // 61: slicer.v1.JobService.ExplainKey:output_type -> slicer.v1.ExplainKeyResponse
-	30, // 62: slicer.v1.JobService.GetLoadHistory:output_type -> slicer.v1.GetLoadHistoryResponse
-	36, // 63: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	38, // 64: slicer.v1.LoadService.ReportReady:output_type -> slicer.v1.ReportReadyResponse
-	42, // 65: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
-	44, // 66: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
-	47, // 67: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
-	50, // [50:68] is the sub-list for method output_type
-	32, // [32:50] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	13, // 9: slicer.v1.RegisterTaskRequest.attributes:type_name -> slicer.v1.TaskAttributes
+	5,  // 10: slicer.v1.JobInfo.config:type_name -> slicer.v1.JobConfig
+	2,  // 11: slicer.v1.JobInfo.live_tasks:type_name -> slicer.v1.Task
+	16, // 12: slicer.v1.JobInfo.task_loads:type_name -> slicer.v1.TaskLoad
+	15, // 13: slicer.v1.ListJobsResponse.jobs:type_name -> slicer.v1.JobInfo
+	15, // 14: slicer.v1.GetJobResponse.job:type_name -> slicer.v1.JobInfo
+	5,  // 15: slicer.v1.SetJobConfigRequest.config:type_name -> slicer.v1.JobConfig
+	15, // 16: slicer.v1.SetJobConfigResponse.job:type_name -> slicer.v1.JobInfo
+	15, // 17: slicer.v1.DeleteJobResponse.job:type_name -> slicer.v1.JobInfo
+	26, // 18: slicer.v1.Decision.phases:type_name -> slicer.v1.PhaseMoves
+	25, // 19: slicer.v1.Decision.moves:type_name -> slicer.v1.DecisionMove
+	27, // 20: slicer.v1.GetJobHistoryResponse.decisions:type_name -> slicer.v1.Decision
+	32, // 21: slicer.v1.GetLoadHistoryResponse.samples:type_name -> slicer.v1.LoadSample
+	3,  // 22: slicer.v1.ExplainKeyResponse.slice:type_name -> slicer.v1.Slice
+	2,  // 23: slicer.v1.ExplainKeyResponse.tasks:type_name -> slicer.v1.Task
+	27, // 24: slicer.v1.ExplainKeyResponse.decisions:type_name -> slicer.v1.Decision
+	35, // 25: slicer.v1.ReportLoadRequest.slices:type_name -> slicer.v1.SliceLoad
+	40, // 26: slicer.v1.LeaseState.value:type_name -> slicer.v1.LeaseValue
+	1,  // 27: slicer.v1.ReadLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	40, // 28: slicer.v1.ReadLeaseRequest.value:type_name -> slicer.v1.LeaseValue
+	41, // 29: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
+	41, // 30: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
+	1,  // 31: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
+	47, // 32: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
+	7,  // 33: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 34: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	7,  // 35: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 36: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	7,  // 37: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	12, // 38: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
+	17, // 39: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	19, // 40: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	21, // 41: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	23, // 42: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
+	28, // 43: slicer.v1.JobService.GetJobHistory:input_type -> slicer.v1.GetJobHistoryRequest
+	33, // 44: slicer.v1.JobService.ExplainKey:input_type -> slicer.v1.ExplainKeyRequest
+	30, // 45: slicer.v1.JobService.GetLoadHistory:input_type -> slicer.v1.GetLoadHistoryRequest
+	36, // 46: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	38, // 47: slicer.v1.LoadService.ReportReady:input_type -> slicer.v1.ReportReadyRequest
+	42, // 48: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
+	44, // 49: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
+	46, // 50: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
+	8,  // 51: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 52: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 53: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 54: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 55: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	14, // 56: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	18, // 57: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	20, // 58: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	22, // 59: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	24, // 60: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
+	29, // 61: slicer.v1.JobService.GetJobHistory:output_type -> slicer.v1.GetJobHistoryResponse
+	34, // 62: slicer.v1.JobService.ExplainKey:output_type -> slicer.v1.ExplainKeyResponse
+	31, // 63: slicer.v1.JobService.GetLoadHistory:output_type -> slicer.v1.GetLoadHistoryResponse
+	37, // 64: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	39, // 65: slicer.v1.LoadService.ReportReady:output_type -> slicer.v1.ReportReadyResponse
+	43, // 66: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
+	45, // 67: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
+	48, // 68: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
+	51, // [51:69] is the sub-list for method output_type
+	33, // [33:51] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
@@ -3793,7 +3880,7 @@ func file_slicer_v1_slicer_proto_init() {
 	if File_slicer_v1_slicer_proto != nil {
 		return
 	}
-	file_slicer_v1_slicer_proto_msgTypes[30].OneofWrappers = []any{
+	file_slicer_v1_slicer_proto_msgTypes[31].OneofWrappers = []any{
 		(*ExplainKeyRequest_Key)(nil),
 		(*ExplainKeyRequest_SliceKey)(nil),
 	}
@@ -3803,7 +3890,7 @@ func file_slicer_v1_slicer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_slicer_proto_rawDesc), len(file_slicer_v1_slicer_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   46,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   7,
 		},
