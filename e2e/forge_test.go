@@ -161,6 +161,35 @@ func TestAttackForgedDeadTask(t *testing.T) {
 	tg.tasks["kv-1"].waitLine(10*time.Second, "moved the member to a new gossip address")
 }
 
+// spyOn joins gossip as an attacker holding the gossip key (its member
+// stops with the test) and returns it with task's gossip state as it sees
+// it: its gossip address and tags.
+func spyOn(t *testing.T, tg *target, task string) (*gossip.Node, gossip.Peer) {
+	t.Helper()
+	cfg := gossip.TestConfig(gossip.TaskMemberName("kv", "spy"))
+	cfg.Keys = insiderKeys(t)
+	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "spy", RPCAddr: "127.0.0.1:1"}
+	spy, err := gossip.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { spy.Shutdown() })
+	if _, err := spy.Join([]string{tg.node.gossipAddr}); err != nil {
+		t.Fatal(err)
+	}
+	var victim gossip.Peer
+	testwait.Until(t, 20*time.Second, "the attacker to see "+task+" in gossip", func() bool {
+		for _, p := range spy.Peers() {
+			if p.Job == "kv" && p.Task == task && p.Status == gossip.StatusAlive {
+				victim = p
+				return true
+			}
+		}
+		return false
+	})
+	return spy, victim
+}
+
 // TestAttackForgedTaskAddress forges, with the gossip key alone, task
 // kv-1's gossip state: an alive message from its own gossip address, at
 // the highest incarnation (which the real task's refutations, wrapping
@@ -188,29 +217,7 @@ func TestAttackForgedTaskAddress(t *testing.T) {
 		}
 	}()
 
-	// The attacker joins gossip (it has the key) to learn kv-1's gossip
-	// address and tags.
-	cfg := gossip.TestConfig(gossip.TaskMemberName("kv", "spy"))
-	cfg.Keys = insiderKeys(t)
-	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "spy", RPCAddr: "127.0.0.1:1"}
-	spy, err := gossip.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer spy.Shutdown()
-	if _, err := spy.Join([]string{tg.node.gossipAddr}); err != nil {
-		t.Fatal(err)
-	}
-	var victim gossip.Peer
-	testwait.Until(t, 20*time.Second, "the attacker to see kv-1 in gossip", func() bool {
-		for _, p := range spy.Peers() {
-			if p.Job == "kv" && p.Task == "kv-1" && p.Status == gossip.StatusAlive {
-				victim = p
-				return true
-			}
-		}
-		return false
-	})
+	spy, victim := spyOn(t, tg, "kv-1")
 	registered := victim.RPCAddr
 	forged := victim
 	forged.RPCAddr = ln.Addr().String()
@@ -249,27 +256,7 @@ func TestAttackForgedTaskAddress(t *testing.T) {
 // registration, so nothing moves and the forgery is logged.
 func TestAttackForgedTaskAttributes(t *testing.T) {
 	tg := startTarget(t)
-	cfg := gossip.TestConfig(gossip.TaskMemberName("kv", "spy"))
-	cfg.Keys = insiderKeys(t)
-	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "spy", RPCAddr: "127.0.0.1:1"}
-	spy, err := gossip.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer spy.Shutdown()
-	if _, err := spy.Join([]string{tg.node.gossipAddr}); err != nil {
-		t.Fatal(err)
-	}
-	var victim gossip.Peer
-	testwait.Until(t, 20*time.Second, "the attacker to see kv-1 in gossip", func() bool {
-		for _, p := range spy.Peers() {
-			if p.Job == "kv" && p.Task == "kv-1" && p.Status == gossip.StatusAlive {
-				victim = p
-				return true
-			}
-		}
-		return false
-	})
+	spy, victim := spyOn(t, tg, "kv-1")
 	forged := victim
 	forged.Draining, forged.Capacity = true, 100
 	for range 5 {

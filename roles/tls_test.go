@@ -2,11 +2,8 @@ package roles
 
 import (
 	"context"
-	"net"
-	"os"
 	"slices"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -19,43 +16,18 @@ import (
 	"github.com/slicerd/slicerd/roles/auth"
 	"github.com/slicerd/slicerd/slicelet"
 	"github.com/slicerd/slicerd/tlsconfig"
+	"github.com/slicerd/slicerd/tlsconfig/tlstest"
 )
 
 // testPKI is a CA in a temporary directory that issues certificates on
 // demand.
-type testPKI struct {
-	t   testing.TB
-	dir string
-	ca  *tlsconfig.CA
-	caf string
-}
+type testPKI struct{ *tlstest.PKI }
 
-func newTestPKI(t testing.TB) *testPKI {
-	t.Helper()
-	ca, err := tlsconfig.NewCA("test CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	p := &testPKI{t: t, dir: dir, ca: ca, caf: dir + "/ca.pem"}
-	if err := os.WriteFile(p.caf, ca.CertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+func newTestPKI(t testing.TB) *testPKI { return &testPKI{tlstest.New(t, "test CA")} }
 
 // source issues a certificate with ids and loads it.
 func (p *testPKI) source(name string, ids ...identity.ID) *tlsconfig.Source {
-	p.t.Helper()
-	f, err := p.ca.IssueFiles(p.dir, name, p.caf, tlsconfig.Leaf{CommonName: name, IDs: ids, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Validity: time.Hour})
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	src, err := tlsconfig.Load(f, nil)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return src
+	return p.Source(name, ids...)
 }
 
 func agentIDs(node string, roles ...gossip.Role) []identity.ID {

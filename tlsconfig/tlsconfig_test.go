@@ -16,49 +16,19 @@ import (
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/tlsconfig"
+	"github.com/slicerd/slicerd/tlsconfig/tlstest"
 )
 
 const day = 24 * time.Hour
 
-// pki is a CA written to a directory, issuing certificates into it.
-type pki struct {
-	t      *testing.T
-	dir    string
-	ca     *tlsconfig.CA
-	caFile string
-}
+// pki is a CA in a temporary directory.
+type pki struct{ *tlstest.PKI }
 
-func newPKI(t *testing.T, name string) *pki {
-	t.Helper()
-	ca, err := tlsconfig.NewCA(name, day)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return &pki{t: t, dir: dir, ca: ca, caFile: caFile}
-}
+func newPKI(t *testing.T, name string) *pki { return &pki{tlstest.New(t, name)} }
 
-func (p *pki) issue(name string, ids ...identity.ID) tlsconfig.Files {
-	p.t.Helper()
-	f, err := p.ca.IssueFiles(p.dir, name, p.caFile, tlsconfig.Leaf{CommonName: name, IDs: ids, Validity: day})
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return f
-}
+func (p *pki) issue(name string, ids ...identity.ID) tlsconfig.Files { return p.Issue(name, ids...) }
 
-func (p *pki) load(f tlsconfig.Files) *tlsconfig.Source {
-	p.t.Helper()
-	s, err := tlsconfig.Load(f, nil)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return s
-}
+func (p *pki) load(f tlsconfig.Files) *tlsconfig.Source { return p.Load(f) }
 
 func agent(node string) []identity.ID {
 	return []identity.ID{
@@ -178,7 +148,7 @@ func TestServerRefusesClientOfAnotherCA(t *testing.T) {
 	src := other.load(f)
 	cfg := src.ClientConfig(nil)
 	// The stranger accepts the real server, checking it against the real CA.
-	trustsReal := p.load(tlsconfig.Files{CA: p.caFile})
+	trustsReal := p.load(tlsconfig.Files{CA: p.CAFile})
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
 		return trustsReal.VerifyPeer(cs.PeerCertificates, x509.ExtKeyUsageServerAuth, nil)
 	}
@@ -196,7 +166,7 @@ func TestServerLetsClientWithoutCertificateInAsAnonymous(t *testing.T) {
 	p := newPKI(t, "test CA")
 	srv := serve(t, p.load(p.issue("n1", agent("n1")...)).ServerConfig())
 
-	client := p.load(tlsconfig.Files{CA: p.caFile})
+	client := p.load(tlsconfig.Files{CA: p.CAFile})
 	if ids := client.IDs(); len(ids) != 0 {
 		t.Fatalf("a Source without a certificate has identities %v", ids)
 	}
@@ -211,8 +181,8 @@ func TestServerLetsClientWithoutCertificateInAsAnonymous(t *testing.T) {
 
 func TestServerWithoutCertificateFailsHandshake(t *testing.T) {
 	p := newPKI(t, "test CA")
-	srv := serve(t, p.load(tlsconfig.Files{CA: p.caFile}).ServerConfig())
-	if got, err := dial(t, srv.addr, p.load(tlsconfig.Files{CA: p.caFile}).ClientConfig(nil)); err == nil {
+	srv := serve(t, p.load(tlsconfig.Files{CA: p.CAFile}).ServerConfig())
+	if got, err := dial(t, srv.addr, p.load(tlsconfig.Files{CA: p.CAFile}).ClientConfig(nil)); err == nil {
 		t.Fatalf("a server without a certificate answered %q", got)
 	}
 	testwait.For(t, "the server's handshake error", func() bool { return len(srv.handshakeErrors()) > 0 })
@@ -337,10 +307,10 @@ func TestLoadNamesTheBadFile(t *testing.T) {
 		{"CA file is not PEM", tlsconfig.Files{Cert: good.Cert, Key: good.Key, CA: garbage}, []string{garbage, "no PEM certificate"}},
 		{"CA file is missing", tlsconfig.Files{Cert: good.Cert, Key: good.Key, CA: missing}, []string{missing, "no such file"}},
 		{"CA file is a key", tlsconfig.Files{Cert: good.Cert, Key: good.Key, CA: good.Key}, []string{good.Key, "no PEM certificate"}},
-		{"key does not match", tlsconfig.Files{Cert: good.Cert, Key: other.Key, CA: p.caFile}, []string{good.Cert, other.Key, "does not match"}},
-		{"certificate is not PEM", tlsconfig.Files{Cert: garbage, Key: good.Key, CA: p.caFile}, []string{garbage}},
-		{"key is missing", tlsconfig.Files{Cert: good.Cert, Key: missing, CA: p.caFile}, []string{missing}},
-		{"certificate of another CA", tlsconfig.Files{Cert: foreign.Cert, Key: foreign.Key, CA: p.caFile}, []string{foreign.Cert, p.caFile, "not signed by the CA"}},
+		{"key does not match", tlsconfig.Files{Cert: good.Cert, Key: other.Key, CA: p.CAFile}, []string{good.Cert, other.Key, "does not match"}},
+		{"certificate is not PEM", tlsconfig.Files{Cert: garbage, Key: good.Key, CA: p.CAFile}, []string{garbage}},
+		{"key is missing", tlsconfig.Files{Cert: good.Cert, Key: missing, CA: p.CAFile}, []string{missing}},
+		{"certificate of another CA", tlsconfig.Files{Cert: foreign.Cert, Key: foreign.Key, CA: p.CAFile}, []string{foreign.Cert, p.CAFile, "not signed by the CA"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := tlsconfig.Load(tc.files, nil)
@@ -386,10 +356,10 @@ func TestReloadKeepsPreviousFilesWhenNewOnesAreBroken(t *testing.T) {
 	}
 
 	// A broken CA file keeps the previous CA too.
-	if err := os.WriteFile(p.caFile, []byte("truncated"), 0o644); err != nil {
+	if err := os.WriteFile(p.CAFile, []byte("truncated"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := server.Reload(); err == nil || !strings.Contains(err.Error(), p.caFile) {
+	if err := server.Reload(); err == nil || !strings.Contains(err.Error(), p.CAFile) {
 		t.Fatalf("Reload with a broken CA file = %v, want an error naming it", err)
 	}
 	if _, err := dial(t, srv.addr, client.ClientConfig(tlsconfig.WantNode(identity.Assigner, "n1"))); err != nil {
@@ -404,7 +374,7 @@ func TestReloadKeepsPreviousFilesWhenNewOnesAreBroken(t *testing.T) {
 	if err := os.WriteFile(files.Key, keyPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(p.caFile, p.ca.CertPEM, 0o644); err != nil {
+	if err := os.WriteFile(p.CAFile, p.CA.CertPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := server.Reload(); err != nil {

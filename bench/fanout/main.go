@@ -111,6 +111,7 @@ type options struct {
 	jsonOut      bool
 	metrics      bool
 	gogc         int
+	memLimit     string
 	slicerdFlags benchproc.Flags
 }
 
@@ -137,6 +138,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.logDir, "log-dir", "", "keep slicerd's log and data here (default: a temporary directory, removed)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
 	fs.BoolVar(&o.metrics, "metrics", false, "serve slicerd's metrics (--metrics-addr) and report its commit → send histogram beside the subscribers' commit → receipt")
+	fs.StringVar(&o.memLimit, "slicerd-gomemlimit", "", "run slicerd with this GOMEMLIMIT (Go's soft memory limit, e.g. 1800MiB), as an operator would for a Distributor of many streams; empty: none")
 	fs.IntVar(&o.gogc, "gogc", 400, "the harness's own GOGC (-1: no collection). Its garbage collection takes CPU from the slicerd it measures: at 100,000 connect-go streams Go's default of 100 collected during about one generation in six, adding a second of harness CPU to it")
 	fs.Var(&o.slicerdFlags, "slicerd-flag", "an extra slicerd flag (repeatable), e.g. -slicerd-flag=--stream-send-budget-mib=0")
 	if err := fs.Parse(args); err != nil {
@@ -463,7 +465,11 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	}
 	sargs = append(sargs, o.slicerdFlags...)
 	logPath := filepath.Join(logDir, "slicerd.log")
-	sd, started, err := benchproc.StartSlicerd("slicerd", logPath, o.slicerd, sargs, 60*time.Second)
+	var env []string
+	if o.memLimit != "" {
+		env = append(env, "GOMEMLIMIT="+o.memLimit)
+	}
+	sd, started, err := benchproc.StartSlicerdEnv("slicerd", logPath, o.slicerd, env, sargs, 60*time.Second)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -20,42 +19,8 @@ import (
 	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/tlsconfig"
+	"github.com/slicerd/slicerd/tlsconfig/tlstest"
 )
-
-// testPKI issues certificates from a fresh CA into a temporary directory.
-type testPKI struct {
-	t      *testing.T
-	dir    string
-	ca     *tlsconfig.CA
-	caFile string
-}
-
-func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	ca, err := tlsconfig.NewCA("kvcache-test", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	caFile := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return &testPKI{t: t, dir: dir, ca: ca, caFile: caFile}
-}
-
-func (p *testPKI) source(name string, ids ...identity.ID) *tlsconfig.Source {
-	p.t.Helper()
-	f, err := p.ca.IssueFiles(p.dir, name, p.caFile, tlsconfig.Leaf{CommonName: name, IDs: ids, Validity: time.Hour})
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	src, err := tlsconfig.Load(f, nil)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return src
-}
 
 // tlsTask serves GET /kv/KEY on TLS with the certificate of src, behind
 // RequireJobPeer for job kv, and counts the requests that reached it.
@@ -114,11 +79,11 @@ func clerkAt(t *testing.T, src *tlsconfig.Source, addr string) *clerk.Clerk {
 // right task gets them all. The task in turn serves only the job's clients
 // and tasks.
 func TestClientVerifiesTheTasksCertificate(t *testing.T) {
-	pki := newTestPKI(t)
-	client := pki.source("client-kv", identity.ID{Role: identity.Client, Job: "kv"})
-	right := startTLSTask(t, pki.source("task-kv-1", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-1"}))
-	otherTask := startTLSTask(t, pki.source("task-kv-2", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-2"}))
-	otherJob := startTLSTask(t, pki.source("task-other-kv-1", identity.ID{Role: identity.Task, Job: "other", Task: "kv-1"}))
+	pki := tlstest.New(t, "kvcache-test")
+	client := pki.Source("client-kv", identity.ID{Role: identity.Client, Job: "kv"})
+	right := startTLSTask(t, pki.Source("task-kv-1", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-1"}))
+	otherTask := startTLSTask(t, pki.Source("task-kv-2", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-2"}))
+	otherJob := startTLSTask(t, pki.Source("task-other-kv-1", identity.ID{Role: identity.Task, Job: "other", Task: "kv-1"}))
 
 	for _, tc := range []struct {
 		name string
@@ -161,8 +126,8 @@ func TestClientVerifiesTheTasksCertificate(t *testing.T) {
 		want int
 	}{
 		{"a client of the job", client, http.StatusOK},
-		{"a task of the job", pki.source("task-kv-3", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-3"}), http.StatusOK},
-		{"a client of another job", pki.source("client-other", identity.ID{Role: identity.Client, Job: "other"}), http.StatusForbidden},
+		{"a task of the job", pki.Source("task-kv-3", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-3"}), http.StatusOK},
+		{"a client of another job", pki.Source("client-other", identity.ID{Role: identity.Client, Job: "other"}), http.StatusForbidden},
 		{"no certificate", nil, http.StatusForbidden},
 	} {
 		t.Run("caller is "+tc.name, func(t *testing.T) {
