@@ -30,6 +30,7 @@ func newApp(stdout, stderr io.Writer) *ucli.App {
 		cli.VersionCommand(),
 		cli.JobCommand(),
 		cli.TaskCommand(),
+		cli.SidecarCommand(),
 		cli.KeyringCommand(),
 		cli.DemoCommand(),
 		cli.SimulateCommand(),

@@ -98,6 +98,12 @@ func secureEnv(path string, args []string) []string {
 		f := issue("task-"+job+"-"+task, identity.ID{Role: identity.Task, Job: job, Task: task})
 		return []string{"KVSERVER_TLS_CERT=" + f.Cert, "KVSERVER_TLS_KEY=" + f.Key, "KVSERVER_TLS_CA=" + f.CA,
 			"SLICERD_GOSSIP_KEY=" + testGossipKey}
+	case len(args) > 0 && args[0] == "sidecar":
+		// A task: its own certificate and the gossip key.
+		job, task := flagValue("--job"), flagValue("--task")
+		f := issue("task-"+job+"-"+task, identity.ID{Role: identity.Task, Job: job, Task: task})
+		return []string{"SLICERD_TLS_CERT=" + f.Cert, "SLICERD_TLS_KEY=" + f.Key, "SLICERD_TLS_CA=" + f.CA,
+			"SLICERD_GOSSIP_KEY=" + testGossipKey}
 	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		// A command: the CLI as an admin.
 		f := issue("admin", identity.ID{Role: identity.Admin, Name: "e2e"})

@@ -15,7 +15,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	app := NewApp("", stdout, stderr, VersionCommand(), JobCommand(), TaskCommand(), KeyringCommand(), DemoCommand(), SimulateCommand(), TraceCommand(), TLSCommand())
+	app := NewApp("", stdout, stderr, VersionCommand(), JobCommand(), TaskCommand(), SidecarCommand(), KeyringCommand(), DemoCommand(), SimulateCommand(), TraceCommand(), TLSCommand())
 	return Run(ctx, app, args)
 }
 

@@ -1,0 +1,283 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/slicelet"
+	"github.com/slicerd/slicerd/tlsconfig"
+)
+
+// SidecarCommand runs a task's Slicelet beside an application written in
+// any language: it joins the job as the task, serving at the application's
+// address, gives the task's keys away while the application fails its
+// health check, and drains on SIGTERM.
+func SidecarCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "sidecar",
+		Usage:     "make an application in any language a task of a job: join as the task, follow its health, drain on SIGTERM",
+		ArgsUsage: " ",
+		Description: "The sidecar is the task's member of slicerd, as the slicelet library is inside a Go task: it joins\n" +
+			"gossip as task --task of job --job, advertising --app-addr as the address clients reach the task at,\n" +
+			"and the job's keys are assigned to it as to any task. Run it beside the application (the systemd\n" +
+			"template dist/systemd/slicerd-sidecar@.service binds it to the application's unit).\n\n" +
+			"It checks the application every --health-interval (a TCP connect to --app-addr, or an HTTP GET of\n" +
+			"--health-url that must answer 2xx). After --health-failures failures in a row the task drains: its\n" +
+			"keys move to the job's other tasks while it stays a member; the first success after that gives it\n" +
+			"keys again. On SIGTERM or SIGINT it drains (at most --drain-timeout) and exits 0, so the application\n" +
+			"can stop once the sidecar has. With TLS it presents the task's certificate\n" +
+			"(spiffe://slicerd/task/JOB/TASK) and registers with the Assigners as a Go task does.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "job", EnvVars: []string{"SLICERD_SIDECAR_JOB"}, Usage: "the job the application serves"},
+			&cli.StringFlag{Name: "task", EnvVars: []string{"SLICERD_SIDECAR_TASK"},
+				Usage: "the task's name, stable across restarts (for example the host name, or kv-0)"},
+			&cli.StringFlag{Name: "app-addr", EnvVars: []string{"SLICERD_SIDECAR_APP_ADDR"},
+				Usage: "host:port where clients reach the application; the assignment names it, and the TCP health check connects to it"},
+			&cli.StringSliceFlag{Name: "join", EnvVars: []string{"SLICERD_JOIN"},
+				Usage: "gossip addresses (host:port) of slicerd nodes to join, comma-separated or repeated"},
+			&cli.StringFlag{Name: "gossip-addr", EnvVars: []string{"SLICERD_GOSSIP_ADDR"}, Value: "127.0.0.1:0",
+				Usage: "host:port the task's gossip member binds; port 0 picks a free one. Use an address the slicerd nodes can reach"},
+			gossipKeyFlag(),
+			&cli.StringFlag{Name: "gossip-keyring-file", EnvVars: []string{"SLICERD_GOSSIP_KEYRING_FILE"},
+				Usage: "file that keeps the task's gossip keys across restarts (created from --gossip-key if missing), so that a task " +
+					"restarted after a key rotation still joins (default: none)"},
+			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"SLICERD_TLS_CERT"}, Usage: "the task's certificate (spiffe://slicerd/task/JOB/TASK), PEM, for a slicerd cluster with TLS"},
+			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"SLICERD_TLS_KEY"}, Usage: "private key of --tls-cert, PEM"},
+			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"SLICERD_TLS_CA"}, Usage: "CA certificate slicerd's certificates chain to, PEM"},
+			&cli.Float64Flag{Name: "capacity", EnvVars: []string{"SLICERD_SIDECAR_CAPACITY"}, Usage: "the task's relative capacity: 2 carries twice the load of 1 (default 1)"},
+			&cli.StringFlag{Name: "health-url", EnvVars: []string{"SLICERD_SIDECAR_HEALTH_URL"},
+				Usage: "http:// URL the application answers 2xx on while healthy (default: a TCP connect to --app-addr)"},
+			&cli.DurationFlag{Name: "health-interval", EnvVars: []string{"SLICERD_SIDECAR_HEALTH_INTERVAL"}, Value: time.Second, Usage: "how often to check the application"},
+			&cli.DurationFlag{Name: "health-timeout", EnvVars: []string{"SLICERD_SIDECAR_HEALTH_TIMEOUT"}, Value: time.Second, Usage: "how long one check may take"},
+			&cli.IntFlag{Name: "health-failures", EnvVars: []string{"SLICERD_SIDECAR_HEALTH_FAILURES"}, Value: 3,
+				Usage: "failed checks in a row that make the task give its keys away"},
+			&cli.DurationFlag{Name: "drain-timeout", EnvVars: []string{"SLICERD_SIDECAR_DRAIN_TIMEOUT"}, Value: 30 * time.Second,
+				Usage: "on SIGTERM, how long to wait for the task's keys to move before exiting"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SLICERD_LOG_LEVEL"}, Usage: "log verbosity: debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SLICERD_LOG_FORMAT"}, Usage: "log format: text or json (one object per line)"},
+		},
+		OnUsageError: subcommandUsageError,
+		Action:       runSidecar,
+	}
+}
+
+// sidecarConfig is what runSidecar runs, checked.
+type sidecarConfig struct {
+	slicelet     slicelet.Config
+	check        func(context.Context) error
+	interval     time.Duration
+	failures     int
+	drainTimeout time.Duration
+}
+
+func parseSidecar(c *cli.Context, log *slog.Logger) (sidecarConfig, error) {
+	if c.Args().Present() {
+		return sidecarConfig{}, usageError("sidecar takes flags only, not %q", c.Args().First())
+	}
+	sc := sidecarConfig{interval: c.Duration("health-interval"), failures: c.Int("health-failures"), drainTimeout: c.Duration("drain-timeout")}
+	job, task, app := c.String("job"), c.String("task"), c.String("app-addr")
+	for _, f := range []struct{ name, val, env string }{
+		{"job", job, "SLICERD_SIDECAR_JOB"}, {"task", task, "SLICERD_SIDECAR_TASK"}, {"app-addr", app, "SLICERD_SIDECAR_APP_ADDR"},
+	} {
+		if f.val == "" {
+			return sc, usageError("--%s is required (or %s); see 'slicerd sidecar --help'", f.name, f.env)
+		}
+	}
+	if err := assign.ValidateJobName(job); err != nil {
+		return sc, usageError("invalid --job: %v", err)
+	}
+	if err := assign.ValidateTaskName(task); err != nil {
+		return sc, usageError("invalid --task: %v", err)
+	}
+	if err := gossip.ValidateRPCAddr(app); err != nil {
+		return sc, usageError("invalid --app-addr %q: %v", app, err)
+	}
+	timeout := c.Duration("health-timeout")
+	switch {
+	case sc.interval <= 0 || timeout <= 0:
+		return sc, usageError("--health-interval %v and --health-timeout %v must be positive", sc.interval, timeout)
+	case sc.failures < 1:
+		return sc, usageError("invalid --health-failures %d: use 1 or more", sc.failures)
+	case sc.drainTimeout < 0:
+		return sc, usageError("invalid --drain-timeout %v: use 0 (exit at once) or more", sc.drainTimeout)
+	}
+	cfg := slicelet.Config{Job: job, Task: task, Addr: app, GossipAddr: c.String("gossip-addr"), Capacity: c.Float64("capacity"), Logger: log}
+	for _, j := range c.StringSlice("join") {
+		for _, addr := range strings.Split(j, ",") {
+			if addr = strings.TrimSpace(addr); addr != "" {
+				cfg.Join = append(cfg.Join, addr)
+			}
+		}
+	}
+	if len(cfg.Join) == 0 {
+		return sc, usageError("no --join: give the gossip address of at least one slicerd node (SLICERD_JOIN)")
+	}
+	if s := c.String("gossip-key"); s != "" || c.String("gossip-keyring-file") != "" {
+		cfg.Gossip = gossip.DefaultConfig()
+		if s != "" {
+			key, err := gossip.ParseKey(strings.TrimSpace(s))
+			if err != nil {
+				return sc, usageError("invalid --gossip-key: %v", err)
+			}
+			cfg.Gossip.Keys = [][]byte{key}
+		}
+		cfg.Gossip.KeyringFile = c.String("gossip-keyring-file")
+	}
+	if files := (tlsconfig.Files{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")}); files.Enabled() {
+		if err := files.Validate("tls-", true); err != nil {
+			return sc, usageError("%v", err)
+		}
+		src, err := tlsconfig.Load(files, log.With("component", "tls"))
+		if err != nil {
+			return sc, usageError("%v", err)
+		}
+		cfg.TLS = src
+	}
+	sc.slicelet = cfg
+	if raw := c.String("health-url"); raw != "" {
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme != "http" || u.Host == "" {
+			return sc, usageError("invalid --health-url %q: use an http:// URL of the application, such as http://127.0.0.1:8080/healthz", raw)
+		}
+		hc := &http.Client{Timeout: timeout}
+		sc.check = func(ctx context.Context) error { return httpCheck(ctx, hc, raw) }
+	} else {
+		sc.check = func(ctx context.Context) error {
+			conn, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", app)
+			if err != nil {
+				return err
+			}
+			return conn.Close()
+		}
+	}
+	return sc, nil
+}
+
+// httpCheck GETs url and wants a 2xx answer.
+func httpCheck(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
+}
+
+func runSidecar(c *cli.Context) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	sc, err := parseSidecar(c, log)
+	if err != nil {
+		return err
+	}
+	log = log.With("job", sc.slicelet.Job, "task", sc.slicelet.Task)
+	sc.slicelet.Logger = log
+	sl, err := slicelet.New(sc.slicelet)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	ctx, stop := signalContext(c.Context, log)
+	defer stop()
+	// The Slicelet runs until the drain that follows the signal is over.
+	runCtx, end := context.WithCancel(context.WithoutCancel(c.Context))
+	defer end()
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(func() error { return sl.Run(gctx) })
+	g.Go(func() error {
+		followHealth(ctx, sl, sc, log)
+		if gctx.Err() != nil {
+			return nil // the Slicelet stopped first
+		}
+		if sc.drainTimeout > 0 {
+			log.Info("sidecar draining", "timeout", sc.drainTimeout)
+			dctx, cancel := context.WithTimeout(gctx, sc.drainTimeout)
+			if err := sl.Drain(dctx); err != nil {
+				log.Warn("sidecar stopping before the task's keys all moved", "err", err)
+			}
+			cancel()
+		}
+		end()
+		return nil
+	})
+	log.Info("sidecar starting", "app_addr", sc.slicelet.Addr, "join", sc.slicelet.Join)
+	if err := g.Wait(); err != nil {
+		return cli.Exit(fmt.Sprintf("sidecar: %v", err), 1)
+	}
+	log.Info("sidecar stopped")
+	return nil
+}
+
+// followHealth checks the application every interval until ctx ends: after
+// sc.failures failed checks in a row the task drains, and the first good
+// check after that undrains it.
+func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, log *slog.Logger) {
+	select {
+	case <-sl.Joined():
+	case <-ctx.Done():
+		return
+	}
+	tick := time.NewTicker(sc.interval)
+	defer tick.Stop()
+	var draining sync.WaitGroup // the drains started below end with ctx
+	defer draining.Wait()
+	failed, drained := 0, false
+	for {
+		err := sc.check(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err == nil && drained:
+			if uerr := sl.Undrain(); uerr != nil {
+				log.Warn("sidecar: the application is healthy again, but undraining the task failed; retrying", "err", uerr)
+				break
+			}
+			log.Info("sidecar: the application is healthy again; the task takes keys again")
+			failed, drained = 0, false
+		case err == nil:
+			failed = 0
+		default:
+			failed++
+			if failed == sc.failures && !drained {
+				log.Warn("sidecar: the application failed its health check; the task gives its keys away until it passes again",
+					"failures", failed, "err", err)
+				// Drain advertises the drain at once and then waits for the
+				// keys to move; the health loop does not wait with it.
+				draining.Go(func() {
+					dctx, cancel := context.WithTimeout(ctx, sc.drainTimeout+time.Second)
+					defer cancel()
+					_ = sl.Drain(dctx)
+				})
+				drained = true
+			} else if !drained {
+				log.Debug("sidecar: health check failed", "failures", failed, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
