@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -33,9 +35,16 @@ func TestSidecarMakesAnApplicationATask(t *testing.T) {
 	defer app.Close()
 	appAddr := app.Listener.Addr().String()
 	startKV(t, "kv-1", node.gossipAddr)
-	sc := start(t, "sidecar", bin.slicerd, "sidecar", "--job", "kv", "--task", "app-0", "--app-addr", appAddr,
-		"--join", node.gossipAddr, "--health-url", "http://"+appAddr+"/healthz", "--health-interval", "200ms",
-		"--health-failures", "2", "--drain-timeout", "10s")
+	// Run as systemd runs a Type=notify unit with WatchdogSec.
+	notify, next := notifySocket(t)
+	args := []string{"sidecar", "--job", "kv", "--task", "app-0", "--app-addr", appAddr,
+		"--join", node.gossipAddr, "--health-url", "http://" + appAddr + "/healthz", "--health-interval", "200ms",
+		"--health-failures", "2", "--drain-timeout", "10s"}
+	env := append(os.Environ(), "SLICERD_LOG_FORMAT=json", "NOTIFY_SOCKET="+notify, "WATCHDOG_USEC=1000000", "WATCHDOG_PID=")
+	sc := startEnv(t, "sidecar", bin.slicerd, append(env, secureEnv(bin.slicerd, args)...), args...)
+	if m, want := next("READY=1"), "READY=1\nSTATUS=task kv/app-0, serving at "+appAddr; m != want {
+		t.Fatalf("first notification %q; want %q", m, want)
+	}
 	c := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
 
 	holds := func() bool {
@@ -63,7 +72,15 @@ func TestSidecarMakesAnApplicationATask(t *testing.T) {
 	took = testwait.Until(t, 30*time.Second, "app-0 to hold keys again once healthy", holds)
 	t.Logf("healthy again: keys back in %v", took.Round(time.Millisecond))
 
+	if m := next("WATCHDOG=1"); m != "WATCHDOG=1" {
+		t.Errorf("notification after READY=1 is %q; want WATCHDOG=1", m)
+	}
 	sc.signal(syscall.SIGTERM)
+	for m := next("STOPPING=1"); !strings.HasPrefix(m, "STOPPING=1"); m = next("STOPPING=1") {
+		if m != "WATCHDOG=1" {
+			t.Fatalf("got %q while waiting for STOPPING=1", m)
+		}
+	}
 	if code := sc.wait(30 * time.Second); code != 0 {
 		t.Fatalf("the sidecar exited %d after SIGTERM:\n%s", code, sc.output())
 	}

@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// TestSystemdNotifyBinary runs slicerd as systemd runs a Type=notify unit
-// with WatchdogSec: NOTIFY_SOCKET names a datagram socket, READY=1 comes
-// once it serves, keep-alives follow, and SIGTERM brings STOPPING=1 and a
-// clean exit with nothing sent after STOPPING=1.
-func TestSystemdNotifyBinary(t *testing.T) {
+// notifySocket listens on a datagram socket as systemd's $NOTIFY_SOCKET
+// does, until the test ends, and returns its path and a function that
+// returns the next notification, failing the test after 30 s without one.
+func notifySocket(t *testing.T) (string, func(what string) string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "notify")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
@@ -34,10 +34,10 @@ func TestSystemdNotifyBinary(t *testing.T) {
 			msgs <- string(buf[:n])
 		}
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		conn.Close()
 		<-read
-	}()
+	})
 	next := func(what string) string {
 		t.Helper()
 		deadline := time.NewTimer(30 * time.Second)
@@ -50,6 +50,15 @@ func TestSystemdNotifyBinary(t *testing.T) {
 		}
 		return ""
 	}
+	return path, next
+}
+
+// TestSystemdNotifyBinary runs slicerd as systemd runs a Type=notify unit
+// with WatchdogSec: NOTIFY_SOCKET names a datagram socket, READY=1 comes
+// once it serves, keep-alives follow, and SIGTERM brings STOPPING=1 and a
+// clean exit with nothing sent after STOPPING=1.
+func TestSystemdNotifyBinary(t *testing.T) {
+	path, next := notifySocket(t)
 	t.Setenv("NOTIFY_SOCKET", path)
 	t.Setenv("WATCHDOG_USEC", "200000") // keep-alives every 100ms
 	t.Setenv("WATCHDOG_PID", "")        // the child's pid is not known before it starts
@@ -105,7 +114,8 @@ func TestSystemdUnitsVerify(t *testing.T) {
 		t.Fatalf("no units in ../dist/systemd: %v", err)
 	}
 	dir := t.TempDir()
-	const execStart = "ExecStart=/usr/local/bin/slicerd\n"
+	// ExecStart runs the binary, alone or with a command (the sidecar).
+	const execStart = "ExecStart=/usr/local/bin/slicerd"
 	for _, unit := range units {
 		name := filepath.Base(unit)
 		b, err := os.ReadFile(unit)
@@ -114,19 +124,36 @@ func TestSystemdUnitsVerify(t *testing.T) {
 		}
 		text := string(b)
 		for _, want := range []string{"\nType=notify\n", "\nNotifyAccess=main\n", "\nWatchdogSec=", "\nTimeoutStartSec=", "\nTimeoutStopSec=", "\n" + execStart} {
+			if want == "\n"+execStart {
+				n := strings.Count(text, want+"\n") + strings.Count(text, want+" ")
+				if n != 1 {
+					t.Errorf("%s: %d lines %q or %q followed by a command; want one", name, n, execStart, execStart)
+				}
+				continue
+			}
 			if strings.Count(text, want) != 1 {
 				t.Errorf("%s: %d lines starting %q; want one", name, strings.Count(text, want), strings.TrimSpace(want))
 			}
 		}
-		copied := filepath.Join(dir, name)
-		text = strings.Replace(text, execStart, "ExecStart="+bin.slicerd+"\n", 1)
+		verified := name
+		if strings.Contains(name, "@.") {
+			// A template (the sidecar's, bound to an application's unit) is
+			// verified as an instance, beside a stub of that unit.
+			verified = strings.Replace(name, "@.", "@app.", 1)
+			stub := "[Unit]\nDescription=an application\n[Service]\nExecStart=" + bin.slicerd + " version\n"
+			if err := os.WriteFile(filepath.Join(dir, "app.service"), []byte(stub), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		copied := filepath.Join(dir, verified)
+		text = strings.Replace(text, execStart, "ExecStart="+bin.slicerd, 1)
 		if err := os.WriteFile(copied, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(analyze, "verify", copied)
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
-		ours, host := unitLines(string(out), name)
+		ours, host := unitLines(string(out), verified)
 		if host != "" {
 			t.Logf("systemd-analyze verify %s printed about other units or this machine (not failed):\n%s", name, host)
 		}

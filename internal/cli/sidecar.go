@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -78,15 +79,43 @@ type sidecarConfig struct {
 	slicelet     slicelet.Config
 	check        func(context.Context) error
 	interval     time.Duration
+	timeout      time.Duration // of one check
 	failures     int
 	drainTimeout time.Duration
+	checked      *atomic.Int64 // when the last check ended (Unix ns); nil: not recorded
+}
+
+// sidecarState is what systemd's notifications follow (agentState): ready
+// once the task has joined, stopping once a signal came, and healthy while
+// the health loop keeps checking the application, whatever it finds: a
+// keep-alive is withheld only when the loop itself is stuck.
+type sidecarState struct {
+	sl       *slicelet.Slicelet
+	stopping <-chan struct{}
+	stall    time.Duration
+	checked  atomic.Int64
+}
+
+func (s *sidecarState) Ready() <-chan struct{}        { return s.sl.Joined() }
+func (s *sidecarState) ShuttingDown() <-chan struct{} { return s.stopping }
+
+func (s *sidecarState) Check() error {
+	last := s.checked.Load()
+	if last == 0 {
+		return nil // the first check is under way
+	}
+	if since := time.Since(time.Unix(0, last)); since > s.stall {
+		return fmt.Errorf("sidecar: no health check of the application has ended for %v", since.Round(time.Millisecond))
+	}
+	return nil
 }
 
 func parseSidecar(c *cli.Context, log *slog.Logger) (sidecarConfig, error) {
 	if c.Args().Present() {
 		return sidecarConfig{}, usageError("sidecar takes flags only, not %q", c.Args().First())
 	}
-	sc := sidecarConfig{interval: c.Duration("health-interval"), failures: c.Int("health-failures"), drainTimeout: c.Duration("drain-timeout")}
+	sc := sidecarConfig{interval: c.Duration("health-interval"), timeout: c.Duration("health-timeout"), failures: c.Int("health-failures"),
+		drainTimeout: c.Duration("drain-timeout")}
 	job, task, app := c.String("job"), c.String("task"), c.String("app-addr")
 	for _, f := range []struct{ name, val, env string }{
 		{"job", job, "SLICERD_SIDECAR_JOB"}, {"task", task, "SLICERD_SIDECAR_TASK"}, {"app-addr", app, "SLICERD_SIDECAR_APP_ADDR"},
@@ -104,7 +133,7 @@ func parseSidecar(c *cli.Context, log *slog.Logger) (sidecarConfig, error) {
 	if err := gossip.ValidateRPCAddr(app); err != nil {
 		return sc, usageError("invalid --app-addr %q: %v", app, err)
 	}
-	timeout := c.Duration("health-timeout")
+	timeout := sc.timeout
 	switch {
 	case sc.interval <= 0 || timeout <= 0:
 		return sc, usageError("--health-interval %v and --health-timeout %v must be positive", sc.interval, timeout)
@@ -199,6 +228,10 @@ func runSidecar(c *cli.Context) error {
 	}
 	ctx, stop := signalContext(c.Context, log)
 	defer stop()
+	state := &sidecarState{sl: sl, stopping: ctx.Done(), stall: 3*sc.interval + sc.timeout}
+	sc.checked = &state.checked
+	stopNotify := startSystemdNotify(state, fmt.Sprintf("task %s/%s, serving at %s", sc.slicelet.Job, sc.slicelet.Task, sc.slicelet.Addr), log)
+	defer stopNotify() // after the Slicelet has stopped: deferred calls run in reverse
 	// The Slicelet runs until the drain that follows the signal is over.
 	runCtx, end := context.WithCancel(context.WithoutCancel(c.Context))
 	defer end()
@@ -246,6 +279,9 @@ func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, 
 		err := sc.check(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if sc.checked != nil {
+			sc.checked.Store(time.Now().UnixNano())
 		}
 		switch {
 		case err == nil && drained:
