@@ -342,17 +342,11 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 			cfg.AllowedHosts = append(cfg.AllowedHosts, h)
 		}
 	}
-	files := tlsconfig.Files{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")}
-	if files.Enabled() {
-		if err := files.Validate("tls-", true); err != nil {
-			return cfg, usageError("%v", err)
-		}
-		src, err := tlsconfig.Load(files, log.With("component", "tls"))
-		if err != nil {
-			return cfg, usageError("%v", err)
-		}
-		cfg.TLS = src
+	src, err := tlsFlags(c, log)
+	if err != nil {
+		return cfg, err
 	}
+	cfg.TLS = src
 	if path := c.String("token-file"); path != "" {
 		tokens, err := auth.LoadTokenFile(path)
 		if err != nil {
@@ -408,4 +402,22 @@ func runAgent(c *cli.Context) error {
 	stopNotify := startSystemdNotify(agent, systemdStatus(cfg, agent.RPCAddr()), log)
 	defer stopNotify()
 	return m.run(ctx, agent.Run)
+}
+
+// tlsFlags loads the certificate, key and CA that --tls-cert, --tls-key
+// and --tls-ca name: nil when none is set, and a usage error when they do
+// not go together or cannot be loaded.
+func tlsFlags(c *cli.Context, log *slog.Logger) (*tlsconfig.Source, error) {
+	files := tlsconfig.Files{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")}
+	if !files.Enabled() {
+		return nil, nil
+	}
+	if err := files.Validate("tls-", true); err != nil {
+		return nil, usageError("%v", err)
+	}
+	src, err := tlsconfig.Load(files, log.With("component", "tls"))
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	return src, nil
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/slicelet"
-	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 // SidecarCommand runs a task's Slicelet beside an application written in
@@ -164,16 +163,11 @@ func parseSidecar(c *cli.Context, log *slog.Logger) (sidecarConfig, error) {
 		}
 		cfg.Gossip.KeyringFile = c.String("gossip-keyring-file")
 	}
-	if files := (tlsconfig.Files{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")}); files.Enabled() {
-		if err := files.Validate("tls-", true); err != nil {
-			return sc, usageError("%v", err)
-		}
-		src, err := tlsconfig.Load(files, log.With("component", "tls"))
-		if err != nil {
-			return sc, usageError("%v", err)
-		}
-		cfg.TLS = src
+	src, err := tlsFlags(c, log)
+	if err != nil {
+		return sc, err
 	}
+	cfg.TLS = src
 	sc.slicelet = cfg
 	if raw := c.String("health-url"); raw != "" {
 		u, err := url.Parse(raw)
