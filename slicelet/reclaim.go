@@ -43,11 +43,11 @@ func (s *Slicelet) runGossip(ctx context.Context, node *gossip.Node) error {
 	for {
 		err := s.gossipSession(ctx, node, first)
 		first = false
-		if !errors.Is(err, errReclaim) || ctx.Err() != nil {
-			if errors.Is(err, errReclaim) {
-				return nil
-			}
+		switch {
+		case !errors.Is(err, errReclaim):
 			return err
+		case ctx.Err() != nil:
+			return nil // stopping: no new member
 		}
 		next, err := s.newMember(node)
 		if err != nil {

@@ -81,7 +81,6 @@ type sidecarConfig struct {
 	timeout      time.Duration // of one check
 	failures     int
 	drainTimeout time.Duration
-	checked      *atomic.Int64 // when the last check ended (Unix ns); nil: not recorded
 }
 
 // sidecarState is what systemd's notifications follow (agentState): ready
@@ -92,7 +91,7 @@ type sidecarState struct {
 	sl       *slicelet.Slicelet
 	stopping <-chan struct{}
 	stall    time.Duration
-	checked  atomic.Int64
+	checked  atomic.Int64 // when the last health check ended (Unix ns); 0 before the first
 }
 
 func (s *sidecarState) Ready() <-chan struct{}        { return s.sl.Joined() }
@@ -223,7 +222,6 @@ func runSidecar(c *cli.Context) error {
 	ctx, stop := signalContext(c.Context, log)
 	defer stop()
 	state := &sidecarState{sl: sl, stopping: ctx.Done(), stall: 3*sc.interval + sc.timeout}
-	sc.checked = &state.checked
 	stopNotify := startSystemdNotify(state, fmt.Sprintf("task %s/%s, serving at %s", sc.slicelet.Job, sc.slicelet.Task, sc.slicelet.Addr), log)
 	defer stopNotify() // after the Slicelet has stopped: deferred calls run in reverse
 	// The Slicelet runs until the drain that follows the signal is over.
@@ -232,7 +230,7 @@ func runSidecar(c *cli.Context) error {
 	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(func() error { return sl.Run(gctx) })
 	g.Go(func() error {
-		followHealth(ctx, sl, sc, log)
+		followHealth(ctx, sl, sc, state, log)
 		if gctx.Err() != nil {
 			return nil // the Slicelet stopped first
 		}
@@ -257,8 +255,9 @@ func runSidecar(c *cli.Context) error {
 
 // followHealth checks the application every interval until ctx ends: after
 // sc.failures failed checks in a row the task drains, and the first good
-// check after that undrains it.
-func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, log *slog.Logger) {
+// check after that undrains it. It records each check's end in state,
+// which feeds the systemd watchdog.
+func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, state *sidecarState, log *slog.Logger) {
 	select {
 	case <-sl.Joined():
 	case <-ctx.Done():
@@ -274,9 +273,7 @@ func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, 
 		if ctx.Err() != nil {
 			return
 		}
-		if sc.checked != nil {
-			sc.checked.Store(time.Now().UnixNano())
-		}
+		state.checked.Store(time.Now().UnixNano())
 		switch {
 		case err == nil && drained:
 			if uerr := sl.Undrain(); uerr != nil {
