@@ -18,8 +18,8 @@ import (
 // the refusal passes within a gossip round trip, and a member that was
 // wrongly suspected refutes it within a probe interval or two; a refusal
 // that outlasts this means gossip holds the member dead at an incarnation
-// that refutations cannot outbid. A variable so tests can shorten it.
-var reclaimAfter = 10 * time.Second
+// that refutations cannot outbid.
+const reclaimAfter = 10 * time.Second
 
 // errReclaim ends a gossip session so that runGossip replaces the member.
 var errReclaim = errors.New("slicelet: gossip keeps this task's member dead")
