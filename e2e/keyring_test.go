@@ -6,17 +6,26 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // keyLine reports whether out lists key as installed and primary on n of
 // n members ("KEY  3/3  3/3").
 func keyLine(out, key string, n string) bool {
+	inst, prim, ok := keyCols(out, key)
+	return ok && inst == n+"/"+n && prim == n+"/"+n
+}
+
+// keyCols returns the INSTALLED and PRIMARY columns of key's line in a
+// keyring listing.
+func keyCols(out, key string) (installed, primary string, ok bool) {
 	for _, line := range strings.Split(out, "\n") {
 		if f := strings.Fields(line); len(f) == 3 && f[0] == key {
-			return f[1] == n+"/"+n && f[2] == n+"/"+n
+			return f[1], f[2], true
 		}
 	}
-	return false
+	return "", "", false
 }
 
 // An encrypted cluster of real processes keeps out a member without the
@@ -52,14 +61,38 @@ func TestKeyringCommandsBinary(t *testing.T) {
 		}
 		return out
 	}
-	if out := list("list: 3 members, 3 answered, 0 failed"); !keyLine(out, k1, "3") {
-		t.Fatalf("keyring list before rotation does not show %s on 3 of 3:\n%s", k1, out)
-	}
-	for _, step := range [][]string{{"install", k2}, {"use", k2}, {"remove", k1}} {
-		code, out := runSlicerd(t, "keyring", step[0], "--addr", dist.rpcAddr, step[1])
-		if code != 0 || !strings.Contains(out, step[0]+": 3 members, 3 answered, 0 failed") {
-			t.Fatalf("keyring %s: exit %d:\n%s", step[0], code, out)
+	// until runs keyring list until every member shows installed, with
+	// primary as the primary key, as an operator does between steps.
+	until := func(primary string, installed ...string) {
+		t.Helper()
+		var out string
+		took, ok := testwait.Poll(t, 60*time.Second, func() bool {
+			_, out = runSlicerd(t, "keyring", "list", "--addr", dist.rpcAddr)
+			if !strings.Contains(out, "list: 3 members, 3 answered, 0 failed") || !keyLine(out, primary, "3") {
+				return false
+			}
+			for _, k := range installed {
+				if inst, _, found := keyCols(out, k); !found || inst != "3/3" {
+					return false
+				}
+			}
+			return strings.Count(out, "\n") == len(installed)+2 // header, keys, summary
+		})
+		if !ok {
+			t.Fatalf("keyring list did not show %v installed, %s primary, on 3 of 3 members within %v:\n%s", installed, primary, took, out)
 		}
+		t.Logf("every member showed %v installed, %s primary, %v after the step", installed, primary, took.Round(time.Millisecond))
+	}
+	until(k1, k1)
+	for _, step := range []struct {
+		op, key, primary string
+		installed        []string
+	}{{"install", k2, k1, []string{k1, k2}}, {"use", k2, k2, []string{k1, k2}}, {"remove", k1, k2, []string{k2}}} {
+		code, out := runSlicerd(t, "keyring", step.op, "--addr", dist.rpcAddr, step.key)
+		if code != 0 || !strings.Contains(out, step.op+": 2 agents, 2 answered, 0 failed") || !strings.Contains(out, "1 task take the change") {
+			t.Fatalf("keyring %s: exit %d:\n%s", step.op, code, out)
+		}
+		until(step.primary, step.installed...)
 	}
 	if out := list("list: 3 members, 3 answered, 0 failed"); !keyLine(out, k2, "3") || strings.Contains(out, k1) {
 		t.Fatalf("keyring list after rotation does not show only %s on 3 of 3:\n%s", k2, out)

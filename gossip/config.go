@@ -103,8 +103,8 @@ type Config struct {
 	Keys [][]byte
 	// KeyringFile, if set, is where the installed keys persist (serf's
 	// format: a JSON array of base64 keys, primary first, mode 0600).
-	// Keyring rotations rewrite it, so a restarted member still holds the
-	// current keys. A file that exists wins over Keys; if it does not
+	// The Node's key methods rewrite it, so a restarted member still holds
+	// the current keys. A file that exists wins over Keys; if it does not
 	// exist, Start creates it from Keys.
 	KeyringFile string
 
@@ -288,7 +288,7 @@ func validateJoinAddr(addr string) error {
 }
 
 // serfConfig builds serf's configuration from a validated Config.
-func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events chan serf.Event, guard *mergeGuard) *serf.Config {
+func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events chan serf.Event, guard *mergeGuard, keyringQuery func()) *serf.Config {
 	var ml *memberlist.Config
 	if c.Profile == ProfileLocal {
 		ml = memberlist.DefaultLocalConfig()
@@ -316,12 +316,11 @@ func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events c
 	if c.PushPullInterval > 0 {
 		ml.PushPullInterval = c.PushPullInterval
 	}
-	// A broadcast (a membership update, a keyring query) is passed on at
-	// most RetransmitMult × log10(members+1) times by each member that
-	// receives it. The local profile's 2 lets one member in four miss a
-	// keyring query about one time in nine; queries, unlike membership,
-	// are not repaired by push-pull. LAN's 4 reaches every member of a
-	// small cluster from the first sender.
+	// A broadcast (a membership update) is passed on at most
+	// RetransmitMult × log10(members+1) times by each member that receives
+	// it. The local profile's 2 lets one member in four miss one about one
+	// time in nine, until push-pull repairs it; LAN's 4 reaches every
+	// member of a small cluster from the first sender.
 	ml.RetransmitMult = max(ml.RetransmitMult, minRetransmitMult)
 	// memberlist treats zero as "never reclaim"; a nanosecond is "at once".
 	ml.DeadNodeReclaimTime = max(c.DeadNodeReclaimTime, time.Nanosecond)
@@ -333,7 +332,7 @@ func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events c
 	sc.Tags = tags
 	sc.EventCh = events
 	sc.MemberlistConfig = ml
-	sc.Logger = log.New(&logWriter{logger: logger, component: "serf"}, "", 0)
+	sc.Logger = log.New(&logWriter{logger: logger, component: "serf", keyringQuery: keyringQuery}, "", 0)
 	sc.LogOutput = nil
 	if c.ReapInterval > 0 {
 		sc.ReapInterval = c.ReapInterval
@@ -365,8 +364,5 @@ func (c Config) serfConfig(logger *slog.Logger, tags map[string]string, events c
 	sc.DisableCoordinates = false
 	sc.SnapshotPath = ""
 	sc.Merge = guard
-	// Keyring operations are serf queries that wait this many gossip
-	// intervals (times log10 of the member count) for every answer.
-	sc.QueryTimeoutMult = keyQueryTimeoutMult(ml.GossipInterval)
 	return sc
 }

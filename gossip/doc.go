@@ -87,13 +87,24 @@
 //
 // # Encryption
 //
-// Config.Keys turn on memberlist's encryption: every packet is sealed with
-// the primary key and anything no installed key opens is dropped, so a
-// member without the key cannot join. Config.KeyringFile persists the
-// keyring in serf's format; it wins over Keys when it exists, and serf
-// rewrites it on every rotation (Node.InstallKey, UseKey, RemoveKey, each
-// one serf query answered by every member). Without keys gossip is
-// unencrypted, which keeps the single-node demo free of setup.
+// Config.Keys turn on encryption: every packet and stream is sealed with
+// the primary key and anything no installed key opens is dropped, counted
+// and logged, so a member without the key cannot join. Sealing happens in
+// the transport, below memberlist, in memberlist's own wire format
+// (encryption version 1), so members that encrypt with memberlist's
+// keyring interoperate; memberlist and serf themselves run without a
+// keyring, which leaves serf's keyring queries, which anyone holding the
+// key can send, nothing to list or change. They are counted and logged
+// as refused (Node.Refusals).
+//
+// The keyring changes only through the Node's methods (InstallKey,
+// UseKey, RemoveKey, SetKeys), which act on this node alone; slicerd's
+// agents call them when an admin asks over their authenticated API, and
+// hand each change to the other agents and, through registrations, to
+// tasks. Config.KeyringFile persists the keyring in serf's format; it
+// wins over Keys when it exists, and every change rewrites it. Without
+// keys gossip is unencrypted, which keeps the single-node demo free of
+// setup.
 //
 // # Proximity and the preferred Assigner
 //

@@ -2,19 +2,18 @@ package gossip
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
-	"math"
 	"os"
-	"time"
+	"slices"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/hashicorp/serf/serf"
 
 	"github.com/slicerd/slicerd/internal/atomicfile"
 )
@@ -26,18 +25,6 @@ var KeySizes = []int{16, 24, 32}
 // maxKeyringFileSize bounds what Start reads from a keyring file: a
 // keyring holds a handful of keys of 44 base64 characters each.
 const maxKeyringFileSize = 64 << 10
-
-// minKeyQueryTimeout is the shortest a keyring query waits for answers
-// (serf's LAN default is 3.2 s). Serf's timeout scales with the gossip
-// interval, which tests shrink to a few milliseconds; a member slowed by a
-// busy host would then miss it. A query ends as soon as every member has
-// answered, so the timeout only costs time when one does not.
-const minKeyQueryTimeout = 3 * time.Second
-
-// keyRelayFactor is how many other members relay each answer to a keyring
-// query besides its direct UDP reply, so that one lost packet does not
-// count a member as silent.
-const keyRelayFactor = 2
 
 // ParseKey decodes a base64 gossip key (standard encoding, as serf's and
 // Consul's keys are written) and checks its length.
@@ -167,105 +154,118 @@ func slicesContainKey(keys [][]byte, k []byte) bool {
 	return false
 }
 
-// keyQueryTimeoutMult is serf's QueryTimeoutMult for a gossip interval, so
-// that a keyring query waits at least minKeyQueryTimeout.
-func keyQueryTimeoutMult(gossipInterval time.Duration) int {
-	mult := serf.DefaultConfig().QueryTimeoutMult
-	if gossipInterval <= 0 {
-		return mult
-	}
-	return max(mult, int(math.Ceil(float64(minKeyQueryTimeout)/float64(gossipInterval))))
-}
-
-// KeyResult is the cluster's answer to a keyring operation, as serf's
-// KeyManager gathers it from every member over one query.
-type KeyResult struct {
-	// NumNodes is how many members this node knew when it asked.
-	NumNodes int
-	// NumResp is how many answered before the query timed out.
-	NumResp int
-	// NumErr is how many answered with a failure.
-	NumErr int
-	// Messages maps a member's name to its error or warning.
-	Messages map[string]string
-	// Keys maps each installed key (base64) to how many members hold it;
-	// PrimaryKeys does the same for the key each member encrypts with.
-	// Both are filled by ListKeys only.
-	Keys        map[string]int
-	PrimaryKeys map[string]int
-}
-
 // Encrypted reports whether this node encrypts gossip.
-func (n *Node) Encrypted() bool { return n.serf.EncryptionEnabled() }
+func (n *Node) Encrypted() bool { return n.ring != nil }
 
-// ListKeys asks every member for its installed keys. It costs one serf
-// query: a broadcast and one answer from each member (relayed by two
-// others), and waits until every member has answered or the query times
-// out (at least 3 s, more in large clusters). When some member did not
-// answer, the query is sent again, up to three times in all; the result is
-// the last query's.
-func (n *Node) ListKeys() (KeyResult, error) {
-	return n.keyOp("list", "", func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.ListKeysWithOptions(keyOpts) })
+// KeyID names a gossip key without revealing it: the first 8 bytes of its
+// SHA-256, in hex. Tasks report the keys they hold by ID.
+func KeyID(key []byte) string {
+	sum := sha256.Sum256(key)
+	return hex.EncodeToString(sum[:8])
 }
 
-// InstallKey adds key (base64) to every member's keyring, for decryption
-// only until UseKey makes it the primary key. One serf query.
-func (n *Node) InstallKey(key string) (KeyResult, error) {
-	return n.keyOp("install", key, func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.InstallKeyWithOptions(key, keyOpts) })
+// InstallKey adds key to this node's keyring, for decryption only until
+// UseKey makes it the primary key, and rewrites the keyring file.
+// Installing a key already held changes nothing.
+func (n *Node) InstallKey(key []byte) error {
+	return n.changeKeys("install", key, func(r *memberlist.Keyring) error { return r.AddKey(key) })
 }
 
-// UseKey makes an installed key every member's primary key: the one it
-// encrypts with. One serf query.
-func (n *Node) UseKey(key string) (KeyResult, error) {
-	return n.keyOp("use", key, func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.UseKeyWithOptions(key, keyOpts) })
-}
-
-// RemoveKey removes key from every member's keyring; a member refuses to
-// remove its primary key. One serf query.
-func (n *Node) RemoveKey(key string) (KeyResult, error) {
-	return n.keyOp("remove", key, func(km *serf.KeyManager) (*serf.KeyResponse, error) { return km.RemoveKeyWithOptions(key, keyOpts) })
-}
-
-// keyAttempts is how many queries a keyring operation sends at most when
-// some member does not answer.
-const keyAttempts = 3
-
-var keyOpts = &serf.KeyRequestOptions{RelayFactor: keyRelayFactor}
-
-func (n *Node) keyOp(op, key string, call func(*serf.KeyManager) (*serf.KeyResponse, error)) (KeyResult, error) {
-	if op != "list" {
-		if _, err := ParseKey(key); err != nil {
-			return KeyResult{}, fmt.Errorf("%w: %s key: %w", ErrKeyring, op, err)
+// UseKey makes an installed key this node's primary key, the one it
+// encrypts with, and rewrites the keyring file.
+func (n *Node) UseKey(key []byte) error {
+	return n.changeKeys("use", key, func(r *memberlist.Keyring) error {
+		if !slicesContainKey(r.GetKeys(), key) {
+			return fmt.Errorf("%w: key %s is not installed on %s; install it first", ErrKeyring, KeyID(key), n.cfg.NodeName)
 		}
+		return r.UseKey(key)
+	})
+}
+
+// RemoveKey removes key from this node's keyring and rewrites the keyring
+// file. Removing the primary key is refused; removing a key not held
+// changes nothing.
+func (n *Node) RemoveKey(key []byte) error {
+	return n.changeKeys("remove", key, func(r *memberlist.Keyring) error {
+		if bytes.Equal(r.GetPrimaryKey(), key) {
+			return fmt.Errorf("%w: removing the primary key is not allowed; make another key primary first (use)", ErrKeyring)
+		}
+		return r.RemoveKey(key)
+	})
+}
+
+// SetKeys makes this node's keyring hold exactly keys, keys[0] primary,
+// and rewrites the keyring file when that changed anything. It reports
+// whether it did. A task takes its keyring this way from its Assigner.
+func (n *Node) SetKeys(keys [][]byte) (bool, error) {
+	if len(keys) == 0 {
+		return false, fmt.Errorf("%w: an empty keyring cannot be set", ErrConfig)
+	}
+	if err := validateKeys(keys); err != nil {
+		return false, err
+	}
+	n.keysMu.Lock()
+	defer n.keysMu.Unlock()
+	if n.ring == nil {
+		return false, fmt.Errorf("%w: gossip encryption is off on %s", ErrNotEncrypted, n.cfg.NodeName)
+	}
+	have := n.ring.GetKeys()
+	if len(have) == len(keys) && bytes.Equal(have[0], keys[0]) && !slices.ContainsFunc(keys, func(k []byte) bool { return !slicesContainKey(have, k) }) {
+		return false, nil
+	}
+	for _, k := range keys {
+		if err := n.ring.AddKey(k); err != nil {
+			return false, fmt.Errorf("%w: %w", ErrKeyring, err)
+		}
+	}
+	if err := n.ring.UseKey(keys[0]); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrKeyring, err)
+	}
+	for _, k := range n.ring.GetKeys() {
+		if !slicesContainKey(keys, k) {
+			if err := n.ring.RemoveKey(k); err != nil {
+				return false, fmt.Errorf("%w: %w", ErrKeyring, err)
+			}
+		}
+	}
+	return true, n.persistKeys("set")
+}
+
+// changeKeys validates key, applies change to the keyring and persists it.
+func (n *Node) changeKeys(op string, key []byte, change func(*memberlist.Keyring) error) error {
+	if err := validateKeys([][]byte{key}); err != nil {
+		return fmt.Errorf("%w: %s key: %w", ErrKeyring, op, err)
 	}
 	if n.isClosed() {
-		return KeyResult{}, fmt.Errorf("gossip: %s key: %w", op, ErrClosed)
+		return fmt.Errorf("gossip: %s key: %w", op, ErrClosed)
 	}
-	if !n.Encrypted() {
-		return KeyResult{}, fmt.Errorf("%w: gossip encryption is off on %s; start every member with --gossip-key to use a keyring", ErrNotEncrypted, n.cfg.NodeName)
+	n.keysMu.Lock()
+	defer n.keysMu.Unlock()
+	if n.ring == nil {
+		return fmt.Errorf("%w: gossip encryption is off on %s; start every member with --gossip-key to use a keyring", ErrNotEncrypted, n.cfg.NodeName)
 	}
-	// Every operation is idempotent, so a query that some member did not
-	// answer (its broadcast or its reply lost) is asked again of all.
-	var resp *serf.KeyResponse
-	var err error
-	for attempt := 1; ; attempt++ {
-		resp, err = call(n.serf.KeyManager())
-		if err == nil || resp == nil || resp.NumResp >= resp.NumNodes || attempt == keyAttempts || n.isClosed() {
-			break
+	if err := change(n.ring); err != nil {
+		if errors.Is(err, ErrKeyring) {
+			return err
 		}
-		n.log.Debug("gossip keyring query not answered by every member; asking again", "op", op, "nodes", resp.NumNodes, "responses", resp.NumResp, "attempt", attempt)
+		return fmt.Errorf("%w: %s key: %w", ErrKeyring, op, err)
 	}
-	var res KeyResult
-	if resp != nil {
-		res = KeyResult{
-			NumNodes: resp.NumNodes, NumResp: resp.NumResp, NumErr: resp.NumErr,
-			Messages: maps.Clone(resp.Messages), Keys: maps.Clone(resp.Keys), PrimaryKeys: maps.Clone(resp.PrimaryKeys),
-		}
+	return n.persistKeys(op)
+}
+
+// persistKeys writes the keyring file after a change, with keysMu held.
+func (n *Node) persistKeys(op string) error {
+	keys := n.ring.GetKeys()
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = KeyID(k)
 	}
-	if err != nil {
-		n.log.Warn("gossip keyring operation incomplete", "op", op, "nodes", res.NumNodes, "responses", res.NumResp, "errors", res.NumErr, "err", err)
-		return res, fmt.Errorf("%w: %s key: %v; see each member's message, fix or restart the failing members and repeat the command", ErrKeyring, op, err)
+	n.log.Info("gossip keyring changed", "op", op, "keys", ids, "keyring_file", n.cfg.KeyringFile)
+	if n.cfg.KeyringFile == "" {
+		return nil
 	}
-	n.log.Info("gossip keyring operation done", "op", op, "nodes", res.NumNodes, "responses", res.NumResp)
-	return res, nil
+	if err := writeKeyringFile(n.cfg.KeyringFile, keys); err != nil {
+		return fmt.Errorf("%w: %s key: the keyring changed but its file %s could not be written: %w; a restart would come back with the old keys", ErrKeyring, op, n.cfg.KeyringFile, err)
+	}
+	return nil
 }

@@ -1,9 +1,11 @@
 package gossip
 
 import (
+	"bytes"
 	"crypto/rand"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -79,19 +81,32 @@ func TestEncryptedClusterRefusesStrangers(t *testing.T) {
 	}
 }
 
-func keyCounts(t *testing.T, n *Node) (keys, primary map[string]int) {
+// rotate runs op with key on every node, as the agents do when an admin
+// asks one of them, and checks that every member stays alive.
+func rotate(t *testing.T, nodes map[string]*Node, op string, key []byte) {
 	t.Helper()
-	res, err := n.ListKeys()
-	if err != nil {
-		t.Fatalf("ListKeys: %v (%+v)", err, res)
+	for name, n := range nodes {
+		var err error
+		switch op {
+		case "install":
+			err = n.InstallKey(key)
+		case "use":
+			err = n.UseKey(key)
+		case "remove":
+			err = n.RemoveKey(key)
+		}
+		if err != nil {
+			t.Fatalf("%s key on %s: %v", op, name, err)
+		}
 	}
-	return res.Keys, res.PrimaryKeys
+	for _, n := range nodes {
+		waitAlive(t, n, slices.Sorted(maps.Keys(nodes))...)
+	}
 }
 
 func TestKeyRotationKeepsMembersAndPersists(t *testing.T) {
 	dir := t.TempDir()
 	k1, k2 := newKey(t), newKey(t)
-	e1, e2 := EncodeKey(k1), EncodeKey(k2)
 	files := map[string]string{}
 	nodes := map[string]*Node{}
 	for _, name := range []string{"a", "b", "c"} {
@@ -106,34 +121,20 @@ func TestKeyRotationKeepsMembersAndPersists(t *testing.T) {
 	}
 	for name, f := range files {
 		got, err := ReadKeyringFile(f)
-		if err != nil || len(got) != 1 || EncodeKey(got[0]) != e1 {
+		if err != nil || len(got) != 1 || !bytes.Equal(got[0], k1) {
 			t.Fatalf("%s's keyring file after start = %v, %v; want [k1]", name, got, err)
 		}
 	}
 
-	keys, primary := keyCounts(t, b)
-	if !maps1(keys, e1, 3) || !maps1(primary, e1, 3) {
-		t.Fatalf("before rotation: keys %v, primary %v; want k1 on all 3", keys, primary)
+	rotate(t, nodes, "install", k2)
+	if keys := b.LocalKeys(); len(keys) != 2 || !bytes.Equal(keys[0], k1) || !bytes.Equal(keys[1], k2) {
+		t.Fatalf("b's keys after install = %x; want k1 (primary), k2", keys)
 	}
-	for _, step := range []struct {
-		op  func(string) (KeyResult, error)
-		key string
-	}{{a.InstallKey, e2}, {b.UseKey, e2}, {c.RemoveKey, e1}} {
-		res, err := step.op(step.key)
-		if err != nil || res.NumNodes != 3 || res.NumResp != 3 || res.NumErr != 0 {
-			t.Fatalf("keyring step = %+v, %v; want 3 nodes answering without errors", res, err)
-		}
-		for _, n := range nodes {
-			waitAlive(t, n, "a", "b", "c")
-		}
-	}
-	keys, primary = keyCounts(t, a)
-	if len(keys) != 1 || !maps1(keys, e2, 3) || !maps1(primary, e2, 3) {
-		t.Fatalf("after rotation: keys %v, primary %v; want only k2 on all 3", keys, primary)
-	}
+	rotate(t, nodes, "use", k2)
+	rotate(t, nodes, "remove", k1)
 	for name, f := range files {
 		got, err := ReadKeyringFile(f)
-		if err != nil || len(got) != 1 || EncodeKey(got[0]) != e2 {
+		if err != nil || len(got) != 1 || !bytes.Equal(got[0], k2) {
 			t.Fatalf("%s's keyring file after rotation = %v, %v; want [k2]", name, got, err)
 		}
 	}
@@ -141,10 +142,15 @@ func TestKeyRotationKeepsMembersAndPersists(t *testing.T) {
 		t.Fatalf("keyring file mode = %v, %v; want 0600", fi.Mode(), err)
 	}
 
-	// The retired key no longer opens the cluster.
+	// The retired key no longer opens the cluster, and a counts what it
+	// could not open.
+	before, _ := a.Refusals()
 	old := testNode(t, "old", selfTask, withKeys(k1))
 	if _, err := old.Join([]string{a.GossipAddr()}); !errors.Is(err, ErrJoin) {
 		t.Fatalf("joining with the removed key = %v, want ErrJoin", err)
+	}
+	if after, _ := a.Refusals(); after <= before {
+		t.Fatalf("a counted %d refused messages before the old key's join and %d after", before, after)
 	}
 
 	// c restarts with its original key on the command line: the keyring
@@ -170,42 +176,64 @@ func waitSignalStatus(t *testing.T, n *Node, name string, s Status) {
 	testwait.For(t, name+" "+s.String(), hasStatus(n, name, s))
 }
 
-func maps1(m map[string]int, key string, count int) bool { return m[key] == count }
-
-func TestRemovePrimaryKeyReportsEachMember(t *testing.T) {
-	key := newKey(t)
-	a := testNode(t, "a", selfAssigner, withKeys(key))
-	b := testNode(t, "b", selfBackup, withKeys(key))
-	join(t, b, a)
-	waitAlive(t, a, "a", "b")
-	res, err := a.RemoveKey(EncodeKey(key))
-	if !errors.Is(err, ErrKeyring) || res.NumErr != 2 || len(res.Messages) != 2 {
-		t.Fatalf("removing the primary key = %+v, %v; want ErrKeyring with a message from each member", res, err)
+// SetKeys makes a keyring exactly what it is given, whatever it held.
+func TestSetKeys(t *testing.T) {
+	k1, k2, k3 := newKey(t), newKey(t), newKey(t)
+	file := filepath.Join(t.TempDir(), "keyring")
+	n := testNode(t, "t", selfTask, withKeys(k1, k2), withKeyringFile(file))
+	changed, err := n.SetKeys([][]byte{k3, k1})
+	if err != nil || !changed {
+		t.Fatalf("SetKeys = %v, %v; want a change", changed, err)
 	}
-	if msg := res.Messages["b"]; !strings.Contains(msg, "primary") {
-		t.Fatalf("b's message %q does not say the key is the primary one", msg)
+	if keys := n.LocalKeys(); len(keys) != 2 || !bytes.Equal(keys[0], k3) || !bytes.Equal(keys[1], k1) {
+		t.Fatalf("keys = %x; want k3 (primary), k1", keys)
 	}
-	if keys, _ := keyCounts(t, b); !maps1(keys, EncodeKey(key), 2) {
-		t.Fatalf("keys after the refused removal = %v", keys)
+	if got, err := ReadKeyringFile(file); err != nil || len(got) != 2 || !bytes.Equal(got[0], k3) {
+		t.Fatalf("keyring file = %x, %v; want k3 first of 2", got, err)
+	}
+	if changed, err := n.SetKeys([][]byte{k3, k1}); err != nil || changed {
+		t.Fatalf("SetKeys of the same keys = %v, %v; want no change", changed, err)
+	}
+	if changed, err := n.SetKeys([][]byte{k1, k3}); err != nil || !changed || !bytes.Equal(n.LocalKeys()[0], k1) {
+		t.Fatalf("SetKeys with another primary = %v, %v, primary %x", changed, err, n.LocalKeys()[0])
+	}
+	for _, bad := range [][][]byte{nil, {k1, k1}, {[]byte("short")}} {
+		if _, err := n.SetKeys(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("SetKeys(%x) = %v, want ErrConfig", bad, err)
+		}
+	}
+	plain := testNode(t, "plain", selfTask)
+	if _, err := plain.SetKeys([][]byte{k1}); !errors.Is(err, ErrNotEncrypted) {
+		t.Fatalf("SetKeys on an unencrypted node = %v, want ErrNotEncrypted", err)
 	}
 }
 
 func TestKeyringOperationErrors(t *testing.T) {
 	plain := testNode(t, "plain", selfAssigner)
-	if _, err := plain.ListKeys(); !errors.Is(err, ErrNotEncrypted) {
-		t.Fatalf("ListKeys on an unencrypted node = %v, want ErrNotEncrypted", err)
+	if err := plain.InstallKey(newKey(t)); !errors.Is(err, ErrNotEncrypted) {
+		t.Fatalf("InstallKey on an unencrypted node = %v, want ErrNotEncrypted", err)
 	}
-	enc := testNode(t, "enc", selfAssigner, withKeys(newKey(t)))
-	for _, bad := range []string{"", "not base64!", EncodeKey([]byte("short"))} {
-		if _, err := enc.InstallKey(bad); !errors.Is(err, ErrKeyring) || !errors.Is(err, ErrConfig) {
-			t.Errorf("InstallKey(%q) = %v, want ErrKeyring wrapping ErrConfig", bad, err)
+	key := newKey(t)
+	enc := testNode(t, "enc", selfAssigner, withKeys(key))
+	for _, bad := range [][]byte{nil, []byte("short"), make([]byte, 33)} {
+		if err := enc.InstallKey(bad); !errors.Is(err, ErrKeyring) || !errors.Is(err, ErrConfig) {
+			t.Errorf("InstallKey(%x) = %v, want ErrKeyring wrapping ErrConfig", bad, err)
 		}
+	}
+	if err := enc.RemoveKey(key); !errors.Is(err, ErrKeyring) || !strings.Contains(err.Error(), "primary") {
+		t.Fatalf("removing the primary key = %v; want ErrKeyring saying it is the primary key", err)
+	}
+	if err := enc.UseKey(newKey(t)); !errors.Is(err, ErrKeyring) || !strings.Contains(err.Error(), "not installed") {
+		t.Fatalf("using a key not installed = %v; want ErrKeyring saying so", err)
+	}
+	if keys := enc.LocalKeys(); len(keys) != 1 || !bytes.Equal(keys[0], key) {
+		t.Fatalf("keys after refused changes = %x; want only the first key", keys)
 	}
 	if err := enc.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := enc.ListKeys(); !errors.Is(err, ErrClosed) {
-		t.Fatalf("ListKeys after Shutdown = %v, want ErrClosed", err)
+	if err := enc.InstallKey(newKey(t)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("InstallKey after Shutdown = %v, want ErrClosed", err)
 	}
 }
 

@@ -13,10 +13,30 @@ import (
 type logWriter struct {
 	logger    *slog.Logger
 	component string // used when the line names none
+	// keyringQuery, if set, is called for each of serf's keyring queries
+	// that serf reports it could not carry out (see refusedKeyringQuery);
+	// the line itself is then left to it.
+	keyringQuery func()
+}
+
+// serfNoKeyring are the lines serf logs when a keyring query (list,
+// install, use, remove) arrives and serf holds no keyring: with the
+// sealed transport, every keyring query from gossip.
+var serfNoKeyring = [][]byte{
+	[]byte("serf: No keyring to modify (encryption not enabled)"),
+	[]byte("serf: Keyring is empty (encryption not enabled)"),
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
 	level, rest := parseLogLevel(p)
+	if w.keyringQuery != nil {
+		for _, line := range serfNoKeyring {
+			if bytes.Equal(rest, line) {
+				w.keyringQuery()
+				return len(p), nil
+			}
+		}
+	}
 	if level == slog.LevelError && bytes.Contains(rest, closedConn) {
 		// memberlist's last sends race its own shutdown; that is expected
 		// while a node stops, not an error to page anyone about.

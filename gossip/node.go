@@ -40,6 +40,12 @@ type Node struct {
 	guard  *mergeGuard
 	addr   string              // advertised gossip address, fixed at Start
 	ring   *memberlist.Keyring // nil without encryption
+	keysMu sync.Mutex          // serialises keyring changes and their file writes
+
+	unsealed       atomic.Uint64 // packets and streams no installed key opened
+	keyringQueries atomic.Uint64 // serf keyring queries received from gossip
+	unsealedLog    logEvery
+	keyringLog     logEvery
 
 	changes  fanout.Signal // Changes subscriptions
 	updateMu sync.Mutex    // serialises UpdateSelf
@@ -57,6 +63,67 @@ type Node struct {
 	shutdownErr  error
 }
 
+// Refusals reports how many gossip packets and streams no installed key
+// opened, and how many of serf's keyring queries arrived through gossip
+// and were not obeyed, since Start.
+func (n *Node) Refusals() (unsealed, keyringQueries uint64) {
+	return n.unsealed.Load(), n.keyringQueries.Load()
+}
+
+// refusedMessage counts and logs (at most once per logEveryPeriod) a
+// packet or stream that no installed key opened: a member without the
+// key, one left behind by a rotation, or noise on the port.
+func (n *Node) refusedMessage(what string, from net.Addr, err error) {
+	n.unsealed.Add(1)
+	if more, ok := n.unsealedLog.due(); ok {
+		n.log.Warn("refused gossip that no installed key opens: a member without the current key, or not a slicerd member",
+			"component", "security", "kind", what, "from", addrString(from), "refused_since_last", more, "err", err)
+	}
+}
+
+// refusedKeyringQuery counts and logs (at most once per logEveryPeriod)
+// a keyring query of serf's sent through gossip. Serf found no keyring to
+// act on: gossip keys change only through an admin's call to an agent.
+func (n *Node) refusedKeyringQuery() {
+	n.keyringQueries.Add(1)
+	if more, ok := n.keyringLog.due(); ok {
+		n.log.Warn("refused a gossip keyring query: gossip keys change only through 'slicerd keyring' on an agent's API; a member holding the gossip key sent it",
+			"component", "security", "refused_since_last", more)
+	}
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
+
+// logEveryPeriod spaces the warnings of one kind of refusal.
+const logEveryPeriod = 10 * time.Second
+
+// logEvery lets one log line through per logEveryPeriod and counts the
+// ones it held back.
+type logEvery struct {
+	mu      sync.Mutex
+	last    time.Time
+	skipped uint64
+}
+
+// due reports whether a line may be logged now, and how many were held
+// back since the last one.
+func (l *logEvery) due() (skipped uint64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < logEveryPeriod {
+		l.skipped++
+		return 0, false
+	}
+	skipped, l.skipped, l.last = l.skipped, 0, now
+	return skipped, true
+}
+
 // LocalKeys returns the keys this node's keyring holds now, the primary
 // key first (nil without encryption): after rotations they differ from
 // Config.Keys. A member started to replace this one uses them.
@@ -64,6 +131,8 @@ func (n *Node) LocalKeys() [][]byte {
 	if n.ring == nil {
 		return nil
 	}
+	n.keysMu.Lock()
+	defer n.keysMu.Unlock()
 	keys := n.ring.GetKeys() // the primary key first
 	out := make([][]byte, len(keys))
 	for i, k := range keys {
@@ -118,15 +187,15 @@ func Start(cfg Config) (*Node, error) {
 	if d := cfg.SendDelay; d > 0 {
 		transport = NewDelayTransport(transport, func(string, string) time.Duration { return d })
 	}
-	sc := cfg.serfConfig(n.log, tags, n.events, n.guard)
-	sc.MemberlistConfig.Transport = transport
 	if ring != nil {
+		// Encryption lives in the transport, not in memberlist's keyring:
+		// serf then has no keyring for its keyring queries to list or
+		// change (see sealedTransport).
 		n.ring = ring
-		sc.MemberlistConfig.Keyring = ring
-		sc.MemberlistConfig.GossipVerifyIncoming = true
-		sc.MemberlistConfig.GossipVerifyOutgoing = true
-		sc.KeyringFile = cfg.KeyringFile
+		transport = newSealedTransport(transport, ring, n.refusedMessage)
 	}
+	sc := cfg.serfConfig(n.log, tags, n.events, n.guard, n.refusedKeyringQuery)
+	sc.MemberlistConfig.Transport = transport
 	ip, port, err := transport.FinalAdvertiseAddr(sc.MemberlistConfig.AdvertiseAddr, sc.MemberlistConfig.AdvertisePort)
 	if err != nil {
 		_ = transport.Shutdown()

@@ -437,7 +437,7 @@ func TestDefaultConfig(t *testing.T) {
 	if _, err := c.validate(); err != nil {
 		t.Errorf("DefaultConfig with a name and roles does not validate: %v", err)
 	}
-	sc := c.serfConfig(slog.New(slog.DiscardHandler), nil, nil, &mergeGuard{})
+	sc := c.serfConfig(slog.New(slog.DiscardHandler), nil, nil, &mergeGuard{}, nil)
 	if sc.MemberlistConfig.ProbeInterval != 400*time.Millisecond || sc.MemberlistConfig.ProbeTimeout != 200*time.Millisecond ||
 		sc.MemberlistConfig.SuspicionMult != 3 || sc.MemberlistConfig.BindPort != 7946 ||
 		sc.EnableNameConflictResolution || sc.SnapshotPath != "" || sc.DisableCoordinates || sc.ReconnectInterval != DefaultReconnectInterval {
@@ -445,7 +445,7 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	tc := TestConfig("t")
 	tc.Self = selfBackup
-	sc = tc.serfConfig(slog.New(slog.DiscardHandler), nil, nil, &mergeGuard{})
+	sc = tc.serfConfig(slog.New(slog.DiscardHandler), nil, nil, &mergeGuard{}, nil)
 	if sc.MemberlistConfig.ProbeInterval != 150*time.Millisecond || sc.MemberlistConfig.TCPTimeout != time.Second ||
 		sc.MemberlistConfig.SuspicionMult != 2 || sc.LeavePropagateDelay != 150*time.Millisecond {
 		t.Errorf("test serf config: %+v / %+v", sc, sc.MemberlistConfig)

@@ -182,6 +182,12 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			MaxLoadReportsPerSecond: cfg.MaxLoadReportsPerSecond, LoadReportBurst: cfg.LoadReportBurst,
 			DisableBridge: cfg.DisableBridge, BridgeWait: cfg.BridgeWait,
 			RawPeers: a.rawPeers, RefusalLogInterval: refusalLogInterval,
+			GossipKeys: func() [][]byte {
+				if n := a.gossipNode(); n != nil {
+					return n.LocalKeys()
+				}
+				return nil
+			},
 		}
 		if a.verify != nil {
 			acfg.Register = a.verify.register
@@ -207,7 +213,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.closeListeners()
 		return nil, err
 	}
-	a.handle(mux, slicerv1connect.KeyringServiceName)(slicerv1connect.NewKeyringServiceHandler(&keyringService{agent: a}, opts...))
+	a.handle(mux, slicerv1connect.KeyringServiceName)(slicerv1connect.NewKeyringServiceHandler(newKeyringService(a), opts...))
 	a.health = grpchealth.NewStaticChecker(a.services...)
 	mux.Handle(grpchealth.NewHandler(a.health))
 	reflector := grpcreflect.NewStaticReflector(append([]string{grpchealth.HealthV1ServiceName}, a.services...)...)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -12,8 +14,8 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/gossip"
-	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/slicelet"
 )
 
 func gossipKey(t *testing.T) []byte {
@@ -23,12 +25,6 @@ func gossipKey(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return k
-}
-
-// encryptedTask joins gossip as a task with the given keys.
-func encryptedTask(t *testing.T, job, task, join string, keys ...[]byte) *gossip.Node {
-	t.Helper()
-	return testnet.TaskMember(t, job, task, join, testLogger(t), keys...)
 }
 
 func seesAlive(r *running, names ...string) func() bool {
@@ -47,8 +43,10 @@ func seesAlive(r *running, names ...string) func() bool {
 }
 
 // Three agents and a task rotate the gossip key through KeyringService
-// while the task stays a member and keeps its slices; an agent restarted
-// afterwards with its original key rejoins through its keyring file.
+// while the task stays a member and keeps its slices: the agents share
+// each change over their API, and the task takes it from its preferred
+// Assigner. An agent restarted afterwards with its original key rejoins
+// through its keyring file.
 func TestKeyringRotationAcrossAgentsAndTask(t *testing.T) {
 	k1, k2 := gossipKey(t), gossipKey(t)
 	e1, e2 := gossip.EncodeKey(k1), gossip.EncodeKey(k2)
@@ -67,7 +65,9 @@ func TestKeyringRotationAcrossAgentsAndTask(t *testing.T) {
 		cfgs = append(cfgs, cfg)
 		agents = append(agents, startAgent(t, cfg))
 	}
-	task := encryptedTask(t, "kv", "t0", agents[0].GossipAddr(), k1)
+	taskFile := filepath.Join(t.TempDir(), "task-keyring.json")
+	runSlicelet(t, agents[0], slicelet.Config{Job: "kv", Task: "t0", LoadWindow: 100 * time.Millisecond,
+		Gossip: gossip.Config{Keys: [][]byte{k1}, KeyringFile: taskFile}})
 	members := []string{"agent-1", "agent-2", "agent-3", gossip.TaskMemberName("kv", "t0")}
 	for _, a := range agents {
 		testwait.For(t, "every member alive", seesAlive(a, members...))
@@ -84,13 +84,28 @@ func TestKeyringRotationAcrossAgentsAndTask(t *testing.T) {
 		}
 		return resp.Msg
 	}
-	if got := list(); got.GetKeys()[e1] != 4 || got.GetPrimaryKeys()[e1] != 4 || got.GetResult().GetError() != "" {
-		t.Fatalf("ListKeys before rotation = %v", got)
+	// shows waits until every member lists keys, with primary first.
+	shows := func(step string, primary string, keys ...string) {
+		t.Helper()
+		var got *slicerv1.ListKeysResponse
+		testwait.For(t, "ListKeys to show "+step+" on every member", func() bool {
+			got = list()
+			if got.GetResult().GetNumNodes() != 4 || got.GetResult().GetNumResponses() != 4 || got.GetPrimaryKeys()[primary] != 4 || len(got.GetKeys()) != len(keys) {
+				return false
+			}
+			for _, k := range keys {
+				if got.GetKeys()[k] != 4 {
+					return false
+				}
+			}
+			return true
+		})
 	}
+	shows("the first key", e1, e1)
 	check := func(step string, res *slicerv1.KeyringResult, err error) {
 		t.Helper()
-		if err != nil || res.GetNumNodes() != 4 || res.GetNumResponses() != 4 || res.GetNumErrors() != 0 || res.GetError() != "" {
-			t.Fatalf("%s = %v, %v; want 4 members answering without errors", step, res, err)
+		if err != nil || res.GetNumNodes() != 3 || res.GetNumResponses() != 3 || res.GetNumErrors() != 0 || res.GetError() != "" || res.GetNumTasksPending() != 1 {
+			t.Fatalf("%s = %v, %v; want 3 agents answering without errors, 1 task to follow", step, res, err)
 		}
 		for _, a := range agents {
 			testwait.For(t, "every member alive after "+step, seesAlive(a, members...))
@@ -98,24 +113,26 @@ func TestKeyringRotationAcrossAgentsAndTask(t *testing.T) {
 	}
 	ir, err := client.InstallKey(ctx, connect.NewRequest(&slicerv1.InstallKeyRequest{Key: e2}))
 	check("install", ir.Msg.GetResult(), err)
+	shows("install", e1, e1, e2)
 	ur, err := client.UseKey(ctx, connect.NewRequest(&slicerv1.UseKeyRequest{Key: e2}))
 	check("use", ur.Msg.GetResult(), err)
+	shows("use", e2, e1, e2)
 	rr, err := client.RemoveKey(ctx, connect.NewRequest(&slicerv1.RemoveKeyRequest{Key: e1}))
 	check("remove", rr.Msg.GetResult(), err)
-	if got := list(); len(got.GetKeys()) != 1 || got.GetKeys()[e2] != 4 || got.GetPrimaryKeys()[e2] != 4 {
-		t.Fatalf("ListKeys after rotation = %v; want only the new key on 4 members", got)
+	shows("remove", e2, e2)
+	for name, f := range map[string]string{"agent-3": cfgs[2].Gossip.KeyringFile, "t0": taskFile} {
+		if keys, err := gossip.ReadKeyringFile(f); err != nil || len(keys) != 1 || gossip.EncodeKey(keys[0]) != e2 {
+			t.Fatalf("%s's keyring file = %v, %v; want the new key only", name, keys, err)
+		}
 	}
-	if keys, err := gossip.ReadKeyringFile(cfgs[2].Gossip.KeyringFile); err != nil || len(keys) != 1 || gossip.EncodeKey(keys[0]) != e2 {
-		t.Fatalf("agent-3's keyring file = %v, %v; want the new key only", keys, err)
-	}
-	if p := task.Self(); p.Status != gossip.StatusAlive {
-		t.Fatalf("task after rotation: %+v", p)
+	for _, a := range agents {
+		testwait.For(t, "every member alive after the rotation", seesAlive(a, members...))
 	}
 
-	// Removing the primary key is refused by every member, each saying so.
-	rr, err = client.RemoveKey(ctx, connect.NewRequest(&slicerv1.RemoveKeyRequest{Key: e2}))
-	if err != nil || rr.Msg.GetResult().GetNumErrors() != 4 || rr.Msg.GetResult().GetError() == "" || len(rr.Msg.GetResult().GetMessages()) != 4 {
-		t.Fatalf("removing the primary key = %v, %v; want 4 per-member errors", rr.Msg.GetResult(), err)
+	// Removing the primary key is refused by the agent asked, which says so.
+	_, err = client.RemoveKey(ctx, connect.NewRequest(&slicerv1.RemoveKeyRequest{Key: e2}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "primary") {
+		t.Fatalf("removing the primary key = %v; want FAILED_PRECONDITION saying it is the primary key", err)
 	}
 	// A malformed key is the caller's mistake.
 	if _, err := client.InstallKey(ctx, connect.NewRequest(&slicerv1.InstallKeyRequest{Key: "short"})); connect.CodeOf(err) != connect.CodeInvalidArgument {

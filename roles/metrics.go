@@ -89,6 +89,29 @@ func (a *Agent) registerMetrics(reg prometheus.Registerer) error {
 			Help: "Membership reads that found a registered task member's gossip state (roles, job, task or serving address) disagreeing with its certificate-backed registration; the registration was used. Anything but 0 means someone holding the gossip key forged that state (with TLS only).",
 		}, func() float64 { return float64(a.verify.ForgedClaims()) }))
 	}
+	refusals := func(keyringQueries bool) func() float64 {
+		return func() float64 {
+			n := a.gossipNode()
+			if n == nil {
+				return 0
+			}
+			unsealed, queries := n.Refusals()
+			if keyringQueries {
+				return float64(queries)
+			}
+			return float64(unsealed)
+		}
+	}
+	cs = append(cs,
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metrics.Name("gossip", "unsealed_messages_total"),
+			Help: "Gossip packets and streams that no installed gossip key opened (dropped): a member without the current key, one shut out by a rotation, or not a slicerd member. Logged at most once per 10 s.",
+		}, refusals(false)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metrics.Name("gossip", "keyring_queries_refused_total"),
+			Help: "serf keyring queries (list, install, use, remove) that arrived through gossip and were not obeyed: gossip keys change only through 'slicerd keyring'. Anything but 0 means a holder of the gossip key tried. Logged at most once per 10 s.",
+		}, refusals(true)),
+	)
 	if a.distributor != nil {
 		cs = append(cs, a.distributor.Collectors()...)
 	}

@@ -72,13 +72,16 @@ func startTask(t testing.TB, node *running, src *tlsconfig.Source, job, task str
 }
 
 // runSlicelet runs a Slicelet configured by cfg, joined to node with test
-// gossip timers, until the test ends. An empty Addr is 127.0.0.1:9000.
+// gossip timers (and cfg.Gossip's keys and keyring file), until the test
+// ends. An empty Addr is 127.0.0.1:9000.
 func runSlicelet(t testing.TB, node *running, cfg slicelet.Config) *slicelet.Slicelet {
 	t.Helper()
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:9000"
 	}
-	cfg.Join, cfg.Gossip, cfg.Logger = []string{node.GossipAddr()}, gossip.TestConfig("replaced"), testLogger(t)
+	g := gossip.TestConfig("replaced")
+	g.Keys, g.KeyringFile = cfg.Gossip.Keys, cfg.Gossip.KeyringFile
+	cfg.Join, cfg.Gossip, cfg.Logger = []string{node.GossipAddr()}, g, testLogger(t)
 	sl, err := slicelet.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -376,12 +376,17 @@ func (s *Slicelet) reportOnce(ctx context.Context, now time.Time) {
 	for _, p := range targets {
 		client := s.loadClient(p)
 		wg.Go(func() {
-			if _, err := client.ReportLoad(rctx, connect.NewRequest(req)); err != nil {
+			resp, err := client.ReportLoad(rctx, connect.NewRequest(req))
+			if err != nil {
 				s.notMember(err)
 				if ctx.Err() == nil {
 					s.log.Warn("slicelet: load report to an assigner failed", "assigner", p.Name, "rpc_addr", p.RPCAddr, "err", err)
 				}
 				return
+			}
+			if resp.Msg.GetKeyringChanged() {
+				s.log.Debug("slicelet: an assigner's gossip keyring changed; registering again", "assigner", p.Name)
+				s.askRegister()
 			}
 			accepted.Add(1)
 		})

@@ -88,7 +88,10 @@ func (s *Slicelet) gossipSession(ctx context.Context, node *gossip.Node, first b
 			return gossip.HasLiveServer(node.Self().Name, peers)
 		})
 	})
-	if s.cfg.TLS != nil {
+	// With TLS the registration is what the Assigners believe of the
+	// task; with gossip encryption it is also how the task hears of key
+	// rotations.
+	if s.cfg.TLS != nil || node.Encrypted() {
 		g.Go(func() error { return s.registerLoop(gctx, node, joined) })
 	}
 	g.Go(func() error {

@@ -31,10 +31,16 @@ const registerRetry = time.Second
 // register again.
 func (s *Slicelet) notMember(err error) {
 	if api.Refusal(err) == api.RefusalNotMember {
-		select {
-		case s.reregister <- struct{}{}:
-		default:
-		}
+		s.askRegister()
+	}
+}
+
+// askRegister asks registerLoop to register again with every Assigner,
+// at most once per registerRetry.
+func (s *Slicelet) askRegister() {
+	select {
+	case s.reregister <- struct{}{}:
+	default:
 	}
 }
 
@@ -151,9 +157,56 @@ func (s *Slicelet) register(ctx context.Context, node *gossip.Node, p gossip.Pee
 	self := node.Self()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := slicerv1connect.NewAssignerServiceClient(hc, url).RegisterTask(rctx, connect.NewRequest(&slicerv1.RegisterTaskRequest{
+	keys := node.LocalKeys()
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = gossip.KeyID(k)
+	}
+	resp, err := slicerv1connect.NewAssignerServiceClient(hc, url).RegisterTask(rctx, connect.NewRequest(&slicerv1.RegisterTaskRequest{
 		Job: s.cfg.Job, Task: s.cfg.Task, GossipName: self.Name, RpcAddr: self.RPCAddr,
-		Attributes: &slicerv1.TaskAttributes{Capacity: self.Capacity, MemoryLimit: self.MemoryLimit, Draining: self.Draining},
+		Attributes:   &slicerv1.TaskAttributes{Capacity: self.Capacity, MemoryLimit: self.MemoryLimit, Draining: self.Draining},
+		GossipKeyIds: ids,
 	}))
-	return err
+	if err != nil {
+		return err
+	}
+	s.takeKeys(node, p, resp.Msg.GetGossipKeys())
+	return nil
+}
+
+// takeKeys makes the gossip keys in a registration's answer from Assigner
+// p this task's keyring when p is its job's preferred Assigner, and asks
+// registerLoop to register again at once, so that every Assigner hears
+// the keys it now holds. This is how a key rotation reaches a task: over
+// its authenticated registration, never through gossip. Answers of the
+// other Assigners are not taken, so that two Assigners that disagree
+// during a rotation do not swap the task's keyring back and forth.
+func (s *Slicelet) takeKeys(node *gossip.Node, p gossip.Peer, encoded []string) {
+	if len(encoded) == 0 || !node.Encrypted() {
+		return
+	}
+	if pref, ok := s.assigner(); !ok || pref.Name != p.Name {
+		return
+	}
+	keys := make([][]byte, 0, len(encoded))
+	for _, e := range encoded {
+		k, err := gossip.ParseKey(e)
+		if err != nil {
+			s.log.Warn("slicelet: ignoring the gossip keys of an assigner's answer", "assigner", p.Name, "err", err)
+			return
+		}
+		keys = append(keys, k)
+	}
+	changed, err := node.SetKeys(keys)
+	if err != nil {
+		s.log.Warn("slicelet: could not take the assigner's gossip keys", "assigner", p.Name, "err", err)
+		return
+	}
+	if changed {
+		s.log.Info("slicelet: gossip keyring taken from the preferred assigner", "assigner", p.Name, "keys", len(keys), "primary", gossip.KeyID(keys[0]))
+		select {
+		case s.attrsChanged <- struct{}{}:
+		default:
+		}
+	}
 }

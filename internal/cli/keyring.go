@@ -88,15 +88,15 @@ func gossipKeyConfig(c *cli.Context, cfg *roles.Config) error {
 	return nil
 }
 
-// keyringTimeout bounds one keyring call: the serf query behind it waits
-// up to a few seconds for every member's answer.
+// keyringTimeout bounds one keyring call: the agent asked waits up to 5 s
+// for each other agent's answer.
 const keyringTimeout = 30 * time.Second
 
 // KeyringCommand manages the gossip encryption keyring.
 func KeyringCommand() *cli.Command {
 	addr := &cli.StringFlag{
 		Name: "addr", Value: "127.0.0.1:7070", EnvVars: []string{"SLICERD_ADDR"},
-		Usage: "RPC address of any slicerd node of the cluster (any role); it asks every gossip member",
+		Usage: "RPC address of any slicerd node of the cluster (any role); it asks every other live node over their API",
 	}
 	keyCmd := func(name, usage string, call func(context.Context, slicerv1connect.KeyringServiceClient, string) (*slicerv1.KeyringResult, error)) *cli.Command {
 		return &cli.Command{
@@ -129,8 +129,12 @@ func KeyringCommand() *cli.Command {
 		Usage: "generate gossip encryption keys and rotate the cluster's keyring",
 		Description: "Rotation, with every member started with --gossip-key and a keyring file:\n" +
 			"  slicerd keyring install NEW; slicerd keyring use NEW; slicerd keyring remove OLD\n" +
-			"Each change reaches every gossip member, tasks included, through one serf query and is\n" +
-			"written to each member's keyring file. Calls are for administrators only.",
+			"running 'slicerd keyring list' after each step until every member shows it. The node\n" +
+			"asked carries each change out and hands it to every other live node over their\n" +
+			"authenticated API; tasks take it from their Assigner when they next register (within\n" +
+			"30s). Every member writes it to its keyring file. Gossip never carries keyring changes,\n" +
+			"so a member that has lost its certificate gets no new key and is shut out once the old\n" +
+			"one is removed. Calls are for administrators only.",
 		Subcommands: []*cli.Command{
 			{
 				Name: "generate", Usage: "print a new random 32-byte gossip key, base64",
@@ -147,7 +151,7 @@ func KeyringCommand() *cli.Command {
 				},
 			},
 			{
-				Name: "list", Usage: "list the keys installed on the cluster's members", Flags: append(clientFlags(), addr),
+				Name: "list", Usage: "list the keys installed on the cluster's nodes, and on its tasks as they last reported", Flags: append(clientFlags(), addr),
 				OnUsageError: subcommandUsageError,
 				Action: func(c *cli.Context) error {
 					if c.Args().Present() {
@@ -233,7 +237,14 @@ func printKeyCounts(w io.Writer, msg *slicerv1.ListKeysResponse) {
 // member carried the operation out.
 func printKeyringResult(c *cli.Context, op string, r *slicerv1.KeyringResult) error {
 	w := c.App.Writer
-	fmt.Fprintf(w, "%s: %d members, %d answered, %d failed\n", op, r.GetNumNodes(), r.GetNumResponses(), r.GetNumErrors())
+	if op == "list" {
+		fmt.Fprintf(w, "%s: %d members, %d answered, %d failed\n", op, r.GetNumNodes(), r.GetNumResponses(), r.GetNumErrors())
+	} else {
+		fmt.Fprintf(w, "%s: %s, %d answered, %d failed\n", op, count(r.GetNumNodes(), "agent"), r.GetNumResponses(), r.GetNumErrors())
+		if n := r.GetNumTasksPending(); n > 0 {
+			fmt.Fprintf(w, "  %s take the change when they next register with their Assigner (within 30s); run 'slicerd keyring list' until every member shows it before the next step\n", count(n, "task"))
+		}
+	}
 	names := make([]string, 0, len(r.GetMessages()))
 	for n := range r.GetMessages() {
 		names = append(names, n)
@@ -246,4 +257,12 @@ func printKeyringResult(c *cli.Context, op string, r *slicerv1.KeyringResult) er
 		return cli.Exit(fmt.Sprintf("keyring %s incomplete: %s", op, e), 1)
 	}
 	return nil
+}
+
+// count is "1 agent", "2 agents".
+func count(n int32, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

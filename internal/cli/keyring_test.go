@@ -79,7 +79,7 @@ func TestKeyringCommandsRotate(t *testing.T) {
 	}
 	for _, step := range [][]string{{"install", e2}, {"use", e2}, {"remove", e1}} {
 		code, out := keyringCLI(t, step[0], "--addr", addr, step[1])
-		if code != 0 || !strings.Contains(out, step[0]+": 1 members, 1 answered, 0 failed") {
+		if code != 0 || !strings.Contains(out, step[0]+": 1 agent, 1 answered, 0 failed") {
 			t.Fatalf("keyring %s: exit %d:\n%s", step[0], code, out)
 		}
 	}
@@ -87,9 +87,9 @@ func TestKeyringCommandsRotate(t *testing.T) {
 	if code != 0 || strings.Contains(out, e1) || !strings.Contains(out, e2+"  ") {
 		t.Fatalf("keyring list after rotation: exit %d:\n%s", code, out)
 	}
-	// Removing the primary key fails on the member, which says why.
+	// Removing the primary key fails on the node asked, which says why.
 	code, out = keyringCLI(t, "remove", "--addr", addr, e2)
-	if code != 1 || !strings.Contains(out, "keyring-test: ") || !strings.Contains(out, "keyring remove incomplete") {
+	if code != 1 || !strings.Contains(out, "removing the primary key is not allowed") {
 		t.Fatalf("keyring remove of the primary key: exit %d:\n%s", code, out)
 	}
 	for _, args := range [][]string{{"install", "--addr", addr}, {"install", "--addr", addr, "nope"}, {"use", "--addr", addr, e1, e2}} {

@@ -79,6 +79,8 @@ var ErrStore = errors.New("assigner: the store cannot fence commits")
 // preferred Assigner of), and serves every other job it knows from the
 // store, forwarding writes to that job's lease holder.
 type Assigner struct {
+	gossipKeys func() [][]byte // see Config.GossipKeys
+	taskKeys   taskKeyReports  // the keys tasks said they held when registering
 	log        *slog.Logger
 	self       string // this node's gossip name
 	store      storage.Store
@@ -177,6 +179,9 @@ type Config struct {
 	// (nil without TLS, where every member is believed).
 	RawPeers func() []gossip.Peer
 	Register func(p gossip.Peer, attrs *gossip.TaskAttributes, by string)
+	// GossipKeys returns this node's gossip keys, primary first (nil
+	// without encryption), which registrations hand to tasks; nil, none.
+	GossipKeys func() [][]byte
 	// RefusalLogInterval is the least time between two log lines about
 	// jobs ignored over MaxJobs.
 	RefusalLogInterval time.Duration
@@ -224,6 +229,7 @@ func New(cfg Config, store storage.Store, leases lease.Manager, members Members,
 		interval:    cfg.RebalanceInterval,
 		stopping:    stopping,
 		register:    cfg.Register,
+		gossipKeys:  cfg.GossipKeys,
 		rawPeers:    cfg.RawPeers,
 		refusalLog:  cfg.RefusalLogInterval,
 		loaded:      make(chan struct{}),

@@ -138,7 +138,7 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	a.log.Debug("load report", "job", m.GetJob(), "task", m.GetTask(), "generation", r.generation,
 		"window", r.window, "slices", len(r.rate), "rate", r.rate.Total(), "unowned_rate", r.unowned,
 		"rejected_reports", m.GetRejectedReports())
-	return connect.NewResponse(&slicerv1.ReportLoadResponse{}), nil
+	return connect.NewResponse(&slicerv1.ReportLoadResponse{KeyringChanged: a.keyringChangedFor(m.GetJob(), m.GetTask())}), nil
 }
 
 // acceptTaskReport checks that task is an alive member of job in gossip

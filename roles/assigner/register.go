@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -18,11 +19,17 @@ import (
 
 // RegisterTask implements slicerv1connect.AssignerServiceHandler: see
 // registerTask.
+// The answer carries this node's gossip keys, which the task takes as its
+// keyring when this is its job's preferred Assigner.
 func (a *Assigner) RegisterTask(ctx context.Context, req *connect.Request[slicerv1.RegisterTaskRequest]) (*connect.Response[slicerv1.RegisterTaskResponse], error) {
+	if err := validateKeyIDs(req.Msg.GetGossipKeyIds()); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("task %q of job %q registers: %w", req.Msg.GetTask(), req.Msg.GetJob(), err))
+	}
 	if err := a.registerTask(ctx, req.Msg); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&slicerv1.RegisterTaskResponse{}), nil
+	a.taskKeys.record(gossip.TaskMemberName(req.Msg.GetJob(), req.Msg.GetTask()), req.Msg.GetGossipKeyIds(), time.Now())
+	return connect.NewResponse(&slicerv1.RegisterTaskResponse{GossipKeys: a.gossipKeysForTask()}), nil
 }
 
 // errNotInGossip is returned to a registration that came before gossip

@@ -138,6 +138,8 @@ var procedureAccess = map[string]access{
 	slicerv1connect.KeyringServiceInstallKeyProcedure: accessAdmin,
 	slicerv1connect.KeyringServiceUseKeyProcedure:     accessAdmin,
 	slicerv1connect.KeyringServiceRemoveKeyProcedure:  accessAdmin,
+	// An agent shares an admin's keyring change with the others.
+	slicerv1connect.KeyringServiceShareKeyChangeProcedure: accessAgent,
 }
 
 func accessOf(procedure string) access {

@@ -21,25 +21,90 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// KeyOp is one keyring operation an agent shares with the others.
+type KeyOp int32
+
+const (
+	KeyOp_KEY_OP_UNSPECIFIED KeyOp = 0
+	KeyOp_KEY_OP_LIST        KeyOp = 1
+	KeyOp_KEY_OP_INSTALL     KeyOp = 2
+	KeyOp_KEY_OP_USE         KeyOp = 3
+	KeyOp_KEY_OP_REMOVE      KeyOp = 4
+)
+
+// Enum value maps for KeyOp.
+var (
+	KeyOp_name = map[int32]string{
+		0: "KEY_OP_UNSPECIFIED",
+		1: "KEY_OP_LIST",
+		2: "KEY_OP_INSTALL",
+		3: "KEY_OP_USE",
+		4: "KEY_OP_REMOVE",
+	}
+	KeyOp_value = map[string]int32{
+		"KEY_OP_UNSPECIFIED": 0,
+		"KEY_OP_LIST":        1,
+		"KEY_OP_INSTALL":     2,
+		"KEY_OP_USE":         3,
+		"KEY_OP_REMOVE":      4,
+	}
+)
+
+func (x KeyOp) Enum() *KeyOp {
+	p := new(KeyOp)
+	*p = x
+	return p
+}
+
+func (x KeyOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KeyOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_slicer_v1_keyring_proto_enumTypes[0].Descriptor()
+}
+
+func (KeyOp) Type() protoreflect.EnumType {
+	return &file_slicer_v1_keyring_proto_enumTypes[0]
+}
+
+func (x KeyOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KeyOp.Descriptor instead.
+func (KeyOp) EnumDescriptor() ([]byte, []int) {
+	return file_slicer_v1_keyring_proto_rawDescGZIP(), []int{0}
+}
+
 // KeyringResult is the cluster's answer to a keyring operation: the agent
-// that served the call asks every gossip member over one serf query and
-// gathers their answers until all have answered or the query times out.
+// that served the call carries it out and asks every other live agent to,
+// over the agents' authenticated API (ShareKeyChange). Tasks are not asked:
+// each takes its keyring from its job's preferred Assigner when it
+// registers (at most 30 s later; see RegisterTaskResponse.gossip_keys) and
+// reports the keys it holds.
 type KeyringResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Members the serving agent knew when it asked (tasks included).
+	// Members counted: for ListKeys, the live agents and tasks in the serving
+	// agent's gossip; for the changes, the live agents.
 	NumNodes int32 `protobuf:"varint,1,opt,name=num_nodes,json=numNodes,proto3" json:"num_nodes,omitempty"`
-	// Members that answered before the query timed out.
+	// Members that answered: agents that carried the change out or listed
+	// their keys, and for ListKeys tasks whose keys an Assigner heard in a
+	// registration of the last two minutes.
 	NumResponses int32 `protobuf:"varint,2,opt,name=num_responses,json=numResponses,proto3" json:"num_responses,omitempty"`
-	// Members that answered with a failure.
+	// Agents that answered with a failure.
 	NumErrors int32 `protobuf:"varint,3,opt,name=num_errors,json=numErrors,proto3" json:"num_errors,omitempty"`
 	// A member's error or warning, by member name.
 	Messages map[string]string `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Empty when every member carried the operation out; otherwise what went
-	// wrong ("1/4 nodes reported failure") and the call still returns the
-	// per-member results.
-	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Empty when every member counted answered without an error; otherwise
+	// what went wrong, and the call still returns the per-member results.
+	Error string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	// For the changes: live tasks, which take the new keyring when they next
+	// register with their preferred Assigner (within 30 s). Run ListKeys
+	// until every member shows the change before the next step.
+	NumTasksPending int32 `protobuf:"varint,6,opt,name=num_tasks_pending,json=numTasksPending,proto3" json:"num_tasks_pending,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *KeyringResult) Reset() {
@@ -105,6 +170,13 @@ func (x *KeyringResult) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *KeyringResult) GetNumTasksPending() int32 {
+	if x != nil {
+		return x.NumTasksPending
+	}
+	return 0
 }
 
 type ListKeysRequest struct {
@@ -471,18 +543,200 @@ func (x *RemoveKeyResponse) GetResult() *KeyringResult {
 	return nil
 }
 
+type ShareKeyChangeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Op    KeyOp                  `protobuf:"varint,1,opt,name=op,proto3,enum=slicer.v1.KeyOp" json:"op,omitempty"`
+	// Base64 of the key; empty for KEY_OP_LIST.
+	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareKeyChangeRequest) Reset() {
+	*x = ShareKeyChangeRequest{}
+	mi := &file_slicer_v1_keyring_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareKeyChangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareKeyChangeRequest) ProtoMessage() {}
+
+func (x *ShareKeyChangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_keyring_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareKeyChangeRequest.ProtoReflect.Descriptor instead.
+func (*ShareKeyChangeRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_keyring_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ShareKeyChangeRequest) GetOp() KeyOp {
+	if x != nil {
+		return x.Op
+	}
+	return KeyOp_KEY_OP_UNSPECIFIED
+}
+
+func (x *ShareKeyChangeRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// TaskKeys are the keys a task said it held when it last registered.
+type TaskKeys struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task's gossip member name.
+	Member string `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	// The IDs (gossip.KeyID) of its keys, primary first.
+	KeyIds []string `protobuf:"bytes,2,rep,name=key_ids,json=keyIds,proto3" json:"key_ids,omitempty"`
+	// When the registration was received, Unix milliseconds.
+	ReportedUnixMs int64 `protobuf:"varint,3,opt,name=reported_unix_ms,json=reportedUnixMs,proto3" json:"reported_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TaskKeys) Reset() {
+	*x = TaskKeys{}
+	mi := &file_slicer_v1_keyring_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskKeys) ProtoMessage() {}
+
+func (x *TaskKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_keyring_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskKeys.ProtoReflect.Descriptor instead.
+func (*TaskKeys) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_keyring_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TaskKeys) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *TaskKeys) GetKeyIds() []string {
+	if x != nil {
+		return x.KeyIds
+	}
+	return nil
+}
+
+func (x *TaskKeys) GetReportedUnixMs() int64 {
+	if x != nil {
+		return x.ReportedUnixMs
+	}
+	return 0
+}
+
+type ShareKeyChangeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The agent's keys after the operation, base64, primary first.
+	Keys []string `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// For KEY_OP_LIST: the keys of the tasks registered with this agent (an
+	// Assigner) in the last two minutes.
+	Tasks []*TaskKeys `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Why the change failed on this agent; empty when it was carried out.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShareKeyChangeResponse) Reset() {
+	*x = ShareKeyChangeResponse{}
+	mi := &file_slicer_v1_keyring_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShareKeyChangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShareKeyChangeResponse) ProtoMessage() {}
+
+func (x *ShareKeyChangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_keyring_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShareKeyChangeResponse.ProtoReflect.Descriptor instead.
+func (*ShareKeyChangeResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_keyring_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ShareKeyChangeResponse) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ShareKeyChangeResponse) GetTasks() []*TaskKeys {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *ShareKeyChangeResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_slicer_v1_keyring_proto protoreflect.FileDescriptor
 
 const file_slicer_v1_keyring_proto_rawDesc = "" +
 	"\n" +
-	"\x17slicer/v1/keyring.proto\x12\tslicer.v1\"\x87\x02\n" +
+	"\x17slicer/v1/keyring.proto\x12\tslicer.v1\"\xb3\x02\n" +
 	"\rKeyringResult\x12\x1b\n" +
 	"\tnum_nodes\x18\x01 \x01(\x05R\bnumNodes\x12#\n" +
 	"\rnum_responses\x18\x02 \x01(\x05R\fnumResponses\x12\x1d\n" +
 	"\n" +
 	"num_errors\x18\x03 \x01(\x05R\tnumErrors\x12B\n" +
 	"\bmessages\x18\x04 \x03(\v2&.slicer.v1.KeyringResult.MessagesEntryR\bmessages\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\x1a;\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12*\n" +
+	"\x11num_tasks_pending\x18\x06 \x01(\x05R\x0fnumTasksPending\x1a;\n" +
 	"\rMessagesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x11\n" +
@@ -508,13 +762,32 @@ const file_slicer_v1_keyring_proto_rawDesc = "" +
 	"\x10RemoveKeyRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"E\n" +
 	"\x11RemoveKeyResponse\x120\n" +
-	"\x06result\x18\x01 \x01(\v2\x18.slicer.v1.KeyringResultR\x06result2\xbb\x02\n" +
+	"\x06result\x18\x01 \x01(\v2\x18.slicer.v1.KeyringResultR\x06result\"K\n" +
+	"\x15ShareKeyChangeRequest\x12 \n" +
+	"\x02op\x18\x01 \x01(\x0e2\x10.slicer.v1.KeyOpR\x02op\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"e\n" +
+	"\bTaskKeys\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\x12\x17\n" +
+	"\akey_ids\x18\x02 \x03(\tR\x06keyIds\x12(\n" +
+	"\x10reported_unix_ms\x18\x03 \x01(\x03R\x0ereportedUnixMs\"m\n" +
+	"\x16ShareKeyChangeResponse\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12)\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x13.slicer.v1.TaskKeysR\x05tasks\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error*g\n" +
+	"\x05KeyOp\x12\x16\n" +
+	"\x12KEY_OP_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vKEY_OP_LIST\x10\x01\x12\x12\n" +
+	"\x0eKEY_OP_INSTALL\x10\x02\x12\x0e\n" +
+	"\n" +
+	"KEY_OP_USE\x10\x03\x12\x11\n" +
+	"\rKEY_OP_REMOVE\x10\x042\x97\x03\n" +
 	"\x0eKeyringService\x12H\n" +
 	"\bListKeys\x12\x1a.slicer.v1.ListKeysRequest\x1a\x1b.slicer.v1.ListKeysResponse\"\x03\x90\x02\x01\x12N\n" +
 	"\n" +
 	"InstallKey\x12\x1c.slicer.v1.InstallKeyRequest\x1a\x1d.slicer.v1.InstallKeyResponse\"\x03\x90\x02\x02\x12B\n" +
 	"\x06UseKey\x12\x18.slicer.v1.UseKeyRequest\x1a\x19.slicer.v1.UseKeyResponse\"\x03\x90\x02\x02\x12K\n" +
-	"\tRemoveKey\x12\x1b.slicer.v1.RemoveKeyRequest\x1a\x1c.slicer.v1.RemoveKeyResponse\"\x03\x90\x02\x02B7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
+	"\tRemoveKey\x12\x1b.slicer.v1.RemoveKeyRequest\x1a\x1c.slicer.v1.RemoveKeyResponse\"\x03\x90\x02\x02\x12Z\n" +
+	"\x0eShareKeyChange\x12 .slicer.v1.ShareKeyChangeRequest\x1a!.slicer.v1.ShareKeyChangeResponse\"\x03\x90\x02\x02B7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
 
 var (
 	file_slicer_v1_keyring_proto_rawDescOnce sync.Once
@@ -528,42 +801,51 @@ func file_slicer_v1_keyring_proto_rawDescGZIP() []byte {
 	return file_slicer_v1_keyring_proto_rawDescData
 }
 
-var file_slicer_v1_keyring_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_slicer_v1_keyring_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_slicer_v1_keyring_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_slicer_v1_keyring_proto_goTypes = []any{
-	(*KeyringResult)(nil),      // 0: slicer.v1.KeyringResult
-	(*ListKeysRequest)(nil),    // 1: slicer.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),   // 2: slicer.v1.ListKeysResponse
-	(*InstallKeyRequest)(nil),  // 3: slicer.v1.InstallKeyRequest
-	(*InstallKeyResponse)(nil), // 4: slicer.v1.InstallKeyResponse
-	(*UseKeyRequest)(nil),      // 5: slicer.v1.UseKeyRequest
-	(*UseKeyResponse)(nil),     // 6: slicer.v1.UseKeyResponse
-	(*RemoveKeyRequest)(nil),   // 7: slicer.v1.RemoveKeyRequest
-	(*RemoveKeyResponse)(nil),  // 8: slicer.v1.RemoveKeyResponse
-	nil,                        // 9: slicer.v1.KeyringResult.MessagesEntry
-	nil,                        // 10: slicer.v1.ListKeysResponse.KeysEntry
-	nil,                        // 11: slicer.v1.ListKeysResponse.PrimaryKeysEntry
+	(KeyOp)(0),                     // 0: slicer.v1.KeyOp
+	(*KeyringResult)(nil),          // 1: slicer.v1.KeyringResult
+	(*ListKeysRequest)(nil),        // 2: slicer.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),       // 3: slicer.v1.ListKeysResponse
+	(*InstallKeyRequest)(nil),      // 4: slicer.v1.InstallKeyRequest
+	(*InstallKeyResponse)(nil),     // 5: slicer.v1.InstallKeyResponse
+	(*UseKeyRequest)(nil),          // 6: slicer.v1.UseKeyRequest
+	(*UseKeyResponse)(nil),         // 7: slicer.v1.UseKeyResponse
+	(*RemoveKeyRequest)(nil),       // 8: slicer.v1.RemoveKeyRequest
+	(*RemoveKeyResponse)(nil),      // 9: slicer.v1.RemoveKeyResponse
+	(*ShareKeyChangeRequest)(nil),  // 10: slicer.v1.ShareKeyChangeRequest
+	(*TaskKeys)(nil),               // 11: slicer.v1.TaskKeys
+	(*ShareKeyChangeResponse)(nil), // 12: slicer.v1.ShareKeyChangeResponse
+	nil,                            // 13: slicer.v1.KeyringResult.MessagesEntry
+	nil,                            // 14: slicer.v1.ListKeysResponse.KeysEntry
+	nil,                            // 15: slicer.v1.ListKeysResponse.PrimaryKeysEntry
 }
 var file_slicer_v1_keyring_proto_depIdxs = []int32{
-	9,  // 0: slicer.v1.KeyringResult.messages:type_name -> slicer.v1.KeyringResult.MessagesEntry
-	0,  // 1: slicer.v1.ListKeysResponse.result:type_name -> slicer.v1.KeyringResult
-	10, // 2: slicer.v1.ListKeysResponse.keys:type_name -> slicer.v1.ListKeysResponse.KeysEntry
-	11, // 3: slicer.v1.ListKeysResponse.primary_keys:type_name -> slicer.v1.ListKeysResponse.PrimaryKeysEntry
-	0,  // 4: slicer.v1.InstallKeyResponse.result:type_name -> slicer.v1.KeyringResult
-	0,  // 5: slicer.v1.UseKeyResponse.result:type_name -> slicer.v1.KeyringResult
-	0,  // 6: slicer.v1.RemoveKeyResponse.result:type_name -> slicer.v1.KeyringResult
-	1,  // 7: slicer.v1.KeyringService.ListKeys:input_type -> slicer.v1.ListKeysRequest
-	3,  // 8: slicer.v1.KeyringService.InstallKey:input_type -> slicer.v1.InstallKeyRequest
-	5,  // 9: slicer.v1.KeyringService.UseKey:input_type -> slicer.v1.UseKeyRequest
-	7,  // 10: slicer.v1.KeyringService.RemoveKey:input_type -> slicer.v1.RemoveKeyRequest
-	2,  // 11: slicer.v1.KeyringService.ListKeys:output_type -> slicer.v1.ListKeysResponse
-	4,  // 12: slicer.v1.KeyringService.InstallKey:output_type -> slicer.v1.InstallKeyResponse
-	6,  // 13: slicer.v1.KeyringService.UseKey:output_type -> slicer.v1.UseKeyResponse
-	8,  // 14: slicer.v1.KeyringService.RemoveKey:output_type -> slicer.v1.RemoveKeyResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	13, // 0: slicer.v1.KeyringResult.messages:type_name -> slicer.v1.KeyringResult.MessagesEntry
+	1,  // 1: slicer.v1.ListKeysResponse.result:type_name -> slicer.v1.KeyringResult
+	14, // 2: slicer.v1.ListKeysResponse.keys:type_name -> slicer.v1.ListKeysResponse.KeysEntry
+	15, // 3: slicer.v1.ListKeysResponse.primary_keys:type_name -> slicer.v1.ListKeysResponse.PrimaryKeysEntry
+	1,  // 4: slicer.v1.InstallKeyResponse.result:type_name -> slicer.v1.KeyringResult
+	1,  // 5: slicer.v1.UseKeyResponse.result:type_name -> slicer.v1.KeyringResult
+	1,  // 6: slicer.v1.RemoveKeyResponse.result:type_name -> slicer.v1.KeyringResult
+	0,  // 7: slicer.v1.ShareKeyChangeRequest.op:type_name -> slicer.v1.KeyOp
+	11, // 8: slicer.v1.ShareKeyChangeResponse.tasks:type_name -> slicer.v1.TaskKeys
+	2,  // 9: slicer.v1.KeyringService.ListKeys:input_type -> slicer.v1.ListKeysRequest
+	4,  // 10: slicer.v1.KeyringService.InstallKey:input_type -> slicer.v1.InstallKeyRequest
+	6,  // 11: slicer.v1.KeyringService.UseKey:input_type -> slicer.v1.UseKeyRequest
+	8,  // 12: slicer.v1.KeyringService.RemoveKey:input_type -> slicer.v1.RemoveKeyRequest
+	10, // 13: slicer.v1.KeyringService.ShareKeyChange:input_type -> slicer.v1.ShareKeyChangeRequest
+	3,  // 14: slicer.v1.KeyringService.ListKeys:output_type -> slicer.v1.ListKeysResponse
+	5,  // 15: slicer.v1.KeyringService.InstallKey:output_type -> slicer.v1.InstallKeyResponse
+	7,  // 16: slicer.v1.KeyringService.UseKey:output_type -> slicer.v1.UseKeyResponse
+	9,  // 17: slicer.v1.KeyringService.RemoveKey:output_type -> slicer.v1.RemoveKeyResponse
+	12, // 18: slicer.v1.KeyringService.ShareKeyChange:output_type -> slicer.v1.ShareKeyChangeResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_keyring_proto_init() }
@@ -576,13 +858,14 @@ func file_slicer_v1_keyring_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_keyring_proto_rawDesc), len(file_slicer_v1_keyring_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   12,
+			NumEnums:      1,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_slicer_v1_keyring_proto_goTypes,
 		DependencyIndexes: file_slicer_v1_keyring_proto_depIdxs,
+		EnumInfos:         file_slicer_v1_keyring_proto_enumTypes,
 		MessageInfos:      file_slicer_v1_keyring_proto_msgTypes,
 	}.Build()
 	File_slicer_v1_keyring_proto = out.File

@@ -1066,7 +1066,11 @@ type RegisterTaskRequest struct {
 	// cannot drain a task or change its share by forging them; the Slicelet
 	// registers again whenever one changes (a drain). Unset (a Slicelet that
 	// predates the field): the gossip tags are used.
-	Attributes    *TaskAttributes `protobuf:"bytes,5,opt,name=attributes,proto3" json:"attributes,omitempty"`
+	Attributes *TaskAttributes `protobuf:"bytes,5,opt,name=attributes,proto3" json:"attributes,omitempty"`
+	// The IDs (gossip.KeyID) of the gossip keys the task holds, primary
+	// first; empty without gossip encryption. `slicerd keyring list` shows
+	// them.
+	GossipKeyIds  []string `protobuf:"bytes,6,rep,name=gossip_key_ids,json=gossipKeyIds,proto3" json:"gossip_key_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1136,6 +1140,13 @@ func (x *RegisterTaskRequest) GetAttributes() *TaskAttributes {
 	return nil
 }
 
+func (x *RegisterTaskRequest) GetGossipKeyIds() []string {
+	if x != nil {
+		return x.GossipKeyIds
+	}
+	return nil
+}
+
 // TaskAttributes are what a task says about itself beyond its address.
 type TaskAttributes struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1201,7 +1212,12 @@ func (x *TaskAttributes) GetDraining() bool {
 }
 
 type RegisterTaskResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Assigner's gossip keys, base64, primary first; empty when it does
+	// not encrypt gossip. A task takes them as its keyring when the answer
+	// comes from its job's preferred Assigner, so a key rotation reaches it
+	// over this authenticated call and never through gossip.
+	GossipKeys    []string `protobuf:"bytes,1,rep,name=gossip_keys,json=gossipKeys,proto3" json:"gossip_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1234,6 +1250,13 @@ func (x *RegisterTaskResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RegisterTaskResponse.ProtoReflect.Descriptor instead.
 func (*RegisterTaskResponse) Descriptor() ([]byte, []int) {
 	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RegisterTaskResponse) GetGossipKeys() []string {
+	if x != nil {
+		return x.GossipKeys
+	}
+	return nil
 }
 
 // JobInfo describes a job as the Assigner sees it.
@@ -2736,9 +2759,14 @@ func (x *ReportLoadRequest) GetEveryAssigner() bool {
 }
 
 type ReportLoadResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Assigner's gossip keys differ from those the task said it held
+	// when it last registered with it: the task registers again, and takes
+	// its keyring from its preferred Assigner's answer (a key rotation
+	// reaches tasks within a load window this way).
+	KeyringChanged bool `protobuf:"varint,1,opt,name=keyring_changed,json=keyringChanged,proto3" json:"keyring_changed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReportLoadResponse) Reset() {
@@ -2769,6 +2797,13 @@ func (x *ReportLoadResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ReportLoadResponse.ProtoReflect.Descriptor instead.
 func (*ReportLoadResponse) Descriptor() ([]byte, []int) {
 	return file_slicer_v1_slicer_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ReportLoadResponse) GetKeyringChanged() bool {
+	if x != nil {
+		return x.KeyringChanged
+	}
+	return false
 }
 
 // ReportReadyRequest says a task holds what an assignment gave it: it has
@@ -3516,7 +3551,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x15GetAssignmentResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x15.slicer.v1.AssignmentR\n" +
-	"assignment\"\xb2\x01\n" +
+	"assignment\"\xd8\x01\n" +
 	"\x13RegisterTaskRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1f\n" +
@@ -3525,12 +3560,15 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\brpc_addr\x18\x04 \x01(\tR\arpcAddr\x129\n" +
 	"\n" +
 	"attributes\x18\x05 \x01(\v2\x19.slicer.v1.TaskAttributesR\n" +
-	"attributes\"k\n" +
+	"attributes\x12$\n" +
+	"\x0egossip_key_ids\x18\x06 \x03(\tR\fgossipKeyIds\"k\n" +
 	"\x0eTaskAttributes\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x01R\bcapacity\x12!\n" +
 	"\fmemory_limit\x18\x02 \x01(\x03R\vmemoryLimit\x12\x1a\n" +
-	"\bdraining\x18\x03 \x01(\bR\bdraining\"\x16\n" +
-	"\x14RegisterTaskResponse\"\x84\x03\n" +
+	"\bdraining\x18\x03 \x01(\bR\bdraining\"7\n" +
+	"\x14RegisterTaskResponse\x12\x1f\n" +
+	"\vgossip_keys\x18\x01 \x03(\tR\n" +
+	"gossipKeys\"\x84\x03\n" +
 	"\aJobInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x06config\x18\x02 \x01(\v2\x14.slicer.v1.JobConfigR\x06config\x12\x1e\n" +
@@ -3645,8 +3683,9 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x06slices\x18\x05 \x03(\v2\x14.slicer.v1.SliceLoadR\x06slices\x12!\n" +
 	"\funowned_load\x18\x06 \x01(\x01R\vunownedLoad\x12)\n" +
 	"\x10rejected_reports\x18\a \x01(\x04R\x0frejectedReports\x12%\n" +
-	"\x0eevery_assigner\x18\b \x01(\bR\reveryAssigner\"\x14\n" +
-	"\x12ReportLoadResponse\"Z\n" +
+	"\x0eevery_assigner\x18\b \x01(\bR\reveryAssigner\"=\n" +
+	"\x12ReportLoadResponse\x12'\n" +
+	"\x0fkeyring_changed\x18\x01 \x01(\bR\x0ekeyringChanged\"Z\n" +
 	"\x12ReportReadyRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1e\n" +

@@ -43,6 +43,9 @@ const (
 	// KeyringServiceRemoveKeyProcedure is the fully-qualified name of the KeyringService's RemoveKey
 	// RPC.
 	KeyringServiceRemoveKeyProcedure = "/slicer.v1.KeyringService/RemoveKey"
+	// KeyringServiceShareKeyChangeProcedure is the fully-qualified name of the KeyringService's
+	// ShareKeyChange RPC.
+	KeyringServiceShareKeyChangeProcedure = "/slicer.v1.KeyringService/ShareKeyChange"
 )
 
 // KeyringServiceClient is a client for the slicer.v1.KeyringService service.
@@ -56,6 +59,8 @@ type KeyringServiceClient interface {
 	// RemoveKey removes a key from every member; members refuse to remove
 	// their primary key.
 	RemoveKey(context.Context, *connect.Request[v1.RemoveKeyRequest]) (*connect.Response[v1.RemoveKeyResponse], error)
+	// ShareKeyChange carries out one operation on the called agent only.
+	ShareKeyChange(context.Context, *connect.Request[v1.ShareKeyChangeRequest]) (*connect.Response[v1.ShareKeyChangeResponse], error)
 }
 
 // NewKeyringServiceClient constructs a client for the slicer.v1.KeyringService service. By default,
@@ -97,15 +102,23 @@ func NewKeyringServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithIdempotency(connect.IdempotencyIdempotent),
 			connect.WithClientOptions(opts...),
 		),
+		shareKeyChange: connect.NewClient[v1.ShareKeyChangeRequest, v1.ShareKeyChangeResponse](
+			httpClient,
+			baseURL+KeyringServiceShareKeyChangeProcedure,
+			connect.WithSchema(keyringServiceMethods.ByName("ShareKeyChange")),
+			connect.WithIdempotency(connect.IdempotencyIdempotent),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // keyringServiceClient implements KeyringServiceClient.
 type keyringServiceClient struct {
-	listKeys   *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
-	installKey *connect.Client[v1.InstallKeyRequest, v1.InstallKeyResponse]
-	useKey     *connect.Client[v1.UseKeyRequest, v1.UseKeyResponse]
-	removeKey  *connect.Client[v1.RemoveKeyRequest, v1.RemoveKeyResponse]
+	listKeys       *connect.Client[v1.ListKeysRequest, v1.ListKeysResponse]
+	installKey     *connect.Client[v1.InstallKeyRequest, v1.InstallKeyResponse]
+	useKey         *connect.Client[v1.UseKeyRequest, v1.UseKeyResponse]
+	removeKey      *connect.Client[v1.RemoveKeyRequest, v1.RemoveKeyResponse]
+	shareKeyChange *connect.Client[v1.ShareKeyChangeRequest, v1.ShareKeyChangeResponse]
 }
 
 // ListKeys calls slicer.v1.KeyringService.ListKeys.
@@ -128,6 +141,11 @@ func (c *keyringServiceClient) RemoveKey(ctx context.Context, req *connect.Reque
 	return c.removeKey.CallUnary(ctx, req)
 }
 
+// ShareKeyChange calls slicer.v1.KeyringService.ShareKeyChange.
+func (c *keyringServiceClient) ShareKeyChange(ctx context.Context, req *connect.Request[v1.ShareKeyChangeRequest]) (*connect.Response[v1.ShareKeyChangeResponse], error) {
+	return c.shareKeyChange.CallUnary(ctx, req)
+}
+
 // KeyringServiceHandler is an implementation of the slicer.v1.KeyringService service.
 type KeyringServiceHandler interface {
 	// ListKeys reports the keys installed on each member.
@@ -139,6 +157,8 @@ type KeyringServiceHandler interface {
 	// RemoveKey removes a key from every member; members refuse to remove
 	// their primary key.
 	RemoveKey(context.Context, *connect.Request[v1.RemoveKeyRequest]) (*connect.Response[v1.RemoveKeyResponse], error)
+	// ShareKeyChange carries out one operation on the called agent only.
+	ShareKeyChange(context.Context, *connect.Request[v1.ShareKeyChangeRequest]) (*connect.Response[v1.ShareKeyChangeResponse], error)
 }
 
 // NewKeyringServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -176,6 +196,13 @@ func NewKeyringServiceHandler(svc KeyringServiceHandler, opts ...connect.Handler
 		connect.WithIdempotency(connect.IdempotencyIdempotent),
 		connect.WithHandlerOptions(opts...),
 	)
+	keyringServiceShareKeyChangeHandler := connect.NewUnaryHandler(
+		KeyringServiceShareKeyChangeProcedure,
+		svc.ShareKeyChange,
+		connect.WithSchema(keyringServiceMethods.ByName("ShareKeyChange")),
+		connect.WithIdempotency(connect.IdempotencyIdempotent),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slicer.v1.KeyringService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case KeyringServiceListKeysProcedure:
@@ -186,6 +213,8 @@ func NewKeyringServiceHandler(svc KeyringServiceHandler, opts ...connect.Handler
 			keyringServiceUseKeyHandler.ServeHTTP(w, r)
 		case KeyringServiceRemoveKeyProcedure:
 			keyringServiceRemoveKeyHandler.ServeHTTP(w, r)
+		case KeyringServiceShareKeyChangeProcedure:
+			keyringServiceShareKeyChangeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -209,4 +238,8 @@ func (UnimplementedKeyringServiceHandler) UseKey(context.Context, *connect.Reque
 
 func (UnimplementedKeyringServiceHandler) RemoveKey(context.Context, *connect.Request[v1.RemoveKeyRequest]) (*connect.Response[v1.RemoveKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.KeyringService.RemoveKey is not implemented"))
+}
+
+func (UnimplementedKeyringServiceHandler) ShareKeyChange(context.Context, *connect.Request[v1.ShareKeyChangeRequest]) (*connect.Response[v1.ShareKeyChangeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.KeyringService.ShareKeyChange is not implemented"))
 }
