@@ -45,8 +45,10 @@ func TestKeyringCommandsBinary(t *testing.T) {
 	node.waitLine(time.Second, "gossip encryption on")
 	dir2 := t.TempDir()
 	dist := startSlicerd(t, "node-2", "--role", "distributor", "--data-dir", dir2, "--join", node.gossipAddr, "--gossip-key", k1)
-	kv := start(t, "kv-0", bin.kvserver, "-job", "kv", "-task", "kv-0", "-addr", "127.0.0.1:0",
-		"-gossip-addr", "127.0.0.1:0", "-gossip-profile", "local", "-join", node.gossipAddr, "-gossip-key", k1)
+	kvFile := filepath.Join(t.TempDir(), "kv-0-keyring.json")
+	kvArgs := []string{"-job", "kv", "-task", "kv-0", "-addr", "127.0.0.1:0",
+		"-gossip-addr", "127.0.0.1:0", "-gossip-profile", "local", "-join", node.gossipAddr, "-gossip-key", k1, "-gossip-keyring-file", kvFile}
+	kv := start(t, "kv-0", bin.kvserver, kvArgs...)
 	kv.waitLine(30*time.Second, "clerk: streaming assignments")
 
 	// A member without the key keeps failing to join.
@@ -113,6 +115,16 @@ func TestKeyringCommandsBinary(t *testing.T) {
 	if out := list("list: 3 members, 3 answered, 0 failed"); !keyLine(out, k2, "3") {
 		t.Fatalf("keyring list after node-2's restart:\n%s", out)
 	}
+	// kv-0 took the rotation into its keyring file: restarted with the old
+	// key in its flags, it joins with the new one.
+	kv.signal(syscall.SIGTERM)
+	if code := kv.wait(20 * time.Second); code != 0 {
+		t.Fatalf("kv-0 exited %d after SIGTERM", code)
+	}
+	kv = start(t, "kv-0", bin.kvserver, kvArgs...)
+	kv.waitLine(5*time.Second, "gossip key ignored")
+	kv.waitLine(30*time.Second, "clerk: streaming assignments")
+	until(k2, k2)
 	if strings.Contains(stranger.output(), "gossip joined") {
 		t.Fatalf("the member without the key joined:\n%s", stranger.output())
 	}

@@ -28,6 +28,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/slicerd/slicerd/internal/reqctx"
 )
 
 // ReadGrace is how long a read of a request body may wait with the
@@ -68,9 +70,6 @@ func (g *Gate) Starting() int { return len(g.sem) }
 // Parked counts the handlers that held their place for the park time
 // without answering or waiting, since the gate was made.
 func (g *Gate) Parked() uint64 { return g.parked.Load() }
-
-// placeKey is the context key of a request's *place.
-type placeKey struct{}
 
 // place is one handler's place in the gate, given back once.
 type place struct {
@@ -113,7 +112,8 @@ func (g *Gate) Wrap(h http.Handler) http.Handler {
 		p := &place{g: g}
 		p.timer = time.AfterFunc(g.park, func() { p.release(true) })
 		defer p.release(false)
-		r = r.WithContext(context.WithValue(r.Context(), placeKey{}, p))
+		r, v := reqctx.Attach(r)
+		v.Place = p
 		if r.Body != nil && r.Body != http.NoBody {
 			r.Body = &body{ReadCloser: r.Body, p: p}
 		}
@@ -126,8 +126,10 @@ func (g *Gate) Wrap(h http.Handler) http.Handler {
 // event, a change of a job). Calling it again, or for a context with no
 // place, does nothing.
 func Waiting(ctx context.Context) {
-	if p, _ := ctx.Value(placeKey{}).(*place); p != nil {
-		p.release(false)
+	if v := reqctx.From(ctx); v != nil {
+		if p, _ := v.Place.(*place); p != nil {
+			p.release(false)
+		}
 	}
 }
 

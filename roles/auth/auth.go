@@ -17,6 +17,7 @@ import (
 
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/internal/reqctx"
 )
 
 const ForwardedHeader = "Slicerd-Forwarded-By"
@@ -95,7 +96,13 @@ type Caller struct {
 type callerKey struct{}
 
 func CallerFrom(ctx context.Context) Caller {
-	c, _ := ctx.Value(callerKey{}).(Caller)
+	if c, ok := ctx.Value(callerKey{}).(Caller); ok {
+		return c
+	}
+	var c Caller
+	if v := reqctx.From(ctx); v != nil {
+		c, _ = v.Caller.(Caller)
+	}
 	return c
 }
 
@@ -186,7 +193,9 @@ func (au *Authenticator) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := Caller{Enforce: au.enforce, Addr: r.RemoteAddr}
 		if !au.enforce {
-			next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
+			r, v := reqctx.Attach(r)
+			v.Caller = c
+			next.ServeHTTP(w, r)
 			return
 		}
 		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
@@ -223,7 +232,9 @@ func (au *Authenticator) Wrap(next http.Handler) http.Handler {
 			au.errors.Write(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), c)))
+		r, v := reqctx.Attach(r)
+		v.Caller = c
+		next.ServeHTTP(w, r)
 	})
 }
 

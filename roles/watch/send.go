@@ -15,6 +15,7 @@ import (
 
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/internal/reqctx"
 )
 
 // Memory a slow subscriber can pin.
@@ -243,9 +244,6 @@ func (b *sendBudget) give(n int64) {
 	}
 }
 
-// streamLimitsKey is the context key of a request's *streamLimits.
-type streamLimitsKey struct{}
-
 // streamLimits is what a streaming handler needs to bound its own sends:
 // the request's ResponseController (connect-go does not expose the
 // ResponseWriter), the node's watch on how long a send may block, and the
@@ -288,7 +286,9 @@ func WithLimits(h http.Handler, watch *SendWatch, budget int64) http.Handler {
 				}
 			}
 		}
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), streamLimitsKey{}, sl)))
+		r, v := reqctx.Attach(r)
+		v.Limits = sl
+		h.ServeHTTP(w, r)
 	})
 }
 
@@ -311,7 +311,10 @@ var errCompressedOverBudget = errors.New("watch: compressed assignment streams a
 // see as a stream error and retry from their known generation; on HTTP/1
 // the connection closes), which frees what the send held.
 func sendShared(ctx context.Context, stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) (send func(*Message) error, stop func()) {
-	sl, _ := ctx.Value(streamLimitsKey{}).(*streamLimits)
+	var sl *streamLimits
+	if v := reqctx.From(ctx); v != nil {
+		sl, _ = v.Limits.(*streamLimits)
+	}
 	if sl == nil {
 		sl = &streamLimits{}
 	}
