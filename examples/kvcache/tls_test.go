@@ -3,6 +3,7 @@ package kvcache_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -23,31 +24,40 @@ import (
 )
 
 // tlsTask serves GET /kv/KEY on TLS with the certificate of src, behind
-// RequireJobPeer for job kv, and counts the requests that reached it.
+// RequireJobPeer for job kv (in cleartext, to anyone, for a nil src), and
+// counts the requests that reached it.
 type tlsTask struct {
 	addr   string
 	served atomic.Int64
 }
 
-func startTLSTask(t *testing.T, src *tlsconfig.Source) *tlsTask {
+func startTLSTask(t testing.TB, src *tlsconfig.Source) *tlsTask {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	task := &tlsTask{addr: ln.Addr().String()}
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		task.served.Add(1)
+		io.WriteString(w, task.addr)
+	})
+	if src != nil {
+		h = kvcache.RequireJobPeer("kv", h)
+	}
 	srv := &http.Server{
-		Handler: kvcache.RequireJobPeer("kv", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			task.served.Add(1)
-			io.WriteString(w, task.addr)
-		})),
-		TLSConfig:         src.ServerConfig(),
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          log.New(io.Discard, "", 0), // refused handshakes are the point
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if src == nil {
+			srv.Serve(ln)
+			return
+		}
+		srv.TLSConfig = src.ServerConfig()
 		srv.ServeTLS(ln, "", "")
 	}()
 	t.Cleanup(func() {
@@ -59,7 +69,7 @@ func startTLSTask(t *testing.T, src *tlsconfig.Source) *tlsTask {
 
 // clerkAt returns a Clerk of job kv with TLS src whose assignment, read
 // from its cache file, gives every key to task kv-1 at addr.
-func clerkAt(t *testing.T, src *tlsconfig.Source, addr string) *clerk.Clerk {
+func clerkAt(t testing.TB, src *tlsconfig.Source, addr string) *clerk.Clerk {
 	t.Helper()
 	cache := filepath.Join(t.TempDir(), "kv.assignment")
 	a := clerktest.Uniform("kv", 1, []assign.Task{{Name: "kv-1", Addr: addr}}, 1)
@@ -148,6 +158,37 @@ func TestClientVerifiesTheTasksCertificate(t *testing.T) {
 			if resp.StatusCode != tc.want {
 				t.Errorf("HTTP %d, want %d", resp.StatusCode, tc.want)
 			}
+		})
+	}
+}
+
+// BenchmarkClientGetTLS is a client's GET from a task, in cleartext and
+// over mutual TLS where the client checks that the task's certificate
+// names the task the assignment places there (Clerk.DialTaskTLS) and the
+// task that the caller is a client of its job (RequireJobPeer). The
+// connections are kept, so it is the request path, not the handshake.
+func BenchmarkClientGetTLS(b *testing.B) {
+	pki := tlstest.New(b, "kvcache-bench")
+	for _, tls := range []bool{false, true} {
+		b.Run(fmt.Sprintf("tls=%v", tls), func(b *testing.B) {
+			var client, task *tlsconfig.Source
+			if tls {
+				client = pki.Source("client-kv", identity.ID{Role: identity.Client, Job: "kv"})
+				task = pki.Source("task-kv-1", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-1"})
+			}
+			at := startTLSTask(b, task)
+			kv := kvcache.NewClient(clerkAt(b, client, at.addr), &http.Client{Timeout: 5 * time.Second})
+			defer kv.Close()
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, found, err := kv.Get(ctx, "some-key"); err != nil || !found {
+						b.Errorf("get: %v %v", found, err)
+						return
+					}
+				}
+			})
 		})
 	}
 }
