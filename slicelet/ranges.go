@@ -67,3 +67,10 @@ func subtract(x, y []assign.Slice) []assign.Slice {
 	}
 	return out
 }
+
+// DiffRanges returns the ranges in next but not in prev (gained) and those
+// in prev but not in next (lost). Both inputs must be sorted and merged,
+// as Ranges returns them.
+func DiffRanges(prev, next []assign.Slice) (gained, lost []assign.Slice) {
+	return diffRanges(prev, next)
+}

@@ -181,6 +181,17 @@ func (s *Slicelet) AddListener(l Listener) {
 	}
 }
 
+// Ranges returns this task's key ranges in the current assignment,
+// sorted and merged (Tasks nil), and the assignment's generation; nil and
+// 0 before the first assignment. The slice is the caller's.
+func (s *Slicelet) Ranges() ([]assign.Slice, uint64) {
+	v := s.view.Load()
+	if v == nil {
+		return nil, 0
+	}
+	return slices.Clone(v.owned), v.table.Assignment().Generation
+}
+
 // IsAffinitizedKey reports whether the current assignment gives key's
 // slice to this task; false before the first assignment. It does not
 // allocate or lock.

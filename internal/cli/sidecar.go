@@ -65,6 +65,9 @@ func SidecarCommand() *cli.Command {
 				Usage: "failed checks in a row that make the task give its keys away"},
 			&cli.DurationFlag{Name: "drain-timeout", EnvVars: []string{"SLICERD_SIDECAR_DRAIN_TIMEOUT"}, Value: 30 * time.Second,
 				Usage: "on SIGTERM, how long to wait for the task's keys to move before exiting"},
+			&cli.StringFlag{Name: "local-api-socket", EnvVars: []string{"SLICERD_SIDECAR_LOCAL_API_SOCKET"},
+				Usage: "serve the application the local API (slicer.v1.SidecarService: its key ranges, load, drain; docs/api.md) on a Unix socket at this path, " +
+					"mode 0600: only the sidecar's user and root may use it (default: no local API)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SLICERD_LOG_LEVEL"}, Usage: "log verbosity: debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SLICERD_LOG_FORMAT"}, Usage: "log format: text or json (one object per line)"},
 		},
@@ -81,6 +84,7 @@ type sidecarConfig struct {
 	timeout      time.Duration // of one check
 	failures     int
 	drainTimeout time.Duration
+	localSocket  string // the local API's Unix socket; "" for none
 }
 
 // sidecarState is what systemd's notifications follow (agentState): ready
@@ -92,6 +96,11 @@ type sidecarState struct {
 	stopping <-chan struct{}
 	stall    time.Duration
 	checked  atomic.Int64 // when the last health check ended (Unix ns); 0 before the first
+	// appDrained, when set, reports a drain the application asked for over
+	// the local API; the health loop does not end it.
+	appDrained func() bool
+	// healthDrained is set while the health loop holds the task drained.
+	healthDrained atomic.Bool
 }
 
 func (s *sidecarState) Ready() <-chan struct{}        { return s.sl.Joined() }
@@ -113,7 +122,7 @@ func parseSidecar(c *cli.Context, log *slog.Logger) (sidecarConfig, error) {
 		return sidecarConfig{}, usageError("sidecar takes flags only, not %q", c.Args().First())
 	}
 	sc := sidecarConfig{interval: c.Duration("health-interval"), timeout: c.Duration("health-timeout"), failures: c.Int("health-failures"),
-		drainTimeout: c.Duration("drain-timeout")}
+		drainTimeout: c.Duration("drain-timeout"), localSocket: c.String("local-api-socket")}
 	job, task, app := c.String("job"), c.String("task"), c.String("app-addr")
 	for _, f := range []struct{ name, val, env string }{
 		{"job", job, "SLICERD_SIDECAR_JOB"}, {"task", task, "SLICERD_SIDECAR_TASK"}, {"app-addr", app, "SLICERD_SIDECAR_APP_ADDR"},
@@ -184,6 +193,9 @@ func parseSidecar(c *cli.Context, log *slog.Logger) (sidecarConfig, error) {
 			return conn.Close()
 		}
 	}
+	if c.IsSet("local-api-socket") && sc.localSocket == "" {
+		return sc, usageError("--local-api-socket is empty; give the path of the Unix socket to create, or leave the flag out")
+	}
 	return sc, nil
 }
 
@@ -222,6 +234,15 @@ func runSidecar(c *cli.Context) error {
 	ctx, stop := signalContext(c.Context, log)
 	defer stop()
 	state := &sidecarState{sl: sl, stopping: ctx.Done(), stall: 3*sc.interval + sc.timeout}
+	var local *localAPI
+	var localLn net.Listener
+	if sc.localSocket != "" {
+		if localLn, err = listenLocal(sc.localSocket); err != nil {
+			return cli.Exit(fmt.Sprintf("sidecar: local API: %v", err), 1)
+		}
+		local = newLocalAPI(sl, state, log)
+		state.appDrained = local.appDrained
+	}
 	stopNotify := startSystemdNotify(state, fmt.Sprintf("task %s/%s, serving at %s", sc.slicelet.Job, sc.slicelet.Task, sc.slicelet.Addr), log)
 	defer stopNotify() // after the Slicelet has stopped: deferred calls run in reverse
 	// The Slicelet runs until the drain that follows the signal is over.
@@ -229,6 +250,10 @@ func runSidecar(c *cli.Context) error {
 	defer end()
 	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(func() error { return sl.Run(gctx) })
+	if local != nil {
+		g.Go(func() error { return serveLocal(gctx, localLn, local, sc.localSocket) })
+		log.Info("sidecar local API serving", "socket", sc.localSocket)
+	}
 	g.Go(func() error {
 		followHealth(ctx, sl, sc, state, log)
 		if gctx.Err() != nil {
@@ -275,6 +300,10 @@ func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, 
 		}
 		state.checked.Store(time.Now().UnixNano())
 		switch {
+		case err == nil && drained && state.appDrained != nil && state.appDrained():
+			// The application asked for the drain: it ends it.
+			failed, drained = 0, false
+			state.healthDrained.Store(false)
 		case err == nil && drained:
 			if uerr := sl.Undrain(); uerr != nil {
 				log.Warn("sidecar: the application is healthy again, but undraining the task failed; retrying", "err", uerr)
@@ -282,6 +311,7 @@ func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, 
 			}
 			log.Info("sidecar: the application is healthy again; the task takes keys again")
 			failed, drained = 0, false
+			state.healthDrained.Store(false)
 		case err == nil:
 			failed = 0
 		default:
@@ -297,6 +327,7 @@ func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, 
 					_ = sl.Drain(dctx)
 				})
 				drained = true
+				state.healthDrained.Store(true)
 			} else if !drained {
 				log.Debug("sidecar: health check failed", "failures", failed, "err", err)
 			}

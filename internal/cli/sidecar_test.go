@@ -27,6 +27,7 @@ func TestSidecarRefusesBadSettings(t *testing.T) {
 		{"bad gossip key", with("--gossip-key", "short"), "invalid --gossip-key"},
 		{"certificate without its key", with("--tls-cert", "/nonexistent.pem"), "tls-key"},
 		{"an argument", with("extra"), "flags only"},
+		{"empty local API socket", with("--local-api-socket", ""), "--local-api-socket is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut strings.Builder

@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The local API's socket is the sidecar's user's: created mode 0600, a
+// stale socket replaced, any other file refused, and a connection from
+// this user accepted with its credentials read.
+func TestListenLocal(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "api.sock")
+	for range 2 { // the second time over the socket the first one left
+		ln, err := listenLocal(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(path)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("socket mode %v, %v; want 0600", fi.Mode(), err)
+		}
+		accepted := make(chan error, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err == nil {
+				c.Close()
+			}
+			accepted <- err
+		}()
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid, err := peerUID(c.(*net.UnixConn)); err != nil || uid != os.Getuid() {
+			t.Errorf("peer credentials = %d, %v; want uid %d", uid, err, os.Getuid())
+		}
+		if err := <-accepted; err != nil {
+			t.Fatalf("a connection of the sidecar's own user was refused: %v", err)
+		}
+		c.Close()
+		ln.(*peerCheckListener).Listener.(*net.UnixListener).SetUnlinkOnClose(false)
+		ln.Close()
+	}
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listenLocal(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("listenLocal over a regular file = %v; want it refused", err)
+	}
+}
