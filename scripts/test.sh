@@ -4,7 +4,9 @@
 # build and start the real binaries; they run twice, the second time on the
 # secure settings with the attack suite). Needs Go; the code generators are
 # installed into .bin/ by scripts/tools.sh on first use, and Debian's chromium
-# (for the web UI's browser test) by scripts/browser.sh.
+# (for the web UI's browser test) by scripts/browser.sh, and Debian's python3 with
+# python3-xxhash (for the Python task library, clients/python) by
+# scripts/python.sh.
 #   scripts/test.sh            everything
 #   SKIP_GENCHECK=1 scripts/test.sh   skip the generated-code check (no generator build)
 set -euo pipefail
@@ -33,6 +35,20 @@ if ! scripts/browser.sh; then
     echo "cannot install chromium for the web UI's browser test"; exit 1
   fi
   echo "chromium is not installed: the web UI's browser test will be skipped"
+fi
+
+# The Python task library (clients/python) runs on Debian's python3 with
+# python3-xxhash; its unit tests run here, and the end-to-end tests use it
+# through SLICERD_PYTHON. As with the browser, a failure to install it
+# fails CI and skips those tests elsewhere.
+echo "== python task library"
+if py=$(scripts/python.sh); then
+  export SLICERD_PYTHON="$py"
+  (cd clients/python && "$py" -m unittest -q test_slicerd_task)
+elif [ -n "${CI:-}" ]; then
+  echo "cannot install python3-xxhash for the Python task library's tests"; exit 1
+else
+  echo "python3 with xxhash is not installed: the Python task library's tests will be skipped"
 fi
 
 # The strong protocol's model test explores millions of states; the race

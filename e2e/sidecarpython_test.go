@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/internal/testwait"
+)
+
+// python returns the Python interpreter with the slicerd_task library's
+// one dependency (xxhash), which scripts/python.sh installs: $SLICERD_PYTHON,
+// else python3. Outside CI a missing one skips the test.
+func python(t *testing.T) string {
+	t.Helper()
+	py := os.Getenv("SLICERD_PYTHON")
+	if py == "" {
+		py = "python3"
+	}
+	if out, err := exec.Command(py, "-c", "import xxhash").CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s cannot import xxhash (%v: %s); scripts/python.sh installs it", py, err, out)
+		}
+		t.Skipf("%s cannot import xxhash; run scripts/python.sh (Debian's python3-xxhash)", py)
+	}
+	return py
+}
+
+// A Python application follows its task through the sidecar with the
+// slicerd_task library (clients/python): the keys it says it holds are
+// exactly those the assignment gives the task, checked against a Clerk at
+// the same generation, before and after a drain it asks for; bad load is
+// refused.
+func TestSidecarPythonTask(t *testing.T) {
+	py := python(t)
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") }))
+	defer app.Close()
+	startKV(t, "kv-1", node.gossipAddr)
+	sock := filepath.Join(t.TempDir(), "sidecar.sock")
+	args := []string{"sidecar", "--job", "kv", "--task", "app-0", "--app-addr", app.Listener.Addr().String(), "--join", node.gossipAddr,
+		"--health-interval", "200ms", "--local-api-socket", sock}
+	sc := startEnv(t, "sidecar", bin.slicerd, append(append(os.Environ(), "SLICERD_LOG_FORMAT=json"), secureEnv(bin.slicerd, args)...), args...)
+	sc.waitLine(30*time.Second, "sidecar local API serving")
+	c := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
+
+	cmd := exec.Command(py, "testdata/pytask.py", sock)
+	cmd.Env = append(os.Environ(), "PYTHONPATH=../clients/python")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := bufio.NewScanner(out)
+	type step struct {
+		Step       string
+		Generation uint64
+		Owned      []int
+		NsPerOwns  float64 `json:"ns_per_owns"`
+		Code       string
+	}
+	read := func(want string) step {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("the Python task ended before %q: %v", want, lines.Err())
+		}
+		var s step
+		if err := json.Unmarshal(lines.Bytes(), &s); err != nil || s.Step != want {
+			t.Fatalf("the Python task printed %q; want step %q", lines.Text(), want)
+		}
+		return s
+	}
+	// agrees checks the Python task's keys against the Clerk's assignment
+	// of the same generation.
+	agrees := func(s step) {
+		t.Helper()
+		testwait.Until(t, 10*time.Second, fmt.Sprintf("the Clerk to hold generation %d", s.Generation), func() bool {
+			a := c.Assignment()
+			return a != nil && a.Generation >= s.Generation
+		})
+		a := c.Assignment()
+		if a.Generation != s.Generation {
+			t.Logf("the Clerk moved past generation %d; not compared", s.Generation)
+			return
+		}
+		var want []int
+		for i := range 2000 {
+			h := assign.HashString(fmt.Sprintf("key-%d", i))
+			sl := a.Slices[slices.IndexFunc(a.Slices, func(s assign.Slice) bool { return s.Start <= h && h < s.End })]
+			if slices.Contains(sl.Tasks, "app-0") {
+				want = append(want, i)
+			}
+		}
+		if !slices.Equal(s.Owned, want) {
+			t.Fatalf("generation %d: the Python task holds %d of the 2,000 keys, the assignment gives it %d (they differ)", s.Generation, len(s.Owned), len(want))
+		}
+		t.Logf("generation %d: the Python task holds %d of 2,000 keys, as the assignment says", s.Generation, len(s.Owned))
+	}
+	agrees(read("held"))
+	t.Logf("owns(key) in Python: %.0f ns", read("lookup").NsPerOwns)
+	drained := read("drained")
+	a := c.Assignment()
+	testwait.Until(t, 10*time.Second, "the Clerk to see the drain", func() bool {
+		a = c.Assignment()
+		return a.Generation >= drained.Generation
+	})
+	if slices.ContainsFunc(a.Slices, func(s assign.Slice) bool { return slices.Contains(s.Tasks, "app-0") }) && a.Generation == drained.Generation {
+		t.Fatalf("generation %d gives app-0 keys though the Python task drained", a.Generation)
+	}
+	agrees(read("back"))
+	if s := read("bad-load"); s.Code != "invalid_argument" {
+		t.Fatalf("a NaN load from Python: %q; want invalid_argument", s.Code)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the Python task: %v", err)
+	}
+}
