@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -128,4 +130,78 @@ func TestSidecarPythonTask(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the Python task: %v", err)
 	}
+}
+
+// The kvcache example in Python (examples/kvcache/python), under a
+// sidecar, shares job kv with a Go kvserver: the Go kvcache client, routing
+// through a Clerk, writes and reads keys on both; when the Python process
+// is killed its sidecar's health checks move its keys to the Go task, and
+// the client's new writes and reads all succeed there.
+func TestSidecarMixedJobPython(t *testing.T) {
+	if secure {
+		t.Skip("the Python kvserver serves cleartext only (TLS with the task's certificate is not built for it); the non-secure pass runs this test")
+	}
+	py := python(t)
+	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
+	startKV(t, "kv-0", node.gossipAddr)
+	sock := filepath.Join(t.TempDir(), "sidecar.sock")
+	appAddr := freeAddr(t)
+	args := []string{"sidecar", "--job", "kv", "--task", "py-0", "--app-addr", appAddr, "--join", node.gossipAddr,
+		"--health-url", "http://" + appAddr + "/healthz", "--health-interval", "200ms", "--health-failures", "2",
+		"--local-api-socket", sock}
+	sc := startEnv(t, "sidecar", bin.slicerd, append(os.Environ(), "SLICERD_LOG_FORMAT=json"), args...)
+	sc.waitLine(30*time.Second, "sidecar local API serving")
+	pyApp := exec.Command(py, "../examples/kvcache/python/kvserver.py", "--addr", appAddr, "--local-api-socket", sock)
+	pyApp.Env = append(os.Environ(), "PYTHONPATH=../clients/python")
+	pyApp.Stdout, pyApp.Stderr = os.Stderr, os.Stderr
+	if err := pyApp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pyDone := make(chan error, 1)
+	go func() { pyDone <- pyApp.Wait() }()
+	defer func() {
+		pyApp.Process.Kill()
+		<-pyDone
+	}()
+	c := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
+	holds := func(task string) bool {
+		a := c.Assignment()
+		return a != nil && slices.ContainsFunc(a.Slices, func(s assign.Slice) bool { return slices.Contains(s.Tasks, task) })
+	}
+	testwait.Until(t, 30*time.Second, "keys on both the Go and the Python task", func() bool { return holds("kv-0") && holds("py-0") })
+	kv := kvcache.NewClient(c, &http.Client{Timeout: 5 * time.Second})
+	defer kv.Close()
+	ctx := context.Background()
+	putAll := func(prefix string) {
+		t.Helper()
+		for i := range 300 {
+			if err := kv.Put(ctx, fmt.Sprintf("%s-%d", prefix, i), []byte(fmt.Sprint(i))); err != nil {
+				t.Fatalf("put %s-%d: %v", prefix, i, err)
+			}
+		}
+		for i := range 300 {
+			val, found, err := kv.Get(ctx, fmt.Sprintf("%s-%d", prefix, i))
+			if err != nil || !found || string(val) != fmt.Sprint(i) {
+				t.Fatalf("get %s-%d = %q, %v, %v; want %d", prefix, i, val, found, err, i)
+			}
+		}
+	}
+	putAll("a")
+	resp, err := http.Get("http://" + appAddr + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats struct{ Entries, Served int }
+	err = json.NewDecoder(resp.Body).Decode(&stats)
+	resp.Body.Close()
+	if err != nil || stats.Entries == 0 {
+		t.Fatalf("the Python task's stats: %+v, %v; want some of the 300 entries", stats, err)
+	}
+	t.Logf("the Python task holds %d of 300 entries, served %d requests", stats.Entries, stats.Served)
+
+	killed := time.Now()
+	pyApp.Process.Kill()
+	testwait.Until(t, 30*time.Second, "the dead Python task's keys to move", func() bool { return !holds("py-0") })
+	t.Logf("Python application killed: its keys moved %v later (health interval 200ms × 2 failures)", time.Since(killed).Round(time.Millisecond))
+	putAll("b")
 }

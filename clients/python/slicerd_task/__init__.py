@@ -82,7 +82,7 @@ class Task:
         self._thread = None
         self._stop = threading.Event()
         self._conn = None
-        self.error = None  # why the ranges stream ended, if it did
+        self.error = None  # why the ranges stream last failed; None while it runs
 
     # The ranges.
 
@@ -156,6 +156,21 @@ class Task:
             self._thread.join(5)
 
     def _follow(self):
+        # The sidecar may start after the application, or restart: the
+        # stream is opened again, backing off from 0.1 s to 2 s.
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                self._watch()
+                backoff = 0.1
+            except Exception as e:  # noqa: BLE001 - kept for the application to read
+                if self._stop.is_set():
+                    return
+                self.error = e
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def _watch(self):
         conn = _UnixConnection(self._path, None)
         self._conn = conn
         try:
@@ -174,10 +189,8 @@ class Task:
                     if "error" in msg:
                         raise LocalAPIError(msg["error"].get("code", "unknown"), msg["error"].get("message", ""))
                     return
+                self.error = None
                 self._apply(msg)
-        except Exception as e:  # noqa: BLE001 - kept for the application to read
-            if not self._stop.is_set():
-                self.error = e
         finally:
             conn.close()
 
