@@ -47,6 +47,41 @@ func python(t *testing.T) string {
 // refused.
 func TestSidecarPythonTask(t *testing.T) {
 	py := python(t)
+	followAppTask(t, "Python", func(sock string) *exec.Cmd {
+		cmd := exec.Command(py, "testdata/pytask.py", sock)
+		cmd.Env = append(os.Environ(), "PYTHONPATH=../clients/python")
+		return cmd
+	})
+}
+
+// The same with a Node.js application and the slicerd-task library
+// (clients/node).
+func TestSidecarNodeTask(t *testing.T) {
+	node := nodeJS(t)
+	followAppTask(t, "Node", func(sock string) *exec.Cmd { return exec.Command(node, "testdata/nodetask.mjs", sock) })
+}
+
+// nodeJS returns node, with clients/node's dependencies installed
+// (scripts/node.sh). Outside CI a missing one skips the test.
+func nodeJS(t *testing.T) string {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat("../clients/node/node_modules/xxhash-wasm")
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("node or clients/node's dependencies are missing (%v); scripts/node.sh installs them", err)
+		}
+		t.Skipf("node or clients/node's dependencies are missing (%v); run scripts/node.sh", err)
+	}
+	return node
+}
+
+// followAppTask runs the application start gives (testdata/pytask.py or
+// nodetask.mjs, started with the local API's socket) beside a sidecar, and
+// checks each step it prints against a Clerk.
+func followAppTask(t *testing.T, lang string, start func(sock string) *exec.Cmd) {
 	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") }))
 	defer app.Close()
@@ -58,8 +93,7 @@ func TestSidecarPythonTask(t *testing.T) {
 	sc.waitLine(30*time.Second, "sidecar local API serving")
 	c := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
 
-	cmd := exec.Command(py, "testdata/pytask.py", sock)
-	cmd.Env = append(os.Environ(), "PYTHONPATH=../clients/python")
+	cmd := start(sock)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -80,15 +114,15 @@ func TestSidecarPythonTask(t *testing.T) {
 	read := func(want string) step {
 		t.Helper()
 		if !lines.Scan() {
-			t.Fatalf("the Python task ended before %q: %v", want, lines.Err())
+			t.Fatalf("the %s task ended before %q: %v", lang, want, lines.Err())
 		}
 		var s step
 		if err := json.Unmarshal(lines.Bytes(), &s); err != nil || s.Step != want {
-			t.Fatalf("the Python task printed %q; want step %q", lines.Text(), want)
+			t.Fatalf("the %s task printed %q; want step %q", lang, lines.Text(), want)
 		}
 		return s
 	}
-	// agrees checks the Python task's keys against the Clerk's assignment
+	// agrees checks the application's keys against the Clerk's assignment
 	// of the same generation.
 	agrees := func(s step) {
 		t.Helper()
@@ -110,12 +144,12 @@ func TestSidecarPythonTask(t *testing.T) {
 			}
 		}
 		if !slices.Equal(s.Owned, want) {
-			t.Fatalf("generation %d: the Python task holds %d of the 2,000 keys, the assignment gives it %d (they differ)", s.Generation, len(s.Owned), len(want))
+			t.Fatalf("generation %d: the %s task holds %d of the 2,000 keys, the assignment gives it %d (they differ)", s.Generation, lang, len(s.Owned), len(want))
 		}
-		t.Logf("generation %d: the Python task holds %d of 2,000 keys, as the assignment says", s.Generation, len(s.Owned))
+		t.Logf("generation %d: the %s task holds %d of 2,000 keys, as the assignment says", s.Generation, lang, len(s.Owned))
 	}
 	agrees(read("held"))
-	t.Logf("owns(key) in Python: %.0f ns", read("lookup").NsPerOwns)
+	t.Logf("owns(key) in %s: %.0f ns", lang, read("lookup").NsPerOwns)
 	drained := read("drained")
 	a := c.Assignment()
 	testwait.Until(t, 10*time.Second, "the Clerk to see the drain", func() bool {
@@ -123,14 +157,14 @@ func TestSidecarPythonTask(t *testing.T) {
 		return a.Generation >= drained.Generation
 	})
 	if slices.ContainsFunc(a.Slices, func(s assign.Slice) bool { return slices.Contains(s.Tasks, "app-0") }) && a.Generation == drained.Generation {
-		t.Fatalf("generation %d gives app-0 keys though the Python task drained", a.Generation)
+		t.Fatalf("generation %d gives app-0 keys though the %s task drained", a.Generation, lang)
 	}
 	agrees(read("back"))
 	if s := read("bad-load"); s.Code != "invalid_argument" {
-		t.Fatalf("a NaN load from Python: %q; want invalid_argument", s.Code)
+		t.Fatalf("a bad load from %s: %q; want invalid_argument", lang, s.Code)
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("the Python task: %v", err)
+		t.Fatalf("the %s task: %v", lang, err)
 	}
 }
 

@@ -6,7 +6,8 @@
 # installed into .bin/ by scripts/tools.sh on first use, and Debian's chromium
 # (for the web UI's browser test) by scripts/browser.sh, and Debian's python3 with
 # python3-xxhash (for the Python task library, clients/python) by
-# scripts/python.sh.
+# scripts/python.sh, and the Node task library's npm dependency by
+# scripts/node.sh.
 #   scripts/test.sh            everything
 #   SKIP_GENCHECK=1 scripts/test.sh   skip the generated-code check (no generator build)
 set -euo pipefail
@@ -49,6 +50,17 @@ elif [ -n "${CI:-}" ]; then
   echo "cannot install python3-xxhash for the Python task library's tests"; exit 1
 else
   echo "python3 with xxhash is not installed: the Python task library's tests will be skipped"
+fi
+
+# The Node.js task library (clients/node) needs node and its one npm
+# dependency; its unit tests run here, its end-to-end test in e2e/.
+echo "== node task library"
+if scripts/node.sh; then
+  (cd clients/node && node --test)
+elif [ -n "${CI:-}" ]; then
+  echo "cannot install the Node task library's dependencies"; exit 1
+else
+  echo "node or npm is not installed: the Node task library's tests will be skipped"
 fi
 
 # The strong protocol's model test explores millions of states; the race
