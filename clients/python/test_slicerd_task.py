@@ -1,5 +1,5 @@
 """Tests of the slicerd_task library that need no sidecar; the end-to-end
-test (e2e/sidecarpython_test.go) runs it against a real one."""
+test (e2e/sidecarapps_test.go) runs it against a real one."""
 
 import unittest
 

@@ -1,4 +1,4 @@
-// Tests of slicerd-task that need no sidecar; e2e/sidecarpython_test.go
+// Tests of slicerd-task that need no sidecar; e2e/sidecarapps_test.go
 // runs the library against a real one (TestSidecarNodeTask).
 import test from 'node:test';
 import assert from 'node:assert/strict';
