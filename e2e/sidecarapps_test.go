@@ -19,7 +19,9 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/examples/kvcache"
+	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/tlsconfig"
 )
 
 // python returns the Python interpreter with the slicerd_task library's
@@ -175,20 +177,25 @@ func followAppTask(t *testing.T, lang string, start func(sock string) *exec.Cmd)
 // Python process is killed its (new) sidecar's health checks move its keys
 // to the Go task, and the client's new writes and reads all succeed there.
 func TestSidecarMixedJobPython(t *testing.T) {
-	if secure {
-		t.Skip("the Python kvserver serves cleartext only (TLS with the task's certificate is not built for it); the non-secure pass runs this test")
-	}
 	py := python(t)
 	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
 	startKV(t, "kv-0", node.gossipAddr)
 	sock := filepath.Join(t.TempDir(), "sidecar.sock")
 	appAddr := freeAddr(t)
+	// With TLS the application serves with the task's certificate, and the
+	// sidecar checks it by a TCP connect (its --health-url is http only).
 	args := []string{"sidecar", "--job", "kv", "--task", "py-0", "--app-addr", appAddr, "--join", node.gossipAddr,
-		"--health-url", "http://" + appAddr + "/healthz", "--health-interval", "200ms", "--health-failures", "2",
-		"--local-api-socket", sock}
-	sc := startEnv(t, "sidecar", bin.slicerd, append(os.Environ(), "SLICERD_LOG_FORMAT=json"), args...)
+		"--health-interval", "200ms", "--health-failures", "2", "--local-api-socket", sock}
+	appArgs := []string{"../examples/kvcache/python/kvserver.py", "--addr", appAddr, "--local-api-socket", sock}
+	if secure {
+		f := issue("task-kv-py-0", identity.ID{Role: identity.Task, Job: "kv", Task: "py-0"})
+		appArgs = append(appArgs, "--job", "kv", "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA)
+	} else {
+		args = append(args, "--health-url", "http://"+appAddr+"/healthz")
+	}
+	sc := startEnv(t, "sidecar", bin.slicerd, append(append(os.Environ(), "SLICERD_LOG_FORMAT=json"), secureEnv(bin.slicerd, args)...), args...)
 	sc.waitLine(30*time.Second, "sidecar local API serving")
-	pyApp := exec.Command(py, "../examples/kvcache/python/kvserver.py", "--addr", appAddr, "--local-api-socket", sock)
+	pyApp := exec.Command(py, appArgs...)
 	pyApp.Env = append(os.Environ(), "PYTHONPATH=../clients/python")
 	pyApp.Stdout, pyApp.Stderr = os.Stderr, os.Stderr
 	if err := pyApp.Start(); err != nil {
@@ -224,7 +231,21 @@ func TestSidecarMixedJobPython(t *testing.T) {
 		}
 	}
 	putAll("a")
-	resp, err := http.Get("http://" + appAddr + "/stats")
+	statsClient, scheme := http.DefaultClient, "http"
+	if secure {
+		// An admin is not a client of the job: the task refuses it, and
+		// serves a client of the job.
+		src := clientSource("kv")
+		statsClient = &http.Client{Transport: &http.Transport{TLSClientConfig: src.ClientConfig(tlsconfig.WantTask("kv", "py-0"))}}
+		scheme = "https"
+		adminTLS := clientSource("").ClientConfig(tlsconfig.WantTask("kv", "py-0"))
+		resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: adminTLS}}).Get("https://" + appAddr + "/stats")
+		if err != nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("the Python task's stats as an admin: %v, %v; want 403", resp, err)
+		}
+		resp.Body.Close()
+	}
+	resp, err := statsClient.Get(scheme + "://" + appAddr + "/stats")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +260,7 @@ func TestSidecarMixedJobPython(t *testing.T) {
 	// SIGTERM of the sidecar drains the Python task while a client keeps
 	// writing and reading: no request fails (reads of entries that were on
 	// the Python task may miss, as a cache's do).
-	var ops, failed atomic.Int64
+	var ops, failed, slowest atomic.Int64
 	stopLoad := make(chan struct{})
 	loadDone := make(chan struct{})
 	go func() {
@@ -251,13 +272,19 @@ func TestSidecarMixedJobPython(t *testing.T) {
 			default:
 			}
 			key := fmt.Sprintf("c-%d", i%500)
+			t0 := time.Now()
 			if err := kv.Put(ctx, key, []byte("v")); err != nil {
 				failed.Add(1)
 				t.Logf("put %s during the drain: %v", key, err)
 			}
+			t1 := time.Now()
 			if _, _, err := kv.Get(ctx, key); err != nil {
 				failed.Add(1)
 				t.Logf("get %s during the drain: %v", key, err)
+			}
+			if d := time.Since(t0); d > time.Duration(slowest.Load()) {
+				slowest.Store(int64(d))
+				t.Logf("slowest put+get so far during the drain: %s, put %v, get %v", key, t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
 			}
 			ops.Add(2)
 		}
@@ -275,7 +302,7 @@ func TestSidecarMixedJobPython(t *testing.T) {
 	t.Logf("sidecar SIGTERM: 0 of %d client requests failed during the drain", ops.Load())
 
 	// A new sidecar for the same application: the task joins again.
-	sc = startEnv(t, "sidecar", bin.slicerd, append(os.Environ(), "SLICERD_LOG_FORMAT=json"), args...)
+	sc = startEnv(t, "sidecar", bin.slicerd, append(append(os.Environ(), "SLICERD_LOG_FORMAT=json"), secureEnv(bin.slicerd, args)...), args...)
 	sc.waitLine(30*time.Second, "sidecar local API serving")
 	testwait.Until(t, 30*time.Second, "the Python task to hold keys again", func() bool { return holds("py-0") })
 

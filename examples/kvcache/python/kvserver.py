@@ -10,15 +10,21 @@ share a job with Go kvserver tasks: the Go kvcache client routes to either.
     GET /stats      {"entries": N, "served": N}
 
 Usage: kvserver.py --addr 127.0.0.1:8080 --local-api-socket PATH
+                   [--job kv --tls-cert task.pem --tls-key task-key.pem --tls-ca ca.pem]
 
 Entries of the ranges the task loses are dropped. Each request's load
-(1 per request) is reported to the sidecar once a second. Cleartext only:
-serving TLS with the task's certificate is not built for this example.
+(1 per request) is reported to the sidecar once a second. With --tls-* it
+serves TLS with the task's certificate and, like the Go kvserver
+(kvcache.RequireJobPeer), only to callers whose certificate, from the
+cluster's CA, names a client of the job (client/JOB or client/*) or a task
+of it; others get 403.
 """
 
 import argparse
 import http.server
 import json
+import ssl
+import sys
 import threading
 import urllib.parse
 
@@ -52,12 +58,28 @@ class Store:
         return load
 
 
-def make_handler(task, store):
+def job_peer(cert, job):
+    """Whether a verified peer certificate names a client of job or a task
+    of it (slicerd's SPIFFE identities)."""
+    uris = [v for k, v in (cert or {}).get("subjectAltName", ()) if k == "URI"]
+    return any(u in (f"spiffe://slicerd/client/{job}", "spiffe://slicerd/client/*")
+               or u.startswith(f"spiffe://slicerd/task/{job}/") for u in uris)
+
+
+def make_handler(task, store, job=None):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def log_message(self, *args):
             pass
+
+        def parse_request(self):
+            if not super().parse_request():
+                return False
+            if job is not None and not job_peer(self.connection.getpeercert(), job):
+                self.reply(403, b"kvcache: only clients and tasks of the job may call this task\n")
+                return False
+            return True
 
         def reply(self, code, body=b"", ctype="text/plain"):
             self.send_response(code)
@@ -119,11 +141,19 @@ def make_handler(task, store):
 
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    tls = None  # an ssl.SSLContext to serve TLS with
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        if self.tls is not None:
+            # The handshake runs on the request's thread, at its first read.
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
 
     def handle_error(self, request, client_address):
-        # A client closing a kept-alive connection is not an error.
-        import sys
-        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+        # A client closing a kept-alive connection, or failing the
+        # handshake, is not this server's error.
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ssl.SSLError)):
             return
         super().handle_error(request, client_address)
 
@@ -142,13 +172,28 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--addr", required=True, help="host:port to serve on")
     ap.add_argument("--local-api-socket", required=True, help="the sidecar's --local-api-socket")
+    ap.add_argument("--job", default="kv", help="the task's job, whose clients and tasks it serves with TLS")
+    ap.add_argument("--tls-cert", help="the task's certificate (spiffe://slicerd/task/JOB/TASK), PEM")
+    ap.add_argument("--tls-key", help="the key of --tls-cert, PEM")
+    ap.add_argument("--tls-ca", help="the cluster's CA certificate, PEM")
     args = ap.parse_args()
+    tls_args = [args.tls_cert, args.tls_key, args.tls_ca]
+    if any(tls_args) and not all(tls_args):
+        ap.error("--tls-cert, --tls-key and --tls-ca go together")
     host, port = args.addr.rsplit(":", 1)
     store = Store()
     task = slicerd_task.Task(args.local_api_socket, on_change=lambda gen, gained, lost: store.drop_ranges(lost)).start()
     stop = threading.Event()
     threading.Thread(target=report_load, args=(task, store, stop), daemon=True).start()
-    srv = Server((host, int(port)), make_handler(task, store))
+    srv = Server((host, int(port)), make_handler(task, store, args.job if args.tls_cert else None))
+    if args.tls_cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        ctx.load_verify_locations(args.tls_ca)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.set_alpn_protocols(["http/1.1"])
+        srv.tls = ctx
     print(f"kvserver.py serving at {host}:{srv.server_address[1]}", flush=True)
     try:
         srv.serve_forever()
