@@ -61,12 +61,19 @@ type target struct {
 
 func startTarget(t *testing.T, extra ...string) *target {
 	t.Helper()
+	return startTargetWith(t, nil, extra...)
+}
+
+// startTargetWith is startTarget with taskArgs added to every kvserver's
+// flags.
+func startTargetWith(t *testing.T, taskArgs []string, extra ...string) *target {
+	t.Helper()
 	requireSecure(t)
 	node := startSlicerd(t, "node-1", append([]string{"--data-dir", t.TempDir()}, extra...)...)
 	tasks := map[string]*kvTask{}
 	for i := range 3 {
 		name := fmt.Sprintf("kv-%d", i)
-		tasks[name] = startKV(t, name, node.gossipAddr)
+		tasks[name] = startKV(t, name, node.gossipAddr, taskArgs...)
 	}
 	c := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
 	admin, _ := rpcClient("")

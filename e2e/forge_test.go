@@ -131,7 +131,13 @@ func sendSealed(t *testing.T, addr string, key, msg []byte) {
 // the assignment again, at its own serving address, and the move is
 // logged.
 func TestAttackForgedDeadTask(t *testing.T) {
-	tg := startTarget(t)
+	// The task learns that it is locked out from a refused load report,
+	// then reclaims after 10 s of refused registrations. With the default
+	// 5 s load window that lands at about 15 s, which is also when
+	// memberlist (local profile) forgets the dead member, after which the
+	// task's next refutation would bring it back without the defence; a
+	// 1 s window keeps the reclaim, which the test is about, first.
+	tg := startTargetWith(t, []string{"-load-window", "1s"})
 	key := insiderKeys(t)[0]
 	victim := gossip.TaskMemberName("kv", "kv-1")
 	var addr string
