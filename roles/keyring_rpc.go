@@ -98,6 +98,18 @@ func (k *keyringService) apply(op slicerv1.KeyOp, key []byte) ([]string, error) 
 	return out, err
 }
 
+// keyOf decodes the key of a change; a listing has none.
+func keyOf(op slicerv1.KeyOp, encoded string) ([]byte, error) {
+	if op == slicerv1.KeyOp_KEY_OP_LIST {
+		return nil, nil
+	}
+	key, err := gossip.ParseKey(encoded)
+	if err != nil {
+		return nil, keyringError(err)
+	}
+	return key, nil
+}
+
 // agentAnswer is one agent's answer to a shared operation.
 type agentAnswer struct {
 	keys  []string
@@ -108,12 +120,9 @@ type agentAnswer struct {
 // run carries op out here and on every other live agent, and gathers the
 // answers by agent name. Only this agent's own failure is an RPC error.
 func (k *keyringService) run(ctx context.Context, op slicerv1.KeyOp, encoded string) (map[string]agentAnswer, error) {
-	var key []byte
-	if op != slicerv1.KeyOp_KEY_OP_LIST {
-		var err error
-		if key, err = gossip.ParseKey(encoded); err != nil {
-			return nil, keyringError(err)
-		}
+	key, err := keyOf(op, encoded)
+	if err != nil {
+		return nil, err
 	}
 	keys, err := k.apply(op, key)
 	if err != nil {
@@ -153,12 +162,9 @@ func (k *keyringService) run(ctx context.Context, op slicerv1.KeyOp, encoded str
 // answer, so the asking agent reports it per member.
 func (k *keyringService) ShareKeyChange(_ context.Context, req *connect.Request[slicerv1.ShareKeyChangeRequest]) (*connect.Response[slicerv1.ShareKeyChangeResponse], error) {
 	op := req.Msg.GetOp()
-	var key []byte
-	if op != slicerv1.KeyOp_KEY_OP_LIST {
-		var err error
-		if key, err = gossip.ParseKey(req.Msg.GetKey()); err != nil {
-			return nil, keyringError(err)
-		}
+	key, err := keyOf(op, req.Msg.GetKey())
+	if err != nil {
+		return nil, err
 	}
 	keys, err := k.apply(op, key)
 	out := &slicerv1.ShareKeyChangeResponse{Keys: keys}

@@ -96,9 +96,9 @@ type sidecarState struct {
 	stopping <-chan struct{}
 	stall    time.Duration
 	checked  atomic.Int64 // when the last health check ended (Unix ns); 0 before the first
-	// appDrained, when set, reports a drain the application asked for over
-	// the local API; the health loop does not end it.
-	appDrained func() bool
+	// appDrained is set while a drain the application asked for over the
+	// local API holds; the health loop does not end it.
+	appDrained atomic.Bool
 	// healthDrained is set while the health loop holds the task drained.
 	healthDrained atomic.Bool
 }
@@ -241,7 +241,6 @@ func runSidecar(c *cli.Context) error {
 			return cli.Exit(fmt.Sprintf("sidecar: local API: %v", err), 1)
 		}
 		local = newLocalAPI(sl, state, log)
-		state.appDrained = local.appDrained
 	}
 	stopNotify := startSystemdNotify(state, fmt.Sprintf("task %s/%s, serving at %s", sc.slicelet.Job, sc.slicelet.Task, sc.slicelet.Addr), log)
 	defer stopNotify() // after the Slicelet has stopped: deferred calls run in reverse
@@ -292,17 +291,18 @@ func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, 
 	defer tick.Stop()
 	var draining sync.WaitGroup // the drains started below end with ctx
 	defer draining.Wait()
-	failed, drained := 0, false
+	failed := 0
 	for {
 		err := sc.check(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		state.checked.Store(time.Now().UnixNano())
+		drained := state.healthDrained.Load()
 		switch {
-		case err == nil && drained && state.appDrained != nil && state.appDrained():
+		case err == nil && drained && state.appDrained.Load():
 			// The application asked for the drain: it ends it.
-			failed, drained = 0, false
+			failed = 0
 			state.healthDrained.Store(false)
 		case err == nil && drained:
 			if uerr := sl.Undrain(); uerr != nil {
@@ -310,7 +310,7 @@ func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, 
 				break
 			}
 			log.Info("sidecar: the application is healthy again; the task takes keys again")
-			failed, drained = 0, false
+			failed = 0
 			state.healthDrained.Store(false)
 		case err == nil:
 			failed = 0
@@ -326,7 +326,6 @@ func followHealth(ctx context.Context, sl *slicelet.Slicelet, sc sidecarConfig, 
 					defer cancel()
 					_ = sl.Drain(dctx)
 				})
-				drained = true
 				state.healthDrained.Store(true)
 			} else if !drained {
 				log.Debug("sidecar: health check failed", "failures", failed, "err", err)

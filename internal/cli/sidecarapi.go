@@ -48,8 +48,7 @@ type localAPI struct {
 	waiters map[chan struct{}]struct{}
 	streams int
 
-	drainMu sync.Mutex
-	drained bool // the application asked for a drain
+	drainMu sync.Mutex // serialises SetDraining calls
 }
 
 func newLocalAPI(sl *slicelet.Slicelet, state *sidecarState, log *slog.Logger) *localAPI {
@@ -161,17 +160,9 @@ func (l *localAPI) SetDraining(ctx context.Context, req *connect.Request[slicerv
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("set draining %v: %w", req.Msg.GetDraining(), err))
 	}
-	l.drained = req.Msg.GetDraining()
-	l.log.Info("sidecar: the application set the task's draining state", "draining", l.drained)
+	l.state.appDrained.Store(req.Msg.GetDraining())
+	l.log.Info("sidecar: the application set the task's draining state", "draining", req.Msg.GetDraining())
 	return connect.NewResponse(&slicerv1.SetDrainingResponse{}), nil
-}
-
-// appDrained reports whether the application asked for a drain that it
-// has not ended.
-func (l *localAPI) appDrained() bool {
-	l.drainMu.Lock()
-	defer l.drainMu.Unlock()
-	return l.drained
 }
 
 // listenLocal creates the local API's Unix socket at path, mode 0600. A

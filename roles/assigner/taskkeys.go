@@ -75,6 +75,13 @@ func (r *taskKeyReports) record(member string, ids []string, now time.Time) {
 	r.m[member] = taskKeyReport{ids: ids, at: now}
 }
 
+// ids returns the key IDs member last reported; nil if none.
+func (r *taskKeyReports) ids(member string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[member].ids
+}
+
 // fresh returns the reports of the last taskKeysFresh.
 func (r *taskKeyReports) fresh(now time.Time) []*slicerv1.TaskKeys {
 	r.mu.Lock()
@@ -101,18 +108,16 @@ func (a *Assigner) keyringChangedFor(job, task string) bool {
 	if a.gossipKeys == nil {
 		return false
 	}
-	a.taskKeys.mu.Lock()
-	rep, ok := a.taskKeys.m[gossip.TaskMemberName(job, task)]
-	a.taskKeys.mu.Unlock()
-	if !ok || len(rep.ids) == 0 {
+	ids := a.taskKeys.ids(gossip.TaskMemberName(job, task))
+	if len(ids) == 0 {
 		return false
 	}
 	keys := a.gossipKeys()
-	if len(keys) != len(rep.ids) {
+	if len(keys) != len(ids) {
 		return len(keys) > 0
 	}
 	for i, k := range keys {
-		if gossip.KeyID(k) != rep.ids[i] {
+		if gossip.KeyID(k) != ids[i] {
 			return true
 		}
 	}
