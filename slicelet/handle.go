@@ -1,6 +1,8 @@
 package slicelet
 
 import (
+	"time"
+
 	"github.com/slicerd/slicerd/assign"
 )
 
@@ -98,6 +100,20 @@ func (h Handle) IsAssignedContinuously() bool {
 		return false
 	}
 	return s.strong.lossSeq.Load() == h.seq || !s.strong.lostSince(h.seq, h.key)
+}
+
+// ValidFor is how much longer the lease the handle was taken under lets
+// the task use the key, as of now: renewals extend it, so asking again
+// later may give more. Work that must end while the task owns the key
+// (a write a newer owner must not overlap) ends within it, counted on a
+// monotonic clock from before the call. 0 when the key is not owned or
+// the lease has run out; in affinity mode, where no lease bounds
+// ownership, 0 as well.
+func (h Handle) ValidFor() time.Duration {
+	if h.s == nil || h.o == nil {
+		return 0
+	}
+	return time.Duration(max(0, h.o.deadline.Load()-h.s.since()))
 }
 
 // Release gives the handle up.

@@ -1,6 +1,10 @@
 """Tests of the slicerd_task library that need no sidecar; the end-to-end
 test (e2e/sidecarapps_test.go) runs it against a real one."""
 
+import os
+import socket
+import tempfile
+import threading
 import unittest
 
 import slicerd_task
@@ -34,6 +38,65 @@ class SliceKeyTest(unittest.TestCase):
         self.assertEqual(t.ranges()[0], 3)
         t._apply({"generation": "4", "owned": [{"start": "0", "end": str(h)}]})
         self.assertFalse(t.owns("a"))
+
+
+class ConnTest(unittest.TestCase):
+    """The unary calls' HTTP/1.1 reading, against canned answers of the
+    shapes Go's server writes: a sized body, a chunked one, an error, and
+    a connection closed after answering and before a second call."""
+
+    def serve(self, answers):
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "s.sock")
+        ln = socket.socket(socket.AF_UNIX)
+        ln.bind(path)
+        ln.listen(4)
+        self.addCleanup(ln.close)
+        self.requests = []
+
+        def run():
+            for conn_answers in answers:
+                c, _ = ln.accept()
+                f = c.makefile("rb")
+                for a in conn_answers:
+                    head = b""
+                    while not head.endswith(b"\r\n\r\n"):
+                        head += f.read(1)
+                    n = int([h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")][0].split(b":")[1])
+                    self.requests.append(head.split(b" ")[1].decode() + " " + f.read(n).decode())
+                    c.sendall(a)
+                f.close()
+                c.close()
+
+        threading.Thread(target=run, daemon=True).start()
+        return path
+
+    def test_sized_chunked_error_and_closed(self):
+        sized = b'{"handle":"7","owned":true,"token":"12","validForNs":"1500000000"}'
+        chunked = b'{"continuous":true}'
+        err = b'{"code":"resource_exhausted","message":"full"}'
+        path = self.serve([
+            [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(sized), sized),
+             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(chunked), chunked),
+             b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: %d\r\n\r\n%s" % (len(err), err)],
+            # A second connection: the first was closed by the server
+            # after its third answer, and the next call reconnects.
+            [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"],
+        ])
+        t = slicerd_task.Task(path)
+        h = t.acquire("user:42")
+        self.assertEqual((h.id, h.owned, h.token), (7, True, 12))
+        self.assertIsNotNone(h.deadline)
+        self.assertTrue(h.release())
+        self.assertTrue(h.release())  # once only: no second call
+        with self.assertRaises(slicerd_task.LocalAPIError) as cm:
+            t.acquire(b"x")
+        self.assertEqual(cm.exception.code, "resource_exhausted")
+        t.report_load([])
+        self.assertEqual([r.split(" ")[0] for r in self.requests],
+                         ["/slicer.v1.SidecarService/AcquireHandle", "/slicer.v1.SidecarService/ReleaseHandle",
+                          "/slicer.v1.SidecarService/AcquireHandle", "/slicer.v1.SidecarService/ReportLoad"])
+        self.assertIn('"handle": 7', self.requests[1])
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import (
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/slicelet"
 )
 
@@ -68,6 +69,13 @@ func SidecarCommand() *cli.Command {
 			&cli.StringFlag{Name: "local-api-socket", EnvVars: []string{"SLICERD_SIDECAR_LOCAL_API_SOCKET"},
 				Usage: "serve the application the local API (slicer.v1.SidecarService: its key ranges, load, drain; docs/api.md) on a Unix socket at this path, " +
 					"mode 0600: only the sidecar's user and root may use it (default: no local API)"},
+			&cli.StringFlag{Name: "consistency", EnvVars: []string{"SLICERD_SIDECAR_CONSISTENCY"}, Value: "affinity",
+				Usage: "the job's consistency: affinity, or strong (the task uses its keys only under the job's leases, and the application " +
+					"takes handles with fencing tokens over the local API; the job must be configured strong, docs/consistency.md)"},
+			&cli.DurationFlag{Name: "lease-ttl", EnvVars: []string{"SLICERD_SIDECAR_LEASE_TTL"}, Value: slicelet.DefaultLeaseTTL,
+				Usage: "strong mode: lifetime of the guard and bridge leases the task asks for"},
+			&cli.DurationFlag{Name: "release-wait", EnvVars: []string{"SLICERD_SIDECAR_RELEASE_WAIT"}, Value: slicelet.DefaultReleaseWait,
+				Usage: "strong mode: how long a key leaving the task waits for the application to release its handles on it"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SLICERD_LOG_LEVEL"}, Usage: "log verbosity: debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SLICERD_LOG_FORMAT"}, Usage: "log format: text or json (one object per line)"},
 		},
@@ -149,7 +157,18 @@ func parseSidecar(c *cli.Context, log *slog.Logger) (sidecarConfig, error) {
 	case sc.drainTimeout < 0:
 		return sc, usageError("invalid --drain-timeout %v: use 0 (exit at once) or more", sc.drainTimeout)
 	}
-	cfg := slicelet.Config{Job: job, Task: task, Addr: app, GossipAddr: c.String("gossip-addr"), Capacity: c.Float64("capacity"), Logger: log}
+	cons, err := assign.ParseConsistency(c.String("consistency"))
+	if err != nil {
+		return sc, usageError("invalid --consistency %q: use affinity or strong", c.String("consistency"))
+	}
+	if ttl := c.Duration("lease-ttl"); ttl <= 0 || ttl > lease.MaxTTL {
+		return sc, usageError("invalid --lease-ttl %v: use a positive duration up to %v, such as %v", ttl, lease.MaxTTL, slicelet.DefaultLeaseTTL)
+	}
+	if w := c.Duration("release-wait"); w <= 0 {
+		return sc, usageError("invalid --release-wait %v: use a positive duration, such as %v", w, slicelet.DefaultReleaseWait)
+	}
+	cfg := slicelet.Config{Job: job, Task: task, Addr: app, GossipAddr: c.String("gossip-addr"), Capacity: c.Float64("capacity"), Logger: log,
+		Consistency: cons, LeaseTTL: c.Duration("lease-ttl"), ReleaseWait: c.Duration("release-wait")}
 	for _, j := range c.StringSlice("join") {
 		for _, addr := range strings.Split(j, ",") {
 			if addr = strings.TrimSpace(addr); addr != "" {
@@ -225,8 +244,8 @@ func runSidecar(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	sc.slicelet.Logger = log // the Slicelet names the job and task in its own lines
 	log = log.With("job", sc.slicelet.Job, "task", sc.slicelet.Task)
-	sc.slicelet.Logger = log
 	sl, err := slicelet.New(sc.slicelet)
 	if err != nil {
 		return usageError("%v", err)

@@ -28,6 +28,10 @@ func TestSidecarRefusesBadSettings(t *testing.T) {
 		{"certificate without its key", with("--tls-cert", "/nonexistent.pem"), "tls-key"},
 		{"an argument", with("extra"), "flags only"},
 		{"empty local API socket", with("--local-api-socket", ""), "--local-api-socket is empty"},
+		{"bad consistency", with("--consistency", "eventual"), "invalid --consistency"},
+		{"zero lease TTL", with("--consistency", "strong", "--lease-ttl", "0s"), "invalid --lease-ttl"},
+		{"lease TTL over the most", with("--lease-ttl", "2h"), "invalid --lease-ttl"},
+		{"zero release wait", with("--release-wait", "0s"), "invalid --release-wait"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut strings.Builder

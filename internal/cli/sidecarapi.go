@@ -49,6 +49,8 @@ type localAPI struct {
 	streams int
 
 	drainMu sync.Mutex // serialises SetDraining calls
+
+	handles handleTable // the handles the application holds
 }
 
 func newLocalAPI(sl *slicelet.Slicelet, state *sidecarState, log *slog.Logger) *localAPI {
@@ -255,6 +257,7 @@ func serveLocal(ctx context.Context, ln net.Listener, api *localAPI, path string
 	_ = srv.Shutdown(sctx) // open WatchRanges streams end with their contexts
 	_ = srv.Close()
 	<-done
+	api.handles.releaseAll()
 	os.Remove(path)
 	return nil
 }

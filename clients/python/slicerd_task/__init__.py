@@ -17,10 +17,11 @@ import json
 import socket
 import struct
 import threading
+import time
 
 import xxhash
 
-__all__ = ["slice_key", "Task", "LocalAPIError"]
+__all__ = ["slice_key", "Task", "Handle", "LocalAPIError"]
 
 _SERVICE = "/slicer.v1.SidecarService/"
 KEY_SPACE_END = 1 << 63
@@ -57,6 +58,125 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = s
 
 
+class Handle:
+    """A hold on one key for the span of a request (``Task.acquire``), as
+    a Go task's ``slicelet.Handle``.
+
+    ``owned``: whether the task owned the key when the handle was taken;
+    ``token``: the key's fencing token (pass it to the storage the request
+    writes to, which refuses a lower one); ``deadline``: in strong mode,
+    the ``time.monotonic()`` by which the task's lease on the key may end,
+    counted from before the request was sent (None in affinity mode).
+    ``release()`` gives it up and says whether the key stayed the task's
+    throughout; use it as a context manager to release on every path.
+    """
+
+    __slots__ = ("_task", "id", "owned", "token", "deadline", "continuous")
+
+    def __init__(self, task, hid, owned, token, deadline):
+        self._task = task
+        self.id = hid
+        self.owned = owned
+        self.token = token
+        self.deadline = deadline
+        self.continuous = None  # release()'s answer, once released
+
+    def check(self):
+        """Whether the key has been the task's without a break since the
+        handle was taken, and still is; it also moves ``deadline`` on."""
+        if not self.id:
+            return False
+        sent = time.monotonic()
+        resp = self._task._unary("CheckHandle", {"handle": self.id})
+        ns = int(resp.get("validForNs", 0))
+        if ns > 0:
+            self.deadline = sent + ns / 1e9
+        return bool(resp.get("continuous", False))
+
+    def release(self):
+        """Give the handle up; return whether the key stayed the task's
+        until then (False for a handle not owned). Releasing twice calls
+        the sidecar once."""
+        if self.continuous is None:
+            if not self.id:
+                self.continuous = False
+            else:
+                resp = self._task._unary("ReleaseHandle", {"handle": self.id})
+                self.continuous = bool(resp.get("continuous", False))
+        return self.continuous
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
+class _Closed(ConnectionError):
+    """The sidecar closed a kept connection before answering."""
+
+
+class _Conn:
+    """One kept-alive HTTP/1.1 connection to the sidecar for unary calls:
+    the request goes out in one write and the answer is read with one
+    buffered reader, which costs a fraction of http.client's header
+    parsing on calls of a few tens of microseconds."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(path)
+        except BaseException:
+            self.sock.close()
+            raise
+        self.rfile = self.sock.makefile("rb")
+
+    def close(self):
+        self.rfile.close()
+        self.sock.close()
+
+    def call(self, path, payload, timeout):
+        self.sock.settimeout(timeout)
+        self.sock.sendall(b"POST %s HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                          % (path.encode(), len(payload), payload))
+        line = self.rfile.readline(65537)
+        if not line:
+            raise _Closed("the sidecar closed the connection")
+        parts = line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise LocalAPIError("unknown", f"not an HTTP answer: {line[:100]!r}")
+        status = int(parts[1])
+        length, chunked, close = None, False, False
+        while True:
+            h = self.rfile.readline(65537)
+            if h in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = h.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"connection":
+                close = b"close" in value.lower()
+        if chunked:
+            data = b""
+            while True:
+                size = int(self.rfile.readline(65537).split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                data += self.rfile.read(size)
+                self.rfile.readline(65537)
+        elif length is not None:
+            data = self.rfile.read(length)
+        else:
+            data, close = self.rfile.read(), True
+        return status, data, close
+
+
 def _envelope(flags, payload):
     return struct.pack(">BI", flags, len(payload)) + payload
 
@@ -82,6 +202,7 @@ class Task:
         self._thread = None
         self._stop = threading.Event()
         self._conn = None
+        self._local = threading.local()  # each thread's kept-alive connection for unary calls
         self.error = None  # why the ranges stream last failed; None while it runs
 
     # The ranges.
@@ -119,21 +240,52 @@ class Task:
         end the drain."""
         self._unary("SetDraining", {"draining": bool(draining)})
 
+    def acquire(self, key, wait=0.0):
+        """Take a handle on ``key`` (bytes or str). ``wait`` (seconds, at
+        most 10) lets a key that is the task's in the assignment but whose
+        lease is on its way be waited for; 0 answers at once. A handle not
+        owned has ``owned`` False and needs no release."""
+        k = key.encode() if isinstance(key, str) else key
+        sent = time.monotonic()
+        resp = self._unary("AcquireHandle", {"key": base64.b64encode(k).decode(), "waitMs": int(wait * 1000)})
+        ns = int(resp.get("validForNs", 0))
+        return Handle(self, int(resp.get("handle", 0)), bool(resp.get("owned", False)), int(resp.get("token", 0)),
+                      sent + ns / 1e9 if ns > 0 else None)
+
     def _unary(self, method, body):
-        conn = _UnixConnection(self._path, self._timeout if method != "SetDraining" else 70.0)
-        try:
-            conn.request("POST", _SERVICE + method, json.dumps(body), {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            data = resp.read()
-            if resp.status != 200:
+        # Each thread keeps one connection alive (a call on it costs a
+        # round trip; a new one costs a connect too). A kept connection the
+        # sidecar closed (it restarted) fails before the request reaches
+        # it: such a call is sent once more, on a new connection.
+        payload = json.dumps(body).encode()
+        timeout = 70.0 if method == "SetDraining" else self._timeout
+        for attempt in range(2):
+            conn = getattr(self._local, "conn", None)
+            fresh = conn is None
+            if fresh:
+                conn = self._local.conn = _Conn(self._path)
+            try:
+                status, data, close = conn.call(_SERVICE + method, payload, timeout)
+                if close:
+                    conn.close()
+                    self._local.conn = None
+            except (_Closed, BrokenPipeError, ConnectionResetError):
+                conn.close()
+                self._local.conn = None
+                if fresh or attempt:
+                    raise
+                continue
+            except BaseException:
+                conn.close()
+                self._local.conn = None
+                raise
+            if status != 200:
                 try:
                     err = json.loads(data)
                 except ValueError:
                     err = {"code": "unknown", "message": data.decode(errors="replace")}
                 raise LocalAPIError(err.get("code", "unknown"), err.get("message", ""))
             return json.loads(data or b"{}")
-        finally:
-            conn.close()
 
     # Following the ranges.
 

@@ -11,6 +11,17 @@ share a job with Go kvserver tasks: the Go kvcache client routes to either.
 
 Usage: kvserver.py --addr 127.0.0.1:8080 --local-api-socket PATH
                    [--job kv --tls-cert task.pem --tls-key task-key.pem --tls-ca ca.pem]
+                   [--consistency strong --backing http://HOST:PORT [--await 2s]
+                    [--record FILE --task NAME]]
+
+With --consistency strong (the sidecar runs with --consistency strong, on a
+job configured strong) each request holds a handle on its key, taken over
+the sidecar's local API: reads fill from and writes go through to the
+backing store (kvcache.BackingHandler's HTTP API) with the handle's fencing
+token, so a former owner's late write is refused, and a request answers
+only if the key stayed the task's throughout, or 421. --record appends each
+satisfied request to FILE in lease/leasecheck's record form, as the Go
+kvserver's -record does, for the history checker.
 
 Entries of the ranges the task loses are dropped. Each request's load
 (1 per request) is reported to the sidecar once a second. With --tls-* it
@@ -21,11 +32,13 @@ of it; others get 403.
 """
 
 import argparse
+import http.client
 import http.server
 import json
 import ssl
 import sys
 import threading
+import time
 import urllib.parse
 
 import slicerd_task
@@ -58,6 +71,70 @@ class Store:
         return load
 
 
+class Backing:
+    """The backing store of a strong job: kvcache.BackingHandler's HTTP
+    API, one kept-alive connection per thread."""
+
+    def __init__(self, base):
+        u = urllib.parse.urlsplit(base)
+        if u.scheme != "http" or not u.hostname:
+            raise ValueError(f"--backing {base!r}: use http://HOST:PORT")
+        self.host, self.port = u.hostname, u.port or 80
+        self.local = threading.local()
+
+    def _call(self, method, path, body=None):
+        for attempt in range(2):
+            conn = getattr(self.local, "conn", None)
+            if conn is None:
+                conn = self.local.conn = http.client.HTTPConnection(self.host, self.port, timeout=5)
+            try:
+                conn.request(method, path, body)
+                resp = conn.getresponse()
+                return resp.status, resp.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                conn.close()
+                self.local.conn = None
+                if attempt:
+                    raise
+            except BaseException:
+                conn.close()
+                self.local.conn = None
+                raise
+
+    def get(self, key):
+        """The value, or None when the store has none."""
+        status, body = self._call("GET", "/backing/" + urllib.parse.quote(key, safe=""))
+        if status == 404:
+            return None
+        if status != 200:
+            raise OSError(f"backing store answered {status}: {body[:200]!r}")
+        return body
+
+    def put(self, key, val, token):
+        """Write through; False when the store refused the token as stale."""
+        status, body = self._call("PUT", "/backing/" + urllib.parse.quote(key, safe="") + f"?token={token}", val)
+        if status == 409:
+            return False
+        if status != 204:
+            raise OSError(f"backing store answered {status}: {body[:200]!r}")
+        return True
+
+
+class Record:
+    """Satisfied requests, one line each: "task token start end key" with
+    CLOCK_MONOTONIC nanoseconds (lease/leasecheck's record form)."""
+
+    def __init__(self, path, task):
+        self.f = open(path, "a", encoding="utf-8", errors="replace")
+        self.task = task
+        self.lock = threading.Lock()
+
+    def add(self, key, token, start, end):
+        with self.lock:
+            self.f.write(f"{self.task} {token} {start} {end} {key.decode(errors='replace')}\n")
+            self.f.flush()
+
+
 def job_peer(cert, job):
     """Whether a verified peer certificate names a client of job or a task
     of it (slicerd's SPIFFE identities)."""
@@ -66,7 +143,11 @@ def job_peer(cert, job):
                or u.startswith(f"spiffe://slicerd/task/{job}/") for u in uris)
 
 
-def make_handler(task, store, job=None):
+def make_handler(task, store, job=None, strong=None):
+    """strong, for a strong job: an object with backing, record (or None)
+    and wait (seconds a request waits for a key whose lease is on its
+    way)."""
+
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -88,17 +169,94 @@ def make_handler(task, store, job=None):
             self.end_headers()
             self.wfile.write(body)
 
+        def misdirected(self):
+            self.reply(421, b"kvcache: key is not assigned to this task; refresh the assignment and retry at the owner\n")
+
         def key(self):
             path = urllib.parse.urlsplit(self.path).path
             if not path.startswith("/kv/") or len(path) == 4:
                 self.reply(404, b"not found\n")
                 return None
             key = urllib.parse.unquote_to_bytes(path[4:])
-            if not task.owns(key):
-                self.reply(421, b"kvcache: key is not assigned to this task; refresh the assignment and retry at the owner\n")
+            if strong is None and not task.owns(key):
+                self.misdirected()
                 return None
             store.count(key)
             return key
+
+        def claim(self, key):
+            """Strong mode: a handle on key and when the request started,
+            or None (answered 421) when the task does not own it."""
+            start = time.monotonic_ns()
+            h = task.acquire(key)
+            if not h.owned and strong.wait > 0:
+                h = task.acquire(key, wait=strong.wait)
+                if h.owned:
+                    # Taken again, so that the recorded request starts
+                    # when the task owned the key, not before the wait.
+                    h.release()
+                    start = time.monotonic_ns()
+                    h = task.acquire(key)
+            if not h.owned:
+                self.misdirected()
+                return None
+            return h, start
+
+        def kept(self, key, claim):
+            """Release the handle; whether the key stayed the task's
+            throughout (recorded when it did)."""
+            h, start = claim
+            if not h.release():
+                return False
+            if strong.record is not None:
+                strong.record.add(key, h.token, start, time.monotonic_ns())
+            return True
+
+        def strong_get(self, key):
+            c = self.claim(key)
+            if c is None:
+                return
+            try:
+                with store.lock:
+                    val = store.entries.get(key)
+                if val is None:
+                    val = strong.backing.get(key.decode(errors="replace"))
+                    if val is not None:
+                        with store.lock:
+                            store.entries[key] = val
+            except OSError as e:
+                c[0].release()
+                return self.reply(503, f"kvcache: reading the backing store: {e}\n".encode())
+            if not self.kept(key, c):
+                return self.misdirected()
+            if val is None:
+                return self.reply(404, b"kvcache: key not found\n")
+            self.reply(200, val, "application/octet-stream")
+
+        def strong_put(self, key, val):
+            c = self.claim(key)
+            if c is None:
+                return
+            try:
+                written = strong.backing.put(key.decode(errors="replace"), val, c[0].token)
+            except OSError as e:
+                c[0].release()
+                return self.reply(503, f"kvcache: writing the backing store: {e}\n".encode())
+            if not written:
+                # A newer owner wrote the key: this task's view is behind.
+                c[0].release()
+                return self.misdirected()
+            with store.lock:
+                store.entries[key] = val
+            kept = self.kept(key, c)
+            if not kept or not task.owns(key):
+                # The write stands if the lease held (it reached the
+                # store); only the cached copy goes.
+                with store.lock:
+                    store.entries.pop(key, None)
+                if not kept:
+                    return self.misdirected()
+            self.reply(204)
 
         def do_GET(self):
             if self.path == "/healthz":
@@ -110,6 +268,8 @@ def make_handler(task, store, job=None):
             key = self.key()
             if key is None:
                 return
+            if strong is not None:
+                return self.strong_get(key)
             with store.lock:
                 val = store.entries.get(key)
             if val is None:
@@ -124,6 +284,8 @@ def make_handler(task, store, job=None):
             key = self.key()
             if key is None:
                 return
+            if strong is not None:
+                return self.strong_put(key, val)
             with store.lock:
                 store.entries[key] = val
             self.reply(204)
@@ -132,8 +294,13 @@ def make_handler(task, store, job=None):
             key = self.key()
             if key is None:
                 return
+            c = self.claim(key) if strong is not None else None
+            if strong is not None and c is None:
+                return
             with store.lock:
                 store.entries.pop(key, None)
+            if c is not None and not self.kept(key, c):
+                return self.misdirected()
             self.reply(204)
 
     return Handler
@@ -168,6 +335,20 @@ def report_load(task, store, stop):
                 pass  # the next window tries again
 
 
+def parse_seconds(s):
+    """A duration such as 2s, 500ms or 0s, in seconds, at most 10 s."""
+    for unit, scale in (("ms", 1e-3), ("s", 1.0)):
+        if s.endswith(unit):
+            try:
+                v = float(s[: -len(unit)]) * scale
+            except ValueError:
+                break
+            if 0 <= v <= 10:
+                return v
+            break
+    raise ValueError(f"--await {s!r}: use a duration from 0s to 10s, such as 2s or 500ms")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--addr", required=True, help="host:port to serve on")
@@ -176,7 +357,27 @@ def main():
     ap.add_argument("--tls-cert", help="the task's certificate (spiffe://slicerd/task/JOB/TASK), PEM")
     ap.add_argument("--tls-key", help="the key of --tls-cert, PEM")
     ap.add_argument("--tls-ca", help="the cluster's CA certificate, PEM")
+    ap.add_argument("--consistency", default="affinity", choices=["affinity", "strong"],
+                    help="the job's consistency, as the sidecar's --consistency")
+    ap.add_argument("--backing", help="strong mode: the backing store's base URL (http://HOST:PORT)")
+    ap.add_argument("--await", dest="await_", default="2s",
+                    help="strong mode: how long a request waits for a key whose lease is on its way (0s: answer 421 at once)")
+    ap.add_argument("--record", help="strong mode: append satisfied requests to this file (lease/leasecheck's form)")
+    ap.add_argument("--task", help="the task's name, for --record")
     args = ap.parse_args()
+    strong = None
+    if args.consistency == "strong":
+        if not args.backing:
+            ap.error("--consistency strong needs --backing")
+        if args.record and not args.task:
+            ap.error("--record needs --task")
+        try:
+            wait = parse_seconds(args.await_)
+            backing = Backing(args.backing)
+        except ValueError as e:
+            ap.error(str(e))
+        strong = argparse.Namespace(backing=backing, wait=wait,
+                                    record=Record(args.record, args.task) if args.record else None)
     tls_args = [args.tls_cert, args.tls_key, args.tls_ca]
     if any(tls_args) and not all(tls_args):
         ap.error("--tls-cert, --tls-key and --tls-ca go together")
@@ -185,7 +386,7 @@ def main():
     task = slicerd_task.Task(args.local_api_socket, on_change=lambda gen, gained, lost: store.drop_ranges(lost)).start()
     stop = threading.Event()
     threading.Thread(target=report_load, args=(task, store, stop), daemon=True).start()
-    srv = Server((host, int(port)), make_handler(task, store, args.job if args.tls_cert else None))
+    srv = Server((host, int(port)), make_handler(task, store, args.job if args.tls_cert else None, strong))
     if args.tls_cert:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2

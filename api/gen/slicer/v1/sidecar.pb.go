@@ -404,6 +404,330 @@ func (*SetDrainingResponse) Descriptor() ([]byte, []int) {
 	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{7}
 }
 
+type AcquireHandleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key, as the application's clients name it (its slice key is
+	// XXH64(key) >> 1).
+	Key []byte `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// How long to wait, in milliseconds, for a key that is this task's in
+	// the assignment but whose lease is still on its way (a move in
+	// progress); 0 answers at once. At most 10,000.
+	WaitMs        uint32 `protobuf:"varint,2,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireHandleRequest) Reset() {
+	*x = AcquireHandleRequest{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireHandleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireHandleRequest) ProtoMessage() {}
+
+func (x *AcquireHandleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireHandleRequest.ProtoReflect.Descriptor instead.
+func (*AcquireHandleRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AcquireHandleRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *AcquireHandleRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+type AcquireHandleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The handle's number, for CheckHandle and ReleaseHandle; 0 when the
+	// task does not own the key (nothing to release).
+	Handle uint64 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	Owned  bool   `protobuf:"varint,2,opt,name=owned,proto3" json:"owned,omitempty"`
+	// The key's fencing token (docs/consistency.md): in strong mode it
+	// grows whenever the key changes hands; in affinity mode it is the
+	// assignment's generation and promises nothing.
+	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// In strong mode, how much longer the task's lease covers the key, in
+	// nanoseconds, as the sidecar saw it when it answered: counted from
+	// when the application sent the request, on its own monotonic clock, it
+	// is a deadline that errs early. 0 in affinity mode.
+	ValidForNs    int64 `protobuf:"varint,4,opt,name=valid_for_ns,json=validForNs,proto3" json:"valid_for_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireHandleResponse) Reset() {
+	*x = AcquireHandleResponse{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireHandleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireHandleResponse) ProtoMessage() {}
+
+func (x *AcquireHandleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireHandleResponse.ProtoReflect.Descriptor instead.
+func (*AcquireHandleResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AcquireHandleResponse) GetHandle() uint64 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+func (x *AcquireHandleResponse) GetOwned() bool {
+	if x != nil {
+		return x.Owned
+	}
+	return false
+}
+
+func (x *AcquireHandleResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *AcquireHandleResponse) GetValidForNs() int64 {
+	if x != nil {
+		return x.ValidForNs
+	}
+	return 0
+}
+
+type CheckHandleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        uint64                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckHandleRequest) Reset() {
+	*x = CheckHandleRequest{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckHandleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckHandleRequest) ProtoMessage() {}
+
+func (x *CheckHandleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckHandleRequest.ProtoReflect.Descriptor instead.
+func (*CheckHandleRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CheckHandleRequest) GetHandle() uint64 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+type CheckHandleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the key has been the task's without a break since the handle
+	// was taken, under a valid lease, and still is. false for a handle the
+	// sidecar does not know (released, or taken before it restarted).
+	Continuous bool `protobuf:"varint,1,opt,name=continuous,proto3" json:"continuous,omitempty"`
+	// As in AcquireHandleResponse, as of this answer.
+	ValidForNs    int64 `protobuf:"varint,2,opt,name=valid_for_ns,json=validForNs,proto3" json:"valid_for_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckHandleResponse) Reset() {
+	*x = CheckHandleResponse{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckHandleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckHandleResponse) ProtoMessage() {}
+
+func (x *CheckHandleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckHandleResponse.ProtoReflect.Descriptor instead.
+func (*CheckHandleResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CheckHandleResponse) GetContinuous() bool {
+	if x != nil {
+		return x.Continuous
+	}
+	return false
+}
+
+func (x *CheckHandleResponse) GetValidForNs() int64 {
+	if x != nil {
+		return x.ValidForNs
+	}
+	return 0
+}
+
+type ReleaseHandleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        uint64                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseHandleRequest) Reset() {
+	*x = ReleaseHandleRequest{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseHandleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseHandleRequest) ProtoMessage() {}
+
+func (x *ReleaseHandleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseHandleRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseHandleRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReleaseHandleRequest) GetHandle() uint64 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+type ReleaseHandleResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CheckHandle's answer just before the release, so that a request
+	// needs two calls: acquire, then release when its work is done.
+	Continuous    bool `protobuf:"varint,1,opt,name=continuous,proto3" json:"continuous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseHandleResponse) Reset() {
+	*x = ReleaseHandleResponse{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseHandleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseHandleResponse) ProtoMessage() {}
+
+func (x *ReleaseHandleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseHandleResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseHandleResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReleaseHandleResponse) GetContinuous() bool {
+	if x != nil {
+		return x.Continuous
+	}
+	return false
+}
+
 var File_slicer_v1_sidecar_proto protoreflect.FileDescriptor
 
 const file_slicer_v1_sidecar_proto_rawDesc = "" +
@@ -428,12 +752,38 @@ const file_slicer_v1_sidecar_proto_rawDesc = "" +
 	" SidecarServiceReportLoadResponse\"0\n" +
 	"\x12SetDrainingRequest\x12\x1a\n" +
 	"\bdraining\x18\x01 \x01(\bR\bdraining\"\x15\n" +
-	"\x13SetDrainingResponse2\x95\x02\n" +
+	"\x13SetDrainingResponse\"A\n" +
+	"\x14AcquireHandleRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x17\n" +
+	"\await_ms\x18\x02 \x01(\rR\x06waitMs\"}\n" +
+	"\x15AcquireHandleResponse\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x14\n" +
+	"\x05owned\x18\x02 \x01(\bR\x05owned\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12 \n" +
+	"\fvalid_for_ns\x18\x04 \x01(\x03R\n" +
+	"validForNs\",\n" +
+	"\x12CheckHandleRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\x04R\x06handle\"W\n" +
+	"\x13CheckHandleResponse\x12\x1e\n" +
+	"\n" +
+	"continuous\x18\x01 \x01(\bR\n" +
+	"continuous\x12 \n" +
+	"\fvalid_for_ns\x18\x02 \x01(\x03R\n" +
+	"validForNs\".\n" +
+	"\x14ReleaseHandleRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\x04R\x06handle\"7\n" +
+	"\x15ReleaseHandleResponse\x12\x1e\n" +
+	"\n" +
+	"continuous\x18\x01 \x01(\bR\n" +
+	"continuous2\x8b\x04\n" +
 	"\x0eSidecarService\x12N\n" +
 	"\vWatchRanges\x12\x1d.slicer.v1.WatchRangesRequest\x1a\x1e.slicer.v1.WatchRangesResponse0\x01\x12e\n" +
 	"\n" +
 	"ReportLoad\x12*.slicer.v1.SidecarServiceReportLoadRequest\x1a+.slicer.v1.SidecarServiceReportLoadResponse\x12L\n" +
-	"\vSetDraining\x12\x1d.slicer.v1.SetDrainingRequest\x1a\x1e.slicer.v1.SetDrainingResponseB7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
+	"\vSetDraining\x12\x1d.slicer.v1.SetDrainingRequest\x1a\x1e.slicer.v1.SetDrainingResponse\x12R\n" +
+	"\rAcquireHandle\x12\x1f.slicer.v1.AcquireHandleRequest\x1a .slicer.v1.AcquireHandleResponse\x12L\n" +
+	"\vCheckHandle\x12\x1d.slicer.v1.CheckHandleRequest\x1a\x1e.slicer.v1.CheckHandleResponse\x12R\n" +
+	"\rReleaseHandle\x12\x1f.slicer.v1.ReleaseHandleRequest\x1a .slicer.v1.ReleaseHandleResponseB7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
 
 var (
 	file_slicer_v1_sidecar_proto_rawDescOnce sync.Once
@@ -447,7 +797,7 @@ func file_slicer_v1_sidecar_proto_rawDescGZIP() []byte {
 	return file_slicer_v1_sidecar_proto_rawDescData
 }
 
-var file_slicer_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_slicer_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_slicer_v1_sidecar_proto_goTypes = []any{
 	(*KeyRange)(nil),                         // 0: slicer.v1.KeyRange
 	(*WatchRangesRequest)(nil),               // 1: slicer.v1.WatchRangesRequest
@@ -457,23 +807,35 @@ var file_slicer_v1_sidecar_proto_goTypes = []any{
 	(*SidecarServiceReportLoadResponse)(nil), // 5: slicer.v1.SidecarServiceReportLoadResponse
 	(*SetDrainingRequest)(nil),               // 6: slicer.v1.SetDrainingRequest
 	(*SetDrainingResponse)(nil),              // 7: slicer.v1.SetDrainingResponse
+	(*AcquireHandleRequest)(nil),             // 8: slicer.v1.AcquireHandleRequest
+	(*AcquireHandleResponse)(nil),            // 9: slicer.v1.AcquireHandleResponse
+	(*CheckHandleRequest)(nil),               // 10: slicer.v1.CheckHandleRequest
+	(*CheckHandleResponse)(nil),              // 11: slicer.v1.CheckHandleResponse
+	(*ReleaseHandleRequest)(nil),             // 12: slicer.v1.ReleaseHandleRequest
+	(*ReleaseHandleResponse)(nil),            // 13: slicer.v1.ReleaseHandleResponse
 }
 var file_slicer_v1_sidecar_proto_depIdxs = []int32{
-	0, // 0: slicer.v1.WatchRangesResponse.gained:type_name -> slicer.v1.KeyRange
-	0, // 1: slicer.v1.WatchRangesResponse.lost:type_name -> slicer.v1.KeyRange
-	0, // 2: slicer.v1.WatchRangesResponse.owned:type_name -> slicer.v1.KeyRange
-	3, // 3: slicer.v1.SidecarServiceReportLoadRequest.loads:type_name -> slicer.v1.KeyLoad
-	1, // 4: slicer.v1.SidecarService.WatchRanges:input_type -> slicer.v1.WatchRangesRequest
-	4, // 5: slicer.v1.SidecarService.ReportLoad:input_type -> slicer.v1.SidecarServiceReportLoadRequest
-	6, // 6: slicer.v1.SidecarService.SetDraining:input_type -> slicer.v1.SetDrainingRequest
-	2, // 7: slicer.v1.SidecarService.WatchRanges:output_type -> slicer.v1.WatchRangesResponse
-	5, // 8: slicer.v1.SidecarService.ReportLoad:output_type -> slicer.v1.SidecarServiceReportLoadResponse
-	7, // 9: slicer.v1.SidecarService.SetDraining:output_type -> slicer.v1.SetDrainingResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: slicer.v1.WatchRangesResponse.gained:type_name -> slicer.v1.KeyRange
+	0,  // 1: slicer.v1.WatchRangesResponse.lost:type_name -> slicer.v1.KeyRange
+	0,  // 2: slicer.v1.WatchRangesResponse.owned:type_name -> slicer.v1.KeyRange
+	3,  // 3: slicer.v1.SidecarServiceReportLoadRequest.loads:type_name -> slicer.v1.KeyLoad
+	1,  // 4: slicer.v1.SidecarService.WatchRanges:input_type -> slicer.v1.WatchRangesRequest
+	4,  // 5: slicer.v1.SidecarService.ReportLoad:input_type -> slicer.v1.SidecarServiceReportLoadRequest
+	6,  // 6: slicer.v1.SidecarService.SetDraining:input_type -> slicer.v1.SetDrainingRequest
+	8,  // 7: slicer.v1.SidecarService.AcquireHandle:input_type -> slicer.v1.AcquireHandleRequest
+	10, // 8: slicer.v1.SidecarService.CheckHandle:input_type -> slicer.v1.CheckHandleRequest
+	12, // 9: slicer.v1.SidecarService.ReleaseHandle:input_type -> slicer.v1.ReleaseHandleRequest
+	2,  // 10: slicer.v1.SidecarService.WatchRanges:output_type -> slicer.v1.WatchRangesResponse
+	5,  // 11: slicer.v1.SidecarService.ReportLoad:output_type -> slicer.v1.SidecarServiceReportLoadResponse
+	7,  // 12: slicer.v1.SidecarService.SetDraining:output_type -> slicer.v1.SetDrainingResponse
+	9,  // 13: slicer.v1.SidecarService.AcquireHandle:output_type -> slicer.v1.AcquireHandleResponse
+	11, // 14: slicer.v1.SidecarService.CheckHandle:output_type -> slicer.v1.CheckHandleResponse
+	13, // 15: slicer.v1.SidecarService.ReleaseHandle:output_type -> slicer.v1.ReleaseHandleResponse
+	10, // [10:16] is the sub-list for method output_type
+	4,  // [4:10] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_sidecar_proto_init() }
@@ -487,7 +849,7 @@ func file_slicer_v1_sidecar_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_sidecar_proto_rawDesc), len(file_slicer_v1_sidecar_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,15 @@ const (
 	// SidecarServiceSetDrainingProcedure is the fully-qualified name of the SidecarService's
 	// SetDraining RPC.
 	SidecarServiceSetDrainingProcedure = "/slicer.v1.SidecarService/SetDraining"
+	// SidecarServiceAcquireHandleProcedure is the fully-qualified name of the SidecarService's
+	// AcquireHandle RPC.
+	SidecarServiceAcquireHandleProcedure = "/slicer.v1.SidecarService/AcquireHandle"
+	// SidecarServiceCheckHandleProcedure is the fully-qualified name of the SidecarService's
+	// CheckHandle RPC.
+	SidecarServiceCheckHandleProcedure = "/slicer.v1.SidecarService/CheckHandle"
+	// SidecarServiceReleaseHandleProcedure is the fully-qualified name of the SidecarService's
+	// ReleaseHandle RPC.
+	SidecarServiceReleaseHandleProcedure = "/slicer.v1.SidecarService/ReleaseHandle"
 )
 
 // SidecarServiceClient is a client for the slicer.v1.SidecarService service.
@@ -56,6 +65,20 @@ type SidecarServiceClient interface {
 	// SetDraining drains the task or ends a drain. A drain here stays until
 	// SetDraining(false), whatever the health checks say.
 	SetDraining(context.Context, *connect.Request[v1.SetDrainingRequest]) (*connect.Response[v1.SetDrainingResponse], error)
+	// AcquireHandle takes a handle on a key for the span of a request, as
+	// slicelet.Handle does in a Go task: in strong mode the key leaves this
+	// task only once its handles are released (or after the sidecar's
+	// --release-wait), and a handle tells whether the task owned the key
+	// throughout. At most 65,536 handles are held at once; past that a
+	// handle whose key the task no longer owns is released for the
+	// application, and if none is, the call fails with RESOURCE_EXHAUSTED.
+	AcquireHandle(context.Context, *connect.Request[v1.AcquireHandleRequest]) (*connect.Response[v1.AcquireHandleResponse], error)
+	// CheckHandle reports whether the handle's key stayed the task's.
+	CheckHandle(context.Context, *connect.Request[v1.CheckHandleRequest]) (*connect.Response[v1.CheckHandleResponse], error)
+	// ReleaseHandle gives the handle up and reports, as CheckHandle, whether
+	// the key stayed the task's until then. Releasing an unknown handle
+	// answers continuous = false.
+	ReleaseHandle(context.Context, *connect.Request[v1.ReleaseHandleRequest]) (*connect.Response[v1.ReleaseHandleResponse], error)
 }
 
 // NewSidecarServiceClient constructs a client for the slicer.v1.SidecarService service. By default,
@@ -87,14 +110,35 @@ func NewSidecarServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sidecarServiceMethods.ByName("SetDraining")),
 			connect.WithClientOptions(opts...),
 		),
+		acquireHandle: connect.NewClient[v1.AcquireHandleRequest, v1.AcquireHandleResponse](
+			httpClient,
+			baseURL+SidecarServiceAcquireHandleProcedure,
+			connect.WithSchema(sidecarServiceMethods.ByName("AcquireHandle")),
+			connect.WithClientOptions(opts...),
+		),
+		checkHandle: connect.NewClient[v1.CheckHandleRequest, v1.CheckHandleResponse](
+			httpClient,
+			baseURL+SidecarServiceCheckHandleProcedure,
+			connect.WithSchema(sidecarServiceMethods.ByName("CheckHandle")),
+			connect.WithClientOptions(opts...),
+		),
+		releaseHandle: connect.NewClient[v1.ReleaseHandleRequest, v1.ReleaseHandleResponse](
+			httpClient,
+			baseURL+SidecarServiceReleaseHandleProcedure,
+			connect.WithSchema(sidecarServiceMethods.ByName("ReleaseHandle")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // sidecarServiceClient implements SidecarServiceClient.
 type sidecarServiceClient struct {
-	watchRanges *connect.Client[v1.WatchRangesRequest, v1.WatchRangesResponse]
-	reportLoad  *connect.Client[v1.SidecarServiceReportLoadRequest, v1.SidecarServiceReportLoadResponse]
-	setDraining *connect.Client[v1.SetDrainingRequest, v1.SetDrainingResponse]
+	watchRanges   *connect.Client[v1.WatchRangesRequest, v1.WatchRangesResponse]
+	reportLoad    *connect.Client[v1.SidecarServiceReportLoadRequest, v1.SidecarServiceReportLoadResponse]
+	setDraining   *connect.Client[v1.SetDrainingRequest, v1.SetDrainingResponse]
+	acquireHandle *connect.Client[v1.AcquireHandleRequest, v1.AcquireHandleResponse]
+	checkHandle   *connect.Client[v1.CheckHandleRequest, v1.CheckHandleResponse]
+	releaseHandle *connect.Client[v1.ReleaseHandleRequest, v1.ReleaseHandleResponse]
 }
 
 // WatchRanges calls slicer.v1.SidecarService.WatchRanges.
@@ -112,6 +156,21 @@ func (c *sidecarServiceClient) SetDraining(ctx context.Context, req *connect.Req
 	return c.setDraining.CallUnary(ctx, req)
 }
 
+// AcquireHandle calls slicer.v1.SidecarService.AcquireHandle.
+func (c *sidecarServiceClient) AcquireHandle(ctx context.Context, req *connect.Request[v1.AcquireHandleRequest]) (*connect.Response[v1.AcquireHandleResponse], error) {
+	return c.acquireHandle.CallUnary(ctx, req)
+}
+
+// CheckHandle calls slicer.v1.SidecarService.CheckHandle.
+func (c *sidecarServiceClient) CheckHandle(ctx context.Context, req *connect.Request[v1.CheckHandleRequest]) (*connect.Response[v1.CheckHandleResponse], error) {
+	return c.checkHandle.CallUnary(ctx, req)
+}
+
+// ReleaseHandle calls slicer.v1.SidecarService.ReleaseHandle.
+func (c *sidecarServiceClient) ReleaseHandle(ctx context.Context, req *connect.Request[v1.ReleaseHandleRequest]) (*connect.Response[v1.ReleaseHandleResponse], error) {
+	return c.releaseHandle.CallUnary(ctx, req)
+}
+
 // SidecarServiceHandler is an implementation of the slicer.v1.SidecarService service.
 type SidecarServiceHandler interface {
 	// WatchRanges streams the task's key ranges: a first message with every
@@ -124,6 +183,20 @@ type SidecarServiceHandler interface {
 	// SetDraining drains the task or ends a drain. A drain here stays until
 	// SetDraining(false), whatever the health checks say.
 	SetDraining(context.Context, *connect.Request[v1.SetDrainingRequest]) (*connect.Response[v1.SetDrainingResponse], error)
+	// AcquireHandle takes a handle on a key for the span of a request, as
+	// slicelet.Handle does in a Go task: in strong mode the key leaves this
+	// task only once its handles are released (or after the sidecar's
+	// --release-wait), and a handle tells whether the task owned the key
+	// throughout. At most 65,536 handles are held at once; past that a
+	// handle whose key the task no longer owns is released for the
+	// application, and if none is, the call fails with RESOURCE_EXHAUSTED.
+	AcquireHandle(context.Context, *connect.Request[v1.AcquireHandleRequest]) (*connect.Response[v1.AcquireHandleResponse], error)
+	// CheckHandle reports whether the handle's key stayed the task's.
+	CheckHandle(context.Context, *connect.Request[v1.CheckHandleRequest]) (*connect.Response[v1.CheckHandleResponse], error)
+	// ReleaseHandle gives the handle up and reports, as CheckHandle, whether
+	// the key stayed the task's until then. Releasing an unknown handle
+	// answers continuous = false.
+	ReleaseHandle(context.Context, *connect.Request[v1.ReleaseHandleRequest]) (*connect.Response[v1.ReleaseHandleResponse], error)
 }
 
 // NewSidecarServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -151,6 +224,24 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sidecarServiceMethods.ByName("SetDraining")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sidecarServiceAcquireHandleHandler := connect.NewUnaryHandler(
+		SidecarServiceAcquireHandleProcedure,
+		svc.AcquireHandle,
+		connect.WithSchema(sidecarServiceMethods.ByName("AcquireHandle")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sidecarServiceCheckHandleHandler := connect.NewUnaryHandler(
+		SidecarServiceCheckHandleProcedure,
+		svc.CheckHandle,
+		connect.WithSchema(sidecarServiceMethods.ByName("CheckHandle")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sidecarServiceReleaseHandleHandler := connect.NewUnaryHandler(
+		SidecarServiceReleaseHandleProcedure,
+		svc.ReleaseHandle,
+		connect.WithSchema(sidecarServiceMethods.ByName("ReleaseHandle")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slicer.v1.SidecarService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SidecarServiceWatchRangesProcedure:
@@ -159,6 +250,12 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 			sidecarServiceReportLoadHandler.ServeHTTP(w, r)
 		case SidecarServiceSetDrainingProcedure:
 			sidecarServiceSetDrainingHandler.ServeHTTP(w, r)
+		case SidecarServiceAcquireHandleProcedure:
+			sidecarServiceAcquireHandleHandler.ServeHTTP(w, r)
+		case SidecarServiceCheckHandleProcedure:
+			sidecarServiceCheckHandleHandler.ServeHTTP(w, r)
+		case SidecarServiceReleaseHandleProcedure:
+			sidecarServiceReleaseHandleHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -178,4 +275,16 @@ func (UnimplementedSidecarServiceHandler) ReportLoad(context.Context, *connect.R
 
 func (UnimplementedSidecarServiceHandler) SetDraining(context.Context, *connect.Request[v1.SetDrainingRequest]) (*connect.Response[v1.SetDrainingResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.SidecarService.SetDraining is not implemented"))
+}
+
+func (UnimplementedSidecarServiceHandler) AcquireHandle(context.Context, *connect.Request[v1.AcquireHandleRequest]) (*connect.Response[v1.AcquireHandleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.SidecarService.AcquireHandle is not implemented"))
+}
+
+func (UnimplementedSidecarServiceHandler) CheckHandle(context.Context, *connect.Request[v1.CheckHandleRequest]) (*connect.Response[v1.CheckHandleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.SidecarService.CheckHandle is not implemented"))
+}
+
+func (UnimplementedSidecarServiceHandler) ReleaseHandle(context.Context, *connect.Request[v1.ReleaseHandleRequest]) (*connect.Response[v1.ReleaseHandleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.SidecarService.ReleaseHandle is not implemented"))
 }
