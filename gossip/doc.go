@@ -25,6 +25,9 @@
 //	         means none
 //	drain    "1" while a task drains (gives up its        draining task members
 //	         slices before it stops)
+//	handoff  host:port where a task serves state handoff  task members served
+//	         when not at rpc (a sidecar's, for its        by a sidecar with
+//	         application)                                 --handoff-addr
 //	settling "1" while the member's network coordinate    members started with
 //	         has not settled (Config.SettleSamples)       SettleSamples, until
 //	                                                      it has settled

@@ -126,6 +126,13 @@ type Peer struct {
 	// (slicelet.Slicelet.Drain). Task members only; it is the task's own
 	// claim and moves only its own keys.
 	Draining bool
+	// HandoffAddr is where a task serves state handoff (HandoffService)
+	// when not at RPCAddr: a sidecar serves it for the application at
+	// RPCAddr. "" means RPCAddr. Task members only. Like every tag it is
+	// the member's claim: with TLS a fetch checks that the server's
+	// certificate names the task, so a forged address can only make a
+	// fetch fail.
+	HandoffAddr string
 	// Settling says the member's network coordinate has not settled yet:
 	// it started recently and has measured too few round trips for
 	// distances to it to be trusted (Config.SettleSamples). Any role; the
@@ -142,15 +149,16 @@ func (p Peer) Has(r Role) bool {
 
 // Tag keys and the schema version. See doc.go for the table.
 const (
-	tagSchema = "slicerd"
-	tagRoles  = "roles"
-	tagJob    = "job"
-	tagTask   = "task"
-	tagRPC    = "rpc"
-	tagCap    = "cap"
-	tagMem    = "mem"
-	tagDrain  = "drain"
-	tagSettle = "settling"
+	tagSchema  = "slicerd"
+	tagRoles   = "roles"
+	tagJob     = "job"
+	tagTask    = "task"
+	tagRPC     = "rpc"
+	tagCap     = "cap"
+	tagMem     = "mem"
+	tagDrain   = "drain"
+	tagSettle  = "settling"
+	tagHandoff = "handoff"
 
 	schemaVersion = "1"
 )
@@ -198,6 +206,14 @@ func (p Peer) Tags() (map[string]string, error) {
 		if p.Draining {
 			tags[tagDrain] = "1"
 		}
+		if p.HandoffAddr != "" {
+			if err := ValidateRPCAddr(p.HandoffAddr); err != nil {
+				return nil, fmt.Errorf("%w: task member's handoff address: %w", ErrInvalidPeer, err)
+			}
+			tags[tagHandoff] = p.HandoffAddr
+		}
+	} else if p.HandoffAddr != "" {
+		return nil, fmt.Errorf("%w: handoff address %q is set but the roles %v do not include task; only tasks serve handoff", ErrInvalidPeer, p.HandoffAddr, roles)
 	} else if p.Draining {
 		return nil, fmt.Errorf("%w: draining is set but the roles %v do not include task; only tasks drain", ErrInvalidPeer, roles)
 	} else if p.MemoryLimit != 0 {
@@ -346,6 +362,14 @@ func parseTags(tags map[string]string) (Peer, error) {
 			}
 			p.Draining = true
 		}
+		if v, ok := tags[tagHandoff]; ok {
+			if err := ValidateRPCAddr(v); err != nil {
+				return Peer{}, fmt.Errorf("%w: handoff tag: %w", ErrInvalidPeer, err)
+			}
+			p.HandoffAddr = v
+		}
+	} else if _, hasHandoff := tags[tagHandoff]; hasHandoff {
+		return Peer{}, fmt.Errorf("%w: handoff tag on a member without the task role", ErrInvalidPeer)
 	} else if _, hasDrain := tags[tagDrain]; hasDrain {
 		return Peer{}, fmt.Errorf("%w: drain tag on a member without the task role", ErrInvalidPeer)
 	} else if _, hasCap := tags[tagCap]; hasJob || hasTask || hasCap {

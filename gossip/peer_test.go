@@ -58,6 +58,7 @@ func TestTagsRoundTrip(t *testing.T) {
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", RPCAddr: "127.0.0.1:1", Draining: true},
 		{Roles: []Role{RoleAssigner, RoleDistributor}, RPCAddr: "127.0.0.1:1", Settling: true},
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Settling: true},
+		{Roles: []Role{RoleTask}, Job: "j", Task: "t", RPCAddr: "127.0.0.1:8080", HandoffAddr: "127.0.0.1:8081"},
 	} {
 		tags, err := p.Tags()
 		if err != nil {
@@ -110,6 +111,8 @@ func TestTagsRejects(t *testing.T) {
 		"memory too large":     {Roles: []Role{RoleTask}, Job: "j", Task: "t", MemoryLimit: 1 << 51},
 		"memory on non-task":   {Roles: []Role{RoleDistributor}, MemoryLimit: 1 << 20},
 		"draining non-task":    {Roles: []Role{RoleAssigner}, Draining: true},
+		"handoff non-task":     {Roles: []Role{RoleAssigner}, HandoffAddr: "127.0.0.1:1"},
+		"bad handoff address":  {Roles: []Role{RoleTask}, Job: "j", Task: "t", HandoffAddr: "nowhere"},
 		"tags too large": {Roles: []Role{RoleTask}, Job: strings.Repeat("j", 63), Task: strings.Repeat("t", 128),
 			RPCAddr: long + ":1"},
 	} {
@@ -210,7 +213,7 @@ func TestParseMemberStatuses(t *testing.T) {
 func peersEqual(a, b Peer) bool {
 	return a.Name == b.Name && slices.Equal(a.Roles, b.Roles) && a.Job == b.Job && a.Task == b.Task &&
 		a.RPCAddr == b.RPCAddr && a.GossipAddr == b.GossipAddr && a.Status == b.Status && a.Capacity == b.Capacity &&
-		a.MemoryLimit == b.MemoryLimit && a.Draining == b.Draining && a.Settling == b.Settling
+		a.MemoryLimit == b.MemoryLimit && a.Draining == b.Draining && a.Settling == b.Settling && a.HandoffAddr == b.HandoffAddr
 }
 
 // FuzzParseTags checks that parsing arbitrary tag maps never panics and

@@ -56,6 +56,17 @@ type Config struct {
 	// Addr). Nil: keys move without their state.
 	ExportState StateExporter
 	ImportState StateImporter
+	// ImportStates, instead of ImportState, takes the entries of each
+	// message a fetch receives at once (at most 1 MiB of keys and
+	// values), for an importer that pays per call: the sidecar hands
+	// them to its application in one local call. The slice is reused
+	// after it returns.
+	ImportStates func(entries []StateEntry)
+	// HandoffAddr is where this task serves HandoffService when not at
+	// Addr, advertised in gossip: a task's Slicelet that stands beside
+	// its application (slicerd sidecar) serves it on its own listener.
+	// "" means Addr.
+	HandoffAddr string
 	// HandoffTimeout bounds one fetch of state; 0 means
 	// DefaultHandoffTimeout. HandoffMaxBytes bounds the keys and values
 	// one fetch takes; 0 means DefaultHandoffMaxBytes.
@@ -163,7 +174,7 @@ func (c Config) gossipConfig(log *slog.Logger) gossip.Config {
 		g.BindAddr = defaultGossipAddr
 	}
 	g.Join = c.Join
-	g.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: c.Job, Task: c.Task, RPCAddr: c.Addr, Capacity: c.Capacity, MemoryLimit: c.MemoryLimit}
+	g.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: c.Job, Task: c.Task, RPCAddr: c.Addr, HandoffAddr: c.HandoffAddr, Capacity: c.Capacity, MemoryLimit: c.MemoryLimit}
 	if g.Logger == nil {
 		g.Logger = log
 	}
@@ -182,8 +193,16 @@ func (c Config) validate() error {
 	if err := assign.ValidateMemoryLimit(float64(c.MemoryLimit)); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if (c.ExportState == nil) != (c.ImportState == nil) {
+	if c.ImportState != nil && c.ImportStates != nil {
+		return fmt.Errorf("%w: task %s/%s sets both ImportState and ImportStates; set one", ErrInvalidConfig, c.Job, c.Task)
+	}
+	if (c.ExportState == nil) != (c.ImportState == nil && c.ImportStates == nil) {
 		return fmt.Errorf("%w: task %s/%s sets only one of ExportState and ImportState; state handoff needs both", ErrInvalidConfig, c.Job, c.Task)
+	}
+	if c.HandoffAddr != "" {
+		if err := gossip.ValidateRPCAddr(c.HandoffAddr); err != nil {
+			return fmt.Errorf("%w: task %s/%s handoff address: %w", ErrInvalidConfig, c.Job, c.Task, err)
+		}
 	}
 	if c.HandoffTimeout < 0 || c.HandoffMaxBytes < 0 {
 		return fmt.Errorf("%w: task %s/%s has handoff timeout %v and max bytes %d; use positive values, or 0 for the defaults %v and %d",

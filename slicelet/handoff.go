@@ -63,6 +63,11 @@ type StateExporter func(ctx context.Context, start, end assign.SliceKey, emit fu
 // since the key arrived, and is newer (see the package's handoff notes).
 type StateImporter func(key, value []byte)
 
+// StateEntry is one key's state, as ImportStates takes it.
+type StateEntry struct {
+	Key, Value []byte
+}
+
 // Handoff bounds and defaults.
 const (
 	// DefaultHandoffTimeout bounds one fetch when Config.HandoffTimeout is 0.
@@ -129,7 +134,9 @@ type importRange struct {
 }
 
 // handoffOn reports whether the job's state moves with its keys.
-func (s *Slicelet) handoffOn() bool { return s.cfg.ImportState != nil && s.cfg.ExportState != nil }
+func (s *Slicelet) handoffOn() bool {
+	return (s.cfg.ImportState != nil || s.cfg.ImportStates != nil) && s.cfg.ExportState != nil
+}
 
 // HandoffStats reports the fetches this task started, how many of them
 // failed or were cut short, and the entries it imported.
@@ -353,19 +360,31 @@ func (s *Slicelet) fetch(ctx context.Context, gen uint64, p piece, imp *importRa
 // fetchOnce runs one FetchState stream of p, importing each entry, and
 // returns how many entries and bytes it imported.
 func (s *Slicelet) fetchOnce(ctx context.Context, gen uint64, p piece, limit int64) (n, size int64, err error) {
-	stream, err := s.handoffClient(p.from).FetchState(ctx, connect.NewRequest(&slicerv1.FetchStateRequest{
+	stream, err := s.handoffClient(s.handoffTarget(p.from)).FetchState(ctx, connect.NewRequest(&slicerv1.FetchStateRequest{
 		Job: s.cfg.Job, Task: s.cfg.Task, Generation: gen, Start: uint64(p.start), End: uint64(p.end)}))
 	if err != nil {
 		return 0, 0, err
 	}
 	defer stream.Close()
+	var batch []StateEntry
 	for stream.Receive() {
+		batch = batch[:0]
 		for _, e := range stream.Msg().GetEntries() {
 			if size += int64(len(e.GetKey()) + len(e.GetValue())); size > limit {
+				if len(batch) > 0 {
+					s.cfg.ImportStates(batch)
+				}
 				return n, size, fmt.Errorf("more than %d bytes of state; keeping what came", limit)
 			}
-			s.cfg.ImportState(e.GetKey(), e.GetValue())
+			if s.cfg.ImportStates != nil {
+				batch = append(batch, StateEntry{Key: e.GetKey(), Value: e.GetValue()})
+			} else {
+				s.cfg.ImportState(e.GetKey(), e.GetValue())
+			}
 			n++
+		}
+		if len(batch) > 0 {
+			s.cfg.ImportStates(batch)
 		}
 	}
 	return n, size, stream.Err()
@@ -378,6 +397,24 @@ func (s *Slicelet) doneImporting(imp *importRange) {
 		return slices.DeleteFunc(cur, func(x *importRange) bool { return x == imp })
 	})
 	close(imp.done)
+}
+
+// handoffTarget is t with the address it serves handoff at: the one its
+// gossip member advertises for handoff (a sidecar's), else its serving
+// address. With TLS the fetch checks that the server's certificate names
+// t, whichever address gossip gave.
+func (s *Slicelet) handoffTarget(t assign.Task) assign.Task {
+	n := s.node.Load()
+	if n == nil {
+		return t
+	}
+	for _, p := range n.Peers() {
+		if p.Job == s.cfg.Job && p.Task == t.Name && p.HandoffAddr != "" {
+			t.Addr = p.HandoffAddr
+			return t
+		}
+	}
+	return t
 }
 
 // handoffClient returns a client for the task t, reused while its address

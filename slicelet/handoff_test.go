@@ -3,6 +3,7 @@ package slicelet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -264,4 +265,56 @@ func BenchmarkHandoffFetch(b *testing.B) {
 		b.Fatalf("%d failed fetches, %d entries for %d fetches of %d", failed, entries, b.N, len(state))
 	}
 	b.ReportMetric(float64(len(state)), "entries/fetch")
+}
+
+// With ImportStates the importer takes each received message's entries in
+// one call, and a fetch cut short by the byte bound still hands over the
+// entries of the message it stopped in that fit.
+func TestFetchImportsWholeMessages(t *testing.T) {
+	peer := peerFunc(func(_ context.Context, out *connect.ServerStream[slicerv1.FetchStateResponse]) error {
+		out.Send(&slicerv1.FetchStateResponse{Entries: []*slicerv1.StateEntry{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: []byte("2")}}})
+		return out.Send(&slicerv1.FetchStateResponse{Entries: []*slicerv1.StateEntry{{Key: []byte("c"), Value: []byte("3")}, {Key: []byte("d"), Value: make([]byte, 100)}}})
+	})
+	h := newHandoffTask(t, "b", nil)
+	var calls [][]string
+	h.cfg.ImportState = nil
+	h.cfg.ImportStates = func(entries []StateEntry) {
+		var keys []string
+		for _, e := range entries {
+			keys = append(keys, string(e.Key))
+		}
+		calls = append(calls, keys)
+	}
+	h.cfg.HandoffMaxBytes = 50
+	path, handler := slicerv1connect.NewHandoffServiceHandler(peer)
+	ts := h2cServer(t, path, handler)
+	h.fetchFrom(t, strings.TrimPrefix(ts.URL, "http://"))
+	if fmt.Sprint(calls) != "[[a b] [c]]" {
+		t.Errorf("ImportStates calls %v; want [[a b] [c]]: one per message, and what fit of the one cut short", calls)
+	}
+	if _, failed, entries := h.HandoffStats(); failed != 1 || entries != 3 {
+		t.Errorf("%d failed, %d entries; want 1 and 3", failed, entries)
+	}
+}
+
+// ImportState and ImportStates are alternatives: a Config with both is
+// refused, as one with an importer and no exporter.
+func TestConfigTakesOneImporter(t *testing.T) {
+	export := func(context.Context, assign.SliceKey, assign.SliceKey, func(k, v []byte) error) error { return nil }
+	base := Config{Job: "j", Task: "t", Addr: "127.0.0.1:9000", Join: []string{"127.0.0.1:7946"}}
+	both := base
+	both.ExportState, both.ImportState, both.ImportStates = export, func(k, v []byte) {}, func([]StateEntry) {}
+	if _, err := New(both); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "set one") {
+		t.Errorf("both importers: %v", err)
+	}
+	noExport := base
+	noExport.ImportStates = func([]StateEntry) {}
+	if _, err := New(noExport); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("ImportStates without ExportState: %v", err)
+	}
+	badAddr := base
+	badAddr.HandoffAddr = "nowhere"
+	if _, err := New(badAddr); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("handoff address without a port: %v", err)
+	}
 }

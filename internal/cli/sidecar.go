@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,6 +71,12 @@ func SidecarCommand() *cli.Command {
 			&cli.StringFlag{Name: "local-api-socket", EnvVars: []string{"SLICERD_SIDECAR_LOCAL_API_SOCKET"},
 				Usage: "serve the application the local API (slicer.v1.SidecarService: its key ranges, load, drain; docs/api.md) on a Unix socket at this path, " +
 					"mode 0600: only the sidecar's user and root may use it (default: no local API)"},
+			&cli.StringFlag{Name: "app-state-socket", EnvVars: []string{"SLICERD_SIDECAR_APP_STATE_SOCKET"},
+				Usage: "state handoff: the Unix socket where the application serves slicer.v1.TaskStateService (export and import of its keys' state; " +
+					"docs/sidecar.md); needs --handoff-addr (default: keys move without their state)"},
+			&cli.StringFlag{Name: "handoff-addr", EnvVars: []string{"SLICERD_SIDECAR_HANDOFF_ADDR"},
+				Usage: "state handoff: host:port where the sidecar serves the job's other tasks the state of keys this task loses (HandoffService, " +
+					"advertised in gossip; with TLS only to tasks of the job); port 0 picks a free one. Use an address the other tasks can reach"},
 			&cli.StringFlag{Name: "consistency", EnvVars: []string{"SLICERD_SIDECAR_CONSISTENCY"}, Value: "affinity",
 				Usage: "the job's consistency: affinity, or strong (the task uses its keys only under the job's leases, and the application " +
 					"takes handles with fencing tokens over the local API; the job must be configured strong, docs/consistency.md)"},
@@ -93,6 +101,8 @@ type sidecarConfig struct {
 	failures     int
 	drainTimeout time.Duration
 	localSocket  string // the local API's Unix socket; "" for none
+	appState     string // the application's TaskStateService socket; "" for no handoff
+	handoffAddr  string // where to serve HandoffService, with appState
 }
 
 // sidecarState is what systemd's notifications follow (agentState): ready
@@ -212,6 +222,20 @@ func parseSidecar(c *cli.Context, log *slog.Logger) (sidecarConfig, error) {
 			return conn.Close()
 		}
 	}
+	sc.appState, sc.handoffAddr = c.String("app-state-socket"), c.String("handoff-addr")
+	switch {
+	case (sc.appState == "") != (sc.handoffAddr == ""):
+		return sc, usageError("--app-state-socket and --handoff-addr go together: the first reaches the application's state, the second serves it to the job's other tasks")
+	case sc.handoffAddr != "":
+		host, port, err := net.SplitHostPort(sc.handoffAddr)
+		ip := net.ParseIP(host)
+		if p, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil || host == "" || (ip != nil && ip.IsUnspecified()) || (port != "0" && p == 0) {
+			return sc, usageError("invalid --handoff-addr %q: give host:port with the host the job's other tasks reach this one at (port 0 picks a free one), such as 10.0.0.5:7000", sc.handoffAddr)
+		}
+		if sc.localSocket == "" {
+			return sc, usageError("state handoff needs --local-api-socket too: the application waits for a key's state there (AwaitState)")
+		}
+	}
 	if c.IsSet("local-api-socket") && sc.localSocket == "" {
 		return sc, usageError("--local-api-socket is empty; give the path of the Unix socket to create, or leave the flag out")
 	}
@@ -246,6 +270,15 @@ func runSidecar(c *cli.Context) error {
 	}
 	sc.slicelet.Logger = log // the Slicelet names the job and task in its own lines
 	log = log.With("job", sc.slicelet.Job, "task", sc.slicelet.Task)
+	var handoffLn net.Listener
+	if sc.appState != "" {
+		if handoffLn, err = net.Listen("tcp", sc.handoffAddr); err != nil {
+			return cli.Exit(fmt.Sprintf("sidecar: --handoff-addr: %v", err), 1)
+		}
+		defer handoffLn.Close()
+		sc.slicelet.HandoffAddr = handoffLn.Addr().String()
+		withAppState(&sc.slicelet, sc.appState, log)
+	}
 	sl, err := slicelet.New(sc.slicelet)
 	if err != nil {
 		return usageError("%v", err)
@@ -271,6 +304,14 @@ func runSidecar(c *cli.Context) error {
 	if local != nil {
 		g.Go(func() error { return serveLocal(gctx, localLn, local, sc.localSocket) })
 		log.Info("sidecar local API serving", "socket", sc.localSocket)
+	}
+	if handoffLn != nil {
+		var tlsConfig *tls.Config
+		if sc.slicelet.TLS != nil {
+			tlsConfig = sc.slicelet.TLS.ServerConfig()
+		}
+		g.Go(func() error { return serveHandoff(gctx, handoffLn, sl, tlsConfig, log) })
+		log.Info("sidecar serving state handoff", "handoff_addr", sc.slicelet.HandoffAddr, "app_state_socket", sc.appState)
 	}
 	g.Go(func() error {
 		followHealth(ctx, sl, sc, state, log)

@@ -32,6 +32,11 @@ func TestSidecarRefusesBadSettings(t *testing.T) {
 		{"zero lease TTL", with("--consistency", "strong", "--lease-ttl", "0s"), "invalid --lease-ttl"},
 		{"lease TTL over the most", with("--lease-ttl", "2h"), "invalid --lease-ttl"},
 		{"zero release wait", with("--release-wait", "0s"), "invalid --release-wait"},
+		{"state socket without a handoff address", with("--app-state-socket", "/run/app/state.sock"), "go together"},
+		{"handoff address without a state socket", with("--handoff-addr", "127.0.0.1:7000"), "go together"},
+		{"handoff on every interface", with("--app-state-socket", "/s", "--handoff-addr", "0.0.0.0:7000", "--local-api-socket", "/l"), "invalid --handoff-addr"},
+		{"handoff address without a port", with("--app-state-socket", "/s", "--handoff-addr", "10.0.0.5", "--local-api-socket", "/l"), "invalid --handoff-addr"},
+		{"handoff without the local API", with("--app-state-socket", "/s", "--handoff-addr", "127.0.0.1:0"), "needs --local-api-socket"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut strings.Builder

@@ -13,15 +13,18 @@ calls use the Connect protocol with JSON over HTTP/1.1.
 import base64
 import bisect
 import http.client
+import http.server
 import json
+import os
 import socket
+import socketserver
 import struct
 import threading
 import time
 
 import xxhash
 
-__all__ = ["slice_key", "Task", "Handle", "LocalAPIError"]
+__all__ = ["slice_key", "Task", "Handle", "LocalAPIError", "StateServer"]
 
 _SERVICE = "/slicer.v1.SidecarService/"
 KEY_SPACE_END = 1 << 63
@@ -252,6 +255,15 @@ class Task:
         return Handle(self, int(resp.get("handle", 0)), bool(resp.get("owned", False)), int(resp.get("token", 0)),
                       sent + ns / 1e9 if ns > 0 else None)
 
+    def await_state(self, key, wait=1.0):
+        """Wait (at most ``wait`` seconds, at most 10) until the state of
+        ``key``, if a handoff is bringing it to the task, has been
+        imported; call it on a miss before answering from local state.
+        Returns False if the wait ended first."""
+        k = key.encode() if isinstance(key, str) else key
+        resp = self._unary("AwaitState", {"key": base64.b64encode(k).decode(), "waitMs": int(wait * 1000)})
+        return bool(resp.get("done", False))
+
     def _unary(self, method, body):
         # Each thread keeps one connection alive (a call on it costs a
         # round trip; a new one costs a connect too). A kept connection the
@@ -359,3 +371,162 @@ class Task:
             self._changed.notify_all()
         if self._on_change is not None:
             self._on_change(gen, pairs(msg.get("gained")), pairs(msg.get("lost")))
+
+
+# State handoff: the application's side of slicer.v1.TaskStateService.
+
+_STATE_SERVICE = "/slicer.v1.TaskStateService/"
+_EXPORT_CHUNK = 512 << 10  # raw bytes of keys and values per message
+_MAX_IMPORT_BODY = 8 << 20
+
+
+class _StateHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _reply(self, code, body, ctype="application/json"):
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, code, connect_code, message):
+        self._reply(code, json.dumps({"code": connect_code, "message": message}).encode())
+
+    def _body(self):
+        """The request's body, sized or chunked (the sidecar streams a
+        request whose length it does not know ahead); None if too big."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            parts, total = [], 0
+            while True:
+                size = int(self.rfile.readline(65537).split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                total += size
+                if total > _MAX_IMPORT_BODY:
+                    return None
+                parts.append(self.rfile.read(size))
+                self.rfile.readline(65537)
+        n = int(self.headers.get("Content-Length") or 0)
+        if n > _MAX_IMPORT_BODY:
+            return None
+        return self.rfile.read(n)
+
+    def do_POST(self):
+        body = self._body()
+        if body is None:
+            self.close_connection = True
+            return self._error(400, "resource_exhausted", f"request over {_MAX_IMPORT_BODY} bytes")
+        if self.path == _STATE_SERVICE + "ImportState":
+            return self._import(body)
+        if self.path == _STATE_SERVICE + "ExportState":
+            return self._export(body)
+        self._error(404, "unimplemented", f"no method {self.path}")
+
+    def _import(self, body):
+        try:
+            msg = json.loads(body or b"{}")
+            entries = [(base64.b64decode(e.get("key", "")), base64.b64decode(e.get("value", "")))
+                       for e in msg.get("entries") or []]
+        except (ValueError, TypeError, AttributeError) as e:
+            return self._error(400, "invalid_argument", f"ImportState: {e}")
+        try:
+            self.server.importer(entries)
+        except Exception as e:  # noqa: BLE001 - the sidecar logs it
+            return self._error(500, "internal", f"ImportState: {e}")
+        self._reply(200, b"{}")
+
+    def _export(self, body):
+        try:
+            if len(body) < 5:
+                raise ValueError("no message")
+            _, size = struct.unpack(">BI", body[:5])
+            msg = json.loads(body[5:5 + size] or b"{}")
+            start, end = int(msg.get("start", 0)), int(msg.get("end", 0))
+        except (ValueError, TypeError, struct.error) as e:
+            return self._error(400, "invalid_argument", f"ExportState: {e}")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/connect+json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def chunk(flags, payload):
+            data = _envelope(flags, payload)
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        end_msg = {}
+        try:
+            batch, size = [], 0
+            for key, value in self.server.exporter(start, end):
+                batch.append({"key": base64.b64encode(key).decode(), "value": base64.b64encode(value).decode()})
+                size += len(key) + len(value)
+                if size >= _EXPORT_CHUNK:
+                    chunk(0, json.dumps({"entries": batch}).encode())
+                    batch, size = [], 0
+            if batch:
+                chunk(0, json.dumps({"entries": batch}).encode())
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+            return
+        except Exception as e:  # noqa: BLE001 - told to the sidecar
+            end_msg = {"error": {"code": "internal", "message": f"ExportState: {e}"}}
+        chunk(0x02, json.dumps(end_msg).encode())
+        self.wfile.write(b"0\r\n\r\n")
+
+
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def verify_request(self, request, client_address):
+        # Only the application's own user (or root) may call: the sidecar
+        # runs as that user.
+        cred = request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _, uid, _ = struct.unpack("3i", cred)
+        return uid in (os.getuid(), 0)
+
+
+class StateServer:
+    """Serves ``slicerd sidecar --app-state-socket PATH``: the sidecar
+    calls ``exporter(start, end)`` for the state of the keys whose slice
+    keys are in ``[start, end)`` (an iterable of ``(key, value)`` bytes
+    pairs) when another task gains them, and ``importer(entries)`` (a list
+    of ``(key, value)``) with the state of keys this task gains.
+
+    ``importer`` must not replace an entry the application already holds:
+    that one was written since the key arrived. ``exporter`` is called
+    while the task may be losing or have lost the keys: keep the state of
+    keys moved away for a few seconds. Both run on the server's threads.
+    The socket is created mode 0600 and callers of another user are
+    refused.
+    """
+
+    def __init__(self, path, exporter, importer):
+        if os.path.exists(path):
+            os.unlink(path)
+        old = os.umask(0o177)
+        try:
+            self._srv = _UnixHTTPServer(path, _StateHandler)
+        finally:
+            os.umask(old)
+        self._srv.exporter = exporter
+        self._srv.importer = importer
+        self._path = path
+        self._thread = None
+
+    def start(self):
+        self._thread = threading.Thread(target=self._srv.serve_forever, name="slicerd-state", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self):
+        self._srv.shutdown()
+        self._srv.server_close()
+        try:
+            os.unlink(self._path)
+        except OSError:
+            pass

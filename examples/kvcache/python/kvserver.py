@@ -13,6 +13,7 @@ Usage: kvserver.py --addr 127.0.0.1:8080 --local-api-socket PATH
                    [--job kv --tls-cert task.pem --tls-key task-key.pem --tls-ca ca.pem]
                    [--consistency strong --backing http://HOST:PORT [--await 2s]
                     [--record FILE --task NAME]]
+                   [--state-socket PATH]
 
 With --consistency strong (the sidecar runs with --consistency strong, on a
 job configured strong) each request holds a handle on its key, taken over
@@ -23,7 +24,14 @@ only if the key stayed the task's throughout, or 421. --record appends each
 satisfied request to FILE in lease/leasecheck's record form, as the Go
 kvserver's -record does, for the history checker.
 
-Entries of the ranges the task loses are dropped. Each request's load
+With --state-socket (the sidecar's --app-state-socket, with its
+--handoff-addr) the entries move with their keys, as the Go kvserver's do
+with -handoff: the task serves their export and import there
+(slicerd_task.StateServer), keeps the entries of lost ranges for 10 s
+for their new owner to fetch, and a miss on a key it has just gained waits
+for the key's state first.
+
+Otherwise the entries of the ranges the task loses are dropped. Each request's load
 (1 per request) is reported to the sidecar once a second. With --tls-* it
 serves TLS with the task's certificate and, like the Go kvserver
 (kvcache.RequireJobPeer), only to callers whose certificate, from the
@@ -35,6 +43,7 @@ import argparse
 import http.client
 import http.server
 import json
+import socket
 import ssl
 import sys
 import threading
@@ -46,19 +55,45 @@ import slicerd_task
 MAX_VALUE_BYTES = 1 << 20
 
 
+LEAVING_KEEP = 10.0  # seconds the entries of lost ranges are kept for export
+
+
 class Store:
-    def __init__(self):
+    def __init__(self, keep_leaving=False):
         self.lock = threading.Lock()
         self.entries = {}
         self.served = 0
         self.load = {}
+        self.keep_leaving = keep_leaving
+        self.leaving = {}  # key -> (value, when it left), with handoff
 
     def drop_ranges(self, lost):
+        now = time.monotonic()
         with self.lock:
             for key in list(self.entries):
                 h = slicerd_task.slice_key(key)
                 if any(s <= h < e for s, e in lost):
-                    del self.entries[key]
+                    val = self.entries.pop(key)
+                    if self.keep_leaving:
+                        self.leaving[key] = (val, now)
+            for key, (_, when) in list(self.leaving.items()):
+                if now - when > LEAVING_KEEP:
+                    del self.leaving[key]
+
+    def export(self, start, end):
+        """The entries of slice keys [start, end), those of lost ranges
+        still kept included (handoff's export)."""
+        with self.lock:
+            items = list(self.entries.items()) + [(k, v) for k, (v, _) in self.leaving.items() if k not in self.entries]
+        return [(k, v) for k, v in items if start <= slicerd_task.slice_key(k) < end]
+
+    def import_(self, entries):
+        """Adds fetched entries, keeping any the task already holds (a
+        write since the key arrived is newer)."""
+        with self.lock:
+            for k, v in entries:
+                self.entries.setdefault(k, v)
+                self.leaving.pop(k, None)
 
     def count(self, key):
         with self.lock:
@@ -143,7 +178,7 @@ def job_peer(cert, job):
                or u.startswith(f"spiffe://slicerd/task/{job}/") for u in uris)
 
 
-def make_handler(task, store, job=None, strong=None):
+def make_handler(task, store, job=None, strong=None, handoff=False):
     """strong, for a strong job: an object with backing, record (or None)
     and wait (seconds a request waits for a key whose lease is on its
     way)."""
@@ -272,6 +307,14 @@ def make_handler(task, store, job=None, strong=None):
                 return self.strong_get(key)
             with store.lock:
                 val = store.entries.get(key)
+            if val is None and handoff:
+                # A key just gained may have its state on the way.
+                try:
+                    task.await_state(key, 5.0)
+                except (OSError, slicerd_task.LocalAPIError):
+                    pass  # answer from what is here
+                with store.lock:
+                    val = store.entries.get(key)
             if val is None:
                 return self.reply(404, b"kvcache: key not found\n")
             self.reply(200, val, "application/octet-stream")
@@ -312,6 +355,10 @@ class Server(http.server.ThreadingHTTPServer):
 
     def get_request(self):
         sock, addr = self.socket.accept()
+        # A reply is written as its headers, then its body: without
+        # TCP_NODELAY the body waits for the client's delayed ACK of the
+        # headers (40 ms on Linux).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.tls is not None:
             # The handshake runs on the request's thread, at its first read.
             sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
@@ -364,6 +411,7 @@ def main():
                     help="strong mode: how long a request waits for a key whose lease is on its way (0s: answer 421 at once)")
     ap.add_argument("--record", help="strong mode: append satisfied requests to this file (lease/leasecheck's form)")
     ap.add_argument("--task", help="the task's name, for --record")
+    ap.add_argument("--state-socket", help="state handoff: serve the sidecar's --app-state-socket here")
     args = ap.parse_args()
     strong = None
     if args.consistency == "strong":
@@ -382,11 +430,15 @@ def main():
     if any(tls_args) and not all(tls_args):
         ap.error("--tls-cert, --tls-key and --tls-ca go together")
     host, port = args.addr.rsplit(":", 1)
-    store = Store()
+    store = Store(keep_leaving=bool(args.state_socket))
     task = slicerd_task.Task(args.local_api_socket, on_change=lambda gen, gained, lost: store.drop_ranges(lost)).start()
     stop = threading.Event()
     threading.Thread(target=report_load, args=(task, store, stop), daemon=True).start()
-    srv = Server((host, int(port)), make_handler(task, store, args.job if args.tls_cert else None, strong))
+    srv = Server((host, int(port)), make_handler(task, store, args.job if args.tls_cert else None, strong,
+                                                           handoff=bool(args.state_socket)))
+    state = None
+    if args.state_socket:
+        state = slicerd_task.StateServer(args.state_socket, store.export, store.import_).start()
     if args.tls_cert:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -403,6 +455,8 @@ def main():
     finally:
         stop.set()
         task.close()
+        if state is not None:
+            state.close()
 
 
 if __name__ == "__main__":

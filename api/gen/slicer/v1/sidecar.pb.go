@@ -728,11 +728,289 @@ func (x *ReleaseHandleResponse) GetContinuous() bool {
 	return false
 }
 
+type AwaitStateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// How long to wait at most, in milliseconds; at most 10,000.
+	WaitMs        uint32 `protobuf:"varint,2,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AwaitStateRequest) Reset() {
+	*x = AwaitStateRequest{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AwaitStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AwaitStateRequest) ProtoMessage() {}
+
+func (x *AwaitStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AwaitStateRequest.ProtoReflect.Descriptor instead.
+func (*AwaitStateRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AwaitStateRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *AwaitStateRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+type AwaitStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// false when the wait ended before the state arrived; true when it
+	// arrived, its fetch was abandoned (the rest starts cold), or none was
+	// bringing it.
+	Done          bool `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AwaitStateResponse) Reset() {
+	*x = AwaitStateResponse{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AwaitStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AwaitStateResponse) ProtoMessage() {}
+
+func (x *AwaitStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AwaitStateResponse.ProtoReflect.Descriptor instead.
+func (*AwaitStateResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AwaitStateResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+type ExportStateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slice keys [start, end) whose state to export.
+	Start         uint64 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint64 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportStateRequest) Reset() {
+	*x = ExportStateRequest{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportStateRequest) ProtoMessage() {}
+
+func (x *ExportStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportStateRequest.ProtoReflect.Descriptor instead.
+func (*ExportStateRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExportStateRequest) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ExportStateRequest) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+type ExportStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Some of the keys' state, in the application's own encoding.
+	Entries       []*StateEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportStateResponse) Reset() {
+	*x = ExportStateResponse{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportStateResponse) ProtoMessage() {}
+
+func (x *ExportStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportStateResponse.ProtoReflect.Descriptor instead.
+func (*ExportStateResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExportStateResponse) GetEntries() []*StateEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type ImportStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*StateEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportStateRequest) Reset() {
+	*x = ImportStateRequest{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportStateRequest) ProtoMessage() {}
+
+func (x *ImportStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportStateRequest.ProtoReflect.Descriptor instead.
+func (*ImportStateRequest) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ImportStateRequest) GetEntries() []*StateEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type ImportStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportStateResponse) Reset() {
+	*x = ImportStateResponse{}
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportStateResponse) ProtoMessage() {}
+
+func (x *ImportStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slicer_v1_sidecar_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportStateResponse.ProtoReflect.Descriptor instead.
+func (*ImportStateResponse) Descriptor() ([]byte, []int) {
+	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{19}
+}
+
 var File_slicer_v1_sidecar_proto protoreflect.FileDescriptor
 
 const file_slicer_v1_sidecar_proto_rawDesc = "" +
 	"\n" +
-	"\x17slicer/v1/sidecar.proto\x12\tslicer.v1\"2\n" +
+	"\x17slicer/v1/sidecar.proto\x12\tslicer.v1\x1a\x16slicer/v1/slicer.proto\"2\n" +
 	"\bKeyRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\"\x14\n" +
@@ -775,7 +1053,20 @@ const file_slicer_v1_sidecar_proto_rawDesc = "" +
 	"\x15ReleaseHandleResponse\x12\x1e\n" +
 	"\n" +
 	"continuous\x18\x01 \x01(\bR\n" +
-	"continuous2\x8b\x04\n" +
+	"continuous\">\n" +
+	"\x11AwaitStateRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x17\n" +
+	"\await_ms\x18\x02 \x01(\rR\x06waitMs\"(\n" +
+	"\x12AwaitStateResponse\x12\x12\n" +
+	"\x04done\x18\x01 \x01(\bR\x04done\"<\n" +
+	"\x12ExportStateRequest\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end\"F\n" +
+	"\x13ExportStateResponse\x12/\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.slicer.v1.StateEntryR\aentries\"E\n" +
+	"\x12ImportStateRequest\x12/\n" +
+	"\aentries\x18\x01 \x03(\v2\x15.slicer.v1.StateEntryR\aentries\"\x15\n" +
+	"\x13ImportStateResponse2\xd6\x04\n" +
 	"\x0eSidecarService\x12N\n" +
 	"\vWatchRanges\x12\x1d.slicer.v1.WatchRangesRequest\x1a\x1e.slicer.v1.WatchRangesResponse0\x01\x12e\n" +
 	"\n" +
@@ -783,7 +1074,12 @@ const file_slicer_v1_sidecar_proto_rawDesc = "" +
 	"\vSetDraining\x12\x1d.slicer.v1.SetDrainingRequest\x1a\x1e.slicer.v1.SetDrainingResponse\x12R\n" +
 	"\rAcquireHandle\x12\x1f.slicer.v1.AcquireHandleRequest\x1a .slicer.v1.AcquireHandleResponse\x12L\n" +
 	"\vCheckHandle\x12\x1d.slicer.v1.CheckHandleRequest\x1a\x1e.slicer.v1.CheckHandleResponse\x12R\n" +
-	"\rReleaseHandle\x12\x1f.slicer.v1.ReleaseHandleRequest\x1a .slicer.v1.ReleaseHandleResponseB7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
+	"\rReleaseHandle\x12\x1f.slicer.v1.ReleaseHandleRequest\x1a .slicer.v1.ReleaseHandleResponse\x12I\n" +
+	"\n" +
+	"AwaitState\x12\x1c.slicer.v1.AwaitStateRequest\x1a\x1d.slicer.v1.AwaitStateResponse2\xb0\x01\n" +
+	"\x10TaskStateService\x12N\n" +
+	"\vExportState\x12\x1d.slicer.v1.ExportStateRequest\x1a\x1e.slicer.v1.ExportStateResponse0\x01\x12L\n" +
+	"\vImportState\x12\x1d.slicer.v1.ImportStateRequest\x1a\x1e.slicer.v1.ImportStateResponseB7Z5github.com/slicerd/slicerd/api/gen/slicer/v1;slicerv1b\x06proto3"
 
 var (
 	file_slicer_v1_sidecar_proto_rawDescOnce sync.Once
@@ -797,7 +1093,7 @@ func file_slicer_v1_sidecar_proto_rawDescGZIP() []byte {
 	return file_slicer_v1_sidecar_proto_rawDescData
 }
 
-var file_slicer_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_slicer_v1_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_slicer_v1_sidecar_proto_goTypes = []any{
 	(*KeyRange)(nil),                         // 0: slicer.v1.KeyRange
 	(*WatchRangesRequest)(nil),               // 1: slicer.v1.WatchRangesRequest
@@ -813,29 +1109,44 @@ var file_slicer_v1_sidecar_proto_goTypes = []any{
 	(*CheckHandleResponse)(nil),              // 11: slicer.v1.CheckHandleResponse
 	(*ReleaseHandleRequest)(nil),             // 12: slicer.v1.ReleaseHandleRequest
 	(*ReleaseHandleResponse)(nil),            // 13: slicer.v1.ReleaseHandleResponse
+	(*AwaitStateRequest)(nil),                // 14: slicer.v1.AwaitStateRequest
+	(*AwaitStateResponse)(nil),               // 15: slicer.v1.AwaitStateResponse
+	(*ExportStateRequest)(nil),               // 16: slicer.v1.ExportStateRequest
+	(*ExportStateResponse)(nil),              // 17: slicer.v1.ExportStateResponse
+	(*ImportStateRequest)(nil),               // 18: slicer.v1.ImportStateRequest
+	(*ImportStateResponse)(nil),              // 19: slicer.v1.ImportStateResponse
+	(*StateEntry)(nil),                       // 20: slicer.v1.StateEntry
 }
 var file_slicer_v1_sidecar_proto_depIdxs = []int32{
 	0,  // 0: slicer.v1.WatchRangesResponse.gained:type_name -> slicer.v1.KeyRange
 	0,  // 1: slicer.v1.WatchRangesResponse.lost:type_name -> slicer.v1.KeyRange
 	0,  // 2: slicer.v1.WatchRangesResponse.owned:type_name -> slicer.v1.KeyRange
 	3,  // 3: slicer.v1.SidecarServiceReportLoadRequest.loads:type_name -> slicer.v1.KeyLoad
-	1,  // 4: slicer.v1.SidecarService.WatchRanges:input_type -> slicer.v1.WatchRangesRequest
-	4,  // 5: slicer.v1.SidecarService.ReportLoad:input_type -> slicer.v1.SidecarServiceReportLoadRequest
-	6,  // 6: slicer.v1.SidecarService.SetDraining:input_type -> slicer.v1.SetDrainingRequest
-	8,  // 7: slicer.v1.SidecarService.AcquireHandle:input_type -> slicer.v1.AcquireHandleRequest
-	10, // 8: slicer.v1.SidecarService.CheckHandle:input_type -> slicer.v1.CheckHandleRequest
-	12, // 9: slicer.v1.SidecarService.ReleaseHandle:input_type -> slicer.v1.ReleaseHandleRequest
-	2,  // 10: slicer.v1.SidecarService.WatchRanges:output_type -> slicer.v1.WatchRangesResponse
-	5,  // 11: slicer.v1.SidecarService.ReportLoad:output_type -> slicer.v1.SidecarServiceReportLoadResponse
-	7,  // 12: slicer.v1.SidecarService.SetDraining:output_type -> slicer.v1.SetDrainingResponse
-	9,  // 13: slicer.v1.SidecarService.AcquireHandle:output_type -> slicer.v1.AcquireHandleResponse
-	11, // 14: slicer.v1.SidecarService.CheckHandle:output_type -> slicer.v1.CheckHandleResponse
-	13, // 15: slicer.v1.SidecarService.ReleaseHandle:output_type -> slicer.v1.ReleaseHandleResponse
-	10, // [10:16] is the sub-list for method output_type
-	4,  // [4:10] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	20, // 4: slicer.v1.ExportStateResponse.entries:type_name -> slicer.v1.StateEntry
+	20, // 5: slicer.v1.ImportStateRequest.entries:type_name -> slicer.v1.StateEntry
+	1,  // 6: slicer.v1.SidecarService.WatchRanges:input_type -> slicer.v1.WatchRangesRequest
+	4,  // 7: slicer.v1.SidecarService.ReportLoad:input_type -> slicer.v1.SidecarServiceReportLoadRequest
+	6,  // 8: slicer.v1.SidecarService.SetDraining:input_type -> slicer.v1.SetDrainingRequest
+	8,  // 9: slicer.v1.SidecarService.AcquireHandle:input_type -> slicer.v1.AcquireHandleRequest
+	10, // 10: slicer.v1.SidecarService.CheckHandle:input_type -> slicer.v1.CheckHandleRequest
+	12, // 11: slicer.v1.SidecarService.ReleaseHandle:input_type -> slicer.v1.ReleaseHandleRequest
+	14, // 12: slicer.v1.SidecarService.AwaitState:input_type -> slicer.v1.AwaitStateRequest
+	16, // 13: slicer.v1.TaskStateService.ExportState:input_type -> slicer.v1.ExportStateRequest
+	18, // 14: slicer.v1.TaskStateService.ImportState:input_type -> slicer.v1.ImportStateRequest
+	2,  // 15: slicer.v1.SidecarService.WatchRanges:output_type -> slicer.v1.WatchRangesResponse
+	5,  // 16: slicer.v1.SidecarService.ReportLoad:output_type -> slicer.v1.SidecarServiceReportLoadResponse
+	7,  // 17: slicer.v1.SidecarService.SetDraining:output_type -> slicer.v1.SetDrainingResponse
+	9,  // 18: slicer.v1.SidecarService.AcquireHandle:output_type -> slicer.v1.AcquireHandleResponse
+	11, // 19: slicer.v1.SidecarService.CheckHandle:output_type -> slicer.v1.CheckHandleResponse
+	13, // 20: slicer.v1.SidecarService.ReleaseHandle:output_type -> slicer.v1.ReleaseHandleResponse
+	15, // 21: slicer.v1.SidecarService.AwaitState:output_type -> slicer.v1.AwaitStateResponse
+	17, // 22: slicer.v1.TaskStateService.ExportState:output_type -> slicer.v1.ExportStateResponse
+	19, // 23: slicer.v1.TaskStateService.ImportState:output_type -> slicer.v1.ImportStateResponse
+	15, // [15:24] is the sub-list for method output_type
+	6,  // [6:15] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_sidecar_proto_init() }
@@ -843,15 +1154,16 @@ func file_slicer_v1_sidecar_proto_init() {
 	if File_slicer_v1_sidecar_proto != nil {
 		return
 	}
+	file_slicer_v1_slicer_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slicer_v1_sidecar_proto_rawDesc), len(file_slicer_v1_sidecar_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   20,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_slicer_v1_sidecar_proto_goTypes,
 		DependencyIndexes: file_slicer_v1_sidecar_proto_depIdxs,

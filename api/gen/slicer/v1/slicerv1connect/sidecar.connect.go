@@ -23,6 +23,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// SidecarServiceName is the fully-qualified name of the SidecarService service.
 	SidecarServiceName = "slicer.v1.SidecarService"
+	// TaskStateServiceName is the fully-qualified name of the TaskStateService service.
+	TaskStateServiceName = "slicer.v1.TaskStateService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -51,6 +53,15 @@ const (
 	// SidecarServiceReleaseHandleProcedure is the fully-qualified name of the SidecarService's
 	// ReleaseHandle RPC.
 	SidecarServiceReleaseHandleProcedure = "/slicer.v1.SidecarService/ReleaseHandle"
+	// SidecarServiceAwaitStateProcedure is the fully-qualified name of the SidecarService's AwaitState
+	// RPC.
+	SidecarServiceAwaitStateProcedure = "/slicer.v1.SidecarService/AwaitState"
+	// TaskStateServiceExportStateProcedure is the fully-qualified name of the TaskStateService's
+	// ExportState RPC.
+	TaskStateServiceExportStateProcedure = "/slicer.v1.TaskStateService/ExportState"
+	// TaskStateServiceImportStateProcedure is the fully-qualified name of the TaskStateService's
+	// ImportState RPC.
+	TaskStateServiceImportStateProcedure = "/slicer.v1.TaskStateService/ImportState"
 )
 
 // SidecarServiceClient is a client for the slicer.v1.SidecarService service.
@@ -79,6 +90,12 @@ type SidecarServiceClient interface {
 	// the key stayed the task's until then. Releasing an unknown handle
 	// answers continuous = false.
 	ReleaseHandle(context.Context, *connect.Request[v1.ReleaseHandleRequest]) (*connect.Response[v1.ReleaseHandleResponse], error)
+	// AwaitState waits until the state of a key the task has just gained,
+	// if a handoff is bringing it, has been imported into the application
+	// (TaskStateService.ImportState returned), as Slicelet.AwaitState does
+	// for a Go task: call it on a miss, before answering from local state.
+	// It answers at once for a key no handoff is bringing.
+	AwaitState(context.Context, *connect.Request[v1.AwaitStateRequest]) (*connect.Response[v1.AwaitStateResponse], error)
 }
 
 // NewSidecarServiceClient constructs a client for the slicer.v1.SidecarService service. By default,
@@ -128,6 +145,12 @@ func NewSidecarServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sidecarServiceMethods.ByName("ReleaseHandle")),
 			connect.WithClientOptions(opts...),
 		),
+		awaitState: connect.NewClient[v1.AwaitStateRequest, v1.AwaitStateResponse](
+			httpClient,
+			baseURL+SidecarServiceAwaitStateProcedure,
+			connect.WithSchema(sidecarServiceMethods.ByName("AwaitState")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -139,6 +162,7 @@ type sidecarServiceClient struct {
 	acquireHandle *connect.Client[v1.AcquireHandleRequest, v1.AcquireHandleResponse]
 	checkHandle   *connect.Client[v1.CheckHandleRequest, v1.CheckHandleResponse]
 	releaseHandle *connect.Client[v1.ReleaseHandleRequest, v1.ReleaseHandleResponse]
+	awaitState    *connect.Client[v1.AwaitStateRequest, v1.AwaitStateResponse]
 }
 
 // WatchRanges calls slicer.v1.SidecarService.WatchRanges.
@@ -171,6 +195,11 @@ func (c *sidecarServiceClient) ReleaseHandle(ctx context.Context, req *connect.R
 	return c.releaseHandle.CallUnary(ctx, req)
 }
 
+// AwaitState calls slicer.v1.SidecarService.AwaitState.
+func (c *sidecarServiceClient) AwaitState(ctx context.Context, req *connect.Request[v1.AwaitStateRequest]) (*connect.Response[v1.AwaitStateResponse], error) {
+	return c.awaitState.CallUnary(ctx, req)
+}
+
 // SidecarServiceHandler is an implementation of the slicer.v1.SidecarService service.
 type SidecarServiceHandler interface {
 	// WatchRanges streams the task's key ranges: a first message with every
@@ -197,6 +226,12 @@ type SidecarServiceHandler interface {
 	// the key stayed the task's until then. Releasing an unknown handle
 	// answers continuous = false.
 	ReleaseHandle(context.Context, *connect.Request[v1.ReleaseHandleRequest]) (*connect.Response[v1.ReleaseHandleResponse], error)
+	// AwaitState waits until the state of a key the task has just gained,
+	// if a handoff is bringing it, has been imported into the application
+	// (TaskStateService.ImportState returned), as Slicelet.AwaitState does
+	// for a Go task: call it on a miss, before answering from local state.
+	// It answers at once for a key no handoff is bringing.
+	AwaitState(context.Context, *connect.Request[v1.AwaitStateRequest]) (*connect.Response[v1.AwaitStateResponse], error)
 }
 
 // NewSidecarServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -242,6 +277,12 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sidecarServiceMethods.ByName("ReleaseHandle")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sidecarServiceAwaitStateHandler := connect.NewUnaryHandler(
+		SidecarServiceAwaitStateProcedure,
+		svc.AwaitState,
+		connect.WithSchema(sidecarServiceMethods.ByName("AwaitState")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slicer.v1.SidecarService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SidecarServiceWatchRangesProcedure:
@@ -256,6 +297,8 @@ func NewSidecarServiceHandler(svc SidecarServiceHandler, opts ...connect.Handler
 			sidecarServiceCheckHandleHandler.ServeHTTP(w, r)
 		case SidecarServiceReleaseHandleProcedure:
 			sidecarServiceReleaseHandleHandler.ServeHTTP(w, r)
+		case SidecarServiceAwaitStateProcedure:
+			sidecarServiceAwaitStateHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -287,4 +330,118 @@ func (UnimplementedSidecarServiceHandler) CheckHandle(context.Context, *connect.
 
 func (UnimplementedSidecarServiceHandler) ReleaseHandle(context.Context, *connect.Request[v1.ReleaseHandleRequest]) (*connect.Response[v1.ReleaseHandleResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.SidecarService.ReleaseHandle is not implemented"))
+}
+
+func (UnimplementedSidecarServiceHandler) AwaitState(context.Context, *connect.Request[v1.AwaitStateRequest]) (*connect.Response[v1.AwaitStateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.SidecarService.AwaitState is not implemented"))
+}
+
+// TaskStateServiceClient is a client for the slicer.v1.TaskStateService service.
+type TaskStateServiceClient interface {
+	// ExportState streams the state the application holds for the slice
+	// keys [start, end). It is called while the task may be losing or have
+	// lost those keys: keep the state of keys moved away for a few seconds
+	// so their new owner can fetch it.
+	ExportState(context.Context, *connect.Request[v1.ExportStateRequest]) (*connect.ServerStreamForClient[v1.ExportStateResponse], error)
+	// ImportState adds state fetched from the task that held the keys. It
+	// must not replace an entry the application already holds for a key:
+	// that one was written since the key arrived, and is newer.
+	ImportState(context.Context, *connect.Request[v1.ImportStateRequest]) (*connect.Response[v1.ImportStateResponse], error)
+}
+
+// NewTaskStateServiceClient constructs a client for the slicer.v1.TaskStateService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewTaskStateServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) TaskStateServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	taskStateServiceMethods := v1.File_slicer_v1_sidecar_proto.Services().ByName("TaskStateService").Methods()
+	return &taskStateServiceClient{
+		exportState: connect.NewClient[v1.ExportStateRequest, v1.ExportStateResponse](
+			httpClient,
+			baseURL+TaskStateServiceExportStateProcedure,
+			connect.WithSchema(taskStateServiceMethods.ByName("ExportState")),
+			connect.WithClientOptions(opts...),
+		),
+		importState: connect.NewClient[v1.ImportStateRequest, v1.ImportStateResponse](
+			httpClient,
+			baseURL+TaskStateServiceImportStateProcedure,
+			connect.WithSchema(taskStateServiceMethods.ByName("ImportState")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// taskStateServiceClient implements TaskStateServiceClient.
+type taskStateServiceClient struct {
+	exportState *connect.Client[v1.ExportStateRequest, v1.ExportStateResponse]
+	importState *connect.Client[v1.ImportStateRequest, v1.ImportStateResponse]
+}
+
+// ExportState calls slicer.v1.TaskStateService.ExportState.
+func (c *taskStateServiceClient) ExportState(ctx context.Context, req *connect.Request[v1.ExportStateRequest]) (*connect.ServerStreamForClient[v1.ExportStateResponse], error) {
+	return c.exportState.CallServerStream(ctx, req)
+}
+
+// ImportState calls slicer.v1.TaskStateService.ImportState.
+func (c *taskStateServiceClient) ImportState(ctx context.Context, req *connect.Request[v1.ImportStateRequest]) (*connect.Response[v1.ImportStateResponse], error) {
+	return c.importState.CallUnary(ctx, req)
+}
+
+// TaskStateServiceHandler is an implementation of the slicer.v1.TaskStateService service.
+type TaskStateServiceHandler interface {
+	// ExportState streams the state the application holds for the slice
+	// keys [start, end). It is called while the task may be losing or have
+	// lost those keys: keep the state of keys moved away for a few seconds
+	// so their new owner can fetch it.
+	ExportState(context.Context, *connect.Request[v1.ExportStateRequest], *connect.ServerStream[v1.ExportStateResponse]) error
+	// ImportState adds state fetched from the task that held the keys. It
+	// must not replace an entry the application already holds for a key:
+	// that one was written since the key arrived, and is newer.
+	ImportState(context.Context, *connect.Request[v1.ImportStateRequest]) (*connect.Response[v1.ImportStateResponse], error)
+}
+
+// NewTaskStateServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewTaskStateServiceHandler(svc TaskStateServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	taskStateServiceMethods := v1.File_slicer_v1_sidecar_proto.Services().ByName("TaskStateService").Methods()
+	taskStateServiceExportStateHandler := connect.NewServerStreamHandler(
+		TaskStateServiceExportStateProcedure,
+		svc.ExportState,
+		connect.WithSchema(taskStateServiceMethods.ByName("ExportState")),
+		connect.WithHandlerOptions(opts...),
+	)
+	taskStateServiceImportStateHandler := connect.NewUnaryHandler(
+		TaskStateServiceImportStateProcedure,
+		svc.ImportState,
+		connect.WithSchema(taskStateServiceMethods.ByName("ImportState")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/slicer.v1.TaskStateService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case TaskStateServiceExportStateProcedure:
+			taskStateServiceExportStateHandler.ServeHTTP(w, r)
+		case TaskStateServiceImportStateProcedure:
+			taskStateServiceImportStateHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedTaskStateServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedTaskStateServiceHandler struct{}
+
+func (UnimplementedTaskStateServiceHandler) ExportState(context.Context, *connect.Request[v1.ExportStateRequest], *connect.ServerStream[v1.ExportStateResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.TaskStateService.ExportState is not implemented"))
+}
+
+func (UnimplementedTaskStateServiceHandler) ImportState(context.Context, *connect.Request[v1.ImportStateRequest]) (*connect.Response[v1.ImportStateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slicer.v1.TaskStateService.ImportState is not implemented"))
 }
