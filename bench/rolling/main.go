@@ -11,6 +11,7 @@
 //
 //	go run ./bench/rolling                  # entries move with their keys
 //	go run ./bench/rolling -handoff=false   # the same run, keys move cold
+//	go run ./bench/rolling -python-tasks 5  # half the tasks in Python, under sidecars
 //
 // The children are stopped (SIGTERM, then SIGKILL) on exit and on Ctrl-C.
 package main
@@ -38,6 +39,8 @@ func main() {
 type options struct {
 	slicerd, kvserver string
 	tasks             int
+	pythonTasks       int
+	python            string
 	traffic           cachetraffic.Config
 	handoff           bool
 	handoffDeadline   time.Duration
@@ -60,6 +63,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.slicerd, "slicerd", "", "slicerd binary to run (default: build it from this module)")
 	fs.StringVar(&o.kvserver, "kvserver", "", "kvserver binary to run (default: build it from this module)")
 	fs.IntVar(&o.tasks, "tasks", 10, "kvserver tasks")
+	fs.IntVar(&o.pythonTasks, "python-tasks", 0, "of the -tasks, how many run as the Python kvserver (examples/kvcache/python) under a slicerd sidecar")
+	fs.StringVar(&o.python, "python", "", "the Python interpreter for -python-tasks, with python3-xxhash (default: $SLICERD_PYTHON, else python3)")
 	fs.IntVar(&o.traffic.Keys, "keys", o.traffic.Keys, "distinct keys")
 	fs.Float64Var(&o.traffic.Exponent, "exponent", o.traffic.Exponent, "Zipf exponent of key popularity (above 1)")
 	fs.Float64Var(&o.traffic.Rate, "rate", o.traffic.Rate, "reads per second offered")
@@ -81,6 +86,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	switch {
 	case o.tasks < 2 || o.tasks > 100:
 		return nil, fmt.Errorf("-tasks %d: use 2 to 100", o.tasks)
+	case o.pythonTasks < 0 || o.pythonTasks > o.tasks:
+		return nil, fmt.Errorf("-python-tasks %d: use 0 to -tasks (%d)", o.pythonTasks, o.tasks)
 	case o.warmup < 0 || o.pause < 0 || o.handoffDeadline < 0:
 		return nil, fmt.Errorf("-warmup %v, -pause %v, -handoff-deadline %v: use durations of at least 0", o.warmup, o.pause, o.handoffDeadline)
 	}
@@ -108,6 +115,7 @@ type restart struct {
 type report struct {
 	Command  string                `json:"command"`
 	Tasks    int                   `json:"tasks"`
+	Python   int                   `json:"python_tasks,omitempty"`
 	Handoff  bool                  `json:"handoff"`
 	Deadline float64               `json:"handoff_deadline_s,omitempty"`
 	Traffic  cachetraffic.Config   `json:"traffic"`
@@ -123,8 +131,8 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "%-6s exited %d %5.2f s after SIGTERM; had keys again %5.2f s after its start\n", x.Task, x.ExitCode, x.ExitSeconds, x.BackSeconds)
 	}
 	fmt.Fprintf(w, "warm-up: hit rate %.4f over the last %d s\n", r.Warm.HitRate, r.Warm.Seconds)
-	fmt.Fprintf(w, "rolling restart of %d tasks (handoff %v) over %d s: %d reads, %d failed, %d dropped; hit rate %.4f, lowest one-second window %.4f (second %d)\n",
-		r.Tasks, r.Handoff, r.During.Seconds, r.During.Reads, r.During.Failed, r.During.Dropped, r.During.HitRate, r.During.MinHitRate, r.During.MinHitAtSec)
+	fmt.Fprintf(w, "rolling restart of %d tasks, %d in Python (handoff %v), over %d s: %d reads, %d failed, %d dropped; hit rate %.4f, lowest one-second window %.4f (second %d)\n",
+		r.Tasks, r.Python, r.Handoff, r.During.Seconds, r.During.Reads, r.During.Failed, r.During.Dropped, r.During.HitRate, r.During.MinHitRate, r.During.MinHitAtSec)
 	if r.Errors != "" {
 		fmt.Fprintf(w, "first failures: %s\n", r.Errors)
 	}
@@ -140,14 +148,25 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 		benchproc.Binary{Path: &o.kvserver, Name: "kvserver", Pkg: "./examples/kvcache/cmd/kvserver"}); err != nil {
 		return nil, err
 	}
-	procs := map[string]*benchproc.Proc{}
+	// Each task's processes; the first drains on SIGTERM (a kvserver, or
+	// a Python task's sidecar), the others stop after it.
+	procs := map[string][]*benchproc.Proc{}
 	defer func() {
 		var all []*benchproc.Proc
-		for _, p := range procs {
-			all = append(all, p)
+		for _, ps := range procs {
+			all = append(all, ps...)
 		}
 		benchproc.StopAll(all, 40*time.Second)
 	}()
+	py := benchproc.PyTaskConfig{Python: o.python, Slicerd: o.slicerd, Dir: logDir, Job: "kv", Handoff: o.handoff}
+	if o.pythonTasks > 0 {
+		if py.Root, err = benchproc.ModuleRoot(ctx); err != nil {
+			return nil, err
+		}
+		if err := benchproc.CheckPython(ctx, py.Interpreter()); err != nil {
+			return nil, err
+		}
+	}
 	say := func(format string, args ...any) { fmt.Fprintf(stderr, "rolling: "+format+"\n", args...) }
 
 	sd, started, err := benchproc.StartSlicerd("slicerd", filepath.Join(logDir, "slicerd.log"), o.slicerd,
@@ -157,14 +176,26 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	if err != nil {
 		return nil, err
 	}
-	procs["slicerd"] = sd
+	procs["slicerd"] = []*benchproc.Proc{sd}
+	py.Join = started.Gossip
 	say("slicerd rpc %s; logs in %s", started.RPC, logDir)
 	if o.handoffDeadline > 0 {
 		if err := benchproc.Command(ctx, o.slicerd, "job", "set", "--addr", started.RPC, "--handoff-deadline", o.handoffDeadline.String(), "kv"); err != nil {
 			return nil, err
 		}
 	}
-	startTask := func(name string, n int) (*benchproc.Proc, error) {
+	// The first -python-tasks tasks are Python ones.
+	startTask := func(i, n int) ([]*benchproc.Proc, error) {
+		name := fmt.Sprintf("kv-%d", i)
+		if i < o.pythonTasks {
+			c := py
+			c.Task, c.Run = name, n
+			t, err := benchproc.StartPyTask(c)
+			if err != nil {
+				return nil, err
+			}
+			return t.Procs(), nil
+		}
 		p, err := benchproc.Start(name, filepath.Join(logDir, fmt.Sprintf("%s.%d.log", name, n)), "kvserver task="+name, nil, o.kvserver,
 			"-job", "kv", "-task", name, "-addr", "127.0.0.1:0", "-gossip-addr", "127.0.0.1:0",
 			"-gossip-profile", "local", "-join", started.Gossip, "-log-level", "warn", fmt.Sprintf("-handoff=%v", o.handoff))
@@ -174,15 +205,14 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 		if _, err := p.WaitReady(30 * time.Second); err != nil {
 			return nil, fmt.Errorf("%w (%s)", err, logDir)
 		}
-		return p, nil
+		return []*benchproc.Proc{p}, nil
 	}
 	for i := range o.tasks {
-		name := fmt.Sprintf("kv-%d", i)
-		p, err := startTask(name, 0)
+		ps, err := startTask(i, 0)
 		if err != nil {
 			return nil, err
 		}
-		procs[name] = p
+		procs[fmt.Sprintf("kv-%d", i)] = ps
 	}
 
 	ck, stopClerk, err := benchproc.RunClerk(ctx, "kv", started.RPC, o.tasks)
@@ -202,7 +232,7 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	if err := benchproc.Sleep(ctx, o.warmup); err != nil {
 		return nil, err
 	}
-	rep := &report{Command: "go run ./bench/rolling " + strings.Join(os.Args[1:], " "), Tasks: o.tasks, Handoff: o.handoff,
+	rep := &report{Command: "go run ./bench/rolling " + strings.Join(os.Args[1:], " "), Tasks: o.tasks, Python: o.pythonTasks, Handoff: o.handoff,
 		Deadline: o.handoffDeadline.Seconds(), Traffic: o.traffic}
 	warm := d.Seconds(time.Now().Add(-5 * time.Second))
 	rep.Warm = cachetraffic.Summarize(warm)
@@ -210,22 +240,23 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	from := time.Now()
 	for i := range o.tasks {
 		name := fmt.Sprintf("kv-%d", i)
-		p := procs[name]
+		ps := procs[name]
 		sent := time.Now()
-		_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+		_ = ps[0].Cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-p.Exited():
+		case <-ps[0].Exited():
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		code := p.ExitCode()
+		code := ps[0].ExitCode()
 		r := restart{Task: name, ExitSeconds: time.Since(sent).Seconds(), ExitCode: code}
+		benchproc.StopAll(ps[1:], 10*time.Second) // a Python task's application, once its sidecar has drained
 		back := time.Now()
-		np, err := startTask(name, 1)
+		nps, err := startTask(i, 1)
 		if err != nil {
 			return nil, err
 		}
-		procs[name] = np
+		procs[name] = nps
 		for {
 			if a := ck.Assignment(); a != nil {
 				if _, ok := a.TaskIndex(name); ok && len(a.Tasks) == o.tasks {

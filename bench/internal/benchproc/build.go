@@ -31,10 +31,9 @@ func Build(ctx context.Context, dir string, bins ...Binary) error {
 			continue
 		}
 		if root == "" {
-			gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-			root = filepath.Dir(strings.TrimSpace(string(gomod)))
-			if err != nil || root == "." || strings.TrimSpace(string(gomod)) == os.DevNull {
-				return fmt.Errorf("cannot find the slicerd module to build from (go env GOMOD: %v); run from the repository or give the %s binary's path", err, b.Name)
+			var err error
+			if root, err = ModuleRoot(ctx); err != nil {
+				return fmt.Errorf("%w, or give the %s binary's path", err, b.Name)
 			}
 		}
 		out := filepath.Join(dir, b.Name)
@@ -50,6 +49,16 @@ func Build(ctx context.Context, dir string, bins ...Binary) error {
 		*b.Path = out
 	}
 	return nil
+}
+
+// ModuleRoot is the directory of the slicerd module the harness runs in.
+func ModuleRoot(ctx context.Context) (string, error) {
+	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	if err != nil || root == "." || strings.TrimSpace(string(gomod)) == os.DevNull {
+		return "", fmt.Errorf("cannot find the slicerd module (go env GOMOD: %v); run from the repository", err)
+	}
+	return root, nil
 }
 
 // WaitTasks waits until the Clerk's assignment names n tasks.
