@@ -66,6 +66,8 @@ func main() {
 type options struct {
 	slicerd, kvserver string
 	tasks, clients    int
+	pythonTasks       int
+	python            string
 	keys, hot         int
 	hotShare          float64
 	rate              float64
@@ -88,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.slicerd, "slicerd", "", "slicerd binary (default: build it)")
 	fs.StringVar(&o.kvserver, "kvserver", "", "kvserver binary (default: build it)")
 	fs.IntVar(&o.tasks, "tasks", 10, "kvserver tasks of the strong job")
+	fs.IntVar(&o.pythonTasks, "python-tasks", 0, "of the -tasks, how many run as the Python kvserver under a slicerd sidecar (handles over its local API); the faults hit kv-1 and kv-2, so 3 puts both on Python tasks")
+	fs.StringVar(&o.python, "python", "", "the Python interpreter for -python-tasks, with python3-xxhash (default: $SLICERD_PYTHON, else python3)")
 	fs.IntVar(&o.clients, "clients", 25, "clients offering requests")
 	fs.IntVar(&o.keys, "keys", 1000, "keys in the key set")
 	fs.IntVar(&o.hot, "hot", 10, "hot keys")
@@ -114,8 +118,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "consistency: unexpected argument %q; the harness takes flags only\n", fs.Arg(0))
 		return 2
-	case o.tasks < 3 || o.clients < 1 || o.keys < 1 || o.hot < 0 || o.hot > o.keys:
-		fmt.Fprintln(stderr, "consistency: need -tasks ≥ 3, -clients ≥ 1, and 0 ≤ -hot ≤ -keys")
+	case o.tasks < 3 || o.clients < 1 || o.keys < 1 || o.hot < 0 || o.hot > o.keys || o.pythonTasks < 0 || o.pythonTasks > o.tasks:
+		fmt.Fprintln(stderr, "consistency: need -tasks ≥ 3, -clients ≥ 1, 0 ≤ -hot ≤ -keys and 0 ≤ -python-tasks ≤ -tasks")
 		return 2
 	case !(o.hotShare >= 0 && o.hotShare <= 1) || !(o.rate > 0) || o.duration <= 0 || o.shift <= 0 || o.leaseTTL <= 0 ||
 		o.deadline <= 0 || o.settle < 0 || o.inflight < 1:
@@ -217,9 +221,35 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	go db.Serve(dbln)
 	defer db.Close()
 
-	tasks := map[string]*benchproc.Proc{}
+	// Each task's processes: a kvserver, or a Python task's sidecar and
+	// application (the first -python-tasks tasks); a fault hits all of
+	// a task's processes, as it would a host's.
+	tasks := map[string][]*benchproc.Proc{}
+	py := benchproc.PyTaskConfig{Python: o.python, Slicerd: o.slicerd, Dir: logDir, Job: "kv", Join: assigners[0].gossip}
+	if o.pythonTasks > 0 {
+		if py.Root, err = benchproc.ModuleRoot(ctx); err != nil {
+			return nil, err
+		}
+		if err := benchproc.CheckPython(ctx, py.Interpreter()); err != nil {
+			return nil, err
+		}
+	}
 	for i := range o.tasks {
 		name := fmt.Sprintf("kv-%d", i)
+		if i < o.pythonTasks {
+			c := py
+			c.Task = name
+			c.SidecarArgs = []string{"--consistency", "strong", "--lease-ttl", o.leaseTTL.String(), "--load-window", "1s"}
+			c.AppArgs = []string{"--consistency", "strong", "--backing", "http://" + dbln.Addr().String(), "--await", o.await.String(),
+				"--record", filepath.Join(logDir, name+".rec"), "--task", name}
+			t, err := benchproc.StartPyTask(c)
+			if err != nil {
+				return nil, err
+			}
+			procs = append(procs, t.Procs()...)
+			tasks[name] = t.Procs()
+			continue
+		}
 		p, err := benchproc.Start(name, filepath.Join(logDir, name+".log"), "kvserver task="+name, nil, o.kvserver,
 			"-job", "kv", "-task", name, "-addr", "127.0.0.1:0", "-gossip-addr", "127.0.0.1:0", "-gossip-profile", "local",
 			"-join", assigners[0].gossip, "-load-window", "1s", "-log-level", o.taskLogLevel, "-await", o.await.String(),
@@ -228,13 +258,11 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 		if err != nil {
 			return nil, err
 		}
-		procs = append(procs, p)
-		tasks[name] = p
-	}
-	for _, p := range tasks {
 		if _, err := p.WaitReady(30 * time.Second); err != nil {
 			return nil, fmt.Errorf("%w (%s)", err, logDir)
 		}
+		procs = append(procs, p)
+		tasks[name] = []*benchproc.Proc{p}
 	}
 	ck, err := clerk.New(clerk.Config{Job: "kv", Addrs: []string{assigners[0].rpc, assigners[1].rpc}})
 	if err != nil {
@@ -306,9 +334,9 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	<-rctx.Done()
 	wg.Wait()
 	rep.Seconds = time.Since(start).Seconds()
-	for name, p := range tasks {
+	for name, ps := range tasks {
 		if name != "kv-2" {
-			p.Cmd.Process.Signal(syscall.SIGTERM)
+			ps[0].Cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
 	benchproc.StopAll(running(), 10*time.Second)

@@ -187,23 +187,27 @@ func (n *nemesis) crashMidBridge(down time.Duration) error {
 // ones (a task stopped, a task killed, the lease holder killed, etcd
 // stopped), then, with -targeted, the ones aimed by failpoints at a guard
 // move's steps.
-func (n *nemesis) run(o options, tasks map[string]*benchproc.Proc, etcd *benchproc.Etcd) error {
+func (n *nemesis) run(o options, tasks map[string][]*benchproc.Proc, etcd *benchproc.Etcd) error {
+	signal := func(name string, s syscall.Signal) {
+		for _, p := range tasks[name] {
+			p.Cmd.Process.Signal(s)
+		}
+	}
 	at := func(frac float64) bool {
 		return benchproc.SleepUntil(n.ctx, n.start.Add(time.Duration(frac*float64(o.duration)))) == nil
 	}
 	steps := []func() error{
 		func() error {
-			p := tasks["kv-1"]
 			w := n.begin("SIGSTOP kv-1 for " + (2 * o.leaseTTL).String() + ", then SIGCONT")
-			p.Cmd.Process.Signal(syscall.SIGSTOP)
+			signal("kv-1", syscall.SIGSTOP)
 			benchproc.Sleep(context.WithoutCancel(n.ctx), 2*o.leaseTTL)
-			p.Cmd.Process.Signal(syscall.SIGCONT)
+			signal("kv-1", syscall.SIGCONT)
 			n.end(w)
 			return nil
 		},
 		func() error {
 			w := n.begin("SIGKILL kv-2")
-			tasks["kv-2"].Cmd.Process.Signal(syscall.SIGKILL)
+			signal("kv-2", syscall.SIGKILL)
 			n.end(w)
 			return nil
 		},

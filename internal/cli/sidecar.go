@@ -79,6 +79,8 @@ func SidecarCommand() *cli.Command {
 			&cli.StringFlag{Name: "handoff-addr", EnvVars: []string{"SLICERD_SIDECAR_HANDOFF_ADDR"},
 				Usage: "state handoff: host:port where the sidecar serves the job's other tasks the state of keys this task loses (HandoffService, " +
 					"advertised in gossip; with TLS only to tasks of the job); port 0 picks a free one. Use an address the other tasks can reach"},
+			&cli.DurationFlag{Name: "load-window", EnvVars: []string{"SLICERD_SIDECAR_LOAD_WINDOW"}, Value: slicelet.DefaultLoadWindow,
+				Usage: "how often the task reports the load the application measured (ReportLoad on the local API) to slicerd"},
 			&cli.StringFlag{Name: "consistency", EnvVars: []string{"SLICERD_SIDECAR_CONSISTENCY"}, Value: "affinity",
 				Usage: "the job's consistency: affinity, or strong (the task uses its keys only under the job's leases, and the application " +
 					"takes handles with fencing tokens over the local API; the job must be configured strong, docs/consistency.md)"},
@@ -176,11 +178,14 @@ func parseSidecar(c *cli.Context, log *slog.Logger) (sidecarConfig, error) {
 	if ttl := c.Duration("lease-ttl"); ttl <= 0 || ttl > lease.MaxTTL {
 		return sc, usageError("invalid --lease-ttl %v: use a positive duration up to %v, such as %v", ttl, lease.MaxTTL, slicelet.DefaultLeaseTTL)
 	}
+	if w := c.Duration("load-window"); w <= 0 {
+		return sc, usageError("invalid --load-window %v: use a positive duration, such as %v", w, slicelet.DefaultLoadWindow)
+	}
 	if w := c.Duration("release-wait"); w <= 0 {
 		return sc, usageError("invalid --release-wait %v: use a positive duration, such as %v", w, slicelet.DefaultReleaseWait)
 	}
 	cfg := slicelet.Config{Job: job, Task: task, Addr: app, GossipAddr: c.String("gossip-addr"), Capacity: c.Float64("capacity"), Logger: log,
-		Consistency: cons, LeaseTTL: c.Duration("lease-ttl"), ReleaseWait: c.Duration("release-wait")}
+		Consistency: cons, LeaseTTL: c.Duration("lease-ttl"), ReleaseWait: c.Duration("release-wait"), LoadWindow: c.Duration("load-window")}
 	for _, j := range c.StringSlice("join") {
 		for _, addr := range strings.Split(j, ",") {
 			if addr = strings.TrimSpace(addr); addr != "" {

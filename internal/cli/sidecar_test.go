@@ -29,6 +29,7 @@ func TestSidecarRefusesBadSettings(t *testing.T) {
 		{"an argument", with("extra"), "flags only"},
 		{"empty local API socket", with("--local-api-socket", ""), "--local-api-socket is empty"},
 		{"bad gossip profile", with("--gossip-profile", "wan"), "invalid --gossip-profile"},
+		{"zero load window", with("--load-window", "0s"), "invalid --load-window"},
 		{"bad consistency", with("--consistency", "eventual"), "invalid --consistency"},
 		{"zero lease TTL", with("--consistency", "strong", "--lease-ttl", "0s"), "invalid --lease-ttl"},
 		{"lease TTL over the most", with("--lease-ttl", "2h"), "invalid --lease-ttl"},
