@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +32,35 @@ func TestDemoOnceBinary(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestDemoPythonTasksBinary runs the demo with a Python task under a
+// sidecar beside the Go tasks: it gets its share of the keys, serves them
+// (its cache's entries are counted) and stops cleanly.
+func TestDemoPythonTasksBinary(t *testing.T) {
+	py := python(t)
+	code, out := runSlicerd(t, "demo", "--once", "--python-tasks", "1", "--python", py, "--python-dir", "..",
+		"--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--gossip-profile", "local",
+		"--step", "1s", "--keys", "200", "--rebalance-delay", "100ms", "--startup-grace", "300ms")
+	if code != 0 {
+		t.Fatalf("demo --once --python-tasks 1 exited %d; output:\n%s", code, out)
+	}
+	for _, want := range []string{
+		"py-0 (Python, under a sidecar)", "== stopping kv-1", "== starting kv-3", "== stopped cleanly",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	// The last count of each cache's entries gives py-0 some.
+	i := strings.LastIndex(out, "entries held by each task's cache:")
+	if i < 0 || !regexp.MustCompile(`py-0 [1-9][0-9]*`).MatchString(out[i:]) {
+		t.Errorf("py-0 holds no entries at the end:\n%s", out)
+	}
+	code, out = runSlicerd(t, "demo", "--once", "--python-tasks", "1", "--python-dir", t.TempDir())
+	if code != 2 || !strings.Contains(out, "--python-dir") {
+		t.Errorf("demo with a --python-dir without the example: exit %d, %s; want 2 and a word on --python-dir", code, out)
 	}
 }
 

@@ -13,6 +13,7 @@
 // -window falls below -threshold.
 //
 //	go run ./bench/reaction -shifts 5 -period 60s
+//	go run ./bench/reaction -shifts 5 -period 60s -python-tasks 5   # half the tasks in Python, under sidecars
 //
 // It prints one line per shift and the median, or with -json one JSON
 // object. The children are stopped (SIGTERM, then SIGKILL) on exit and on
@@ -44,6 +45,8 @@ func main() {
 // options are the harness's flags.
 type options struct {
 	slicerd, kvserver string
+	pythonTasks       int
+	python            string
 	tasks             int
 	load              loadshift.Config
 	measure           loadshift.Measure
@@ -73,6 +76,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.slicerd, "slicerd", "", "slicerd binary to run (default: build it from this module)")
 	fs.StringVar(&o.kvserver, "kvserver", "", "kvserver binary to run (default: build it from this module)")
 	fs.IntVar(&o.tasks, "tasks", 10, "kvserver tasks to start")
+	fs.IntVar(&o.pythonTasks, "python-tasks", 0, "of the -tasks, how many run as the Python kvserver (examples/kvcache/python) under a slicerd sidecar, reporting load over its local API")
+	fs.StringVar(&o.python, "python", "", "the Python interpreter for -python-tasks, with python3-xxhash (default: $SLICERD_PYTHON, else python3)")
 	fs.IntVar(&o.load.Keys, "keys", o.load.Keys, "distinct keys")
 	fs.Float64Var(&o.load.Exponent, "exponent", o.load.Exponent, "power-law exponent of key popularity")
 	fs.Float64Var(&o.load.Rate, "rate", o.load.Rate, "requests per second offered")
@@ -104,6 +109,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	switch {
 	case o.tasks < 1 || o.tasks > 200:
 		return nil, fmt.Errorf("-tasks %d: use 1 to 200", o.tasks)
+	case o.pythonTasks < 0 || o.pythonTasks > o.tasks:
+		return nil, fmt.Errorf("-python-tasks %d: use 0 to -tasks (%d)", o.pythonTasks, o.tasks)
 	case o.shifts < 1:
 		return nil, fmt.Errorf("-shifts %d: measure at least 1", o.shifts)
 	case o.measure.Period < time.Duration(o.measure.Window+1)*time.Second:
@@ -130,6 +137,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 type report struct {
 	Command  string                  `json:"command"`
 	Tasks    int                     `json:"tasks"`
+	Python   int                     `json:"python_tasks,omitempty"`
 	Keys     int                     `json:"keys"`
 	Exponent float64                 `json:"exponent"`
 	Rate     float64                 `json:"rate"`
@@ -241,20 +249,43 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 		return nil, err
 	}
 
+	// The first -python-tasks tasks are Python ones; tasks holds each
+	// task's processes.
+	tasks := map[string][]*benchproc.Proc{}
+	py := benchproc.PyTaskConfig{Python: o.python, Slicerd: o.slicerd, Dir: logDir, Job: "kv", Join: started.Gossip,
+		SidecarArgs: []string{"--load-window", o.loadWindow.String()}}
+	if o.pythonTasks > 0 {
+		if py.Root, err = benchproc.ModuleRoot(ctx); err != nil {
+			return nil, err
+		}
+		if err := benchproc.CheckPython(ctx, py.Interpreter()); err != nil {
+			return nil, err
+		}
+	}
 	for i := range o.tasks {
 		name := fmt.Sprintf("kv-%d", i)
+		if i < o.pythonTasks {
+			c := py
+			c.Task = name
+			t, err := benchproc.StartPyTask(c)
+			if err != nil {
+				return nil, err
+			}
+			procs = append(procs, t.Procs()...)
+			tasks[name] = t.Procs()
+			continue
+		}
 		p, err := benchproc.Start(name, filepath.Join(logDir, name+".log"), "kvserver task="+name, nil, o.kvserver,
 			"-job", "kv", "-task", name, "-addr", "127.0.0.1:0", "-gossip-addr", "127.0.0.1:0",
 			"-gossip-profile", "local", "-join", started.Gossip, "-load-window", o.loadWindow.String(), "-log-level", "warn")
 		if err != nil {
 			return nil, err
 		}
-		procs = append(procs, p)
-	}
-	for _, p := range procs[1:] {
 		if _, err := p.WaitReady(30 * time.Second); err != nil {
 			return nil, fmt.Errorf("%w (%s)", err, logDir)
 		}
+		procs = append(procs, p)
+		tasks[name] = []*benchproc.Proc{p}
 	}
 
 	ck, stopClerk, err := benchproc.RunClerk(ctx, "kv", started.RPC, o.tasks)
@@ -283,7 +314,7 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 		return nil, err
 	}
 	rep := &report{Command: "go run ./bench/reaction " + strings.Join(os.Args[1:], " "),
-		Tasks: o.tasks, Keys: o.load.Keys, Exponent: o.load.Exponent, Rate: o.load.Rate,
+		Tasks: o.tasks, Python: o.pythonTasks, Keys: o.load.Keys, Exponent: o.load.Exponent, Rate: o.load.Rate,
 		Period: o.measure.Period.Seconds(), Window: o.measure.Window, Thresh: o.measure.Threshold}
 	if o.freeze {
 		if err := benchproc.Command(ctx, o.slicerd, "job", "freeze", "--addr", started.RPC, "kv"); err != nil {
@@ -306,10 +337,11 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	}
 	rep.LastShiftGeneration = ck.Generation()
 	if o.kill && o.tasks > 1 {
-		victim := procs[2] // procs[0] is slicerd, then kv-0, kv-1, ...
 		killed := time.Now()
-		if err := victim.Cmd.Process.Kill(); err != nil {
-			return nil, fmt.Errorf("kill kv-1: %w", err)
+		for _, p := range tasks["kv-1"] { // a Python task's sidecar and application both
+			if err := p.Cmd.Process.Kill(); err != nil {
+				return nil, fmt.Errorf("kill kv-1: %w", err)
+			}
 		}
 		deadline := time.NewTimer(60 * time.Second)
 		defer deadline.Stop()

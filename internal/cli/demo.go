@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -23,6 +24,10 @@ func DemoCommand() *cli.Command {
 			"It keeps running until Ctrl-C, or exits after the script with --once.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "tasks", Value: d.Tasks, Usage: "cache tasks to start"},
+			&cli.IntFlag{Name: "python-tasks", Usage: "more tasks, running the kvcache example in Python (examples/kvcache/python) each under a 'slicerd sidecar': " +
+				"a job mixing Go and Python tasks (needs the repository's files, see --python-dir, and Python 3 with xxhash)"},
+			&cli.StringFlag{Name: "python", Value: d.Python, EnvVars: []string{"SLICERD_PYTHON"}, Usage: "the Python interpreter for --python-tasks"},
+			&cli.StringFlag{Name: "python-dir", Value: d.PythonDir, Usage: "the slicerd repository, whose examples/kvcache/python and clients/python --python-tasks run"},
 			&cli.IntFlag{Name: "keys", Value: d.Keys, Usage: "keys the client writes"},
 			&cli.DurationFlag{Name: "step", Value: d.Step, Usage: "pause between the steps of the script"},
 			&cli.BoolFlag{Name: "once", Usage: "run the script once and exit (for tests and CI)"},
@@ -65,6 +70,14 @@ func runDemo(c *cli.Context) error {
 		Logger:         log,
 		QuietClients:   !c.IsSet("log-level"),
 		Command:        selfCommand(os.Args[0]),
+		PythonTasks:    c.Int("python-tasks"),
+		Python:         c.String("python"),
+		PythonDir:      c.String("python-dir"),
+	}
+	if opts.PythonTasks > 0 {
+		if opts.Self, err = os.Executable(); err != nil {
+			return cli.Exit(fmt.Sprintf("demo: the path of this binary, for the sidecars: %v", err), 1)
+		}
 	}
 	if err := opts.Validate(); err != nil {
 		return usageError("%v", err)

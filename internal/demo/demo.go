@@ -88,6 +88,13 @@ type Options struct {
 	// Command is how the reader runs slicerd, for the commands the demo
 	// suggests: "slicerd", or "go run ." from a source tree.
 	Command string
+	// PythonTasks more tasks run the kvcache example in Python
+	// (examples/kvcache/python under PythonDir, with Python), each under
+	// a `Self sidecar` child process: a job mixing Go and Python tasks.
+	PythonTasks int
+	Python      string // the interpreter, with xxhash
+	PythonDir   string // the repository's root
+	Self        string // the slicerd binary
 }
 
 // DefaultOptions returns the options of 'slicerd demo' without flags.
@@ -97,6 +104,7 @@ func DefaultOptions() Options {
 		Tasks: 3, Keys: 1000, Step: 5 * time.Second,
 		RPCAddr: d.RPCAddr, GossipAddr: d.Gossip.BindAddr, GossipProfile: "lan",
 		RebalanceDelay: d.RebalanceDelay, StartupGrace: time.Second, Command: "slicerd",
+		Python: "python3", PythonDir: ".",
 	}
 }
 
@@ -111,8 +119,10 @@ func (o Options) Validate() error {
 		return optionError("--step must be positive")
 	case o.GossipProfile != "lan" && o.GossipProfile != "local":
 		return optionError("invalid --gossip-profile %q: use lan or local", o.GossipProfile)
+	case o.PythonTasks < 0:
+		return optionError("--python-tasks must be 0 or more")
 	}
-	return nil
+	return checkPython(o)
 }
 
 // Run starts slicerd and the cache, runs the script and writes what happens
@@ -188,6 +198,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		step:    opts.Step,
 		tasks:   make(map[string]*demoTask),
 		changed: make(chan struct{}, 1),
+		py:      opts,
 	}
 	if reg != nil {
 		d.reg = reg // a nil *Registry in the interface would not be nil
@@ -216,7 +227,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		go func() { metricsDone <- metricsSrv.Run(mctx) }()
 		stopMetrics = func() { cancel(); <-metricsDone }
 	}
-	err = d.run(ctx, agent, opts.Tasks, opts.Once, dataDir, temp)
+	err = d.run(ctx, agent, opts.Tasks, opts.PythonTasks, opts.Once, dataDir, temp)
 	if ctx.Err() != nil {
 		fmt.Fprintln(d.out, "\n== shutting down")
 		if errors.Is(err, context.Canceled) {
@@ -257,6 +268,8 @@ type demo struct {
 	stopClerk   context.CancelFunc
 	clerkDone   chan error
 	nextTask    int
+	nextPy      int
+	py          Options // the Python tasks' settings
 	tasks       map[string]*demoTask
 	printed     uint64            // the last generation printed
 	lastOwners  map[string]string // key → owning task, as last printed
@@ -265,23 +278,25 @@ type demo struct {
 	assignments []*assign.Assignment // accepted by the Clerk, not yet printed
 }
 
-// demoTask is one in-process task of the cache: an HTTP server and the
-// Slicelet that tells it which keys it owns.
+// demoTask is one task of the cache: in process, an HTTP server and the
+// Slicelet that tells it which keys it owns; or a Python one, two child
+// processes (server nil).
 type demoTask struct {
 	name   string
 	server *kvcache.Server
-	stop   context.CancelFunc
+	addr   string // a Python task's serving address
+	stop   func()
 	done   chan struct{}
 	err    error
 }
 
-func (d *demo) run(ctx context.Context, agent *roles.Agent, ntasks int, once bool, dataDir string, temp bool) error {
+func (d *demo) run(ctx context.Context, agent *roles.Agent, ntasks, npy int, once bool, dataDir string, temp bool) error {
 	gossipAddr, err := d.waitGossip(ctx, agent)
 	if err != nil {
 		return err
 	}
 	d.joinAddr = gossipAddr
-	d.header(agent.RPCAddr(), gossipAddr, ntasks, dataDir, temp)
+	d.header(agent.RPCAddr(), gossipAddr, ntasks+npy, dataDir, temp)
 	if addr := agent.UIAddr(); addr != "" {
 		fmt.Fprintf(d.out, "Web UI (read-only): http://%s/ui/?job=%s\n\n", addr, Job)
 	}
@@ -297,6 +312,13 @@ func (d *demo) run(ctx context.Context, agent *roles.Agent, ntasks int, once boo
 		}
 		names = append(names, t.name)
 	}
+	for range npy {
+		t, err := d.startPyTask()
+		if err != nil {
+			return err
+		}
+		names = append(names, t.name+" (Python, under a sidecar)")
+	}
 	fmt.Fprintf(d.out, "== started tasks %s; waiting for slicerd to assign the key space to them\n", strings.Join(names, ", "))
 	if err := d.waitAssignment(ctx, "the first assignment over every task", func(a *assign.Assignment) bool {
 		return sameTasks(a, d.liveNames())
@@ -307,7 +329,7 @@ func (d *demo) run(ctx context.Context, agent *roles.Agent, ntasks int, once boo
 		return err
 	}
 
-	victim := names[len(names)/2]
+	victim := d.liveNames()[ntasks/2] // a Go task
 	if err := d.pause(ctx); err != nil {
 		return nil
 	}
@@ -684,7 +706,7 @@ func (d *demo) readKeys(ctx context.Context) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  entries held by each task's cache:")
 	for _, name := range d.liveNames() {
-		fmt.Fprintf(&b, "  %s %d", name, d.tasks[name].server.Len())
+		fmt.Fprintf(&b, "  %s %s", name, d.tasks[name].entries(ctx, d.hc))
 	}
 	fmt.Fprintln(d.out, b.String())
 	return nil
