@@ -112,6 +112,8 @@ func followAppTask(t *testing.T, lang string, start func(sock string) *exec.Cmd)
 		Owned      []int
 		NsPerOwns  float64 `json:"ns_per_owns"`
 		Code       string
+		Tokens     []uint64
+		Continuous int
 	}
 	read := func(want string) step {
 		t.Helper()
@@ -161,7 +163,19 @@ func followAppTask(t *testing.T, lang string, start func(sock string) *exec.Cmd)
 	if slices.ContainsFunc(a.Slices, func(s assign.Slice) bool { return slices.Contains(s.Tasks, "app-0") }) && a.Generation == drained.Generation {
 		t.Fatalf("generation %d gives app-0 keys though the %s task drained", a.Generation, lang)
 	}
-	agrees(read("back"))
+	back := read("back")
+	agrees(back)
+	// Handles, in affinity mode: owned as the ranges say, the generation
+	// as the token, and continuous while nothing moved.
+	h := read("handles")
+	want := slices.DeleteFunc(slices.Clone(back.Owned), func(i int) bool { return i >= 50 })
+	if h.Generation != back.Generation {
+		t.Logf("the assignment moved on to generation %d during the handles; not compared", h.Generation)
+	} else if !slices.Equal(h.Owned, want) || h.Continuous != len(want) || (len(want) > 0 && !slices.Equal(h.Tokens, []uint64{back.Generation})) {
+		t.Fatalf("handles on the first 50 keys from %s: owned %v, tokens %v, %d continuous; want owned %v, token %d, all continuous",
+			lang, h.Owned, h.Tokens, h.Continuous, want, back.Generation)
+	}
+	t.Logf("%s took and released handles on %d of the first 50 keys, tokens %v", lang, len(h.Owned), h.Tokens)
 	if s := read("bad-load"); s.Code != "invalid_argument" {
 		t.Fatalf("a bad load from %s: %q; want invalid_argument", lang, s.Code)
 	}

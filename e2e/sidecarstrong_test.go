@@ -3,16 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -127,35 +123,9 @@ print("handle acquire+release over the local API: p50 %.0f us, p99 %.0f us, max 
 	}
 	t.Log(strings.TrimSpace(out))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var ok, failed atomic.Uint64
-	for c := range 8 {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(c), 7))
-			for ctx.Err() == nil {
-				key := "key-" + strconv.Itoa(rng.IntN(300))
-				var err error
-				if rng.IntN(2) == 0 {
-					err = client.Put(ctx, key, []byte(strconv.Itoa(c)))
-				} else {
-					_, _, err = client.Get(ctx, key)
-				}
-				if err == nil {
-					ok.Add(1)
-				} else if ctx.Err() == nil {
-					failed.Add(1)
-				}
-				time.Sleep(2 * time.Millisecond) // a request rate, not a wait
-			}
-		})
-	}
-	defer func() { cancel(); wg.Wait() }()
-	progress := func(what string) {
-		t.Helper()
-		from := ok.Load()
-		testwait.For(t, "requests to succeed "+what, func() bool { return ok.Load() >= from+200 })
-	}
+	load := startStrongLoad(t, client)
+	defer load.stop()
+	progress := func(what string) { t.Helper(); load.progress(t, what) }
 	progress("before the faults")
 
 	pyTasks["py-1"].signal(syscall.SIGSTOP)
@@ -174,8 +144,7 @@ print("handle acquire+release over the local API: p50 %.0f us, p99 %.0f us, max 
 	etcd.Restart()
 	progress("after etcd restarted")
 
-	cancel()
-	wg.Wait()
+	load.stop()
 	for _, task := range goTasks {
 		task.signal(syscall.SIGTERM)
 	}
@@ -196,7 +165,7 @@ print("handle acquire+release over the local API: p50 %.0f us, p99 %.0f us, max 
 	r := leasecheck.Check(ops)
 	attempts, satisfied := client.Attempts()
 	t.Logf("%v; recorded per task %v; client requests: %d succeeded, %d failed; %d of %d attempts satisfied; backing store refused %d stale writes",
-		r, byTask, ok.Load(), failed.Load(), satisfied, attempts, backing.Refused())
+		r, byTask, load.ok.Load(), load.failed.Load(), satisfied, attempts, backing.Refused())
 	if !r.OK() {
 		for _, v := range r.Examples {
 			t.Error(v)

@@ -77,35 +77,9 @@ func TestStrongConsistencyUnderFaults(t *testing.T) {
 
 	cl := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{a1.rpcAddr, a2.rpcAddr}})
 	client := kvcache.NewClient(cl, &http.Client{Timeout: 5 * time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var ok, failed atomic.Uint64
-	for c := range 8 {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(c), 7))
-			for ctx.Err() == nil {
-				key := "key-" + strconv.Itoa(rng.IntN(300))
-				var err error
-				if rng.IntN(2) == 0 {
-					err = client.Put(ctx, key, []byte(strconv.Itoa(c)))
-				} else {
-					_, _, err = client.Get(ctx, key)
-				}
-				if err == nil {
-					ok.Add(1)
-				} else if ctx.Err() == nil {
-					failed.Add(1)
-				}
-				time.Sleep(2 * time.Millisecond) // a request rate, not a wait
-			}
-		})
-	}
-	defer func() { cancel(); wg.Wait() }()
-	progress := func(what string) {
-		t.Helper()
-		from := ok.Load()
-		testwait.For(t, "requests to succeed "+what, func() bool { return ok.Load() >= from+200 })
-	}
+	load := startStrongLoad(t, client)
+	defer load.stop()
+	progress := func(what string) { t.Helper(); load.progress(t, what) }
 	progress("before the faults")
 
 	// A task stopped for longer than its lease, then continued: it must
@@ -126,8 +100,7 @@ func TestStrongConsistencyUnderFaults(t *testing.T) {
 	etcd.Restart()
 	progress("after etcd restarted")
 
-	cancel()
-	wg.Wait()
+	load.stop()
 	for _, task := range tasks {
 		task.signal(syscall.SIGTERM)
 	}
@@ -141,7 +114,7 @@ func TestStrongConsistencyUnderFaults(t *testing.T) {
 	}
 	r := leasecheck.Check(ops)
 	t.Logf("%v; client requests: %d succeeded, %d failed; %d of %d attempts satisfied; backing store refused %d stale writes",
-		r, ok.Load(), failed.Load(), satisfied, attempts, backing.Refused())
+		r, load.ok.Load(), load.failed.Load(), satisfied, attempts, backing.Refused())
 	if !r.OK() {
 		for _, v := range r.Examples {
 			t.Error(v)
@@ -150,4 +123,51 @@ func TestStrongConsistencyUnderFaults(t *testing.T) {
 	if r.Ops == 0 {
 		t.Fatal("the tasks recorded no satisfied request")
 	}
+}
+
+// strongLoad is 8 clients writing and reading 300 keys through a kvcache
+// client, 2 ms apart each, until stop.
+type strongLoad struct {
+	ok, failed atomic.Uint64
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+}
+
+func startStrongLoad(t *testing.T, client *kvcache.Client) *strongLoad {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &strongLoad{cancel: cancel}
+	for c := range 8 {
+		l.wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 7))
+			for ctx.Err() == nil {
+				key := "key-" + strconv.Itoa(rng.IntN(300))
+				var err error
+				if rng.IntN(2) == 0 {
+					err = client.Put(ctx, key, []byte(strconv.Itoa(c)))
+				} else {
+					_, _, err = client.Get(ctx, key)
+				}
+				if err == nil {
+					l.ok.Add(1)
+				} else if ctx.Err() == nil {
+					l.failed.Add(1)
+				}
+				time.Sleep(2 * time.Millisecond) // a request rate, not a wait
+			}
+		})
+	}
+	return l
+}
+
+// progress waits for 200 more requests to succeed.
+func (l *strongLoad) progress(t *testing.T, what string) {
+	t.Helper()
+	from := l.ok.Load()
+	testwait.For(t, "requests to succeed "+what, func() bool { return l.ok.Load() >= from+200 })
+}
+
+// stop ends the clients and waits for them; it may be called again.
+func (l *strongLoad) stop() {
+	l.cancel()
+	l.wg.Wait()
 }

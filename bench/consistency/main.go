@@ -227,10 +227,7 @@ func measure(ctx context.Context, o options, stderr io.Writer) (*report, error) 
 	tasks := map[string][]*benchproc.Proc{}
 	py := benchproc.PyTaskConfig{Python: o.python, Slicerd: o.slicerd, Dir: logDir, Job: "kv", Join: assigners[0].gossip}
 	if o.pythonTasks > 0 {
-		if py.Root, err = benchproc.ModuleRoot(ctx); err != nil {
-			return nil, err
-		}
-		if err := benchproc.CheckPython(ctx, py.Interpreter()); err != nil {
+		if err := py.Prepare(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -255,10 +255,7 @@ func experiment(ctx context.Context, o *options, stderr io.Writer) (*report, err
 	py := benchproc.PyTaskConfig{Python: o.python, Slicerd: o.slicerd, Dir: logDir, Job: "kv", Join: started.Gossip,
 		SidecarArgs: []string{"--load-window", o.loadWindow.String()}}
 	if o.pythonTasks > 0 {
-		if py.Root, err = benchproc.ModuleRoot(ctx); err != nil {
-			return nil, err
-		}
-		if err := benchproc.CheckPython(ctx, py.Interpreter()); err != nil {
+		if err := py.Prepare(ctx); err != nil {
 			return nil, err
 		}
 	}

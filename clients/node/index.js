@@ -2,10 +2,13 @@
 // `slicerd sidecar --local-api-socket PATH` serves (slicer.v1.SidecarService,
 // docs/api.md), over its Unix socket, with the Connect protocol (JSON over
 // HTTP/1.1). It keeps the task's key ranges in memory, so owns(key) answers
-// without a call, and relays load and drains. docs/sidecar.md is the
+// without a call, relays load and drains, takes handles on keys for strong
+// jobs, and serves state handoff (StateServer). docs/sidecar.md is the
 // contract.
 
+import fs from 'node:fs';
 import http from 'node:http';
+import { performance } from 'node:perf_hooks';
 import xxhash from 'xxhash-wasm';
 
 const SERVICE = '/slicer.v1.SidecarService/';
@@ -27,6 +30,45 @@ export class LocalAPIError extends Error {
   }
 }
 
+const b64 = (k) => Buffer.from(typeof k === 'string' ? encoder.encode(k) : k).toString('base64');
+
+/** A hold on one key for the span of a request (Task.acquire), as a Go
+ * task's slicelet.Handle: owned, the fencing token (a BigInt), and in strong
+ * mode deadline, the performance.now() by which the task's lease on the key
+ * may end, counted from before the request was sent (null otherwise). */
+export class Handle {
+  #task;
+  constructor(task, id, owned, token, deadline) {
+    this.#task = task;
+    this.id = id;
+    this.owned = owned;
+    this.token = token;
+    this.deadline = deadline;
+    this.continuous = null; // release()'s answer, once released
+  }
+
+  /** Whether the key has been the task's without a break since the handle
+   * was taken, and still is; it also moves deadline on. */
+  async check() {
+    if (!this.id) return false;
+    const sent = performance.now();
+    const resp = await this.#task._unary('CheckHandle', { handle: this.id });
+    const ns = Number(resp.validForNs ?? 0);
+    if (ns > 0) this.deadline = sent + ns / 1e6;
+    return !!resp.continuous;
+  }
+
+  /** Give the handle up; resolves to whether the key stayed the task's
+   * until then. Releasing twice calls the sidecar once. */
+  async release() {
+    if (this.continuous === null) {
+      if (!this.id) this.continuous = false;
+      else this.continuous = !!(await this.#task._unary('ReleaseHandle', { handle: this.id })).continuous;
+    }
+    return this.continuous;
+  }
+}
+
 /** The task as its application sees it through the sidecar. */
 export class Task {
   #path;
@@ -36,6 +78,7 @@ export class Task {
   #req = null;
   #closed = false;
   #waiters = new Set();
+  #agent = new http.Agent({ keepAlive: true, maxSockets: 16 }); // unary calls reuse connections
 
   /** onChange, if given, is called with (generation, gained, lost) after
    * each change, ranges as [start, end] BigInt pairs. */
@@ -72,19 +115,37 @@ export class Task {
 
   /** Count load: loads is an iterable of [key, cost]. */
   async reportLoad(loads) {
-    const body = { loads: [...loads].map(([k, c]) => ({ key: Buffer.from(typeof k === 'string' ? encoder.encode(k) : k).toString('base64'), cost: c })) };
-    await this.#unary('ReportLoad', body);
+    const body = { loads: [...loads].map(([k, c]) => ({ key: b64(k), cost: c })) };
+    await this._unary('ReportLoad', body);
   }
 
   /** Drain the task (resolves once its keys moved) or end the drain. */
   async setDraining(draining) {
-    await this.#unary('SetDraining', { draining: !!draining });
+    await this._unary('SetDraining', { draining: !!draining });
   }
 
-  #unary(method, body) {
+  /** Take a handle on key; wait (seconds, at most 10) lets a key whose
+   * lease is on its way be waited for. A handle not owned needs no
+   * release. */
+  async acquire(key, { wait = 0 } = {}) {
+    const sent = performance.now();
+    const resp = await this._unary('AcquireHandle', { key: b64(key), waitMs: Math.round(wait * 1000) });
+    const ns = Number(resp.validForNs ?? 0);
+    return new Handle(this, resp.handle ?? '0', !!resp.owned, BigInt(resp.token ?? 0), ns > 0 ? sent + ns / 1e6 : null);
+  }
+
+  /** Wait (at most wait seconds, at most 10) until the state of key, if a
+   * handoff is bringing it, has been imported; call it on a miss. Resolves
+   * to false if the wait ended first. */
+  async awaitState(key, { wait = 1 } = {}) {
+    return !!(await this._unary('AwaitState', { key: b64(key), waitMs: Math.round(wait * 1000) })).done;
+  }
+
+  /** One unary call of the local API (for Handle). */
+  _unary(method, body) {
     const data = JSON.stringify(body);
     return new Promise((resolve, reject) => {
-      const req = http.request({ socketPath: this.#path, path: SERVICE + method, method: 'POST',
+      const req = http.request({ socketPath: this.#path, path: SERVICE + method, method: 'POST', agent: this.#agent,
         headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) } }, (res) => {
         const chunks = [];
         res.on('data', (c) => chunks.push(c));
@@ -125,6 +186,7 @@ export class Task {
   close() {
     this.#closed = true;
     this.#req?.destroy();
+    this.#agent.destroy();
   }
 
   #watch(done) {
@@ -169,5 +231,93 @@ export class Task {
     this.#generation = BigInt(msg.generation ?? 0);
     for (const w of [...this.#waiters]) w();
     this.onChange?.(this.#generation, pairs(msg.gained), pairs(msg.lost));
+  }
+}
+
+const STATE_SERVICE = '/slicer.v1.TaskStateService/';
+const EXPORT_CHUNK = 512 << 10; // raw bytes of keys and values per message
+const MAX_BODY = 8 << 20;
+
+function envelope(flags, obj) {
+  const payload = Buffer.from(JSON.stringify(obj));
+  const head = Buffer.alloc(5);
+  head.writeUInt8(flags, 0);
+  head.writeUInt32BE(payload.length, 1);
+  return Buffer.concat([head, payload]);
+}
+
+/** Serves `slicerd sidecar --app-state-socket PATH`
+ * (slicer.v1.TaskStateService): the sidecar calls exporter(start, end)
+ * (BigInt slice keys; returns or resolves to an iterable of [key, value]
+ * Buffers) for the state of keys another task gains, and importer(entries)
+ * (an array of [key, value] Buffers) with the state of keys this task
+ * gains. importer must not replace an entry the application already holds.
+ * The socket is created mode 0600; Node offers no peer-credential check, so
+ * keep it in a directory only the application's user can reach. */
+export class StateServer {
+  #server;
+  #path;
+  constructor(socketPath, { exporter, importer }) {
+    this.#path = socketPath;
+    this.#server = http.createServer((req, res) => {
+      const chunks = [];
+      let size = 0;
+      req.on('data', (c) => {
+        size += c.length;
+        if (size > MAX_BODY) { req.destroy(); return; }
+        chunks.push(c);
+      });
+      req.on('end', () => this.#serve(req.url, Buffer.concat(chunks), res, exporter, importer).catch((e) => {
+        if (!res.headersSent) {
+          res.writeHead(500, { 'Content-Type': 'application/json' });
+          res.end(JSON.stringify({ code: 'internal', message: String(e) }));
+        } else res.destroy();
+      }));
+    });
+  }
+
+  async #serve(url, body, res, exporter, importer) {
+    if (url === STATE_SERVICE + 'ImportState') {
+      const msg = JSON.parse(body.toString() || '{}');
+      await importer((msg.entries ?? []).map((e) => [Buffer.from(e.key ?? '', 'base64'), Buffer.from(e.value ?? '', 'base64')]));
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.end('{}');
+      return;
+    }
+    if (url !== STATE_SERVICE + 'ExportState') {
+      res.writeHead(404, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify({ code: 'unimplemented', message: `no method ${url}` }));
+      return;
+    }
+    const msg = JSON.parse(body.subarray(5, 5 + body.readUInt32BE(1)).toString() || '{}');
+    res.writeHead(200, { 'Content-Type': 'application/connect+json' });
+    let end = {};
+    try {
+      let batch = [], bytes = 0;
+      for (const [k, v] of await exporter(BigInt(msg.start ?? 0), BigInt(msg.end ?? 0))) {
+        batch.push({ key: Buffer.from(k).toString('base64'), value: Buffer.from(v).toString('base64') });
+        bytes += k.length + v.length;
+        if (bytes >= EXPORT_CHUNK) { res.write(envelope(0, { entries: batch })); batch = []; bytes = 0; }
+      }
+      if (batch.length) res.write(envelope(0, { entries: batch }));
+    } catch (e) {
+      end = { error: { code: 'internal', message: `ExportState: ${e}` } };
+    }
+    res.end(envelope(0x02, end));
+  }
+
+  /** Listen on the socket; resolves once it does. */
+  listen() {
+    try { fs.unlinkSync(this.#path); } catch {}
+    const old = process.umask(0o177);
+    return new Promise((resolve, reject) => {
+      this.#server.once('error', (e) => { process.umask(old); reject(e); });
+      this.#server.listen(this.#path, () => { process.umask(old); resolve(this); });
+    });
+  }
+
+  close() {
+    this.#server.close();
+    try { fs.unlinkSync(this.#path); } catch {}
   }
 }

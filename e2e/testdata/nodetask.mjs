@@ -21,6 +21,16 @@ emit({ step: 'drained', generation: r.generation });
 await task.setDraining(false);
 r = await deadline(task.until((x) => x.ranges.length > 0), 'ranges again');
 emit({ step: 'back', generation: r.generation, owned: KEYS.flatMap((k, i) => (task.owns(k) ? [i] : [])) });
+{
+  const owned = [], tokens = new Set();
+  let kept = 0;
+  for (const [i, k] of KEYS.slice(0, 50).entries()) {
+    const h = await task.acquire(k);
+    if (h.owned) { owned.push(i); tokens.add(h.token); }
+    if (await h.release()) kept++;
+  }
+  emit({ step: 'handles', generation: task.ranges().generation, owned, tokens: [...tokens].sort(), continuous: kept });
+}
 await task.reportLoad([['key-1', 1], [Buffer.from('key-2'), 2]]);
 try {
   await task.reportLoad([['key-1', -1]]);

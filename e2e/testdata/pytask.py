@@ -43,6 +43,14 @@ def main():
     task.set_draining(False)
     gen = wait(task, lambda r: len(r) > 0, "ranges again")
     emit(step="back", generation=gen, owned=[i for i, k in enumerate(KEYS) if task.owns(k)])
+    owned, tokens, kept = [], set(), 0
+    for i, k in enumerate(KEYS[:50]):
+        with task.acquire(k) as h:
+            if h.owned:
+                owned.append(i)
+                tokens.add(h.token)
+        kept += h.continuous
+    emit(step="handles", generation=task.ranges()[0], owned=owned, tokens=sorted(tokens), continuous=kept)
     task.report_load([("key-1", 1.0), (b"key-2", 2)])
     try:
         task.report_load([("key-1", float("nan"))])

@@ -47,8 +47,16 @@ func (c PyTaskConfig) Interpreter() string {
 	return "python3"
 }
 
-// CheckPython reports whether py can run the Python task library.
-func CheckPython(ctx context.Context, py string) error {
+// Prepare finds the module's directory (Root) and checks that the
+// interpreter can run the Python task library, for a harness about to
+// start Python tasks.
+func (c *PyTaskConfig) Prepare(ctx context.Context) error {
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return err
+	}
+	c.Root = root
+	py := c.Interpreter()
 	if out, err := exec.CommandContext(ctx, py, "-c", "import xxhash").CombinedOutput(); err != nil {
 		return fmt.Errorf("%s cannot import xxhash (%v: %s); run scripts/python.sh, or give -python", py, err, out)
 	}

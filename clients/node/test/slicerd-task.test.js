@@ -29,3 +29,41 @@ test('owns follows the applied ranges', () => {
   t.apply({ generation: '4', owned: [{ end: String(h) }] });
   assert.equal(t.owns('a'), false);
 });
+
+test('StateServer serves export and import as the sidecar calls them', async () => {
+  const os = await import('node:os');
+  const path = await import('node:path');
+  const fs = await import('node:fs');
+  const http = await import('node:http');
+  const { StateServer } = await import('../index.js');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'slicerd-task-'));
+  const sock = path.join(dir, 'state.sock');
+  const imported = [];
+  const srv = await new StateServer(sock, {
+    exporter: (start, end) => [[Buffer.from('a'), Buffer.from(`${start}-${end}`)]],
+    importer: (entries) => { imported.push(...entries.map(([k, v]) => `${k}=${v}`)); },
+  }).listen();
+  assert.equal(fs.statSync(sock).mode & 0o777, 0o600);
+  const call = (method, body, type) => new Promise((resolve, reject) => {
+    const req = http.request({ socketPath: sock, path: `/slicer.v1.TaskStateService/${method}`, method: 'POST', headers: { 'Content-Type': type } }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => resolve([res.statusCode, Buffer.concat(chunks)]));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+  let [code] = await call('ImportState', JSON.stringify({ entries: [{ key: Buffer.from('k').toString('base64'), value: Buffer.from('v').toString('base64') }] }), 'application/json');
+  assert.equal(code, 200);
+  assert.deepEqual(imported, ['k=v']);
+  const msg = Buffer.from('{"start":"1","end":"9"}');
+  const env = Buffer.alloc(5); env.writeUInt32BE(msg.length, 1);
+  let body;
+  [code, body] = await call('ExportState', Buffer.concat([env, msg]), 'application/connect+json');
+  assert.equal(code, 200);
+  const first = JSON.parse(body.subarray(5, 5 + body.readUInt32BE(1)).toString());
+  assert.equal(Buffer.from(first.entries[0].value, 'base64').toString(), '1-9');
+  const rest = body.subarray(5 + body.readUInt32BE(1));
+  assert.equal(rest.readUInt8(0), 2); // the end of the stream
+  srv.close();
+});

@@ -351,6 +351,9 @@ def make_handler(task, store, job=None, strong=None, handoff=False):
 
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 refuses connections a busy
+    # client opens in a burst.
+    request_queue_size = 1024
     tls = None  # an ssl.SSLContext to serve TLS with
 
     def get_request(self):
