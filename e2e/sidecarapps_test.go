@@ -199,7 +199,7 @@ func TestSidecarMixedJobPython(t *testing.T) {
 	// With TLS the application serves with the task's certificate, and the
 	// sidecar checks it by a TCP connect (its --health-url is http only).
 	args := []string{"sidecar", "--job", "kv", "--task", "py-0", "--app-addr", appAddr, "--join", node.gossipAddr,
-		"--health-interval", "200ms", "--health-failures", "2", "--local-api-socket", sock}
+		"--local-api-socket", sock} // the default health checks, 500 ms × 3
 	appArgs := []string{"../examples/kvcache/python/kvserver.py", "--addr", appAddr, "--local-api-socket", sock}
 	if secure {
 		f := issue("task-kv-py-0", identity.ID{Role: identity.Task, Job: "kv", Task: "py-0"})
@@ -323,6 +323,6 @@ func TestSidecarMixedJobPython(t *testing.T) {
 	killed := time.Now()
 	pyApp.Process.Kill()
 	testwait.Until(t, 30*time.Second, "the dead Python task's keys to move", func() bool { return !holds("py-0") })
-	t.Logf("Python application killed: its keys moved %v later (health interval 200ms × 2 failures)", time.Since(killed).Round(time.Millisecond))
+	t.Logf("Python application killed: its keys moved %v later (the default health checks, 500 ms × 3)", time.Since(killed).Round(time.Millisecond))
 	putAll("b")
 }

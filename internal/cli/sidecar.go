@@ -64,7 +64,7 @@ func SidecarCommand() *cli.Command {
 			&cli.Float64Flag{Name: "capacity", EnvVars: []string{"SLICERD_SIDECAR_CAPACITY"}, Usage: "the task's relative capacity: 2 carries twice the load of 1 (default 1)"},
 			&cli.StringFlag{Name: "health-url", EnvVars: []string{"SLICERD_SIDECAR_HEALTH_URL"},
 				Usage: "http:// URL the application answers 2xx on while healthy (default: a TCP connect to --app-addr)"},
-			&cli.DurationFlag{Name: "health-interval", EnvVars: []string{"SLICERD_SIDECAR_HEALTH_INTERVAL"}, Value: time.Second, Usage: "how often to check the application"},
+			&cli.DurationFlag{Name: "health-interval", EnvVars: []string{"SLICERD_SIDECAR_HEALTH_INTERVAL"}, Value: 500 * time.Millisecond, Usage: "how often to check the application"},
 			&cli.DurationFlag{Name: "health-timeout", EnvVars: []string{"SLICERD_SIDECAR_HEALTH_TIMEOUT"}, Value: time.Second, Usage: "how long one check may take"},
 			&cli.IntFlag{Name: "health-failures", EnvVars: []string{"SLICERD_SIDECAR_HEALTH_FAILURES"}, Value: 3,
 				Usage: "failed checks in a row that make the task give its keys away"},
