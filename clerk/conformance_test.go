@@ -1,0 +1,228 @@
+package clerk
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+)
+
+// The language-neutral conformance vectors in api/conformance
+// (docs/client-contract.md): every client, in any language, must compute
+// the same slice keys and route every key to the same tasks. This Go
+// Clerk passes them; go test ./clerk/ -run Conformance -update writes them
+// from the cases below.
+
+var updateConformance = flag.Bool("update", false, "rewrite api/conformance from this file's cases")
+
+const (
+	hashVectors   = "../api/conformance/hash.json"
+	lookupVectors = "../api/conformance/lookup.json"
+)
+
+// hashFile is api/conformance/hash.json.
+type hashFile struct {
+	About string     `json:"about"`
+	Cases []hashCase `json:"cases"`
+}
+
+type hashCase struct {
+	// Key is the key's bytes in base64 (standard, padded); Text is the
+	// same key as text, when it is valid UTF-8.
+	Key  string `json:"key"`
+	Text string `json:"text,omitempty"`
+	// SliceKey is XXH64(key, seed 0) >> 1, a decimal string (JSON
+	// numbers lose precision above 2^53).
+	SliceKey string `json:"slice_key"`
+}
+
+// lookupFile is api/conformance/lookup.json.
+type lookupFile struct {
+	About string       `json:"about"`
+	Cases []lookupCase `json:"cases"`
+}
+
+type lookupCase struct {
+	Name string `json:"name"`
+	// Assignment is a slicer.v1.Assignment in protobuf's JSON form, as
+	// WatchAssignment sends it with the Connect protocol and JSON.
+	Assignment json.RawMessage `json:"assignment"`
+	Lookups    []lookup        `json:"lookups"`
+}
+
+type lookup struct {
+	// Key in base64, or SliceKey alone for a point of the key space no
+	// short key is known to hash to (a slice's first and last keys).
+	Key      string `json:"key,omitempty"`
+	SliceKey string `json:"slice_key"`
+	// Tasks are the names of the slice's tasks, in the assignment's
+	// order; Addresses their addresses, in the same order.
+	Tasks     []string `json:"tasks"`
+	Addresses []string `json:"addresses"`
+}
+
+func conformanceKeys() [][]byte {
+	keys := [][]byte{[]byte(""), []byte("a"), []byte("user:42"), []byte("hello world"), []byte("slicerd"), {0x00, 0xff},
+		[]byte("kü"), []byte("日本語"), bytes.Repeat([]byte("x"), 31), bytes.Repeat([]byte("y"), 32), bytes.Repeat([]byte("z"), 33),
+		bytes.Repeat([]byte{0xab}, 1000)}
+	for i := range 20 {
+		keys = append(keys, []byte("key-"+strconv.Itoa(i)))
+	}
+	return keys
+}
+
+func conformanceAssignments() map[string]*assign.Assignment {
+	const end = assign.KeySpaceEnd
+	return map[string]*assign.Assignment{
+		"one task": {Job: "kv", Generation: 1, Incarnation: "inc-a",
+			Tasks:  []assign.Task{{Name: "kv-0", Addr: "10.0.0.1:8080"}},
+			Slices: []assign.Slice{{Start: 0, End: end, Tasks: []string{"kv-0"}}}},
+		"uneven slices, replicas and a task on two slices": {Job: "kv", Generation: 7, Incarnation: "inc-b",
+			Tasks: []assign.Task{{Name: "kv-0", Addr: "10.0.0.1:8080"}, {Name: "kv-1", Addr: "10.0.0.2:8080"}, {Name: "kv-2", Addr: "[fd00::3]:8080"}},
+			Slices: []assign.Slice{
+				{Start: 0, End: 1, Tasks: []string{"kv-2"}},
+				{Start: 1, End: 1 << 61, Tasks: []string{"kv-0", "kv-1"}},
+				{Start: 1 << 61, End: 1<<62 + 12345, Tasks: []string{"kv-1"}},
+				{Start: 1<<62 + 12345, End: end - 1, Tasks: []string{"kv-0", "kv-1", "kv-2"}},
+				{Start: end - 1, End: end, Tasks: []string{"kv-0"}},
+			}},
+	}
+}
+
+func TestConformanceHash(t *testing.T) {
+	var want hashFile
+	if *updateConformance {
+		want.About = "Slice keys: XXH64(key, seed 0) >> 1. docs/client-contract.md."
+		for _, k := range conformanceKeys() {
+			c := hashCase{Key: base64.StdEncoding.EncodeToString(k), SliceKey: strconv.FormatUint(uint64(assign.HashKey(k)), 10)}
+			if utf8.Valid(k) {
+				c.Text = string(k)
+			}
+			want.Cases = append(want.Cases, c)
+		}
+		writeJSON(t, hashVectors, want)
+	}
+	readJSON(t, hashVectors, &want)
+	if len(want.Cases) == 0 {
+		t.Fatal("no hash vectors")
+	}
+	for _, c := range want.Cases {
+		k, err := base64.StdEncoding.DecodeString(c.Key)
+		if err != nil {
+			t.Fatalf("%q: %v", c.Key, err)
+		}
+		if got := strconv.FormatUint(uint64(assign.HashKey(k)), 10); got != c.SliceKey {
+			t.Errorf("slice key of %q = %s, want %s", k, got, c.SliceKey)
+		}
+		if c.Text != "" && assign.HashString(c.Text) != assign.HashKey(k) {
+			t.Errorf("%q hashes differently as text and as bytes", c.Text)
+		}
+	}
+}
+
+func TestConformanceLookup(t *testing.T) {
+	var want lookupFile
+	if *updateConformance {
+		want.About = "Key → the slice's tasks and their addresses, for slicer.v1.Assignment messages in JSON. docs/client-contract.md."
+		as := conformanceAssignments()
+		for _, name := range slices.Sorted(maps.Keys(as)) {
+			a := as[name]
+			raw, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(api.ToProto(a))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := lookupCase{Name: name, Assignment: raw}
+			add := func(key []byte, h assign.SliceKey) {
+				sl := a.Slices[a.Find(h)]
+				l := lookup{SliceKey: strconv.FormatUint(uint64(h), 10), Tasks: sl.Tasks}
+				if key != nil {
+					l.Key = base64.StdEncoding.EncodeToString(key)
+				}
+				for _, n := range sl.Tasks {
+					i, _ := a.TaskIndex(n)
+					l.Addresses = append(l.Addresses, a.Tasks[i].Addr)
+				}
+				c.Lookups = append(c.Lookups, l)
+			}
+			for _, k := range conformanceKeys() {
+				add(k, assign.HashKey(k))
+			}
+			for _, s := range a.Slices { // every slice's first and last key
+				add(nil, s.Start)
+				add(nil, s.End-1)
+			}
+			want.Cases = append(want.Cases, c)
+		}
+		writeJSON(t, lookupVectors, want)
+	}
+	readJSON(t, lookupVectors, &want)
+	if len(want.Cases) == 0 {
+		t.Fatal("no lookup vectors")
+	}
+	for _, c := range want.Cases {
+		var p slicerv1.Assignment
+		if err := protojson.Unmarshal(c.Assignment, &p); err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		a, err := api.FromProto(&p)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		table := newTableAt(a, time.Now())
+		for _, l := range c.Lookups {
+			h, err := strconv.ParseUint(l.SliceKey, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: slice key %q: %v", c.Name, l.SliceKey, err)
+			}
+			if l.Key != "" {
+				k, err := base64.StdEncoding.DecodeString(l.Key)
+				if err != nil || uint64(assign.HashKey(k)) != h {
+					t.Fatalf("%s: key %q does not hash to %d (%v)", c.Name, l.Key, h, err)
+				}
+			}
+			i := table.Lookup(assign.SliceKey(h))
+			if !slices.Equal(table.Names(i), l.Tasks) || !slices.Equal(table.Addrs(i), l.Addresses) {
+				t.Errorf("%s: slice key %d → %v at %v, want %v at %v", c.Name, h, table.Names(i), table.Addrs(i), l.Tasks, l.Addresses)
+			}
+		}
+	}
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./clerk/ -run Conformance -update writes it)", err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatal(fmt.Errorf("%s: %w", path, err))
+	}
+}
