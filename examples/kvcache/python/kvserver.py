@@ -223,25 +223,41 @@ def make_handler(task, store, job=None, strong=None, handoff=False):
             """Strong mode: a handle on key and when the request started,
             or None (answered 421) when the task does not own it."""
             start = time.monotonic_ns()
-            h = task.acquire(key)
-            if not h.owned and strong.wait > 0:
-                h = task.acquire(key, wait=strong.wait)
-                if h.owned:
-                    # Taken again, so that the recorded request starts
-                    # when the task owned the key, not before the wait.
-                    h.release()
-                    start = time.monotonic_ns()
-                    h = task.acquire(key)
+            try:
+                h = task.acquire(key)
+                if not h.owned and strong.wait > 0:
+                    h = task.acquire(key, wait=strong.wait)
+                    if h.owned:
+                        # Taken again, so that the recorded request starts
+                        # when the task owned the key, not before the wait.
+                        h.release()
+                        start = time.monotonic_ns()
+                        h = task.acquire(key)
+            except (OSError, slicerd_task.LocalAPIError) as e:
+                # No sidecar, no handle: the task cannot vouch for the key.
+                self.reply(503, f"kvcache: the sidecar's local API: {e}\n".encode())
+                return None
             if not h.owned:
                 self.misdirected()
                 return None
             return h, start
 
+        def drop(self, claim):
+            """Release the handle of a request that failed anyway."""
+            try:
+                claim[0].release()
+            except (OSError, slicerd_task.LocalAPIError):
+                pass
+
         def kept(self, key, claim):
             """Release the handle; whether the key stayed the task's
-            throughout (recorded when it did)."""
+            throughout (recorded when it did). A release the sidecar did
+            not answer counts as not kept."""
             h, start = claim
-            if not h.release():
+            try:
+                if not h.release():
+                    return False
+            except (OSError, slicerd_task.LocalAPIError):
                 return False
             if strong.record is not None:
                 strong.record.add(key, h.token, start, time.monotonic_ns())
@@ -260,7 +276,7 @@ def make_handler(task, store, job=None, strong=None, handoff=False):
                         with store.lock:
                             store.entries[key] = val
             except OSError as e:
-                c[0].release()
+                self.drop(c)
                 return self.reply(503, f"kvcache: reading the backing store: {e}\n".encode())
             if not self.kept(key, c):
                 return self.misdirected()
@@ -275,11 +291,11 @@ def make_handler(task, store, job=None, strong=None, handoff=False):
             try:
                 written = strong.backing.put(key.decode(errors="replace"), val, c[0].token)
             except OSError as e:
-                c[0].release()
+                self.drop(c)
                 return self.reply(503, f"kvcache: writing the backing store: {e}\n".encode())
             if not written:
                 # A newer owner wrote the key: this task's view is behind.
-                c[0].release()
+                self.drop(c)
                 return self.misdirected()
             with store.lock:
                 store.entries[key] = val
