@@ -37,7 +37,8 @@ func SidecarCommand() *cli.Command {
 			"and the job's keys are assigned to it as to any task. Run it beside the application (the systemd\n" +
 			"template dist/systemd/slicerd-sidecar@.service binds it to the application's unit).\n\n" +
 			"It checks the application every --health-interval (a TCP connect to --app-addr, or an HTTP GET of\n" +
-			"--health-url that must answer 2xx). After --health-failures failures in a row the task drains: its\n" +
+			"--health-url that must answer 2xx), and joins only once a check has passed. After --health-failures\n" +
+			"failures in a row the task drains: its\n" +
 			"keys move to the job's other tasks while it stays a member; the first success after that gives it\n" +
 			"keys again. On SIGTERM or SIGINT it drains (at most --drain-timeout) and exits 0, so the application\n" +
 			"can stop once the sidecar has. With TLS it presents the task's certificate\n" +
@@ -318,7 +319,12 @@ func runSidecar(c *cli.Context) error {
 	runCtx, end := context.WithCancel(context.WithoutCancel(c.Context))
 	defer end()
 	g, gctx := errgroup.WithContext(runCtx)
-	g.Go(func() error { return sl.Run(gctx) })
+	g.Go(func() error {
+		if !awaitHealthy(ctx, sc, state, log) {
+			return nil // stopped before the application ever passed a check
+		}
+		return sl.Run(gctx)
+	})
 	if local != nil {
 		g.Go(func() error { return serveLocal(gctx, localLn, local, sc.localSocket) })
 		log.Info("sidecar local API serving", "socket", sc.localSocket)
@@ -335,6 +341,12 @@ func runSidecar(c *cli.Context) error {
 		followHealth(ctx, sl, sc, state, log)
 		if gctx.Err() != nil {
 			return nil // the Slicelet stopped first
+		}
+		select {
+		case <-sl.Joined():
+		default:
+			end() // never joined: nothing to drain
+			return nil
 		}
 		if sc.drainTimeout > 0 {
 			log.Info("sidecar draining", "timeout", sc.drainTimeout)
@@ -353,6 +365,34 @@ func runSidecar(c *cli.Context) error {
 	}
 	log.Info("sidecar stopped")
 	return nil
+}
+
+// awaitHealthy checks the application every interval until a check passes
+// (true) or ctx ends (false), recording each check for the watchdog: the
+// task joins only once its application serves, so that no key, and no
+// handed-off state, reaches it before the application can take them.
+func awaitHealthy(ctx context.Context, sc sidecarConfig, state *sidecarState, log *slog.Logger) bool {
+	tick := time.NewTicker(sc.interval)
+	defer tick.Stop()
+	for logged := false; ; {
+		err := sc.check(ctx)
+		if ctx.Err() != nil {
+			return false
+		}
+		state.checked.Store(time.Now().UnixNano())
+		if err == nil {
+			return true
+		}
+		if !logged {
+			log.Info("sidecar: waiting for the application to pass a health check before the task joins", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
 }
 
 // followHealth checks the application every interval until ctx ends: after

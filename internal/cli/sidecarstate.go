@@ -88,8 +88,23 @@ func withAppState(cfg *slicelet.Config, path string, log *slog.Logger) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), appImportTimeout)
 		defer cancel()
-		if _, err := app.ImportState(ctx, connect.NewRequest(req)); err != nil {
-			log.Warn("sidecar: the application's ImportState failed; those keys start cold", "entries", len(entries), "err", err)
+		// An application restarting has no socket for a moment: try
+		// again, backing off, until the timeout.
+		for wait := 20 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+			_, err := app.ImportState(ctx, connect.NewRequest(req))
+			if err == nil {
+				return
+			}
+			if connect.CodeOf(err) != connect.CodeUnavailable || ctx.Err() != nil {
+				log.Warn("sidecar: the application's ImportState failed; those keys start cold", "entries", len(entries), "err", err)
+				return
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
 		}
 	}
 }

@@ -453,11 +453,13 @@ def main():
     task = slicerd_task.Task(args.local_api_socket, on_change=lambda gen, gained, lost: store.drop_ranges(lost)).start()
     stop = threading.Event()
     threading.Thread(target=report_load, args=(task, store, stop), daemon=True).start()
-    srv = Server((host, int(port)), make_handler(task, store, args.job if args.tls_cert else None, strong,
-                                                           handoff=bool(args.state_socket)))
+    # The state socket first: the sidecar may hand state over as soon as
+    # the application answers its health check.
     state = None
     if args.state_socket:
         state = slicerd_task.StateServer(args.state_socket, store.export, store.import_).start()
+    srv = Server((host, int(port)), make_handler(task, store, args.job if args.tls_cert else None, strong,
+                                                           handoff=bool(args.state_socket)))
     if args.tls_cert:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
