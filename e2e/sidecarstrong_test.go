@@ -155,24 +155,7 @@ print("handle acquire+release over the local API: p50 %.0f us, p99 %.0f us, max 
 
 	load := startStrongLoad(t, client)
 	defer load.stop()
-	progress := func(what string) { t.Helper(); load.progress(t, what) }
-	progress("before the faults")
-
-	pyTasks["py-1"].signal(syscall.SIGSTOP)
-	time.Sleep(4 * time.Second) // the fault itself: twice the lease TTL
-	pyTasks["py-1"].signal(syscall.SIGCONT)
-	progress("after a Python task was stopped past its lease")
-
-	pyTasks["py-2"].signal(syscall.SIGKILL)
-	progress("after a Python task was killed")
-
-	leaseHolder(t, a1, a2).kill()
-	progress("after the lease-holding assigner was killed")
-
-	etcd.Stop()
-	time.Sleep(time.Second) // the fault itself: etcd down
-	etcd.Restart()
-	progress("after etcd restarted")
+	runStrongFaults(t, load, pyTasks["py-1"].signal, func() { pyTasks["py-2"].signal(syscall.SIGKILL) }, []*slicerdNode{a1, a2}, etcd, "a Python task")
 
 	load.stop()
 	for _, task := range goTasks {

@@ -79,26 +79,7 @@ func TestStrongConsistencyUnderFaults(t *testing.T) {
 	client := kvcache.NewClient(cl, &http.Client{Timeout: 5 * time.Second})
 	load := startStrongLoad(t, client)
 	defer load.stop()
-	progress := func(what string) { t.Helper(); load.progress(t, what) }
-	progress("before the faults")
-
-	// A task stopped for longer than its lease, then continued: it must
-	// not serve with the lease it held before the pause.
-	tasks["kv-1"].signal(syscall.SIGSTOP)
-	time.Sleep(4 * time.Second) // the fault itself: twice the lease TTL
-	tasks["kv-1"].signal(syscall.SIGCONT)
-	progress("after a task was stopped past its lease")
-
-	tasks["kv-2"].kill()
-	progress("after a task was killed")
-
-	leaseHolder(t, a1, a2).kill()
-	progress("after the lease-holding assigner was killed")
-
-	etcd.Stop()
-	time.Sleep(time.Second) // the fault itself: etcd down
-	etcd.Restart()
-	progress("after etcd restarted")
+	runStrongFaults(t, load, tasks["kv-1"].signal, tasks["kv-2"].kill, []*slicerdNode{a1, a2}, etcd, "a task")
 
 	load.stop()
 	for _, task := range tasks {
@@ -170,4 +151,27 @@ func (l *strongLoad) progress(t *testing.T, what string) {
 func (l *strongLoad) stop() {
 	l.cancel()
 	l.wg.Wait()
+}
+
+// runStrongFaults injects the strong tests' faults in turn, waiting after
+// each for requests to succeed again: a task stopped (signal SIGSTOP) for
+// twice its 2 s lease TTL and continued, which must not serve with the
+// lease it held before the pause; another task killed; the lease-holding
+// Assigner killed; etcd stopped for a second and restarted. what names the
+// kind of task, for the messages.
+func runStrongFaults(t *testing.T, load *strongLoad, signal func(syscall.Signal), kill func(), assigners []*slicerdNode, etcd *etcdtest.Server, what string) {
+	t.Helper()
+	load.progress(t, "before the faults")
+	signal(syscall.SIGSTOP)
+	time.Sleep(4 * time.Second) // the fault itself: twice the lease TTL
+	signal(syscall.SIGCONT)
+	load.progress(t, "after "+what+" was stopped past its lease")
+	kill()
+	load.progress(t, "after "+what+" was killed")
+	leaseHolder(t, assigners...).kill()
+	load.progress(t, "after the lease-holding assigner was killed")
+	etcd.Stop()
+	time.Sleep(time.Second) // the fault itself: etcd down
+	etcd.Restart()
+	load.progress(t, "after etcd restarted")
 }
