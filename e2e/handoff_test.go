@@ -33,27 +33,9 @@ func TestHandoffBinary(t *testing.T) {
 	}
 	waitTasks(3)
 	kv := kvcache.NewClient(ck, nil)
-	ctx := context.Background()
 	const n = 1000
-	val := func(i int) []byte { return []byte(fmt.Sprintf("value %d", i)) }
-	for i := range n {
-		key := fmt.Sprintf("key-%d", i)
-		testwait.Until(t, 10*time.Second, "PUT "+key, func() bool { return kv.Put(ctx, key, val(i)) == nil })
-	}
-	found := func() int {
-		t.Helper()
-		got := 0
-		for i := range n {
-			v, ok, err := kv.Get(ctx, fmt.Sprintf("key-%d", i))
-			if err != nil {
-				t.Fatalf("GET key-%d: %v", i, err)
-			}
-			if ok && bytes.Equal(v, val(i)) {
-				got++
-			}
-		}
-		return got
-	}
+	writeKeys(t, kv, n)
+	found := func() int { t.Helper(); return foundKeys(t, kv, n) }
 
 	kvs["kv-3"] = startKV(t, "kv-3", node.gossipAddr)
 	waitTasks(4)
@@ -68,4 +50,34 @@ func TestHandoffBinary(t *testing.T) {
 	if joined < n*99/100 || left < n*99/100 {
 		t.Errorf("found %d and %d of %d keys; with handoff at least 99%% move with their entries", joined, left, n)
 	}
+}
+
+// handoffValue is the value writeKeys gives key-i.
+func handoffValue(i int) []byte { return []byte(fmt.Sprintf("value %d", i)) }
+
+// writeKeys writes key-0 … key-(n-1), retrying each until it is stored.
+func writeKeys(t *testing.T, kv *kvcache.Client, n int) {
+	t.Helper()
+	for i := range n {
+		key := fmt.Sprintf("key-%d", i)
+		testwait.Until(t, 10*time.Second, "PUT "+key, func() bool { return kv.Put(context.Background(), key, handoffValue(i)) == nil })
+	}
+}
+
+// foundKeys reads key-0 … key-(n-1) and counts those found with the value
+// writeKeys gave them.
+func foundKeys(t *testing.T, kv *kvcache.Client, n int) int {
+	t.Helper()
+	defer func(start time.Time) { t.Logf("read %d keys in %v", n, time.Since(start).Round(time.Millisecond)) }(time.Now())
+	got := 0
+	for i := range n {
+		v, ok, err := kv.Get(context.Background(), fmt.Sprintf("key-%d", i))
+		if err != nil {
+			t.Fatalf("GET key-%d: %v", i, err)
+		}
+		if ok && bytes.Equal(v, handoffValue(i)) {
+			got++
+		}
+	}
+	return got
 }

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -56,28 +54,9 @@ func TestSidecarPythonHandoff(t *testing.T) {
 	waitTasks("kv-0", "py-1")
 	kv := kvcache.NewClient(ck, &http.Client{Timeout: 5 * time.Second})
 	defer kv.Close()
-	ctx := context.Background()
 	const n = 1000
-	val := func(i int) []byte { return []byte(fmt.Sprintf("value %d", i)) }
-	for i := range n {
-		key := fmt.Sprintf("key-%d", i)
-		testwait.Until(t, 10*time.Second, "PUT "+key, func() bool { return kv.Put(ctx, key, val(i)) == nil })
-	}
-	found := func() int {
-		t.Helper()
-		defer func(start time.Time) { t.Logf("read %d keys in %v", n, time.Since(start).Round(time.Millisecond)) }(time.Now())
-		got := 0
-		for i := range n {
-			v, ok, err := kv.Get(ctx, fmt.Sprintf("key-%d", i))
-			if err != nil {
-				t.Fatalf("GET key-%d: %v", i, err)
-			}
-			if ok && bytes.Equal(v, val(i)) {
-				got++
-			}
-		}
-		return got
-	}
+	writeKeys(t, kv, n)
+	found := func() int { t.Helper(); return foundKeys(t, kv, n) }
 	startPy("py-2")
 	waitTasks("kv-0", "py-1", "py-2")
 	joined := found()

@@ -84,31 +84,11 @@ t.close()
 		t.Fatalf("%d generations both installed and applied; want at least %d", len(delays), rounds)
 	}
 	slices.Sort(delays)
-	rss := procRSS(t, sc.cmd.Process.Pid)
+	rss := rssBytes(t, sc.cmd.Process.Pid)
 	t.Logf("Slicelet install → Python application applied, %d changes: p50 %v, p99 %v, max %v; sidecar RSS %d MiB",
 		len(delays), delays[len(delays)/2].Round(time.Microsecond), delays[len(delays)*99/100].Round(time.Microsecond),
 		delays[len(delays)-1].Round(time.Microsecond), rss>>20)
 	if delays[0] < 0 {
 		t.Errorf("the application applied generation before the sidecar installed it (%v): the measurement is wrong", delays[0])
 	}
-}
-
-// procRSS is the resident set of process pid, in bytes (Linux).
-func procRSS(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease/leasecheck"
-	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
 )
 
 // pyTask is a task of job kv run as the Python kvserver beside a sidecar.
@@ -73,13 +72,7 @@ func startPyTask(t *testing.T, py, task, join string, sidecarArgs, appArgs []str
 // shows no instant at which two tasks owned a key and no token going back.
 func TestSidecarStrongPythonTasks(t *testing.T) {
 	py := python(t)
-	etcd := etcdtest.Start(t)
-	store := "etcd://" + etcd.Endpoint() + "/strong-sidecar/"
-	a1 := startSlicerd(t, "assigner-1", "--store", store, "--data-dir", t.TempDir())
-	a2 := startSlicerd(t, "assigner-2", "--store", store, "--data-dir", t.TempDir(), "--join", a1.gossipAddr)
-	if code, out := runSlicerd(t, "job", "set", "--addr", a1.rpcAddr, "--consistency", "strong", "kv"); code != 0 || !strings.Contains(out, "consistency     strong") {
-		t.Fatalf("job set --consistency strong: exit %d: %s", code, out)
-	}
+	etcd, a1, a2 := startStrongCluster(t, "strong-sidecar")
 	backing := kvcache.NewMemBacking()
 	db := httptest.NewServer(kvcache.BackingHandler(backing))
 	defer db.Close()

@@ -56,13 +56,7 @@ func leaseHolder(t *testing.T, nodes ...*slicerdNode) *slicerdNode {
 // backing store refused no write for a stale token that a task had
 // confirmed.
 func TestStrongConsistencyUnderFaults(t *testing.T) {
-	etcd := etcdtest.Start(t)
-	store := "etcd://" + etcd.Endpoint() + "/strong-e2e/"
-	a1 := startSlicerd(t, "assigner-1", "--store", store, "--data-dir", t.TempDir())
-	a2 := startSlicerd(t, "assigner-2", "--store", store, "--data-dir", t.TempDir(), "--join", a1.gossipAddr)
-	if code, out := runSlicerd(t, "job", "set", "--addr", a1.rpcAddr, "--consistency", "strong", "kv"); code != 0 || !strings.Contains(out, "consistency     strong") {
-		t.Fatalf("job set --consistency strong: exit %d: %s", code, out)
-	}
+	etcd, a1, a2 := startStrongCluster(t, "strong-e2e")
 
 	backing := kvcache.NewMemBacking()
 	db := httptest.NewServer(kvcache.BackingHandler(backing))
@@ -174,4 +168,18 @@ func runStrongFaults(t *testing.T, load *strongLoad, signal func(syscall.Signal)
 	time.Sleep(time.Second) // the fault itself: etcd down
 	etcd.Restart()
 	load.progress(t, "after etcd restarted")
+}
+
+// startStrongCluster starts two Assigners sharing an etcd server, under
+// prefix, and configures job kv strong.
+func startStrongCluster(t *testing.T, prefix string) (*etcdtest.Server, *slicerdNode, *slicerdNode) {
+	t.Helper()
+	etcd := etcdtest.Start(t)
+	store := "etcd://" + etcd.Endpoint() + "/" + prefix + "/"
+	a1 := startSlicerd(t, "assigner-1", "--store", store, "--data-dir", t.TempDir())
+	a2 := startSlicerd(t, "assigner-2", "--store", store, "--data-dir", t.TempDir(), "--join", a1.gossipAddr)
+	if code, out := runSlicerd(t, "job", "set", "--addr", a1.rpcAddr, "--consistency", "strong", "kv"); code != 0 || !strings.Contains(out, "consistency     strong") {
+		t.Fatalf("job set --consistency strong: exit %d: %s", code, out)
+	}
+	return etcd, a1, a2
 }

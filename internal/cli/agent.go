@@ -136,10 +136,7 @@ func agentFlagList() []cli.Flag {
 			Name: "node-name", Value: defaultNodeName(), EnvVars: []string{"SLICERD_NODE_NAME"},
 			Usage: "this node's unique name in gossip",
 		},
-		&cli.StringFlag{
-			Name: "gossip-profile", Value: "lan", EnvVars: []string{"SLICERD_GOSSIP_PROFILE"},
-			Usage: "gossip timers: lan (memberlist's LAN timers, with faster failure detection) or local (shorter probe timeouts, for loopback and tests)",
-		},
+		gossipProfileFlag(),
 		&cli.Float64Flag{
 			Name: "preference-margin", Value: lease.DefaultPreference().Margin, EnvVars: []string{"SLICERD_PREFERENCE_MARGIN"},
 			Usage: "hysteresis of the preferred assigner: another assigner takes a job over only when its estimated round trip " +
@@ -358,12 +355,11 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	if err := gossipKeyConfig(c, &cfg); err != nil {
 		return cfg, err
 	}
-	switch p := c.String("gossip-profile"); p {
-	case "lan", "local":
-		cfg.Gossip.Profile = p
-	default:
-		return cfg, usageError("invalid --gossip-profile %q: use lan or local", p)
+	p, err := gossipProfile(c)
+	if err != nil {
+		return cfg, err
 	}
+	cfg.Gossip.Profile = p
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError("%v", err)
 	}

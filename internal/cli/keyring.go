@@ -28,6 +28,24 @@ const defaultKeyringFile = "gossip-keyring.json"
 
 // gossipKeyFlag is the agent's --gossip-key. A new flag per App: urfave
 // flags keep the value parsed from the environment.
+// gossipProfileFlag is --gossip-profile, for every command that runs a
+// gossip member; gossipProfile reads it.
+func gossipProfileFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name: "gossip-profile", Value: gossip.ProfileLAN, EnvVars: []string{"SLICERD_GOSSIP_PROFILE"},
+		Usage: "gossip timers: lan (memberlist's LAN timers, with faster failure detection) or local (shorter probe timeouts, for loopback and tests)",
+	}
+}
+
+func gossipProfile(c *cli.Context) (string, error) {
+	switch p := c.String("gossip-profile"); p {
+	case gossip.ProfileLAN, gossip.ProfileLocal:
+		return p, nil
+	default:
+		return "", usageError("invalid --gossip-profile %q: use lan or local", p)
+	}
+}
+
 func gossipKeyFlag() cli.Flag {
 	return &cli.StringFlag{
 		Name: "gossip-key", EnvVars: []string{"SLICERD_GOSSIP_KEY"},

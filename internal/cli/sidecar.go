@@ -53,8 +53,7 @@ func SidecarCommand() *cli.Command {
 				Usage: "gossip addresses (host:port) of slicerd nodes to join, comma-separated or repeated"},
 			&cli.StringFlag{Name: "gossip-addr", EnvVars: []string{"SLICERD_GOSSIP_ADDR"}, Value: "127.0.0.1:0",
 				Usage: "host:port the task's gossip member binds; port 0 picks a free one. Use an address the slicerd nodes can reach"},
-			&cli.StringFlag{Name: "gossip-profile", Value: "lan", EnvVars: []string{"SLICERD_GOSSIP_PROFILE"},
-				Usage: "gossip timers, as the slicerd nodes': lan (memberlist's LAN timers) or local (shorter probe timeouts, for loopback and tests)"},
+			gossipProfileFlag(),
 			gossipKeyFlag(),
 			&cli.StringFlag{Name: "gossip-keyring-file", EnvVars: []string{"SLICERD_GOSSIP_KEYRING_FILE"},
 				Usage: "file that keeps the task's gossip keys across restarts (created from --gossip-key if missing), so that a task " +
@@ -208,16 +207,15 @@ func parseSidecar(c *cli.Context, log *slog.Logger) (sidecarConfig, error) {
 		}
 		cfg.Gossip.KeyringFile = c.String("gossip-keyring-file")
 	}
-	switch p := c.String("gossip-profile"); p {
-	case "lan", "local":
-		if p != gossip.ProfileLAN {
-			if cfg.Gossip.Profile == "" { // not set from the gossip key above
-				cfg.Gossip = gossip.DefaultConfig()
-			}
-			cfg.Gossip.Profile = p
+	profile, err := gossipProfile(c)
+	if err != nil {
+		return sc, err
+	}
+	if profile != gossip.ProfileLAN {
+		if cfg.Gossip.Profile == "" { // not set from the gossip key above
+			cfg.Gossip = gossip.DefaultConfig()
 		}
-	default:
-		return sc, usageError("invalid --gossip-profile %q: use lan or local", p)
+		cfg.Gossip.Profile = profile
 	}
 	src, err := tlsFlags(c, log)
 	if err != nil {

@@ -83,10 +83,11 @@ func (d *demo) startPyTask() (*demoTask, error) {
 		"--local-api-socket", local)
 	app.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(d.py.PythonDir, "clients/python"))
 	for _, c := range []*exec.Cmd{sidecar, app} {
+		// Warnings and errors to the demo's stderr; the application's
+		// "serving at" line is dropped, the demo prints its own.
 		c.Stdout, c.Stderr = io.Discard, os.Stderr
 		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	}
-	app.Stdout = io.Discard // its "serving at" line; the demo prints its own
 	if err := sidecar.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("task %s: start its sidecar: %w", name, err)
