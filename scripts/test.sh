@@ -38,6 +38,15 @@ if ! scripts/browser.sh; then
   echo "chromium is not installed: the web UI's browser test will be skipped"
 fi
 
+# The client libraries' end-to-end tests start the real binaries: slicerd
+# and the example task, kvserver, built once here.
+echo "== binaries for the client libraries' tests"
+clientbin=$(mktemp -d)
+trap 'rm -rf "$clientbin"' EXIT
+go build -o "$clientbin/slicerd" .
+go build -o "$clientbin/kvserver" ./examples/kvcache/cmd/kvserver
+export SLICERD_BIN="$clientbin/slicerd" SLICERD_KVSERVER_BIN="$clientbin/kvserver"
+
 # The Python task library (clients/python) runs on Debian's python3 with
 # python3-xxhash; its unit tests run here, and the end-to-end tests use it
 # through SLICERD_PYTHON. As with the browser, a failure to install it
@@ -45,7 +54,7 @@ fi
 echo "== python task library"
 if py=$(scripts/python.sh); then
   export SLICERD_PYTHON="$py"
-  (cd clients/python && "$py" -m unittest -q test_slicerd_task)
+  (cd clients/python && "$py" -m unittest discover -q -p 'test_*.py')
 elif [ -n "${CI:-}" ]; then
   echo "cannot install python3-xxhash for the Python task library's tests"; exit 1
 else
