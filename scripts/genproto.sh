@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates the Go code for api/proto into api/gen.
+# Regenerates the Go code for api/proto into api/gen, and for the kvcache
+# example's API (examples/kvcache/proto) into examples/kvcache/gen.
 #   scripts/genproto.sh          regenerate in place
 #   scripts/genproto.sh --check  lint, check that the protos keep compatibility with
 #                                the last release (buf breaking against
@@ -27,14 +28,22 @@ if [ "${1:-}" = "--check" ]; then
   fi
   scratch=$(mktemp -d)
   trap 'rm -rf "$scratch"' EXIT
-  buf generate --output "$scratch"
-  if ! diff -r "$scratch/gen" gen >/dev/null; then
-    diff -r "$scratch/gen" gen | head -40 >&2 || true
-    echo "api/gen is stale: run scripts/genproto.sh and commit the result" >&2
-    exit 1
-  fi
-  echo "api/gen is up to date"
+  for dir in api examples/kvcache; do
+    cd "$root/$dir"
+    [ "$dir" = api ] || buf lint
+    buf generate --output "$scratch/$dir"
+    if ! diff -r "$scratch/$dir/gen" gen >/dev/null; then
+      diff -r "$scratch/$dir/gen" gen | head -40 >&2 || true
+      echo "$dir/gen is stale: run scripts/genproto.sh and commit the result" >&2
+      exit 1
+    fi
+    echo "$dir/gen is up to date"
+  done
 else
-  rm -rf gen
-  buf generate
+  for dir in api examples/kvcache; do
+    cd "$root/$dir"
+    [ "$dir" = api ] || buf lint
+    rm -rf gen
+    buf generate
+  done
 fi

@@ -123,6 +123,7 @@ func NewServer(sl *slicelet.Slicelet, log *slog.Logger, opts ...Option) *Server 
 	s.mux.Handle("PUT /kv/{key}", count(s.put))
 	s.mux.Handle("DELETE /kv/{key}", count(s.del))
 	s.mux.HandleFunc("GET /stats", s.stats)
+	s.mux.Handle(s.grpcHandler())
 	if s.retain > 0 {
 		s.leaving = make(map[string]leavingEntry)
 		s.mux.Handle(sl.HandoffHandler())
@@ -330,23 +331,30 @@ func (c claim) kept(key string) bool {
 
 func (c claim) release() { c.h.Release() }
 
-func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
-	c := s.claim(r.Context(), key)
+// The operations' errors: the key is not (or stopped being) the task's
+// during the request; the key has no value; the backing store failed.
+var (
+	errNotOwner = errors.New("kvcache: key not assigned to this task")
+	errNotFound = errors.New("kvcache: key not found")
+	errBacking  = errors.New("kvcache: backing store")
+)
+
+// getValue returns key's value, from the cache or, with a backing store,
+// from it.
+func (s *Server) getValue(ctx context.Context, key string) ([]byte, error) {
+	c := s.claim(ctx, key)
 	defer c.release()
 	if !c.owned {
-		s.misdirected(w, key)
-		return
+		return nil, errNotOwner
 	}
-	s.awaitState(r.Context(), key)
+	s.awaitState(ctx, key)
 	s.mu.RLock()
 	e, ok := s.entries[key]
 	s.mu.RUnlock()
 	if !ok && s.backing != nil {
-		val, found, err := s.backing.Get(r.Context(), key)
+		val, found, err := s.backing.Get(ctx, key)
 		if err != nil {
-			http.Error(w, "kvcache: reading the backing store: "+err.Error(), http.StatusServiceUnavailable)
-			return
+			return nil, fmt.Errorf("%w: reading: %w", errBacking, err)
 		}
 		if found {
 			e, ok = entry{val: val, sk: assign.HashString(key)}, true
@@ -356,51 +364,35 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !c.kept(key) {
-		s.misdirected(w, key)
-		return
+		return nil, errNotOwner
 	}
 	if !ok {
-		http.Error(w, "kvcache: key not found", http.StatusNotFound)
-		return
+		return nil, errNotFound
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Write(e.val)
+	return e.val, nil
 }
 
-func (s *Server) put(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
-	c := s.claim(r.Context(), key)
+// putValue stores val under key, through to the backing store if any.
+func (s *Server) putValue(ctx context.Context, key string, val []byte) error {
+	c := s.claim(ctx, key)
 	defer c.release()
 	if !c.owned {
-		s.misdirected(w, key)
-		return
+		return errNotOwner
 	}
-	s.awaitState(r.Context(), key)
-	val, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxValueBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("kvcache: value larger than %d bytes; store smaller values", MaxValueBytes), http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "kvcache: reading the value: "+err.Error(), http.StatusBadRequest)
-		return
-	}
+	s.awaitState(ctx, key)
 	if s.backing != nil {
 		var token uint64
 		if s.strong {
 			token = c.h.Token()
 		}
-		err := s.backing.Put(r.Context(), key, val, token)
+		err := s.backing.Put(ctx, key, val, token)
 		if errors.Is(err, ErrStaleToken) {
 			// A newer owner has written the key: this task's lease view
 			// is behind. The client finds the owner and retries.
-			s.misdirected(w, key)
-			return
+			return errNotOwner
 		}
 		if err != nil {
-			http.Error(w, "kvcache: writing the backing store: "+err.Error(), http.StatusServiceUnavailable)
-			return
+			return fmt.Errorf("%w: writing: %w", errBacking, err)
 		}
 	}
 	sk := assign.HashString(key)
@@ -417,27 +409,75 @@ func (s *Server) put(w http.ResponseWriter, r *http.Request) {
 		delete(s.entries, key)
 		s.mu.Unlock()
 		if !kept || !s.strong {
-			s.misdirected(w, key)
+			return errNotOwner
+		}
+	}
+	return nil
+}
+
+// deleteValue removes key.
+func (s *Server) deleteValue(ctx context.Context, key string) error {
+	c := s.claim(ctx, key)
+	defer c.release()
+	if !c.owned {
+		return errNotOwner
+	}
+	s.awaitState(ctx, key)
+	s.mu.Lock()
+	delete(s.entries, key)
+	s.mu.Unlock()
+	if !c.kept(key) {
+		return errNotOwner
+	}
+	return nil
+}
+
+// httpError answers err of an operation on key.
+func (s *Server) httpError(w http.ResponseWriter, key string, err error) {
+	switch {
+	case errors.Is(err, errNotOwner):
+		s.misdirected(w, key)
+	case errors.Is(err, errNotFound):
+		http.Error(w, err.Error(), http.StatusNotFound)
+	default:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	}
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	val, err := s.getValue(r.Context(), key)
+	if err != nil {
+		s.httpError(w, key, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Write(val)
+}
+
+func (s *Server) put(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	val, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxValueBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("kvcache: value larger than %d bytes; store smaller values", MaxValueBytes), http.StatusRequestEntityTooLarge)
 			return
 		}
+		http.Error(w, "kvcache: reading the value: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := s.putValue(r.Context(), key, val); err != nil {
+		s.httpError(w, key, err)
+		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) del(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
-	c := s.claim(r.Context(), key)
-	defer c.release()
-	if !c.owned {
-		s.misdirected(w, key)
-		return
-	}
-	s.awaitState(r.Context(), key)
-	s.mu.Lock()
-	delete(s.entries, key)
-	s.mu.Unlock()
-	if !c.kept(key) {
-		s.misdirected(w, key)
+	if err := s.deleteValue(r.Context(), key); err != nil {
+		s.httpError(w, key, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -1,8 +1,10 @@
 // Command kvclient writes keys to the kvcache example through a Clerk and
-// then shows, every interval, which task owns how many of them. See
+// then shows, every interval, which task owns how many of them. With -grpc
+// it speaks the cache's gRPC API over a slicer:///JOB channel (package
+// clerk/grpcroute) and shows which task served how many. See
 // ../../README.md.
 //
-//	kvclient -job kv -distributor 127.0.0.1:7070 -keys 1000 -interval 1s [-cache-file kv.client.cache]
+//	kvclient -job kv -distributor 127.0.0.1:7070 -keys 1000 -interval 1s [-cache-file kv.client.cache] [-grpc]
 package main
 
 import (
@@ -19,12 +21,18 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
+	"github.com/slicerd/slicerd/clerk/grpcroute"
 	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -47,6 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", os.Getenv("KVCLIENT_TLS_CERT"), "client certificate for the job (spiffe://slicerd/client/JOB) for a slicerd cluster with TLS; env KVCLIENT_TLS_CERT")
 	tlsKey := fs.String("tls-key", os.Getenv("KVCLIENT_TLS_KEY"), "private key of -tls-cert; env KVCLIENT_TLS_KEY")
 	tlsCA := fs.String("tls-ca", os.Getenv("KVCLIENT_TLS_CA"), "CA certificate slicerd's certificates chain to; env KVCLIENT_TLS_CA")
+	useGRPC := fs.Bool("grpc", false, "speak the cache's gRPC API over a key-routed slicer:///JOB channel (clerk/grpcroute) instead of HTTP with a Clerk")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -82,31 +91,42 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *metricsAddr != "" {
 		cfg.Registerer = reg
 	}
-	ck, err := clerk.New(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "kvclient: %v\n", err)
-		return 2
-	}
 	var mln net.Listener // the metrics port, with -metrics-addr
 	if *metricsAddr != "" {
+		var err error
 		if mln, err = net.Listen("tcp", *metricsAddr); err != nil {
 			fmt.Fprintf(stderr, "kvclient: listen on %s: %v; choose another -metrics-addr\n", *metricsAddr, err)
 			return 1
 		}
 		defer mln.Close()
 	}
-	client := kvcache.NewClient(ck, &http.Client{Timeout: 5 * time.Second})
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return ck.Run(gctx) })
 	if mln != nil {
 		g.Go(func() error { return kvcache.ServeMetrics(gctx, mln, reg) })
 	}
+	var st store
+	if *useGRPC {
+		gs, err := newGRPCStore(cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvclient: %v\n", err)
+			return 2
+		}
+		defer gs.conn.Close()
+		st = gs
+	} else {
+		ck, err := clerk.New(cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvclient: %v\n", err)
+			return 2
+		}
+		g.Go(func() error { return ck.Run(gctx) })
+		st = &httpStore{ck: ck, c: kvcache.NewClient(ck, &http.Client{Timeout: 5 * time.Second})}
+	}
 	g.Go(func() error {
 		defer stop() // a failure here ends the Clerk too
-		return report(gctx, stdout, ck, client, *nkeys, *interval)
+		return report(gctx, stdout, st, *nkeys, *interval)
 	})
 	if err := g.Wait(); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "kvclient: %v\n", err)
@@ -115,10 +135,94 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func report(ctx context.Context, w io.Writer, ck *clerk.Clerk, client *kvcache.Client, nkeys int, interval time.Duration) error {
+// store is the cache as kvclient uses it, over HTTP or gRPC.
+type store interface {
+	ready() <-chan struct{}
+	generation() uint64
+	get(ctx context.Context, key string) (found bool, task string, err error)
+	put(ctx context.Context, key string) error
+	// owner is the task the key is counted for: its owner in the Clerk's
+	// assignment over HTTP; over gRPC, the task that served it.
+	owner(key, served string) string
+}
+
+// httpStore is the HTTP API through a Clerk.
+type httpStore struct {
+	ck *clerk.Clerk
+	c  *kvcache.Client
+}
+
+func (h *httpStore) ready() <-chan struct{} { return h.ck.Ready() }
+func (h *httpStore) generation() uint64     { return h.ck.Generation() }
+func (h *httpStore) get(ctx context.Context, key string) (bool, string, error) {
+	_, ok, err := h.c.Get(ctx, key)
+	return ok, "", err
+}
+func (h *httpStore) put(ctx context.Context, key string) error {
+	return h.c.Put(ctx, key, []byte("value of "+key))
+}
+func (h *httpStore) owner(key, _ string) string {
+	if names := h.ck.AssignedTaskNames([]byte(key)); len(names) > 0 {
+		return names[0]
+	}
+	return "(none)"
+}
+
+// grpcStore is the gRPC API over a slicer:///JOB channel.
+type grpcStore struct {
+	conn   *grpc.ClientConn
+	c      *kvcache.GRPCClient
+	gen    atomic.Uint64
+	first  chan struct{}
+	closed sync.Once
+}
+
+func newGRPCStore(cfg clerk.Config) (*grpcStore, error) {
+	gs := &grpcStore{first: make(chan struct{})}
+	job := cfg.Job
+	cfg.Job = ""
+	cfg.OnAssignment = func(_, next *assign.Assignment) {
+		gs.gen.Store(next.Generation)
+		gs.closed.Do(func() { close(gs.first) })
+	}
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = grpcroute.TaskCredentials(cfg.TLS)
+	}
+	b, err := grpcroute.NewBuilder(grpcroute.Config{Clerk: cfg})
+	if err != nil {
+		return nil, err
+	}
+	gs.conn, err = grpc.NewClient(grpcroute.Scheme+":///"+job, grpc.WithResolvers(b), grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, err
+	}
+	gs.conn.Connect()
+	gs.c = kvcache.NewGRPCClient(gs.conn)
+	return gs, nil
+}
+
+func (g *grpcStore) ready() <-chan struct{} { return g.first }
+func (g *grpcStore) generation() uint64     { return g.gen.Load() }
+func (g *grpcStore) get(ctx context.Context, key string) (bool, string, error) {
+	_, ok, task, err := g.c.Get(ctx, key)
+	return ok, task, err
+}
+func (g *grpcStore) put(ctx context.Context, key string) error {
+	_, err := g.c.Put(ctx, key, []byte("value of "+key))
+	return err
+}
+func (g *grpcStore) owner(_, served string) string {
+	if served == "" {
+		return "(none)"
+	}
+	return served
+}
+
+func report(ctx context.Context, w io.Writer, st store, nkeys int, interval time.Duration) error {
 	fmt.Fprintf(w, "waiting for the first assignment of the job...\n")
 	select {
-	case <-ck.Ready():
+	case <-st.ready():
 	case <-ctx.Done():
 		return nil
 	}
@@ -128,7 +232,7 @@ func report(ctx context.Context, w io.Writer, ck *clerk.Clerk, client *kvcache.C
 	}
 	written, failed := 0, 0
 	for _, k := range keys {
-		err := client.Put(ctx, k, []byte("value of "+k))
+		err := st.put(ctx, k)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -144,12 +248,14 @@ func report(ctx context.Context, w io.Writer, ck *clerk.Clerk, client *kvcache.C
 
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	served := make([]string, len(keys))
 	for {
 		// Read every key back and refill what the cache lost to moves, as
 		// a client of a cache would from its database.
 		misses := 0
-		for _, k := range keys {
-			_, ok, err := client.Get(ctx, k)
+		for i, k := range keys {
+			ok, task, err := st.get(ctx, k)
+			served[i] = task
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -162,21 +268,17 @@ func report(ctx context.Context, w io.Writer, ck *clerk.Clerk, client *kvcache.C
 			}
 			if !ok {
 				misses++
-				if err := client.Put(ctx, k, []byte("value of "+k)); err != nil && ctx.Err() == nil && !errors.Is(err, kvcache.ErrNoOwner) {
+				if err := st.put(ctx, k); err != nil && ctx.Err() == nil && !errors.Is(err, kvcache.ErrNoOwner) {
 					return err
 				}
 			}
 		}
 		owners := make(map[string]int)
-		for _, k := range keys {
-			if names := ck.AssignedTaskNames([]byte(k)); len(names) > 0 {
-				owners[names[0]]++
-			} else {
-				owners["(none)"]++
-			}
+		for i, k := range keys {
+			owners[st.owner(k, served[i])]++
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "generation %d:", ck.Generation())
+		fmt.Fprintf(&b, "generation %d:", st.generation())
 		for _, task := range slices.Sorted(maps.Keys(owners)) {
 			fmt.Fprintf(&b, " %s=%d", task, owners[task])
 		}
