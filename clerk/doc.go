@@ -5,7 +5,8 @@
 // A Clerk keeps one long-lived WatchAssignment stream to a slicerd
 // Distributor and installs every newer, valid assignment it receives as an
 // immutable lookup Table behind an atomic pointer. AssignedTasks hashes the
-// key (assign.HashKey), binary-searches the slice ends and returns the
+// key (assign.HashKey), binary-searches the slice ends (within one bucket
+// of an index when the job has thousands of slices) and returns the
 // slice's task addresses: tens of nanoseconds, no allocation, no lock, no
 // network. PickTask returns one of them at random, which spreads the
 // requests for a key slicerd replicated over all of its replicas.
