@@ -103,27 +103,27 @@ func invoke[T any](ctx context.Context, conn grpc.ClientConnInterface, method st
 	return out, nil
 }
 
-// grpcAttempts bounds the tries of a call refused as not the task's.
-const grpcAttempts = 5
-
-// call runs one call for key, retrying refusals.
+// call runs one call for key, retrying refusals with the HTTP client's
+// policy (maxAttempts, backing off from firstBackoff to maxBackoff).
 func call[T any](ctx context.Context, key string, f func(context.Context) (T, error)) (T, error) {
 	ctx = grpcroute.WithKeyString(ctx, key)
-	wait := 50 * time.Millisecond
+	wait := firstBackoff
 	for attempt := 1; ; attempt++ {
 		resp, err := f(ctx)
-		if status.Code(err) != codes.FailedPrecondition || attempt == grpcAttempts {
-			if status.Code(err) == codes.FailedPrecondition {
-				err = fmt.Errorf("%w: %w", ErrNoOwner, err)
-			}
+		if status.Code(err) != codes.FailedPrecondition {
 			return resp, err
 		}
+		if attempt == maxAttempts {
+			return resp, fmt.Errorf("%w: gave up after %d attempts (last: %w); slicerd may still be moving the key, retry later", ErrNoOwner, maxAttempts, err)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			return resp, ctx.Err()
-		case <-time.After(wait):
+			t.Stop()
+			return resp, fmt.Errorf("kvcache: %q: %w (last attempt: %w)", key, ctx.Err(), err)
+		case <-t.C:
 		}
-		wait *= 2
+		wait = min(2*wait, maxBackoff)
 	}
 }
 
