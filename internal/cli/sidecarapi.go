@@ -19,6 +19,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/connlimit"
 	"github.com/slicerd/slicerd/slicelet"
 )
 
@@ -30,6 +31,11 @@ const (
 	localMaxStreams = 16
 	// localMaxRequestBytes bounds one request.
 	localMaxRequestBytes = 4 << 20
+	// localMaxConns bounds the local API's open connections, and
+	// localMaxConnStreams the calls at once on one HTTP/2 connection: at
+	// most 16,384 calls in flight, each a goroutine.
+	localMaxConns       = 256
+	localMaxConnStreams = 64
 	// localMaxLoads bounds the loads of one ReportLoad.
 	localMaxLoads = 10_000
 )
@@ -235,15 +241,23 @@ func peerUID(c *net.UnixConn) (int, error) {
 	return int(cred.Uid), nil
 }
 
+// limitLocal caps the local API's connections at localMaxConns; one more
+// is closed at once.
+func limitLocal(ln net.Listener, log *slog.Logger) net.Listener {
+	return connlimit.Wrap(ln, connlimit.Limits{Max: localMaxConns, MaxPerIP: localMaxConns, LogInterval: 10 * time.Second, Logger: log})
+}
+
 // serveLocal serves api on ln until ctx ends, then closes it and removes
-// the socket.
+// the socket. It accepts at most localMaxConns connections at once.
 func serveLocal(ctx context.Context, ln net.Listener, api *localAPI, path string) error {
+	ln = limitLocal(ln, api.log)
 	mux := http.NewServeMux()
 	mux.Handle(slicerv1connect.NewSidecarServiceHandler(api, connect.WithReadMaxBytes(localMaxRequestBytes)))
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: localMaxConnStreams}}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The local API's socket is the sidecar's user's: created mode 0600, a
@@ -51,5 +52,62 @@ func TestListenLocal(t *testing.T) {
 	}
 	if _, err := listenLocal(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Fatalf("listenLocal over a regular file = %v; want it refused", err)
+	}
+}
+
+// The local API holds at most localMaxConns connections: one more is
+// closed at once, and a place frees when the server closes one.
+func TestLocalAPIConnectionCap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "api.sock")
+	raw, err := listenLocal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := limitLocal(raw, nil)
+	defer ln.Close()
+	accepted := make(chan net.Conn, localMaxConns+1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var clients, served []net.Conn
+	defer func() {
+		for _, c := range append(clients, served...) {
+			c.Close()
+		}
+	}()
+	for range localMaxConns {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+		served = append(served, <-accepted)
+	}
+	extra, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	if n, err := extra.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("connection %d over the cap was served (read %d bytes)", localMaxConns+1, n)
+	}
+	served[0].Close() // as the server does when its client hangs up
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients = append(clients, c)
+	select {
+	case c := <-accepted:
+		served = append(served, c)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no place freed by a closed connection")
 	}
 }
