@@ -68,7 +68,14 @@ func (d *demo) startPyTask() (*demoTask, error) {
 		return nil, fmt.Errorf("task %s: %w", name, err)
 	}
 	addr := ln.Addr().String()
-	ln.Close() // the application binds it next
+	// The application inherits the listening socket (--listen-fd 3), so
+	// no other process can take the port between here and its start.
+	lnFile, err := ln.(*net.TCPListener).File()
+	ln.Close()
+	if err != nil {
+		return nil, fmt.Errorf("task %s: %w", name, err)
+	}
+	defer lnFile.Close() // the child has its own copy once started
 	dir, err := os.MkdirTemp("", "slicerd-demo-"+name+"-")
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", name, err)
@@ -80,7 +87,8 @@ func (d *demo) startPyTask() (*demoTask, error) {
 		"--gossip-profile", d.profile, "--health-url", "http://"+addr+"/healthz", "--health-interval", "200ms", "--health-failures", "2",
 		"--local-api-socket", local, "--log-level", "warn")
 	app := exec.Command(d.py.Python, filepath.Join(d.py.PythonDir, pythonApp), "--job", Job, "--addr", addr,
-		"--local-api-socket", local)
+		"--local-api-socket", local, "--listen-fd", "3")
+	app.ExtraFiles = []*os.File{lnFile}
 	app.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(d.py.PythonDir, "clients/python"))
 	for _, c := range []*exec.Cmd{sidecar, app} {
 		// Warnings and errors to the demo's stderr; the application's

@@ -431,6 +431,9 @@ def main():
     ap.add_argument("--record", help="strong mode: append satisfied requests to this file (lease/leasecheck's form)")
     ap.add_argument("--task", help="the task's name, for --record")
     ap.add_argument("--state-socket", help="state handoff: serve the sidecar's --app-state-socket here")
+    ap.add_argument("--listen-fd", type=int,
+                    help="serve on this inherited listening TCP socket (a file descriptor) instead of binding "
+                         "--addr: a supervisor that chose the port passes it, so no other process can take it meanwhile")
     args = ap.parse_args()
     strong = None
     if args.consistency == "strong":
@@ -458,8 +461,17 @@ def main():
     state = None
     if args.state_socket:
         state = slicerd_task.StateServer(args.state_socket, store.export, store.import_).start()
-    srv = Server((host, int(port)), make_handler(task, store, args.job if args.tls_cert else None, strong,
-                                                           handoff=bool(args.state_socket)))
+    handler = make_handler(task, store, args.job if args.tls_cert else None, strong, handoff=bool(args.state_socket))
+    if args.listen_fd is not None:
+        srv = Server((host, int(port)), handler, bind_and_activate=False)
+        srv.socket.close()
+        try:
+            srv.socket = socket.socket(fileno=args.listen_fd)
+        except OSError as e:
+            ap.error(f"--listen-fd {args.listen_fd}: {e}")
+        srv.server_address = srv.socket.getsockname()
+    else:
+        srv = Server((host, int(port)), handler)
     if args.tls_cert:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
