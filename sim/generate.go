@@ -26,11 +26,22 @@ const (
 	// WorkloadFailures is power-law while tasks fail and come back: every
 	// few windows one task leaves and rejoins three windows later.
 	WorkloadFailures = "failures"
+	// WorkloadFlashCrowd is a steady skewed load (1,000 keys, weights
+	// 1/rank^1.1, 10,000 units a window) on which, every 6 windows, 3 cold
+	// keys become the hottest from one window to the next, stay so for 2
+	// windows and fade over 2 more: the load a decision fitted to the
+	// window it saw is wrong for the next.
+	WorkloadFlashCrowd = "flash-crowd"
+	// WorkloadLowRate samples 500 requests a window over 300 keys of a
+	// load that never changes (weights 1/rank^0.8): what a task reports
+	// at about 100 requests a second, where each window's figures are
+	// mostly sampling noise, and a decision that moves load chases it.
+	WorkloadLowRate = "low-rate"
 )
 
 // Workloads lists the generator's workloads in a stable order.
 func Workloads() []string {
-	return []string{WorkloadPowerLaw, WorkloadZipf, WorkloadDiurnal, WorkloadFailures}
+	return []string{WorkloadPowerLaw, WorkloadZipf, WorkloadDiurnal, WorkloadFailures, WorkloadFlashCrowd, WorkloadLowRate}
 }
 
 // Generator limits keep a mistyped flag from writing a huge file.
@@ -50,7 +61,19 @@ const (
 	diurnalPeriod      = 24
 	failureEvery       = 5 // windows between task failures
 	failureDownFor     = 3 // windows a failed task stays away
+	crowdExponent      = 1.1
+	crowdTotal         = 10000.0
+	crowdEvery         = 6   // windows between flash crowds
+	crowdKeys          = 3   // keys in each crowd
+	crowdPeak          = 1.5 // a crowd key's peak over the steady hottest key's load
+	lowRateExponent    = 0.8
+	lowRateRequests    = 500
 )
+
+// crowdProfile is a flash crowd key's load over the windows from its
+// start, as a fraction of its peak: cold the window before, the hottest
+// at once.
+var crowdProfile = []float64{1, 1, 0.6, 0.3}
 
 // GenConfig says what trace to generate.
 type GenConfig struct {
@@ -98,6 +121,10 @@ func (c GenConfig) withDefaults() GenConfig {
 			c.Keys = 10_000
 		case WorkloadDiurnal:
 			c.Keys = 20
+		case WorkloadFlashCrowd:
+			c.Keys = 1000
+		case WorkloadLowRate:
+			c.Keys = 300
 		default:
 			c.Keys = 100
 		}
@@ -131,6 +158,10 @@ func Generate(w io.Writer, cfg GenConfig) error {
 		g.zipf()
 	case WorkloadDiurnal:
 		g.diurnal()
+	case WorkloadFlashCrowd:
+		g.flashCrowd()
+	case WorkloadLowRate:
+		g.lowRate()
 	}
 	return g.bw.Flush()
 }
@@ -279,6 +310,74 @@ func (g *generator) diurnal() {
 			phase := 2 * math.Pi * float64(k) / float64(n)
 			l := base[k] * (1 + 0.8*math.Sin(2*math.Pi*float64(w)/diurnalPeriod+phase)) * g.noise(0.05)
 			g.loadLine(w, "region:"+strconv.Itoa(k), l)
+		}
+	}
+}
+
+// rankWeights returns n weights 1/rank^exponent scaled to add up to total.
+func rankWeights(n int, exponent, total float64) []float64 {
+	w := make([]float64, n)
+	var sum float64
+	for r := range w {
+		w[r] = 1 / math.Pow(float64(r+1), exponent)
+		sum += w[r]
+	}
+	for r := range w {
+		w[r] *= total / sum
+	}
+	return w
+}
+
+func (g *generator) flashCrowd() {
+	n := g.cfg.Keys
+	base := rankWeights(n, crowdExponent, crowdTotal)
+	rankOf := g.rng.Perm(n) // key index -> rank, for the whole trace
+	peak := crowdPeak * base[0]
+	crowd := map[int]int{} // key index -> window its crowd started
+	g.tasksLine(0, g.taskNames())
+	for w := range g.cfg.Windows {
+		if w%crowdEvery == crowdEvery/2 && n > 1 {
+			// Cold keys: from the colder half.
+			for len(crowd) < crowdKeys && len(crowd) < n/2 {
+				k := g.rng.IntN(n)
+				if _, busy := crowd[k]; !busy && rankOf[k] >= n/2 {
+					crowd[k] = w
+				}
+			}
+		}
+		for k := range n {
+			l := base[rankOf[k]]
+			if start, ok := crowd[k]; ok {
+				if i := w - start; i < len(crowdProfile) {
+					l = max(l, peak*crowdProfile[i])
+				} else {
+					delete(crowd, k)
+				}
+			}
+			g.loadLine(w, "user:"+strconv.Itoa(k), l*g.noise(0.05))
+		}
+	}
+}
+
+func (g *generator) lowRate() {
+	n := g.cfg.Keys
+	cum := rankWeights(n, lowRateExponent, 1)
+	for r := 1; r < n; r++ {
+		cum[r] += cum[r-1]
+	}
+	rankOf := g.rng.Perm(n) // rank -> key index
+	counts := make([]int, n)
+	g.tasksLine(0, g.taskNames())
+	for w := range g.cfg.Windows {
+		clear(counts)
+		for range lowRateRequests {
+			r, _ := slices.BinarySearch(cum, g.rng.Float64()*cum[n-1])
+			counts[rankOf[min(r, n-1)]]++
+		}
+		for k, c := range counts {
+			if c > 0 {
+				g.loadLine(w, "user:"+strconv.Itoa(k), float64(c))
+			}
 		}
 	}
 }

@@ -16,6 +16,8 @@ func TestTestdataIsReproducible(t *testing.T) {
 		"zipf":            {Workload: WorkloadZipf, Windows: 12, Seed: 1, Tasks: 10},
 		"diurnal":         {Workload: WorkloadDiurnal, Windows: 48, Seed: 1, Tasks: 10},
 		"failures":        {Workload: WorkloadFailures, Windows: 24, Seed: 1, Tasks: 10},
+		"flash-crowd":     {Workload: WorkloadFlashCrowd, Windows: 24, Seed: 1, Tasks: 10, Keys: 300},
+		"low-rate":        {Workload: WorkloadLowRate, Windows: 24, Seed: 1, Tasks: 3},
 	} {
 		want, err := os.ReadFile("testdata/" + file + ".jsonl")
 		if err != nil {
@@ -79,6 +81,14 @@ func TestGenerateWorkloads(t *testing.T) {
 					if len(w.Keys) != 20 {
 						t.Fatalf("window %d: %d keys", w.Number, len(w.Keys))
 					}
+				case WorkloadFlashCrowd:
+					if len(w.Keys) != 1000 || total < 0.95*crowdTotal {
+						t.Fatalf("window %d: %d keys, total %g", w.Number, len(w.Keys), total)
+					}
+				case WorkloadLowRate:
+					if total != lowRateRequests {
+						t.Fatalf("window %d: %g requests, want %d", w.Number, total, lowRateRequests)
+					}
 				}
 			}
 			if wl == WorkloadFailures && (minLive != 5 || maxLive != 6) {
@@ -114,6 +124,50 @@ func TestPowerLawShiftsHotKeys(t *testing.T) {
 	}
 	if hottest(ws[0]) == hottest(ws[4]) && hottest(ws[4]) == hottest(ws[8]) {
 		t.Error("hot key never moved")
+	}
+}
+
+// A flash crowd's keys are cold in the window before it and the hottest
+// in its first.
+func TestFlashCrowdKeysTurnHotAtOnce(t *testing.T) {
+	var buf bytes.Buffer
+	if err := Generate(&buf, GenConfig{Workload: WorkloadFlashCrowd, Windows: 12, Seed: 5, Tasks: 10}); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := readAll(t, buf.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crowds := 0
+	for i := 1; i < len(ws); i++ {
+		before := map[string]float64{}
+		var mean float64
+		for _, kl := range ws[i-1].Keys {
+			before[kl.Key] = kl.Load
+			mean += kl.Load / float64(len(ws[i-1].Keys))
+		}
+		hot := 0
+		var steadyMax float64
+		for _, kl := range ws[i].Keys {
+			if before[kl.Key] < mean {
+				continue
+			}
+			steadyMax = max(steadyMax, kl.Load)
+		}
+		for _, kl := range ws[i].Keys {
+			if before[kl.Key] < mean && kl.Load > steadyMax {
+				hot++
+			}
+		}
+		if hot > 0 {
+			crowds++
+			if hot != crowdKeys {
+				t.Errorf("window %d: %d cold keys became the hottest, want %d", ws[i].Number, hot, crowdKeys)
+			}
+		}
+	}
+	if crowds != 2 {
+		t.Errorf("%d flash crowds in 12 windows, want 2", crowds)
 	}
 }
 

@@ -94,7 +94,17 @@ type WindowResult struct {
 	// over the job's (assign.ImbalanceWith): max over mean load when
 	// every task has capacity 1.
 	Imbalance float64 `json:"imbalance"`
-	Churn     float64 `json:"churn"`
+	// HeldImbalance is the imbalance of the assignment in force during
+	// the window, the one decided from the window before, under this
+	// window's load: what the tasks carried before this window's
+	// decision. Absent for the first window. A decision that only fits
+	// the window it saw shows here, one window later.
+	HeldImbalance float64 `json:"held_imbalance,omitempty"`
+	// Bound is a lower bound of Imbalance for this window's load: 1, or
+	// the hottest key split over MaxRedundancy tasks of the largest
+	// capacity, whichever is higher. No assignment does better.
+	Bound float64 `json:"bound"`
+	Churn float64 `json:"churn"`
 	// KeyChurn is the fraction of the window's application keys (those
 	// with a load line) whose task set gained a task: churn counted in
 	// keys rather than in hashed width. Once hot keys sit in slices of
@@ -118,11 +128,19 @@ type WindowResult struct {
 // had a previous assignment (every window but the first); the others
 // average over every window.
 type Summary struct {
-	Summary           bool    `json:"summary"`
-	Algorithm         string  `json:"algorithm"`
-	Windows           int     `json:"windows"`
-	MeanImbalance     float64 `json:"mean_imbalance"`
-	MaxImbalance      float64 `json:"max_imbalance"`
+	Summary       bool    `json:"summary"`
+	Algorithm     string  `json:"algorithm"`
+	Windows       int     `json:"windows"`
+	MeanImbalance float64 `json:"mean_imbalance"`
+	MaxImbalance  float64 `json:"max_imbalance"`
+	// MeanHeldImbalance and MaxHeldImbalance are over the windows with a
+	// HeldImbalance (every window but the first), MeanBound over all.
+	MeanHeldImbalance float64 `json:"mean_held_imbalance"`
+	MaxHeldImbalance  float64 `json:"max_held_imbalance"`
+	MeanBound         float64 `json:"mean_bound"`
+	// Changes counts the windows after the first whose decision changed
+	// the assignment: the commits an Assigner would make.
+	Changes           int     `json:"changes"`
 	MeanChurn         float64 `json:"mean_churn"`
 	MeanKeyChurn      float64 `json:"mean_key_churn"`
 	MeanSlicesPerTask float64 `json:"mean_slices_per_task"`
@@ -143,6 +161,9 @@ type Simulator struct {
 
 	windows                  int
 	sumImb, maxImb, sumChurn float64
+	sumHeld, maxHeld         float64
+	changes                  int
+	sumBound                 float64
 	sumKeyChurn              float64
 	sumSlicesPerTask         float64
 	maxMem, bytesMoved       float64
@@ -186,6 +207,10 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 			live[i].MemoryLimit = m
 		}
 	}
+	var held float64
+	if s.prev != nil {
+		held = assign.ImbalanceWith(s.prev, load, live)
+	}
 	start := s.cfg.Now()
 	next, _, err := s.cfg.Algorithm.Decide(s.cfg.Job, s.prev, live, load, s.cfg.Assign)
 	elapsed := s.cfg.Now().Sub(start)
@@ -206,15 +231,17 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 		bytesMoved = assign.BytesMoved(s.prev, next, load)
 	}
 	res := WindowResult{
-		Window:     w.Number,
-		Generation: next.Generation,
-		Imbalance:  assign.ImbalanceWith(next, load, live),
-		Churn:      churn,
-		KeyChurn:   keyChurn,
-		Slices:     len(next.Slices),
-		ComputeMS:  float64(elapsed.Microseconds()) / 1000,
-		Tasks:      make([]string, len(next.Tasks)),
-		Assignment: make([]SliceOut, len(next.Slices)),
+		Window:        w.Number,
+		Generation:    next.Generation,
+		Imbalance:     assign.ImbalanceWith(next, load, live),
+		HeldImbalance: held,
+		Bound:         imbalanceBound(load, live, s.cfg.Assign.MaxRedundancy),
+		Churn:         churn,
+		KeyChurn:      keyChurn,
+		Slices:        len(next.Slices),
+		ComputeMS:     float64(elapsed.Microseconds()) / 1000,
+		Tasks:         make([]string, len(next.Tasks)),
+		Assignment:    make([]SliceOut, len(next.Slices)),
 	}
 	for i, t := range next.Tasks {
 		res.Tasks[i] = t.Name
@@ -228,7 +255,13 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	s.windows++
 	s.sumImb += res.Imbalance
 	s.maxImb = max(s.maxImb, res.Imbalance)
+	s.sumBound += res.Bound
 	if s.prev != nil {
+		if next != s.prev {
+			s.changes++
+		}
+		s.sumHeld += held
+		s.maxHeld = max(s.maxHeld, held)
 		s.sumChurn += churn
 		s.sumKeyChurn += keyChurn
 	}
@@ -241,16 +274,43 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	return res, nil
 }
 
+// imbalanceBound is WindowResult.Bound: no assignment of load to live
+// gives the most utilised task less than the hottest entry's share of it
+// spread over maxRedundancy replicas on the tasks of the largest capacity.
+func imbalanceBound(load assign.Load, live []assign.Task, maxRedundancy int) float64 {
+	var total, hottest, capSum, capMax float64
+	for _, e := range load {
+		total += e.Load
+		hottest = max(hottest, e.Load)
+	}
+	for _, t := range live {
+		c := t.Capacity
+		if c == 0 {
+			c = 1
+		}
+		capSum += c
+		capMax = max(capMax, c)
+	}
+	if total == 0 || capSum == 0 {
+		return 1
+	}
+	r := float64(min(max(maxRedundancy, 1), len(live)))
+	return max(1, hottest/r/capMax/(total/capSum))
+}
+
 // Summary aggregates the windows stepped so far.
 func (s *Simulator) Summary() Summary {
-	sum := Summary{Summary: true, Algorithm: s.cfg.Algorithm.Name(), Windows: s.windows, MaxImbalance: s.maxImb,
+	sum := Summary{Summary: true, Algorithm: s.cfg.Algorithm.Name(), Windows: s.windows, MaxImbalance: s.maxImb, Changes: s.changes,
 		MaxMemoryUse: s.maxMem, WindowsOverLimit: s.overLimit, TotalBytesMoved: s.bytesMoved}
 	if s.windows > 0 {
 		n := float64(s.windows)
 		sum.MeanImbalance = s.sumImb / n
 		sum.MeanSlicesPerTask = s.sumSlicesPerTask / n
+		sum.MeanBound = s.sumBound / n
 	}
 	if s.windows > 1 {
+		sum.MeanHeldImbalance = s.sumHeld / float64(s.windows-1)
+		sum.MaxHeldImbalance = s.maxHeld
 		sum.MeanChurn = s.sumChurn / float64(s.windows-1)
 		sum.MeanKeyChurn = s.sumKeyChurn / float64(s.windows-1)
 	}

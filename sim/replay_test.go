@@ -334,15 +334,45 @@ func TestReplayMetricsRecomputed(t *testing.T) {
 					if _, err := Replay(bytes.NewReader(data), &out, Config{Algorithm: algo, Assign: cfg}); err != nil {
 						t.Fatal(err)
 					}
-					checkOutput(t, out.Bytes(), trace, algo.Name())
+					checkOutput(t, out.Bytes(), trace, algo.Name(), cfg.MaxRedundancy)
 				})
 			}
 		}
 	}
 }
 
-func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
+func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string, maxRedundancy int) {
 	t.Helper()
+	// imbalanceOf: every key's load goes to the slice holding its hash,
+	// shared evenly among that slice's tasks; max over mean of tasks.
+	imbalanceOf := func(line int, a []outSlice, tasks []string, loads map[string]float64) float64 {
+		taskLoad := map[string]float64{}
+		for _, name := range tasks {
+			taskLoad[name] = 0
+		}
+		for key, l := range loads {
+			k := assign.HashString(key)
+			j := sort.Search(len(a), func(j int) bool { return a[j].end > k })
+			for _, name := range a[j].tasks {
+				if _, ok := taskLoad[name]; !ok {
+					t.Fatalf("line %d: slice names task %q missing from tasks %v", line, name, tasks)
+				}
+				taskLoad[name] += l / float64(len(a[j].tasks))
+			}
+		}
+		var sum, most float64
+		for _, l := range taskLoad {
+			sum += l
+			most = max(most, l)
+		}
+		if sum == 0 {
+			return 1
+		}
+		return most / (sum / float64(len(taskLoad)))
+	}
+	var prevTasks []string
+	var sumHeld, maxHeld, sumBound float64
+	changes := 0
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(lines) != len(trace)+1 {
 		t.Fatalf("%d output lines for %d windows", len(lines), len(trace))
@@ -352,15 +382,17 @@ func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
 	var sumImb, maxImb, sumChurn, sumKeyChurn, sumSPT float64
 	for i, line := range lines[:len(trace)] {
 		var r struct {
-			Window     uint64   `json:"window"`
-			Generation uint64   `json:"generation"`
-			Imbalance  float64  `json:"imbalance"`
-			Churn      float64  `json:"churn"`
-			KeyChurn   float64  `json:"key_churn"`
-			Slices     int      `json:"slices"`
-			ComputeMS  *float64 `json:"compute_ms"`
-			Tasks      []string `json:"tasks"`
-			Assignment []struct {
+			Window        uint64   `json:"window"`
+			Generation    uint64   `json:"generation"`
+			Imbalance     float64  `json:"imbalance"`
+			HeldImbalance float64  `json:"held_imbalance"`
+			Bound         float64  `json:"bound"`
+			Churn         float64  `json:"churn"`
+			KeyChurn      float64  `json:"key_churn"`
+			Slices        int      `json:"slices"`
+			ComputeMS     *float64 `json:"compute_ms"`
+			Tasks         []string `json:"tasks"`
+			Assignment    []struct {
 				Start, End string
 				Tasks      []string
 			} `json:"assignment"`
@@ -388,34 +420,33 @@ func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
 			t.Fatalf("line %d: tiling ends at %#x with %d slices, reported %d", i+1, next, len(cur), r.Slices)
 		}
 
-		// Imbalance: every key's load goes to the slice holding its hash,
-		// shared evenly among that slice's tasks.
-		taskLoad := map[string]float64{}
-		for _, name := range r.Tasks {
-			taskLoad[name] = 0
-		}
-		for key, l := range tw.loads {
-			k := assign.HashString(key)
-			j := sort.Search(len(cur), func(j int) bool { return cur[j].end > k })
-			for _, name := range cur[j].tasks {
-				if _, ok := taskLoad[name]; !ok {
-					t.Fatalf("line %d: slice names task %q missing from tasks %v", i+1, name, r.Tasks)
-				}
-				taskLoad[name] += l / float64(len(cur[j].tasks))
-			}
-		}
-		var sum, most float64
-		for _, l := range taskLoad {
-			sum += l
-			most = max(most, l)
-		}
-		imb := 1.0
-		if sum > 0 {
-			imb = most / (sum / float64(len(taskLoad)))
-		}
-		if !near(imb, r.Imbalance) {
+		if imb := imbalanceOf(i+1, cur, r.Tasks, tw.loads); !near(imb, r.Imbalance) {
 			t.Errorf("line %d: imbalance %v, recomputed %v", i+1, r.Imbalance, imb)
 		}
+		held := 0.0
+		if i > 0 {
+			held = imbalanceOf(i+1, prev, prevTasks, tw.loads)
+			sumHeld += held
+			maxHeld = max(maxHeld, held)
+		}
+		if !near(held, r.HeldImbalance) {
+			t.Errorf("line %d: held imbalance %v, recomputed %v", i+1, r.HeldImbalance, held)
+		}
+		// Bound: the hottest key over min(maxRedundancy, live) tasks,
+		// against the mean (capacities are all 1 in these traces).
+		var total, hottest float64
+		for _, l := range tw.loads {
+			total += l
+			hottest = max(hottest, l)
+		}
+		bound := 1.0
+		if total > 0 {
+			bound = max(1, hottest/float64(min(max(maxRedundancy, 1), tw.live))/(total/float64(tw.live)))
+		}
+		if !near(bound, r.Bound) || r.Imbalance < r.Bound-1e-9 {
+			t.Errorf("line %d: bound %v (imbalance %v), recomputed %v", i+1, r.Bound, r.Imbalance, bound)
+		}
+		sumBound += bound
 
 		churn, keyChurn := 0.0, 0.0
 		if i > 0 {
@@ -450,6 +481,9 @@ func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
 				t.Errorf("line %d: changed assignment has generation %d after %d", i+1, r.Generation, prevGen)
 			}
 			sumChurn += churn
+			if !same {
+				changes++
+			}
 		}
 		if !near(churn, r.Churn) {
 			t.Errorf("line %d: churn %v, recomputed %v", i+1, r.Churn, churn)
@@ -460,7 +494,7 @@ func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
 		sumImb += r.Imbalance
 		maxImb = max(maxImb, r.Imbalance)
 		sumSPT += float64(len(cur)) / float64(tw.live)
-		prev, prevGen = cur, r.Generation
+		prev, prevGen, prevTasks = cur, r.Generation, r.Tasks
 	}
 	var s Summary
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &s); err != nil {
@@ -470,7 +504,8 @@ func checkOutput(t *testing.T, out []byte, trace []traceWindow, algo string) {
 	if !s.Summary || s.Algorithm != algo || s.Windows != len(trace) || !near(s.MeanImbalance, sumImb/n) ||
 		!near(s.MaxImbalance, maxImb) || (len(trace) > 1 && !near(s.MeanChurn, sumChurn/(n-1))) ||
 		(len(trace) > 1 && !near(s.MeanKeyChurn, sumKeyChurn/(n-1))) ||
-		!near(s.MeanSlicesPerTask, sumSPT/n) {
+		!near(s.MeanSlicesPerTask, sumSPT/n) || !near(s.MeanBound, sumBound/n) || s.Changes != changes ||
+		(len(trace) > 1 && (!near(s.MeanHeldImbalance, sumHeld/(n-1)) || !near(s.MaxHeldImbalance, maxHeld))) {
 		t.Errorf("summary %+v; recomputed mean imbalance %v, max %v, mean churn %v, slices per task %v",
 			s, sumImb/n, maxImb, sumChurn/(n-1), sumSPT/n)
 	}

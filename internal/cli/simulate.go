@@ -164,7 +164,9 @@ func TraceCommand() *cli.Command {
 				Usage: "write a synthetic load trace, the same for the same flags",
 				Description: "Workloads: power-law (100 keys, weights 1/rank^1.5, hot keys move every 4 windows),\n" +
 					"zipf (1,000 sampled requests a window over 10,000 keys, s=1.1), diurnal (20 keys on\n" +
-					"phase-shifted sine waves) and failures (power-law while tasks leave and rejoin).",
+					"phase-shifted sine waves), failures (power-law while tasks leave and rejoin),\n" +
+					"flash-crowd (1,000 keys, 1/rank^1.1; every 6 windows 3 cold keys turn the hottest at\n" +
+					"once) and low-rate (500 sampled requests a window over 300 keys of a steady load).",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "workload", Usage: "workload (required): " + strings.Join(sim.Workloads(), ", ")},
 					&cli.IntFlag{Name: "windows", Value: 24, Usage: "measurement windows to generate"},
