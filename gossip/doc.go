@@ -28,6 +28,8 @@
 //	handoff  host:port where a task serves state handoff  task members served
 //	         when not at rpc (a sidecar's, for its        by a sidecar with
 //	         application)                                 --handoff-addr
+//	nohandoff "1": the task serves no state handoff, so   task members that
+//	         a task gaining its keys starts them cold     cannot export state
 //	settling "1" while the member's network coordinate    members started with
 //	         has not settled (Config.SettleSamples)       SettleSamples, until
 //	                                                      it has settled

@@ -133,6 +133,11 @@ type Peer struct {
 	// certificate names the task, so a forged address can only make a
 	// fetch fail.
 	HandoffAddr string
+	// NoHandoff says the task serves no state handoff (it cannot export
+	// its keys' state): a task that gains its keys starts them cold at
+	// once instead of trying to fetch from it. Task members only; not
+	// with HandoffAddr.
+	NoHandoff bool
 	// Settling says the member's network coordinate has not settled yet:
 	// it started recently and has measured too few round trips for
 	// distances to it to be trusted (Config.SettleSamples). Any role; the
@@ -159,6 +164,7 @@ const (
 	tagDrain   = "drain"
 	tagSettle  = "settling"
 	tagHandoff = "handoff"
+	tagNoState = "nohandoff"
 
 	schemaVersion = "1"
 )
@@ -212,8 +218,14 @@ func (p Peer) Tags() (map[string]string, error) {
 			}
 			tags[tagHandoff] = p.HandoffAddr
 		}
-	} else if p.HandoffAddr != "" {
-		return nil, fmt.Errorf("%w: handoff address %q is set but the roles %v do not include task; only tasks serve handoff", ErrInvalidPeer, p.HandoffAddr, roles)
+		if p.NoHandoff {
+			if p.HandoffAddr != "" {
+				return nil, fmt.Errorf("%w: task member serves handoff at %s and says it serves none; set one of HandoffAddr and NoHandoff", ErrInvalidPeer, p.HandoffAddr)
+			}
+			tags[tagNoState] = "1"
+		}
+	} else if p.HandoffAddr != "" || p.NoHandoff {
+		return nil, fmt.Errorf("%w: handoff is set (address %q, none %v) but the roles %v do not include task; only tasks serve handoff", ErrInvalidPeer, p.HandoffAddr, p.NoHandoff, roles)
 	} else if p.Draining {
 		return nil, fmt.Errorf("%w: draining is set but the roles %v do not include task; only tasks drain", ErrInvalidPeer, roles)
 	} else if p.MemoryLimit != 0 {
@@ -368,8 +380,16 @@ func parseTags(tags map[string]string) (Peer, error) {
 			}
 			p.HandoffAddr = v
 		}
+		if v, ok := tags[tagNoState]; ok {
+			if v != "1" || p.HandoffAddr != "" {
+				return Peer{}, fmt.Errorf("%w: nohandoff tag %q (with handoff tag %q): it is \"1\", and only without a handoff address", ErrInvalidPeer, v, p.HandoffAddr)
+			}
+			p.NoHandoff = true
+		}
 	} else if _, hasHandoff := tags[tagHandoff]; hasHandoff {
 		return Peer{}, fmt.Errorf("%w: handoff tag on a member without the task role", ErrInvalidPeer)
+	} else if _, hasNoState := tags[tagNoState]; hasNoState {
+		return Peer{}, fmt.Errorf("%w: nohandoff tag on a member without the task role", ErrInvalidPeer)
 	} else if _, hasDrain := tags[tagDrain]; hasDrain {
 		return Peer{}, fmt.Errorf("%w: drain tag on a member without the task role", ErrInvalidPeer)
 	} else if _, hasCap := tags[tagCap]; hasJob || hasTask || hasCap {

@@ -59,6 +59,7 @@ func TestTagsRoundTrip(t *testing.T) {
 		{Roles: []Role{RoleAssigner, RoleDistributor}, RPCAddr: "127.0.0.1:1", Settling: true},
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", Settling: true},
 		{Roles: []Role{RoleTask}, Job: "j", Task: "t", RPCAddr: "127.0.0.1:8080", HandoffAddr: "127.0.0.1:8081"},
+		{Roles: []Role{RoleTask}, Job: "j", Task: "t", RPCAddr: "127.0.0.1:8080", NoHandoff: true},
 	} {
 		tags, err := p.Tags()
 		if err != nil {
@@ -113,6 +114,8 @@ func TestTagsRejects(t *testing.T) {
 		"draining non-task":    {Roles: []Role{RoleAssigner}, Draining: true},
 		"handoff non-task":     {Roles: []Role{RoleAssigner}, HandoffAddr: "127.0.0.1:1"},
 		"bad handoff address":  {Roles: []Role{RoleTask}, Job: "j", Task: "t", HandoffAddr: "nowhere"},
+		"no handoff non-task":  {Roles: []Role{RoleAssigner}, NoHandoff: true},
+		"handoff and none":     {Roles: []Role{RoleTask}, Job: "j", Task: "t", HandoffAddr: "127.0.0.1:1", NoHandoff: true},
 		"tags too large": {Roles: []Role{RoleTask}, Job: strings.Repeat("j", 63), Task: strings.Repeat("t", 128),
 			RPCAddr: long + ":1"},
 	} {
@@ -171,6 +174,8 @@ func TestParseMemberIgnoresForeign(t *testing.T) {
 		"capacity NaN":           with(tagCap, "NaN"),
 		"capacity out of range":  with(tagCap, "1e9"),
 		"capacity on assigner":   {tagSchema: "1", tagRoles: "assigner", tagCap: "2"},
+		"nohandoff not 1":        with(tagNoState, "yes"),
+		"nohandoff on assigner":  {tagSchema: "1", tagRoles: "assigner", tagNoState: "1"},
 		"memory not a number":    with(tagMem, "1GB"),
 		"memory not canonical":   with(tagMem, "01024"),
 		"memory zero":            with(tagMem, "0"),
@@ -213,7 +218,7 @@ func TestParseMemberStatuses(t *testing.T) {
 func peersEqual(a, b Peer) bool {
 	return a.Name == b.Name && slices.Equal(a.Roles, b.Roles) && a.Job == b.Job && a.Task == b.Task &&
 		a.RPCAddr == b.RPCAddr && a.GossipAddr == b.GossipAddr && a.Status == b.Status && a.Capacity == b.Capacity &&
-		a.MemoryLimit == b.MemoryLimit && a.Draining == b.Draining && a.Settling == b.Settling && a.HandoffAddr == b.HandoffAddr
+		a.MemoryLimit == b.MemoryLimit && a.Draining == b.Draining && a.Settling == b.Settling && a.HandoffAddr == b.HandoffAddr && a.NoHandoff == b.NoHandoff
 }
 
 // FuzzParseTags checks that parsing arbitrary tag maps never panics and

@@ -174,7 +174,7 @@ func (c Config) gossipConfig(log *slog.Logger) gossip.Config {
 		g.BindAddr = defaultGossipAddr
 	}
 	g.Join = c.Join
-	g.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: c.Job, Task: c.Task, RPCAddr: c.Addr, HandoffAddr: c.HandoffAddr, Capacity: c.Capacity, MemoryLimit: c.MemoryLimit}
+	g.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleTask}, Job: c.Job, Task: c.Task, RPCAddr: c.Addr, HandoffAddr: c.HandoffAddr, NoHandoff: c.ExportState == nil, Capacity: c.Capacity, MemoryLimit: c.MemoryLimit}
 	if g.Logger == nil {
 		g.Logger = log
 	}
@@ -200,6 +200,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: task %s/%s sets only one of ExportState and ImportState; state handoff needs both", ErrInvalidConfig, c.Job, c.Task)
 	}
 	if c.HandoffAddr != "" {
+		if c.ExportState == nil {
+			return fmt.Errorf("%w: task %s/%s has a handoff address but no ExportState; a task serves handoff only with state to export", ErrInvalidConfig, c.Job, c.Task)
+		}
 		if err := gossip.ValidateRPCAddr(c.HandoffAddr); err != nil {
 			return fmt.Errorf("%w: task %s/%s handoff address: %w", ErrInvalidConfig, c.Job, c.Task, err)
 		}

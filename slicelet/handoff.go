@@ -194,13 +194,14 @@ func (s *Slicelet) startImports(old *view, next *assign.Assignment, assigned []a
 		return nil
 	}
 	prev := old.table.Assignment()
+	noHandoff := s.noHandoffTasks()
 	var pieces []piece
 	for _, r := range assigned {
 		for i := prev.Find(r.Start); i < len(prev.Slices) && prev.Slices[i].Start < r.End; i++ {
 			sl := prev.Slices[i]
 			from, ok := holder(prev, sl, s.cfg.Task, r.Start)
-			if !ok {
-				continue
+			if !ok || noHandoff[from.Name] {
+				continue // nobody to fetch from: the keys start cold
 			}
 			a, b := max(sl.Start, r.Start), min(sl.End, r.End)
 			if n := len(pieces); n > 0 && pieces[n-1].end == a && pieces[n-1].from == from {
@@ -397,6 +398,26 @@ func (s *Slicelet) doneImporting(imp *importRange) {
 		return slices.DeleteFunc(cur, func(x *importRange) bool { return x == imp })
 	})
 	close(imp.done)
+}
+
+// noHandoffTasks returns the tasks of the job whose gossip members say
+// they serve no state handoff (gossip.Peer.NoHandoff): they cannot export
+// state, so fetching from them would only delay their keys here.
+func (s *Slicelet) noHandoffTasks() map[string]bool {
+	n := s.node.Load()
+	if n == nil {
+		return nil
+	}
+	var none map[string]bool
+	for _, p := range n.Peers() {
+		if p.Job == s.cfg.Job && p.NoHandoff {
+			if none == nil {
+				none = make(map[string]bool)
+			}
+			none[p.Task] = true
+		}
+	}
+	return none
 }
 
 // handoffTarget is t with the address it serves handoff at: the one its

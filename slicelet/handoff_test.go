@@ -298,7 +298,8 @@ func TestFetchImportsWholeMessages(t *testing.T) {
 }
 
 // ImportState and ImportStates are alternatives: a Config with both is
-// refused, as one with an importer and no exporter.
+// refused, as one with an importer and no exporter, or a handoff address
+// and nothing to export.
 func TestConfigTakesOneImporter(t *testing.T) {
 	export := func(context.Context, assign.SliceKey, assign.SliceKey, func(k, v []byte) error) error { return nil }
 	base := Config{Job: "j", Task: "t", Addr: "127.0.0.1:9000", Join: []string{"127.0.0.1:7946"}}
@@ -313,8 +314,14 @@ func TestConfigTakesOneImporter(t *testing.T) {
 		t.Errorf("ImportStates without ExportState: %v", err)
 	}
 	badAddr := base
+	badAddr.ExportState, badAddr.ImportState = export, func(k, v []byte) {}
 	badAddr.HandoffAddr = "nowhere"
-	if _, err := New(badAddr); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(badAddr); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "handoff address") {
 		t.Errorf("handoff address without a port: %v", err)
+	}
+	nothingToServe := base
+	nothingToServe.HandoffAddr = "127.0.0.1:9001"
+	if _, err := New(nothingToServe); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "no ExportState") {
+		t.Errorf("handoff address without ExportState: %v", err)
 	}
 }
