@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Regenerates the Go code for api/proto into api/gen.
+# Regenerates the Go code for api/proto into api/gen, and the TypeScript
+# code into clients/typescript/src/gen (protoc-gen-es from that package's
+# npm dependencies, which scripts/typescript.sh installs).
 #   scripts/genproto.sh          regenerate in place
 #   scripts/genproto.sh --check  lint, check that the protos keep compatibility with
 #                                the last release (buf breaking against
 #                                api/released.binpb), regenerate into a scratch
-#                                copy, and fail if the committed api/gen differs
+#                                copy, and fail if the committed api/gen or
+#                                clients/typescript/src/gen differs
 #   scripts/genproto.sh --release record the protos as released: api/released.binpb
 #                                is what later changes must stay compatible with
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/tools.sh"
-export PATH="$root/.bin:$PATH"
+"$root/scripts/typescript.sh"
+export PATH="$root/.bin:$root/clients/typescript/node_modules/.bin:$PATH"
+ts_template=../clients/typescript/buf.gen.yaml
 cd "$root/api"
 buf lint
 if [ "${1:-}" = "--release" ]; then
@@ -34,7 +39,15 @@ if [ "${1:-}" = "--check" ]; then
     exit 1
   fi
   echo "api/gen is up to date"
+  buf generate --template "$ts_template" --output "$scratch/ts"
+  if ! diff -r "$scratch/ts/src/gen" ../clients/typescript/src/gen >/dev/null; then
+    diff -r "$scratch/ts/src/gen" ../clients/typescript/src/gen | head -40 >&2 || true
+    echo "clients/typescript/src/gen is stale: run scripts/genproto.sh and commit the result" >&2
+    exit 1
+  fi
+  echo "clients/typescript/src/gen is up to date"
 else
-  rm -rf gen
+  rm -rf gen ../clients/typescript/src/gen
   buf generate
+  buf generate --template "$ts_template" --output ../clients/typescript
 fi
