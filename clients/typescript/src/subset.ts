@@ -83,7 +83,7 @@ class Rng {
 
 function shuffleLot(frontLot: bigint, backLot: bigint): number[] {
   const p = Array.from({ length: LOT_SIZE }, (_, i) => i);
-  const r = new Rng(mix64(frontLot) ^ backLot);
+  const r = new Rng(mix64(mix64(frontLot) ^ backLot));
   for (let i = LOT_SIZE - 1; i > 0; i--) {
     const j = r.below(i + 1);
     [p[i], p[j]] = [p[j], p[i]];
