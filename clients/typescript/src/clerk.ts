@@ -194,7 +194,7 @@ export class Clerk extends EventEmitter {
       throw new InvalidConfigError("slicerd Clerk: token must be a non-empty string on one line");
     }
     if (options.onAssignment !== undefined && typeof options.onAssignment !== "function") throw new InvalidConfigError("slicerd Clerk: onAssignment must be a function");
-    this.log = options.logger ?? {};
+    this.log = safeLogger(options.logger ?? {});
     if (options.cacheFile !== undefined) {
       if (typeof options.cacheFile !== "string" || options.cacheFile === "") throw new InvalidConfigError("slicerd Clerk: cacheFile must be a file path");
       try {
@@ -334,8 +334,14 @@ export class Clerk extends EventEmitter {
     let backoff = this.minBackoff;
     let failing = false;
     while (!signal.aborted) {
-      const { distributors, backups } = this.resolve();
-      const { ok, err } = await this.round(distributors, backups);
+      let outcome: Outcome;
+      try {
+        const { distributors, backups } = this.resolve();
+        outcome = await this.round(distributors, backups);
+      } catch (e) {
+        outcome = { ok: false, err: e }; // a resolver that throws: retry with backoff
+      }
+      const { ok, err } = outcome;
       if (signal.aborted) return;
       if (ok) {
         backoff = this.minBackoff;
@@ -537,6 +543,24 @@ export class Clerk extends EventEmitter {
       this.log.error?.("clerk: an assignment listener threw", { job: this.job, err: String(e) });
     }
   }
+}
+
+/** logger with BigInt fields turned into decimal strings, which every
+ * logger can print (JSON.stringify cannot print a BigInt), and its own
+ * failures ignored: logging never stops the Clerk. */
+function safeLogger(logger: Logger): Logger {
+  const wrap = (f: ((msg: string, fields?: Record<string, unknown>) => void) | undefined) =>
+    f &&
+    ((msg: string, fields?: Record<string, unknown>) => {
+      const out: Record<string, unknown> = {};
+      for (const [k, v] of Object.entries(fields ?? {})) out[k] = typeof v === "bigint" ? v.toString() : v;
+      try {
+        f.call(logger, msg, out);
+      } catch {
+        // A logger that throws must not stop the watch.
+      }
+    });
+  return { debug: wrap(logger.debug), info: wrap(logger.info), warn: wrap(logger.warn), error: wrap(logger.error) };
 }
 
 function codeOf(err: unknown): Code | undefined {
