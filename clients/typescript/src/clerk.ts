@@ -96,7 +96,10 @@ export interface LookupOptions {
 interface Target {
   addr: string;
   backup: boolean;
+  /** Not a preferred server: the stream ends after backupRecheckMs. */
   fallback: boolean;
+  /** The preferred Distributors when the round was planned. */
+  pref: readonly string[];
 }
 
 interface Outcome {
@@ -153,6 +156,7 @@ export class Clerk extends EventEmitter {
   private readonly stop = new AbortController();
   private running: Promise<void> | undefined;
   private wake: (() => void) | undefined;
+  private streamWake: (() => void) | undefined;
   private readyWaiters: (() => void)[] = [];
   private nextDist = Math.floor(Math.random() * 1e9);
   private nextBackup = Math.floor(Math.random() * 1e9);
@@ -312,9 +316,13 @@ export class Clerk extends EventEmitter {
     return this;
   }
 
-  /** Ends the current wait between attempts, so a change of servers is acted on at once. */
+  /** Ends the current wait between attempts, so a change of servers is
+   * acted on at once; with subsetting, it also ends an open stream when
+   * the change alters this client's subset and the stream is not on its
+   * first choice. */
   resolveNow(): void {
     this.wake?.();
+    this.streamWake?.();
   }
 
   /** Stops every stream, timer and connection the Clerk started, and writes the cache file's last update. */
@@ -390,18 +398,22 @@ export class Clerk extends EventEmitter {
    * other Distributors, then the Backups, each rotated so that clients that
    * fall back spread out. */
   plan(distributors: readonly string[], backups: readonly string[]): Target[] {
-    let pref: string[] = [];
-    let rest: string[] = [...distributors];
-    if (this.subsetSize > 0 && distributors.length > 0) {
-      ({ pref, rest } = subsetOf(this.frontend, this.subsetSize, distributors, this.opts.down?.() ?? []));
-    }
-    const out: Target[] = pref.map((addr) => ({ addr, backup: false, fallback: false }));
+    const { pref, rest } = this.preferred(distributors);
+    const out: Target[] = pref.map((addr) => ({ addr, backup: false, fallback: false, pref }));
     const rotate = (addrs: readonly string[], start: number, backup: boolean, fallback: boolean) => {
-      for (let k = 0; k < addrs.length; k++) out.push({ addr: addrs[(start + k) % addrs.length], backup, fallback });
+      for (let k = 0; k < addrs.length; k++) out.push({ addr: addrs[(start + k) % addrs.length], backup, fallback, pref });
     };
     rotate(rest, this.nextDist, false, pref.length > 0);
     rotate(backups, this.nextBackup, true, true);
     return out;
+  }
+
+  /** This client's subset of distributors in preference order, and the
+   * others; without subsetting, none preferred. Distributors that down()
+   * lists keep their place in the numbering but are skipped. */
+  private preferred(distributors: readonly string[]): { pref: string[]; rest: string[] } {
+    if (this.subsetSize <= 0 || distributors.length === 0) return { pref: [], rest: [...distributors] };
+    return subsetOf(this.frontend, this.subsetSize, distributors, this.opts.down?.() ?? []);
   }
 
   private async round(distributors: readonly string[], backups: readonly string[]): Promise<Outcome> {
@@ -456,6 +468,22 @@ export class Clerk extends EventEmitter {
         ctrl.abort();
       }, this.backupRecheck);
     }
+    let moved = false;
+    if (this.subsetSize > 0) {
+      this.streamWake = () => {
+        let pref: string[];
+        try {
+          pref = this.preferred(this.resolve().distributors).pref;
+        } catch {
+          return;
+        }
+        const same = pref.length === t.pref.length && pref.every((a, i) => a === t.pref[i]);
+        if (same || (pref.length > 0 && pref[0] === t.addr)) return;
+        this.log.info?.("clerk: the Distributors changed; moving the stream to this client's subset", { job: this.job, addr: t.addr, subset: pref });
+        moved = true;
+        ctrl.abort();
+      };
+    }
     const began = Date.now();
     const known = versionOf(this.heard);
     let delivered = false;
@@ -476,11 +504,12 @@ export class Clerk extends EventEmitter {
       err = e;
     } finally {
       clearTimeout(recheck);
+      this.streamWake = undefined;
       this.stop.signal.removeEventListener("abort", stopAll);
       ctrl.abort();
     }
     if (rechecked) return { ok: true };
-    const healthy = delivered || Date.now() - began >= this.maxBackoff;
+    const healthy = delivered || Date.now() - began >= this.maxBackoff || moved;
     if (healthy && !this.stop.signal.aborted) this.log.info?.("clerk: assignment stream ended; reconnecting", { job: this.job, addr: t.addr, backup: t.backup, err: String(err) });
     return { ok: healthy, err };
   }

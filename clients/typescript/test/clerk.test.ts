@@ -17,7 +17,7 @@ import {
   type WatchAssignmentRequest,
   type WatchAssignmentResponse,
 } from "../src/gen/slicer/v1/slicer_pb.js";
-import { Clerk, InvalidConfigError, KEY_SPACE_END, rocksteadier, sliceKey, type Assignment } from "../src/index.js";
+import { Clerk, InvalidConfigError, KEY_SPACE_END, rocksteadier, sliceKey, subsetOf, type Assignment } from "../src/index.js";
 import { Queue, serve, sleep, waitUntil, type Server } from "./helpers.js";
 
 const half = KEY_SPACE_END / 2n;
@@ -250,6 +250,32 @@ describe("Clerk", () => {
     } finally {
       await clerk.close();
       await backup.close();
+    }
+  });
+
+  it("moves an open stream to its first choice when resolveNow reports a change of its subset", async () => {
+    const streamFor = () =>
+      scripted(DistributorService, async function* (_req, _call, signal) {
+        yield message(1n);
+        await untilAborted(signal);
+      });
+    const a = await streamFor();
+    const b = await streamFor();
+    let frontend = 0n;
+    while (subsetOf(frontend, 3, [a.addr, b.addr]).pref[0] !== a.addr) frontend++;
+    let known = [b.addr];
+    const clerk = new Clerk({ job: "kv", resolver: () => ({ distributors: known, backups: [] }), frontend, minBackoffMs: 5, maxBackoffMs: 20 }).start();
+    try {
+      await b.requests.next(10_000, "a watch on the only Distributor known");
+      await clerk.ready(10_000);
+      known = [a.addr, b.addr];
+      clerk.resolveNow();
+      const moved = await a.requests.next(10_000, "a watch on the first choice");
+      assert.equal(moved.knownGeneration, 1n);
+    } finally {
+      await clerk.close();
+      await a.close();
+      await b.close();
     }
   });
 
