@@ -1,6 +1,7 @@
 // End to end against the real binaries: one slicerd node and three
 // kvserver tasks of job kv. The Clerk follows the assignment as tasks die
-// and while slicerd is down and restarted on its data directory.
+// and while slicerd is down and restarted on its data directory; a Clerk
+// started from the cache file while slicerd is down routes at once.
 // scripts/test.sh builds the binaries and sets SLICERD_BIN and
 // SLICERD_KVSERVER_BIN; without them the test is skipped (and fails in CI).
 
@@ -136,7 +137,8 @@ describe("end to end: the Clerk against slicerd and kvserver", { skip }, () => {
     }
 
     const installed: Assignment[] = [];
-    clerk = new Clerk({ job: "kv", addrs: [node.rpcAddr], minBackoffMs: 50, maxBackoffMs: 1000, onAssignment: (a) => installed.push(a) });
+    const cacheFile = path.join(dataDir, "clerk.cache");
+    clerk = new Clerk({ job: "kv", addrs: [node.rpcAddr], cacheFile, minBackoffMs: 50, maxBackoffMs: 1000, onAssignment: (a) => installed.push(a) });
     clerk.start();
     const c = clerk;
 
@@ -161,6 +163,21 @@ describe("end to end: the Clerk against slicerd and kvserver", { skip }, () => {
       assert.equal(c.assignment, held, "the held assignment changed while slicerd was down");
       assert.ok(allRouteLive(), "a key did not route to a live task while slicerd was down");
     }
+
+    // A Clerk started now, with a copy of the first one's cache file,
+    // routes by the cached assignment while slicerd is still down.
+    await waitUntil(10_000, "the cache file to hold the held generation", () =>
+      fs.existsSync(cacheFile) && fs.readFileSync(cacheFile, "utf8").includes(`"generation":"${held!.generation}"`));
+    const copy = path.join(dataDir, "clerk-copy.cache");
+    fs.copyFileSync(cacheFile, copy);
+    const restarted = new Clerk({ job: "kv", addrs: [node.rpcAddr], cacheFile: copy });
+    assert.equal(restarted.generation, held!.generation);
+    assert.equal(restarted.assignment?.incarnation, held!.incarnation);
+    assert.ok(keys.every((k) => {
+      const r = restarted.lookup(k);
+      return r !== undefined && tasks.get(r.task) === r.address;
+    }), "the Clerk started from the cache file did not route every key to a live task");
+    await restarted.close();
 
     // slicerd comes back on its data directory and addresses; the tasks
     // rejoin through gossip and the Clerk resumes.
