@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# Regenerates the Go code for api/proto into api/gen, and for the kvcache
-# example's API (examples/kvcache/proto) into examples/kvcache/gen.
+# Regenerates the Go code for api/proto into api/gen, the TypeScript code
+# into clients/typescript/src/gen (protoc-gen-es from that package's npm
+# dependencies, which scripts/typescript.sh installs), and the Go code for
+# the kvcache example's API (examples/kvcache/proto) into
+# examples/kvcache/gen.
 #   scripts/genproto.sh          regenerate in place
 #   scripts/genproto.sh --check  lint, check that the protos keep compatibility with
 #                                the last release (buf breaking against
 #                                api/released.binpb), regenerate into a scratch
-#                                copy, and fail if the committed api/gen differs
+#                                copy, and fail if the committed api/gen,
+#                                clients/typescript/src/gen or
+#                                examples/kvcache/gen differs
 #   scripts/genproto.sh --release record the protos as released: api/released.binpb
 #                                is what later changes must stay compatible with
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/tools.sh"
-export PATH="$root/.bin:$PATH"
+"$root/scripts/typescript.sh"
+export PATH="$root/.bin:$root/clients/typescript/node_modules/.bin:$PATH"
+ts_template=../clients/typescript/buf.gen.yaml
 cd "$root/api"
 buf lint
 if [ "${1:-}" = "--release" ]; then
@@ -28,22 +35,31 @@ if [ "${1:-}" = "--check" ]; then
   fi
   scratch=$(mktemp -d)
   trap 'rm -rf "$scratch"' EXIT
-  for dir in api examples/kvcache; do
+  # Each generated tree: the module it comes from, its template, where the
+  # template puts it under the output directory, and where it is committed
+  # (both relative to the module).
+  check() {
+    local dir=$1 template=$2 generated=$3 committed=$4
     cd "$root/$dir"
     [ "$dir" = api ] || buf lint
-    buf generate --output "$scratch/$dir"
-    if ! diff -r "$scratch/$dir/gen" gen >/dev/null; then
-      diff -r "$scratch/$dir/gen" gen | head -40 >&2 || true
-      echo "$dir/gen is stale: run scripts/genproto.sh and commit the result" >&2
+    rm -rf "$scratch/out"
+    buf generate --template "$template" --output "$scratch/out"
+    if ! diff -r "$scratch/out/$generated" "$committed" >/dev/null; then
+      diff -r "$scratch/out/$generated" "$committed" | head -40 >&2 || true
+      echo "$(realpath --relative-to="$root" "$committed") is stale: run scripts/genproto.sh and commit the result" >&2
       exit 1
     fi
-    echo "$dir/gen is up to date"
-  done
+    echo "$(realpath --relative-to="$root" "$committed") is up to date"
+  }
+  check api buf.gen.yaml gen gen
+  check api "$ts_template" src/gen ../clients/typescript/src/gen
+  check examples/kvcache buf.gen.yaml gen gen
 else
-  for dir in api examples/kvcache; do
-    cd "$root/$dir"
-    [ "$dir" = api ] || buf lint
-    rm -rf gen
-    buf generate
-  done
+  rm -rf gen ../clients/typescript/src/gen
+  buf generate
+  buf generate --template "$ts_template" --output ../clients/typescript
+  cd "$root/examples/kvcache"
+  buf lint
+  rm -rf gen
+  buf generate
 fi

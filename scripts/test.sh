@@ -72,6 +72,19 @@ else
   echo "node or npm is not installed: the Node task library's tests will be skipped"
 fi
 
+# The TypeScript Clerk (clients/typescript) needs node and its npm
+# dependencies (pinned in its package-lock.json); npm test builds it and
+# runs its unit, conformance and end-to-end tests (the latter on
+# SLICERD_BIN and SLICERD_KVSERVER_BIN).
+echo "== typescript clerk"
+if scripts/typescript.sh; then
+  (cd clients/typescript && npm test)
+elif [ -n "${CI:-}" ]; then
+  echo "cannot install the TypeScript Clerk's dependencies"; exit 1
+else
+  echo "node or npm is not installed: the TypeScript Clerk's tests will be skipped"
+fi
+
 # The strong protocol's model test explores millions of states; the race
 # detector slows it tenfold, so it runs at full depth here, without it, and
 # at a shallow depth in the race pass below.
