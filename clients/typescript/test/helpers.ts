@@ -10,7 +10,6 @@ import type { ConnectRouter } from "@connectrpc/connect";
 /** The repository's root, from dist/test. */
 export const repoRoot = new URL("../../../../", import.meta.url);
 export const conformanceDir = new URL("api/conformance/", repoRoot);
-export const testdataDir = new URL("../../test/testdata/", import.meta.url);
 
 export function readJSON<T>(url: URL): T {
   return JSON.parse(fs.readFileSync(url, "utf8")) as T;

@@ -1,18 +1,18 @@
 // Subsetting picks the same Distributors as slicerd's Go subset package:
-// testdata/subset.json holds subset.FrontendIndex and subset.Rocksteadier
-// results computed by the Go code.
+// api/conformance/subset.json holds subset.FrontendIndex and
+// subset.Rocksteadier results computed by the Go code.
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { frontendIndex, rocksteadier, subsetOf } from "../src/index.js";
-import { readJSON, testdataDir } from "./helpers.js";
+import { conformanceDir, readJSON } from "./helpers.js";
 
 interface SubsetFile {
   frontend_index: { id: string; frontend: string }[];
   rocksteadier: { frontend: string; n: number; k: number; order: number[] }[];
 }
 
-const file = readJSON<SubsetFile>(new URL("subset.json", testdataDir));
+const file = readJSON<SubsetFile>(new URL("subset.json", conformanceDir));
 
 describe("subset", () => {
   it("frontendIndex matches Go's subset.FrontendIndex", () => {
