@@ -115,7 +115,8 @@ func TestKeyRoutedGRPC(t *testing.T) {
 	// assignment without kv-1 arrived. Figures only: a read of one of
 	// kv-1's keys fails while it is refused by the live tasks (the
 	// channel's fallback) for longer than GRPCClient retries.
-	var scheduled, failed atomic.Int64
+	var scheduled, failed, failedLive atomic.Int64
+	before := held.Load()
 	stopLoad := make(chan struct{})
 	loadDone := make(chan struct{})
 	go func() {
@@ -138,6 +139,9 @@ func TestKeyRoutedGRPC(t *testing.T) {
 				defer cancel()
 				if _, _, _, err := client.Get(ctx, k); err != nil {
 					failed.Add(1)
+					if !slices.Contains(before.Slices[before.Find(assign.HashString(k))].Tasks, "kv-1") {
+						failedLive.Add(1)
+					}
 				}
 			}(keys[i%len(keys)])
 		}
@@ -148,8 +152,8 @@ func TestKeyRoutedGRPC(t *testing.T) {
 	time.Sleep(time.Second) // the load's tail after the new assignment; not synchronisation
 	close(stopLoad)
 	<-loadDone
-	t.Logf("open-loop reads through the SIGKILL of kv-1 (new assignment after %v): %d scheduled, %d failed",
-		took.Round(time.Millisecond), scheduled.Load(), failed.Load())
+	t.Logf("open-loop reads through the SIGKILL of kv-1 (new assignment after %v): %d scheduled, %d failed, %d of them keys of the live tasks",
+		took.Round(time.Millisecond), scheduled.Load(), failed.Load(), failedLive.Load())
 	routed("after kv-1 was killed", false)
 
 	node.signal(syscall.SIGKILL)
