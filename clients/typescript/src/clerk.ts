@@ -6,6 +6,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { EventEmitter } from "node:events";
+import type { PeerCertificate } from "node:tls";
 import { Code, ConnectError, createClient, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import {
@@ -437,7 +438,9 @@ export class Clerk extends EventEmitter {
     if (!entry) {
       const tls = this.opts.tls;
       const baseUrl = `${tls ? "https" : "http"}://${addr}`;
-      const nodeOptions = tls ? { ca: tls.ca, cert: tls.cert, key: tls.key, servername: tls.servername } : {};
+      const nodeOptions = tls
+        ? { ca: tls.ca, cert: tls.cert, key: tls.key, servername: tls.servername, checkServerIdentity: agentIdentity }
+        : {};
       const sessions = new Http2SessionManager(baseUrl, { pingIntervalMs: 10_000, pingTimeoutMs: 5_000, idleConnectionTimeoutMs: 60_000 }, nodeOptions);
       const interceptors: Interceptor[] = [];
       const token = this.opts.token;
@@ -594,4 +597,18 @@ function safeLogger(logger: Logger): Logger {
 
 function codeOf(err: unknown): Code | undefined {
   return err instanceof ConnectError ? err.code : undefined;
+}
+
+/** The server check of a TLS connection to slicerd, in place of the host
+ * name check, as the Go Clerk makes it: after the chain is verified against
+ * the CA, the certificate must name a slicerd Distributor or Backup
+ * (spiffe://slicerd/distributor/NODE, spiffe://slicerd/backup/NODE). A
+ * certificate the same CA issued to a task or a client is refused, so a
+ * task cannot pose as a Distributor. */
+export function agentIdentity(_host: string, cert: PeerCertificate): Error | undefined {
+  const sans = (cert.subjectaltname ?? "").split(", ");
+  if (sans.some((s) => /^URI:spiffe:\/\/slicerd\/(distributor|backup)\/[^/]+$/.test(s))) return undefined;
+  return new Error(
+    `slicerd Clerk: the server's certificate names no slicerd Distributor or Backup (spiffe://slicerd/distributor/NODE or spiffe://slicerd/backup/NODE); its names: ${cert.subjectaltname || "none"}`,
+  );
 }
