@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Regenerates the Go code for api/proto into api/gen.
+# Regenerates the Go code for api/proto into api/gen, and the descriptor set
+# the Python Clerk builds its message classes from
+# (clients/python/slicerd_clerk/slicer_v1.binpb).
 #   scripts/genproto.sh          regenerate in place
 #   scripts/genproto.sh --check  lint, check that the protos keep compatibility with
 #                                the last release (buf breaking against
 #                                api/released.binpb), regenerate into a scratch
-#                                copy, and fail if the committed api/gen differs
+#                                copy, and fail if the committed api/gen or
+#                                descriptor set differs
 #   scripts/genproto.sh --release record the protos as released: api/released.binpb
 #                                is what later changes must stay compatible with
 set -euo pipefail
@@ -13,6 +16,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$root/.bin:$PATH"
 cd "$root/api"
 buf lint
+# The Python Clerk's descriptor set: every message of api/proto, without
+# comments, so that it changes only when the messages do.
+pyset=../clients/python/slicerd_clerk/slicer_v1.binpb
 if [ "${1:-}" = "--release" ]; then
   buf build --exclude-source-info -o released.binpb
   echo "api/released.binpb records the protos as released; commit it"
@@ -33,8 +39,14 @@ if [ "${1:-}" = "--check" ]; then
     echo "api/gen is stale: run scripts/genproto.sh and commit the result" >&2
     exit 1
   fi
-  echo "api/gen is up to date"
+  buf build --exclude-source-info -o "$scratch/slicer_v1.binpb"
+  if ! cmp -s "$scratch/slicer_v1.binpb" "$pyset"; then
+    echo "clients/python/slicerd_clerk/slicer_v1.binpb is stale: run scripts/genproto.sh and commit the result" >&2
+    exit 1
+  fi
+  echo "api/gen and the Python descriptor set are up to date"
 else
   rm -rf gen
   buf generate
+  buf build --exclude-source-info -o "$pyset"
 fi
