@@ -128,7 +128,12 @@ class EndToEndTest(unittest.TestCase):
         self.assertIs(ck.assignment, held)
 
         node, _, _ = self.start_slicerd(rpc, gossip)
-        until("the Clerk to resume after slicerd restarted", lambda: len(installed) > 0 and all_live(), timeout=90)
+        # A task that joins after the restart shows the Clerk streams again.
+        p = self.start([KVSERVER, "-job", "kv", "-task", "kv-3", "-addr", "127.0.0.1:0", "-gossip-addr", "127.0.0.1:0",
+                        "-gossip-profile", "local", "-join", gossip])
+        line = p.wait_line("kvserver task=kv-3")
+        live["kv-3"] = [f[5:] for f in line.split() if f.startswith("addr=")][0]
+        until("the Clerk to resume after slicerd restarted and route to the new task", all_live, timeout=90)
         for (inc, gen), (inc2, gen2) in zip(installed, installed[1:]):
             self.assertTrue(inc2 != inc or gen2 > gen, f"installed {installed}: a generation twice or out of order")
 
