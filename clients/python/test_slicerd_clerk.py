@@ -1,0 +1,181 @@
+"""Tests of the slicerd_clerk package: the conformance vectors of
+api/conformance (hash, lookup, and the streams played from a real gRPC
+server), and the subsets and cache file against values of the Go code."""
+
+import base64
+import json
+import os
+import queue
+import tempfile
+import threading
+import unittest
+from concurrent import futures
+
+import grpc
+from google.protobuf import json_format
+
+import slicerd_clerk
+from slicerd_clerk import _messages, cachefile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VECTORS = os.path.join(HERE, "..", "..", "api", "conformance")
+
+
+def load(name):
+    with open(os.path.join(VECTORS, name)) as f:
+        return json.load(f)
+
+
+with open(os.path.join(HERE, "testdata", "go_values.json")) as f:
+    GO = json.load(f)
+
+
+class HashTest(unittest.TestCase):
+    def test_vectors(self):
+        for c in load("hash.json")["cases"]:
+            key = base64.b64decode(c["key"])
+            self.assertEqual(slicerd_clerk.slice_key(key), int(c["slice_key"]), key)
+            if "text" in c:
+                self.assertEqual(slicerd_clerk.slice_key(c["text"]), int(c["slice_key"]))
+
+
+class LookupTest(unittest.TestCase):
+    def test_vectors(self):
+        for c in load("lookup.json")["cases"]:
+            a = slicerd_clerk.Assignment.from_proto(json_format.ParseDict(c["assignment"], _messages.Assignment()))
+            for lk in c["lookups"]:
+                sk = int(lk["slice_key"])
+                if "key" in lk:
+                    self.assertEqual(slicerd_clerk.slice_key(base64.b64decode(lk["key"])), sk)
+                tasks = a.route_slice_key(sk)
+                self.assertEqual([t.name for t in tasks], lk["tasks"], (c["name"], sk))
+                self.assertEqual([t.address for t in tasks], lk["addresses"], (c["name"], sk))
+
+    def test_invalid_refused(self):
+        T = slicerd_clerk.Task
+        S = slicerd_clerk.Slice
+        for slices, tasks in (
+                ([S(0, 5, ("a",))], [T("a", "x:1")]),  # gap at the end
+                ([S(0, 1 << 63, ("b",))], [T("a", "x:1")]),  # unknown task
+                ([S(0, 1 << 63, ("a",))], [T("b", "x:1"), T("a", "x:1")])):  # unsorted
+            with self.assertRaises(slicerd_clerk.InvalidAssignment):
+                slicerd_clerk.Assignment("kv", 1, "i", tasks, slices)
+
+
+class SubsetTest(unittest.TestCase):
+    def test_go_values(self):
+        for c in GO["rocksteadier"]:
+            self.assertEqual(slicerd_clerk.rocksteadier(int(c["frontend"]), c["n"], c["k"]), c["want"], c)
+        for c in GO["frontend_index"]:
+            self.assertEqual(slicerd_clerk.frontend_index(c["id"]), int(c["frontend"]))
+        for c in GO["subsets"]:
+            pref, _ = slicerd_clerk.preferred(int(c["frontend"]), c["k"], c["live"], c["down"] or ())
+            self.assertEqual(pref, c["preferred"], c)
+
+
+class CacheFileTest(unittest.TestCase):
+    def test_go_file(self):
+        c = GO["cache_file"]
+        data = base64.b64decode(c["bytes"])
+        a = cachefile.decode(data)
+        self.assertEqual((a.job, a.generation, a.incarnation), (c["job"], int(c["generation"]), c["incarnation"]))
+        self.assertEqual(cachefile.encode(a), data)
+        for bad in (data[:-1], data[:10], data[:30] + b"\x00" + data[31:]):
+            with self.assertRaises(cachefile.CacheFileError):
+                cachefile.decode(bad)
+
+    def test_clerk_routes_from_cache_and_ignores_damage(self):
+        a = cachefile.decode(base64.b64decode(GO["cache_file"]["bytes"]))
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "kv.cache")
+            cachefile.write(path, a)
+            ck = slicerd_clerk.Clerk("kv", ["127.0.0.1:1"], cache_file=path)
+            self.assertEqual(ck.generation, 7)
+            self.assertIn(ck.lookup("k").name, ("kv-0", "kv-1"))
+            with open(path, "r+b") as f:
+                f.truncate(40)
+            with self.assertLogs("slicerd_clerk", "WARNING"):
+                ck = slicerd_clerk.Clerk("kv", ["127.0.0.1:1"], cache_file=path)
+            self.assertIsNone(ck.assignment)
+
+
+class ArgsTest(unittest.TestCase):
+    def test_bad_arguments(self):
+        for kw in ({"job": "Bad Job", "distributors": ["a:1"]}, {"job": "kv"}, {"job": "kv", "distributors": "a:1"},
+                   {"job": "kv", "distributors": ["nohost"]}, {"job": "kv", "distributors": ["a:1"], "min_backoff": 0},
+                   {"job": "kv", "distributors": ["a:1"], "subset_size": -1}):
+            with self.assertRaises((ValueError, TypeError), msg=kw):
+                slicerd_clerk.Clerk(**kw)
+        with self.assertRaises(slicerd_clerk.NoAssignment):
+            slicerd_clerk.Clerk("kv", ["a:1"]).lookup("k")
+
+
+class Scripted(grpc.GenericRpcHandler):
+    """A DistributorService that sends each WatchAssignment call the next
+    stream of a script, ending it with UNAVAILABLE, and records the
+    requests."""
+
+    def __init__(self, streams):
+        self.streams = streams
+        self.requests = queue.Queue()
+        self.next = 0
+
+    def service(self, details):
+        if details.method != "/slicer.v1.DistributorService/WatchAssignment":
+            return None
+        return grpc.unary_stream_rpc_method_handler(
+            self.watch, request_deserializer=_messages.WatchAssignmentRequest.FromString,
+            response_serializer=_messages.WatchAssignmentResponse.SerializeToString)
+
+    def watch(self, req, context):
+        self.requests.put(req)
+        if self.next >= len(self.streams):
+            done = threading.Event()
+            context.add_callback(done.set)
+            done.wait(60)
+            return
+        msgs = self.streams[self.next]
+        self.next += 1
+        for m in msgs:
+            yield m
+        context.abort(grpc.StatusCode.UNAVAILABLE, "the stream ends; watch again")
+
+
+def serve(handler):
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+class StreamConformanceTest(unittest.TestCase):
+    def test_vectors(self):
+        cases = load("stream.json")["cases"]
+        self.assertTrue(cases)
+        for c in cases:
+            with self.subTest(c["name"]):
+                streams = [[json_format.ParseDict(m, _messages.WatchAssignmentResponse()) for m in st["messages"]]
+                           for st in c["streams"]]
+                srv = Scripted(streams)
+                server, addr = serve(srv)
+                ck = slicerd_clerk.Clerk("kv", [addr], subset_size=0, min_backoff=0.001, max_backoff=0.005)
+                try:
+                    ck.start()
+                    first = srv.requests.get(timeout=30)
+                    self.assertEqual((first.known_generation, first.known_incarnation, first.delta_version), (0, "", 1))
+                    for i, st in enumerate(c["streams"]):
+                        resumed = srv.requests.get(timeout=30)
+                        a = ck.assignment
+                        got = {"installed_generation": str(a.generation if a else 0),
+                               "installed_incarnation": a.incarnation if a else "",
+                               "resume_known_generation": str(resumed.known_generation),
+                               "resume_known_incarnation": resumed.known_incarnation}
+                        self.assertEqual(got, st["then"], f"after stream {i}")
+                finally:
+                    ck.close()
+                    server.stop(0)
+
+
+if __name__ == "__main__":
+    unittest.main()
