@@ -18,6 +18,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/api/conformance"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/subset"
 )
 
 // The language-neutral conformance vectors in api/conformance
@@ -183,5 +184,70 @@ func readJSON(t *testing.T, path string, v any) {
 	t.Helper()
 	if err := conformance.ReadJSON(path, v); err != nil {
 		t.Fatalf("%v (go test ./clerk/ -run Conformance -update writes it)", err)
+	}
+}
+
+// api/conformance/preferred.json: the Distributors the Go Clerk prefers
+// (subsetOf: the addresses sorted, those known to be down keeping their
+// place in the numbering but skipped), for clients in other languages.
+const preferredVectors = "../api/conformance/preferred.json"
+
+type preferredFile struct {
+	About string          `json:"about"`
+	Cases []preferredCase `json:"cases"`
+}
+
+type preferredCase struct {
+	Frontend  string   `json:"frontend"`
+	K         int      `json:"k"`
+	Live      []string `json:"live"`
+	Down      []string `json:"down"`
+	Preferred []string `json:"preferred"`
+}
+
+func conformancePreferred() preferredFile {
+	f := preferredFile{About: "The Distributors a client with frontend number FRONTEND prefers, in order, with subsets of K, among the live ones, the down ones keeping their place in the numbering (the addresses are sorted first, as given in any order). docs/client-contract.md, section 4."}
+	seven := []string{"10.0.0.5:7070", "10.0.0.1:7070", "10.0.0.3:7070", "10.0.0.2:7070", "10.0.0.4:7070", "10.0.0.7:7070", "10.0.0.6:7070"}
+	var twelve []string
+	for i := range 12 {
+		twelve = append(twelve, "d"+strconv.Itoa(11-i)+".example:7070")
+	}
+	for _, fr := range []uint64{0, 1, 5, 13, 77, subset.FrontendIndex("client-a"), 1<<64 - 1} {
+		for _, c := range []struct {
+			k          int
+			live, down []string
+		}{
+			{3, seven, nil},
+			{3, seven[2:], seven[:2]},
+			{2, seven[:2], nil},
+			{3, twelve, nil},
+			{4, twelve[3:], twelve[:3]},
+			{1, twelve[:1], twelve[1:]},
+		} {
+			pref, _ := subsetOf(fr, c.k, c.live, c.down)
+			f.Cases = append(f.Cases, preferredCase{Frontend: strconv.FormatUint(fr, 10), K: c.k,
+				Live: slices.Clone(c.live), Down: slices.Clone(c.down), Preferred: pref})
+		}
+	}
+	return f
+}
+
+func TestConformancePreferred(t *testing.T) {
+	if *updateConformance {
+		writeJSON(t, preferredVectors, conformancePreferred())
+	}
+	var want preferredFile
+	readJSON(t, preferredVectors, &want)
+	if len(want.Cases) == 0 {
+		t.Fatal("no preferred-Distributor vectors")
+	}
+	for _, c := range want.Cases {
+		fr, err := strconv.ParseUint(c.Frontend, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pref, _ := subsetOf(fr, c.K, c.Live, c.Down); !slices.Equal(pref, c.Preferred) {
+			t.Errorf("frontend %d, k %d, live %v, down %v: prefers %v, the vectors say %v", fr, c.K, c.Live, c.Down, pref, c.Preferred)
+		}
 	}
 }

@@ -26,10 +26,6 @@ def load(name):
         return json.load(f)
 
 
-with open(os.path.join(HERE, "testdata", "go_values.json")) as f:
-    GO = json.load(f)
-
-
 class HashTest(unittest.TestCase):
     def test_vectors(self):
         for c in load("hash.json")["cases"]:
@@ -63,19 +59,20 @@ class LookupTest(unittest.TestCase):
 
 
 class SubsetTest(unittest.TestCase):
-    def test_go_values(self):
-        for c in GO["rocksteadier"]:
-            self.assertEqual(slicerd_clerk.rocksteadier(int(c["frontend"]), c["n"], c["k"]), c["want"], c)
-        for c in GO["frontend_index"]:
+    def test_vectors(self):
+        subsets = load("subset.json")
+        for c in subsets["rocksteadier"]:
+            self.assertEqual(slicerd_clerk.rocksteadier(int(c["frontend"]), c["n"], c["k"]), c["order"], c)
+        for c in subsets["frontend_index"]:
             self.assertEqual(slicerd_clerk.frontend_index(c["id"]), int(c["frontend"]))
-        for c in GO["subsets"]:
+        for c in load("preferred.json")["cases"]:
             pref, _ = slicerd_clerk.preferred(int(c["frontend"]), c["k"], c["live"], c["down"] or ())
             self.assertEqual(pref, c["preferred"], c)
 
 
 class CacheFileTest(unittest.TestCase):
     def test_go_file(self):
-        c = GO["cache_file"]
+        c = load("cachefile.json")
         data = base64.b64decode(c["bytes"])
         a = cachefile.decode(data)
         self.assertEqual((a.job, a.generation, a.incarnation), (c["job"], int(c["generation"]), c["incarnation"]))
@@ -85,7 +82,7 @@ class CacheFileTest(unittest.TestCase):
                 cachefile.decode(bad)
 
     def test_clerk_routes_from_cache_and_ignores_damage(self):
-        a = cachefile.decode(base64.b64decode(GO["cache_file"]["bytes"]))
+        a = cachefile.decode(base64.b64decode(load("cachefile.json")["bytes"]))
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "kv.cache")
             cachefile.write(path, a)

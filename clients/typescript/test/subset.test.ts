@@ -14,6 +14,12 @@ interface SubsetFile {
 
 const file = readJSON<SubsetFile>(new URL("subset.json", conformanceDir));
 
+interface PreferredFile {
+  cases: { frontend: string; k: number; live: string[]; down: string[] | null; preferred: string[] }[];
+}
+
+const preferredFile = readJSON<PreferredFile>(new URL("preferred.json", conformanceDir));
+
 describe("subset", () => {
   it("frontendIndex matches Go's subset.FrontendIndex", () => {
     assert.ok(file.frontend_index.length > 0);
@@ -24,6 +30,14 @@ describe("subset", () => {
     assert.ok(file.rocksteadier.length > 100);
     for (const c of file.rocksteadier) {
       assert.deepEqual(rocksteadier(BigInt(c.frontend), c.n, c.k), c.order, `frontend ${c.frontend}, n ${c.n}, k ${c.k}`);
+    }
+  });
+
+  it("subsetOf prefers the Distributors the Go Clerk prefers (preferred.json)", () => {
+    assert.ok(preferredFile.cases.length > 0);
+    for (const c of preferredFile.cases) {
+      const { pref } = subsetOf(BigInt(c.frontend), c.k, c.live, c.down ?? []);
+      assert.deepEqual(pref, c.preferred, `frontend ${c.frontend}, k ${c.k}, live ${c.live}, down ${c.down}`);
     }
   });
 
