@@ -3,10 +3,8 @@ package clerk
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"flag"
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -168,14 +166,7 @@ func TestConformanceLookup(t *testing.T) {
 
 func writeJSON(t *testing.T, path string, v any) {
 	t.Helper()
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+	if err := conformance.WriteJSON(path, v); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,6 +4,7 @@
 package conformance
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -99,6 +100,19 @@ func ReadLookups(path string) ([]Case, error) {
 		cases = append(cases, dc)
 	}
 	return cases, nil
+}
+
+// WriteJSON writes v to path as indented JSON, as the vectors are stored
+// (the Go tests' -update).
+func WriteJSON(path string, v any) error {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
 }
 
 // ReadJSON decodes the JSON file at path into v.

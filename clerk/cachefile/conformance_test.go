@@ -3,12 +3,11 @@ package cachefile
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"flag"
-	"os"
 	"strconv"
 	"testing"
 
+	"github.com/slicerd/slicerd/api/conformance"
 	"github.com/slicerd/slicerd/assign"
 )
 
@@ -53,23 +52,13 @@ func TestConformanceFile(t *testing.T) {
 			Job:   a.Job, Generation: strconv.FormatUint(a.Generation, 10), Incarnation: a.Incarnation,
 			Bytes: base64.StdEncoding.EncodeToString(data),
 		}
-		var b bytes.Buffer
-		enc := json.NewEncoder(&b)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(v); err != nil {
+		if err := conformance.WriteJSON(cacheVector, v); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(cacheVector, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := os.ReadFile(cacheVector)
-	if err != nil {
-		t.Fatalf("%v (go test ./clerk/cachefile/ -run Conformance -update writes it)", err)
 	}
 	var v cacheFileVector
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
+	if err := conformance.ReadJSON(cacheVector, &v); err != nil {
+		t.Fatalf("%v (go test ./clerk/cachefile/ -run Conformance -update writes it)", err)
 	}
 	stored, err := base64.StdEncoding.DecodeString(v.Bytes)
 	if err != nil {

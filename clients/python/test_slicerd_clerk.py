@@ -110,11 +110,13 @@ class ArgsTest(unittest.TestCase):
 class Scripted(grpc.GenericRpcHandler):
     """A DistributorService that sends each WatchAssignment call the next
     stream of a script, ending it with UNAVAILABLE, and records the
-    requests."""
+    requests. Stream i starts only once go[i] is set, so that the test
+    reads what the client holds before the next stream changes it."""
 
     def __init__(self, streams):
         self.streams = streams
         self.requests = queue.Queue()
+        self.go = [threading.Event() for _ in streams]
         self.next = 0
 
     def service(self, details):
@@ -131,9 +133,11 @@ class Scripted(grpc.GenericRpcHandler):
             context.add_callback(done.set)
             done.wait(60)
             return
-        msgs = self.streams[self.next]
+        i = self.next
         self.next += 1
-        for m in msgs:
+        if not self.go[i].wait(30):
+            return
+        for m in self.streams[i]:
             yield m
         context.abort(grpc.StatusCode.UNAVAILABLE, "the stream ends; watch again")
 
@@ -161,6 +165,7 @@ class StreamConformanceTest(unittest.TestCase):
                     ck.start()
                     first = srv.requests.get(timeout=30)
                     self.assertEqual((first.known_generation, first.known_incarnation, first.delta_version), (0, "", 1))
+                    srv.go[0].set()
                     for i, st in enumerate(c["streams"]):
                         resumed = srv.requests.get(timeout=30)
                         a = ck.assignment
@@ -169,6 +174,8 @@ class StreamConformanceTest(unittest.TestCase):
                                "resume_known_generation": str(resumed.known_generation),
                                "resume_known_incarnation": resumed.known_incarnation}
                         self.assertEqual(got, st["then"], f"after stream {i}")
+                        if i + 1 < len(srv.go):
+                            srv.go[i + 1].set()
                 finally:
                     ck.close()
                     server.stop(0)
