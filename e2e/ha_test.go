@@ -370,6 +370,10 @@ func lastWordOnKV(output string) string {
 			continue
 		}
 		switch {
+		case strings.Contains(line, `adopting the job`):
+			// Before the release case: the adopt line says "another
+			// assigner is preferred" too.
+			return "adopting"
 		case strings.Contains(line, `another assigner is preferred`):
 			var rec struct {
 				Preferred string `json:"preferred"`
@@ -380,8 +384,6 @@ func lastWordOnKV(output string) string {
 			return "took over"
 		case strings.Contains(line, `choosing the preferred assigner afresh`):
 			return "choosing afresh"
-		case strings.Contains(line, `adopting the job`):
-			return "adopting"
 		}
 	}
 	return ""
