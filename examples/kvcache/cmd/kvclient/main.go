@@ -91,6 +91,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *metricsAddr != "" {
 		cfg.Registerer = reg
 	}
+	// The configuration is checked (exit 2) before anything is opened or
+	// started.
+	var st store
+	var ck *clerk.Clerk // HTTP mode: run below
+	if *useGRPC {
+		gs, err := newGRPCStore(cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "kvclient: %v\n", err)
+			return 2
+		}
+		defer gs.conn.Close()
+		st = gs
+	} else {
+		var err error
+		if ck, err = clerk.New(cfg); err != nil {
+			fmt.Fprintf(stderr, "kvclient: %v\n", err)
+			return 2
+		}
+		st = &httpStore{ck: ck, c: kvcache.NewClient(ck, &http.Client{Timeout: 5 * time.Second})}
+	}
 	var mln net.Listener // the metrics port, with -metrics-addr
 	if *metricsAddr != "" {
 		var err error
@@ -106,23 +126,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if mln != nil {
 		g.Go(func() error { return kvcache.ServeMetrics(gctx, mln, reg) })
 	}
-	var st store
-	if *useGRPC {
-		gs, err := newGRPCStore(cfg)
-		if err != nil {
-			fmt.Fprintf(stderr, "kvclient: %v\n", err)
-			return 2
-		}
-		defer gs.conn.Close()
-		st = gs
-	} else {
-		ck, err := clerk.New(cfg)
-		if err != nil {
-			fmt.Fprintf(stderr, "kvclient: %v\n", err)
-			return 2
-		}
+	if ck != nil {
 		g.Go(func() error { return ck.Run(gctx) })
-		st = &httpStore{ck: ck, c: kvcache.NewClient(ck, &http.Client{Timeout: 5 * time.Second})}
 	}
 	g.Go(func() error {
 		defer stop() // a failure here ends the Clerk too
@@ -170,11 +175,11 @@ func (h *httpStore) owner(key, _ string) string {
 
 // grpcStore is the gRPC API over a slicer:///JOB channel.
 type grpcStore struct {
-	conn   *grpc.ClientConn
-	c      *kvcache.GRPCClient
-	gen    atomic.Uint64
-	first  chan struct{}
-	closed sync.Once
+	conn      *grpc.ClientConn
+	c         *kvcache.GRPCClient
+	gen       atomic.Uint64
+	first     chan struct{} // closed at the first assignment
+	firstOnce sync.Once
 }
 
 func newGRPCStore(cfg clerk.Config) (*grpcStore, error) {
@@ -183,7 +188,7 @@ func newGRPCStore(cfg clerk.Config) (*grpcStore, error) {
 	cfg.Job = ""
 	cfg.OnAssignment = func(_, next *assign.Assignment) {
 		gs.gen.Store(next.Generation)
-		gs.closed.Do(func() { close(gs.first) })
+		gs.firstOnce.Do(func() { close(gs.first) })
 	}
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
