@@ -168,16 +168,24 @@ func (c *Client) do(ctx context.Context, method, key string, body []byte, all bo
 		if attempt == maxAttempts {
 			break
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("kvcache: %s %q: %w (last attempt: %w)", method, key, ctx.Err(), last)
-		case <-t.C:
+		if err := pause(ctx, backoff); err != nil {
+			return fmt.Errorf("kvcache: %s %q: %w (last attempt: %w)", method, key, err, last)
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
 	return fmt.Errorf("%w: %s %q gave up after %d attempts (last: %w); slicerd may still be moving the key, retry later", ErrNoOwner, method, key, maxAttempts, last)
+}
+
+// pause waits d, or until ctx ends (its error), between two attempts.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // toAll sends the request to every task of the key's slice in turn and

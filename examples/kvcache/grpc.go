@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
@@ -116,12 +115,8 @@ func call[T any](ctx context.Context, key string, f func(context.Context) (T, er
 		if attempt == maxAttempts {
 			return resp, fmt.Errorf("%w: gave up after %d attempts (last: %w); slicerd may still be moving the key, retry later", ErrNoOwner, maxAttempts, err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return resp, fmt.Errorf("kvcache: %q: %w (last attempt: %w)", key, ctx.Err(), err)
-		case <-t.C:
+		if perr := pause(ctx, wait); perr != nil {
+			return resp, fmt.Errorf("kvcache: %q: %w (last attempt: %w)", key, perr, err)
 		}
 		wait = min(2*wait, maxBackoff)
 	}
