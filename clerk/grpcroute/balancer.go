@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/balancer/pickfirst"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/status"
 
@@ -283,19 +282,4 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		return cands[0].Pick(info)
 	}
 	return cands[rand.IntN(len(cands))].Pick(info)
-}
-
-// endpointsOf returns the endpoints of the tasks in t that have an
-// address, each carrying the task's name for TaskCredentials.
-func endpointsOf(job string, t *clerk.Table) []resolver.Endpoint {
-	a := t.Assignment()
-	eps := make([]resolver.Endpoint, 0, len(a.Tasks))
-	for _, task := range a.Tasks {
-		if task.Addr == "" {
-			continue
-		}
-		addr := resolver.Address{Addr: task.Addr, Attributes: attributes.New(taskKey{}, taskRef{job: job, task: task.Name})}
-		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{addr}})
-	}
-	return eps
 }

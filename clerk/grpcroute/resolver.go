@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"google.golang.org/grpc/attributes"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/serviceconfig"
 
@@ -182,4 +183,19 @@ func (r *slicerResolver) Close() {
 	r.mu.Unlock()
 	r.cancel()
 	<-r.done
+}
+
+// endpointsOf returns the endpoints of the tasks in t that have an
+// address, each carrying the task's name for TaskCredentials.
+func endpointsOf(job string, t *clerk.Table) []resolver.Endpoint {
+	a := t.Assignment()
+	eps := make([]resolver.Endpoint, 0, len(a.Tasks))
+	for _, task := range a.Tasks {
+		if task.Addr == "" {
+			continue
+		}
+		addr := resolver.Address{Addr: task.Addr, Attributes: attributes.New(taskKey{}, taskRef{job: job, task: task.Name})}
+		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{addr}})
+	}
+	return eps
 }
