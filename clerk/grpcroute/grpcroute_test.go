@@ -20,6 +20,7 @@ import (
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/clerk/clerktest"
 	"github.com/slicerd/slicerd/clerk/grpcroute"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 // whoMethod is the one method the test tasks serve: it answers with the
@@ -255,7 +256,7 @@ func TestFallsBackWhenTasksFail(t *testing.T) {
 	ctx := ctxTimeout(t)
 	// Calls made right after the stop may still race the connection's
 	// failure; once it is seen, every key is served by a live task.
-	waitFor(t, func() bool {
+	testwait.For(t, "a call for a key of the stopped task to be answered", func() bool {
 		_, err := who(grpcroute.WithKeyString(ctx, ownedBy(tab, "t1")), f.conn)
 		return err == nil
 	})
@@ -279,17 +280,6 @@ func ownedBy(tab *clerk.Table, task string) string {
 		}
 	}
 	panic("no key of " + task)
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestKeepsRoutingWhileSlicerdIsDown: the held assignment routes while no
