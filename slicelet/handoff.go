@@ -189,11 +189,20 @@ type piece struct {
 // startImports fetches the state of the ranges next gives this task anew
 // (assigned) from the tasks that held them under old, and returns the
 // imports it started. Called by install.
+//
+// A task whose first view (old is nil) already gives it keys fetches
+// them from the other tasks next gives the same keys: the task joined
+// before its watch delivered an assignment without it, and a make-before-
+// break move keeps the tasks that held the keys in next until this task
+// reports ready; a restarted task warms from its replicas.
 func (s *Slicelet) startImports(old *view, next *assign.Assignment, assigned []assign.Slice) []*importRange {
-	if !s.handoffOn() || old == nil || len(assigned) == 0 {
+	if !s.handoffOn() || len(assigned) == 0 {
 		return nil
 	}
-	prev := old.table.Assignment()
+	prev := next
+	if old != nil {
+		prev = old.table.Assignment()
+	}
 	noHandoff := s.noHandoffTasks()
 	var pieces []piece
 	for _, r := range assigned {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -323,5 +324,48 @@ func TestConfigTakesOneImporter(t *testing.T) {
 	nothingToServe.HandoffAddr = "127.0.0.1:9001"
 	if _, err := New(nothingToServe); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "no ExportState") {
 		t.Errorf("handoff address without ExportState: %v", err)
+	}
+}
+
+// TestFirstViewFetchesFromItsSlicesOtherTasks: a task whose first view
+// already gives it keys (it joined before its watch delivered an
+// assignment without it) fetches their state from the tasks the same
+// view keeps on them, as a make-before-break move does, instead of
+// starting them cold and reporting ready at once.
+func TestFirstViewFetchesFromItsSlicesOtherTasks(t *testing.T) {
+	state := map[string]string{}
+	for _, k := range testKeys(200) {
+		state[k] = "v-" + k
+	}
+	a := newHandoffTask(t, "a", state)
+	path, handler := a.HandoffHandler()
+	ts := h2cServer(t, path, handler)
+	half := assign.KeySpaceEnd / 2
+	// The move's first step: b joins a on the lower half.
+	mid := &assign.Assignment{Job: "j", Generation: 5,
+		Tasks: []assign.Task{{Name: "a", Addr: strings.TrimPrefix(ts.URL, "http://")}, {Name: "b", Addr: "127.0.0.1:1"}},
+		Slices: []assign.Slice{{Start: 0, End: half, Tasks: []string{"a", "b"}},
+			{Start: half, End: assign.KeySpaceEnd, Tasks: []string{"a"}}}}
+	a.install(nil, mid)
+	b := newHandoffTask(t, "b", nil)
+	b.cfg.HandoffTimeout = 10 * time.Second
+	b.install(nil, mid)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	want := map[string]string{}
+	for k, v := range state {
+		if assign.HashString(k) < half {
+			want[k] = v
+			if err := b.AwaitStateString(ctx, k); err != nil {
+				t.Fatalf("await %s: %v", k, err)
+			}
+		}
+	}
+	fetches, failed, entries := b.HandoffStats()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if fetches != 1 || failed != 0 || !maps.Equal(b.imported, want) {
+		t.Errorf("fetches %d, failed %d, %d entries, %d of %d keys imported; want one fetch of the lower half's state",
+			fetches, failed, entries, len(b.imported), len(want))
 	}
 }
