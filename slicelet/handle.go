@@ -116,6 +116,36 @@ func (h Handle) ValidFor() time.Duration {
 	return time.Duration(max(0, h.o.deadline.Load()-h.s.since()))
 }
 
+// HeldFor is how long from now, at least, the key stays this task's
+// without a break while the handle is held: work on the key that ends
+// within it, counted on a monotonic clock from before the call, may take
+// IsAssignedContinuously as true without asking — the answer a process
+// on the other side of a local API gets in the same round trip as its
+// handle. It is the lesser of ValidFor and Config.ReleaseWait (a key
+// leaving the task waits that long for the handles on it), and 0 when the
+// key is not owned or no longer continuously, once the drain of its lease
+// has begun (the handle may have come after the drain counted the
+// handles), and in affinity mode.
+//
+// The Slicelet keeps the promise when it stops: it gives its leases up
+// only once the handles are released or every HeldFor it answered has
+// passed. Two things end it early, as they end every guarantee of strong
+// mode: the job set out of strong mode, and its store recreated (another
+// incarnation).
+func (h Handle) HeldFor() time.Duration {
+	s := h.s
+	if s == nil || h.o == nil || h.o.giving.Load() || !h.IsAssignedContinuously() {
+		return 0
+	}
+	now := s.since()
+	d := min(time.Duration(h.o.deadline.Load()-now), s.cfg.ReleaseWait)
+	if d <= 0 {
+		return 0
+	}
+	s.strong.promise(now + int64(d))
+	return d
+}
+
 // Release gives the handle up.
 func (h Handle) Release() {
 	if h.o == nil {

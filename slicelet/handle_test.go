@@ -2,6 +2,8 @@ package slicelet
 
 import (
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,4 +194,234 @@ func BenchmarkHandle(b *testing.B) {
 func BenchmarkOwns(b *testing.B) {
 	s, keys := benchStrong(b)
 	benchLookups(b, keys, s.Owns)
+}
+
+// HeldFor promises continuity only where a drain must still wait for the
+// handle. A drain of the guard's leaving keys runs giving, the handle
+// count, and the loss; a handle taken at each point between them gets a
+// promise (before the drain begins), or none (once it has begun: the
+// count may already have passed it), and a promise made is kept: the
+// drain waits for the handle until its ReleaseWait, and the promise is
+// never longer than that or than the lease.
+func TestHeldForAtEveryStepOfADrain(t *testing.T) {
+	a1 := twoHalves(1, "a", "b")
+	q := assign.KeySpaceEnd / 4
+	a2 := twoHalves(2, "a", "b")
+	a2.Slices[0].End, a2.Slices[1].Start = q, q // a keeps [0, q), loses [q, mid)
+	leaving, kept := keyIn(t, q, assign.KeySpaceEnd/2), keyIn(t, 0, q)
+	setup := func(t *testing.T) (*Slicelet, *ownership, *ownership, []assign.Slice) {
+		s := newStrongOffline(t, "a")
+		s.install(nil, a1)
+		g1 := grant(s, lease.GuardValue(1), ownedRanges(a1, "a"), time.Hour)
+		s.setView(g1, nil, nil)
+		bridge := grant(s, lease.Value{From: 1, To: 2}, intersect(ownedRanges(a1, "a"), ownedRanges(a2, "a")), time.Hour)
+		s.setView(g1, bridge, nil)
+		return s, g1, bridge, subtract(g1.owned, bridge.owned)
+	}
+
+	t.Run("before the drain", func(t *testing.T) {
+		s, g1, _, lost := setup(t)
+		h := s.HandleString(leaving)
+		d := h.HeldFor()
+		if d <= 0 || d > s.cfg.ReleaseWait || d > h.ValidFor() {
+			t.Fatalf("HeldFor %v before any drain; want (0, min(ReleaseWait %v, ValidFor %v)]", d, s.cfg.ReleaseWait, h.ValidFor())
+		}
+		drained := make(chan struct{})
+		go func() {
+			s.drainHandles(g1, lost)
+			close(drained)
+		}()
+		select {
+		case <-drained:
+			t.Fatal("the drain gave the key up while a handle holding a promise was outstanding")
+		case <-time.After(20 * time.Millisecond): // the drain must still be waiting; no timing claim
+		}
+		if !h.IsAssignedContinuously() {
+			t.Fatal("the key left within the promise")
+		}
+		h.Release()
+		<-drained
+	})
+	t.Run("once the drain began", func(t *testing.T) {
+		s, g1, _, _ := setup(t)
+		g1.giving.Store(true) // drainHandles' first step; its count may already have run
+		if h := s.HandleString(leaving); !h.Owned() || h.HeldFor() != 0 {
+			t.Fatalf("a handle taken during the drain: owned %v, HeldFor %v; want owned with no promise", h.Owned(), h.HeldFor())
+		}
+		// A kept key under the draining guard gets no promise either
+		// (conservative); under the bridge alone it would.
+		if h := s.HandleString(kept); h.HeldFor() != 0 {
+			t.Fatalf("a kept key's handle under the draining guard: HeldFor %v", h.HeldFor())
+		}
+	})
+	t.Run("after the drain counted none", func(t *testing.T) {
+		s, g1, _, lost := setup(t)
+		s.drainHandles(g1, lost) // no handle: returns at once, giving stays set
+		h := s.HandleString(leaving)
+		if d := h.HeldFor(); d != 0 {
+			t.Fatalf("HeldFor %v between the drain and the loss", d)
+		}
+		s.setView(nil, s.strong.view.Load().bridge, lost)
+		if h.IsAssignedContinuously() {
+			t.Fatal("a handle taken before the loss is continuous after it")
+		}
+	})
+	t.Run("after the loss", func(t *testing.T) {
+		s, g1, bridge, lost := setup(t)
+		s.drainHandles(g1, lost)
+		s.setView(nil, bridge, lost)
+		if h := s.HandleString(leaving); h.Owned() || h.HeldFor() != 0 {
+			t.Fatalf("a key lost: owned %v, HeldFor %v", h.Owned(), h.HeldFor())
+		}
+		if h := s.HandleString(kept); h.HeldFor() <= 0 {
+			t.Fatal("a kept key under the bridge has no promise")
+		}
+	})
+	t.Run("a lapsed lease", func(t *testing.T) {
+		s, g1, bridge, _ := setup(t)
+		h := s.HandleString(leaving)
+		g1.deadline.Store(s.since())
+		bridge.deadline.Store(s.since())
+		if d := h.HeldFor(); d != 0 {
+			t.Fatalf("HeldFor %v past the lease's deadline", d)
+		}
+	})
+	t.Run("the lease ends first", func(t *testing.T) {
+		s, g1, _, _ := setup(t)
+		g1.deadline.Store(s.since() + int64(50*time.Millisecond))
+		h := s.HandleString(leaving)
+		if d := h.HeldFor(); d <= 0 || d > 50*time.Millisecond {
+			t.Fatalf("HeldFor %v with 50ms of lease left", d)
+		}
+	})
+}
+
+// A Slicelet that stops gives its leases up only once the handles it
+// promised are released or their promises have passed.
+func TestStopKeepsPromises(t *testing.T) {
+	s := newStrongOffline(t, "a")
+	a1 := twoHalves(1, "a", "b")
+	s.install(nil, a1)
+	g1 := grant(s, lease.GuardValue(1), ownedRanges(a1, "a"), time.Hour)
+	s.setView(g1, nil, nil)
+	mine := keyIn(t, 0, assign.KeySpaceEnd/2)
+
+	// No promise outstanding: at once.
+	s.keepPromises()
+
+	h := s.HandleString(mine)
+	if h.HeldFor() <= 0 {
+		t.Fatal("no promise")
+	}
+	stopped := make(chan struct{})
+	go func() {
+		s.keepPromises()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("the stop did not wait for a promised handle")
+	case <-time.After(20 * time.Millisecond): // must still be waiting; no timing claim
+	}
+	h.Release()
+	<-stopped
+
+	// A promise that has passed holds the stop no longer.
+	s = newStrongOffline(t, "a")
+	s.cfg.ReleaseWait = 30 * time.Millisecond
+	s.install(nil, a1)
+	s.setView(grant(s, lease.GuardValue(1), ownedRanges(a1, "a"), time.Hour), nil, nil)
+	h = s.HandleString(mine)
+	if d := h.HeldFor(); d <= 0 || d > 30*time.Millisecond {
+		t.Fatalf("HeldFor %v with a 30ms ReleaseWait", d)
+	}
+	s.keepPromises() // returns once the promise has passed
+	if left := s.strong.promised.Load() - s.since(); left > 0 {
+		t.Fatalf("the stop returned %v before the promise passed", time.Duration(left))
+	}
+	h.Release()
+}
+
+// Handles taken, promised and checked from several goroutines while the
+// keys move back and forth under guard → bridge → drain → loss → guard
+// cycles with a short ReleaseWait: a handle checked before its promise
+// has passed is always continuous.
+func TestHeldForUnderMoves(t *testing.T) {
+	s := newStrongOffline(t, "a")
+	s.cfg.ReleaseWait = 2 * time.Millisecond
+	q := assign.KeySpaceEnd / 4
+	wide, narrow := twoHalves(1, "a", "b"), twoHalves(2, "a", "b")
+	narrow.Slices[0].End, narrow.Slices[1].Start = q, q
+	s.install(nil, wide)
+	gen := uint64(1)
+	g := grant(s, lease.GuardValue(gen), ownedRanges(wide, "a"), time.Hour)
+	s.setView(g, nil, nil)
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = keyIn(t, q+assign.SliceKey(i)*(q/64), q+assign.SliceKey(i+1)*(q/64)) // all in the moving quarter
+	}
+
+	stop := make(chan struct{})
+	var checked, promised, broken atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h := s.HandleString(keys[i%len(keys)])
+				t0 := s.since()
+				d := h.HeldFor()
+				if d > 0 {
+					promised.Add(1)
+					for range i % 7 * 200 { // some work
+						_ = s.since()
+					}
+					if s.since() < t0+int64(d) {
+						checked.Add(1)
+						if !h.IsAssignedContinuously() {
+							broken.Add(1)
+						}
+					}
+				}
+				h.Release()
+			}
+		}()
+	}
+	// The moving quarter leaves and comes back, 200 times.
+	for range 100 {
+		for _, next := range []*assign.Assignment{narrow, wide} {
+			cur := wide
+			if next == wide {
+				cur = narrow
+			}
+			from := gen
+			gen++
+			a := *next
+			a.Generation = gen
+			s.strong.remember(&a)
+			bridge := grant(s, lease.Value{From: from, To: gen}, intersect(ownedRanges(cur, "a"), ownedRanges(&a, "a")), time.Hour)
+			s.setView(g, bridge, nil)
+			lost := subtract(g.owned, bridge.owned)
+			s.drainHandles(g, lost)
+			s.setView(nil, bridge, lost)
+			g = grant(s, lease.GuardValue(gen), ownedRanges(&a, "a"), time.Hour)
+			s.drainHandles(bridge, subtract(bridge.owned, g.owned))
+			s.setView(g, nil, subtract(bridge.owned, g.owned))
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d handles promised, %d checked within their promise, %d of them not continuous", promised.Load(), checked.Load(), broken.Load())
+	if broken.Load() != 0 {
+		t.Fatalf("%d handles lost their key within HeldFor", broken.Load())
+	}
+	if checked.Load() == 0 {
+		t.Fatal("no handle was checked within its promise: the test proves nothing")
+	}
 }

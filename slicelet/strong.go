@@ -64,7 +64,11 @@ type ownership struct {
 	// draining is set while the task waits for handles before giving
 	// ranges up; a Release then wakes it.
 	draining atomic.Bool
-	wake     chan struct{}
+	// giving is set, and stays set, once a drain of some of its ranges
+	// has begun: a handle taken under it from then on may come after the
+	// drain counted the handles, so HeldFor promises it nothing.
+	giving atomic.Bool
+	wake   chan struct{}
 }
 
 // newOwnership returns a lease not yet installed; extend sets its
@@ -122,6 +126,10 @@ type strongState struct {
 
 	// lossSeq is the number of the newest loss; handles remember it.
 	lossSeq atomic.Uint64
+	// promised is the latest end of what Handle.HeldFor answered, on the
+	// lease clock: the task gives its leases up when it stops only once
+	// it has passed or the handles are released.
+	promised atomic.Int64
 	// changes wakes AwaitHandle on any change of the view, of a lease's
 	// validity or of the newest assignment.
 	changes broadcast
@@ -200,6 +208,16 @@ func (st *strongState) lose(ranges []assign.Slice) {
 	}
 }
 
+// promise records that a HeldFor answered until end (lease clock).
+func (st *strongState) promise(end int64) {
+	for {
+		cur := st.promised.Load()
+		if end <= cur || st.promised.CompareAndSwap(cur, end) {
+			return
+		}
+	}
+}
+
 // loseAll records that the task stopped owning every key.
 func (st *strongState) loseAll() { st.record(loss{all: true}) }
 
@@ -243,6 +261,7 @@ func (st *strongState) lostSince(seq uint64, k assign.SliceKey) bool {
 // releases them.
 func (s *Slicelet) strongLoop(ctx context.Context) {
 	defer s.releaseLeases()
+	defer s.keepPromises()
 	for {
 		wait := s.strongStep(ctx)
 		t := time.NewTimer(wait)
@@ -488,6 +507,9 @@ steps:
 			var dropped []assign.Slice
 			if v.bridge != nil {
 				dropped = subtract(v.bridge.owned, o.owned)
+				// Keys the bridge covered and the guard does not leave
+				// once their handles are released, as in any move.
+				s.drainHandles(v.bridge, dropped)
 			}
 			s.setView(o, nil, dropped)
 			if v.bridge != nil {
@@ -517,25 +539,55 @@ func (s *Slicelet) drainHandles(o *ownership, lost []assign.Slice) {
 	if len(lost) == 0 {
 		return
 	}
+	// giving before the handles are counted: a handle counted after the
+	// first count below may be missed, and its HeldFor sees giving.
+	o.giving.Store(true)
+	if busy := s.awaitHandles(o, lost, s.cfg.ReleaseWait); busy > 0 {
+		s.log.Warn("slicelet: handles still outstanding on keys leaving this task; giving the keys up anyway", "handles", busy, "waited", s.cfg.ReleaseWait)
+	}
+}
+
+// awaitHandles waits, up to wait, until no handle taken under o is
+// outstanding on ranges, and returns how many still are.
+func (s *Slicelet) awaitHandles(o *ownership, ranges []assign.Slice, wait time.Duration) (busy int) {
 	o.draining.Store(true)
 	defer o.draining.Store(false)
-	timer := time.NewTimer(s.cfg.ReleaseWait)
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		busy := 0
-		for _, r := range lost {
+		busy = 0
+		for _, r := range ranges {
 			for b := bucket(r.Start); b <= bucket(r.End-1); b++ {
 				busy += int(o.handles[b].Load())
 			}
 		}
 		if busy == 0 {
-			return
+			return 0
 		}
 		select {
 		case <-o.wake:
 		case <-timer.C:
-			s.log.Warn("slicelet: handles still outstanding on keys leaving this task; giving the keys up anyway", "handles", busy, "waited", s.cfg.ReleaseWait)
-			return
+			return busy
+		}
+	}
+}
+
+// keepPromises waits, when the task stops, until the handles outstanding
+// under its leases are released or the last HeldFor answered has passed,
+// whichever comes first: only then may it give the leases up. The leases
+// are not renewed meanwhile; HeldFor never outlasts them.
+func (s *Slicelet) keepPromises() {
+	v := s.strong.view.Load()
+	if v == nil {
+		return
+	}
+	for _, o := range [2]*ownership{v.guard, v.bridge} {
+		left := time.Duration(s.strong.promised.Load() - s.since())
+		if o == nil || left <= 0 {
+			continue
+		}
+		if busy := s.awaitHandles(o, o.owned, left); busy > 0 {
+			s.log.Warn("slicelet: stopping with handles outstanding; their HeldFor has passed", "handles", busy)
 		}
 	}
 }
