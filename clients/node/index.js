@@ -35,16 +35,36 @@ const b64 = (k) => Buffer.from(typeof k === 'string' ? encoder.encode(k) : k).to
 /** A hold on one key for the span of a request (Task.acquire), as a Go
  * task's slicelet.Handle: owned, the fencing token (a BigInt), and in strong
  * mode deadline, the performance.now() by which the task's lease on the key
- * may end, counted from before the request was sent (null otherwise). */
+ * may end, counted from before the request was sent (null otherwise), and
+ * heldUntil, the performance.now() until which the key stays the task's
+ * without a break while the handle is held (null when the sidecar promised
+ * nothing: affinity mode, or a move of the key had begun). Before
+ * heldUntil, kept() and release() answer from memory and the release is
+ * not waited for, so a request costs one round trip. */
 export class Handle {
   #task;
-  constructor(task, id, owned, token, deadline) {
+  #wallUntil; // heldUntil on Date.now(): performance.now() stops while the host is suspended
+  constructor(task, id, owned, token, deadline, heldUntil = null, wallUntil = null) {
     this.#task = task;
     this.id = id;
     this.owned = owned;
     this.token = token;
     this.deadline = deadline;
+    this.heldUntil = heldUntil;
+    this.#wallUntil = wallUntil;
     this.continuous = null; // release()'s answer, once released
+  }
+
+  /** Whether the promise holds now, on both clocks. */
+  #held() {
+    return this.heldUntil !== null && performance.now() < this.heldUntil && Date.now() < this.#wallUntil;
+  }
+
+  /** Whether the key has been the task's without a break since the handle
+   * was taken, and still is: from memory before heldUntil, else by asking
+   * the sidecar (check()). Ask it before making a result visible. */
+  async kept() {
+    return this.#held() ? true : this.check();
   }
 
   /** Whether the key has been the task's without a break since the handle
@@ -63,7 +83,12 @@ export class Handle {
   async release() {
     if (this.continuous === null) {
       if (!this.id) this.continuous = false;
-      else this.continuous = !!(await this.#task._unary('ReleaseHandle', { handle: this.id })).continuous;
+      else if (this.#held()) {
+        // Known here: the release need not be waited for. One that fails
+        // leaves the handle to the sidecar's bound (docs/sidecar.md).
+        this.continuous = true;
+        this.#task._unary('ReleaseHandle', { handle: this.id }).catch(() => {});
+      } else this.continuous = !!(await this.#task._unary('ReleaseHandle', { handle: this.id })).continuous;
     }
     return this.continuous;
   }
@@ -129,9 +154,12 @@ export class Task {
    * release. */
   async acquire(key, { wait = 0 } = {}) {
     const sent = performance.now();
+    const sentWall = Date.now();
     const resp = await this._unary('AcquireHandle', { key: b64(key), waitMs: Math.round(wait * 1000) });
     const ns = Number(resp.validForNs ?? 0);
-    return new Handle(this, resp.handle ?? '0', !!resp.owned, BigInt(resp.token ?? 0), ns > 0 ? sent + ns / 1e6 : null);
+    const held = Number(resp.heldForNs ?? 0);
+    return new Handle(this, resp.handle ?? '0', !!resp.owned, BigInt(resp.token ?? 0), ns > 0 ? sent + ns / 1e6 : null,
+      held > 0 ? sent + held / 1e6 : null, held > 0 ? sentWall + held / 1e6 : null);
   }
 
   /** Wait (at most wait seconds, at most 10) until the state of key, if a

@@ -7,6 +7,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 import unittest
 
 import slicerd_task
@@ -93,6 +94,29 @@ class ConnTest(unittest.TestCase):
                          ["/slicer.v1.SidecarService/AcquireHandle", "/slicer.v1.SidecarService/ReleaseHandle",
                           "/slicer.v1.SidecarService/AcquireHandle", "/slicer.v1.SidecarService/ReportLoad"])
         self.assertIn('"handle": 7', self.requests[1])
+
+    def test_held_release_is_not_waited_for(self):
+        held = b'{"handle":"7","owned":true,"token":"12","validForNs":"1500000000","heldForNs":"1000000000"}'
+        short = b'{"handle":"8","owned":true,"token":"12","validForNs":"1500000000","heldForNs":"1"}'
+        cont = b'{"continuous":false}'
+        ok = lambda b: b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b)
+        path = self.serve([[ok(held), ok(b"{}"), ok(short), ok(cont), ok(b"{}")]])
+        t = slicerd_task.Task(path)
+        self.addCleanup(t.close)
+        h = t.acquire("user:42")
+        self.assertIsNotNone(h.held_until)
+        self.assertTrue(h.kept())  # from memory: no call
+        self.assertTrue(h.release())  # sent; its answer is read by the next call
+        # A promise that has passed: kept() and release() ask the sidecar.
+        h2 = t.acquire("user:43")  # reads the release's answer, then its own
+        self.assertEqual(h2.id, 8)
+        time.sleep(0.001)
+        self.assertFalse(h2.release())
+        t.report_load([])
+        self.assertEqual([r.split(" ")[0] for r in self.requests],
+                         ["/slicer.v1.SidecarService/AcquireHandle", "/slicer.v1.SidecarService/ReleaseHandle",
+                          "/slicer.v1.SidecarService/AcquireHandle", "/slicer.v1.SidecarService/ReleaseHandle",
+                          "/slicer.v1.SidecarService/ReportLoad"])
 
 
 if __name__ == "__main__":

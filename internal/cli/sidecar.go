@@ -358,7 +358,11 @@ func runSidecar(c *cli.Context) error {
 		return nil
 	})
 	log.Info("sidecar starting", "app_addr", sc.slicelet.Addr, "join", sc.slicelet.Join)
-	if err := g.Wait(); err != nil {
+	err = g.Wait()
+	if local != nil {
+		local.handles.releaseAll() // the Slicelet has stopped
+	}
+	if err != nil {
 		return cli.Exit(fmt.Sprintf("sidecar: %v", err), 1)
 	}
 	log.Info("sidecar stopped")

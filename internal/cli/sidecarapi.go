@@ -248,7 +248,9 @@ func limitLocal(ln net.Listener, log *slog.Logger) net.Listener {
 }
 
 // serveLocal serves api on ln until ctx ends, then closes it and removes
-// the socket. It accepts at most localMaxConns connections at once.
+// the socket. It accepts at most localMaxConns connections at once. The
+// handles it gave stay held: the caller releases them once the Slicelet
+// has stopped (a stopping Slicelet waits for them, as HeldFor promised).
 func serveLocal(ctx context.Context, ln net.Listener, api *localAPI, path string) error {
 	ln = limitLocal(ln, api.log)
 	mux := http.NewServeMux()
@@ -271,7 +273,6 @@ func serveLocal(ctx context.Context, ln net.Listener, api *localAPI, path string
 	_ = srv.Shutdown(sctx) // open WatchRanges streams end with their contexts
 	_ = srv.Close()
 	<-done
-	api.handles.releaseAll()
 	os.Remove(path)
 	return nil
 }

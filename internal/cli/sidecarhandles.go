@@ -70,7 +70,9 @@ func (t *handleTable) remove(id uint64) (slicelet.Handle, bool) {
 	return h, ok
 }
 
-// releaseAll gives up every handle; the sidecar calls it as it stops.
+// releaseAll gives up every handle; the sidecar calls it once the
+// Slicelet has stopped, which keeps the handles' HeldFor promises until
+// then.
 func (t *handleTable) releaseAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -102,7 +104,8 @@ func (l *localAPI) AcquireHandle(ctx context.Context, req *connect.Request[slice
 		h.Release()
 		return nil, connect.NewError(connect.CodeResourceExhausted, err)
 	}
-	return connect.NewResponse(&slicerv1.AcquireHandleResponse{Handle: id, Owned: true, Token: h.Token(), ValidForNs: int64(h.ValidFor())}), nil
+	return connect.NewResponse(&slicerv1.AcquireHandleResponse{Handle: id, Owned: true, Token: h.Token(),
+		ValidForNs: int64(h.ValidFor()), HeldForNs: int64(h.HeldFor())}), nil
 }
 
 // CheckHandle implements SidecarService.

@@ -63,3 +63,49 @@ test('StateServer serves export and import as the sidecar calls them', async () 
   assert.equal(rest.readUInt8(0), 2); // the end of the stream
   srv.close();
 });
+
+test('a handle within its promise is kept and released from memory', async () => {
+  const os = await import('node:os');
+  const path = await import('node:path');
+  const fs = await import('node:fs');
+  const http = await import('node:http');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'slicerd-task-'));
+  const sock = path.join(dir, 'sidecar.sock');
+  const calls = [];
+  let released7;
+  const release7 = new Promise((resolve) => { released7 = resolve; });
+  let next = 7;
+  const answers = {
+    AcquireHandle: () => ({ handle: String(next), owned: true, token: '12', validForNs: '1500000000', heldForNs: next++ === 7 ? '1000000000' : '1' }),
+    ReleaseHandle: () => ({ continuous: false }),
+    CheckHandle: () => ({ continuous: false }),
+  };
+  const srv = http.createServer((req, res) => {
+    const method = req.url.split('/').pop();
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      calls.push(`${method} ${body}`);
+      if (method === 'ReleaseHandle' && body === '{"handle":"7"}') released7();
+      res.setHeader('Content-Type', 'application/json');
+      res.end(JSON.stringify(answers[method]()));
+    });
+  });
+  await new Promise((resolve) => srv.listen(sock, resolve));
+  const t = new Task(sock);
+  const h = await t.acquire('user:42');
+  assert.notEqual(h.heldUntil, null);
+  assert.equal(await h.kept(), true);
+  assert.equal(await h.release(), true);
+  assert.deepEqual(calls.map((c) => c.split(' ')[0]), ['AcquireHandle']); // neither kept() nor release() waited for a call
+  // A promise that has passed: both ask the sidecar.
+  const h2 = await t.acquire('user:43'); // promised for 1 ns: already past
+  assert.equal(await h2.kept(), false);
+  assert.equal(await h2.release(), false);
+  await release7; // the first release's call, not waited for, lands
+  assert.deepEqual(calls.map((c) => c.split(' ')[0]).sort(),
+    ['AcquireHandle', 'AcquireHandle', 'CheckHandle', 'ReleaseHandle', 'ReleaseHandle']);
+  assert.ok(calls.includes('ReleaseHandle {"handle":"7"}'));
+  t.close();
+  srv.close();
+});

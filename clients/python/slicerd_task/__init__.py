@@ -24,7 +24,17 @@ import time
 
 import xxhash
 
-__all__ = ["slice_key", "Task", "Handle", "LocalAPIError", "StateServer"]
+__all__ = ["slice_key", "now", "Task", "Handle", "LocalAPIError", "StateServer"]
+
+if hasattr(time, "CLOCK_BOOTTIME"):
+    def now():
+        """The clock ``Handle.held_until`` is on, in seconds: monotonic,
+        and (on Linux) counting time the host spent suspended, as the
+        sidecar's lease clock does, so a promise does not outlive a
+        suspend."""
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+else:  # pragma: no cover - the sidecar runs on Linux
+    now = time.monotonic
 
 _SERVICE = "/slicer.v1.SidecarService/"
 KEY_SPACE_END = 1 << 63
@@ -69,20 +79,36 @@ class Handle:
     ``token``: the key's fencing token (pass it to the storage the request
     writes to, which refuses a lower one); ``deadline``: in strong mode,
     the ``time.monotonic()`` by which the task's lease on the key may end,
-    counted from before the request was sent (None in affinity mode).
-    ``release()`` gives it up and says whether the key stayed the task's
-    throughout; use it as a context manager to release on every path.
+    counted from before the request was sent (None in affinity mode);
+    ``held_until``: in strong mode, the ``now()`` until which the key
+    stays the task's without a break while the handle is held (None when
+    the sidecar promised nothing: affinity mode, or a move of the key had
+    begun). ``kept()`` says whether the key stayed the task's, and
+    ``release()`` gives the handle up and says the same; before
+    ``held_until`` both answer from memory, and the release is sent
+    without waiting for its answer, so a request costs one round trip.
+    Use it as a context manager to release on every path.
     """
 
-    __slots__ = ("_task", "id", "owned", "token", "deadline", "continuous")
+    __slots__ = ("_task", "id", "owned", "token", "deadline", "held_until", "continuous")
 
-    def __init__(self, task, hid, owned, token, deadline):
+    def __init__(self, task, hid, owned, token, deadline, held_until=None):
         self._task = task
         self.id = hid
         self.owned = owned
         self.token = token
         self.deadline = deadline
+        self.held_until = held_until
         self.continuous = None  # release()'s answer, once released
+
+    def kept(self):
+        """Whether the key has been the task's without a break since the
+        handle was taken, and still is: from memory before ``held_until``,
+        else by asking the sidecar (``check()``). Ask it before making a
+        request's result visible."""
+        if self.held_until is not None and now() < self.held_until:
+            return True
+        return self.check()
 
     def check(self):
         """Whether the key has been the task's without a break since the
@@ -103,6 +129,10 @@ class Handle:
         if self.continuous is None:
             if not self.id:
                 self.continuous = False
+            elif self.held_until is not None and now() < self.held_until:
+                # Known here: the release need not be waited for.
+                self.continuous = True
+                self._task._release_later(self.id)
             else:
                 resp = self._task._unary("ReleaseHandle", {"handle": self.id})
                 self.continuous = bool(resp.get("continuous", False))
@@ -134,15 +164,35 @@ class _Conn:
             self.sock.close()
             raise
         self.rfile = self.sock.makefile("rb")
+        # Requests sent whose answers are still to be read (and dropped):
+        # HTTP/1.1 answers in order, so the next call reads them first.
+        self.pending = 0
 
     def close(self):
         self.rfile.close()
         self.sock.close()
 
+    def send(self, path, payload, timeout):
+        """Send a request whose answer the next call reads and drops."""
+        self.sock.settimeout(timeout)
+        self._write(path, payload)
+        self.pending += 1
+
     def call(self, path, payload, timeout):
         self.sock.settimeout(timeout)
+        self._write(path, payload)
+        while self.pending:
+            _, _, close = self._read()
+            self.pending -= 1
+            if close:
+                raise _Closed("the sidecar closed the connection after an earlier answer")
+        return self._read()
+
+    def _write(self, path, payload):
         self.sock.sendall(b"POST %s HTTP/1.1\r\nHost: sidecar\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                           % (path.encode(), len(payload), payload))
+
+    def _read(self):
         line = self.rfile.readline(65537)
         if not line:
             raise _Closed("the sidecar closed the connection")
@@ -249,11 +299,26 @@ class Task:
         lease is on its way be waited for; 0 answers at once. A handle not
         owned has ``owned`` False and needs no release."""
         k = key.encode() if isinstance(key, str) else key
-        sent = time.monotonic()
+        sent, sent_now = time.monotonic(), now()
         resp = self._unary("AcquireHandle", {"key": base64.b64encode(k).decode(), "waitMs": int(wait * 1000)})
-        ns = int(resp.get("validForNs", 0))
+        ns, held = int(resp.get("validForNs", 0)), int(resp.get("heldForNs", 0))
         return Handle(self, int(resp.get("handle", 0)), bool(resp.get("owned", False)), int(resp.get("token", 0)),
-                      sent + ns / 1e9 if ns > 0 else None)
+                      sent + ns / 1e9 if ns > 0 else None, sent_now + held / 1e9 if held > 0 else None)
+
+    def _release_later(self, hid):
+        # Sent on this thread's connection; its answer is read and dropped
+        # by the thread's next call. A release that cannot be sent is made
+        # at once on a new connection.
+        payload = json.dumps({"handle": hid}).encode()
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            try:
+                conn.send(_SERVICE + "ReleaseHandle", payload, self._timeout)
+                return
+            except OSError:
+                conn.close()
+                self._local.conn = None
+        self._unary("ReleaseHandle", {"handle": hid})
 
     def await_state(self, key, wait=1.0):
         """Wait (at most ``wait`` seconds, at most 10) until the state of
@@ -308,7 +373,12 @@ class Task:
         return self
 
     def close(self):
-        """Stop following the ranges."""
+        """Stop following the ranges, and close the calling thread's
+        connection for calls (another thread's closes with the thread)."""
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            c.close()
+            self._local.conn = None
         self._stop.set()
         conn = self._conn
         if conn is not None and conn.sock is not None:

@@ -475,7 +475,15 @@ type AcquireHandleResponse struct {
 	// nanoseconds, as the sidecar saw it when it answered: counted from
 	// when the application sent the request, on its own monotonic clock, it
 	// is a deadline that errs early. 0 in affinity mode.
-	ValidForNs    int64 `protobuf:"varint,4,opt,name=valid_for_ns,json=validForNs,proto3" json:"valid_for_ns,omitempty"`
+	ValidForNs int64 `protobuf:"varint,4,opt,name=valid_for_ns,json=validForNs,proto3" json:"valid_for_ns,omitempty"`
+	// In strong mode, how long, at least, the key stays the task's without
+	// a break while the handle is held (slicelet.Handle.HeldFor): work that
+	// ends within it, counted from when the application sent the request on
+	// a monotonic clock, needs no CheckHandle, and its ReleaseHandle need
+	// not be waited for. The lesser of valid_for_ns and the sidecar's
+	// --release-wait; 0 when the key's lease is already being given up (a
+	// move or a drain has begun), and in affinity mode.
+	HeldForNs     int64 `protobuf:"varint,5,opt,name=held_for_ns,json=heldForNs,proto3" json:"held_for_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -534,6 +542,13 @@ func (x *AcquireHandleResponse) GetToken() uint64 {
 func (x *AcquireHandleResponse) GetValidForNs() int64 {
 	if x != nil {
 		return x.ValidForNs
+	}
+	return 0
+}
+
+func (x *AcquireHandleResponse) GetHeldForNs() int64 {
+	if x != nil {
+		return x.HeldForNs
 	}
 	return 0
 }
@@ -1033,13 +1048,14 @@ const file_slicer_v1_sidecar_proto_rawDesc = "" +
 	"\x13SetDrainingResponse\"A\n" +
 	"\x14AcquireHandleRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x17\n" +
-	"\await_ms\x18\x02 \x01(\rR\x06waitMs\"}\n" +
+	"\await_ms\x18\x02 \x01(\rR\x06waitMs\"\x9d\x01\n" +
 	"\x15AcquireHandleResponse\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\x12\x14\n" +
 	"\x05owned\x18\x02 \x01(\bR\x05owned\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12 \n" +
 	"\fvalid_for_ns\x18\x04 \x01(\x03R\n" +
-	"validForNs\",\n" +
+	"validForNs\x12\x1e\n" +
+	"\vheld_for_ns\x18\x05 \x01(\x03R\theldForNs\",\n" +
 	"\x12CheckHandleRequest\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\x04R\x06handle\"W\n" +
 	"\x13CheckHandleResponse\x12\x1e\n" +
