@@ -202,6 +202,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		a.distributor = distributor.New(distributor.Config{
 			Logger: cfg.Logger, Preference: cfg.Preference, TLS: cfg.TLS,
 			PullMinBackoff: cfg.PullMinBackoff, PullMaxBackoff: cfg.PullMaxBackoff,
+			Upstreams: cfg.DistributorUpstreams,
 		}, a, a.stopping)
 		a.handle(mux, slicerv1connect.DistributorServiceName)(slicerv1connect.NewDistributorServiceHandler(a.distributor, opts...))
 	}

@@ -95,6 +95,11 @@ type Config struct {
 	// PullMinBackoff and PullMaxBackoff bound a Distributor's reconnects to
 	// an Assigner.
 	PullMinBackoff, PullMaxBackoff time.Duration
+	// DistributorUpstreams, when set, makes the Distributor a relay: it
+	// streams each job from one of these Distributors (host:port) instead
+	// of from Assigners (distributor.Config.Upstreams). At most
+	// MaxDistributorUpstreams; needs the distributor role.
+	DistributorUpstreams []string
 	// LeaveTimeout bounds the graceful gossip leave at shutdown, and
 	// ShutdownTimeout the drain of RPC connections after it.
 	LeaveTimeout, ShutdownTimeout time.Duration
@@ -323,6 +328,24 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	if n := len(c.DistributorUpstreams); n > 0 {
+		if !c.has(gossip.RoleDistributor) {
+			return fmt.Errorf("%w: upstream distributors (--distributor-upstream) need the distributor role (--role distributor)", ErrConfig)
+		}
+		if n > MaxDistributorUpstreams {
+			return fmt.Errorf("%w: %d upstream distributors (--distributor-upstream); at most %d", ErrConfig, n, MaxDistributorUpstreams)
+		}
+		seen := map[string]bool{}
+		for _, u := range c.DistributorUpstreams {
+			if err := ValidateHostPort("upstream distributor address (--distributor-upstream)", u, false); err != nil {
+				return err
+			}
+			if seen[u] {
+				return fmt.Errorf("%w: upstream distributor %s (--distributor-upstream) is listed twice", ErrConfig, u)
+			}
+			seen[u] = true
+		}
+	}
 	// A list, not a map, so the first bad setting is named every time.
 	for _, d := range []struct {
 		name string
@@ -504,3 +527,7 @@ func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// MaxDistributorUpstreams bounds Config.DistributorUpstreams: a relay
+// tries them in turn, so a long list only delays its fallback.
+const MaxDistributorUpstreams = 16

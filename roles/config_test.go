@@ -2,9 +2,12 @@ package roles
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slicerd/slicerd/gossip"
 )
 
 // With several bad durations, Validate names the same one every time: the
@@ -50,5 +53,40 @@ func TestConfigValidateConnectionLimits(t *testing.T) {
 	cfg.MaxConnections, cfg.MaxConnectionsPerIP = 1, 1
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("Validate with caps of 1: %v", err)
+	}
+}
+
+func TestConfigValidateDistributorUpstreams(t *testing.T) {
+	many := make([]string, MaxDistributorUpstreams+1)
+	for i := range many {
+		many[i] = "10.0.0.1:" + strconv.Itoa(7000+i)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   string
+	}{
+		{"without the distributor role", func(c *Config) {
+			c.Roles, c.DistributorUpstreams = []gossip.Role{gossip.RoleAssigner}, []string{"10.0.0.1:7000"}
+		}, "need the distributor role"},
+		{"not host:port", func(c *Config) { c.DistributorUpstreams = []string{"10.0.0.1"} }, "upstream distributor address"},
+		{"twice", func(c *Config) { c.DistributorUpstreams = []string{"10.0.0.1:7000", "10.0.0.1:7000"} }, "listed twice"},
+		{"too many", func(c *Config) { c.DistributorUpstreams = many }, "at most 16"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := TestConfig("n1")
+			cfg.DataDir = t.TempDir()
+			tc.change(&cfg)
+			err := cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate = %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+	cfg := TestConfig("n1")
+	cfg.DataDir = t.TempDir()
+	cfg.DistributorUpstreams = many[:MaxDistributorUpstreams]
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("Validate with %d upstreams: %v", MaxDistributorUpstreams, err)
 	}
 }

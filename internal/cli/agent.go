@@ -33,6 +33,7 @@ var agentFlagCategories = []struct {
 }{
 	{"Roles and store", []string{"role", "data-dir", "store", "etcd-ca", "etcd-cert", "etcd-key", "etcd-username", "etcd-password-file"}},
 	{"Network", []string{"rpc-addr", "advertise-rpc-addr", "ui-addr", "allowed-hosts"}},
+	{"Distributor: fan-out tree", []string{"distributor-upstream"}},
 	{"Gossip", []string{"gossip-addr", "join", "node-name", "gossip-profile", "gossip-key", "gossip-keyring-file", "gossip-delay"}},
 	{"Security: TLS and tokens", []string{"tls-cert", "tls-key", "tls-ca", "token-file", "insecure"}},
 	{"Assigner: timers, leases and preference", []string{"rebalance-delay", "rebalance-interval", "startup-grace", "job-lease-ttl",
@@ -127,6 +128,12 @@ func agentFlagList() []cli.Flag {
 		&cli.StringFlag{
 			Name: "gossip-addr", Value: d.Gossip.BindAddr, EnvVars: []string{"SLICERD_GOSSIP_ADDR"},
 			Usage: "host:port gossip binds to, TCP and UDP",
+		},
+		&cli.StringSliceFlag{
+			Name: "distributor-upstream", EnvVars: []string{"SLICERD_DISTRIBUTOR_UPSTREAM"},
+			Usage: "make this node's distributor a relay: stream each job from one of these distributors (host:port; repeat or " +
+				"comma-separate, at most 16) instead of from assigners, for a second level of fan-out (docs/architecture.md); " +
+				"the job's preferred assigner when all of them fail",
 		},
 		&cli.StringSliceFlag{
 			Name: "join", EnvVars: []string{"SLICERD_JOIN"},
@@ -301,6 +308,13 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 		for _, addr := range strings.Split(j, ",") {
 			if addr = strings.TrimSpace(addr); addr != "" {
 				cfg.Gossip.Join = append(cfg.Gossip.Join, addr)
+			}
+		}
+	}
+	for _, u := range c.StringSlice("distributor-upstream") {
+		for _, addr := range strings.Split(u, ",") {
+			if addr = strings.TrimSpace(addr); addr != "" {
+				cfg.DistributorUpstreams = append(cfg.DistributorUpstreams, addr)
 			}
 		}
 	}

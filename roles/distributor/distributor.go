@@ -1,14 +1,17 @@
 package distributor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,6 +37,16 @@ type Config struct {
 	// PullMinBackoff and PullMaxBackoff bound the wait before a failed
 	// pull from an Assigner is retried.
 	PullMinBackoff, PullMaxBackoff time.Duration
+	// Upstreams, when set, are the Distributors (host:port) this one
+	// relays from instead of pulling from Assigners: the second level of
+	// a fan-out tree. Each job streams from one of them, ranked by a
+	// rendezvous hash of the job and the address, so that the jobs spread
+	// and a job's relays share an upstream; from the next when it fails;
+	// and from the job's preferred Assigner once all have failed. At each
+	// Preference.Recheck a job streaming from another source tries its
+	// first-ranked upstream again. With TLS each must present a
+	// Distributor's certificate.
+	Upstreams []string
 }
 
 // Members is the gossip membership a Distributor follows: the live
@@ -65,6 +78,7 @@ type Distributor struct {
 	minBackoff time.Duration
 	maxBackoff time.Duration
 	stopping   <-chan struct{}
+	upstreams  []string
 
 	mu     sync.Mutex
 	runCtx context.Context // set by Run; pulls live as long as it
@@ -85,9 +99,10 @@ type Distributor struct {
 // distJob is one job's cache and the stream that fills it.
 type distJob struct {
 	l *watch.Latest
-	// from is the Assigner the pull streams from, "" between streams;
-	// cancel ends that stream; tried is the Assigner the pull last tried.
-	// Guarded by Distributor.mu.
+	// from is the source the pull streams from (an Assigner's name, or
+	// an upstream Distributor's address), "" between streams; cancel ends
+	// that stream; tried is the source the pull last tried. Guarded by
+	// Distributor.mu.
 	from   string
 	cancel context.CancelFunc
 	tried  string
@@ -107,6 +122,7 @@ func New(cfg Config, members Members, stopping <-chan struct{}) *Distributor {
 		minBackoff: cfg.PullMinBackoff,
 		maxBackoff: cfg.PullMaxBackoff,
 		stopping:   stopping,
+		upstreams:  slices.Clone(cfg.Upstreams),
 		jobs:       make(map[string]*distJob),
 	}
 	if p, ok := members.(proximity); ok {
@@ -140,9 +156,15 @@ func (d *Distributor) Run(ctx context.Context) error {
 			d.rpcClients.CloseIdle()
 			return nil
 		case <-changes:
-			d.follow()
+			if len(d.upstreams) == 0 {
+				d.follow()
+			}
 		case <-recheck.C:
-			d.follow()
+			if len(d.upstreams) == 0 {
+				d.follow()
+			} else {
+				d.followUpstreams()
+			}
 		}
 	}
 }
@@ -175,6 +197,61 @@ func (d *Distributor) follow() {
 		}
 		d.mu.Unlock()
 	}
+}
+
+// followUpstreams ends every relayed stream that is not from its job's
+// first-ranked upstream; its pull tries that one again at once, and moves
+// on if it still fails.
+func (d *Distributor) followUpstreams() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name, j := range d.jobs {
+		if first := d.rankUpstreams(name)[0]; j.from != "" && j.from != first && j.cancel != nil {
+			d.log.Info("trying the job's first upstream distributor again", "job", name, "from", j.from, "to", first)
+			j.cancel()
+			j.cancel = nil
+		}
+	}
+}
+
+// rankUpstreams orders the upstreams for job, highest rendezvous hash
+// first.
+func (d *Distributor) rankUpstreams(job string) []string {
+	ranked := slices.Clone(d.upstreams)
+	score := func(addr string) uint64 { return xxhash.Sum64String(job + "\x00" + addr) }
+	slices.SortFunc(ranked, func(a, b string) int { return cmp.Compare(score(b), score(a)) })
+	return ranked
+}
+
+// source is where a pull streams a job from: an upstream Distributor, or
+// an Assigner.
+type source struct {
+	name, addr string // name: the Assigner's node name, or the upstream's address
+	upstream   bool
+}
+
+// watcher is the WatchAssignment call both sources serve.
+type watcher interface {
+	WatchAssignment(context.Context, *connect.Request[slicerv1.WatchAssignmentRequest]) (*connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse], error)
+}
+
+// source picks the pull's source for its attempt-th try since its last
+// good stream: the ranked upstreams in turn, then the job's preferred
+// Assigner. ok is false when that is the Assigner and none is alive.
+func (d *Distributor) source(job string, attempt int) (src source, ok bool) {
+	if attempt < len(d.upstreams) {
+		addr := d.rankUpstreams(job)[attempt]
+		return source{name: addr, addr: addr, upstream: true}, true
+	}
+	p, ok := d.Assigner(job)
+	return source{name: p.Name, addr: p.RPCAddr}, ok
+}
+
+func (d *Distributor) client(src source) watcher {
+	if src.upstream {
+		return slicerv1connect.NewDistributorServiceClient(d.rpcClients.GetAgent(identity.Distributor, src.addr))
+	}
+	return slicerv1connect.NewAssignerServiceClient(d.rpcClients.Get(identity.Assigner, src.name, src.addr))
 }
 
 // Latest is the cache of job name, what its streams are served from,
@@ -217,9 +294,11 @@ func (d *Distributor) Assigner(job string) (gossip.Peer, bool) {
 	return d.choices.Preferred(d.pref, job, d.members.Peers(), d.rtt)
 }
 
-// pull keeps a stream open to the job's preferred Assigner until ctx ends
-// or the Assigner says the job does not exist. A stream ended because the
-// preference moved reconnects at once.
+// pull keeps a stream open to the job's preferred Assigner, or to an
+// upstream Distributor (Config.Upstreams), until ctx ends or the source
+// says the job does not exist. A stream ended because the preference
+// moved reconnects at once; one that failed tries the next source, and
+// waits out a backoff once every source failed.
 func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 	l := dj.l
 	backoff := d.minBackoff
@@ -240,10 +319,12 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 	// resync asks the next stream for the full assignment: a delta of
 	// the last one did not apply.
 	resync := false
+	attempt := 0 // sources tried since the last good stream
 	for ctx.Err() == nil {
-		p, ok := d.Assigner(job)
-		addr := p.RPCAddr
+		src, ok := d.source(job, attempt)
+		addr := src.addr
 		if !ok {
+			attempt = 0
 			if l.Current() == nil {
 				l.Fail(connect.NewError(connect.CodeUnavailable, rpc.ErrNoAssigner))
 			}
@@ -260,11 +341,12 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 			base, resync = nil, false
 		}
 		known := base.Version()
-		client := slicerv1connect.NewAssignerServiceClient(d.rpcClients.Get(identity.Assigner, p.Name, addr))
+		client := d.client(src)
 		sctx, cancel := context.WithCancel(ctx)
 		d.mu.Lock()
-		dj.from, dj.cancel, dj.tried = p.Name, cancel, p.Name
+		dj.from, dj.cancel, dj.tried = src.name, cancel, src.name
 		d.mu.Unlock()
+		received := false
 		stream, err := client.WatchAssignment(sctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{
 			Job: job, KnownGeneration: known.Generation, KnownIncarnation: known.Incarnation, DeltaVersion: api.DeltaVersion,
 		}))
@@ -272,17 +354,17 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 			for stream.Receive() {
 				a, err := api.Receive(base, stream.Msg())
 				if errors.Is(err, api.ErrDelta) {
-					d.log.Error("assigner sent a delta that does not apply; serving the cached assignment and asking for a full one", "job", job, "assigner", addr, "err", err)
+					d.log.Error("the source sent a delta that does not apply; serving the cached assignment and asking for a full one", "job", job, "from", src.name, "err", err)
 					resync = true
 					break
 				}
 				if err != nil {
-					d.log.Error("assigner sent an invalid assignment; ignoring it", "job", job, "assigner", addr, "err", err)
+					d.log.Error("the source sent an invalid assignment; ignoring it", "job", job, "from", src.name, "err", err)
 					continue
 				}
-				base = a
+				base, received = a, true
 				if l.Publish(a, api.CommittedAt(stream.Msg())) {
-					d.log.Debug("assignment received", "job", job, "generation", a.Generation)
+					d.log.Debug("assignment received", "job", job, "generation", a.Generation, "from", src.name)
 				}
 				backoff = d.minBackoff
 			}
@@ -296,6 +378,10 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 		d.mu.Unlock()
 		if ctx.Err() != nil {
 			return
+		}
+		if moved || received {
+			// Moved, or a good stream ended: the first source again.
+			attempt = 0
 		}
 		if moved {
 			backoff = d.minBackoff
@@ -311,14 +397,20 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 			}
 			d.mu.Unlock()
 			if l.Current() != nil {
-				d.log.Info("the assigner no longer knows the job: it was deleted; ending its streams", "job", job, "assigner", p.Name)
+				d.log.Info("the assigner no longer knows the job: it was deleted; ending its streams", "job", job, "from", src.name)
 				l.End(err)
 			} else {
 				l.Fail(err)
 			}
 			return
 		}
-		d.log.Warn("assignment stream from assigner ended; reconnecting", "job", job, "assigner", p.Name, "addr", addr, "err", err)
+		if src.upstream {
+			d.log.Warn("assignment stream from upstream distributor ended; trying the next source", "job", job, "upstream", addr, "err", err)
+			attempt++
+			continue // the next upstream, or the Assigner, at once
+		}
+		d.log.Warn("assignment stream from assigner ended; reconnecting", "job", job, "assigner", src.name, "addr", addr, "err", err)
+		attempt = 0
 		if !wait() {
 			return
 		}

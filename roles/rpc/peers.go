@@ -63,3 +63,20 @@ func (pc *Peers) CloseIdle() {
 		c.CloseIdleConnections()
 	}
 }
+
+// GetAgent returns the client for any member in role at addr (an address
+// the operator configured, with no node name to expect), and its base URL.
+func (pc *Peers) GetAgent(role identity.Role, addr string) (*http.Client, string) {
+	if pc.tls == nil {
+		return pc.plain, api.URL(addr, false)
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	k := peerKey{role, "@" + addr}
+	c, ok := pc.clients[k]
+	if !ok {
+		c = api.NewHTTPClient(pc.tls.ClientConfig(tlsconfig.WantAgent(role)))
+		pc.clients[k] = c
+	}
+	return c, api.URL(addr, true)
+}
