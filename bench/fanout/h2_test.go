@@ -55,7 +55,7 @@ func TestH2ConnectionIsDialledAgain(t *testing.T) {
 	go srv.Serve(acceptTracker{ln, accepted})
 	t.Cleanup(func() { srv.Close() })
 
-	s := newSubscribers(streams, conns, ln.Addr().String(), true, true)
+	s := newSubscribers(streams, conns, []string{ln.Addr().String()}, true, true)
 	s.rawAddr, s.conns = ln.Addr().String(), conns
 	ctx, cancel := context.WithCancel(context.Background())
 	s.startRaw(ctx)

@@ -113,6 +113,8 @@ type options struct {
 	gogc         int
 	memLimit     string
 	slicerdFlags benchproc.Flags
+	relays       int
+	killRelay    bool
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -140,6 +142,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.metrics, "metrics", false, "serve slicerd's metrics (--metrics-addr) and report its commit → send histogram beside the subscribers' commit → receipt")
 	fs.StringVar(&o.memLimit, "slicerd-gomemlimit", "", "run slicerd with this GOMEMLIMIT (Go's soft memory limit, e.g. 1800MiB), as an operator would for a Distributor of many streams; empty: none")
 	fs.IntVar(&o.gogc, "gogc", 400, "the harness's own GOGC (-1: no collection). Its garbage collection takes CPU from the slicerd it measures: at 100,000 connect-go streams Go's default of 100 collected during about one generation in six, adding a second of harness CPU to it")
+	fs.IntVar(&o.relays, "relays", 0, "start this many relay Distributors (slicerd --role distributor --distributor-upstream) following slicerd, and spread the streams evenly over slicerd and the relays, so that the report compares a level of the fan-out tree with the one below it")
+	fs.BoolVar(&o.killRelay, "kill-relay", false, "with -relays: after the timed generations, SIGKILL the first relay, make one more generation, and time it to every stream, the killed relay's reconnecting to the next address")
 	fs.Var(&o.slicerdFlags, "slicerd-flag", "an extra slicerd flag (repeatable), e.g. -slicerd-flag=--stream-send-budget-mib=0")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -167,6 +171,14 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("invalid -gogc %d: use -1 (off) or a positive percentage", o.gogc)
 	case o.timeout <= 0:
 		return nil, fmt.Errorf("invalid -timeout %v: use a positive duration", o.timeout)
+	case o.relays < 0 || o.relays > 16:
+		return nil, fmt.Errorf("invalid -relays %d: use 0 to 16", o.relays)
+	case o.relays > 0 && o.client != "connect":
+		return nil, errors.New("-relays needs -client connect")
+	case o.killRelay && o.relays < 2:
+		return nil, errors.New("-kill-relay needs -relays 2 or more: the killed relay's streams move to the next")
+	case o.relays > 0 && o.conns < o.relays+1:
+		return nil, fmt.Errorf("-conns %d is fewer than slicerd and its %d relays", o.conns, o.relays)
 	}
 	return o, nil
 }
@@ -264,6 +276,12 @@ type report struct {
 	// reset and the harness dialled again, its streams reopened.
 	Redials int64       `json:"redials"`
 	Kill    *killReport `json:"kill,omitempty"`
+	// Levels, with -relays: commit → receipt of the streams on slicerd
+	// itself and of those on its relays, over every timed generation.
+	Levels *levels `json:"levels,omitempty"`
+	// KillRelay, with -kill-relay: the generation after the first relay
+	// was killed.
+	KillRelay *killRelayReport `json:"kill_relay,omitempty"`
 	// Distribution is commit → receipt over every stream and timed
 	// generation, with slicerd's own commit → send beside it (-metrics).
 	Distribution *distribution `json:"distribution"`
@@ -407,6 +425,32 @@ func killTask(ctx context.Context, victim *taskProcess, subs *subscribers, commi
 	return k, werr
 }
 
+// levels compares the two levels of a fan-out tree.
+type levels struct {
+	Relays         int     `json:"relays"`
+	DirectStreams  int     `json:"direct_streams"`
+	RelayedStreams int     `json:"relayed_streams"`
+	DirectP50Ms    float64 `json:"direct_p50_ms"`
+	DirectP99Ms    float64 `json:"direct_p99_ms"`
+	RelayedP50Ms   float64 `json:"relayed_p50_ms"`
+	RelayedP99Ms   float64 `json:"relayed_p99_ms"`
+	// AddedP99Ms is what a level adds at the 99th percentile.
+	AddedP99Ms float64 `json:"added_p99_ms"`
+}
+
+// killRelayReport is the generation made after a relay was killed.
+type killRelayReport struct {
+	Generation uint64 `json:"generation"`
+	// Streams is how many streams the killed relay served; Reconnected
+	// how many streams opened again elsewhere (each once, when all is
+	// well); Received how many streams of all had the generation.
+	Streams     int     `json:"streams"`
+	Reconnected int64   `json:"reconnected"`
+	Received    int     `json:"received"`
+	P99Ms       float64 `json:"p99_ms"`
+	AllMs       float64 `json:"all_ms"`
+}
+
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "%s\n", r.Command)
 	fmt.Fprintf(w, "%d streams over %d connections (%s client), gzip accepted %v, deltas %v, changes by %s; every stream had the first assignment after %.1f s\n",
@@ -422,6 +466,14 @@ func (r *report) print(w io.Writer) {
 	}
 	if r.Distribution != nil {
 		r.Distribution.print(w)
+	}
+	if l := r.Levels; l != nil {
+		fmt.Fprintf(w, "levels: %d streams on slicerd, commit → receipt p50 %.1f ms p99 %.1f ms; %d streams on %d relays, p50 %.1f ms p99 %.1f ms; a level adds %.1f ms at p99\n",
+			l.DirectStreams, l.DirectP50Ms, l.DirectP99Ms, l.RelayedStreams, l.Relays, l.RelayedP50Ms, l.RelayedP99Ms, l.AddedP99Ms)
+	}
+	if k := r.KillRelay; k != nil {
+		fmt.Fprintf(w, "kill relay-1: its %d streams reconnected %d times; generation %d at %d of %d streams, p99 %.1f ms, all %.1f ms after the commit\n",
+			k.Streams, k.Reconnected, k.Generation, k.Received, r.Streams, k.P99Ms, k.AllMs)
 	}
 	if k := r.Kill; k != nil {
 		fmt.Fprintf(w, "kill %s: generation %d without it committed %.0f ms after the kill; commit → stream p99 %.1f ms, all %.1f ms (%d streams); slicerd suspected %d and failed %d live members meanwhile\n",
@@ -526,7 +578,23 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		return nil, fmt.Errorf("set the job's configuration: %w", err)
 	}
 
-	subs := newSubscribers(o.streams, o.conns, started.RPC, o.gzip, o.deltas)
+	addrs := []string{started.RPC}
+	var relays []*benchproc.Proc
+	for i := 1; i <= o.relays; i++ {
+		name := fmt.Sprintf("relay-%d", i)
+		rargs := []string{"--node-name", name, "--role", "distributor", "--distributor-upstream", started.RPC,
+			"--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--join", started.Gossip, "--gossip-profile", "local",
+			"--max-connections", strconv.Itoa(o.conns*4 + 1024)}
+		rp, rs, err := benchproc.StartSlicerdEnv(name, filepath.Join(logDir, name+".log"), o.slicerd, env, append(rargs, o.slicerdFlags...), 60*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		defer benchproc.StopAll([]*benchproc.Proc{rp}, 10*time.Second)
+		relays = append(relays, rp)
+		addrs = append(addrs, rs.RPC)
+		say("%s pid %d rpc %s, relaying from %s", name, rp.Cmd.Process.Pid, rs.RPC, started.RPC)
+	}
+	subs := newSubscribers(o.streams, o.conns, addrs, o.gzip, o.deltas)
 	if o.client == "h2" {
 		subs.rawAddr, subs.conns = started.RPC, o.conns
 	}
@@ -570,7 +638,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	// Every stream's receipt of every timed generation, in ms after its
 	// commit: the commit time each message carries, or slicerd's log
 	// line when it carries none.
-	var receipts []float64
+	var receipts, direct, relayed []float64
 	commitFrom := "message"
 	for range o.generations {
 		cpu0, own0, w0 := benchproc.CPUTime(pid), benchproc.CPUTime(os.Getpid()), benchproc.WriteCalls(pid)
@@ -607,6 +675,18 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		for _, t := range got {
 			receipts = append(receipts, float64(t-stamp)/1e6)
 		}
+		if o.relays > 0 {
+			for i, t := range subs.receiptsByStream(gen) {
+				if t == 0 {
+					continue
+				}
+				if subs.home(i) == 0 {
+					direct = append(direct, float64(t-stamp)/1e6)
+				} else {
+					relayed = append(relayed, float64(t-stamp)/1e6)
+				}
+			}
+		}
 		rss, _ := benchproc.Memory(pid)
 		g := generation{Generation: gen, Bytes: subs.size(gen), FullBytes: proto.Size(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(next), CommittedUnixNano: subs.committed(gen)}),
 			Slices: len(next.Slices), Received: len(got), RSSMiB: float64(rss) / 1024, CPUMs: float64(cpu) / 1e6, HarnessCPUMs: float64(own) / 1e6, WriteCalls: writes}
@@ -638,6 +718,62 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	}
 	slices.Sort(receipts)
 	rep.Distribution = newDistribution(receipts, commitFrom, hist)
+	if o.relays > 0 {
+		slices.Sort(direct)
+		slices.Sort(relayed)
+		l := &levels{Relays: o.relays}
+		for i := range o.streams {
+			if subs.home(i) == 0 {
+				l.DirectStreams++
+			} else {
+				l.RelayedStreams++
+			}
+		}
+		if len(direct) > 0 && len(relayed) > 0 {
+			l.DirectP50Ms, l.DirectP99Ms = pct(direct, 0.5), pct(direct, 0.99)
+			l.RelayedP50Ms, l.RelayedP99Ms = pct(relayed, 0.5), pct(relayed, 0.99)
+			l.AddedP99Ms = l.RelayedP99Ms - l.DirectP99Ms
+		}
+		rep.Levels = l
+	}
+	if o.killRelay {
+		k := &killRelayReport{}
+		for i := range o.streams {
+			if subs.home(i) == 1 {
+				k.Streams++
+			}
+		}
+		before := subs.reconnects.Load()
+		if err := relays[0].Cmd.Process.Kill(); err != nil {
+			return nil, err
+		}
+		say("relay-1 killed")
+		redundancy = 3 - redundancy
+		if err := setRedundancy(redundancy); err != nil {
+			return nil, fmt.Errorf("switch redundancy: %w", err)
+		}
+		next, err := subs.waitAfter(ctx, gen, 60*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		k.Generation = next.Generation
+		werr := subs.waitAll(next.Generation, o.timeout)
+		got := subs.receipts(next.Generation)
+		k.Received, k.Reconnected = len(got), subs.reconnects.Load()-before
+		if stamp := subs.committed(next.Generation); stamp != 0 && len(got) > 0 {
+			lat := make([]float64, 0, len(got))
+			for _, t := range got {
+				lat = append(lat, float64(t-stamp)/1e6)
+			}
+			slices.Sort(lat)
+			k.P99Ms, k.AllMs = pct(lat, 0.99), lat[len(lat)-1]
+		}
+		rep.KillRelay = k
+		say("kill relay-1: %d of its %d streams reconnected; generation %d at %d of %d streams", k.Reconnected, k.Streams, k.Generation, k.Received, o.streams)
+		if werr != nil {
+			say("kill relay-1: %v", werr)
+		}
+	}
 	if o.kill {
 		k, err := killTask(ctx, victim, subs, commits, o.timeout)
 		if err != nil {
@@ -901,13 +1037,17 @@ func (c *commitLog) wait(gen uint64, timeout time.Duration) (time.Time, error) {
 // subscribers are the streams. Each records when it received each
 // generation in its own slot, so receipts do not wait on one another.
 type subscribers struct {
-	n       int
-	first   slicerv1connect.DistributorServiceClient // stream 0's
-	clients []slicerv1connect.DistributorServiceClient
-	hcs     []*http.Client
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	streams []streamLog
+	n     int
+	first slicerv1connect.DistributorServiceClient // stream 0's
+	// clients[a] are the connections to addrs[a]: slicerd, then its
+	// relays (-relays). Stream i starts on addrs[home(i)] and moves to
+	// the next address when its stream fails.
+	clients    [][]slicerv1connect.DistributorServiceClient
+	reconnects atomic.Int64 // streams that failed over to the next address
+	hcs        []*http.Client
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	streams    []streamLog
 	// counts[g % len] counts the streams that had generation g; opened
 	// those that had any.
 	counts [1024]atomic.Int64
@@ -935,7 +1075,8 @@ type streamLog struct {
 	got map[uint64]int64 // generation → receipt time, Unix ns
 }
 
-func newSubscribers(n, conns int, addr string, gzip, deltas bool) *subscribers {
+func newSubscribers(n, conns int, addrs []string, gzip, deltas bool) *subscribers {
+	addr := addrs[0]
 	s := &subscribers{n: n, deltas: deltas, streams: make([]streamLog, n), sizes: map[uint64]int{}, stamps: map[uint64]int64{}, changed: make(chan struct{})}
 	var opts []connect.ClientOption
 	if !gzip {
@@ -948,13 +1089,18 @@ func newSubscribers(n, conns int, addr string, gzip, deltas bool) *subscribers {
 	s.hcs = append(s.hcs, hc)
 	s.first = slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(addr), opts...)
 	opts = append(opts, connect.WithCodec(generationCodec{}))
-	for range conns {
+	s.clients = make([][]slicerv1connect.DistributorServiceClient, len(addrs))
+	for c := range conns {
+		a := c % len(addrs)
 		hc := api.NewH2CClient()
 		s.hcs = append(s.hcs, hc)
-		s.clients = append(s.clients, slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(addr), opts...))
+		s.clients[a] = append(s.clients[a], slicerv1connect.NewDistributorServiceClient(hc, api.RPCURL(addrs[a]), opts...))
 	}
 	return s
 }
+
+// home is the index of the address stream i opens first.
+func (s *subscribers) home(i int) int { return i % len(s.clients) }
 
 // generationCodec decodes the generation and incarnation of a
 // WatchAssignmentResponse's assignment or delta only, skipping the rest.
@@ -1042,9 +1188,23 @@ func eachField(b []byte, f func(protowire.Number, protowire.Type, []byte) error)
 // watchOne is stream i, reopened from the generation it holds when it
 // ends; stream 0 also keeps the newest assignment.
 func (s *subscribers) watchOne(ctx context.Context, i int) {
-	client := s.clients[i%len(s.clients)]
+	a := s.home(i)
+	clientAt := func(a int) slicerv1connect.DistributorServiceClient {
+		cs := s.clients[a]
+		return cs[(i/len(s.clients))%len(cs)]
+	}
+	client := clientAt(a)
 	if i == 0 {
 		client = s.first
+	}
+	// failover moves the stream to the next address after a failure.
+	failover := func() {
+		if i == 0 || len(s.clients) == 1 {
+			return
+		}
+		a = (a + 1) % len(s.clients)
+		client = clientAt(a)
+		s.reconnects.Add(1)
 	}
 	var known uint64
 	var inc string
@@ -1056,6 +1216,7 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 	for ctx.Err() == nil {
 		stream, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv", KnownGeneration: known, KnownIncarnation: inc, DeltaVersion: deltas}))
 		if err != nil {
+			failover()
 			_ = benchproc.Sleep(ctx, 100*time.Millisecond)
 			continue
 		}
@@ -1082,9 +1243,23 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 		}
 		stream.Close()
 		if ctx.Err() == nil {
+			failover()
 			_ = benchproc.Sleep(ctx, 100*time.Millisecond)
 		}
 	}
+}
+
+// receiptsByStream returns each stream's receipt time of gen, 0 for a
+// stream that did not have it.
+func (s *subscribers) receiptsByStream(gen uint64) []int64 {
+	out := make([]int64, s.n)
+	for i := range s.streams {
+		l := &s.streams[i]
+		l.mu.Lock()
+		out[i] = l.got[gen]
+		l.mu.Unlock()
+	}
+	return out
 }
 
 // record notes that stream i received gen at now (Unix ns).
