@@ -49,12 +49,14 @@ type loadCell struct {
 	atomicFloat               // all load on the slice in this window
 	hot         atomic.Uint64 // candidate key's slice key + 1; 0 for none yet
 	hotLoad     atomicFloat   // load on the candidate key alone
-	_           [40]byte
+	events      atomic.Uint64 // ReportLoad calls that added to it
+	_           [32]byte
 }
 
 // add counts cost on slice key h, which lies in the cell's slice.
 func (c *loadCell) add(h assign.SliceKey, cost float64) {
 	c.atomicFloat.add(cost)
+	c.events.Add(1)
 	k := uint64(h) + 1
 	cur := c.hot.Load()
 	if cur == 0 && c.hot.CompareAndSwap(0, k) {
@@ -114,6 +116,7 @@ const pendingDecay = 0.5
 type loadState struct {
 	mu          sync.Mutex
 	carry       assign.Load           // owned load of assignments replaced in this window
+	carryEvents uint64                // the ReportLoad calls carry sums
 	start       time.Time             // when the current window began
 	clients     map[string]loadClient // Assigner name → its client
 	unowned     atomicFloat           // load on keys the current assignment does not give this task
@@ -172,15 +175,17 @@ func (s *Slicelet) addLoad(h assign.SliceKey, cost float64) {
 
 // drainOwned empties v's accumulators into load entries, sorted: for each
 // owned slice that received load, its candidate hot key and the ranges
-// around it (see loadCell).
-func drainOwned(v *view, into assign.Load) assign.Load {
+// around it (see loadCell); and the ReportLoad calls they sum.
+func drainOwned(v *view, into assign.Load) (assign.Load, uint64) {
 	a := v.table.Assignment()
+	var events uint64
 	for i := range v.load {
 		if v.mine[i] {
+			events += v.load[i].events.Swap(0)
 			into = v.load[i].drain(a.Slices[i].Start, a.Slices[i].End, into)
 		}
 	}
-	return into
+	return into, events
 }
 
 // retire keeps the load measured under a replaced view for the next
@@ -191,16 +196,17 @@ func (s *Slicelet) retire(old *view) {
 	if old == nil {
 		return
 	}
-	l := drainOwned(old, nil)
+	l, events := drainOwned(old, nil)
 	if len(l) == 0 {
 		return
 	}
 	s.load.mu.Lock()
 	defer s.load.mu.Unlock()
 	s.load.carry = assign.MergeLoads(s.load.carry, l)
+	s.load.carryEvents += events
 	if len(s.load.carry) > maxPendingEntries {
 		s.log.Warn("slicelet: dropping unreported load; too many assignment changes since the last report")
-		s.load.carry = nil
+		s.load.carry, s.load.carryEvents = nil, 0
 	}
 }
 
@@ -252,8 +258,10 @@ func (s *Slicelet) collect(now time.Time) *windowReport {
 	var cur assign.Load
 	if v := s.view.Load(); v != nil {
 		r.generation = v.table.Assignment().Generation
-		cur = drainOwned(v, nil)
+		cur, r.events = drainOwned(v, nil)
 	}
+	r.events += s.load.carryEvents
+	s.load.carryEvents = 0
 	if s.view.Load() != v {
 		state = nil
 	}
@@ -274,6 +282,7 @@ type windowReport struct {
 	load       assign.Load
 	unowned    float64
 	rejected   uint64
+	events     uint64 // ReportLoad calls the owned load sums
 }
 
 // keep puts back the measurements of a report that could not be sent,
@@ -286,8 +295,9 @@ func (s *Slicelet) keep(r *windowReport) {
 	s.load.mu.Lock()
 	defer s.load.mu.Unlock()
 	s.load.carry = assign.MergeLoads(r.load, s.load.carry)
+	s.load.carryEvents += uint64(float64(r.events) * pendingDecay)
 	if len(s.load.carry) > maxPendingEntries {
-		s.load.carry = nil
+		s.load.carry, s.load.carryEvents = nil, 0
 	}
 	s.load.unowned.add(r.unowned * pendingDecay)
 	s.load.rejected.Add(r.rejected)
@@ -298,7 +308,7 @@ func (s *Slicelet) keep(r *windowReport) {
 func (r *windowReport) proto(job, task string) *slicerv1.ReportLoadRequest {
 	req := &slicerv1.ReportLoadRequest{
 		Job: job, Task: task, Generation: r.generation, WindowSeconds: r.window,
-		UnownedLoad: min(r.unowned, assign.MaxLoad), RejectedReports: r.rejected,
+		UnownedLoad: min(r.unowned, assign.MaxLoad), RejectedReports: r.rejected, Events: r.events,
 		Slices: make([]*slicerv1.SliceLoad, len(r.load)),
 	}
 	for i, e := range r.load {

@@ -219,10 +219,18 @@ func TestLoadSurvivesAssignmentChangeAndFailedReport(t *testing.T) {
 	if r.generation != 2 || !near(r.load.Total(), want) || !near(r.unowned, u1+u2) {
 		t.Fatalf("report gen %d total %g unowned %g, want gen 2 total %g unowned %g", r.generation, r.load.Total(), r.unowned, want, u1+u2)
 	}
+	// Every owned report cost 1: the events are the owned load, across
+	// the assignment change.
+	if float64(r.events) != want {
+		t.Fatalf("report counts %d events, want %g", r.events, want)
+	}
 	s.ReportLoadString("x", math.NaN())
 	r.rejected = s.load.rejected.Swap(0)
 	s.keep(r)
 	r2 := s.collect(time.Now())
+	if r2.events != uint64(want*pendingDecay) {
+		t.Errorf("after a failed report: %d events, want %d", r2.events, uint64(want*pendingDecay))
+	}
 	if !near(r2.load.Total(), want*pendingDecay) || !near(r2.unowned, (u1+u2)*pendingDecay) || r2.rejected != 1 {
 		t.Errorf("after a failed report: total %g unowned %g rejected %d, want %g, %g, 1",
 			r2.load.Total(), r2.unowned, r2.rejected, want*pendingDecay, (u1+u2)*pendingDecay)

@@ -27,12 +27,6 @@ import (
 // conditional write (another Assigner committed first).
 const maxCommitAttempts = 5
 
-// minImbalanceGain is how much a load-driven decision must lower the
-// imbalance (max/mean task load, under the measured load) to be committed.
-// Weighted-move keeps trading cold slices between merges and splits even
-// when balance cannot improve; without this, every tick would publish a
-// generation that changes nothing anyone could measure.
-const minImbalanceGain = 0.01
 
 // trigger says why a decision is taken, which decides what is worth
 // committing.
@@ -43,7 +37,8 @@ const (
 	// departed tasks must lose their keys and the configuration must hold.
 	triggerChange trigger = iota
 	// The rebalance interval passed: only a change that lowers the
-	// imbalance by minImbalanceGain is committed.
+	// imbalance by more than the measurement's noise is committed
+	// (assign.SignificantGain).
 	triggerLoad
 	// This Assigner has become the job's preferred one: a new generation
 	// is committed even when nothing else changes, so the hand-over is
@@ -657,17 +652,19 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			prevGen = cur.Generation
 			before = assign.ImbalanceWith(cur, load, live)
 		}
-		// A decision that relieves a task past its memory limit is worth
-		// committing whatever it does to the imbalance.
-		relieves := false
-		if cur != nil && why == triggerLoad && before-after < minImbalanceGain {
-			relieves = assign.MemoryOverage(next, load, live) < assign.MemoryOverage(cur, load, live)
-		}
-		if why == triggerLoad && before-after < minImbalanceGain && !relieves {
-			a.log.Debug("load-driven decision not committed: it would not lower the imbalance",
-				"job", name, "generation", prevGen, "imbalance_before", before, "imbalance_after", after,
-				"churn", decision.Churn, "moves", len(decision.Moves))
-			return nil
+		// A load-driven decision is committed when its gain is more than
+		// the sampling noise of the load it was measured on, or when it
+		// relieves a task past its memory limit, whatever it does to the
+		// imbalance.
+		if why == triggerLoad {
+			events := a.hottestEvents(name, cur, load, live)
+			if !assign.SignificantGain(before, after, events) &&
+				(cur == nil || assign.MemoryOverage(next, load, live) >= assign.MemoryOverage(cur, load, live)) {
+				a.log.Debug("load-driven decision not committed: it would not lower the imbalance by more than the measurement's noise",
+					"job", name, "generation", prevGen, "imbalance_before", before, "imbalance_after", after,
+					"hottest_task_events", events, "churn", decision.Churn, "moves", len(decision.Moves))
+				return nil
+			}
 		}
 		entry := a.historyEntry(name, cur, cfg.Controls(live), why, algorithm, decision, load, before, after)
 		if mid := a.makeBeforeBreak(j, cfg, cur, next, live, why); mid != nil {

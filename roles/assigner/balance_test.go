@@ -139,7 +139,7 @@ func TestBalanceDecisions(t *testing.T) {
 			break
 		}
 		got := assign.Imbalance(after, truth)
-		if got > prev-minImbalanceGain+1e-9 {
+		if got > prev-assign.MinImbalanceGain+1e-9 {
 			t.Errorf("generation %d committed at imbalance %.4f after %.4f", after.Generation, got, prev)
 		}
 		prev = got
@@ -709,5 +709,42 @@ func TestMakeBeforeBreakReady(t *testing.T) {
 	}
 	if _, err := as.ReportReady(ctx, connect.NewRequest(&slicerv1.ReportReadyRequest{Job: "kv", Task: "t9", Generation: mid.Generation})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("a report from a task not in gossip: %v, want FAILED_PRECONDITION", err)
+	}
+}
+
+// A load-driven decision whose gain is within the sampling noise of the
+// reports it was measured on is not committed: an imbalance of 1.26
+// measured on a hundred requests per task could be chance alone (3
+// standard errors, 3 × 1.26/√100, are 0.38), the same on a million
+// requests is real.
+func TestBalanceIgnoresSamplingNoise(t *testing.T) {
+	hot := assign.KeySpaceEnd / 3
+	truth := assign.Load{{Start: 0, End: hot, Load: 420}, {Start: hot, End: assign.KeySpaceEnd, Load: 580}}
+	for _, tc := range []struct {
+		events uint64
+		commit bool
+	}{{0, true}, {100, false}, {1_000_000, true}} {
+		t.Run(fmt.Sprintf("%d events", tc.events), func(t *testing.T) {
+			members := &fakeMembers{}
+			members.set("kv", "t0", "t1", "t2")
+			f := newBalanceFixture(t, members, nil)
+			cur := f.j.pub.Current()
+			if imb := assign.Imbalance(cur, truth); imb < 1.2 {
+				t.Fatalf("initial imbalance %.3f; the test needs a skew", imb)
+			}
+			f.now = f.now.Add(time.Second)
+			for _, task := range []string{"t0", "t1", "t2"} {
+				req := assignertest.ReportFor(cur, task, truth, 1)
+				req.Events = tc.events
+				if _, err := f.as.ReportLoad(context.Background(), connect.NewRequest(req)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.as.balanceAll(context.Background())
+			if committed := f.j.pub.Current().Generation != cur.Generation; committed != tc.commit {
+				t.Errorf("imbalance %.3f on %d events per task: committed %v, want %v",
+					assign.Imbalance(cur, truth), tc.events, committed, tc.commit)
+			}
+		})
 	}
 }

@@ -32,6 +32,7 @@ type loadReport struct {
 	window     time.Duration
 	rate       assign.Load // load per second, sorted and non-overlapping
 	unowned    float64     // unowned load per second
+	events     float64     // ReportLoad calls the window's load sums; 0 unknown
 	at         time.Time   // when the report arrived
 }
 
@@ -86,7 +87,27 @@ func loadFromProto(m *slicerv1.ReportLoadRequest) (*loadReport, error) {
 		window:     time.Duration(w * float64(time.Second)),
 		rate:       l,
 		unowned:    m.GetUnownedLoad() / w,
+		events:     float64(m.GetEvents()),
 	}, nil
+}
+
+// hottestEvents is how many reports (requests) the load of cur's most
+// utilised task sums in its latest report: what the sampling noise of
+// the measured imbalance follows. 0 when unknown.
+func (a *Assigner) hottestEvents(job string, cur *assign.Assignment, load assign.Load, live []assign.Task) float64 {
+	if cur == nil {
+		return 0
+	}
+	i, _ := assign.Hottest(cur, load, live)
+	if i < 0 {
+		return 0
+	}
+	a.loads.mu.Lock()
+	defer a.loads.mu.Unlock()
+	if r := a.loads.jobs[job][cur.Tasks[i].Name]; r != nil {
+		return r.events
+	}
+	return 0
 }
 
 // ReportLoad implements slicerv1connect.LoadServiceHandler: it validates

@@ -2668,6 +2668,12 @@ type ReportLoadRequest struct {
 	// on it at once. Unset, the report goes to one Assigner, which forwards
 	// it to the job's.
 	EveryAssigner bool `protobuf:"varint,8,opt,name=every_assigner,json=everyAssigner,proto3" json:"every_assigner,omitempty"`
+	// How many load reports (Slicelet.ReportLoad calls: one per request for
+	// a task that reports each request) the slices' load sums over the
+	// window. The Assigner reads the sampling noise of the measured load
+	// from it, and commits no load-driven decision whose gain is within that
+	// noise (docs/balancing.md). 0: unknown, no such gate.
+	Events        uint64 `protobuf:"varint,9,opt,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2756,6 +2762,13 @@ func (x *ReportLoadRequest) GetEveryAssigner() bool {
 		return x.EveryAssigner
 	}
 	return false
+}
+
+func (x *ReportLoadRequest) GetEvents() uint64 {
+	if x != nil {
+		return x.Events
+	}
+	return 0
 }
 
 type ReportLoadResponse struct {
@@ -3672,7 +3685,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
 	"\x04load\x18\x03 \x01(\x01R\x04load\x12\x14\n" +
-	"\x05bytes\x18\x04 \x01(\x01R\x05bytes\"\xa3\x02\n" +
+	"\x05bytes\x18\x04 \x01(\x01R\x05bytes\"\xbb\x02\n" +
 	"\x11ReportLoadRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1e\n" +
@@ -3683,7 +3696,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x06slices\x18\x05 \x03(\v2\x14.slicer.v1.SliceLoadR\x06slices\x12!\n" +
 	"\funowned_load\x18\x06 \x01(\x01R\vunownedLoad\x12)\n" +
 	"\x10rejected_reports\x18\a \x01(\x04R\x0frejectedReports\x12%\n" +
-	"\x0eevery_assigner\x18\b \x01(\bR\reveryAssigner\"=\n" +
+	"\x0eevery_assigner\x18\b \x01(\bR\reveryAssigner\x12\x16\n" +
+	"\x06events\x18\t \x01(\x04R\x06events\"=\n" +
 	"\x12ReportLoadResponse\x12'\n" +
 	"\x0fkeyring_changed\x18\x01 \x01(\bR\x0ekeyringChanged\"Z\n" +
 	"\x12ReportReadyRequest\x12\x10\n" +
