@@ -36,6 +36,12 @@ type Config struct {
 	// Now reads the clock that times each decision (default time.Now).
 	// Tests inject a fixed clock to make the output reproducible.
 	Now func() time.Time
+	// Gate commits a window's decision as an Assigner commits a load-driven
+	// one: in a window whose live tasks are the held assignment's, only
+	// when it lowers the held imbalance by assign.SignificantGain, reading
+	// the trace's loads as request counts (the hottest task's load is its
+	// count of requests). Windows whose tasks changed always commit.
+	Gate bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -140,7 +146,9 @@ type Summary struct {
 	MeanBound         float64 `json:"mean_bound"`
 	// Changes counts the windows after the first whose decision changed
 	// the assignment: the commits an Assigner would make.
-	Changes           int     `json:"changes"`
+	Changes int `json:"changes"`
+	// Gated counts the decisions Config.Gate kept from being committed.
+	Gated             int     `json:"gated,omitempty"`
 	MeanChurn         float64 `json:"mean_churn"`
 	MeanKeyChurn      float64 `json:"mean_key_churn"`
 	MeanSlicesPerTask float64 `json:"mean_slices_per_task"`
@@ -168,9 +176,27 @@ type Simulator struct {
 	sumSlicesPerTask         float64
 	maxMem, bytesMoved       float64
 	overLimit                int
+	gated                    int // decisions not committed by Config.Gate
 	// bytes is the state each application key holds, from the trace's
 	// "bytes" so far: state stays until a line gives the key new bytes.
 	bytes map[string]float64
+}
+
+// sameTasks reports whether a's tasks are exactly live's, by name.
+func sameTasks(a *assign.Assignment, live []assign.Task) bool {
+	if len(a.Tasks) != len(live) {
+		return false
+	}
+	names := make(map[string]bool, len(live))
+	for _, t := range live {
+		names[t.Name] = true
+	}
+	for _, t := range a.Tasks {
+		if !names[t.Name] {
+			return false
+		}
+	}
+	return true
 }
 
 // NewSimulator returns a Simulator with no assignment yet.
@@ -220,6 +246,16 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	}
 	if s.prev != nil && next != nil && assign.Equal(s.prev, next) {
 		next = s.prev
+	}
+	if s.cfg.Gate && s.prev != nil && next != s.prev && sameTasks(s.prev, live) {
+		var events float64
+		if i, _ := assign.Hottest(s.prev, load, live); i >= 0 {
+			events = assign.TaskLoads(s.prev, load)[i]
+		}
+		if !assign.SignificantGain(held, assign.ImbalanceWith(next, load, live), events) {
+			next = s.prev
+			s.gated++
+		}
 	}
 	if err := next.Validate(); err != nil {
 		return WindowResult{}, fmt.Errorf("%w: %s: window %d: returned an invalid assignment: %w", ErrAlgorithm, name, w.Number, err)
@@ -301,7 +337,7 @@ func imbalanceBound(load assign.Load, live []assign.Task, maxRedundancy int) flo
 // Summary aggregates the windows stepped so far.
 func (s *Simulator) Summary() Summary {
 	sum := Summary{Summary: true, Algorithm: s.cfg.Algorithm.Name(), Windows: s.windows, MaxImbalance: s.maxImb, Changes: s.changes,
-		MaxMemoryUse: s.maxMem, WindowsOverLimit: s.overLimit, TotalBytesMoved: s.bytesMoved}
+		MaxMemoryUse: s.maxMem, WindowsOverLimit: s.overLimit, TotalBytesMoved: s.bytesMoved, Gated: s.gated}
 	if s.windows > 0 {
 		n := float64(s.windows)
 		sum.MeanImbalance = s.sumImb / n

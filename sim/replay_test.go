@@ -667,3 +667,39 @@ func stepWindows(t *testing.T, data []byte, sim *Simulator, each func(*Window, W
 		each(w, res)
 	}
 }
+
+// TestReplayGate: on the low-rate trace (500 requests a window over three
+// tasks), whose window-to-window imbalance is mostly sampling noise, the
+// gate commits no load decision where the ungated replay commits one in
+// every window; on the failures trace, windows whose tasks change are
+// committed all the same.
+func TestReplayGate(t *testing.T) {
+	algo, err := assign.AlgorithmByName(assign.AlgorithmWeightedMove)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay := func(file string, gate bool) Summary {
+		t.Helper()
+		data, err := os.ReadFile("testdata/" + file + ".jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Replay(bytes.NewReader(data), io.Discard, Config{Algorithm: algo, Assign: assign.Config{MinRedundancy: 1, MaxRedundancy: 2}, Gate: gate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	open, gated := replay("low-rate", false), replay("low-rate", true)
+	t.Logf("low-rate: %d changes ungated; %d gated, %d kept back, held imbalance %.3f → %.3f",
+		open.Changes, gated.Changes, gated.Gated, open.MeanHeldImbalance, gated.MeanHeldImbalance)
+	if open.Changes == 0 {
+		t.Fatal("the ungated replay committed nothing: the trace does not exercise the gate")
+	}
+	if gated.Changes != 0 || gated.Gated != open.Changes {
+		t.Errorf("gated: %d changes, %d kept back; want 0 and %d", gated.Changes, gated.Gated, open.Changes)
+	}
+	if f := replay("failures", true); f.Changes == 0 {
+		t.Error("the gate kept back the failures trace's membership changes")
+	}
+}
