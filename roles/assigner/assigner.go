@@ -27,7 +27,6 @@ import (
 // conditional write (another Assigner committed first).
 const maxCommitAttempts = 5
 
-
 // trigger says why a decision is taken, which decides what is worth
 // committing.
 type trigger int
@@ -95,8 +94,9 @@ type Assigner struct {
 	stopping   <-chan struct{}
 	loaded     chan struct{} // closed once Run has loaded the stored jobs
 
-	kick  chan struct{} // a job's configuration changed; see kickDecision
-	flips chan string   // a make-before-break deadline passed; see handoff.go
+	kick   chan struct{} // a job's configuration changed; see kickDecision
+	flips  chan string   // a make-before-break deadline passed; see handoff.go
+	rounds chan string   // every task of a job reported since its last load decision
 
 	loads *loads // tasks' latest load reports; see load.go
 	// loadHistory records each job's load over the key space for
@@ -230,6 +230,7 @@ func New(cfg Config, store storage.Store, leases lease.Manager, members Members,
 		loaded:      make(chan struct{}),
 		kick:        make(chan struct{}, 1),
 		flips:       make(chan string, flipSignals),
+		rounds:      make(chan string, flipSignals),
 		jobs:        make(map[string]*assignerJob),
 		loads:       newLoads(cfg.LoadHalfLife),
 		loadHistory: newLoadHistory(cfg.LoadHistoryInterval),
@@ -491,6 +492,12 @@ func (a *Assigner) Run(ctx context.Context) error {
 		case <-a.kick:
 			a.evaluate(ctx, ready)
 			arm(0)
+		case name := <-a.rounds:
+			// A round of load reports is in: decide on it now, as the
+			// tick would (a pending membership decision goes first).
+			if ready && !armed {
+				a.balance(ctx, name)
+			}
 		case <-tick:
 			// A pending membership decision goes first; the load is
 			// weighed at the next tick, on reports measured after it.
@@ -554,35 +561,43 @@ func (a *Assigner) balanceAll(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, held := a.leader.Held(name); !held {
-			continue
+		a.balance(ctx, name)
+	}
+}
+
+// balance takes a load-driven decision on one job, if this Assigner
+// leads it and its load was measured after its last commit. A failure is
+// logged and retried at the next tick or round of reports.
+func (a *Assigner) balance(ctx context.Context, name string) {
+	if _, held := a.leader.Held(name); !held {
+		return
+	}
+	a.mu.Lock()
+	j := a.jobs[name]
+	var since time.Time
+	if j != nil {
+		since = j.committed
+	}
+	a.mu.Unlock()
+	// Decide on load measured under the assignment being served, so one
+	// decision's moves are not repeated or undone on a picture half from
+	// before it.
+	if !a.loads.fresh(name, since) {
+		a.log.Debug("load decision waits for reports after the last commit", "job", name)
+		return
+	}
+	// An Assigner that started moments ago has not heard from every task
+	// yet: a task without a report would look idle.
+	if a.warmingUp() {
+		if n := a.unknownLoad(name, j); n > 0 {
+			a.log.Debug("load decision waits until every task serving the job has reported here",
+				"job", name, "without_report", n)
+			return
 		}
-		a.mu.Lock()
-		j := a.jobs[name]
-		var since time.Time
-		if j != nil {
-			since = j.committed
-		}
-		a.mu.Unlock()
-		// Decide on load measured under the assignment being served, so
-		// one decision's moves are not repeated or undone on a picture
-		// half from before it.
-		if !a.loads.fresh(name, since) {
-			a.log.Debug("load decision waits for reports after the last commit", "job", name)
-			continue
-		}
-		// An Assigner that started moments ago has not heard from every
-		// task yet: a task without a report would look idle.
-		if a.warmingUp() {
-			if n := a.unknownLoad(name, j); n > 0 {
-				a.log.Debug("load decision waits until every task serving the job has reported here",
-					"job", name, "without_report", n)
-				continue
-			}
-		}
-		if err := a.reconcile(ctx, name, triggerLoad); err != nil {
-			a.log.Error("load-driven rebalance failed; keeping the current assignment until the next interval", "job", name, "err", err)
-		}
+	}
+	a.loads.decide(name, a.loads.now())
+	if err := a.reconcile(ctx, name, triggerLoad); err != nil {
+		a.log.Error("load-driven rebalance failed; keeping the current assignment until the next interval", "job", name, "err", err)
 	}
 }
 

@@ -154,6 +154,8 @@ func (a *Assigner) forgetJob(name string) {
 	a.loads.mu.Lock()
 	delete(a.loads.jobs, name)
 	delete(a.loads.nudged, name)
+	delete(a.loads.decided, name)
+	delete(a.loads.reported, name)
 	a.loads.mu.Unlock()
 	a.loadHistory.forget(name)
 	if j != nil {

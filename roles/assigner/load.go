@@ -50,6 +50,11 @@ type loads struct {
 	// preferred Assigner (nudgeTarget); guarded by mu, dropped with the job.
 	nudged  map[string]time.Time
 	foreign atomic.Uint64 // reports cut to the task's own keys
+	// decided is when each job's last load decision was taken, and
+	// reported how many of its tasks have reported since (put, decide);
+	// guarded by mu.
+	decided  map[string]time.Time
+	reported map[string]int
 }
 
 func newLoads(halfLife time.Duration) *loads {
@@ -112,8 +117,10 @@ func (a *Assigner) hottestEvents(job string, cur *assign.Assignment, load assign
 
 // ReportLoad implements slicerv1connect.LoadServiceHandler: it validates
 // the report, checks that gossip lists the task as an alive member of the
-// job, and replaces the task's previous report. It does not trigger a
-// decision; the load is read at the next one. A report sent to one
+// job, and replaces the task's previous report. The report that
+// completes a round (every task of the job has reported since its last
+// load decision) asks Run for a load decision on the job at once; the
+// interval's tick decides the others. A report sent to one
 // Assigner only (every_assigner unset) for a job another Assigner is
 // preferred for is forwarded to that Assigner.
 func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1.ReportLoadRequest]) (*connect.Response[slicerv1.ReportLoadResponse], error) {
@@ -145,7 +152,14 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 		return nil, err
 	}
 	a.keepOwned(m.GetJob(), m.GetTask(), r)
-	a.loads.put(m.GetJob(), m.GetTask(), r, live)
+	if a.loads.put(m.GetJob(), m.GetTask(), r, live) && a.interval > 0 {
+		// Every task has reported since the job's last load decision: it
+		// may be decided on now rather than at the next tick.
+		select {
+		case a.rounds <- m.GetJob():
+		default: // the tick decides it
+		}
+	}
 	if nudge.Peer.Name != "" {
 		// This Assigner knows no holder of the job and prefers another:
 		// a copy of the report goes there, as a forwarded write, so that
@@ -189,8 +203,11 @@ func (a *Assigner) liveTaskNames(job string) []string {
 }
 
 // put stores r as task's latest report and drops the reports of tasks
-// no longer in live (sorted).
-func (l *loads) put(job, task string, r *loadReport, live []string) {
+// no longer in live (sorted). It reports whether every task of live has
+// now reported since the job's last load decision (decided): a round of
+// reports is in, and the job may be decided on without waiting for the
+// interval.
+func (l *loads) put(job, task string, r *loadReport, live []string) (round bool) {
 	r.at = l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -199,8 +216,28 @@ func (l *loads) put(job, task string, r *loadReport, live []string) {
 		reps = make(map[string]*loadReport)
 		l.jobs[job] = reps
 	}
+	prev := reps[task]
 	reps[task] = r
 	prune(reps, live)
+	if l.reported == nil {
+		l.reported = make(map[string]int)
+	}
+	if prev == nil || !prev.at.After(l.decided[job]) {
+		l.reported[job]++
+	}
+	return len(live) > 0 && l.reported[job] >= len(live)
+}
+
+// decide records a load decision on job at now: the next round of reports
+// starts.
+func (l *loads) decide(job string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.decided == nil {
+		l.decided = make(map[string]time.Time)
+	}
+	l.decided[job] = now
+	delete(l.reported, job)
 }
 
 // prune drops the reports of tasks not in live (sorted).
@@ -229,6 +266,8 @@ func (a *Assigner) pruneLoads() {
 		prune(reps, live)
 		if len(reps) == 0 {
 			delete(a.loads.jobs, job)
+			delete(a.loads.decided, job)
+			delete(a.loads.reported, job)
 		}
 	}
 }

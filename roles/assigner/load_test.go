@@ -152,3 +152,32 @@ func goodReport() *slicerv1.ReportLoadRequest {
 		Slices: []*slicerv1.SliceLoad{{Start: 0, End: 10, Load: 1}, {Start: 10, End: 1 << 63, Load: 2}},
 	}
 }
+
+// A round of reports is in when every live task has reported since the
+// job's last load decision; a task reporting twice counts once, and a
+// decision starts the next round.
+func TestLoadReportRounds(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := newLoads(0)
+	l.now = func() time.Time { return now }
+	live := []string{"t0", "t1", "t2"}
+	put := func(task string) bool {
+		now = now.Add(time.Millisecond)
+		return l.put("kv", task, &loadReport{window: time.Second}, live)
+	}
+	for i, step := range []struct {
+		task  string
+		round bool
+	}{{"t0", false}, {"t1", false}, {"t1", false}, {"t2", true}, {"t0", true}} {
+		if got := put(step.task); got != step.round {
+			t.Fatalf("report %d (%s): round %v, want %v", i, step.task, got, step.round)
+		}
+	}
+	l.decide("kv", now)
+	if put("t0") || put("t1") || put("t0") {
+		t.Fatal("a round came in before every task reported since the decision")
+	}
+	if !put("t2") {
+		t.Fatal("no round once every task reported since the decision")
+	}
+}
