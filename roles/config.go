@@ -103,10 +103,12 @@ type Config struct {
 	// LeaveTimeout bounds the graceful gossip leave at shutdown, and
 	// ShutdownTimeout the drain of RPC connections after it.
 	LeaveTimeout, ShutdownTimeout time.Duration
-	// RebalanceInterval paces load-driven decisions: every interval, each
-	// job with load reports is rebalanced on its measured load, and the
-	// result committed when it lowers the imbalance. 0 turns load balancing
-	// off: decisions then follow membership only and ignore load.
+	// RebalanceInterval paces load-driven decisions: each job with load
+	// reports is rebalanced on its measured load every interval, or as
+	// soon as every task has reported since its last load decision if
+	// half an interval has passed, and the result committed when it lowers
+	// the imbalance by more than the load's sampling noise. 0 turns load
+	// balancing off: decisions then follow membership only and ignore load.
 	RebalanceInterval time.Duration
 	// LoadHalfLife is how fast a task's load report fades once its next
 	// report is overdue; 0 keeps stale reports at full weight.

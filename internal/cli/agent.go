@@ -186,7 +186,7 @@ func agentFlagList() []cli.Flag {
 		},
 		&cli.DurationFlag{
 			Name: "rebalance-interval", Value: d.RebalanceInterval, EnvVars: []string{"SLICERD_REBALANCE_INTERVAL"},
-			Usage: "how often the assigner rebalances each job on its tasks' reported load (0 turns load balancing off; membership changes are still handled)",
+			Usage: "how often, at most, the assigner waits to rebalance each job on its tasks' reported load; a job whose every task has reported since its last load decision is decided on at once, if half this has passed (0 turns load balancing off; membership changes are still handled)",
 		},
 		&cli.DurationFlag{
 			Name: "startup-grace", Value: d.StartupGrace, EnvVars: []string{"SLICERD_STARTUP_GRACE"},

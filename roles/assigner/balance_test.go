@@ -186,7 +186,7 @@ func TestBalanceOff(t *testing.T) {
 // A task that stops reporting holds load-driven decisions back for at most
 // one of its windows after a commit.
 func TestFreshWaitsAtMostOneWindow(t *testing.T) {
-	l := newLoads(10 * time.Second)
+	l := newLoads(10*time.Second, 0)
 	now := time.Unix(1000, 0)
 	l.now = func() time.Time { return now }
 	l.put("kv", "a", &loadReport{window: time.Second}, []string{"a", "b"})

@@ -55,10 +55,13 @@ type loads struct {
 	// guarded by mu.
 	decided  map[string]time.Time
 	reported map[string]int
+	// spacing is the least time between a job's load decisions that a
+	// round of reports may ask for: half the rebalance interval.
+	spacing time.Duration
 }
 
-func newLoads(halfLife time.Duration) *loads {
-	return &loads{halfLife: halfLife, now: time.Now, jobs: make(map[string]map[string]*loadReport)}
+func newLoads(halfLife, spacing time.Duration) *loads {
+	return &loads{halfLife: halfLife, spacing: spacing, now: time.Now, jobs: make(map[string]map[string]*loadReport)}
 }
 
 // loadFromProto validates a report and converts it to load per second.
@@ -204,9 +207,9 @@ func (a *Assigner) liveTaskNames(job string) []string {
 
 // put stores r as task's latest report and drops the reports of tasks
 // no longer in live (sorted). It reports whether every task of live has
-// now reported since the job's last load decision (decided): a round of
-// reports is in, and the job may be decided on without waiting for the
-// interval.
+// now reported since the job's last load decision (decided), at least
+// spacing after it: a round of reports is in, and the job may be decided
+// on without waiting for the interval.
 func (l *loads) put(job, task string, r *loadReport, live []string) (round bool) {
 	r.at = l.now()
 	l.mu.Lock()
@@ -220,12 +223,15 @@ func (l *loads) put(job, task string, r *loadReport, live []string) (round bool)
 	reps[task] = r
 	prune(reps, live)
 	if l.reported == nil {
-		l.reported = make(map[string]int)
+		l.reported, l.decided = make(map[string]int), make(map[string]time.Time)
+	}
+	if _, ok := l.decided[job]; !ok {
+		l.decided[job] = r.at // the first report: rounds are spaced from it
 	}
 	if prev == nil || !prev.at.After(l.decided[job]) {
 		l.reported[job]++
 	}
-	return len(live) > 0 && l.reported[job] >= len(live)
+	return len(live) > 0 && l.reported[job] >= len(live) && !r.at.Before(l.decided[job].Add(l.spacing))
 }
 
 // decide records a load decision on job at now: the next round of reports
@@ -234,7 +240,7 @@ func (l *loads) decide(job string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.decided == nil {
-		l.decided = make(map[string]time.Time)
+		l.reported, l.decided = make(map[string]int), make(map[string]time.Time)
 	}
 	l.decided[job] = now
 	delete(l.reported, job)

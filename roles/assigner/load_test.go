@@ -158,7 +158,7 @@ func goodReport() *slicerv1.ReportLoadRequest {
 // decision starts the next round.
 func TestLoadReportRounds(t *testing.T) {
 	now := time.Unix(1000, 0)
-	l := newLoads(0)
+	l := newLoads(0, 0)
 	l.now = func() time.Time { return now }
 	live := []string{"t0", "t1", "t2"}
 	put := func(task string) bool {
@@ -179,5 +179,16 @@ func TestLoadReportRounds(t *testing.T) {
 	}
 	if !put("t2") {
 		t.Fatal("no round once every task reported since the decision")
+	}
+	// With a spacing, a round asks for a decision only that long after
+	// the last one.
+	l.spacing = time.Minute
+	l.decide("kv", now)
+	if put("t0") || put("t1") || put("t2") {
+		t.Fatal("a round within the spacing asked for a decision")
+	}
+	now = now.Add(time.Minute)
+	if !put("t0") {
+		t.Fatal("no round once the spacing passed")
 	}
 }
