@@ -43,6 +43,12 @@ const (
 	// is committed even when nothing else changes, so the hand-over is
 	// visible and a stale Assigner's next write conflicts.
 	triggerTakeover
+	// An operator set the job's configuration (job set): the algorithm
+	// decides under it at once, with the measured load, and whatever it
+	// changes is committed, so slices per task, churn budgets and factors
+	// apply in full without waiting for a load decision that must also
+	// lower the imbalance.
+	triggerConfig
 )
 
 func (t trigger) String() string {
@@ -53,6 +59,8 @@ func (t trigger) String() string {
 		return "takeover"
 	case triggerFlip:
 		return "make-before-break"
+	case triggerConfig:
+		return "configuration"
 	}
 	return "change"
 }
@@ -94,7 +102,8 @@ type Assigner struct {
 	stopping   <-chan struct{}
 	loaded     chan struct{} // closed once Run has loaded the stored jobs
 
-	kick   chan struct{} // a job's configuration changed; see kickDecision
+	kick    chan struct{} // a job's configuration changed; see kickDecision
+	configs chan string   // jobs whose configuration an operator set; see setJobConfig
 	flips  chan string   // a make-before-break deadline passed; see handoff.go
 	rounds chan string   // every task of a job reported since its last load decision
 
@@ -231,6 +240,7 @@ func New(cfg Config, store storage.Store, leases lease.Manager, members Members,
 		kick:        make(chan struct{}, 1),
 		flips:       make(chan string, flipSignals),
 		rounds:      make(chan string, flipSignals),
+		configs:     make(chan string, flipSignals),
 		jobs:        make(map[string]*assignerJob),
 		loads:       newLoads(cfg.LoadHalfLife, cfg.RebalanceInterval/2),
 		loadHistory: newLoadHistory(cfg.LoadHistoryInterval),
@@ -492,6 +502,18 @@ func (a *Assigner) Run(ctx context.Context) error {
 		case <-a.kick:
 			a.evaluate(ctx, ready)
 			arm(0)
+		case name := <-a.configs:
+			a.evaluate(ctx, ready)
+			if !ready {
+				continue // the decisions after the grace use the configuration
+			}
+			// One decision under the new configuration: the algorithm's
+			// when the job's membership is settled, else what membership
+			// and the configuration require.
+			if err := a.reconcile(ctx, name, triggerConfig); err != nil {
+				a.log.Error("deciding under the job's new configuration failed; retrying", "job", name, "err", err)
+				arm(retryDelay)
+			}
 		case name := <-a.rounds:
 			// A round of load reports is in: decide on it now, as the
 			// tick would (a pending membership decision goes first).

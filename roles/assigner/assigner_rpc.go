@@ -88,6 +88,10 @@ func (a *Assigner) setJobConfig(ctx context.Context, req *connect.Request[slicer
 	j.cfgSet++
 	a.mu.Unlock()
 	a.log.Info("job configured", "job", name, "min_redundancy", cfg.MinRedundancy, "max_redundancy", cfg.MaxRedundancy)
-	a.kickDecision()
+	select {
+	case a.configs <- name:
+	default: // a burst of configurations: the kick decides on membership, the next load decision on the rest
+		a.kickDecision()
+	}
 	return connect.NewResponse(&slicerv1.SetJobConfigResponse{Job: a.jobInfo(j)}), nil
 }

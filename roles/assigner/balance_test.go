@@ -748,3 +748,45 @@ func TestBalanceIgnoresSamplingNoise(t *testing.T) {
 		})
 	}
 }
+
+// A configuration an operator sets applies in full at once: a decision
+// under it with the measured load is committed whatever it does to the
+// imbalance, where a load decision on the same even load commits nothing.
+func TestSetConfigDecidesInFull(t *testing.T) {
+	ctx := context.Background()
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	f := newBalanceFixture(t, members, nil)
+	truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: 3000}}
+	f.settle(t, truth, 20, "t0", "t1", "t2")
+	before := f.j.pub.Current()
+	perTask := len(before.Slices) / 3
+
+	cfg := assign.DefaultConfig()
+	cfg.MinSlicesPerTask, cfg.MaxSlicesPerTask = 2*perTask+10, 2*perTask+60
+	f.report(t, truth, "t0", "t1", "t2")
+	f.as.balanceAll(ctx)
+	if f.j.pub.Current().Generation != before.Generation {
+		t.Fatal("a load decision on even load committed")
+	}
+	if err := f.as.store.SetConfig(ctx, "kv", cfg); err != nil {
+		t.Fatal(err)
+	}
+	f.as.mu.Lock()
+	f.j.cfg, f.j.configured = cfg, true
+	f.as.mu.Unlock()
+	f.report(t, truth, "t0", "t1", "t2")
+	f.as.balanceAll(ctx)
+	if got := f.j.pub.Current(); got.Generation != before.Generation {
+		t.Fatalf("a load decision committed the new configuration (%d slices) though it gains nothing", len(got.Slices))
+	}
+	if err := f.as.reconcile(ctx, "kv", triggerConfig); err != nil {
+		t.Fatal(err)
+	}
+	after := f.j.pub.Current()
+	t.Logf("%d slices → %d under min %d per task", len(before.Slices), len(after.Slices), cfg.MinSlicesPerTask)
+	if after.Generation == before.Generation || len(after.Slices) <= len(before.Slices) {
+		t.Fatalf("the configuration decision left %d slices (generation %d → %d); want more, toward %d per task",
+			len(after.Slices), before.Generation, after.Generation, cfg.MinSlicesPerTask)
+	}
+}

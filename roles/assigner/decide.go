@@ -18,6 +18,13 @@ import (
 // no task of the current one live), the algorithm decides with the load at
 // once; with load balancing off it never sees load.
 //
+// A decision for a configuration an operator set (job set) runs the
+// algorithm under it with the measured load, and commits whatever it
+// changes, so the new slices per task, churn budgets and factors apply at
+// once, not only when a later load decision also lowers the imbalance;
+// a frozen job, or one whose membership is still settling, gets the
+// membership decision instead.
+//
 // A frozen job (assign.Config.Frozen) takes no load-driven decision at
 // all. A load-driven decision taken while the live tasks differ from the
 // current assignment's changes nothing: the membership decision that the
@@ -26,6 +33,8 @@ func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Tas
 	switch {
 	case why == triggerLoad && (cfg.Frozen || !settled(cur, cfg.Controls(live))):
 		return cur, assign.Decision{}, nil
+	case why == triggerConfig && !cfg.Frozen && settled(cur, cfg.Controls(live)):
+		return algorithmOf(cfg).Decide(name, cur, live, load, cfg)
 	case why == triggerLoad || a.interval == 0 || !keepsTask(cur, live):
 		return algorithmOf(cfg).Decide(name, cur, live, load, cfg)
 	}

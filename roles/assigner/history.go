@@ -36,6 +36,8 @@ func (a *Assigner) causeOf(job string, cur *assign.Assignment, live []assign.Tas
 		return storage.CauseInitial, fmt.Sprintf("the job's first assignment, over %d tasks", len(live))
 	case why == triggerLoad:
 		return storage.CauseLoad, hottest(cur, live, load)
+	case why == triggerConfig:
+		return storage.CauseOperator, "the job's configuration was set: the algorithm decided under it with the measured load"
 	}
 	switch why {
 	case triggerTakeover:
@@ -145,7 +147,8 @@ func finite(f float64) float64 {
 
 // algorithmFor names what decide runs for a decision.
 func (a *Assigner) algorithmFor(cur *assign.Assignment, live []assign.Task, cfg assign.Config, why trigger) string {
-	if why == triggerLoad || a.interval == 0 || !keepsTask(cur, live) {
+	if why == triggerLoad || a.interval == 0 || !keepsTask(cur, live) ||
+		(why == triggerConfig && !cfg.Frozen && settled(cur, cfg.Controls(live))) {
 		return algorithmOf(cfg).Name()
 	}
 	return "membership"
