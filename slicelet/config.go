@@ -157,10 +157,13 @@ func DefaultConfig() Config {
 }
 
 // DefaultLoadWindow is the load measurement window when Config.LoadWindow
-// is 0. Five seconds lets the Assigner correct a hot-key shift within about
-// 20 s (docs/benchmarks.md): a 10 s window makes the first decision after a
-// shift see half-old load and usually needs a second one.
-const DefaultLoadWindow = 5 * time.Second
+// is 0. Two seconds, with the Assigner deciding as soon as a round of
+// reports is in, lets it correct a hot-key shift within about 10 s
+// (docs/benchmarks.md): a longer window makes the first decision after a
+// shift see mostly old load. The noise this adds to each report is what
+// the Assigner's sampling-noise gate discounts (assign.SignificantGain),
+// so short windows do not make it chase noise.
+const DefaultLoadWindow = 2 * time.Second
 
 // gossipConfig returns the gossip configuration the Slicelet starts with.
 func (c Config) gossipConfig(log *slog.Logger) gossip.Config {

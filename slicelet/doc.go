@@ -19,7 +19,7 @@
 //   - measures load (paper §4.4): ReportLoad adds a cost to the slice a key
 //     hashes into, without allocating or locking, and HTTPMiddleware and
 //     Interceptor count one unit per request; once per Config.LoadWindow
-//     (DefaultLoadWindow, 5 s) the Slicelet sends the window's per-slice
+//     (DefaultLoadWindow, 2 s) the Slicelet sends the window's per-slice
 //     load to the job's preferred Assigner, chosen from gossip as the
 //     Assigners choose it (the one that generates the job), keeping the
 //     load, halved, for the next report when no Assigner answers.

@@ -15,7 +15,7 @@ func TestFlagReferenceCoversEveryFlag(t *testing.T) {
 		"\n*Security: TLS and tokens*\n\n| flag | environment | default | meaning |\n|---|---|---|---|\n| `--tls-cert` |",
 		"| `--role` | `SLICERD_ROLE` |  | roles to run",
 		"| `--node-name` | `SLICERD_NODE_NAME` | the host name |",
-		"| `--rebalance-interval` | `SLICERD_REBALANCE_INTERVAL` | `10s` |",
+		"| `--rebalance-interval` | `SLICERD_REBALANCE_INTERVAL` | `4s` |",
 		"`slicerd job watch`:",
 		"| `--addr` | `SLICERD_ADDR` | `127.0.0.1:7070` | RPC address of a slicerd node running the distributor role |",
 		"| `--move-churn` |  | unchanged |",

@@ -211,7 +211,7 @@ func agentConfigOf(t *testing.T, env map[string]string, args ...string) (roles.C
 
 func TestRebalanceIntervalFlag(t *testing.T) {
 	cfg, code, out := agentConfigOf(t, nil)
-	if code != 0 || cfg.RebalanceInterval != 10*time.Second {
+	if code != 0 || cfg.RebalanceInterval != 4*time.Second {
 		t.Errorf("default: interval %v, exit %d: %s", cfg.RebalanceInterval, code, out)
 	}
 	cfg, code, out = agentConfigOf(t, nil, "--rebalance-interval", "0")

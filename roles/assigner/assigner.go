@@ -201,7 +201,7 @@ func DefaultConfig() Config {
 		StandbyPollInterval: 500 * time.Millisecond,
 		JobLeaseTTL:         lease.DefaultJobTTL,
 		BridgeWait:          time.Second,
-		RebalanceInterval:   10 * time.Second,
+		RebalanceInterval:   4 * time.Second,
 		LoadHalfLife:        10 * time.Second,
 		LoadHistoryInterval: 5 * time.Second,
 		MaxJobs:             10_000,

@@ -380,8 +380,8 @@ func (l *loads) reporting(job string) int {
 
 // loadWarmup is how long after it starts an Assigner's load-driven
 // decisions wait for the reports of every task a job's assignment lists:
-// Slicelets report every few seconds (slicelet.DefaultLoadWindow is 5 s),
-// so two rounds of them fit in it at the defaults. Past it a task that
+// Slicelets report every few seconds (slicelet.DefaultLoadWindow is 2 s),
+// so several rounds of them fit in it at the defaults. Past it a task that
 // still has not reported (it cannot reach this Assigner) no longer holds
 // the job's balancing back.
 const loadWarmup = 30 * time.Second

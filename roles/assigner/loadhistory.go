@@ -25,7 +25,7 @@ import (
 // sampled for as long as a record spans (its tasks stopped reporting).
 const (
 	loadBuckets        = 64
-	loadSamples        = 120 // ten minutes at the default 5 s
+	loadSamples        = 120 // ten minutes at the default sampling interval, 5 s
 	maxLoadHistoryJobs = 1024
 )
 
