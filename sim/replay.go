@@ -36,12 +36,16 @@ type Config struct {
 	// Now reads the clock that times each decision (default time.Now).
 	// Tests inject a fixed clock to make the output reproducible.
 	Now func() time.Time
-	// Gate commits a window's decision as an Assigner commits a load-driven
-	// one: in a window whose live tasks are the held assignment's, only
-	// when it lowers the held imbalance by assign.SignificantGain, reading
-	// the trace's loads as request counts (the hottest task's load is its
-	// count of requests). Windows whose tasks changed always commit.
-	Gate bool
+	// AsAssigner decides and commits each window as a live Assigner does:
+	// a window whose live tasks differ from the held assignment's gets the
+	// membership decision (assign.Membership: a departed task's keys and a
+	// joiner's share move, nothing else), committed; a window with the
+	// same tasks gets the algorithm's, committed only when it lowers the
+	// held imbalance by assign.SignificantGain, the trace's loads read as
+	// request counts (the hottest task's load is its count of requests).
+	// Without it every window gets the algorithm's decision, committed
+	// whenever it changes anything.
+	AsAssigner bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -147,7 +151,8 @@ type Summary struct {
 	// Changes counts the windows after the first whose decision changed
 	// the assignment: the commits an Assigner would make.
 	Changes int `json:"changes"`
-	// Gated counts the decisions Config.Gate kept from being committed.
+	// Gated counts the load decisions Config.AsAssigner kept from being
+	// committed.
 	Gated             int     `json:"gated,omitempty"`
 	MeanChurn         float64 `json:"mean_churn"`
 	MeanKeyChurn      float64 `json:"mean_key_churn"`
@@ -176,7 +181,7 @@ type Simulator struct {
 	sumSlicesPerTask         float64
 	maxMem, bytesMoved       float64
 	overLimit                int
-	gated                    int // decisions not committed by Config.Gate
+	gated                    int // decisions not committed by Config.AsAssigner's gate
 	// bytes is the state each application key holds, from the trace's
 	// "bytes" so far: state stays until a line gives the key new bytes.
 	bytes map[string]float64
@@ -197,6 +202,17 @@ func sameTasks(a *assign.Assignment, live []assign.Task) bool {
 		}
 	}
 	return true
+}
+
+// anyTaskLive reports whether a task of a is in live, by name: if none
+// is, every key moves and an Assigner decides with the algorithm.
+func anyTaskLive(a *assign.Assignment, live []assign.Task) bool {
+	for _, t := range live {
+		if _, ok := a.TaskIndex(t.Name); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // NewSimulator returns a Simulator with no assignment yet.
@@ -237,17 +253,21 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 	if s.prev != nil {
 		held = assign.ImbalanceWith(s.prev, load, live)
 	}
+	decide, name := s.cfg.Algorithm.Decide, s.cfg.Algorithm.Name()
+	membership := s.cfg.AsAssigner && s.prev != nil && !sameTasks(s.prev, live) && anyTaskLive(s.prev, live)
+	if membership {
+		decide, name = assign.Membership, "membership"
+	}
 	start := s.cfg.Now()
-	next, _, err := s.cfg.Algorithm.Decide(s.cfg.Job, s.prev, live, load, s.cfg.Assign)
+	next, _, err := decide(s.cfg.Job, s.prev, live, load, s.cfg.Assign)
 	elapsed := s.cfg.Now().Sub(start)
-	name := s.cfg.Algorithm.Name()
 	if err != nil {
 		return WindowResult{}, fmt.Errorf("%w: %s: window %d: %w", ErrAlgorithm, name, w.Number, err)
 	}
 	if s.prev != nil && next != nil && assign.Equal(s.prev, next) {
 		next = s.prev
 	}
-	if s.cfg.Gate && s.prev != nil && next != s.prev && sameTasks(s.prev, live) {
+	if s.cfg.AsAssigner && s.prev != nil && next != s.prev && !membership {
 		var events float64
 		if i, _ := assign.Hottest(s.prev, load, live); i >= 0 {
 			events = assign.TaskLoads(s.prev, load)[i]

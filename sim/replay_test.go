@@ -668,12 +668,12 @@ func stepWindows(t *testing.T, data []byte, sim *Simulator, each func(*Window, W
 	}
 }
 
-// TestReplayGate: on the low-rate trace (500 requests a window over three
+// TestReplayAsAssigner: on the low-rate trace (500 requests a window over three
 // tasks), whose window-to-window imbalance is mostly sampling noise, the
 // gate commits no load decision where the ungated replay commits one in
 // every window; on the failures trace, windows whose tasks change are
 // committed all the same.
-func TestReplayGate(t *testing.T) {
+func TestReplayAsAssigner(t *testing.T) {
 	algo, err := assign.AlgorithmByName(assign.AlgorithmWeightedMove)
 	if err != nil {
 		t.Fatal(err)
@@ -684,7 +684,7 @@ func TestReplayGate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := Replay(bytes.NewReader(data), io.Discard, Config{Algorithm: algo, Assign: assign.Config{MinRedundancy: 1, MaxRedundancy: 2}, Gate: gate})
+		s, err := Replay(bytes.NewReader(data), io.Discard, Config{Algorithm: algo, Assign: assign.Config{MinRedundancy: 1, MaxRedundancy: 2}, AsAssigner: gate})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ func SimulateCommand() *cli.Command {
 			&cli.StringFlag{Name: "capacity", Usage: "relative task capacities over the trace's, as NAME=C[,NAME=C...] (e.g. t0=2,t1=2); unnamed tasks keep the trace's (1 without)"},
 			&cli.StringFlag{Name: "victim", Value: assign.VictimGainPerKey, Usage: "what a load-balancing move costs: gain-per-key or gain-per-byte (the state it moves; needs a trace with \"bytes\")"},
 			&cli.StringFlag{Name: "memory", Usage: "task memory limits in bytes over the trace's, as NAME=B[,NAME=B...]; *=B sets every unnamed task's (0: no limit). Needs a trace with \"bytes\""},
-			&cli.BoolFlag{Name: "gate", Usage: "commit as an assigner commits a load-driven decision: in a window with the same tasks, only when it lowers the imbalance by more than the sampling noise of the trace's loads, read as request counts (docs/balancing.md)"},
+			&cli.BoolFlag{Name: "as-assigner", Usage: "decide and commit each window as a live assigner does: a window whose tasks changed gets the membership decision (a departed task's keys and a joiner's share move, nothing else); one with the same tasks gets --algo's, committed only when it lowers the imbalance by more than the sampling noise of the trace's loads, read as request counts (docs/balancing.md)"},
 			&cli.StringFlag{Name: "out", Usage: "write the results to this file instead of stdout"},
 		},
 		OnUsageError: subcommandUsageError,
@@ -54,7 +54,7 @@ func runSimulate(c *cli.Context) error {
 	if maxR == 0 {
 		maxR = minR
 	}
-	cfg := sim.Config{Algorithm: algo, Job: c.String("job"), Assign: assign.Config{MinRedundancy: minR, MaxRedundancy: maxR}, Gate: c.Bool("gate")}
+	cfg := sim.Config{Algorithm: algo, Job: c.String("job"), Assign: assign.Config{MinRedundancy: minR, MaxRedundancy: maxR}, AsAssigner: c.Bool("as-assigner")}
 	if err := cfg.Assign.Validate(); err != nil {
 		return usageError("invalid --min-redundancy/--max-redundancy: %v", err)
 	}
