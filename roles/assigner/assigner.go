@@ -104,8 +104,8 @@ type Assigner struct {
 
 	kick    chan struct{} // a job's configuration changed; see kickDecision
 	configs chan string   // jobs whose configuration an operator set; see setJobConfig
-	flips  chan string   // a make-before-break deadline passed; see handoff.go
-	rounds chan string   // every task of a job reported since its last load decision
+	flips   chan string   // a make-before-break deadline passed; see handoff.go
+	rounds  chan string   // every task of a job reported since its last load decision
 
 	loads *loads // tasks' latest load reports; see load.go
 	// loadHistory records each job's load over the key space for
