@@ -53,6 +53,18 @@ func (a *Assigner) GetJob(ctx context.Context, req *connect.Request[slicerv1.Get
 	return connect.NewResponse(&slicerv1.GetJobResponse{Job: a.jobInfo(j)}), nil
 }
 
+// tuningChanged reports whether next changes what only the algorithm
+// applies (slices per task, the slice cap, churn budgets, load factors,
+// the suppression floor, the algorithm or its victim choice): such a
+// configuration gets a decision of its own with the algorithm. Redundancy,
+// drains, cordons, pins and freezing are what membership decisions apply.
+func tuningChanged(prev, next assign.Config) bool {
+	p, n := prev.WithDefaults(), next.WithDefaults()
+	return p.MinSlicesPerTask != n.MinSlicesPerTask || p.MaxSlicesPerTask != n.MaxSlicesPerTask || p.MaxSlices != n.MaxSlices ||
+		p.MergeChurn != n.MergeChurn || p.MoveChurn != n.MoveChurn || p.MergeLoadFactor != n.MergeLoadFactor ||
+		p.SplitLoadFactor != n.SplitLoadFactor || p.SuppressBelow != n.SuppressBelow || p.Algorithm != n.Algorithm || p.Victim != n.Victim
+}
+
 // setJobConfig is SetJobConfig without its audit line. The
 // configuration is validated before anything is stored, and stored before
 // the job is rebalanced under it.
@@ -84,14 +96,18 @@ func (a *Assigner) setJobConfig(ctx context.Context, req *connect.Request[slicer
 		return nil, rpc.ToConnect(err)
 	}
 	a.mu.Lock()
+	old := j.cfg
 	j.cfg, j.configured = cfg, true
 	j.cfgSet++
 	a.mu.Unlock()
 	a.log.Info("job configured", "job", name, "min_redundancy", cfg.MinRedundancy, "max_redundancy", cfg.MaxRedundancy)
-	select {
-	case a.configs <- name:
-	default: // a burst of configurations: the kick decides on membership, the next load decision on the rest
-		a.kickDecision()
+	if tuningChanged(old, cfg) {
+		select {
+		case a.configs <- name:
+			return connect.NewResponse(&slicerv1.SetJobConfigResponse{Job: a.jobInfo(j)}), nil
+		default: // a burst of configurations: the kick decides on membership, the next load decision on the rest
+		}
 	}
+	a.kickDecision()
 	return connect.NewResponse(&slicerv1.SetJobConfigResponse{Job: a.jobInfo(j)}), nil
 }

@@ -790,3 +790,32 @@ func TestSetConfigDecidesInFull(t *testing.T) {
 			len(after.Slices), before.Generation, after.Generation, cfg.MinSlicesPerTask)
 	}
 }
+
+// Only settings the algorithm alone applies get a configuration decision
+// of their own; drains, cordons, pins, redundancy and freezing are
+// membership decisions' business.
+func TestTuningChanged(t *testing.T) {
+	base := assign.DefaultConfig()
+	for _, tc := range []struct {
+		name   string
+		change func(*assign.Config)
+		want   bool
+	}{
+		{"nothing", func(*assign.Config) {}, false},
+		{"a drain", func(c *assign.Config) { c.Drained = []string{"t0"} }, false},
+		{"a cordon", func(c *assign.Config) { c.Cordoned = []string{"t0"} }, false},
+		{"redundancy", func(c *assign.Config) { c.MaxRedundancy = 3 }, false},
+		{"freezing", func(c *assign.Config) { c.Frozen = true }, false},
+		{"slices per task", func(c *assign.Config) { c.MinSlicesPerTask, c.MaxSlicesPerTask = 10, 20 }, true},
+		{"the move churn", func(c *assign.Config) { c.MoveChurn = 0.2 }, true},
+		{"the split factor", func(c *assign.Config) { c.SplitLoadFactor = 3 }, true},
+		{"the algorithm", func(c *assign.Config) { c.Algorithm = assign.AlgorithmConsistentHash }, true},
+	} {
+		next := base
+		next.Drained, next.Cordoned = slices.Clone(base.Drained), slices.Clone(base.Cordoned)
+		tc.change(&next)
+		if got := tuningChanged(base, next); got != tc.want {
+			t.Errorf("%s: tuningChanged = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

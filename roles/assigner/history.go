@@ -36,8 +36,6 @@ func (a *Assigner) causeOf(job string, cur *assign.Assignment, live []assign.Tas
 		return storage.CauseInitial, fmt.Sprintf("the job's first assignment, over %d tasks", len(live))
 	case why == triggerLoad:
 		return storage.CauseLoad, hottest(cur, live, load)
-	case why == triggerConfig:
-		return storage.CauseOperator, "the job's configuration was set: the algorithm decided under it with the measured load"
 	}
 	switch why {
 	case triggerTakeover:
