@@ -353,15 +353,18 @@ func (h *haCluster) nearLeads() bool {
 	switch lastWordOnKV(h.far.output()) {
 	case "":
 		return true
-	case "released to assigner-near":
+	case "released to assigner-near", "adoption lapsed":
+		// An adoption that lapsed held nothing: the near one won the
+		// lease while both adopted the job (each had forwarded the
+		// other a write while neither held it).
 		return true
 	}
 	return false
 }
 
 // lastWordOnKV is an Assigner's last logged change of its leadership of job
-// kv: "took over", "released to NAME", "adopting", "choosing afresh", or ""
-// if it logged none.
+// kv: "took over", "released to NAME", "adopting", "adoption lapsed",
+// "choosing afresh", or "" if it logged none.
 func lastWordOnKV(output string) string {
 	lines := strings.Split(output, "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
@@ -384,6 +387,8 @@ func lastWordOnKV(output string) string {
 			return "took over"
 		case strings.Contains(line, `choosing the preferred assigner afresh`):
 			return "choosing afresh"
+		case strings.Contains(line, `adoption lapsed`):
+			return "adoption lapsed"
 		}
 	}
 	return ""

@@ -712,6 +712,7 @@ func (l *Leader) adopted(job string) bool {
 	until, ok := l.adoptions[job]
 	if ok && !until.After(time.Now()) {
 		delete(l.adoptions, job)
+		l.log.Info("the job's adoption lapsed: no write was forwarded here for it; it goes to its preferred assigner", "job", job)
 		return false
 	}
 	return ok
