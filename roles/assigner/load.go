@@ -226,7 +226,9 @@ func (l *loads) put(job, task string, r *loadReport, live []string) (round bool)
 		l.reported, l.decided = make(map[string]int), make(map[string]time.Time)
 	}
 	if _, ok := l.decided[job]; !ok {
-		l.decided[job] = r.at // the first report: rounds are spaced from it
+		// The first report: rounds are spaced from it, and it counts
+		// once (a later report of its task comes after this instant).
+		l.decided[job] = r.at.Add(-time.Nanosecond)
 	}
 	if prev == nil || !prev.at.After(l.decided[job]) {
 		l.reported[job]++

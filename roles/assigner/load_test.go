@@ -168,7 +168,7 @@ func TestLoadReportRounds(t *testing.T) {
 	for i, step := range []struct {
 		task  string
 		round bool
-	}{{"t0", false}, {"t1", false}, {"t1", false}, {"t2", true}, {"t0", true}} {
+	}{{"t0", false}, {"t0", false}, {"t1", false}, {"t1", false}, {"t2", true}, {"t0", true}} {
 		if got := put(step.task); got != step.round {
 			t.Fatalf("report %d (%s): round %v, want %v", i, step.task, got, step.round)
 		}
