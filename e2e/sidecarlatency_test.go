@@ -114,6 +114,20 @@ func TestSidecarHandleLatency(t *testing.T) {
 	startEnv(t, "sidecar", bin.slicerd, append(os.Environ(), secureEnv(bin.slicerd, args)...), args...).
 		waitLine(30*time.Second, "sidecar local API serving")
 
+	// What Go's HTTP/1.1 server alone costs a call from the library: a
+	// handler that answers at once.
+	plain := filepath.Join(t.TempDir(), "http.sock")
+	hln, err := net.Listen("unix", plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hsrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"handle":"7","owned":true}`))
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hsrv.Serve(hln) }()
+	defer hsrv.Close()
+
 	echo := filepath.Join(t.TempDir(), "echo.sock")
 	ln, err := net.Listen("unix", echo)
 	if err != nil {
@@ -172,7 +186,14 @@ for i in range(5000):
     s.recv(4096)
     ds.append(time.perf_counter_ns() - t0)
 print("the machine's floor, a Unix-socket echo from Python to Go: %s" % pct(ds))
-`, sock, echo)
+c = slicerd_task._Conn(sys.argv[3])
+ds = []
+for i in range(5000):
+    t0 = time.perf_counter_ns()
+    c.call("/x", b'{"key":"a2V5"}', 5)
+    ds.append(time.perf_counter_ns() - t0)
+print("and a call to a trivial Go net/http handler over a Unix socket: %s" % pct(ds))
+`, sock, echo, plain)
 	cmd.Env = append(os.Environ(), "PYTHONPATH=../clients/python")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
