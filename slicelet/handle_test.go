@@ -112,16 +112,8 @@ func TestHandleAcrossBridge(t *testing.T) {
 
 	bridge := grant(s, lease.Value{From: 1, To: 2}, intersect(ownedRanges(a1, "a"), ownedRanges(a2, "a")), time.Hour)
 	lost := subtract(g1.owned, bridge.owned)
-	drained := make(chan struct{})
-	go func() {
-		s.drainHandles(g1, lost)
-		close(drained)
-	}()
-	select {
-	case <-drained:
-		t.Fatal("the guard was given up while a handle on a leaving key was outstanding")
-	case <-time.After(20 * time.Millisecond): // the drain must still be waiting; no timing claim
-	}
+	drained := background(func() { s.drainHandles(g1, lost) })
+	stillWaiting(t, drained, "the guard was given up while a handle on a leaving key was outstanding")
 	hLeaving.Release()
 	<-drained
 	s.setView(nil, bridge, lost)
@@ -226,16 +218,8 @@ func TestHeldForAtEveryStepOfADrain(t *testing.T) {
 		if d <= 0 || d > s.cfg.ReleaseWait || d > h.ValidFor() {
 			t.Fatalf("HeldFor %v before any drain; want (0, min(ReleaseWait %v, ValidFor %v)]", d, s.cfg.ReleaseWait, h.ValidFor())
 		}
-		drained := make(chan struct{})
-		go func() {
-			s.drainHandles(g1, lost)
-			close(drained)
-		}()
-		select {
-		case <-drained:
-			t.Fatal("the drain gave the key up while a handle holding a promise was outstanding")
-		case <-time.After(20 * time.Millisecond): // the drain must still be waiting; no timing claim
-		}
+		drained := background(func() { s.drainHandles(g1, lost) })
+		stillWaiting(t, drained, "the drain gave the key up while a handle holding a promise was outstanding")
 		if !h.IsAssignedContinuously() {
 			t.Fatal("the key left within the promise")
 		}
@@ -313,16 +297,8 @@ func TestStopKeepsPromises(t *testing.T) {
 	if h.HeldFor() <= 0 {
 		t.Fatal("no promise")
 	}
-	stopped := make(chan struct{})
-	go func() {
-		s.keepPromises()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-		t.Fatal("the stop did not wait for a promised handle")
-	case <-time.After(20 * time.Millisecond): // must still be waiting; no timing claim
-	}
+	stopped := background(func() { s.keepPromises() })
+	stillWaiting(t, stopped, "the stop did not wait for a promised handle")
 	h.Release()
 	<-stopped
 
@@ -423,5 +399,28 @@ func TestHeldForUnderMoves(t *testing.T) {
 	}
 	if checked.Load() == 0 {
 		t.Fatal("no handle was checked within its promise: the test proves nothing")
+	}
+}
+
+// background runs f in a goroutine and returns a channel closed when it
+// returns.
+func background(f func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	return done
+}
+
+// stillWaiting fails the test with msg if done is closed within a short
+// while: what runs in the background must still be waiting. A slow
+// machine only makes the check weaker, never fail wrongly.
+func stillWaiting(t *testing.T, done <-chan struct{}, msg string) {
+	t.Helper()
+	select {
+	case <-done:
+		t.Fatal(msg)
+	case <-time.After(20 * time.Millisecond):
 	}
 }
