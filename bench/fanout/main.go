@@ -285,6 +285,24 @@ type report struct {
 	// Distribution is commit → receipt over every stream and timed
 	// generation, with slicerd's own commit → send beside it (-metrics).
 	Distribution *distribution `json:"distribution"`
+	// PerStream, with -metrics: slicerd's memory after the timed
+	// generations, divided by the streams it serves.
+	PerStream *perStream `json:"per_stream,omitempty"`
+}
+
+// perStream is slicerd's memory per stream, from its Go runtime metrics:
+// goroutine stacks and the heap in use.
+type perStream struct {
+	Streams    int     `json:"streams"`
+	Goroutines float64 `json:"goroutines"`
+	StackBytes float64 `json:"stack_bytes"`
+	HeapBytes  float64 `json:"heap_bytes"`
+}
+
+func newPerStream(after benchproc.Samples, streams int) *perStream {
+	n := float64(streams)
+	return &perStream{Streams: streams, Goroutines: after.Sum("go_goroutines") / n,
+		StackBytes: after.Sum("go_memstats_stack_inuse_bytes") / n, HeapBytes: after.Sum("go_memstats_heap_inuse_bytes") / n}
 }
 
 // distribution is the Slicer paper's Figure 10 for the timed generations:
@@ -466,6 +484,10 @@ func (r *report) print(w io.Writer) {
 	}
 	if r.Distribution != nil {
 		r.Distribution.print(w)
+	}
+	if p := r.PerStream; p != nil {
+		fmt.Fprintf(w, "slicerd per stream (of %d): %.2f goroutines, %.0f bytes of goroutine stack, %.0f bytes of heap in use\n",
+			p.Streams, p.Goroutines, p.StackBytes, p.HeapBytes)
 	}
 	if l := r.Levels; l != nil {
 		fmt.Fprintf(w, "levels: %d streams on slicerd, commit → receipt p50 %.1f ms p99 %.1f ms; %d streams on %d relays, p50 %.1f ms p99 %.1f ms; a level adds %.1f ms at p99\n",
@@ -710,6 +732,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		const name = "slicerd_distributor_commit_to_send_seconds"
 		h := after.Histogram(name).Sub(before.Histogram(name))
 		hist = &h
+		rep.PerStream = newPerStream(after, o.streams/(o.relays+1))
 		// The tasks' Slicelets watch the job too.
 		if want := float64(o.generations * (o.streams + len(taskNames))); h.Count != want {
 			say("slicerd timed %.0f sends of the timed generations; %d generations × (%d streams + %d tasks) = %.0f",
