@@ -244,6 +244,15 @@ func (m *Embedded) Renew(ctx context.Context, l Job) (Job, error) {
 	return l, nil
 }
 
+// RenewAll implements Manager: each lease in turn, from memory.
+func (m *Embedded) RenewAll(ctx context.Context, ls []Job) []Renewal {
+	out := make([]Renewal, len(ls))
+	for i, l := range ls {
+		out[i].Job, out[i].Err = m.Renew(ctx, l)
+	}
+	return out
+}
+
 // Release implements Manager.
 func (m *Embedded) Release(ctx context.Context, l Job) error {
 	const op = "release job lease"

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -69,6 +70,16 @@ type Leader struct {
 	clock   *leaseclock.Clock // lease deadlines, counting a host's suspend
 	choices Choices
 	changes chan struct{} // a lease was gained or lost
+
+	// With a manager that tells of job leases ending (ReleaseWatcher),
+	// watching is set while its watch is in place: a deferral is then
+	// checked when the holder's lease ends, not every preference
+	// recheck. releases counts the ends it told of, so that an Acquire
+	// that found a lease held can tell whether it ended since; due nudges
+	// Run to check the deferrals made due.
+	watching atomic.Bool
+	releases atomic.Uint64
+	due      chan struct{}
 
 	mu        sync.Mutex
 	held      map[string]*heldJob
@@ -133,6 +144,7 @@ func NewLeader(cfg LeaderConfig) *Leader {
 		log:       cfg.Logger,
 		clock:     leaseclock.New(),
 		changes:   make(chan struct{}, 1),
+		due:       make(chan struct{}, 1),
 		held:      make(map[string]*heldJob),
 		wanted:    make(map[string]bool),
 		holders:   make(map[string]string),
@@ -352,6 +364,11 @@ func (l *Leader) alive(name string) bool {
 // ends).
 // Jobs whose lease it gains are reported by Gained.
 func (l *Leader) Evaluate(ctx context.Context, jobs []string) {
+	// Acquires and releases run in parallel: an Assigner that starts, or
+	// sees another die, may take thousands of jobs at once.
+	var g errgroup.Group
+	g.SetLimit(maxParallelAcquires)
+	defer func() { _ = g.Wait() }()
 	for _, job := range jobs {
 		if ctx.Err() != nil {
 			return
@@ -363,13 +380,17 @@ func (l *Leader) Evaluate(ctx context.Context, jobs []string) {
 		l.mu.Lock()
 		if d := l.deferrals[job]; d != nil && d.holder != p.Name {
 			delete(l.deferrals, job) // choices were made afresh since
+			delete(l.retry, job)     // paced as the deferral was
 		}
 		l.wanted[job] = want
 		h := l.held[job]
 		l.mu.Unlock()
 		switch {
 		case want && (h == nil || !h.live(l.clock.Now())):
-			l.acquire(ctx, job)
+			g.Go(func() error {
+				l.acquire(ctx, job)
+				return nil
+			})
 		case !want && h != nil && l.leaving():
 			// This Assigner is leaving gossip, so it prefers another,
 			// which does not know yet: serf marks a leaving member
@@ -382,8 +403,11 @@ func (l *Leader) Evaluate(ctx context.Context, jobs []string) {
 			l.mu.Lock()
 			delete(l.held, job)
 			l.mu.Unlock()
-			l.release(ctx, h.l)
-			l.signal()
+			g.Go(func() error {
+				l.release(ctx, h.l)
+				l.signal()
+				return nil
+			})
 		}
 	}
 }
@@ -418,6 +442,7 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 		l.release(ctx, lapsed.l)
 	}
 	sent := l.clock.Now()
+	releases := l.releases.Load()
 	lj, err := l.cfg.Manager.Acquire(ctx, job, l.cfg.Self, l.cfg.TTL)
 	if err != nil {
 		var he *HeldError // nil unless the lease is held
@@ -454,6 +479,12 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 			// wants the job, and takes it as soon as the holder lets go.
 			wait = l.deferralCheck(d, now)
 			d.next = now.Add(wait)
+			if l.releases.Load() != releases {
+				// A lease ended while this one was refused, perhaps
+				// this one: it is checked at once rather than missed.
+				d.next = now
+				l.nudge()
+			}
 			l.choices.Remember(job, he.Holder)
 		}
 		l.retry[job] = now.Add(wait)
@@ -478,8 +509,16 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 // for the holder to see a change of membership this one saw first.
 func (l *Leader) handoffWindow() time.Duration { return 2 * l.cfg.Preference.Recheck }
 
+// watchedDeferralCheck is the time until a deferral is next checked while
+// the manager's release watch is in place: never, in effect, since the
+// end of the holder's lease is told.
+const watchedDeferralCheck = 24 * time.Hour
+
 // deferralCheck is the time until d is next checked.
 func (l *Leader) deferralCheck(d *deferral, now time.Time) time.Duration {
+	if l.watching.Load() {
+		return watchedDeferralCheck
+	}
 	if now.Sub(d.since) < l.handoffWindow() {
 		return l.cfg.TTL / 10
 	}
@@ -507,19 +546,36 @@ func (l *Leader) signal() {
 	}
 }
 
-// maxParallelRenewals bounds the renewals in flight at once.
-const maxParallelRenewals = 16
+// maxParallelReleases bounds the releases in flight at once at shutdown,
+// and maxParallelAcquires the deferrals checked (and jobs taken) at once.
+const (
+	maxParallelReleases = 16
+	maxParallelAcquires = 16
+)
 
 // Run renews the held leases every TTL/3 and retries, every TTL/10, the
 // wanted jobs whose holder gossip has failed, and checks the deferrals
 // that are due, until ctx ends; then it
 // releases every lease it holds, so that another Assigner takes the jobs
 // at once rather than after their TTL.
+//
+// With a manager that tells of job leases ending (ReleaseWatcher), it
+// watches them for as long as it runs, and checks a deferral when its
+// holder's lease ends.
 func (l *Leader) Run(ctx context.Context) error {
 	renew := time.NewTicker(l.cfg.TTL / 3)
 	defer renew.Stop()
 	retry := time.NewTicker(l.cfg.TTL / 10)
 	defer retry.Stop()
+	if rw, ok := l.cfg.Manager.(ReleaseWatcher); ok {
+		wctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { l.watchReleases(wctx, rw) })
+		defer func() {
+			stop()
+			wg.Wait()
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -530,10 +586,67 @@ func (l *Leader) Run(ctx context.Context) error {
 		case <-retry.C:
 			l.retryWanted(ctx)
 			l.checkDeferrals(ctx)
+		case <-l.due:
+			l.checkDeferrals(ctx)
 		}
 	}
 }
 
+// watchReleases keeps the manager's release watch in place until ctx
+// ends: every deferral is checked each time the watch is (re)established,
+// since an end may have gone untold before, and each deferral on a job
+// whose lease ended is checked at once.
+func (l *Leader) watchReleases(ctx context.Context, rw ReleaseWatcher) {
+	for {
+		err := rw.WatchReleases(ctx, func() {
+			l.watching.Store(true)
+			l.deferralsDue("")
+		}, l.deferralsDue)
+		l.watching.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		l.log.Warn("watching the job leases failed; checking the jobs other assigners hold every preference recheck until the watch is back",
+			"err", err)
+		l.deferralsDue("")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(l.cfg.Preference.Recheck):
+		}
+	}
+}
+
+// deferralsDue makes the deferral on job due at once, or every deferral
+// for job "", and nudges Run to check them.
+func (l *Leader) deferralsDue(job string) {
+	l.releases.Add(1)
+	l.mu.Lock()
+	n := 0
+	if job == "" {
+		for _, d := range l.deferrals {
+			d.next = time.Time{}
+			n++
+		}
+	} else if d := l.deferrals[job]; d != nil {
+		d.next = time.Time{}
+		n++
+	}
+	l.mu.Unlock()
+	if n > 0 {
+		l.nudge()
+	}
+}
+
+func (l *Leader) nudge() {
+	select {
+	case l.due <- struct{}{}:
+	default:
+	}
+}
+
+// renewAll renews every live lease with one manager call (one etcd
+// keep-alive for all of them), bounded by the earliest deadline among them.
 func (l *Leader) renewAll(ctx context.Context) {
 	now := l.clock.Now()
 	l.mu.Lock()
@@ -544,51 +657,90 @@ func (l *Leader) renewAll(ctx context.Context) {
 		}
 	}
 	l.mu.Unlock()
-	var g errgroup.Group
-	g.SetLimit(maxParallelRenewals)
-	for _, h := range held {
-		g.Go(func() error {
-			l.renew(ctx, h)
-			return nil
-		})
+	if len(held) == 0 {
+		return
 	}
-	_ = g.Wait()
-}
-
-func (l *Leader) renew(ctx context.Context, h *heldJob) {
+	ls := make([]Job, len(held))
+	until := held[0].deadline
+	for i, h := range held {
+		ls[i] = h.l
+		until = min(until, h.deadline)
+	}
 	sent := l.clock.Now()
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(h.deadline-sent))
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(until-sent))
 	// Failpoints lease/before-renew and lease/after-renew: an injected
-	// error is a failed renewal (retried until the deadline).
+	// error is a failed renewal of every lease (retried until their
+	// deadlines).
 	err := failpoint.Hit(rctx, "lease/before-renew")
-	var lj Job
+	var out []Renewal
 	if err == nil {
-		lj, err = l.cfg.Manager.Renew(rctx, h.l)
-	}
-	if err == nil {
+		out = l.cfg.Manager.RenewAll(rctx, ls)
 		err = failpoint.Hit(rctx, "lease/after-renew")
 	}
 	cancel()
+	var lost, lapsed, failed renewFailures
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.held[h.l.Job] != h {
-		return // released or lost meanwhile
+	for i, h := range held {
+		r := Renewal{Err: err}
+		if err == nil {
+			r = out[i]
+		}
+		if l.held[h.l.Job] != h {
+			continue // released or lost meanwhile
+		}
+		switch {
+		case r.Err == nil:
+			l.held[h.l.Job] = &heldJob{l: r.Job, deadline: l.deadline(sent, r.Job.TTL)}
+		case errors.Is(r.Err, ErrLost):
+			delete(l.held, h.l.Job)
+			lost.add(h, r.Err)
+		case !h.live(l.clock.Now()):
+			// Kept, lapsed (Held is false): the next acquire releases it
+			// first, and Evaluate releases it for the preferred Assigner.
+			lapsed.add(h, r.Err)
+		case ctx.Err() == nil:
+			failed.add(h, r.Err)
+			failed.deadlineIn = time.Duration(h.deadline - l.clock.Now()).Round(time.Millisecond)
+		}
 	}
-	switch {
-	case err == nil:
-		l.held[h.l.Job] = &heldJob{l: lj, deadline: l.deadline(sent, lj.TTL)}
-	case errors.Is(err, ErrLost):
-		delete(l.held, h.l.Job)
-		l.log.Warn("job lease lost; no longer writing the job", "job", h.l.Job, "epoch", h.l.Epoch, "err", err)
+	l.mu.Unlock()
+	lost.log(l.log, "job lease lost; no longer writing the job")
+	lapsed.log(l.log, "job lease not renewed before its deadline; no longer writing the job")
+	failed.log(l.log, "renewing the job lease failed; retrying until its deadline")
+	if len(lost.jobs)+len(lapsed.jobs) > 0 {
 		l.signal()
-	case !h.live(l.clock.Now()):
-		// Kept, lapsed (Held is false): the next acquire releases it
-		// first, and Evaluate releases it for the preferred Assigner.
-		l.log.Warn("job lease not renewed before its deadline; no longer writing the job", "job", h.l.Job, "epoch", h.l.Epoch, "err", err)
-		l.signal()
-	case ctx.Err() == nil:
-		l.log.Warn("renewing the job lease failed; retrying until its deadline", "job", h.l.Job, "epoch", h.l.Epoch,
-			"deadline_in", time.Duration(h.deadline-l.clock.Now()).Round(time.Millisecond), "err", err)
+	}
+}
+
+// renewFailures are the leases of one renewal that failed one way, logged
+// as one line however many they are (an etcd lease carrying 10,000 job
+// keys expires for all of them at once).
+type renewFailures struct {
+	jobs       []string
+	epoch      uint64 // the first one's
+	err        error  // the first one's
+	deadlineIn time.Duration
+}
+
+func (f *renewFailures) add(h *heldJob, err error) {
+	if len(f.jobs) == 0 {
+		f.epoch, f.err = h.l.Epoch, err
+	}
+	f.jobs = append(f.jobs, h.l.Job)
+}
+
+func (f *renewFailures) log(log *slog.Logger, msg string) {
+	switch n := len(f.jobs); {
+	case n == 0:
+	case n == 1:
+		attrs := []any{"job", f.jobs[0], "epoch", f.epoch, "err", f.err}
+		if f.deadlineIn != 0 {
+			attrs = append(attrs, "deadline_in", f.deadlineIn)
+		}
+		log.Warn(msg, attrs...)
+	default:
+		slices.Sort(f.jobs)
+		log.Warn(msg, "jobs", n, "first", f.jobs[:min(n, 5)], "err", f.err)
 	}
 }
 
@@ -624,43 +776,56 @@ func (l *Leader) checkDeferrals(ctx context.Context) {
 		}
 	}
 	l.mu.Unlock()
+	// In parallel: when an Assigner dies, the other Assigners check and
+	// take every job it held at once.
+	var g errgroup.Group
+	g.SetLimit(maxParallelAcquires)
 	for _, job := range slices.Sorted(maps.Keys(due)) {
 		if ctx.Err() != nil {
-			return
+			break
 		}
-		holder := due[job]
-		lj, err := l.cfg.Manager.Holder(ctx, job)
-		l.mu.Lock()
-		d := l.deferrals[job]
-		if d == nil || d.holder != holder {
-			l.mu.Unlock()
-			continue // ended or replaced meanwhile
-		}
-		if (err == nil && lj.Holder == holder) || (err != nil && !errors.Is(err, ErrNotHeld)) {
-			// Still held by it, or the manager did not answer.
-			d.next = time.Now().Add(l.deferralCheck(d, time.Now()))
-			l.mu.Unlock()
-			continue
-		}
-		delete(l.deferrals, job)
-		if err == nil {
-			l.holders[job] = lj.Holder
-		} else {
-			delete(l.holders, job)
-		}
-		delete(l.retry, job)
+		g.Go(func() error {
+			l.checkDeferral(ctx, job, due[job])
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+// checkDeferral ends the deferral on job to holder unless holder still
+// holds the job's lease, and takes the job if this Assigner wants it.
+func (l *Leader) checkDeferral(ctx context.Context, job, holder string) {
+	lj, err := l.cfg.Manager.Holder(ctx, job)
+	l.mu.Lock()
+	d := l.deferrals[job]
+	if d == nil || d.holder != holder {
 		l.mu.Unlock()
-		if l.choices.Current(job) == holder {
-			l.choices.Forget(job)
-		}
-		_, want := l.Preferred(job)
-		l.mu.Lock()
-		l.wanted[job] = want
+		return // ended or replaced meanwhile
+	}
+	if (err == nil && lj.Holder == holder) || (err != nil && !errors.Is(err, ErrNotHeld)) {
+		// Still held by it, or the manager did not answer.
+		d.next = time.Now().Add(l.deferralCheck(d, time.Now()))
 		l.mu.Unlock()
-		if want {
-			l.log.Info("the job's holder let it go; taking it", "job", job, "holder", holder)
-			l.acquire(ctx, job)
-		}
+		return
+	}
+	delete(l.deferrals, job)
+	if err == nil {
+		l.holders[job] = lj.Holder
+	} else {
+		delete(l.holders, job)
+	}
+	delete(l.retry, job)
+	l.mu.Unlock()
+	if l.choices.Current(job) == holder {
+		l.choices.Forget(job)
+	}
+	_, want := l.Preferred(job)
+	l.mu.Lock()
+	l.wanted[job] = want
+	l.mu.Unlock()
+	if want {
+		l.log.Info("the job's holder let it go; taking it", "job", job, "holder", holder)
+		l.acquire(ctx, job)
 	}
 }
 
@@ -672,9 +837,15 @@ func (l *Leader) releaseAll(ctx context.Context) {
 	}
 	clear(l.held)
 	l.mu.Unlock()
+	var g errgroup.Group
+	g.SetLimit(maxParallelReleases)
 	for _, lj := range held {
-		l.release(ctx, lj)
+		g.Go(func() error {
+			l.release(ctx, lj)
+			return nil
+		})
 	}
+	_ = g.Wait()
 	if len(held) > 0 {
 		l.log.Info("released the job leases on shutdown", "jobs", len(held))
 	}

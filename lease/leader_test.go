@@ -196,6 +196,18 @@ func (m *stallRenew) Renew(ctx context.Context, l lease.Job) (lease.Job, error) 
 	return m.Manager.Renew(ctx, l)
 }
 
+func (m *stallRenew) RenewAll(ctx context.Context, ls []lease.Job) []lease.Renewal {
+	if m.stalled.Load() {
+		<-ctx.Done()
+		out := make([]lease.Renewal, len(ls))
+		for i := range out {
+			out[i].Err = ctx.Err()
+		}
+		return out
+	}
+	return m.Manager.RenewAll(ctx, ls)
+}
+
 func (m *stallRenew) Acquire(ctx context.Context, job, holder string, ttl time.Duration) (lease.Job, error) {
 	l, err := m.Manager.Acquire(ctx, job, holder, ttl)
 	var he *lease.HeldError

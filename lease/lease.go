@@ -51,6 +51,13 @@ type Job struct {
 	ID int64
 }
 
+// Renewal is the outcome of renewing one job lease (Manager.RenewAll):
+// the renewed lease, or the error Renew would have returned.
+type Renewal struct {
+	Job Job
+	Err error
+}
+
 // Value is what a guard or bridge lease says. A guard's readers may use the
 // assignment of generation From (== To). A bridge's readers may use, of
 // the keys assigned to them at From, those also assigned to them at To.
@@ -114,6 +121,11 @@ type Manager interface {
 	// Renew extends a held lease by its TTL from now, keeping its epoch; it
 	// fails with ErrLost once the lease expired or was released.
 	Renew(ctx context.Context, l Job) (Job, error)
+	// RenewAll is Renew for each of ls in one call, returning the outcome
+	// of each in order. A manager renews the leases of one holder with as
+	// few requests as it can (etcd: one keep-alive for all of them), so a
+	// holder renews every lease it holds with one call.
+	RenewAll(ctx context.Context, ls []Job) []Renewal
 	// Release gives the lease up at once; releasing a lost lease is not an
 	// error.
 	Release(ctx context.Context, l Job) error
@@ -152,6 +164,19 @@ type Manager interface {
 	// Close releases the manager. Leases it granted are not released: they
 	// expire, or are released through another manager.
 	Close() error
+}
+
+// ReleaseWatcher is a Manager that tells of job leases as they end:
+// released, expired or deleted. A Leader on one waits for such an event
+// before it looks again at a job another Assigner holds, instead of asking
+// the manager about each such job every preference recheck.
+type ReleaseWatcher interface {
+	// WatchReleases calls watching once the watch is in place, then ended
+	// with the job of each job lease that ends, until ctx ends or the
+	// watch fails. It returns nil once ctx ended, or the error that ended
+	// the watch: events may have been missed since, and the caller checks
+	// again what it waited for.
+	WatchReleases(ctx context.Context, watching func(), ended func(job string)) error
 }
 
 // MaxNameLen bounds a holder or reader name, as it bounds the keys an

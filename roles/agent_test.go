@@ -277,6 +277,9 @@ func TestDistributorPullsFromAssigner(t *testing.T) {
 	dcfg.Gossip.Join = []string{assigner.GossipAddr()}
 	distributor := startAgent(t, dcfg)
 	taskMember(t, "kv", "t0", assigner.GossipAddr())
+	// The job exists once the assigner has seen its task join; before, a
+	// watch of it is rightly NOT_FOUND.
+	seesTask(t, assigner, "kv", "t0")
 
 	// Until the distributor sees a live assigner it answers UNAVAILABLE;
 	// then a job no assigner knows does not exist.

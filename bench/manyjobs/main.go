@@ -7,7 +7,7 @@
 // processes (--role assigner, --store etcd://...) on loopback, creates
 // -jobs jobs with `job set` calls (no tasks: each job is a configuration,
 // a job lease and the Assigner's bookkeeping), waits until every job's
-// lease has a holder, counts etcd's handled gRPC requests over -rest, then
+// lease has a holder, counts the gRPC messages etcd receives over -rest, then
 // kills the Assigner holding the most jobs and polls the job lease keys
 // until each names a live Assigner.
 //
@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -121,6 +122,10 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		name string
 		proc *benchproc.Proc
 		rpc  string
+		// settled receives the line that says the node's network
+		// coordinate settled: the Assigners' preferences change then,
+		// and jobs move to the nearer one.
+		settled <-chan string
 	}
 	var nodes []*node
 	var procs []*benchproc.Proc
@@ -139,7 +144,7 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			return err
 		}
 		procs = append(procs, p)
-		nodes = append(nodes, &node{name: name, proc: p, rpc: addrs.RPC})
+		nodes = append(nodes, &node{name: name, proc: p, rpc: addrs.RPC, settled: p.Await("network coordinate settled")})
 		if join == "" {
 			join = addrs.Gossip
 		}
@@ -152,7 +157,18 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		}
 		return out
 	}
-	// Settle, then the memory of Assigners holding no job.
+	// Settle (the network coordinates too, so that no preference changes
+	// once the jobs exist), then the memory of Assigners holding no job.
+	for _, n := range nodes {
+		select {
+		case <-n.settled:
+		case <-time.After(2 * time.Minute):
+			return fmt.Errorf("%s: its network coordinate did not settle within 2 minutes; see its log", n.name)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	say("network coordinates settled")
 	if err := benchproc.Sleep(ctx, 3*time.Second); err != nil {
 		return err
 	}
@@ -248,22 +264,28 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err := benchproc.Sleep(ctx, 5*time.Second); err != nil {
 		return err
 	}
-	handled := func() (float64, error) {
+	// Requests are etcd's gRPC messages received, by method: a unary call
+	// is one, and a keep-alive or watch stream counts each message sent
+	// on it. Calls completed (grpc_server_handled_total) are told beside.
+	received := func() (map[string]float64, error) {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		s, err := benchproc.Scrape(sctx, "http://"+etcd.Addr+"/metrics")
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		var sum float64
+		by := map[string]float64{}
 		for _, x := range s {
+			if x.Name == "grpc_server_msg_received_total" {
+				by[x.Labels["grpc_method"]] += x.Value
+			}
 			if x.Name == "grpc_server_handled_total" {
-				sum += x.Value
+				by["handled:"+x.Labels["grpc_method"]] += x.Value
 			}
 		}
-		return sum, nil
+		return by, nil
 	}
-	h0, err := handled()
+	r0, err := received()
 	if err != nil {
 		return err
 	}
@@ -271,14 +293,28 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err := benchproc.Sleep(ctx, o.rest); err != nil {
 		return err
 	}
-	h1, err := handled()
+	r1, err := received()
 	if err != nil {
 		return err
 	}
-	rate := (h1 - h0) / time.Since(t0).Seconds()
+	secs := time.Since(t0).Seconds()
+	var rate, handled float64
+	var methods []string
+	for m, n := range r1 {
+		d := (n - r0[m]) / secs
+		switch name, ok := strings.CutPrefix(m, "handled:"); {
+		case ok:
+			handled += d
+		case d > 0:
+			rate += d
+			methods = append(methods, fmt.Sprintf("%s %.1f", name, d))
+		}
+	}
+	slices.Sort(methods)
 	full := rss()
 	fmt.Fprintf(stdout, "%d jobs over %d assigners (held %v)\n", o.jobs, o.assigners, by)
-	fmt.Fprintf(stdout, "etcd requests at rest: %.0f per second (%.2f per job per second)\n", rate, rate/float64(o.jobs))
+	fmt.Fprintf(stdout, "etcd requests at rest: %.1f per second (%.4f per job per second): %s; calls completed %.1f per second\n",
+		rate, rate/float64(o.jobs), strings.Join(methods, ", "), handled)
 	for i, n := range nodes {
 		per := float64(full[i]-empty[i]) * 1024 / float64(max(by[n.name], 1))
 		fmt.Fprintf(stdout, "%s: RSS %.0f MiB holding %d jobs (%.0f MiB with none): %.1f KiB per job held\n",

@@ -8,12 +8,17 @@
 // (see etcdstore's schema):
 //
 //	leases/<job>/job               the job lease: the holder's name, put
-//	                               with the holder's etcd lease; its create
-//	                               revision is the epoch
+//	                               with the holder's session lease (one
+//	                               etcd lease per holder, carrying all its
+//	                               job keys); its create revision is the
+//	                               epoch
 //	leases/<job>/guard             flags (1 set, 2 recalled), from, to:
 //	leases/<job>/bridge            1 + 8 + 8 bytes, big-endian
 //	leases/<job>/guard-r/<reader>  a reader's value (from, to), put with
 //	leases/<job>/bridge-r/<reader> the reader's own etcd lease
+//
+// A holder's job leases share its session (session.go): renewing them is
+// one keep-alive, whatever their number, and they expire together.
 //
 // Every write of the job lease's holder compares the job key's create
 // revision with the lease's epoch in its transaction, as the store's
@@ -32,6 +37,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +57,9 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Logger receives grants and recalls; nil discards them.
 	Logger *slog.Logger
+	// ScrubEvery is how often a holder's renewal lists the job keys its
+	// session lease carries, to find one deleted by hand (default 10s).
+	ScrubEvery time.Duration
 }
 
 // Manager is a lease.Manager in etcd.
@@ -58,8 +67,13 @@ type Manager struct {
 	cli        *clientv3.Client
 	store      *etcdstore.Store
 	reqTimeout time.Duration
+	scrubEvery time.Duration
 	log        *slog.Logger
 	closed     atomic.Bool
+
+	sessMu   sync.Mutex
+	sessions map[sessionKey]*session // each holder's live session
+	byID     map[clientv3.LeaseID]*session
 }
 
 var _ lease.Manager = (*Manager)(nil)
@@ -73,7 +87,11 @@ func New(store *etcdstore.Store, opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{cli: store.Client(), store: store, reqTimeout: opts.RequestTimeout, log: opts.Logger}
+	if opts.ScrubEvery <= 0 {
+		opts.ScrubEvery = DefaultScrubEvery
+	}
+	return &Manager{cli: store.Client(), store: store, reqTimeout: opts.RequestTimeout, scrubEvery: opts.ScrubEvery, log: opts.Logger,
+		sessions: map[sessionKey]*session{}, byID: map[clientv3.LeaseID]*session{}}
 }
 
 func (m *Manager) jobKey(job string) string { return m.store.JobLeaseKey(job) }
@@ -91,9 +109,11 @@ func (m *Manager) fence(l lease.Job) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(m.jobKey(l.Job)), "=", int64(l.Epoch))
 }
 
-// Acquire implements lease.Manager: an etcd lease of ttl (rounded up to
-// whole seconds, and to etcd's minimum), and the job key put with it if
-// absent. The epoch is the revision of that put.
+// Acquire implements lease.Manager: the job key put, if absent, with the
+// holder's session lease (granted on its first Acquire; see session), then
+// a keep-alive of that lease, so that the job lease lasts a TTL from a
+// request sent after the call began. The epoch is the revision of the put.
+// An Acquire that finds the lease held costs one request.
 func (m *Manager) Acquire(ctx context.Context, job, holder string, ttl time.Duration) (lease.Job, error) {
 	const op = "acquire job lease"
 	if err := m.check(ctx, op, job); err != nil {
@@ -107,40 +127,94 @@ func (m *Manager) Acquire(ctx context.Context, job, holder string, ttl time.Dura
 	}
 	rctx, cancel := context.WithTimeout(ctx, m.reqTimeout)
 	defer cancel()
-	g, err := m.cli.Grant(rctx, seconds(ttl))
-	if err != nil {
-		return lease.Job{}, m.opError(ctx, op, job, err)
-	}
 	key := m.jobKey(job)
-	t, err := m.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, holder, clientv3.WithLease(g.ID))).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if err != nil {
-		m.revoke(g.ID)
-		return lease.Job{}, m.opError(ctx, op, job, err)
-	}
-	if !t.Succeeded {
-		m.revoke(g.ID)
-		kvs := t.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
-			return lease.Job{}, fmt.Errorf("%w: job %q: its lease was held a moment ago; retry", lease.ErrHeld, job)
+	for attempt := 0; ; attempt++ {
+		s, err := m.session(rctx, holder, seconds(ttl))
+		if err != nil {
+			return lease.Job{}, m.opError(ctx, op, job, err)
 		}
-		return lease.Job{}, &lease.HeldError{Job: job, Holder: string(kvs[0].Value), Epoch: uint64(kvs[0].CreateRevision)}
+		sent := time.Now()
+		t, err := m.cli.Txn(rctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, holder, clientv3.WithLease(s.id))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
+			m.expired(s) // it expired unnoticed: the holder held no job for a TTL
+			continue
+		}
+		if err != nil {
+			return lease.Job{}, m.opError(ctx, op, job, err)
+		}
+		if !t.Succeeded {
+			kvs := t.Responses[0].GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				return lease.Job{}, fmt.Errorf("%w: job %q: its lease was held a moment ago; retry", lease.ErrHeld, job)
+			}
+			return lease.Job{}, &lease.HeldError{Job: job, Holder: string(kvs[0].Value), Epoch: uint64(kvs[0].CreateRevision)}
+		}
+		l := lease.Job{Job: job, Holder: holder, Epoch: uint64(t.Header.Revision), ID: int64(s.id)}
+		s.mu.Lock()
+		s.held[job] = heldKey{epoch: l.Epoch, put: sent}
+		s.mu.Unlock()
+		secs, err := m.keepAlive(rctx, s)
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				m.expired(s) // the key went with it
+			} else {
+				s.forget(job, l.Epoch, true)
+			}
+			return lease.Job{}, m.opError(ctx, op, job, err)
+		}
+		l.TTL = time.Duration(secs) * time.Second
+		m.log.Info("job lease granted", "job", job, "holder", holder, "epoch", l.Epoch, "ttl", l.TTL)
+		return l, nil
 	}
-	l := lease.Job{Job: job, Holder: holder, Epoch: uint64(t.Header.Revision), TTL: time.Duration(g.TTL) * time.Second, ID: int64(g.ID)}
-	m.log.Info("job lease granted", "job", job, "holder", holder, "epoch", l.Epoch, "ttl", l.TTL)
-	return l, nil
 }
 
-// Renew implements lease.Manager with one keep-alive, then checks that the
-// job key is still the lease's.
+// Renew implements lease.Manager: RenewAll of l alone.
 func (m *Manager) Renew(ctx context.Context, l lease.Job) (lease.Job, error) {
+	r := m.RenewAll(ctx, []lease.Job{l})[0]
+	return r.Job, r.Err
+}
+
+// RenewAll implements lease.Manager: one keep-alive for each holder's
+// session (shared with any renewal or Acquire of the holder under way),
+// however many of its job leases ls holds, and a scrub of the session's
+// keys every Options.ScrubEvery. A lease this manager did not acquire is renewed
+// on its own, with a keep-alive of its etcd lease and a read of its key.
+func (m *Manager) RenewAll(ctx context.Context, ls []lease.Job) []lease.Renewal {
 	const op = "renew job lease"
-	if err := m.check(ctx, op, l.Job); err != nil {
-		return lease.Job{}, err
+	out := make([]lease.Renewal, len(ls))
+	groups := map[clientv3.LeaseID][]int{}
+	var order []clientv3.LeaseID
+	for i, l := range ls {
+		if err := m.check(ctx, op, l.Job); err != nil {
+			out[i].Err = err
+			continue
+		}
+		id := clientv3.LeaseID(l.ID)
+		if _, ok := groups[id]; !ok {
+			order = append(order, id)
+		}
+		groups[id] = append(groups[id], i)
 	}
+	for _, id := range order {
+		if s := m.lookup(id); s != nil {
+			m.renewSession(ctx, s, ls, groups[id], out)
+			continue
+		}
+		for _, i := range groups[id] {
+			out[i].Job, out[i].Err = m.renewAlone(ctx, ls[i])
+		}
+	}
+	return out
+}
+
+// renewAlone renews a lease that is no session's of this manager: one
+// keep-alive, then a check that the job key is still the lease's.
+func (m *Manager) renewAlone(ctx context.Context, l lease.Job) (lease.Job, error) {
+	const op = "renew job lease"
 	rctx, cancel := context.WithTimeout(ctx, m.reqTimeout)
 	defer cancel()
 	ka, err := m.cli.KeepAliveOnce(rctx, clientv3.LeaseID(l.ID))
@@ -162,19 +236,27 @@ func (m *Manager) Renew(ctx context.Context, l lease.Job) (lease.Job, error) {
 }
 
 // Release implements lease.Manager: it deletes the job key if it is still
-// the lease's, and revokes the etcd lease.
+// the lease's. The holder's session lease lives on for its other jobs (an
+// etcd lease it does not know is left to expire: it may be another
+// holder's session). A delete that fails is
+// tried again at the holder's next renewal, so that the session does not
+// keep the key alive.
 func (m *Manager) Release(ctx context.Context, l lease.Job) error {
 	const op = "release job lease"
 	if err := m.check(ctx, op, l.Job); err != nil {
 		return err
 	}
+	s := m.lookup(clientv3.LeaseID(l.ID))
 	rctx, cancel := context.WithTimeout(ctx, m.reqTimeout)
 	defer cancel()
 	if _, err := m.cli.Txn(rctx).If(m.fence(l)).Then(clientv3.OpDelete(m.jobKey(l.Job))).Commit(); err != nil {
+		if s != nil {
+			s.forget(l.Job, l.Epoch, true)
+		}
 		return m.opError(ctx, op, l.Job, err)
 	}
-	if _, err := m.cli.Revoke(rctx, clientv3.LeaseID(l.ID)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return m.opError(ctx, op, l.Job, err)
+	if s != nil {
+		s.forget(l.Job, l.Epoch, false)
 	}
 	m.log.Info("job lease released", "job", l.Job, "holder", l.Holder, "epoch", l.Epoch)
 	return nil

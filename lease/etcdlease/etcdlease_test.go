@@ -2,11 +2,15 @@ package etcdlease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/lease/etcdlease"
 	"github.com/slicerd/slicerd/lease/leasetest"
@@ -53,4 +57,181 @@ func TestContract(t *testing.T) {
 		// (2 s with etcd's defaults).
 		TTL: 2 * time.Second,
 	})
+}
+
+// etcdRequests counts the requests the test process's etcd servers have
+// received, by gRPC method (keep-alives are messages of one stream each),
+// from the servers' own metrics.
+func etcdRequests(t *testing.T) map[string]float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatalf("gather etcd's metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "grpc_server_msg_received_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "grpc_method" {
+					out[lp.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("etcd's gRPC server metrics are not in the default registry")
+	}
+	return out
+}
+
+// A holder's job leases share one etcd lease, and renewing all of them is
+// one keep-alive: the rest traffic of an Assigner does not grow with the
+// number of jobs it holds.
+func TestOneEtcdLeasePerHolder(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := openStore(t, srv.Endpoint(), "/one-lease/")
+	defer s.Close()
+	m := etcdlease.New(s, etcdlease.Options{})
+	defer m.Close()
+	ctx := t.Context()
+	const jobs = 200
+	var ls []lease.Job
+	for i := range jobs {
+		l, err := m.Acquire(ctx, fmt.Sprintf("job-%03d", i), "assigner-a", 2*time.Second)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		ls = append(ls, l)
+	}
+	other := etcdlease.New(s, etcdlease.Options{})
+	defer other.Close()
+	if _, err := other.Acquire(ctx, "job-b", "assigner-b", 2*time.Second); err != nil {
+		t.Fatalf("Acquire by another holder: %v", err)
+	}
+	leases, err := s.Client().Leases(ctx)
+	if err != nil {
+		t.Fatalf("Leases: %v", err)
+	}
+	if len(leases.Leases) != 2 {
+		t.Fatalf("%d jobs of one holder and 1 of another hold %d etcd leases, want 2", jobs, len(leases.Leases))
+	}
+	for _, l := range ls {
+		if l.ID != ls[0].ID {
+			t.Fatalf("job %s's lease is etcd lease %x, job %s's %x: want one per holder", l.Job, l.ID, ls[0].Job, ls[0].ID)
+		}
+	}
+
+	requests := func(renew func()) float64 {
+		before := etcdRequests(t)
+		renew()
+		total := 0.0
+		for method, n := range etcdRequests(t) {
+			total += n - before[method]
+		}
+		return total
+	}
+	one := requests(func() {
+		if _, err := m.Renew(ctx, ls[0]); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+	})
+	all := requests(func() {
+		for i, r := range m.RenewAll(ctx, ls) {
+			if r.Err != nil || r.Job.Epoch != ls[i].Epoch || r.Job.TTL < 2*time.Second {
+				t.Fatalf("RenewAll of %s = %+v, %v; want epoch %d and a TTL of 2s", ls[i].Job, r.Job, r.Err, ls[i].Epoch)
+			}
+		}
+	})
+	t.Logf("etcd messages received: %v to renew one job lease, %v to renew %d", one, all, jobs)
+	// A keep-alive is a stream of its own, whose closing message the
+	// server may count after the renewal returned: a renewal is 1 or 2.
+	if one == 0 || all > 3 {
+		t.Fatalf("renewing %d job leases made %v etcd requests, renewing one %v: want a keep-alive for all", jobs, all, one)
+	}
+}
+
+// When a holder's etcd lease expires, every job lease it carried is lost
+// at once and free for others; the holder's next Acquire starts a new one.
+func TestHolderLeaseExpiryLosesEveryJob(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := openStore(t, srv.Endpoint(), "/expiry/")
+	defer s.Close()
+	m := etcdlease.New(s, etcdlease.Options{})
+	defer m.Close()
+	other := etcdlease.New(s, etcdlease.Options{})
+	defer other.Close()
+	ctx := t.Context()
+	var ls []lease.Job
+	for _, job := range []string{"j1", "j2", "j3"} {
+		l, err := m.Acquire(ctx, job, "a", 2*time.Second)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		ls = append(ls, l)
+	}
+	testwait.Until(t, 30*time.Second, "the unrenewed holder lease to expire", func() bool {
+		_, err := other.Holder(ctx, "j1")
+		return errors.Is(err, lease.ErrNotHeld)
+	})
+	for i, r := range m.RenewAll(ctx, ls) {
+		if !errors.Is(r.Err, lease.ErrLost) {
+			t.Fatalf("RenewAll of %s after its holder lease expired: %v, want ErrLost", ls[i].Job, r.Err)
+		}
+	}
+	for _, l := range ls {
+		b, err := other.Acquire(ctx, l.Job, "b", 2*time.Second)
+		if err != nil || b.Epoch <= l.Epoch {
+			t.Fatalf("Acquire of %s by b after a's expiry = %+v, %v; want a lease above epoch %d", l.Job, b, err, l.Epoch)
+		}
+	}
+	k, err := m.Acquire(ctx, "k", "a", 2*time.Second)
+	if err != nil {
+		t.Fatalf("a's Acquire after its holder lease expired: %v", err)
+	}
+	if k.ID == ls[0].ID {
+		t.Fatalf("a's new job lease is on its expired etcd lease %x", k.ID)
+	}
+	if r, err := m.Renew(ctx, k); err != nil || r.Epoch != k.Epoch {
+		t.Fatalf("Renew of a's new lease = %+v, %v", r, err)
+	}
+}
+
+// A job key deleted by hand is found by the next scrub, and that job alone
+// is lost; a released job is lost to Renew while the holder's others live.
+func TestJobKeyDeletedOrReleased(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := openStore(t, srv.Endpoint(), "/scrub/")
+	defer s.Close()
+	m := etcdlease.New(s, etcdlease.Options{ScrubEvery: time.Nanosecond})
+	defer m.Close()
+	ctx := t.Context()
+	var ls []lease.Job
+	for _, job := range []string{"deleted", "released", "kept"} {
+		l, err := m.Acquire(ctx, job, "a", 2*time.Second)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		ls = append(ls, l)
+	}
+	if _, err := s.Client().Delete(ctx, s.JobLeaseKey("deleted")); err != nil {
+		t.Fatalf("delete the job key: %v", err)
+	}
+	if err := m.Release(ctx, ls[1]); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	out := m.RenewAll(ctx, ls)
+	for i, want := range []error{lease.ErrLost, lease.ErrLost, nil} {
+		if !errors.Is(out[i].Err, want) || (want == nil && out[i].Err != nil) {
+			t.Fatalf("RenewAll of %s: %v, want %v", ls[i].Job, out[i].Err, want)
+		}
+	}
+	if h, err := m.Holder(ctx, "kept"); err != nil || h.Epoch != ls[2].Epoch {
+		t.Fatalf("Holder of the kept job = %+v, %v", h, err)
+	}
+	if _, err := m.Holder(ctx, "released"); !errors.Is(err, lease.ErrNotHeld) {
+		t.Fatalf("Holder of the released job: %v, want ErrNotHeld", err)
+	}
 }

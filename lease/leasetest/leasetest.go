@@ -57,6 +57,7 @@ func Run(t *testing.T, o Opener) {
 		{"AcquireExclusive", testAcquireExclusive},
 		{"EpochsGrow", testEpochsGrow},
 		{"Renew", testRenew},
+		{"RenewAll", testRenewAll},
 		{"Expiry", testExpiry},
 		{"RacingAcquirers", testRacingAcquirers},
 		{"FencedCommit", testFencedCommit},
@@ -195,6 +196,31 @@ func testRenew(t *testing.T, o Opener) {
 	if h, err := p.M.Holder(ctx, "j"); err != nil || h.Epoch != l.Epoch {
 		t.Fatalf("Holder after renewals = %+v, %v; want epoch %d", h, err, l.Epoch)
 	}
+}
+
+// testRenewAll renews the leases of two holders in one call: each is
+// renewed but the released one, which is lost.
+func testRenewAll(t *testing.T, o Opener) {
+	p := open(t, o)
+	ctx := context.Background()
+	ls := []lease.Job{
+		mustAcquire(t, p.M, "j1", "a", long),
+		mustAcquire(t, p.M, "j2", "b", long),
+		mustAcquire(t, p.M, "j3", "a", long),
+	}
+	if err := p.M.Release(ctx, ls[2]); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	out := p.M.RenewAll(ctx, ls)
+	if len(out) != len(ls) {
+		t.Fatalf("RenewAll of %d leases returned %d outcomes", len(ls), len(out))
+	}
+	for i, l := range ls[:2] {
+		if r := out[i]; r.Err != nil || r.Job.Job != l.Job || r.Job.Epoch != l.Epoch || r.Job.TTL < long {
+			t.Fatalf("RenewAll of %s = %+v, %v; want epoch %d and TTL ≥ %v", l.Job, r.Job, r.Err, l.Epoch, long)
+		}
+	}
+	wantErr(t, "RenewAll of the released lease", out[2].Err, lease.ErrLost)
 }
 
 func testExpiry(t *testing.T, o Opener) {

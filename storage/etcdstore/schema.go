@@ -67,7 +67,8 @@ func (k keys) previous(job string) string { return k.job(job) + leafPrevious }
 func (k keys) config(job string) string   { return k.job(job) + leafConfig }
 func (k keys) deletedDir() string         { return k.prefix + "deleted/" }
 func (k keys) deleted(job string) string  { return k.deletedDir() + job }
-func (k keys) leases(job string) string   { return k.prefix + "leases/" + job + "/" }
+func (k keys) leases(job string) string   { return k.allLeases() + job + "/" }
+func (k keys) allLeases() string          { return k.prefix + "leases/" }
 func (k keys) jobLease(job string) string { return k.leases(job) + "job" }
 func (k keys) history(job string) string  { return k.prefix + "history/" + job + "/" }
 func (k keys) historyAt(job string, gen uint64) string {

@@ -326,6 +326,10 @@ func (s *Store) JobLeaseKey(job string) string { return s.keys.jobLease(job) }
 // guard and bridge leases with their readers.
 func (s *Store) LeaseKeys(job string) string { return s.keys.leases(job) }
 
+// AllLeaseKeys is the prefix of every job's lease keys: LeaseKeys(job) is
+// AllLeaseKeys() + job + "/".
+func (s *Store) AllLeaseKeys() string { return s.keys.allLeases() }
+
 // Incarnation implements storage.Store.
 func (s *Store) Incarnation() string { return s.incarnation }
 
