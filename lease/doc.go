@@ -65,7 +65,9 @@
 //
 // etcdlease keeps every lease in etcd, beside the store's records, with
 // etcd leases and transactions, so that any slicerd node on the store
-// serves them and they outlive every slicerd process. While etcd is down,
+// serves them and they outlive every slicerd process. The job leases of one
+// holder share one etcd lease, renewed with one keep-alive however many
+// they are (RenewAll), and expire together. While etcd is down,
 // the same holds as for the embedded manager's node.
 //
 // The suite in lease/leasetest holds both to this contract.
@@ -82,8 +84,10 @@
 // gossip: it keeps its leases until it stops), defers to a live holder of
 // a job it would take until that holder lets the job go, adopts a job
 // nobody holds when writes for it are forwarded to it, routes writes to
-// the holder (Target), and renews what it holds, treating a lease as lost
-// from its local deadline on. The Assigner asks it one thing: Held, "do I
+// the holder (Target), and renews what it holds with one RenewAll,
+// treating a lease as lost from its local deadline on. With a manager that
+// tells of job leases ending (ReleaseWatcher), a deferral waits for the
+// holder's lease to end rather than asking the manager about it. The Assigner asks it one thing: Held, "do I
 // hold job J, at which epoch?".
 //
 // Package guard is the protocol that moves a job's guard and bridge

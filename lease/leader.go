@@ -617,6 +617,11 @@ func (l *Leader) watchReleases(ctx context.Context, rw ReleaseWatcher) {
 	}
 }
 
+// WatchingReleases reports whether the manager's release watch is in
+// place: deferrals are then checked when the holder's lease ends, and not
+// polled.
+func (l *Leader) WatchingReleases() bool { return l.watching.Load() }
+
 // deferralsDue makes the deferral on job due at once, or every deferral
 // for job "", and nudges Run to check them.
 func (l *Leader) deferralsDue(job string) {

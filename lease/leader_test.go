@@ -10,8 +10,11 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
+	"github.com/slicerd/slicerd/lease/etcdlease"
 	"github.com/slicerd/slicerd/lease/leasetest"
 	"github.com/slicerd/slicerd/storage"
+	"github.com/slicerd/slicerd/storage/etcdstore"
+	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
 	"github.com/slicerd/slicerd/storage/storagetest"
 )
 
@@ -498,6 +501,66 @@ func TestLeaderNearerContenderTakesReleasedJob(t *testing.T) {
 		t.Fatal("h kept the job though x is nearer")
 	}
 	testwait.For(t, "x to take the job h released", func() bool {
+		_, held := xl.Held("j")
+		return held
+	})
+}
+
+// On etcd, an Assigner deferring to the holder of a job asks etcd nothing
+// about it while it waits: it watches the job lease keys, and takes the
+// job when the holder's key is deleted.
+func TestLeaderDeferralOnEtcdWaitsForTheRelease(t *testing.T) {
+	srv := etcdtest.Start(t)
+	manager := func() lease.Manager {
+		s, err := etcdstore.Open(t.Context(), etcdstore.Options{Endpoints: []string{srv.Endpoint()}, Prefix: "/deferral/"})
+		if err != nil {
+			t.Fatalf("etcdstore.Open: %v", err)
+		}
+		m := etcdlease.New(s, etcdlease.Options{})
+		t.Cleanup(func() {
+			m.Close()
+			s.Close()
+		})
+		return m
+	}
+	ctx := t.Context()
+	x, h := preferredOf("a", "b") // x is preferred once both see both
+	hView, xView := newView(h), newView(h)
+	// Rechecks an hour apart, a handoff window of two hours.
+	pref := lease.Preference{Recheck: time.Hour}
+	hl := lease.NewLeader(lease.LeaderConfig{Self: h, Manager: manager(), TTL: 2 * time.Second, Members: hView.get, Preference: pref})
+	xl := lease.NewLeader(lease.LeaderConfig{Self: x, Manager: manager(), TTL: 2 * time.Second, Members: xView.get, Preference: pref})
+	hl.Evaluate(ctx, []string{"j"})
+	if _, held := hl.Held("j"); !held {
+		t.Fatalf("%s did not take the lease", h)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	go func() { done <- hl.Run(runCtx) }()
+	go func() { done <- xl.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done; <-done })
+	testwait.For(t, x+"'s watch of the job leases", xl.WatchingReleases)
+
+	xView.set(h, x) // x prefers itself; h holds the job
+	xl.Evaluate(ctx, []string{"j"})
+	if _, held := xl.Held("j"); held {
+		t.Fatalf("%s took the lease %s holds", x, h)
+	}
+	// Deferring, x reads nothing of etcd: without the watch it would read
+	// the job's lease every tenth of the TTL in the handoff window.
+	before := etcdtest.MessagesReceived(t)
+	time.Sleep(time.Second) // the window over which reads are counted
+	if n := etcdtest.MessagesReceived(t)["Range"] - before["Range"]; n != 0 {
+		t.Errorf("%v reads of etcd in a second while %s deferred to %s; want none", n, x, h)
+	}
+	hView.set(h, x) // h prefers x and releases the job
+	hl.Evaluate(ctx, []string{"j"})
+	if _, held := hl.Held("j"); held {
+		t.Fatalf("%s kept the lease though it prefers %s", h, x)
+	}
+	// Only the release's event can end the deferral: no Evaluate here, and
+	// the next check of it is a day away.
+	testwait.For(t, x+" to take the job its holder let go", func() bool {
 		_, held := xl.Held("j")
 		return held
 	})

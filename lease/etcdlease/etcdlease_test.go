@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/lease/etcdlease"
@@ -59,34 +57,6 @@ func TestContract(t *testing.T) {
 	})
 }
 
-// etcdRequests counts the requests the test process's etcd servers have
-// received, by gRPC method (keep-alives are messages of one stream each),
-// from the servers' own metrics.
-func etcdRequests(t *testing.T) map[string]float64 {
-	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatalf("gather etcd's metrics: %v", err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "grpc_server_msg_received_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "grpc_method" {
-					out[lp.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	if len(out) == 0 {
-		t.Fatal("etcd's gRPC server metrics are not in the default registry")
-	}
-	return out
-}
-
 // A holder's job leases share one etcd lease, and renewing all of them is
 // one keep-alive: the rest traffic of an Assigner does not grow with the
 // number of jobs it holds.
@@ -125,10 +95,10 @@ func TestOneEtcdLeasePerHolder(t *testing.T) {
 	}
 
 	requests := func(renew func()) float64 {
-		before := etcdRequests(t)
+		before := etcdtest.MessagesReceived(t)
 		renew()
 		total := 0.0
-		for method, n := range etcdRequests(t) {
+		for method, n := range etcdtest.MessagesReceived(t) {
 			total += n - before[method]
 		}
 		return total

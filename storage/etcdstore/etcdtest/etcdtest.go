@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -167,4 +168,34 @@ func freeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// MessagesReceived counts the gRPC messages the test process's etcd
+// servers have received so far, by method (a unary call is one message; a
+// stream, such as a keep-alive, one per message sent on it), from the
+// servers' own metrics in the default Prometheus registry. Tests compare
+// two counts to see what a piece of work asked of etcd.
+func MessagesReceived(t testing.TB) map[string]float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatalf("gather etcd's metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "grpc_server_msg_received_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "grpc_method" {
+					out[lp.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("etcd's gRPC server metrics are not in the default Prometheus registry")
+	}
+	return out
 }
