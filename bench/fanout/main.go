@@ -112,6 +112,7 @@ type options struct {
 	metrics      bool
 	gogc         int
 	memLimit     string
+	slicerdGOGC  int
 	slicerdFlags benchproc.Flags
 	relays       int
 	killRelay    bool
@@ -140,6 +141,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.logDir, "log-dir", "", "keep slicerd's log and data here (default: a temporary directory, removed)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
 	fs.BoolVar(&o.metrics, "metrics", false, "serve slicerd's metrics (--metrics-addr) and report its commit → send histogram beside the subscribers' commit → receipt")
+	fs.IntVar(&o.slicerdGOGC, "slicerd-gogc", 0, "run slicerd with this GOGC (Go's collection target, percent of the live heap; 0: Go's default of 100), as an operator would to trade collector CPU for memory")
 	fs.StringVar(&o.memLimit, "slicerd-gomemlimit", "", "run slicerd with this GOMEMLIMIT (Go's soft memory limit, e.g. 1800MiB), as an operator would for a Distributor of many streams; empty: none")
 	fs.IntVar(&o.gogc, "gogc", 400, "the harness's own GOGC (-1: no collection). Its garbage collection takes CPU from the slicerd it measures: at 100,000 connect-go streams Go's default of 100 collected during about one generation in six, adding a second of harness CPU to it")
 	fs.IntVar(&o.relays, "relays", 0, "start this many relay Distributors (slicerd --role distributor --distributor-upstream) following slicerd, and spread the streams evenly over slicerd and the relays, so that the report compares a level of the fan-out tree with the one below it")
@@ -167,6 +169,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("invalid -generations %d: need at least 1", o.generations)
 	case o.slices < 0 || o.slices > 100000:
 		return nil, fmt.Errorf("invalid -slices %d: use 0 to 100000", o.slices)
+	case o.slicerdGOGC < 0:
+		return nil, fmt.Errorf("invalid -slicerd-gogc %d: use a positive percentage, or 0 for Go's default", o.slicerdGOGC)
 	case o.gogc < -1 || o.gogc == 0:
 		return nil, fmt.Errorf("invalid -gogc %d: use -1 (off) or a positive percentage", o.gogc)
 	case o.timeout <= 0:
@@ -540,6 +544,9 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	sargs = append(sargs, o.slicerdFlags...)
 	logPath := filepath.Join(logDir, "slicerd.log")
 	var env []string
+	if o.slicerdGOGC != 0 {
+		env = append(env, "GOGC="+strconv.Itoa(o.slicerdGOGC))
+	}
 	if o.memLimit != "" {
 		env = append(env, "GOMEMLIMIT="+o.memLimit)
 	}

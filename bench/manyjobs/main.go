@@ -79,7 +79,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parse(args, stderr)
-	if err != nil {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "manyjobs: %v\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
