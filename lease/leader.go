@@ -115,6 +115,10 @@ type deferral struct {
 	holder string
 	since  time.Time // when this Assigner began deferring to holder
 	next   time.Time // when to check again that holder holds the lease
+	// ended: the manager told that the job's lease ended since the
+	// deferral began; the check need not ask it whether holder still
+	// holds it (another Acquire since is found by this one's).
+	ended bool
 }
 
 // NewLeader returns a Leader holding no lease; Run renews what Evaluate
@@ -635,6 +639,7 @@ func (l *Leader) deferralsDue(job string) {
 		}
 	} else if d := l.deferrals[job]; d != nil {
 		d.next = time.Time{}
+		d.ended = true
 		n++
 	}
 	l.mu.Unlock()
@@ -774,10 +779,10 @@ func (l *Leader) retryWanted(ctx context.Context) {
 func (l *Leader) checkDeferrals(ctx context.Context) {
 	now := time.Now()
 	l.mu.Lock()
-	due := make(map[string]string)
+	due := make(map[string]*deferral)
 	for job, d := range l.deferrals {
 		if !now.Before(d.next) {
-			due[job] = d.holder
+			due[job] = d
 		}
 	}
 	l.mu.Unlock()
@@ -797,13 +802,18 @@ func (l *Leader) checkDeferrals(ctx context.Context) {
 	_ = g.Wait()
 }
 
-// checkDeferral ends the deferral on job to holder unless holder still
-// holds the job's lease, and takes the job if this Assigner wants it.
-func (l *Leader) checkDeferral(ctx context.Context, job, holder string) {
-	lj, err := l.cfg.Manager.Holder(ctx, job)
+// checkDeferral ends the deferral d on job unless its holder still holds
+// the job's lease, and takes the job if this Assigner wants it.
+func (l *Leader) checkDeferral(ctx context.Context, job string, d *deferral) {
 	l.mu.Lock()
-	d := l.deferrals[job]
-	if d == nil || d.holder != holder {
+	holder, ended := d.holder, d.ended
+	l.mu.Unlock()
+	lj, err := Job{}, error(ErrNotHeld)
+	if !ended {
+		lj, err = l.cfg.Manager.Holder(ctx, job)
+	}
+	l.mu.Lock()
+	if l.deferrals[job] != d {
 		l.mu.Unlock()
 		return // ended or replaced meanwhile
 	}

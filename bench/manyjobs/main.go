@@ -213,7 +213,8 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if n := failed.Load(); n > 0 {
 		return fmt.Errorf("%d of %d job set calls failed; the first: %v", n, o.jobs, firstErr.Load())
 	}
-	say("%d jobs created in %.1f s", o.jobs, time.Since(created).Seconds())
+	creation := time.Since(created)
+	say("%d jobs created in %.1f s", o.jobs, creation.Seconds())
 
 	holders := func() (map[string]int, error) {
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -264,8 +265,11 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	}
 	say("every job held %.1f s after the last was created: %v", took.Seconds(), by)
 
-	// At rest: etcd's handled requests over the window, and the memory.
-	if err := benchproc.Sleep(ctx, 5*time.Second); err != nil {
+	// At rest: etcd's requests over the window, and the memory. Each
+	// Assigner reads every job another created from its watch of the
+	// store, one after another, a while after the creations: the window
+	// starts once as long again as the creations took has passed.
+	if err := benchproc.Sleep(ctx, max(5*time.Second, creation)); err != nil {
 		return err
 	}
 	// Requests are etcd's gRPC messages received, by method: a unary call
