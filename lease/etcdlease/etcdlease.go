@@ -133,7 +133,6 @@ func (m *Manager) Acquire(ctx context.Context, job, holder string, ttl time.Dura
 		if err != nil {
 			return lease.Job{}, m.opError(ctx, op, job, err)
 		}
-		sent := time.Now()
 		t, err := m.cli.Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, holder, clientv3.WithLease(s.id))).
@@ -154,8 +153,10 @@ func (m *Manager) Acquire(ctx context.Context, job, holder string, ttl time.Dura
 			return lease.Job{}, &lease.HeldError{Job: job, Holder: string(kvs[0].Value), Epoch: uint64(kvs[0].CreateRevision)}
 		}
 		l := lease.Job{Job: job, Holder: holder, Epoch: uint64(t.Header.Revision), ID: int64(s.id)}
+		// The put is known done from now: a scrub sent earlier may not
+		// list the key, and must not take it for deleted.
 		s.mu.Lock()
-		s.held[job] = heldKey{epoch: l.Epoch, put: sent}
+		s.held[job] = heldKey{epoch: l.Epoch, put: time.Now()}
 		s.mu.Unlock()
 		secs, err := m.keepAlive(rctx, s)
 		if err != nil {

@@ -50,7 +50,7 @@ type sessionKey struct {
 // heldKey is a job key put with a session's lease.
 type heldKey struct {
 	epoch uint64
-	put   time.Time // when the Acquire that put it was sent
+	put   time.Time // when the Acquire that put it had its answer
 }
 
 // keepAlive is one keep-alive of a session's lease, shared by the callers
