@@ -279,6 +279,21 @@ func (v *view) set(names ...string) {
 
 func (v *view) get() []gossip.Peer { return *v.peers.Load() }
 
+// runLeaders runs each of ls until the test ends.
+func runLeaders(t *testing.T, ls ...*lease.Leader) {
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, len(ls))
+	for _, l := range ls {
+		go func() { done <- l.Run(ctx) }()
+	}
+	t.Cleanup(func() {
+		stop()
+		for range ls {
+			<-done
+		}
+	})
+}
+
 // preferredOf returns, of two Assigner names, the one the rendezvous hash
 // prefers for job j when no distance is known, and the other.
 func preferredOf(x, y string) (winner, loser string) {
@@ -308,11 +323,7 @@ func TestLeaderDeferralEndsWhenHolderLetsGo(t *testing.T) {
 	if _, held := hl.Held("j"); !held {
 		t.Fatalf("%s did not take the lease", h)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 2)
-	go func() { done <- hl.Run(runCtx) }()
-	go func() { done <- xl.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done; <-done })
+	runLeaders(t, hl, xl)
 
 	xView.set(h, x) // x sees both first: it prefers itself, h still holds
 	xl.Evaluate(ctx, []string{"j"})
@@ -534,11 +545,7 @@ func TestLeaderDeferralOnEtcdWaitsForTheRelease(t *testing.T) {
 	if _, held := hl.Held("j"); !held {
 		t.Fatalf("%s did not take the lease", h)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 2)
-	go func() { done <- hl.Run(runCtx) }()
-	go func() { done <- xl.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done; <-done })
+	runLeaders(t, hl, xl)
 	testwait.For(t, x+"'s watch of the job leases", xl.WatchingReleases)
 
 	xView.set(h, x) // x prefers itself; h holds the job

@@ -1,47 +1,27 @@
 package main
 
 import (
-	"bytes"
-	"strings"
 	"testing"
 
+	"github.com/slicerd/slicerd/bench/internal/benchtest"
 	"github.com/slicerd/slicerd/bench/loadshift"
 )
 
 func TestRejectsBadFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-tasks", "0"}, "-tasks 0"},
-		{[]string{"-shifts", "0"}, "-shifts 0"},
-		{[]string{"-period", "3s"}, "not longer than"},
-		{[]string{"-threshold", "0.5"}, "threshold"},
-		{[]string{"-load-window", "0s"}, "load window"},
-		{[]string{"-tasks", "4", "-max-redundancy", "5"}, "-max-redundancy 5"},
-		{[]string{"-rate", "0"}, "rate"},
-		{[]string{"extra"}, "unexpected argument"},
-		{[]string{"-nope"}, "flag provided but not defined"},
-	} {
-		var out, errOut bytes.Buffer
-		if code := run(tc.args, &out, &errOut); code != 2 {
-			t.Errorf("%v: exit %d, want 2; stderr: %s", tc.args, code, errOut.String())
-		}
-		if !strings.Contains(errOut.String(), tc.want) {
-			t.Errorf("%v: stderr %q lacks %q", tc.args, errOut.String(), tc.want)
-		}
-		if out.Len() != 0 {
-			t.Errorf("%v: wrote %q to stdout", tc.args, out.String())
-		}
-	}
+	benchtest.Refuses(t, run, []benchtest.Refused{
+		{Args: []string{"-tasks", "0"}, Want: "-tasks 0"},
+		{Args: []string{"-shifts", "0"}, Want: "-shifts 0"},
+		{Args: []string{"-period", "3s"}, Want: "not longer than"},
+		{Args: []string{"-threshold", "0.5"}, Want: "threshold"},
+		{Args: []string{"-load-window", "0s"}, Want: "load window"},
+		{Args: []string{"-tasks", "4", "-max-redundancy", "5"}, Want: "-max-redundancy 5"},
+		{Args: []string{"-rate", "0"}, Want: "rate"},
+		{Args: []string{"extra"}, Want: "unexpected argument"},
+		{Args: []string{"-nope"}, Want: "flag provided but not defined"},
+	})
 }
 
-func TestHelpExitsZero(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := run([]string{"--help"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "-period") {
-		t.Errorf("--help: exit %d, output %q", code, errOut.String())
-	}
-}
+func TestHelpExitsZero(t *testing.T) { benchtest.Helps(t, run, "--help", "-period") }
 
 func TestMedianCountsUnbalancedAsSlowest(t *testing.T) {
 	mk := func(secs ...float64) *report {

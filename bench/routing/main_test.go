@@ -1,39 +1,25 @@
 package main
 
 import (
-	"bytes"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slicerd/slicerd/bench/internal/benchtest"
 )
 
 func TestRejectsBadFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"-tasks", "1"}, "-tasks 1"},
-		{[]string{"-shifts", "-1"}, "-shifts -1"},
-		{[]string{"-period", "3s"}, "not longer than"},
-		{[]string{"-steady", "0s"}, "-steady 0s"},
-		{[]string{"-load-window", "0s"}, "-load-window 0s"},
-		{[]string{"-rate", "0"}, "rate"},
-		{[]string{"extra"}, "unexpected argument"},
-		{[]string{"-nope"}, "flag provided but not defined"},
-	} {
-		var out, errOut bytes.Buffer
-		if code := run(tc.args, &out, &errOut); code != 2 {
-			t.Errorf("%v: exit %d, want 2; stderr: %s", tc.args, code, errOut.String())
-		}
-		if !strings.Contains(errOut.String(), tc.want) {
-			t.Errorf("%v: stderr %q lacks %q", tc.args, errOut.String(), tc.want)
-		}
-		if out.Len() != 0 {
-			t.Errorf("%v: wrote %q to stdout", tc.args, out.String())
-		}
-	}
+	benchtest.Refuses(t, run, []benchtest.Refused{
+		{Args: []string{"-tasks", "1"}, Want: "-tasks 1"},
+		{Args: []string{"-shifts", "-1"}, Want: "-shifts -1"},
+		{Args: []string{"-period", "3s"}, Want: "not longer than"},
+		{Args: []string{"-steady", "0s"}, Want: "-steady 0s"},
+		{Args: []string{"-load-window", "0s"}, Want: "-load-window 0s"},
+		{Args: []string{"-rate", "0"}, Want: "rate"},
+		{Args: []string{"extra"}, Want: "unexpected argument"},
+		{Args: []string{"-nope"}, Want: "flag provided but not defined"},
+	})
 }
 
 func TestPhaseBetweenReadings(t *testing.T) {
