@@ -72,20 +72,36 @@ const DefaultScrubEvery = 10 * time.Second
 // lease if there is none.
 func (m *Manager) session(ctx context.Context, holder string, ttl int64) (*session, error) {
 	k := sessionKey{holder: holder, ttl: ttl}
-	m.sessMu.Lock()
-	defer m.sessMu.Unlock() // a grant is one request; the holder's Acquires wait for it
-	if s := m.sessions[k]; s != nil && !s.isDead() {
+	if s := m.liveSession(k); s != nil {
 		return s, nil
 	}
+	// Granted outside the lock, so that renewals never wait for a grant.
 	g, err := m.cli.Grant(ctx, ttl)
 	if err != nil {
 		return nil, err
 	}
+	m.sessMu.Lock()
+	if s := m.sessions[k]; s != nil && !s.isDead() {
+		m.sessMu.Unlock()
+		m.revoke(g.ID) // a concurrent Acquire of the holder granted one first
+		return s, nil
+	}
 	s := &session{key: k, id: g.ID, held: map[string]heldKey{}, stray: map[string]uint64{}, scrub: time.Now()}
 	m.sessions[k] = s
 	m.byID[g.ID] = s
+	m.sessMu.Unlock()
 	m.log.Debug("holder's etcd lease granted", "holder", holder, "lease", int64(g.ID), "ttl_seconds", g.TTL)
 	return s, nil
+}
+
+// liveSession returns the live session of k, nil for none.
+func (m *Manager) liveSession(k sessionKey) *session {
+	m.sessMu.Lock()
+	defer m.sessMu.Unlock()
+	if s := m.sessions[k]; s != nil && !s.isDead() {
+		return s
+	}
+	return nil
 }
 
 // lookup returns the session whose etcd lease is id, nil for none.
