@@ -174,5 +174,14 @@ func (a *Assigner) metricCollectors() []prometheus.Collector {
 		Name: "slicerd_assigner_foreign_load_reports_total",
 		Help: "Load reports cut to the reporting task's own keys: they carried load on keys the job's assignment gives other tasks. Anything but 0 is a misbehaving task, or one trying to move another's keys.",
 	}, func() float64 { return float64(a.ForeignLoadReports()) })
-	return []prometheus.Collector{m.decisions, m.churn, m.duration, foreign, jobCollector{a}}
+	watch := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "slicerd_assigner_job_lease_watch",
+		Help: "1 while the Assigner watches the store's job leases end (etcd), so that it takes a job another Assigner let go at once and asks the store nothing about it meanwhile; 0 without (the embedded store, or while etcd's watch is down: it then asks about each such job every preference recheck).",
+	}, func() float64 {
+		if a.leader.WatchingReleases() {
+			return 1
+		}
+		return 0
+	})
+	return []prometheus.Collector{m.decisions, m.churn, m.duration, foreign, watch, jobCollector{a}}
 }
