@@ -182,8 +182,9 @@ func (m *Manager) Renew(ctx context.Context, l lease.Job) (lease.Job, error) {
 // RenewAll implements lease.Manager: one keep-alive for each holder's
 // session (shared with any renewal or Acquire of the holder under way),
 // however many of its job leases ls holds, and a scrub of the session's
-// keys every Options.ScrubEvery. A lease this manager did not acquire is renewed
-// on its own, with a keep-alive of its etcd lease and a read of its key.
+// keys every Options.ScrubEvery. A lease this manager did not acquire is
+// renewed on its own, with a keep-alive of its etcd lease and a read of
+// its key.
 func (m *Manager) RenewAll(ctx context.Context, ls []lease.Job) []lease.Renewal {
 	const op = "renew job lease"
 	out := make([]lease.Renewal, len(ls))

@@ -23,8 +23,8 @@ import (
 // of them at once, and the holder loses every job. A job key leaves a live
 // session only when its holder releases it, or when someone deletes it by
 // hand (etcdctl del): the manager finds those with a scrub, a list of the
-// session's keys (one request) every Options.ScrubEvery, and a holder whose key
-// is gone is in any case fenced at its next write.
+// session's keys (one request) every Options.ScrubEvery, and a holder
+// whose key is gone is in any case fenced at its next write.
 type session struct {
 	key sessionKey
 	id  clientv3.LeaseID
