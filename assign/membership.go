@@ -24,7 +24,7 @@ func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config
 		next := evenSplit(job, gen, openTasks(tasks), cfg)
 		return next, decision(prev, next, evenSplitMoves(next, "the job has no assignment yet; splitting the key space evenly")), nil
 	}
-	if !anyLive(prev, staying(tasks)) {
+	if !prev.KeepsTask(staying(tasks)) {
 		next := evenSplit(job, gen, openTasks(tasks), cfg)
 		return next, decision(prev, next, evenSplitMoves(next, "no task of the previous assignment is live; splitting the key space evenly")), nil
 	}

@@ -201,6 +201,51 @@ func (a *Assignment) TaskIndex(name string) (int, bool) {
 	})
 }
 
+// KeepsTask reports whether a task of a is among live (by name). When
+// none is, every key of the job moves, and a decision may as well place
+// them by load.
+func (a *Assignment) KeepsTask(live []Task) bool {
+	if a == nil {
+		return false
+	}
+	for _, t := range live {
+		if _, ok := a.TaskIndex(t.Name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Settled reports whether a already reflects the live tasks (sorted by
+// name, as Config.Controls returns them): every task of a is live at the
+// same address and not draining, and every live task a does not list is
+// one that takes no new slices (cordoned or draining). Capacities and
+// limits are not compared: assignments do not record them. A job whose
+// assignment is not settled needs a membership decision before load is
+// weighed.
+func (a *Assignment) Settled(live []Task) bool {
+	if a == nil {
+		return false
+	}
+	i := 0
+	for _, t := range live {
+		if i < len(a.Tasks) && a.Tasks[i].Name == t.Name {
+			if a.Tasks[i].Addr != t.Addr || t.Draining {
+				return false
+			}
+			i++
+			continue
+		}
+		if i < len(a.Tasks) && a.Tasks[i].Name < t.Name {
+			return false // a task of a is not live
+		}
+		if !t.Draining && !t.Cordoned {
+			return false // a live task a has not placed yet
+		}
+	}
+	return i == len(a.Tasks)
+}
+
 // Validate reports whether a is a well-formed assignment: a valid job name,
 // a non-zero generation, a valid incarnation if it has one, slices that tile [0, KeySpaceEnd) with no gap or
 // overlap, each naming at least one task, in order and without duplicates,

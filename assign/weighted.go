@@ -1,7 +1,6 @@
 package assign
 
 import (
-	"cmp"
 	"slices"
 )
 
@@ -64,7 +63,7 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	if prev == nil {
 		from = evenSplit(job, gen, openTasks(tasks), cfg)
 		base = evenSplitMoves(from, "the job has no assignment yet; splitting the key space evenly")
-	} else if !anyLive(prev, staying(tasks)) {
+	} else if !prev.KeepsTask(staying(tasks)) {
 		from = evenSplit(job, gen, openTasks(tasks), cfg)
 		base = evenSplitMoves(from, "no task of the previous assignment is live; splitting the key space evenly")
 	}
@@ -103,16 +102,6 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	}
 	next := p.assignment(job, gen)
 	return next, decision(prev, next, p.moves), nil
-}
-
-// anyLive reports whether a task of a is among the sorted live tasks.
-func anyLive(a *Assignment, live []Task) bool {
-	for _, t := range a.Tasks {
-		if _, ok := slices.BinarySearchFunc(live, t.Name, func(l Task, name string) int { return cmp.Compare(l.Name, name) }); ok {
-			return true
-		}
-	}
-	return false
 }
 
 // weigher runs phases 3 to 5 over the planner's slices with measured load.

@@ -656,7 +656,10 @@ func (l *Leader) nudge() {
 }
 
 // renewAll renews every live lease with one manager call (one etcd
-// keep-alive for all of them), bounded by the earliest deadline among them.
+// keep-alive for all of them). The call may take until the latest of their
+// deadlines, so that one lease about to lapse does not cut the others'
+// renewal short, and no longer than a renewal interval, so that a call
+// that hangs does not hold up the next.
 func (l *Leader) renewAll(ctx context.Context) {
 	now := l.clock.Now()
 	l.mu.Lock()
@@ -674,10 +677,10 @@ func (l *Leader) renewAll(ctx context.Context) {
 	until := held[0].deadline
 	for i, h := range held {
 		ls[i] = h.l
-		until = min(until, h.deadline)
+		until = max(until, h.deadline)
 	}
 	sent := l.clock.Now()
-	rctx, cancel := context.WithTimeout(ctx, time.Duration(until-sent))
+	rctx, cancel := context.WithTimeout(ctx, min(time.Duration(until-sent), l.cfg.TTL/3))
 	// Failpoints lease/before-renew and lease/after-renew: an injected
 	// error is a failed renewal of every lease (retried until their
 	// deadlines).
@@ -709,8 +712,10 @@ func (l *Leader) renewAll(ctx context.Context) {
 			// first, and Evaluate releases it for the preferred Assigner.
 			lapsed.add(h, r.Err)
 		case ctx.Err() == nil:
+			if len(failed.jobs) == 0 {
+				failed.deadlineIn = time.Duration(h.deadline - l.clock.Now()).Round(time.Millisecond)
+			}
 			failed.add(h, r.Err)
-			failed.deadlineIn = time.Duration(h.deadline - l.clock.Now()).Round(time.Millisecond)
 		}
 	}
 	l.mu.Unlock()
@@ -727,9 +732,9 @@ func (l *Leader) renewAll(ctx context.Context) {
 // keys expires for all of them at once).
 type renewFailures struct {
 	jobs       []string
-	epoch      uint64 // the first one's
-	err        error  // the first one's
-	deadlineIn time.Duration
+	epoch      uint64        // the first one's
+	err        error         // the first one's
+	deadlineIn time.Duration // the first one's, when it is still live
 }
 
 func (f *renewFailures) add(h *heldJob, err error) {

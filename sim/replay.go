@@ -187,34 +187,6 @@ type Simulator struct {
 	bytes map[string]float64
 }
 
-// sameTasks reports whether a's tasks are exactly live's, by name.
-func sameTasks(a *assign.Assignment, live []assign.Task) bool {
-	if len(a.Tasks) != len(live) {
-		return false
-	}
-	names := make(map[string]bool, len(live))
-	for _, t := range live {
-		names[t.Name] = true
-	}
-	for _, t := range a.Tasks {
-		if !names[t.Name] {
-			return false
-		}
-	}
-	return true
-}
-
-// anyTaskLive reports whether a task of a is in live, by name: if none
-// is, every key moves and an Assigner decides with the algorithm.
-func anyTaskLive(a *assign.Assignment, live []assign.Task) bool {
-	for _, t := range live {
-		if _, ok := a.TaskIndex(t.Name); ok {
-			return true
-		}
-	}
-	return false
-}
-
 // NewSimulator returns a Simulator with no assignment yet.
 func NewSimulator(cfg Config) (*Simulator, error) {
 	cfg, err := cfg.withDefaults()
@@ -254,7 +226,11 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 		held = assign.ImbalanceWith(s.prev, load, live)
 	}
 	decide, name := s.cfg.Algorithm.Decide, s.cfg.Algorithm.Name()
-	membership := s.cfg.AsAssigner && s.prev != nil && !sameTasks(s.prev, live) && anyTaskLive(s.prev, live)
+	// As the Assigner decides (roles/assigner's decide): a job whose
+	// assignment does not reflect its live tasks gets the membership
+	// decision, unless no task of it is live and every key moves anyway.
+	byName := slices.SortedFunc(slices.Values(live), func(a, b assign.Task) int { return cmp.Compare(a.Name, b.Name) })
+	membership := s.cfg.AsAssigner && !s.prev.Settled(byName) && s.prev.KeepsTask(live)
 	if membership {
 		decide, name = assign.Membership, "membership"
 	}

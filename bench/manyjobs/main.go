@@ -97,15 +97,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	say := func(format string, a ...any) { fmt.Fprintf(stderr, "manyjobs: "+format+"\n", a...) }
-	logDir := o.logDir
-	if logDir == "" {
-		d, err := os.MkdirTemp("", "slicerd-manyjobs")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		logDir = d
+	logDir, cleanup, err := benchproc.LogDir("manyjobs", o.logDir)
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	if err := benchproc.Build(ctx, logDir, benchproc.Binary{Path: &o.slicerd, Name: "slicerd", Pkg: "."}); err != nil {
 		return err
 	}
@@ -275,25 +271,12 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	// Requests are etcd's gRPC messages received, by method: a unary call
 	// is one, and a keep-alive or watch stream counts each message sent
 	// on it. Calls completed (grpc_server_handled_total) are told beside.
-	received := func() (map[string]float64, error) {
+	scrape := func() (benchproc.Samples, error) {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		s, err := benchproc.Scrape(sctx, "http://"+etcd.Addr+"/metrics")
-		if err != nil {
-			return nil, err
-		}
-		by := map[string]float64{}
-		for _, x := range s {
-			if x.Name == "grpc_server_msg_received_total" {
-				by[x.Labels["grpc_method"]] += x.Value
-			}
-			if x.Name == "grpc_server_handled_total" {
-				by["handled:"+x.Labels["grpc_method"]] += x.Value
-			}
-		}
-		return by, nil
+		return benchproc.Scrape(sctx, "http://"+etcd.Addr+"/metrics")
 	}
-	r0, err := received()
+	s0, err := scrape()
 	if err != nil {
 		return err
 	}
@@ -301,21 +284,22 @@ func measure(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err := benchproc.Sleep(ctx, o.rest); err != nil {
 		return err
 	}
-	r1, err := received()
+	s1, err := scrape()
 	if err != nil {
 		return err
 	}
 	secs := time.Since(t0).Seconds()
-	var rate, handled float64
+	const received = "grpc_server_msg_received_total"
+	rate := (s1.Sum(received) - s0.Sum(received)) / secs
+	handled := (s1.Sum("grpc_server_handled_total") - s0.Sum("grpc_server_handled_total")) / secs
 	var methods []string
-	for m, n := range r1 {
-		d := (n - r0[m]) / secs
-		switch name, ok := strings.CutPrefix(m, "handled:"); {
-		case ok:
-			handled += d
-		case d > 0:
-			rate += d
-			methods = append(methods, fmt.Sprintf("%s %.1f", name, d))
+	seen := map[string]bool{}
+	for _, x := range s1 {
+		if m := x.Labels["grpc_method"]; x.Name == received && !seen[m] {
+			seen[m] = true
+			if d := (s1.Sum(received, "grpc_method", m) - s0.Sum(received, "grpc_method", m)) / secs; d > 0 {
+				methods = append(methods, fmt.Sprintf("%s %.1f", m, d))
+			}
 		}
 	}
 	slices.Sort(methods)

@@ -182,9 +182,8 @@ func (m *Manager) Renew(ctx context.Context, l lease.Job) (lease.Job, error) {
 // RenewAll implements lease.Manager: one keep-alive for each holder's
 // session (shared with any renewal or Acquire of the holder under way),
 // however many of its job leases ls holds, and a scrub of the session's
-// keys every Options.ScrubEvery. A lease this manager did not acquire is
-// renewed on its own, with a keep-alive of its etcd lease and a read of
-// its key.
+// keys every Options.ScrubEvery. A lease of no live session of this
+// manager is lost.
 func (m *Manager) RenewAll(ctx context.Context, ls []lease.Job) []lease.Renewal {
 	const op = "renew job lease"
 	out := make([]lease.Renewal, len(ls))
@@ -206,35 +205,14 @@ func (m *Manager) RenewAll(ctx context.Context, ls []lease.Job) []lease.Renewal 
 			m.renewSession(ctx, s, ls, groups[id], out)
 			continue
 		}
+		// No live session of this manager: it expired (and took the job
+		// keys with it), or the lease is not this manager's to renew.
 		for _, i := range groups[id] {
-			out[i].Job, out[i].Err = m.renewAlone(ctx, ls[i])
+			out[i].Err = fmt.Errorf("%w: job %q: the lease of epoch %d expired with its holder's etcd lease, or was not granted here",
+				lease.ErrLost, ls[i].Job, ls[i].Epoch)
 		}
 	}
 	return out
-}
-
-// renewAlone renews a lease that is no session's of this manager: one
-// keep-alive, then a check that the job key is still the lease's.
-func (m *Manager) renewAlone(ctx context.Context, l lease.Job) (lease.Job, error) {
-	const op = "renew job lease"
-	rctx, cancel := context.WithTimeout(ctx, m.reqTimeout)
-	defer cancel()
-	ka, err := m.cli.KeepAliveOnce(rctx, clientv3.LeaseID(l.ID))
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return lease.Job{}, fmt.Errorf("%w: job %q: the lease of epoch %d expired or was released", lease.ErrLost, l.Job, l.Epoch)
-	}
-	if err != nil {
-		return lease.Job{}, m.opError(ctx, op, l.Job, err)
-	}
-	resp, err := m.cli.Get(rctx, m.jobKey(l.Job))
-	if err != nil {
-		return lease.Job{}, m.opError(ctx, op, l.Job, err)
-	}
-	if len(resp.Kvs) == 0 || uint64(resp.Kvs[0].CreateRevision) != l.Epoch {
-		return lease.Job{}, fmt.Errorf("%w: job %q: the lease of epoch %d is no longer the job's", lease.ErrLost, l.Job, l.Epoch)
-	}
-	l.TTL = time.Duration(ka.TTL) * time.Second
-	return l, nil
 }
 
 // Release implements lease.Manager: it deletes the job key if it is still

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -257,10 +258,11 @@ func (s *session) forget(job string, epoch uint64, del bool) {
 // deleteStray deletes, fenced, the keys s keeps to delete.
 func (m *Manager) deleteStray(ctx context.Context, s *session) {
 	s.mu.Lock()
-	stray := make(map[string]uint64, len(s.stray))
-	for job, epoch := range s.stray {
-		stray[job] = epoch
+	if len(s.stray) == 0 {
+		s.mu.Unlock()
+		return
 	}
+	stray := maps.Clone(s.stray)
 	s.mu.Unlock()
 	for job, epoch := range stray {
 		rctx, cancel := context.WithTimeout(ctx, m.reqTimeout)

@@ -31,11 +31,11 @@ import (
 // same change armed goes first, and load moves at a later tick.
 func (a *Assigner) decide(name string, cur *assign.Assignment, live []assign.Task, load assign.Load, cfg assign.Config, why trigger) (*assign.Assignment, assign.Decision, error) {
 	switch {
-	case why == triggerLoad && (cfg.Frozen || !settled(cur, cfg.Controls(live))):
+	case why == triggerLoad && (cfg.Frozen || !cur.Settled(cfg.Controls(live))):
 		return cur, assign.Decision{}, nil
-	case why == triggerConfig && !cfg.Frozen && settled(cur, cfg.Controls(live)):
+	case why == triggerConfig && !cfg.Frozen && cur.Settled(cfg.Controls(live)):
 		return algorithmOf(cfg).Decide(name, cur, live, load, cfg)
-	case why == triggerLoad || a.interval == 0 || !keepsTask(cur, live):
+	case why == triggerLoad || a.interval == 0 || !cur.KeepsTask(live):
 		return algorithmOf(cfg).Decide(name, cur, live, load, cfg)
 	}
 	return assign.Membership(name, cur, live, load, cfg)
@@ -52,45 +52,4 @@ func algorithmOf(cfg assign.Config) assign.Algorithm {
 		}
 	}
 	return assign.NewWeightedMove()
-}
-
-// settled reports whether cur already reflects the live tasks (sorted by
-// name): every task of cur is live at the same address and not draining,
-// and every live task cur does not list is one that takes no new slices
-// (cordoned or draining). Capacities and limits are not compared:
-// assignments do not record them.
-func settled(cur *assign.Assignment, live []assign.Task) bool {
-	if cur == nil {
-		return false
-	}
-	i := 0
-	for _, t := range live {
-		if i < len(cur.Tasks) && cur.Tasks[i].Name == t.Name {
-			if cur.Tasks[i].Addr != t.Addr || t.Draining {
-				return false
-			}
-			i++
-			continue
-		}
-		if i < len(cur.Tasks) && cur.Tasks[i].Name < t.Name {
-			return false // a task of cur is not live
-		}
-		if !t.Draining && !t.Cordoned {
-			return false // a live task cur has not placed yet
-		}
-	}
-	return i == len(cur.Tasks)
-}
-
-// keepsTask reports whether a task of cur is among live.
-func keepsTask(cur *assign.Assignment, live []assign.Task) bool {
-	if cur == nil {
-		return false
-	}
-	for _, t := range live {
-		if _, ok := cur.TaskIndex(t.Name); ok {
-			return true
-		}
-	}
-	return false
 }

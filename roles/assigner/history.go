@@ -145,8 +145,8 @@ func finite(f float64) float64 {
 
 // algorithmFor names what decide runs for a decision.
 func (a *Assigner) algorithmFor(cur *assign.Assignment, live []assign.Task, cfg assign.Config, why trigger) string {
-	if why == triggerLoad || a.interval == 0 || !keepsTask(cur, live) ||
-		(why == triggerConfig && !cfg.Frozen && settled(cur, cfg.Controls(live))) {
+	if why == triggerLoad || a.interval == 0 || !cur.KeepsTask(live) ||
+		(why == triggerConfig && !cfg.Frozen && cur.Settled(cfg.Controls(live))) {
 		return algorithmOf(cfg).Name()
 	}
 	return "membership"
