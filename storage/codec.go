@@ -38,6 +38,16 @@ func DecodeRecord(job string, cur, prev, cfg []byte) (Record, error) {
 	return rec, err
 }
 
+// DecodeAssignment decodes job's current or previous assignment value (key
+// says which, for the message); an error matches ErrCorrupt.
+func DecodeAssignment(job, key string, b []byte) (*assign.Assignment, error) {
+	a, err := decodeAssignment(job, key, b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return a, nil
+}
+
 // CheckCommit validates Commit's arguments: ErrInvalid unless next is a
 // valid assignment of job with a generation above prevGen.
 func CheckCommit(job string, prevGen uint64, next *assign.Assignment) error {

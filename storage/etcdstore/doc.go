@@ -9,10 +9,16 @@
 // revision 0), and it moves current to previous in the same transaction.
 // So of two Assigners committing on the same generation, exactly one wins
 // and the other gets storage.ErrConflict with the stored generation. Before
-// writing, Commit decodes what it would move or replace, so an unreadable
+// writing, Commit decodes what it would move or replace (of an assignment
+// stored in pieces, its head, and it counts the pieces), so an unreadable
 // value is reported as storage.ErrCorrupt and left as it is.
 //
-// Load reads a job's keys with one range request, at one revision. An etcd
+// An assignment too large for one etcd request is stored in pieces under
+// a head (chunks.go): the pieces are written first, and the transaction
+// above switches to them, so the commit is still one atomic step.
+//
+// Load reads a job's keys with one range request, at one revision (and
+// the pieces of a large assignment at that revision). An etcd
 // that does not answer within the request timeout yields
 // storage.ErrUnavailable, never storage.ErrConflict, so an Assigner retries
 // its commit instead of rebasing on a state it never saw.

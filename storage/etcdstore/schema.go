@@ -13,8 +13,13 @@ import (
 //
 //	<prefix>meta/format_version     uint64, 8 bytes big-endian
 //	<prefix>meta/incarnation        the store's incarnation ID (format 2 on)
-//	<prefix>jobs/<job>/current      assignment, assign's binary codec
-//	<prefix>jobs/<job>/previous     assignment current replaced, same codec
+//	<prefix>jobs/<job>/current      assignment, assign's binary codec, or
+//	                                from format 3 the head of one stored in
+//	                                pieces (chunks.go)
+//	<prefix>jobs/<job>/previous     assignment current replaced, the same
+//	<prefix>chunks/<job>/<set>/<i>  piece <i> (8 hex digits) of an
+//	                                assignment too large for one value;
+//	                                <set> (16 hex digits) is named by a head
 //	<prefix>jobs/<job>/config       assign.Config as JSON
 //	<prefix>deleted/<job>           the generation the job was deleted at,
 //	                                uint64, 8 bytes big-endian
@@ -39,14 +44,17 @@ import (
 // The meta keys are created together, by one transaction, by the first
 // writable Open under the prefix. Format 1 had no incarnation: a writable
 // Open of a format 1 store adds it and moves the store to format 2 in one
-// transaction, as Bolt does for its file (storage/schema.go).
+// transaction, as Bolt does for its file (storage/schema.go). Format 3 adds
+// the chunked assignments: a writable Open moves a store to it by writing
+// the version, so that a binary that cannot read a head refuses the store
+// at Open rather than finding a job corrupt.
 
 // DefaultPrefix is the key namespace used when Options.Prefix is empty.
 const DefaultPrefix = "/slicerd/"
 
 // FormatVersion is the layout version this binary writes and the newest it
 // reads. Bump it when the layout or an encoding changes incompatibly.
-const FormatVersion uint64 = 2
+const FormatVersion uint64 = 3
 
 const (
 	leafCurrent  = "current"

@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -212,8 +213,17 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 		case attempt > 3:
 			return 0, fmt.Errorf("%w: open etcd store under %s at %s: its format keys kept changing; retry", storage.ErrUnavailable, s.keys.prefix, s.endpoints)
 		}
-		inc := storage.NewIncarnation()
-		cond := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.keys.incarnation()), "=", 0)}
+		// Format 3 adds chunked assignments (chunks.go), which need
+		// nothing written but the version; a store before format 2 is
+		// given its incarnation.
+		inc := m.incarnation
+		ops := []clientv3.Op{clientv3.OpPut(s.keys.meta(), string(storage.EncodeFormatVersion(FormatVersion)))}
+		var cond []clientv3.Cmp
+		if m.version < 2 {
+			inc = storage.NewIncarnation()
+			ops = append(ops, clientv3.OpPut(s.keys.incarnation(), inc))
+			cond = append(cond, clientv3.Compare(clientv3.CreateRevision(s.keys.incarnation()), "=", 0))
+		}
 		if m.version == 0 {
 			cond = append(cond, clientv3.Compare(clientv3.CreateRevision(s.keys.meta()), "=", 0))
 		} else {
@@ -221,10 +231,7 @@ func (s *Store) prepare(ctx context.Context, dialTimeout time.Duration) (uint64,
 		}
 		tresp, err := s.cli.Txn(dctx).
 			If(cond...).
-			Then(
-				clientv3.OpPut(s.keys.meta(), string(storage.EncodeFormatVersion(FormatVersion))),
-				clientv3.OpPut(s.keys.incarnation(), inc),
-			).
+			Then(ops...).
 			Else(clientv3.OpGet(s.keys.metaDir(), clientv3.WithPrefix())).
 			Commit()
 		if err != nil {
@@ -334,27 +341,80 @@ func (s *Store) AllLeaseKeys() string { return s.keys.allLeases() }
 func (s *Store) Incarnation() string { return s.incarnation }
 
 // Load implements storage.Store. It reads the job's keys with one range
-// request, so current, previous and config come from one revision.
+// request, so current, previous and config come from one revision; the
+// pieces of a chunked assignment are read at that same revision.
 func (s *Store) Load(ctx context.Context, job string) (storage.Record, error) {
 	if err := s.check(ctx, "load", job); err != nil {
 		return storage.Record{}, err
 	}
 	rctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	resp, err := s.cli.Get(rctx, s.keys.job(job), clientv3.WithPrefix())
-	if err != nil {
+	for attempt := 1; ; attempt++ {
+		rec, err := s.load(rctx, job)
+		// A compaction between the heads' read and their pieces' read
+		// took that revision away: read again at the newest.
+		if err != nil && errors.Is(err, rpctypes.ErrCompacted) && attempt < 3 {
+			continue
+		}
+		switch {
+		case err == nil:
+			return rec, nil
+		case errors.Is(err, storage.ErrNotFound):
+			return storage.Record{}, fmt.Errorf("%w: load job %q: no assignment or config is stored for it", storage.ErrNotFound, job)
+		case errors.Is(err, storage.ErrCorrupt):
+			return storage.Record{}, s.corrupt("load", job, err)
+		}
 		return storage.Record{}, s.opError(ctx, "load", job, err)
 	}
-	raw := s.split(job, resp.Kvs)
-	rec, err := storage.DecodeRecord(job, raw.value(raw.cur), raw.value(raw.prev), raw.value(raw.cfg))
-	if err == nil {
-		err = storage.StampRecord(&rec, s.incarnation)
+}
+
+// load is one attempt of Load; its errors are etcd's or match
+// storage.ErrNotFound or storage.ErrCorrupt.
+func (s *Store) load(ctx context.Context, job string) (storage.Record, error) {
+	resp, err := s.cli.Get(ctx, s.keys.job(job), clientv3.WithPrefix())
+	if err != nil {
+		return storage.Record{}, err
 	}
-	switch {
-	case errors.Is(err, storage.ErrNotFound):
-		return storage.Record{}, fmt.Errorf("%w: load job %q: no assignment or config is stored for it", storage.ErrNotFound, job)
-	case err != nil:
-		return storage.Record{}, s.corrupt("load", job, err)
+	raw := s.split(job, resp.Kvs)
+	var (
+		vals  [2][]byte
+		heads [2]*head
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	for i, kv := range []*mvccpb.KeyValue{raw.cur, raw.prev} {
+		vals[i] = raw.value(kv)
+		if !isHead(vals[i]) {
+			continue
+		}
+		h, err := decodeHead(vals[i])
+		if err != nil {
+			return storage.Record{}, fmt.Errorf("%w: the %s assignment's head: %w", storage.ErrCorrupt, []string{leafCurrent, leafPrevious}[i], err)
+		}
+		heads[i] = &h
+		g.Go(func() error {
+			enc, err := s.readSet(gctx, job, h, resp.Header.Revision)
+			vals[i] = enc
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		var cs errCorruptSet
+		if errors.As(err, &cs) {
+			return storage.Record{}, fmt.Errorf("%w: %w", storage.ErrCorrupt, err)
+		}
+		return storage.Record{}, err
+	}
+	rec, err := storage.DecodeRecord(job, vals[0], vals[1], raw.value(raw.cfg))
+	if err != nil {
+		return storage.Record{}, err
+	}
+	for i, a := range []*assign.Assignment{rec.Current, rec.Previous} {
+		if h := heads[i]; h != nil && a.Generation != h.generation {
+			return storage.Record{}, fmt.Errorf("%w: the head of generation %d names an assignment of generation %d", storage.ErrCorrupt, h.generation, a.Generation)
+		}
+	}
+	if err := storage.StampRecord(&rec, s.incarnation); err != nil {
+		return storage.Record{}, err
 	}
 	return rec, nil
 }
@@ -421,8 +481,10 @@ func (s *Store) History(ctx context.Context, job string, limit int) ([]storage.H
 }
 
 // commit is Commit, fenced by epoch unless it is 0, recording e in the
-// job's history unless it is nil.
-func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e *storage.HistoryEntry) error {
+// job's history unless it is nil. An assignment too large to be one value
+// has its pieces written first (chunks.go); the switch to it is the one
+// transaction below either way.
+func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e *storage.HistoryEntry) (err error) {
 	if err := s.checkWrite(ctx, "commit", job); err != nil {
 		return err
 	}
@@ -437,14 +499,31 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 	rctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	leaseKey := s.keys.jobLease(job)
-	reads := []clientv3.Op{clientv3.OpGet(s.keys.job(job), clientv3.WithPrefix()), clientv3.OpGet(leaseKey)}
+	reads := []clientv3.Op{
+		clientv3.OpGet(s.keys.job(job), clientv3.WithPrefix()),
+		clientv3.OpGet(leaseKey),
+		clientv3.OpGet(s.keys.chunks(job), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	}
 	resp, err := s.cli.Txn(rctx).Then(reads...).Commit()
 	if err != nil {
 		return s.opError(ctx, "commit", job, err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	lease := resp.Responses[1].GetResponseRange().Kvs
+	// written is the set of pieces this commit wrote, if any. Unless the
+	// switch to it may have applied (its transaction's outcome is
+	// unknown), it is deleted when the commit fails.
+	var (
+		written  *head
+		mayApply bool
+	)
+	defer func() {
+		if written != nil && err != nil && !mayApply {
+			s.dropSet(job, written.set)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		lease := resp.Responses[1].GetResponseRange().Kvs
+		listed := resp.Responses[2].GetResponseRange().Kvs
 		if epoch != 0 {
 			var fence uint64
 			if len(lease) > 0 {
@@ -456,13 +535,19 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 			}
 		}
 		raw := s.split(job, kvs)
-		rec, err := storage.DecodeRecord(job, raw.value(raw.cur), raw.value(raw.prev), raw.value(raw.cfg))
-		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+		st, err := s.decodeStored(job, raw)
+		if err == nil {
+			err = s.checkPieces(job, st, listed)
+		}
+		if err == nil && raw.cfg != nil {
+			_, err = storage.DecodeRecord(job, nil, nil, raw.cfg.Value)
+		}
+		if err != nil {
 			return s.corrupt("commit", job, err)
 		}
-		if stored := rec.Generation(); stored != prevGen {
-			s.log.Debug("commit conflict", "job", job, "stored", stored, "expected", prevGen)
-			return storage.Conflict(job, next.Generation, stored, prevGen)
+		if st.generation != prevGen {
+			s.log.Debug("commit conflict", "job", job, "stored", st.generation, "expected", prevGen)
+			return storage.Conflict(job, next.Generation, st.generation, prevGen)
 		}
 		if attempt > maxCommitAttempts {
 			return fmt.Errorf("%w: commit job %q generation %d: its stored keys kept changing while generation %d stayed; load the job again and retry",
@@ -487,11 +572,44 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 				}
 			}
 		}
-		ops := make([]clientv3.Op, 0, 2)
+		if len(value) > inlineMax {
+			if written != nil && written.generation != stored.Generation {
+				s.dropSet(job, written.set)
+				written = nil
+			}
+			if written == nil {
+				h, fenced, err := s.writeSet(rctx, job, epoch, stored.Generation, value)
+				written = &h
+				if fenced {
+					// The lease passed on: read again, to report it.
+					if resp, err = s.cli.Txn(rctx).Then(reads...).Commit(); err != nil {
+						return s.opError(ctx, "commit", job, err)
+					}
+					continue
+				}
+				if err != nil {
+					return s.opError(ctx, "commit", job, err)
+				}
+			}
+			value = encodeHead(*written)
+		}
+		ops := make([]clientv3.Op, 0, 8)
 		if raw.cur != nil {
 			ops = append(ops, clientv3.OpPut(s.keys.previous(job), string(raw.cur.Value)))
 		}
 		ops = append(ops, clientv3.OpPut(s.keys.current(job), string(value)))
+		// The set of the previous assignment this one pushes out, and
+		// the orphans, go with the switch.
+		var own string
+		if written != nil {
+			own = written.set
+		}
+		if st.prevHead != nil {
+			ops = append(ops, clientv3.OpDelete(s.keys.chunkSet(job, st.prevHead.set), clientv3.WithPrefix()))
+		}
+		for _, set := range s.orphans(job, listed, raw.rev(raw.cur), own, st.sets()...) {
+			ops = append(ops, clientv3.OpDelete(s.keys.chunkSet(job, set), clientv3.WithPrefix()))
+		}
 		if e != nil {
 			e.Generation = stored.Generation
 			h, err := storage.EncodeHistoryEntry(*e)
@@ -518,19 +636,81 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 			Else(reads...).
 			Commit()
 		if err != nil {
+			mayApply = true
 			return s.opError(ctx, "commit", job, err)
 		}
 		if tresp.Succeeded {
 			next.Incarnation, next.Generation = stored.Incarnation, stored.Generation
 			s.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen, "revision", tresp.Header.Revision,
-				"epoch", epoch)
+				"epoch", epoch, "bytes", len(value), "pieces", written != nil)
 			return nil
 		}
 		// Another writer changed the keys between the read and the
 		// transaction: judge again against what it wrote.
-		kvs = tresp.Responses[0].GetResponseRange().Kvs
-		lease = tresp.Responses[1].GetResponseRange().Kvs
+		resp = tresp
 	}
+}
+
+// stored is what a commit needs of the assignments a job holds.
+type stored struct {
+	generation uint64 // the current generation; 0 when none
+	// curHead and prevHead are the heads of chunked current and previous
+	// assignments; nil when inline or absent.
+	curHead, prevHead *head
+}
+
+// sets lists the sets the heads name.
+func (st stored) sets() []string {
+	var out []string
+	for _, h := range []*head{st.curHead, st.prevHead} {
+		if h != nil {
+			out = append(out, h.set)
+		}
+	}
+	return out
+}
+
+// decodeStored decodes a job's current and previous values as far as a
+// commit or a delete needs: an inline assignment whole, as before it is
+// moved or replaced, a chunked one by its head alone. Errors match
+// storage.ErrCorrupt.
+func (s *Store) decodeStored(job string, raw rawRecord) (stored, error) {
+	var (
+		st   stored
+		gens [2]uint64
+	)
+	for i, kv := range []*mvccpb.KeyValue{raw.cur, raw.prev} {
+		if kv == nil {
+			continue
+		}
+		leaf := []string{leafCurrent, leafPrevious}[i]
+		if isHead(kv.Value) {
+			h, err := decodeHead(kv.Value)
+			if err != nil {
+				return stored{}, fmt.Errorf("%w: the %s assignment's head: %w", storage.ErrCorrupt, leaf, err)
+			}
+			gens[i] = h.generation
+			if i == 0 {
+				st.curHead = &h
+			} else {
+				st.prevHead = &h
+			}
+			continue
+		}
+		a, err := storage.DecodeAssignment(job, leaf, kv.Value)
+		if err != nil {
+			return stored{}, err
+		}
+		gens[i] = a.Generation
+	}
+	switch {
+	case raw.prev != nil && raw.cur == nil:
+		return stored{}, fmt.Errorf("%w: a previous assignment is stored without a current one", storage.ErrCorrupt)
+	case raw.prev != nil && gens[1] >= gens[0]:
+		return stored{}, fmt.Errorf("%w: the previous generation %d is not below the current generation %d", storage.ErrCorrupt, gens[1], gens[0])
+	}
+	st.generation = gens[0]
+	return st, nil
 }
 
 // SetConfig implements storage.Store. Config writes are unconditional.
@@ -578,8 +758,8 @@ func (s *Store) Delete(ctx context.Context, job string) error {
 		}
 		raw := s.split(job, kvs)
 		floor, tomb, _ := s.deletedAt(read.Responses[1].GetResponseRange().Kvs) // an unreadable value is replaced
-		if rec, err := storage.DecodeRecord(job, raw.value(raw.cur), raw.value(raw.prev), raw.value(raw.cfg)); err == nil {
-			floor = max(floor, rec.Generation())
+		if st, err := s.decodeStored(job, raw); err == nil {
+			floor = max(floor, st.generation)
 		}
 		tresp, err := s.cli.Txn(rctx).
 			If(
@@ -589,6 +769,7 @@ func (s *Store) Delete(ctx context.Context, job string) error {
 			Then(
 				clientv3.OpDelete(s.keys.job(job), clientv3.WithPrefix()),
 				clientv3.OpDelete(s.keys.history(job), clientv3.WithPrefix()),
+				clientv3.OpDelete(s.keys.chunks(job), clientv3.WithPrefix()),
 				clientv3.OpPut(s.keys.deleted(job), string(storage.EncodeGeneration(floor))),
 			).
 			Commit()

@@ -65,6 +65,7 @@ func Run(t *testing.T, o Opener) {
 		{"Incarnation", testIncarnation},
 		{"Delete", testDelete},
 		{"DeleteRacingCommits", testDeleteRacingCommits},
+		{"LargeJob", testLargeJob},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, o) })
@@ -974,4 +975,63 @@ func testDeleteRacingCommits(t *testing.T, o Opener) {
 		}
 	}
 	t.Logf("%d commits, %d deletes, %d records checked", total, deletes, len(records))
+}
+
+// testLargeJob: a job of 10^6 slices on 10,000 tasks, the largest slicerd
+// is sized for, is committed and loaded whole by another client;
+// replacing it keeps it as the previous assignment; a commit of one on a
+// stale generation conflicts and leaves nothing behind; a small assignment
+// replaces a large one and the other way round; and Delete removes it.
+// Under the race detector the job has 10^5 slices (about 1 MB encoded);
+// scripts/test.sh runs the full size without it.
+func testLargeJob(t *testing.T, o Opener) {
+	tasks, perTask := 10_000, 100
+	if raceEnabled {
+		perTask = 10
+	}
+	ctx := context.Background()
+	s := open(t, o)
+	p := peer(t, o, s)
+	a1 := Assignment("big", 1, tasks, perTask)
+	mustCommit(t, s, "big", 0, a1)
+	if rec := mustLoad(t, p, "big"); !Same(rec.Current, a1) || rec.Previous != nil {
+		t.Fatalf("loaded generation %d after %v, want the committed generation 1 alone",
+			rec.Generation(), rec.Previous.Version())
+	}
+	a2 := assignment("big", 2, tasks, perTask, "next")
+	mustCommit(t, s, "big", 1, a2)
+
+	before := snap(t, o, s)
+	if err := s.Commit(ctx, "big", 1, Assignment("big", 3, tasks, perTask)); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("Commit of a large job on a stale generation: %v, want ErrConflict", err)
+	}
+	assertUnchanged(t, o, s, before)
+
+	a3 := Assignment("big", 3, tasks, perTask)
+	mustCommit(t, s, "big", 2, a3)
+	if rec := mustLoad(t, p, "big"); !Same(rec.Current, a3) || !Same(rec.Previous, a2) {
+		t.Fatalf("loaded generation %d after %v, want 3 after 2", rec.Generation(), rec.Previous.Version())
+	}
+	small := Assignment("big", 4, 3, 2)
+	mustCommit(t, s, "big", 3, small)
+	if rec := mustLoad(t, p, "big"); !Same(rec.Current, small) || !Same(rec.Previous, a3) {
+		t.Fatalf("loaded generation %d after %v, want the small 4 after the large 3", rec.Generation(), rec.Previous.Version())
+	}
+	a5 := assignment("big", 5, tasks, perTask, "last")
+	mustCommit(t, s, "big", 4, a5)
+	if rec := mustLoad(t, p, "big"); !Same(rec.Current, a5) || !Same(rec.Previous, small) {
+		t.Fatalf("loaded generation %d after %v, want the large 5 after the small 4", rec.Generation(), rec.Previous.Version())
+	}
+
+	if err := s.Delete(ctx, "big"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := p.Load(ctx, "big"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("Load after Delete: %v, want ErrNotFound", err)
+	}
+	a6 := Assignment("big", 1, tasks, perTask)
+	mustCommit(t, s, "big", 0, a6)
+	if rec := mustLoad(t, p, "big"); rec.Generation() != 6 || rec.Previous != nil || !assign.Equal(rec.Current, a6) {
+		t.Fatalf("the job created again loads generation %d after %v, want 6 alone", rec.Generation(), rec.Previous.Version())
+	}
 }

@@ -1,0 +1,47 @@
+package etcdstore
+
+import (
+	"bytes"
+	"testing"
+)
+
+func TestHeadRoundTrip(t *testing.T) {
+	h := head{generation: 7, set: "00ff00ff00ff00ff", chunks: 3, size: 2*chunkBytes + 1, sum: 0xfeedface}
+	got, err := decodeHead(encodeHead(h))
+	if err != nil || got != h {
+		t.Fatalf("decodeHead(encodeHead(%+v)) = %+v, %v", h, got, err)
+	}
+	for _, bad := range []head{
+		{generation: 0, set: h.set, chunks: 3, size: h.size},
+		{generation: 1, set: "00FF00FF00FF00FF", chunks: 3, size: h.size},
+		{generation: 1, set: h.set, chunks: 2, size: h.size},
+		{generation: 1, set: h.set, chunks: 1, size: inlineMax},
+		{generation: 1, set: h.set, chunks: maxChunks + 1, size: maxChunks*chunkBytes + 1},
+	} {
+		if _, err := decodeHead(encodeHead(bad)); err == nil {
+			t.Errorf("decodeHead accepted %+v", bad)
+		}
+	}
+}
+
+// FuzzDecodeHead: decodeHead never panics, and what it accepts encodes
+// back to a head that decodes the same.
+func FuzzDecodeHead(f *testing.F) {
+	f.Add(encodeHead(head{generation: 1, set: "0123456789abcdef", chunks: 2, size: inlineMax + 1, sum: 1}))
+	f.Add(encodeHead(head{generation: 1 << 40, set: "ffffffffffffffff", chunks: maxChunks, size: maxChunks * chunkBytes}))
+	f.Add([]byte("SLCH"))
+	f.Add([]byte("SLCA\x02"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := decodeHead(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeHead(encodeHead(h))
+		if err != nil || again != h {
+			t.Fatalf("%+v encodes to a head that decodes to %+v, %v", h, again, err)
+		}
+		if !bytes.HasPrefix(b, []byte(headMagic)) {
+			t.Fatalf("accepted %q without the magic", b)
+		}
+	})
+}
