@@ -50,8 +50,9 @@ type Bolt struct {
 }
 
 var (
-	_ Store  = (*Bolt)(nil)
-	_ Fencer = (*Bolt)(nil)
+	_ Store         = (*Bolt)(nil)
+	_ Fencer        = (*Bolt)(nil)
+	_ CurrentLoader = (*Bolt)(nil)
 )
 
 // OpenDataDir creates dir (mode 0700) if it is missing and opens the data
@@ -292,6 +293,16 @@ func (b *Bolt) Incarnation() string { return b.incarnation }
 
 // Load implements Store.
 func (b *Bolt) Load(ctx context.Context, job string) (Record, error) {
+	return b.load(ctx, job, true)
+}
+
+// LoadCurrent implements CurrentLoader.
+func (b *Bolt) LoadCurrent(ctx context.Context, job string) (Record, error) {
+	return b.load(ctx, job, false)
+}
+
+// load is Load, leaving the previous assignment out unless withPrevious.
+func (b *Bolt) load(ctx context.Context, job string, withPrevious bool) (Record, error) {
 	if err := b.check(ctx, "load", job); err != nil {
 		return Record{}, err
 	}
@@ -302,6 +313,9 @@ func (b *Bolt) Load(ctx context.Context, job string) (Record, error) {
 		raw = readRaw(tx, job)
 		return nil
 	})
+	if !withPrevious {
+		raw.prev = nil
+	}
 	if err != nil {
 		return Record{}, b.opError("load", job, err)
 	}

@@ -77,4 +77,9 @@
 // does). Bolt does not: it could, since the file lock makes the one Bolt in
 // a process the only writer, but that process's own Assigner is then the
 // only committer, so there is no one to tell.
+//
+// Both implement CurrentLoader, a Load that leaves the previous assignment
+// out: what serves a job's assignment (a Backup, an Assigner following a
+// job it does not lead) needs the current one only, and for a job of a
+// million slices the previous one is another 10 MB to read and decode.
 package storage

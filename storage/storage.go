@@ -81,3 +81,25 @@ type Fencer interface {
 	// with ErrFenced, changing nothing, when it is not.
 	CommitFenced(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment) error
 }
+
+// CurrentLoader is implemented by a Store that can load a job's record
+// without its previous assignment, reading and decoding less: those that
+// only serve a job's assignment (a Backup) need the current one alone, and
+// a job of a million slices stores each in about 10 MB.
+type CurrentLoader interface {
+	// LoadCurrent is Load with Record.Previous nil. It fails as Load
+	// does, except that it does not read the previous assignment, so does
+	// not find it corrupt.
+	LoadCurrent(ctx context.Context, job string) (Record, error)
+}
+
+// LoadCurrent loads job's record from s without its previous assignment:
+// with s's LoadCurrent when it has one, else with Load.
+func LoadCurrent(ctx context.Context, s Store, job string) (Record, error) {
+	if c, ok := s.(CurrentLoader); ok {
+		return c.LoadCurrent(ctx, job)
+	}
+	rec, err := s.Load(ctx, job)
+	rec.Previous = nil
+	return rec, err
+}

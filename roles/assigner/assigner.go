@@ -737,7 +737,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		}
 		if errors.Is(err, storage.ErrConflict) {
 			a.log.Warn("assignment changed in the store since it was read; rebasing", "job", name, "attempt", attempt, "err", err)
-			rec, lerr := a.store.Load(ctx, name)
+			rec, lerr := storage.LoadCurrent(ctx, a.store, name)
 			if errors.Is(lerr, storage.ErrNotFound) {
 				return nil // deleted meanwhile; see jobdelete.go
 			}

@@ -128,7 +128,7 @@ func (a *Assigner) admitNew(ctx context.Context, job string) error {
 	if !full {
 		return nil
 	}
-	_, err := a.store.Load(ctx, job)
+	_, err := storage.LoadCurrent(ctx, a.store, job)
 	switch {
 	case err == nil:
 		return nil

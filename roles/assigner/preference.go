@@ -159,7 +159,7 @@ func (a *Assigner) refresh(ctx context.Context, name string) error {
 			cfgSet = j.cfgSet
 		}
 		a.mu.Unlock()
-		rec, err := a.store.Load(ctx, name)
+		rec, err := storage.LoadCurrent(ctx, a.store, name)
 		if errors.Is(err, storage.ErrNotFound) {
 			a.forgetVanished(name)
 			return nil

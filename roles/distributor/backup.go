@@ -79,7 +79,7 @@ func (b *Backup) read(ctx context.Context, job string) (*slicerv1.Assignment, er
 // load reads job's current assignment from the store, with the errors a
 // client is sent.
 func (b *Backup) load(ctx context.Context, job string) (*assign.Assignment, error) {
-	rec, err := b.store.Load(ctx, job)
+	rec, err := storage.LoadCurrent(ctx, b.store, job)
 	if errors.Is(err, storage.ErrNotFound) {
 		return nil, rpc.ToConnect(fmt.Errorf("%w %q: it has no stored assignment yet; the backup serves only what an assigner has committed to the store", rpc.ErrUnknownJob, job))
 	}

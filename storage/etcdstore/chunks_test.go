@@ -298,3 +298,29 @@ func TestUpgradeFormat2(t *testing.T) {
 		t.Fatalf("loaded %v after %v, want 4 after 3", rec.Current.Version(), rec.Previous.Version())
 	}
 }
+
+// TestLoadCurrentSkipsThePrevious: LoadCurrent reads no piece of the
+// previous assignment: with one of them gone, Load reports the job
+// corrupt and LoadCurrent still loads the current assignment.
+func TestLoadCurrentSkipsThePrevious(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := rawClient(t, srv)
+	s := openAt(t, srv, etcdstore.Options{})
+	if err := s.Commit(ctx, "big", 0, large("big", 1)); err != nil {
+		t.Fatal(err)
+	}
+	first := sets(pieces(t, cli, s, "big"))[0]
+	if err := s.Commit(ctx, "big", 1, large("big", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, s.Prefix()+"chunks/big/"+first+"/00000000"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(ctx, "big"); !errors.Is(err, storage.ErrCorrupt) {
+		t.Fatalf("Load with a piece of the previous assignment gone: %v, want ErrCorrupt", err)
+	}
+	rec, err := s.LoadCurrent(ctx, "big")
+	if err != nil || !storagetest.Same(rec.Current, large("big", 2)) || rec.Previous != nil {
+		t.Fatalf("LoadCurrent: %v, %v; want generation 2 alone", rec.Current.Version(), err)
+	}
+}

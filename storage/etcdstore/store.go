@@ -93,9 +93,10 @@ type Store struct {
 }
 
 var (
-	_ storage.Store   = (*Store)(nil)
-	_ storage.Watcher = (*Store)(nil)
-	_ storage.Fencer  = (*Store)(nil)
+	_ storage.Store         = (*Store)(nil)
+	_ storage.Watcher       = (*Store)(nil)
+	_ storage.Fencer        = (*Store)(nil)
+	_ storage.CurrentLoader = (*Store)(nil)
 )
 
 // Open connects to etcd and checks the store's format version, creating it
@@ -344,13 +345,26 @@ func (s *Store) Incarnation() string { return s.incarnation }
 // request, so current, previous and config come from one revision; the
 // pieces of a chunked assignment are read at that same revision.
 func (s *Store) Load(ctx context.Context, job string) (storage.Record, error) {
+	return s.loadRecord(ctx, job, true)
+}
+
+// LoadCurrent implements storage.CurrentLoader: the previous assignment's
+// value is read with the others (it is small, or a head) but its pieces
+// are not, and it is not decoded.
+func (s *Store) LoadCurrent(ctx context.Context, job string) (storage.Record, error) {
+	return s.loadRecord(ctx, job, false)
+}
+
+// loadRecord is Load, leaving the previous assignment out unless
+// withPrevious.
+func (s *Store) loadRecord(ctx context.Context, job string, withPrevious bool) (storage.Record, error) {
 	if err := s.check(ctx, "load", job); err != nil {
 		return storage.Record{}, err
 	}
 	rctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		rec, err := s.load(rctx, job)
+		rec, err := s.load(rctx, job, withPrevious)
 		// A compaction between the heads' read and their pieces' read
 		// took that revision away: read again at the newest.
 		if err != nil && errors.Is(err, rpctypes.ErrCompacted) && attempt < 3 {
@@ -370,12 +384,15 @@ func (s *Store) Load(ctx context.Context, job string) (storage.Record, error) {
 
 // load is one attempt of Load; its errors are etcd's or match
 // storage.ErrNotFound or storage.ErrCorrupt.
-func (s *Store) load(ctx context.Context, job string) (storage.Record, error) {
+func (s *Store) load(ctx context.Context, job string, withPrevious bool) (storage.Record, error) {
 	resp, err := s.cli.Get(ctx, s.keys.job(job), clientv3.WithPrefix())
 	if err != nil {
 		return storage.Record{}, err
 	}
 	raw := s.split(job, resp.Kvs)
+	if !withPrevious {
+		raw.prev = nil
+	}
 	var (
 		vals  [2][]byte
 		heads [2]*head

@@ -65,6 +65,7 @@ func Run(t *testing.T, o Opener) {
 		{"Incarnation", testIncarnation},
 		{"Delete", testDelete},
 		{"DeleteRacingCommits", testDeleteRacingCommits},
+		{"LoadCurrent", testLoadCurrent},
 		{"LargeJob", testLargeJob},
 	}
 	for _, tt := range tests {
@@ -1012,6 +1013,9 @@ func testLargeJob(t *testing.T, o Opener) {
 	if rec := mustLoad(t, p, "big"); !Same(rec.Current, a3) || !Same(rec.Previous, a2) {
 		t.Fatalf("loaded generation %d after %v, want 3 after 2", rec.Generation(), rec.Previous.Version())
 	}
+	if rec, err := storage.LoadCurrent(ctx, p, "big"); err != nil || !Same(rec.Current, a3) || rec.Previous != nil {
+		t.Fatalf("LoadCurrent: generation %d after %v, %v; want 3 alone", rec.Generation(), rec.Previous.Version(), err)
+	}
 	small := Assignment("big", 4, 3, 2)
 	mustCommit(t, s, "big", 3, small)
 	if rec := mustLoad(t, p, "big"); !Same(rec.Current, small) || !Same(rec.Previous, a3) {
@@ -1033,5 +1037,35 @@ func testLargeJob(t *testing.T, o Opener) {
 	mustCommit(t, s, "big", 0, a6)
 	if rec := mustLoad(t, p, "big"); rec.Generation() != 6 || rec.Previous != nil || !assign.Equal(rec.Current, a6) {
 		t.Fatalf("the job created again loads generation %d after %v, want 6 alone", rec.Generation(), rec.Previous.Version())
+	}
+}
+
+// testLoadCurrent: the store loads a job without its previous assignment,
+// as Load does otherwise, through its own LoadCurrent (both stores have
+// one).
+func testLoadCurrent(t *testing.T, o Opener) {
+	ctx := context.Background()
+	s := open(t, o)
+	if _, ok := s.(storage.CurrentLoader); !ok {
+		t.Fatalf("%T does not implement storage.CurrentLoader", s)
+	}
+	cfg := assign.Config{MinRedundancy: 1, MaxRedundancy: 3}
+	mustSetConfig(t, s, "j", cfg)
+	if rec, err := storage.LoadCurrent(ctx, s, "j"); err != nil || rec.Current != nil || !rec.Configured || !rec.Config.Equal(cfg) {
+		t.Fatalf("LoadCurrent of a configured job: %+v, %v", rec, err)
+	}
+	a1, a2 := Assignment("j", 1, 3, 2), Assignment("j", 2, 4, 2)
+	mustCommit(t, s, "j", 0, a1)
+	mustCommit(t, s, "j", 1, a2)
+	rec, err := storage.LoadCurrent(ctx, peer(t, o, s), "j")
+	if err != nil || !Same(rec.Current, a2) || rec.Previous != nil || !rec.Configured || !rec.Config.Equal(cfg) || rec.Job != "j" ||
+		rec.Current.Incarnation != s.Incarnation() {
+		t.Fatalf("LoadCurrent: %+v, %v; want generation 2 alone, configured, of the store's incarnation", rec, err)
+	}
+	if _, err := storage.LoadCurrent(ctx, s, "nope"); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("LoadCurrent of a missing job: %v, want ErrNotFound", err)
+	}
+	if _, err := storage.LoadCurrent(ctx, s, "Bad Name"); !errors.Is(err, storage.ErrInvalid) {
+		t.Fatalf("LoadCurrent of an invalid name: %v, want ErrInvalid", err)
 	}
 }
