@@ -38,7 +38,8 @@ type Options struct {
 	DialTimeout time.Duration
 	// RequestTimeout bounds each call that has no earlier deadline, so a
 	// call fails with storage.ErrUnavailable rather than hang while etcd
-	// is down; default 5s.
+	// is down; default 5s. A commit stored in pieces has it once more for
+	// every four pieces (2 MiB) it writes.
 	RequestTimeout time.Duration
 	// Logger receives open, close and watch events; nil discards them.
 	Logger *slog.Logger
@@ -513,7 +514,13 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 	if err != nil {
 		return fmt.Errorf("%w: commit job %q: %w", storage.ErrInvalid, job, err)
 	}
-	rctx, cancel := s.withTimeout(ctx)
+	// A commit in pieces has the request timeout for each round of
+	// chunkWriters pieces, besides the one for its reads and switch.
+	var rounds int
+	if len(enc) > inlineMax {
+		rounds = ((len(enc)+chunkBytes-1)/chunkBytes + chunkWriters - 1) / chunkWriters
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.reqTimeout*time.Duration(1+rounds))
 	defer cancel()
 	leaseKey := s.keys.jobLease(job)
 	reads := []clientv3.Op{
