@@ -38,10 +38,10 @@ import (
 // a reader sees the old assignment or the new one, never a mix. The same
 // transaction deletes the set of the previous head it replaces, so a job
 // keeps at most two sets. A set no head names is an orphan: left by a
-// commit that lost (it deletes its own set then) or by a committer that
-// died between its pieces and its switch. A commit deletes every orphan
-// whose first piece is older than the current head (see orphans); a set
-// written after the head may belong to a commit still running.
+// commit that lost (it deletes its own set then), by a committer that died
+// between its pieces and its switch, or being written by a commit that
+// cannot succeed any more. Every commit deletes the orphans it finds in its
+// switch (see orphans for why that is safe).
 //
 // Sets live outside jobs/ so that writing one does not wake a watch of
 // the job, and so that listing jobs reads heads only.
@@ -212,6 +212,9 @@ func (s *Store) writeSet(ctx context.Context, job string, epoch, generation uint
 		piece := enc[i*chunkBytes : min((i+1)*chunkBytes, len(enc))]
 		key := s.keys.chunk(job, h.set, i)
 		g.Go(func() error {
+			if err := hook(job, "piece", i); err != nil {
+				return err
+			}
 			txn := s.cli.Txn(gctx)
 			if epoch != 0 {
 				txn = txn.If(clientv3.Compare(clientv3.CreateRevision(s.keys.jobLease(job)), "=", int64(epoch)))
@@ -236,6 +239,24 @@ func (s *Store) writeSet(ctx context.Context, job string, epoch, generation uint
 
 var errFencedPiece = errors.New("a piece's put was fenced")
 
+// commitHook, set by tests only, is called at each step of a commit of
+// job: after its reads ("read"), before each piece's put ("piece", with
+// the piece's index), before the switch ("switch") and after it
+// ("switched"). It may block, pausing the commit there, or return
+// errCrashed, which ends the commit at once as its process's death would:
+// nothing more is sent, not even the deletion of its pieces.
+var commitHook func(job, step string, piece int) error
+
+// errCrashed is what a commit ended by commitHook returns.
+var errCrashed = errors.New("etcdstore: the committing process died (test hook)")
+
+func hook(job, step string, piece int) error {
+	if commitHook == nil {
+		return nil
+	}
+	return commitHook(job, step, piece)
+}
+
 // dropSet deletes a set this commit wrote and no head names, with a
 // context of its own: the commit's may be what ended. A set it fails to
 // delete is an orphan a later commit collects.
@@ -249,25 +270,17 @@ func (s *Store) dropSet(job, set string) {
 }
 
 // orphans returns up to maxOrphanSets sets of job, among the keys listed
-// (chunks(job), keys only), that no head names and whose first piece was
-// created before curRev, the current head's mod revision. Such a set
-// cannot be switched to: its writer read the head before writing its
-// first piece, so before curRev, and its switch compares the head with
-// the revision it read. own is never returned.
-func (s *Store) orphans(job string, listed []*mvccpb.KeyValue, curRev int64, own string, named ...string) []string {
-	first := map[string]int64{}
+// (chunks(job), keys only), that are neither own nor named. The switch
+// that deletes them is safe whoever is still writing them: it succeeds
+// only if the head is still at the revision this commit read, and it
+// changes the current generation, so every other commit then in flight
+// (having read the head, and a generation, before this switch) fails its
+// own switch, which compares both, and can never name its set.
+func (s *Store) orphans(job string, listed []*mvccpb.KeyValue, own string, named ...string) []string {
+	var out []string
 	for _, kv := range listed {
 		set, ok := s.keys.setOf(job, kv.Key)
-		if !ok {
-			continue
-		}
-		if r, seen := first[set]; !seen || kv.CreateRevision < r {
-			first[set] = kv.CreateRevision
-		}
-	}
-	var out []string
-	for set, r := range first {
-		if r < curRev && set != own && !slices.Contains(named, set) {
+		if ok && set != own && !slices.Contains(named, set) && !slices.Contains(out, set) {
 			out = append(out, set)
 		}
 	}
@@ -285,21 +298,24 @@ func (s *Store) orphans(job string, listed []*mvccpb.KeyValue, curRev int64, own
 // storage.ErrCorrupt.
 func (s *Store) checkPieces(job string, st stored, listed []*mvccpb.KeyValue) error {
 	for _, h := range []*head{st.curHead, st.prevHead} {
-		if h == nil {
-			continue
-		}
-		n := 0
-		for _, kv := range listed {
-			if set, ok := s.keys.setOf(job, kv.Key); ok && set == h.set {
-				n++
-			}
-		}
-		if n != h.chunks {
-			return fmt.Errorf("%w: the head of generation %d names %d pieces under %s, and %d are stored",
-				storage.ErrCorrupt, h.generation, h.chunks, s.keys.chunkSet(job, h.set), n)
+		if h != nil && !s.whole(job, *h, listed) {
+			return fmt.Errorf("%w: the head of generation %d names %d pieces under %s, and fewer are stored",
+				storage.ErrCorrupt, h.generation, h.chunks, s.keys.chunkSet(job, h.set))
 		}
 	}
 	return nil
+}
+
+// whole reports whether the keys listed (chunks(job), keys only) hold
+// every piece of h's set.
+func (s *Store) whole(job string, h head, listed []*mvccpb.KeyValue) bool {
+	n := 0
+	for _, kv := range listed {
+		if set, ok := s.keys.setOf(job, kv.Key); ok && set == h.set {
+			n++
+		}
+	}
+	return n == h.chunks
 }
 
 // readSet reads the pieces of h's set of job at revision rev (at which

@@ -50,8 +50,7 @@ func sets(m map[string]int) []string {
 
 // TestChunkedLayout: a large assignment is a head under jobs/ and pieces
 // under chunks/; a job keeps at most the sets of its current and previous
-// assignments; a set no head names is collected once it is older than the
-// current head, and not before (it may be a commit's still running); and
+// assignments; a set no head names is collected by the next commit; and
 // Delete removes them all.
 func TestChunkedLayout(t *testing.T) {
 	srv := etcdtest.Start(t)
@@ -81,21 +80,18 @@ func TestChunkedLayout(t *testing.T) {
 		t.Fatalf("pieces after three commits: %v, want the two sets of generations 2 and 3", p)
 	}
 
-	// An orphan written after the current head could be a commit still
-	// running: kept by the next commit, collected by the one after.
+	// A set no head names, as a committer that died leaves, goes with
+	// the next commit.
 	orphan := "0123456789abcdef"
 	rawPut(t, cli, s.Prefix()+"chunks/big/"+orphan+"/00000000", "piece")
 	if err := s.Commit(ctx, "big", 3, large("big", 4)); err != nil {
 		t.Fatal(err)
 	}
-	if p = pieces(t, cli, s, "big"); len(p) != 3 || p[orphan] != 1 {
-		t.Fatalf("pieces after a commit with a new orphan: %v, want it and the two named sets", p)
+	if p = pieces(t, cli, s, "big"); len(p) != 2 || p[orphan] != 0 {
+		t.Fatalf("pieces after a commit with an orphan: %v, want the two named sets only", p)
 	}
 	if err := s.Commit(ctx, "big", 4, large("big", 5)); err != nil {
 		t.Fatal(err)
-	}
-	if p = pieces(t, cli, s, "big"); len(p) != 2 || p[orphan] != 0 {
-		t.Fatalf("pieces after the orphan aged: %v, want the two named sets only", p)
 	}
 	rec := mustLoad(t, s, "big")
 	if !storagetest.Same(rec.Current, large("big", 5)) || !storagetest.Same(rec.Previous, large("big", 4)) {

@@ -540,11 +540,14 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 		mayApply bool
 	)
 	defer func() {
-		if written != nil && err != nil && !mayApply {
+		if written != nil && err != nil && !mayApply && !errors.Is(err, errCrashed) {
 			s.dropSet(job, written.set)
 		}
 	}()
 	for attempt := 1; ; attempt++ {
+		if err := hook(job, "read", -1); err != nil {
+			return err
+		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		lease := resp.Responses[1].GetResponseRange().Kvs
 		listed := resp.Responses[2].GetResponseRange().Kvs
@@ -597,7 +600,11 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 			}
 		}
 		if len(value) > inlineMax {
-			if written != nil && written.generation != stored.Generation {
+			// A set written by an earlier attempt is used again if it
+			// still holds this value and is still whole: a Delete since
+			// (which is what let this attempt on) removed every piece of
+			// the job.
+			if written != nil && (written.generation != stored.Generation || !s.whole(job, *written, listed)) {
 				s.dropSet(job, written.set)
 				written = nil
 			}
@@ -610,6 +617,9 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 						return s.opError(ctx, "commit", job, err)
 					}
 					continue
+				}
+				if errors.Is(err, errCrashed) {
+					return err
 				}
 				if err != nil {
 					return s.opError(ctx, "commit", job, err)
@@ -631,7 +641,7 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 		if st.prevHead != nil {
 			ops = append(ops, clientv3.OpDelete(s.keys.chunkSet(job, st.prevHead.set), clientv3.WithPrefix()))
 		}
-		for _, set := range s.orphans(job, listed, raw.rev(raw.cur), own, st.sets()...) {
+		for _, set := range s.orphans(job, listed, own, st.sets()...) {
 			ops = append(ops, clientv3.OpDelete(s.keys.chunkSet(job, set), clientv3.WithPrefix()))
 		}
 		if e != nil {
@@ -654,6 +664,9 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 		if epoch != 0 {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", int64(epoch)))
 		}
+		if err := hook(job, "switch", -1); err != nil {
+			return err
+		}
 		tresp, err := s.cli.Txn(rctx).
 			If(cmps...).
 			Then(ops...).
@@ -664,6 +677,9 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 			return s.opError(ctx, "commit", job, err)
 		}
 		if tresp.Succeeded {
+			if err := hook(job, "switched", -1); err != nil {
+				return err
+			}
 			next.Incarnation, next.Generation = stored.Incarnation, stored.Generation
 			s.log.Debug("committed", "job", job, "generation", next.Generation, "replaced", prevGen, "revision", tresp.Header.Revision,
 				"epoch", epoch, "bytes", len(value), "pieces", written != nil)
