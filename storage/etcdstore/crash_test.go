@@ -66,8 +66,10 @@ func openTest(t *testing.T, srv *etcdtest.Server, prefix string) *Store {
 	return s
 }
 
+// bigAssignment is an assignment of 60,000 slices, about 620 KB: two
+// pieces.
 func bigAssignment(gen uint64) *assign.Assignment {
-	return storagetest.Assignment("big", gen, 1000, 100)
+	return storagetest.Assignment("big", gen, 600, 100)
 }
 
 // commitNext loads the job and commits the next generation, fenced on
