@@ -267,7 +267,9 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 		if lb, err = b.leases.Acquire(ctx, job, b.name, o.ttl); err == nil {
 			break
 		}
-		if !errors.Is(err, lease.ErrHeld) || time.Since(died) > o.timeout {
+		// Held until A's lease lapses; unavailable once, if B's own
+		// idle etcd lease lapsed meanwhile (the Leader retries as well).
+		if !errors.Is(err, lease.ErrHeld) && !errors.Is(err, lease.ErrUnavailable) || time.Since(died) > o.timeout {
 			return nil, fmt.Errorf("fail over: acquire: %w", err)
 		}
 		if err := benchproc.Sleep(ctx, 50*time.Millisecond); err != nil {

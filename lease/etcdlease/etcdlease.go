@@ -161,7 +161,14 @@ func (m *Manager) Acquire(ctx context.Context, job, holder string, ttl time.Dura
 		secs, err := m.keepAlive(rctx, s)
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				m.expired(s) // the key went with it
+				// The etcd lease expired between the put and the
+				// keep-alive (it had carried nothing for a TTL, so
+				// nothing renewed it), and the key went with it: try
+				// once more, on a new one.
+				m.expired(s)
+				if attempt == 0 {
+					continue
+				}
 			} else {
 				s.forget(job, l.Epoch, true)
 			}

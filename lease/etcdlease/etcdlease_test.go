@@ -217,3 +217,40 @@ func TestJobKeyDeletedOrReleased(t *testing.T) {
 		t.Fatalf("Holder of the released job: %v, want ErrNotHeld", err)
 	}
 }
+
+// A holder that was refused a job (granting its etcd lease) and held
+// nothing for longer than its TTL, so that its etcd lease expired unseen,
+// acquires the job once it is free: on a new etcd lease.
+func TestAcquireAfterAnIdleHolderLeaseExpired(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := openStore(t, srv.Endpoint(), "/idle/")
+	defer s.Close()
+	a := etcdlease.New(s, etcdlease.Options{})
+	defer a.Close()
+	b := etcdlease.New(s, etcdlease.Options{})
+	defer b.Close()
+	ctx := t.Context()
+	la, err := a.Acquire(ctx, "j", "a", 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Acquire(ctx, "j", "b", 2*time.Second); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("b's Acquire of a's job: %v, want ErrHeld", err)
+	}
+	// b's idle etcd lease expires while a renews its own; then a
+	// releases the job.
+	testwait.Until(t, 30*time.Second, "b's idle etcd lease to expire", func() bool {
+		if la, err = a.Renew(ctx, la); err != nil {
+			t.Fatalf("a's Renew: %v", err)
+		}
+		resp, err := s.Client().Leases(ctx)
+		return err == nil && len(resp.Leases) == 1
+	})
+	if err := a.Release(ctx, la); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Acquire(ctx, "j", "b", 2*time.Second)
+	if err != nil || lb.Epoch <= la.Epoch {
+		t.Fatalf("b's Acquire once a's lease expired = %+v, %v; want a lease above epoch %d", lb, err, la.Epoch)
+	}
+}
