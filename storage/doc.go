@@ -79,7 +79,8 @@
 // only committer, so there is no one to tell.
 //
 // Both implement CurrentLoader, a Load that leaves the previous assignment
-// out: what serves a job's assignment (a Backup, an Assigner following a
-// job it does not lead) needs the current one only, and for a job of a
-// million slices the previous one is another 10 MB to read and decode.
+// out: slicerd's roles need the current one only (a Backup serving it, an
+// Assigner taking a job on or following one it does not lead), and for a
+// job of a million slices the previous one is another 10 MB to read and
+// decode.
 package storage

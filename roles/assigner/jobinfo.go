@@ -113,7 +113,7 @@ func (a *Assigner) read(ctx context.Context, name string) (*assignerJob, storage
 	if err := assign.ValidateJobName(name); err != nil {
 		return nil, storage.Record{}, err
 	}
-	rec, err := a.store.Load(ctx, name)
+	rec, err := storage.LoadCurrent(ctx, a.store, name)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
 		if len(a.tasksOf(name, true)) == 0 {
