@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"testing"
@@ -20,10 +21,15 @@ import (
 )
 
 // serveTask serves h on a loopback port until the test ends and returns
-// the address.
+// the address. It listens on a random address of 127/8 other than
+// 127.0.0.1, where the tests of other packages running beside it listen
+// and dial: a client of theirs still retrying a port of a server that
+// stopped, which this listener was then given, would count among this
+// task's requests.
 func serveTask(t *testing.T, h func() http.Handler) (addr string, start func()) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
+	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
