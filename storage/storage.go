@@ -83,9 +83,10 @@ type Fencer interface {
 }
 
 // CurrentLoader is implemented by a Store that can load a job's record
-// without its previous assignment, reading and decoding less: those that
-// only serve a job's assignment (a Backup) need the current one alone, and
-// a job of a million slices stores each in about 10 MB.
+// without its previous assignment, reading and decoding less: slicerd's
+// roles need the current one alone, and a job of a million slices stores
+// each in about 10 MB. A wrapper that embeds a Store hides it, and
+// LoadCurrent then falls back to the wrapper's Load.
 type CurrentLoader interface {
 	// LoadCurrent is Load with Record.Previous nil. It fails as Load
 	// does, except that it does not read the previous assignment, so does

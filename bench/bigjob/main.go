@@ -37,7 +37,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -115,7 +114,6 @@ type step struct {
 	WaitMS     float64 `json:"wait_ms"`    // from A's death to B's lease
 	BackupMS   float64 `json:"backup_ms"`  // commit → subscriber's receipt through the Backup
 	BackupRSS  int64   `json:"backup_rss"` // MiB, after the receipt
-	HeapMiB    float64 `json:"heap_mib"`   // the harness's heap in use after the step (two Assigners' worth)
 	Subscriber string  `json:"subscriber"` // full or delta
 }
 
@@ -130,11 +128,11 @@ type report struct {
 
 func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "%s\n%d tasks\n", r.Command, r.Tasks)
-	fmt.Fprintf(w, "%-10s %4s %9s %10s %8s %9s %9s %7s %8s %10s %10s %8s %5s\n",
-		"step", "gen", "slices", "bytes", "load_ms", "decide_ms", "commit_ms", "churn", "wait_ms", "backup_ms", "backup_mib", "heap_mib", "sub")
+	fmt.Fprintf(w, "%-10s %4s %9s %10s %8s %9s %9s %7s %8s %10s %10s %5s\n",
+		"step", "gen", "slices", "bytes", "load_ms", "decide_ms", "commit_ms", "churn", "wait_ms", "backup_ms", "backup_mib", "sub")
 	for _, s := range r.Steps {
-		fmt.Fprintf(w, "%-10s %4d %9d %10d %8.0f %9.0f %9.0f %6.2f%% %8.0f %10.0f %10d %8.0f %5s\n",
-			s.Name, s.Generation, s.Slices, s.Bytes, s.LoadMS, s.DecideMS, s.CommitMS, 100*s.Churn, s.WaitMS, s.BackupMS, s.BackupRSS, s.HeapMiB, s.Subscriber)
+		fmt.Fprintf(w, "%-10s %4d %9d %10d %8.0f %9.0f %9.0f %6.2f%% %8.0f %10.0f %10d %5s\n",
+			s.Name, s.Generation, s.Slices, s.Bytes, s.LoadMS, s.DecideMS, s.CommitMS, 100*s.Churn, s.WaitMS, s.BackupMS, s.BackupRSS, s.Subscriber)
 	}
 	fmt.Fprintf(w, "a restarted Backup's first load of the job, to the subscriber: %.0f ms\n", r.FirstLoadMS)
 }
@@ -223,7 +221,6 @@ func measure(ctx context.Context, o *options, stderr io.Writer) (*report, error)
 		s.BackupMS, s.Subscriber = ms(got.Sub(committed)), kind
 		rss, _ := benchproc.Memory(backup.Cmd.Process.Pid)
 		s.BackupRSS = rss >> 10
-		s.HeapMiB = heapMiB()
 		say("%s: generation %d, %d slices, %d bytes, commit %.0f ms, at the subscriber %.0f ms later",
 			s.Name, s.Generation, s.Slices, s.Bytes, s.CommitMS, s.BackupMS)
 		return s, nil
@@ -485,10 +482,3 @@ func (s *subscriber) stop() {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func heapMiB() float64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return float64(m.HeapInuse) / (1 << 20)
-}

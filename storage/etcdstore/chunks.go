@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -316,6 +317,32 @@ func (s *Store) whole(job string, h head, listed []*mvccpb.KeyValue) bool {
 		}
 	}
 	return n == h.chunks
+}
+
+// headOf decodes v, the value of a job's current or previous key (leaf
+// says which), as a head: nil when v is an inline assignment or absent.
+// Errors match storage.ErrCorrupt.
+func headOf(leaf string, v []byte) (*head, error) {
+	if !isHead(v) {
+		return nil, nil
+	}
+	h, err := decodeHead(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the %s assignment's head: %w", storage.ErrCorrupt, leaf, err)
+	}
+	return &h, nil
+}
+
+// piecesTimeout is what a commit or a Load has, besides the request
+// timeout of its other requests, for the pieces of an encoded assignment
+// of size bytes: the request timeout again for every chunkWriters pieces
+// (2 MiB); nothing for one stored inline.
+func (s *Store) piecesTimeout(size int) time.Duration {
+	if size <= inlineMax {
+		return 0
+	}
+	pieces := (size + chunkBytes - 1) / chunkBytes
+	return s.reqTimeout * time.Duration((pieces+chunkWriters-1)/chunkWriters)
 }
 
 // readSet reads the pieces of h's set of job at revision rev (at which

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"bytes"
 	"testing"
+	"time"
 )
 
 func TestHeadRoundTrip(t *testing.T) {
@@ -44,4 +45,23 @@ func FuzzDecodeHead(f *testing.F) {
 			t.Fatalf("accepted %q without the magic", b)
 		}
 	})
+}
+
+// A Load or commit has the request timeout again for every four pieces.
+func TestPiecesTimeout(t *testing.T) {
+	s := &Store{reqTimeout: 5 * time.Second}
+	for _, tc := range []struct {
+		size int
+		want time.Duration
+	}{
+		{inlineMax, 0},
+		{inlineMax + 1, 5 * time.Second},     // 2 pieces
+		{4 * chunkBytes, 5 * time.Second},    // 4 pieces
+		{4*chunkBytes + 1, 10 * time.Second}, // 5 pieces
+		{11 << 20, 30 * time.Second},         // 22 pieces: a job of 10^6 slices
+	} {
+		if got := s.piecesTimeout(tc.size); got != tc.want {
+			t.Errorf("piecesTimeout(%d) = %v, want %v", tc.size, got, tc.want)
+		}
+	}
 }

@@ -38,8 +38,8 @@ type Options struct {
 	DialTimeout time.Duration
 	// RequestTimeout bounds each call that has no earlier deadline, so a
 	// call fails with storage.ErrUnavailable rather than hang while etcd
-	// is down; default 5s. A commit stored in pieces has it once more for
-	// every four pieces (2 MiB) it writes.
+	// is down; default 5s. A commit or a Load of an assignment stored in
+	// pieces has it once more for every four pieces (2 MiB).
 	RequestTimeout time.Duration
 	// Logger receives open, close and watch events; nil discards them.
 	Logger *slog.Logger
@@ -362,10 +362,8 @@ func (s *Store) loadRecord(ctx context.Context, job string, withPrevious bool) (
 	if err := s.check(ctx, "load", job); err != nil {
 		return storage.Record{}, err
 	}
-	rctx, cancel := s.withTimeout(ctx)
-	defer cancel()
 	for attempt := 1; ; attempt++ {
-		rec, err := s.load(rctx, job, withPrevious)
+		rec, err := s.load(ctx, job, withPrevious)
 		// A compaction between the heads' read and their pieces' read
 		// took that revision away: read again at the newest.
 		if err != nil && errors.Is(err, rpctypes.ErrCompacted) && attempt < 3 {
@@ -384,9 +382,13 @@ func (s *Store) loadRecord(ctx context.Context, job string, withPrevious bool) (
 }
 
 // load is one attempt of Load; its errors are etcd's or match
-// storage.ErrNotFound or storage.ErrCorrupt.
+// storage.ErrNotFound or storage.ErrCorrupt. The read of the job's keys
+// has the request timeout, and each read of pieces as long again as a
+// commit of them has (piecesTimeout).
 func (s *Store) load(ctx context.Context, job string, withPrevious bool) (storage.Record, error) {
-	resp, err := s.cli.Get(ctx, s.keys.job(job), clientv3.WithPrefix())
+	rctx, cancel := s.withTimeout(ctx)
+	resp, err := s.cli.Get(rctx, s.keys.job(job), clientv3.WithPrefix())
+	cancel()
 	if err != nil {
 		return storage.Record{}, err
 	}
@@ -401,16 +403,18 @@ func (s *Store) load(ctx context.Context, job string, withPrevious bool) (storag
 	g, gctx := errgroup.WithContext(ctx)
 	for i, kv := range []*mvccpb.KeyValue{raw.cur, raw.prev} {
 		vals[i] = raw.value(kv)
-		if !isHead(vals[i]) {
+		h, err := headOf([]string{leafCurrent, leafPrevious}[i], vals[i])
+		if err != nil {
+			return storage.Record{}, err
+		}
+		if h == nil {
 			continue
 		}
-		h, err := decodeHead(vals[i])
-		if err != nil {
-			return storage.Record{}, fmt.Errorf("%w: the %s assignment's head: %w", storage.ErrCorrupt, []string{leafCurrent, leafPrevious}[i], err)
-		}
-		heads[i] = &h
+		heads[i] = h
 		g.Go(func() error {
-			enc, err := s.readSet(gctx, job, h, resp.Header.Revision)
+			rctx, cancel := context.WithTimeout(gctx, s.reqTimeout+s.piecesTimeout(h.size))
+			defer cancel()
+			enc, err := s.readSet(rctx, job, *h, resp.Header.Revision)
 			vals[i] = enc
 			return err
 		})
@@ -514,13 +518,7 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 	if err != nil {
 		return fmt.Errorf("%w: commit job %q: %w", storage.ErrInvalid, job, err)
 	}
-	// A commit in pieces has the request timeout for each round of
-	// chunkWriters pieces, besides the one for its reads and switch.
-	var rounds int
-	if len(enc) > inlineMax {
-		rounds = ((len(enc)+chunkBytes-1)/chunkBytes + chunkWriters - 1) / chunkWriters
-	}
-	rctx, cancel := context.WithTimeout(ctx, s.reqTimeout*time.Duration(1+rounds))
+	rctx, cancel := context.WithTimeout(ctx, s.reqTimeout+s.piecesTimeout(len(enc)))
 	defer cancel()
 	leaseKey := s.keys.jobLease(job)
 	reads := []clientv3.Op{
@@ -724,16 +722,16 @@ func (s *Store) decodeStored(job string, raw rawRecord) (stored, error) {
 			continue
 		}
 		leaf := []string{leafCurrent, leafPrevious}[i]
-		if isHead(kv.Value) {
-			h, err := decodeHead(kv.Value)
-			if err != nil {
-				return stored{}, fmt.Errorf("%w: the %s assignment's head: %w", storage.ErrCorrupt, leaf, err)
-			}
+		h, err := headOf(leaf, kv.Value)
+		if err != nil {
+			return stored{}, err
+		}
+		if h != nil {
 			gens[i] = h.generation
 			if i == 0 {
-				st.curHead = &h
+				st.curHead = h
 			} else {
-				st.prevHead = &h
+				st.prevHead = h
 			}
 			continue
 		}

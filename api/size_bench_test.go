@@ -1,0 +1,62 @@
+package api
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
+)
+
+// BenchmarkMillionSliceForms measures what a server holds for a job of
+// 10^6 slices on 10,000 tasks in each form it keeps, as the bytes making
+// it allocates: the decoded assignment (decoding the store's encoding,
+// store-MB long), its protobuf form (ToProto) and the protobuf encoding a
+// stream sends (wire-MB long).
+// docs/benchmarks.md quotes it.
+func BenchmarkMillionSliceForms(b *testing.B) {
+	const nTasks, n = 10_000, 1_000_000
+	rng := rand.New(rand.NewPCG(1, 2))
+	a := &assign.Assignment{Job: "big", Generation: 1, Tasks: make([]assign.Task, nTasks), Slices: make([]assign.Slice, n)}
+	for i := range a.Tasks {
+		a.Tasks[i] = assign.Task{Name: fmt.Sprintf("task-%05d", i), Addr: fmt.Sprintf("10.0.%d.%d:7070", i>>8, i&255)}
+	}
+	w := assign.KeySpaceEnd / assign.SliceKey(n)
+	for i := range n {
+		a.Slices[i] = assign.Slice{Start: assign.SliceKey(i) * w, End: assign.SliceKey(i+1) * w, Tasks: []string{a.Tasks[rng.IntN(nTasks)].Name}}
+	}
+	a.Slices[n-1].End = assign.KeySpaceEnd
+	enc, err := a.MarshalBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := assign.UnmarshalAssignment(enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(enc))/1e6, "store-MB")
+	})
+	b.Run("to-proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ToProto(a)
+		}
+	})
+	b.Run("marshal", func(b *testing.B) {
+		msg := &slicerv1.WatchAssignmentResponse{Assignment: ToProto(a)}
+		var wire []byte
+		b.ReportAllocs()
+		for b.Loop() {
+			if wire, err = proto.Marshal(msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(wire))/1e6, "wire-MB")
+	})
+}
