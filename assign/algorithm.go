@@ -35,35 +35,38 @@ func AlgorithmByName(name string) (Algorithm, error) {
 }
 
 // prepare validates the inputs every Decide shares and returns the live
-// tasks sorted by name and the next generation.
-func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config) ([]Task, uint64, error) {
+// tasks sorted by name, the next generation and, when there is prev, its
+// slices' tasks as indices into prev.Tasks (see Assignment.validate).
+func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config) ([]Task, uint64, []int32, error) {
 	if err := ValidateJobName(job); err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", op, err)
+		return nil, 0, nil, fmt.Errorf("%s: %w", op, err)
 	}
 	gen := uint64(1)
+	var refs []int32
 	if prev != nil {
-		if err := prev.Validate(); err != nil {
-			return nil, 0, fmt.Errorf("%s: previous assignment: %w", op, err)
+		var err error
+		if refs, err = prev.validate(true); err != nil {
+			return nil, 0, nil, fmt.Errorf("%s: previous assignment: %w", op, err)
 		}
 		if prev.Job != job {
-			return nil, 0, fmt.Errorf("%s: %w: the previous assignment is of job %q, not %q", op, ErrInvalidAssignment, prev.Job, job)
+			return nil, 0, nil, fmt.Errorf("%s: %w: the previous assignment is of job %q, not %q", op, ErrInvalidAssignment, prev.Job, job)
 		}
 		if prev.Generation == math.MaxUint64 {
-			return nil, 0, fmt.Errorf("%s: %w: job %q: generation %d cannot be incremented; recreate the job", op, ErrInvalidAssignment, job, prev.Generation)
+			return nil, 0, nil, fmt.Errorf("%s: %w: job %q: generation %d cannot be incremented; recreate the job", op, ErrInvalidAssignment, job, prev.Generation)
 		}
 		gen = prev.Generation + 1
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, 0, fmt.Errorf("%s job %q: %w", op, job, err)
+		return nil, 0, nil, fmt.Errorf("%s job %q: %w", op, job, err)
 	}
 	if err := load.Validate(); err != nil {
-		return nil, 0, fmt.Errorf("%s job %q: %w", op, job, err)
+		return nil, 0, nil, fmt.Errorf("%s job %q: %w", op, job, err)
 	}
 	tasks, err := sortedTasks(job, cfg.Controls(live))
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", op, err)
+		return nil, 0, nil, fmt.Errorf("%s: %w", op, err)
 	}
-	return tasks, gen, nil
+	return tasks, gen, refs, nil
 }
 
 // decision records the outcome of going from prev to next.
@@ -99,7 +102,7 @@ func (Static) Name() string { return AlgorithmStatic }
 
 // Decide splits the key space evenly over live, ignoring prev and load.
 func (Static) Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, err := prepare("static", job, prev, live, load, cfg)
+	tasks, gen, _, err := prepare("static", job, prev, live, load, cfg)
 	if err != nil {
 		return nil, Decision{}, err
 	}

@@ -16,7 +16,7 @@ package assign
 // Without prev, or when no task of prev is live, the key space is split
 // evenly.
 func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, err := prepare("membership", job, prev, live, load, cfg)
+	tasks, gen, refs, err := prepare("membership", job, prev, live, load, cfg)
 	if err != nil {
 		return nil, Decision{}, err
 	}
@@ -28,7 +28,7 @@ func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config
 		next := evenSplit(job, gen, openTasks(tasks), cfg)
 		return next, decision(prev, next, evenSplitMoves(next, "no task of the previous assignment is live; splitting the key space evenly")), nil
 	}
-	p := newPlanner(prev, tasks, cfg.WithDefaults())
+	p := newPlanner(prev, refs, tasks, cfg.WithDefaults())
 	p.mem = newMemory(p, load)
 	p.membershipPhases()
 	next := p.assignment(job, gen)

@@ -104,6 +104,9 @@ func recorded(ts []Task) []Task {
 
 // Slice is the half-open slice-key range [Start, End) and the tasks that
 // serve it. Tasks holds task names in ascending order, without duplicates.
+// Slices share Tasks lists (with each other, and with the assignment a
+// decision started from), so a list is never written in place: a slice
+// that changes tasks gets a new list.
 type Slice struct {
 	Start SliceKey
 	End   SliceKey
@@ -251,69 +254,90 @@ func (a *Assignment) Settled(live []Task) bool {
 // overlap, each naming at least one task, in order and without duplicates,
 // and every named task listed once in Tasks.
 func (a *Assignment) Validate() error {
+	_, err := a.validate(false)
+	return err
+}
+
+// validate is Validate. With refs, it also returns the index in a.Tasks
+// of every task every slice names, slice by slice: a caller that needs
+// the tasks as numbers reads them there rather than looking each name up
+// again.
+func (a *Assignment) validate(refs bool) ([]int32, error) {
 	if a == nil {
-		return fmt.Errorf("%w: nil", ErrInvalidAssignment)
+		return nil, fmt.Errorf("%w: nil", ErrInvalidAssignment)
+	}
+	var out []int32
+	if refs {
+		total := 0
+		for i := range a.Slices {
+			total += len(a.Slices[i].Tasks)
+		}
+		out = make([]int32, 0, total)
 	}
 	if err := ValidateJobName(a.Job); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidAssignment, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidAssignment, err)
 	}
 	if a.Generation == 0 {
-		return fmt.Errorf("%w: job %q: generation 0 is reserved for \"no assignment\"", ErrInvalidAssignment, a.Job)
+		return nil, fmt.Errorf("%w: job %q: generation 0 is reserved for \"no assignment\"", ErrInvalidAssignment, a.Job)
 	}
 	if a.Incarnation != "" {
 		if err := ValidateIncarnation(a.Incarnation); err != nil {
-			return fmt.Errorf("%w: job %q: %w", ErrInvalidAssignment, a.Job, err)
+			return nil, fmt.Errorf("%w: job %q: %w", ErrInvalidAssignment, a.Job, err)
 		}
 	}
 	for i, t := range a.Tasks {
 		if err := ValidateTaskName(t.Name); err != nil {
-			return fmt.Errorf("%w: job %q: task %d: %w", ErrInvalidAssignment, a.Job, i, err)
+			return nil, fmt.Errorf("%w: job %q: task %d: %w", ErrInvalidAssignment, a.Job, i, err)
 		}
 		if i > 0 && a.Tasks[i-1].Name >= t.Name {
-			return fmt.Errorf("%w: job %q: tasks not sorted or duplicated at %q", ErrInvalidAssignment, a.Job, t.Name)
+			return nil, fmt.Errorf("%w: job %q: tasks not sorted or duplicated at %q", ErrInvalidAssignment, a.Job, t.Name)
 		}
 		if t.Capacity != 0 {
-			return fmt.Errorf("%w: job %q: task %q records a capacity; assignments do not", ErrInvalidAssignment, a.Job, t.Name)
+			return nil, fmt.Errorf("%w: job %q: task %q records a capacity; assignments do not", ErrInvalidAssignment, a.Job, t.Name)
 		}
 		if t.MemoryLimit != 0 || t.Cordoned || t.Draining {
-			return fmt.Errorf("%w: job %q: task %q records a memory limit, cordon or drain; assignments do not", ErrInvalidAssignment, a.Job, t.Name)
+			return nil, fmt.Errorf("%w: job %q: task %q records a memory limit, cordon or drain; assignments do not", ErrInvalidAssignment, a.Job, t.Name)
 		}
 	}
 	if len(a.Slices) == 0 {
-		return fmt.Errorf("%w: job %q: no slices", ErrInvalidAssignment, a.Job)
+		return nil, fmt.Errorf("%w: job %q: no slices", ErrInvalidAssignment, a.Job)
 	}
 	// One hash lookup per slice task is several times faster than a binary
 	// search of string comparisons over the task table.
-	known := make(map[string]struct{}, len(a.Tasks))
-	for _, t := range a.Tasks {
-		known[t.Name] = struct{}{}
+	known := make(map[string]int32, len(a.Tasks))
+	for i, t := range a.Tasks {
+		known[t.Name] = int32(i)
 	}
 	var next SliceKey
 	for i, s := range a.Slices {
 		switch {
 		case s.Start > next:
-			return fmt.Errorf("%w: job %q: gap [%#x, %#x) before slice %d", ErrInvalidAssignment, a.Job, next, s.Start, i)
+			return nil, fmt.Errorf("%w: job %q: gap [%#x, %#x) before slice %d", ErrInvalidAssignment, a.Job, next, s.Start, i)
 		case s.Start < next:
-			return fmt.Errorf("%w: job %q: slice %d starts at %#x, overlapping the previous slice that ends at %#x", ErrInvalidAssignment, a.Job, i, s.Start, next)
+			return nil, fmt.Errorf("%w: job %q: slice %d starts at %#x, overlapping the previous slice that ends at %#x", ErrInvalidAssignment, a.Job, i, s.Start, next)
 		case s.End <= s.Start:
-			return fmt.Errorf("%w: job %q: slice %d is empty or inverted [%#x, %#x)", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
+			return nil, fmt.Errorf("%w: job %q: slice %d is empty or inverted [%#x, %#x)", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
 		case s.End > KeySpaceEnd:
-			return fmt.Errorf("%w: job %q: slice %d ends at %#x, past the key space end %#x", ErrInvalidAssignment, a.Job, i, s.End, KeySpaceEnd)
+			return nil, fmt.Errorf("%w: job %q: slice %d ends at %#x, past the key space end %#x", ErrInvalidAssignment, a.Job, i, s.End, KeySpaceEnd)
 		case len(s.Tasks) == 0:
-			return fmt.Errorf("%w: job %q: slice %d [%#x, %#x) has no task", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
+			return nil, fmt.Errorf("%w: job %q: slice %d [%#x, %#x) has no task", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
 		}
 		for j, name := range s.Tasks {
 			if j > 0 && s.Tasks[j-1] >= name {
-				return fmt.Errorf("%w: job %q: slice %d: tasks not sorted or duplicated at %q", ErrInvalidAssignment, a.Job, i, name)
+				return nil, fmt.Errorf("%w: job %q: slice %d: tasks not sorted or duplicated at %q", ErrInvalidAssignment, a.Job, i, name)
 			}
-			if _, ok := known[name]; !ok {
-				return fmt.Errorf("%w: job %q: slice %d names unknown task %q", ErrInvalidAssignment, a.Job, i, name)
+			k, ok := known[name]
+			if !ok {
+				return nil, fmt.Errorf("%w: job %q: slice %d names unknown task %q", ErrInvalidAssignment, a.Job, i, name)
+			}
+			if refs {
+				out = append(out, k)
 			}
 		}
 		next = s.End
 	}
 	if next != KeySpaceEnd {
-		return fmt.Errorf("%w: job %q: gap [%#x, %#x) at the end of the key space", ErrInvalidAssignment, a.Job, next, KeySpaceEnd)
+		return nil, fmt.Errorf("%w: job %q: gap [%#x, %#x) at the end of the key space", ErrInvalidAssignment, a.Job, next, KeySpaceEnd)
 	}
-	return nil
+	return out, nil
 }

@@ -124,7 +124,8 @@ func Rebalance(prev *Assignment, live []Task, cfg Config) (*Assignment, Decision
 	if prev == nil {
 		return nil, Decision{}, fmt.Errorf("rebalance: %w: no previous assignment; build a job's first assignment with Initial", ErrInvalidAssignment)
 	}
-	if err := prev.Validate(); err != nil {
+	refs, err := prev.validate(true)
+	if err != nil {
 		return nil, Decision{}, fmt.Errorf("rebalance: previous assignment: %w", err)
 	}
 	if prev.Generation == math.MaxUint64 {
@@ -140,7 +141,7 @@ func Rebalance(prev *Assignment, live []Task, cfg Config) (*Assignment, Decision
 
 	var next *Assignment
 	var moves []Move
-	if p := newPlanner(prev, tasks, cfg); p != nil {
+	if p := newPlanner(prev, refs, tasks, cfg); p != nil {
 		p.phase(PhaseDeparted, p.replaceDeparted)
 		p.phase(PhaseRedundancy, p.enforceRedundancy)
 		p.phase(PhaseJoined, p.placeJoined)
@@ -234,6 +235,15 @@ type planner struct {
 	closed  []bool
 	staying int         // live tasks that are not draining
 	pins    []activePin // see pins.go
+	// prev is the assignment the planner started from, and prevOf[off],
+	// for an arena window at off that newPlannerRoom filled from a slice
+	// of prev with two or more tasks, all still live, is that slice's
+	// index plus 1 (0 for any other offset). Windows are never rewritten,
+	// so a slice still on such a window has that slice's task list, and
+	// assignment reuses it rather than spelling the names again. prevOf
+	// is nil when no slice of prev has two tasks.
+	prev   *Assignment
+	prevOf []int32
 }
 
 // isOpen reports whether task t may be given new slices.
@@ -246,15 +256,16 @@ func (p *planner) isOpen(t int32) bool { return p.closed == nil || !p.closed[t] 
 // returns. WeightedMove's later phases use measured load instead (weigher).
 func sliceLoad(s *wslice) uint64 { return s.end - s.start }
 
-// newPlanner converts prev to task ids of live (sorted). It returns nil when
-// no task of prev is live.
-func newPlanner(prev *Assignment, live []Task, cfg Config) *planner {
-	return newPlannerRoom(prev, live, cfg, 0)
+// newPlanner converts prev to task ids of live (sorted). refs are prev's
+// slices' tasks as indices into prev.Tasks, as prev.validate returns
+// them. It returns nil when no task of prev is live.
+func newPlanner(prev *Assignment, refs []int32, live []Task, cfg Config) *planner {
+	return newPlannerRoom(prev, refs, live, cfg, 0)
 }
 
 // newPlannerRoom is newPlanner with room for extra slices, so that phases
 // which split many slices do not copy them all to grow.
-func newPlannerRoom(prev *Assignment, live []Task, cfg Config, extra int) *planner {
+func newPlannerRoom(prev *Assignment, refs []int32, live []Task, cfg Config, extra int) *planner {
 	// Map prev's task table onto live by merging the two sorted lists.
 	toLive := make([]int32, len(prev.Tasks))
 	anyLive := false
@@ -286,26 +297,26 @@ func newPlannerRoom(prev *Assignment, live []Task, cfg Config, extra int) *plann
 			p.staying--
 		}
 	}
-	total := 0
-	for _, s := range prev.Slices {
-		total += len(s.Tasks)
-	}
+	total := len(refs)
 	arena := make([]int32, 0, total)
 	p.slices = make([]wslice, len(prev.Slices), len(prev.Slices)+extra)
-	// One hash lookup per slice task, not a binary search of string
-	// comparisons: large jobs have a million slice tasks.
-	idOf := make(map[string]int32, len(prev.Tasks))
-	for i, t := range prev.Tasks {
-		idOf[t.Name] = toLive[i]
-	}
+	p.prev = prev
+	k := 0 // refs[k] is the next slice task
 	for si, s := range prev.Slices {
 		off := len(arena)
 		for _, name := range s.Tasks {
-			if t := idOf[name]; t >= 0 { // prev is valid: every name is listed
+			if t := toLive[refs[k]]; t >= 0 {
 				arena = append(arena, t)
 			} else {
 				p.departures = append(p.departures, departure{slice: si, name: name})
 			}
+			k++
+		}
+		if n := len(arena) - off; n >= 2 && n == len(s.Tasks) {
+			if p.prevOf == nil {
+				p.prevOf = make([]int32, total)
+			}
+			p.prevOf[off] = int32(si) + 1
 		}
 		ws := wslice{start: s.Start, end: s.End, off: int32(off), n: int32(len(arena) - off)}
 		p.slices[si] = ws
@@ -616,29 +627,46 @@ func (p *planner) mergeAdjacent() {
 // slice with the address it has now.
 func (p *planner) assignment(job string, gen uint64) *Assignment {
 	used := make([]bool, len(p.live))
-	total := 0
 	for i := range p.slices {
-		total += int(p.slices[i].n)
 		for _, t := range p.tasks(&p.slices[i]) {
 			used[t] = true
 		}
 	}
 	a := &Assignment{Job: job, Generation: gen, Slices: make([]Slice, len(p.slices))}
+	// Task lists are shared, never copied per slice: a million slices
+	// would otherwise spell a million names. A one-task list is a window
+	// of single, a list the planner kept from prev is prev's, and any
+	// other is spelled once per arena window.
+	single := make([]string, len(p.live))
 	for t, u := range used {
 		if u {
 			a.Tasks = append(a.Tasks, p.live[t].recorded())
+			single[t] = p.live[t].Name
 		}
 	}
-	names := make([]string, total)
-	off := 0
+	var spelled map[int32][]string
 	for i := range p.slices {
 		s := &p.slices[i]
-		n := int(s.n)
-		ts := names[off : off+n : off+n]
-		for j, t := range p.tasks(s) {
-			ts[j] = p.live[t].Name
+		var ts []string
+		switch {
+		case s.n == 1:
+			t := p.ids[s.off]
+			ts = single[t : t+1 : t+1]
+		case int(s.off) < len(p.prevOf) && p.prevOf[s.off] > 0:
+			ts = p.prev.Slices[p.prevOf[s.off]-1].Tasks
+		default:
+			var ok bool
+			if ts, ok = spelled[s.off]; !ok {
+				ts = make([]string, s.n)
+				for j, t := range p.tasks(s) {
+					ts[j] = p.live[t].Name
+				}
+				if spelled == nil {
+					spelled = make(map[int32][]string)
+				}
+				spelled[s.off] = ts
+			}
 		}
-		off += n
 		a.Slices[i] = Slice{Start: s.start, End: s.end, Tasks: ts}
 	}
 	return a

@@ -1,6 +1,7 @@
 package assign
 
 import (
+	"fmt"
 	"slices"
 )
 
@@ -54,7 +55,7 @@ func (WeightedMove) Name() string { return AlgorithmWeightedMove }
 // load measured under prev. Without prev, or when no task of prev is live,
 // the key space is split evenly.
 func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, err := prepare("weighted-move", job, prev, live, load, cfg)
+	tasks, gen, refs, err := prepare("weighted-move", job, prev, live, load, cfg)
 	if err != nil {
 		return nil, Decision{}, err
 	}
@@ -67,6 +68,11 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 		from = evenSplit(job, gen, openTasks(tasks), cfg)
 		base = evenSplitMoves(from, "no task of the previous assignment is live; splitting the key space evenly")
 	}
+	if from != prev {
+		if refs, err = from.validate(true); err != nil {
+			return nil, Decision{}, fmt.Errorf("weighted-move: even split: %w", err) // unreachable: evenSplit builds valid assignments
+		}
+	}
 	if from != prev && load.Total() == 0 && !load.HasBytes() {
 		return from, decision(prev, from, base), nil
 	}
@@ -76,7 +82,7 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	// Room for what phase 5 usually adds, so that it grows the slices in
 	// place rather than copying a million of them.
 	room := min(max(cfg.sliceCeiling(len(tasks))-len(from.Slices), 0), len(from.Slices)/4)
-	p := newPlannerRoom(from, tasks, cfg, room)
+	p := newPlannerRoom(from, refs, tasks, cfg, room)
 	p.moves = base
 	p.mem = newMemory(p, load)
 	p.membershipPhases()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -106,6 +107,44 @@ func TestWeightedMoveReducesImbalance(t *testing.T) {
 	}
 }
 
+// A decision shares task lists with the assignment it started from (see
+// Slice) and never writes one: a chain of decisions through departures,
+// joins and load leaves every earlier assignment as it was, and a list a
+// decision kept is prev's own.
+func TestDecisionsShareListsAndWriteNone(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	all := testTasks(24)
+	cfg := Config{MinRedundancy: 2, MaxRedundancy: 3}
+	a := scattered(rng, all[:20], 60, 2)
+	var kept []*Assignment
+	var copies []*Assignment
+	for step, live := range [][]Task{all[:20], all[2:20], all[2:22], all[2:22], all[:24], all[5:24]} {
+		load := powerLoad(rng, 2000, 1.5)
+		kept, copies = append(kept, a), append(copies, a.Clone())
+		next, _ := mustDecide(t, NewWeightedMove(), a, live, load, cfg)
+		shared := 0
+		for i := range next.Slices {
+			ts := next.Slices[i].Tasks
+			if len(ts) < 2 {
+				continue
+			}
+			j := a.Find(next.Slices[i].Start)
+			if sameList(ts, a.Slices[j].Tasks) {
+				shared++
+			}
+		}
+		if shared == 0 {
+			t.Errorf("step %d: no list of two or more tasks shared with the previous assignment", step)
+		}
+		for k := range kept {
+			if !reflect.DeepEqual(kept[k], copies[k]) {
+				t.Fatalf("step %d: assignment %d of the chain changed", step, k)
+			}
+		}
+		a = next
+	}
+}
+
 // With no load, WeightedMove decides exactly as Rebalance on membership
 // changes.
 func TestWeightedMoveWithoutLoadIsRebalance(t *testing.T) {
@@ -134,7 +173,11 @@ func TestWeightedMoveWithoutLoadIsRebalance(t *testing.T) {
 // inside phase 4.
 func runPhases(prev *Assignment, live []Task, load Load, cfg Config) *weigher {
 	cfg = cfg.WithDefaults()
-	p := newPlanner(prev, live, cfg)
+	refs, err := prev.validate(true)
+	if err != nil {
+		panic(err)
+	}
+	p := newPlanner(prev, refs, live, cfg)
 	p.replaceDeparted()
 	p.enforceRedundancy()
 	p.placeJoined()
