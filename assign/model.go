@@ -266,14 +266,6 @@ func (a *Assignment) validate(refs bool) ([]int32, error) {
 	if a == nil {
 		return nil, fmt.Errorf("%w: nil", ErrInvalidAssignment)
 	}
-	var out []int32
-	if refs {
-		total := 0
-		for i := range a.Slices {
-			total += len(a.Slices[i].Tasks)
-		}
-		out = make([]int32, 0, total)
-	}
 	if err := ValidateJobName(a.Job); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidAssignment, err)
 	}
@@ -308,36 +300,80 @@ func (a *Assignment) validate(refs bool) ([]int32, error) {
 	for i, t := range a.Tasks {
 		known[t.Name] = int32(i)
 	}
-	var next SliceKey
-	for i, s := range a.Slices {
-		switch {
-		case s.Start > next:
-			return nil, fmt.Errorf("%w: job %q: gap [%#x, %#x) before slice %d", ErrInvalidAssignment, a.Job, next, s.Start, i)
-		case s.Start < next:
-			return nil, fmt.Errorf("%w: job %q: slice %d starts at %#x, overlapping the previous slice that ends at %#x", ErrInvalidAssignment, a.Job, i, s.Start, next)
-		case s.End <= s.Start:
-			return nil, fmt.Errorf("%w: job %q: slice %d is empty or inverted [%#x, %#x)", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
-		case s.End > KeySpaceEnd:
-			return nil, fmt.Errorf("%w: job %q: slice %d ends at %#x, past the key space end %#x", ErrInvalidAssignment, a.Job, i, s.End, KeySpaceEnd)
-		case len(s.Tasks) == 0:
-			return nil, fmt.Errorf("%w: job %q: slice %d [%#x, %#x) has no task", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
-		}
-		for j, name := range s.Tasks {
-			if j > 0 && s.Tasks[j-1] >= name {
-				return nil, fmt.Errorf("%w: job %q: slice %d: tasks not sorted or duplicated at %q", ErrInvalidAssignment, a.Job, i, name)
-			}
-			k, ok := known[name]
-			if !ok {
-				return nil, fmt.Errorf("%w: job %q: slice %d names unknown task %q", ErrInvalidAssignment, a.Job, i, name)
-			}
-			if refs {
-				out = append(out, k)
-			}
-		}
-		next = s.End
+	// A million slices are checked in parts at once; the first slice at
+	// fault is in the first part that finds one, so the error is the one
+	// a single pass would return.
+	k := parts(len(a.Slices))
+	errs := make([]error, k)
+	var out [][]int32
+	if refs {
+		out = make([][]int32, k)
 	}
-	if next != KeySpaceEnd {
-		return nil, fmt.Errorf("%w: job %q: gap [%#x, %#x) at the end of the key space", ErrInvalidAssignment, a.Job, next, KeySpaceEnd)
+	inParts(len(a.Slices), k, func(part, lo, hi int) {
+		var ids *[]int32
+		if refs {
+			own := make([]int32, 0, hi-lo) // one task a slice is the common case
+			ids = &own
+		}
+		var next SliceKey
+		if lo > 0 {
+			next = a.Slices[lo-1].End // checked by the part before
+		}
+		for i := lo; i < hi; i++ {
+			if err := a.checkSlice(i, next, known, ids); err != nil {
+				errs[part] = err
+				return
+			}
+			next = a.Slices[i].End
+		}
+		if refs {
+			out[part] = *ids
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
 	}
-	return out, nil
+	if end := a.Slices[len(a.Slices)-1].End; end != KeySpaceEnd {
+		return nil, fmt.Errorf("%w: job %q: gap [%#x, %#x) at the end of the key space", ErrInvalidAssignment, a.Job, end, KeySpaceEnd)
+	}
+	if !refs {
+		return nil, nil
+	}
+	if k == 1 {
+		return out[0], nil
+	}
+	return slices.Concat(out...), nil
+}
+
+// checkSlice validates slice i, which must start at next, and appends to
+// ids, when not nil, the index in known of every task it names.
+func (a *Assignment) checkSlice(i int, next SliceKey, known map[string]int32, ids *[]int32) error {
+	s := &a.Slices[i]
+	switch {
+	case s.Start > next:
+		return fmt.Errorf("%w: job %q: gap [%#x, %#x) before slice %d", ErrInvalidAssignment, a.Job, next, s.Start, i)
+	case s.Start < next:
+		return fmt.Errorf("%w: job %q: slice %d starts at %#x, overlapping the previous slice that ends at %#x", ErrInvalidAssignment, a.Job, i, s.Start, next)
+	case s.End <= s.Start:
+		return fmt.Errorf("%w: job %q: slice %d is empty or inverted [%#x, %#x)", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
+	case s.End > KeySpaceEnd:
+		return fmt.Errorf("%w: job %q: slice %d ends at %#x, past the key space end %#x", ErrInvalidAssignment, a.Job, i, s.End, KeySpaceEnd)
+	case len(s.Tasks) == 0:
+		return fmt.Errorf("%w: job %q: slice %d [%#x, %#x) has no task", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
+	}
+	for j, name := range s.Tasks {
+		if j > 0 && s.Tasks[j-1] >= name {
+			return fmt.Errorf("%w: job %q: slice %d: tasks not sorted or duplicated at %q", ErrInvalidAssignment, a.Job, i, name)
+		}
+		k, ok := known[name]
+		if !ok {
+			return fmt.Errorf("%w: job %q: slice %d names unknown task %q", ErrInvalidAssignment, a.Job, i, name)
+		}
+		if ids != nil {
+			*ids = append(*ids, k)
+		}
+	}
+	return nil
 }

@@ -626,48 +626,59 @@ func (p *planner) mergeAdjacent() {
 // assignment is phase 5: the result, listing every live task that serves a
 // slice with the address it has now.
 func (p *planner) assignment(job string, gen uint64) *Assignment {
-	used := make([]bool, len(p.live))
-	for i := range p.slices {
-		for _, t := range p.tasks(&p.slices[i]) {
-			used[t] = true
-		}
-	}
 	a := &Assignment{Job: job, Generation: gen, Slices: make([]Slice, len(p.slices))}
 	// Task lists are shared, never copied per slice: a million slices
 	// would otherwise spell a million names. A one-task list is a window
 	// of single, a list the planner kept from prev is prev's, and any
-	// other is spelled once per arena window.
+	// other is spelled once per arena window (and part).
 	single := make([]string, len(p.live))
-	for t, u := range used {
-		if u {
-			a.Tasks = append(a.Tasks, p.live[t].recorded())
-			single[t] = p.live[t].Name
-		}
+	for t := range p.live {
+		single[t] = p.live[t].Name
 	}
-	var spelled map[int32][]string
-	for i := range p.slices {
-		s := &p.slices[i]
-		var ts []string
-		switch {
-		case s.n == 1:
-			t := p.ids[s.off]
-			ts = single[t : t+1 : t+1]
-		case int(s.off) < len(p.prevOf) && p.prevOf[s.off] > 0:
-			ts = p.prev.Slices[p.prevOf[s.off]-1].Tasks
-		default:
-			var ok bool
-			if ts, ok = spelled[s.off]; !ok {
-				ts = make([]string, s.n)
-				for j, t := range p.tasks(s) {
-					ts[j] = p.live[t].Name
+	k := parts(len(p.slices))
+	used := make([][]bool, k) // by part, then task id
+	inParts(len(p.slices), k, func(part, lo, hi int) {
+		u := make([]bool, len(p.live))
+		used[part] = u
+		var spelled map[int32][]string
+		for i := lo; i < hi; i++ {
+			s := &p.slices[i]
+			var ts []string
+			switch {
+			case s.n == 1:
+				t := p.ids[s.off]
+				u[t] = true
+				ts = single[t : t+1 : t+1]
+			case int(s.off) < len(p.prevOf) && p.prevOf[s.off] > 0:
+				ts = p.prev.Slices[p.prevOf[s.off]-1].Tasks
+			default:
+				var ok bool
+				if ts, ok = spelled[s.off]; !ok {
+					ts = make([]string, s.n)
+					for j, t := range p.tasks(s) {
+						ts[j] = p.live[t].Name
+					}
+					if spelled == nil {
+						spelled = make(map[int32][]string)
+					}
+					spelled[s.off] = ts
 				}
-				if spelled == nil {
-					spelled = make(map[int32][]string)
+			}
+			if s.n > 1 {
+				for _, t := range p.tasks(s) {
+					u[t] = true
 				}
-				spelled[s.off] = ts
+			}
+			a.Slices[i] = Slice{Start: s.start, End: s.end, Tasks: ts}
+		}
+	})
+	for t := range p.live {
+		for _, u := range used {
+			if u[t] {
+				a.Tasks = append(a.Tasks, p.live[t].recorded())
+				break
 			}
 		}
-		a.Slices[i] = Slice{Start: s.start, End: s.end, Tasks: ts}
 	}
 	return a
 }
