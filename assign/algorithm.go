@@ -37,12 +37,12 @@ func AlgorithmByName(name string) (Algorithm, error) {
 // prepare validates the inputs every Decide shares and returns the live
 // tasks sorted by name, the next generation and, when there is prev, its
 // slices' tasks as indices into prev.Tasks (see Assignment.validate).
-func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config) ([]Task, uint64, []int32, error) {
+func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config) ([]Task, uint64, taskRefs, error) {
 	if err := ValidateJobName(job); err != nil {
 		return nil, 0, nil, fmt.Errorf("%s: %w", op, err)
 	}
 	gen := uint64(1)
-	var refs []int32
+	var refs taskRefs
 	if prev != nil {
 		var err error
 		if refs, err = prev.validate(true); err != nil {

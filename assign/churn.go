@@ -16,13 +16,27 @@ func Churn(prev, next *Assignment) float64 {
 	if prev == nil || len(prev.Slices) == 0 {
 		return 1
 	}
-	var moved uint64
-	overlaps(prev.Slices, next.Slices, func(ps, ns *Slice, lo, hi SliceKey) {
-		if !sameList(ns.Tasks, ps.Tasks) && !subset(ns.Tasks, ps.Tasks) {
-			moved += hi - lo
+	// In parts of next at once, each against the slices of prev its keys
+	// fall in: a sum of integers, the same in any order.
+	k := parts(len(next.Slices))
+	moved := make([]uint64, k)
+	inParts(len(next.Slices), k, func(part, lo, hi int) {
+		ns := next.Slices[lo:hi]
+		from, to := 0, len(prev.Slices)
+		if k > 1 {
+			from, to = prev.Find(ns[0].Start), prev.Find(ns[len(ns)-1].End-1)+1
 		}
+		overlaps(prev.Slices[from:to], ns, func(ps, ns *Slice, lo, hi SliceKey) {
+			if !sameList(ns.Tasks, ps.Tasks) && !subset(ns.Tasks, ps.Tasks) {
+				moved[part] += hi - lo
+			}
+		})
 	})
-	return float64(moved) / float64(KeySpaceEnd)
+	var sum uint64
+	for _, m := range moved {
+		sum += m
+	}
+	return float64(sum) / float64(KeySpaceEnd)
 }
 
 // overlaps calls visit for every non-empty range [lo, hi) where a slice

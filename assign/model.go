@@ -258,11 +258,15 @@ func (a *Assignment) Validate() error {
 	return err
 }
 
-// validate is Validate. With refs, it also returns the index in a.Tasks
-// of every task every slice names, slice by slice: a caller that needs
-// the tasks as numbers reads them there rather than looking each name up
-// again.
-func (a *Assignment) validate(refs bool) ([]int32, error) {
+// taskRefs are the tasks an assignment's slices name, as indices into its
+// Tasks, slice by slice, in len(r) parts: part i holds those of the
+// slices inParts gives part i of len(r).
+type taskRefs [][]int32
+
+// validate is Validate. With refs, it also returns the tasks every slice
+// names as numbers (see taskRefs): a caller that needs them so reads them
+// there rather than looking each name up again.
+func (a *Assignment) validate(refs bool) (taskRefs, error) {
 	if a == nil {
 		return nil, fmt.Errorf("%w: nil", ErrInvalidAssignment)
 	}
@@ -305,9 +309,9 @@ func (a *Assignment) validate(refs bool) ([]int32, error) {
 	// a single pass would return.
 	k := parts(len(a.Slices))
 	errs := make([]error, k)
-	var out [][]int32
+	var out taskRefs
 	if refs {
-		out = make([][]int32, k)
+		out = make(taskRefs, k)
 	}
 	inParts(len(a.Slices), k, func(part, lo, hi int) {
 		var ids *[]int32
@@ -338,13 +342,7 @@ func (a *Assignment) validate(refs bool) ([]int32, error) {
 	if end := a.Slices[len(a.Slices)-1].End; end != KeySpaceEnd {
 		return nil, fmt.Errorf("%w: job %q: gap [%#x, %#x) at the end of the key space", ErrInvalidAssignment, a.Job, end, KeySpaceEnd)
 	}
-	if !refs {
-		return nil, nil
-	}
-	if k == 1 {
-		return out[0], nil
-	}
-	return slices.Concat(out...), nil
+	return out, nil
 }
 
 // checkSlice validates slice i, which must start at next, and appends to

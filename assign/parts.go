@@ -15,8 +15,8 @@ func parts(n int) int {
 	return max(1, min(runtime.GOMAXPROCS(0), n/partMin))
 }
 
-// inParts calls f(part, lo, hi) for k consecutive ranges [lo, hi) tiling
-// [0, n), part numbering them from 0, each on its own goroutine but the
+// inParts calls f(part, lo, hi) for the k consecutive ranges
+// [part*n/k, (part+1)*n/k) tiling [0, n), each on its own goroutine but the
 // last, which runs on the caller's, and returns once all have returned.
 // A part writes only its own range of shared output, or memory indexed
 // by its part number.

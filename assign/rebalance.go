@@ -259,13 +259,13 @@ func sliceLoad(s *wslice) uint64 { return s.end - s.start }
 // newPlanner converts prev to task ids of live (sorted). refs are prev's
 // slices' tasks as indices into prev.Tasks, as prev.validate returns
 // them. It returns nil when no task of prev is live.
-func newPlanner(prev *Assignment, refs []int32, live []Task, cfg Config) *planner {
+func newPlanner(prev *Assignment, refs taskRefs, live []Task, cfg Config) *planner {
 	return newPlannerRoom(prev, refs, live, cfg, 0)
 }
 
 // newPlannerRoom is newPlanner with room for extra slices, so that phases
 // which split many slices do not copy them all to grow.
-func newPlannerRoom(prev *Assignment, refs []int32, live []Task, cfg Config, extra int) *planner {
+func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, extra int) *planner {
 	// Map prev's task table onto live by merging the two sorted lists.
 	toLive := make([]int32, len(prev.Tasks))
 	anyLive := false
@@ -297,33 +297,58 @@ func newPlannerRoom(prev *Assignment, refs []int32, live []Task, cfg Config, ext
 			p.staying--
 		}
 	}
-	total := len(refs)
-	arena := make([]int32, 0, total)
+	// Part by part as refs are, each part's lists at the same offsets in
+	// the arena as in refs: a departed task leaves a hole, never read.
+	base := make([]int, len(refs)+1)
+	for i, r := range refs {
+		base[i+1] = base[i] + len(r)
+	}
+	total := base[len(refs)]
+	arena := make([]int32, total)
 	p.slices = make([]wslice, len(prev.Slices), len(prev.Slices)+extra)
 	p.prev = prev
-	k := 0 // refs[k] is the next slice task
-	for si, s := range prev.Slices {
-		off := len(arena)
-		for _, name := range s.Tasks {
-			if t := toLive[refs[k]]; t >= 0 {
-				arena = append(arena, t)
-			} else {
-				p.departures = append(p.departures, departure{slice: si, name: name})
-			}
-			k++
+	if total > len(prev.Slices) { // some slice has two tasks or more
+		p.prevOf = make([]int32, total)
+	}
+	loads := make([][]uint64, len(refs))
+	gone := make([][]departure, len(refs))
+	inParts(len(prev.Slices), len(refs), func(part, lo, hi int) {
+		load := p.load // the caller's part adds to p.load, the others to their own
+		if part < len(refs)-1 {
+			load = make([]uint64, len(live))
+			loads[part] = load
 		}
-		if n := len(arena) - off; n >= 2 && n == len(s.Tasks) {
-			if p.prevOf == nil {
-				p.prevOf = make([]int32, total)
+		r, off := refs[part], base[part]
+		k := 0 // r[k] is the next slice task
+		for si := lo; si < hi; si++ {
+			s := &prev.Slices[si]
+			n := 0
+			for _, name := range s.Tasks {
+				if t := toLive[r[k]]; t >= 0 {
+					arena[off+n] = t
+					n++
+				} else {
+					gone[part] = append(gone[part], departure{slice: si, name: name})
+				}
+				k++
 			}
-			p.prevOf[off] = int32(si) + 1
+			if n >= 2 && n == len(s.Tasks) {
+				p.prevOf[off] = int32(si) + 1
+			}
+			ws := wslice{start: s.Start, end: s.End, off: int32(off), n: int32(n)}
+			p.slices[si] = ws
+			for _, t := range arena[off : off+n] {
+				load[t] += sliceLoad(&ws)
+			}
+			off += len(s.Tasks)
 		}
-		ws := wslice{start: s.Start, end: s.End, off: int32(off), n: int32(len(arena) - off)}
-		p.slices[si] = ws
-		for _, t := range arena[off:] {
-			p.load[t] += sliceLoad(&ws)
+	})
+	for _, l := range loads {
+		for t, v := range l {
+			p.load[t] += v
 		}
 	}
+	p.departures = slices.Concat(gone...)
 	p.ids = arena
 	p.pins = p.activePins()
 	p.least = newTaskHeap(p.load, false)

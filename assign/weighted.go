@@ -165,18 +165,23 @@ func measure(sl []wslice, load Load) []float64 { return sweep(sl, load, (*LoadEn
 // over the entries of load overlapping it, in one sweep over both.
 func sweep(sl []wslice, load Load, part func(*LoadEntry, SliceKey, SliceKey) float64) []float64 {
 	out := make([]float64, len(sl), cap(sl)) // phase 5 grows both alike
-	j := 0
-	for i := range sl {
-		s := &sl[i]
-		for j < len(load) && load[j].End <= s.start {
-			j++
+	inParts(len(sl), parts(len(sl)), func(_, lo, hi int) {
+		j := 0
+		if lo > 0 {
+			j = load.after(sl[lo].start, 0)
 		}
-		var sum float64
-		for k := j; k < len(load) && load[k].Start < s.end; k++ {
-			sum += part(&load[k], s.start, s.end)
+		for i := lo; i < hi; i++ {
+			s := &sl[i]
+			for j < len(load) && load[j].End <= s.start {
+				j++
+			}
+			var sum float64
+			for k := j; k < len(load) && load[k].Start < s.end; k++ {
+				sum += part(&load[k], s.start, s.end)
+			}
+			out[i] = sum
 		}
-		out[i] = sum
-	}
+	})
 	return out
 }
 

@@ -1,0 +1,79 @@
+package assign
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// A large assignment is validated, converted, measured, built and
+// compared in parts at once (see inParts); the decision must not depend
+// on how many parts there were.
+func TestDecisionsDoNotDependOnProcessors(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	tasks := testTasks(1000)
+	for _, r := range []int{1, 2} {
+		prev := scattered(rng, tasks, 3*partMin/len(tasks), r)
+		load := powerLoad(rng, len(prev.Slices)/2, 1.5)
+		cfg := Config{MinRedundancy: r, MaxRedundancy: r + 1}
+		live := tasks[3:] // three departures
+		var want *Assignment
+		var wantD Decision
+		for _, procs := range []int{1, 2, 3} {
+			old := runtime.GOMAXPROCS(procs)
+			got, d, err := NewWeightedMove().Decide("j", prev, live, load, cfg)
+			runtime.GOMAXPROCS(old)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k := parts(len(prev.Slices)); procs > 1 && k == 1 {
+				t.Fatalf("%d slices are one part", len(prev.Slices))
+			}
+			if want == nil {
+				want, wantD = got, d
+				continue
+			}
+			if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(d, wantD) {
+				t.Fatalf("redundancy %d: the decision on %d processors differs from the one on 1", r, procs)
+			}
+		}
+		if err := want.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The error for an invalid assignment is the first a single pass finds,
+// wherever the parts fall.
+func TestValidateInPartsReportsTheFirstFault(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	a := scattered(rng, testTasks(100), 3*partMin/100, 1)
+	n := len(a.Slices)
+	a.Slices[n-10].Tasks = []string{"nobody"}
+	a.Slices[n/2+1].Start++
+	a.Slices[2].Tasks = []string{a.Slices[2].Tasks[0], a.Slices[2].Tasks[0]}
+	for _, want := range []string{
+		"slice 2: tasks not sorted or duplicated",
+		fmt.Sprintf("before slice %d", n/2+1),
+		fmt.Sprintf("slice %d names unknown task", n-10),
+	} {
+		for _, procs := range []int{1, 2, 3} {
+			old := runtime.GOMAXPROCS(procs)
+			err := a.Validate()
+			runtime.GOMAXPROCS(old)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("%d processors: got %v, want an error with %q", procs, err, want)
+			}
+		}
+		// Mend the first fault: the next is further on.
+		switch {
+		case len(a.Slices[2].Tasks) == 2:
+			a.Slices[2].Tasks = a.Slices[2].Tasks[:1]
+		default:
+			a.Slices[n/2+1].Start--
+		}
+	}
+}
