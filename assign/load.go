@@ -187,16 +187,23 @@ func (l Load) coversFrom(i int, start, end SliceKey) bool {
 }
 
 // after returns the index of the first entry of l ending after k (len(l)
-// if none), given that no entry before from does. A few steps forward
-// cover the common case of a nearby entry; a binary search the rest.
+// if none), given that no entry before from does. It gallops from from,
+// in steps that double, then searches the last step: an entry d places
+// on costs about 2·log2(d) reads, all near from when d is small (slices
+// looked up in key order), rather than a search of all of l.
 func (l Load) after(k SliceKey, from int) int {
-	for range 4 {
-		if from >= len(l) || l[from].End > k {
-			return from
-		}
-		from++
+	if from >= len(l) || l[from].End > k {
+		return from
 	}
-	lo, hi := from, len(l)
+	// l[from] ends at or before k; find hi with l[hi] ending after it.
+	lo, step := from+1, 1
+	hi := lo
+	for hi < len(l) && l[hi].End <= k {
+		lo = hi + 1
+		hi += step
+		step *= 2
+	}
+	hi = min(hi, len(l))
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if l[m].End <= k {

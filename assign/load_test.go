@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -256,5 +257,36 @@ func TestLoadOwned(t *testing.T) {
 	}
 	if got := report.Owned("b", cur); !slices.Equal(got, Load{{50, 60, 10, 100}, {120, 130, 7, 0}, {190, 210, 10, 0}}) {
 		t.Errorf("Owned(b) = %v", got)
+	}
+}
+
+// after finds the first entry ending after a key from any starting point
+// no later than it, as a linear search would.
+func TestLoadAfter(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, n := range []int{0, 1, 2, 5, 17, 1000} {
+		l := make(Load, n)
+		var k SliceKey
+		for i := range l {
+			k += 1 + SliceKey(rng.IntN(4))
+			l[i] = LoadEntry{Start: k, End: k + 1 + SliceKey(rng.IntN(3))}
+			k = l[i].End
+		}
+		linear := func(key SliceKey) int {
+			for i, e := range l {
+				if e.End > key {
+					return i
+				}
+			}
+			return n
+		}
+		for key := SliceKey(0); key <= k+1; key++ {
+			want := linear(key)
+			for from := 0; from <= want; from++ {
+				if got := l.after(key, from); got != want {
+					t.Fatalf("%d entries: after(%d, %d) = %d, want %d", n, key, from, got, want)
+				}
+			}
+		}
 	}
 }

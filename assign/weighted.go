@@ -73,7 +73,8 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 			return nil, Decision{}, fmt.Errorf("weighted-move: even split: %w", err) // unreachable: evenSplit builds valid assignments
 		}
 	}
-	if from != prev && load.Total() == 0 && !load.HasBytes() {
+	total := load.Total()
+	if from != prev && total == 0 && !load.HasBytes() {
 		return from, decision(prev, from, base), nil
 	}
 	// With load, a fresh even split is balanced at once rather than one
@@ -86,7 +87,7 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	p.moves = base
 	p.mem = newMemory(p, load)
 	p.membershipPhases()
-	if load.Total() == 0 {
+	if total == 0 {
 		p.phase(PhaseMerge, p.mergeAdjacent)
 	} else {
 		w := newWeigher(p, load)
