@@ -14,8 +14,9 @@ import (
 // BenchmarkMillionSliceForms measures what a server holds for a job of
 // 10^6 slices on 10,000 tasks in each form it keeps, as the bytes making
 // it allocates: the decoded assignment (decoding the store's encoding,
-// store-MB long), its protobuf form (ToProto) and the protobuf encoding a
-// stream sends (wire-MB long).
+// store-MB long), its protobuf form (ToProto), the protobuf encoding a
+// stream sends (wire-MB long) made from that form, and the same encoding
+// made from the assignment itself (AppendWatchResponse).
 // docs/benchmarks.md quotes it.
 func BenchmarkMillionSliceForms(b *testing.B) {
 	const nTasks, n = 10_000, 1_000_000
@@ -56,6 +57,14 @@ func BenchmarkMillionSliceForms(b *testing.B) {
 			if wire, err = proto.Marshal(msg); err != nil {
 				b.Fatal(err)
 			}
+		}
+		b.ReportMetric(float64(len(wire))/1e6, "wire-MB")
+	})
+	b.Run("append", func(b *testing.B) {
+		var wire []byte
+		b.ReportAllocs()
+		for b.Loop() {
+			wire = AppendWatchResponse(nil, a, 0)
 		}
 		b.ReportMetric(float64(len(wire))/1e6, "wire-MB")
 	})

@@ -112,10 +112,10 @@ func TestZeroCopySendLeavesSharedBytesIntact(t *testing.T) {
 	first := watchJob(t, node.RPCAddr(), "kv", false)
 	a := first.until(t, "t0 alone", hasTasks("t0"))
 	msg := latestOf(t, node.distributor, "kv").Message()
-	if msg.Pinned() == nil || msg.Assignment.GetGeneration() != a.Generation {
+	if msg.Pinned() == nil || msg.Proto().GetAssignment().GetGeneration() != a.Generation {
 		t.Fatalf("generation %d was not sent from a shared buffer", a.Generation)
 	}
-	want, err := proto.Marshal(msg.WatchAssignmentResponse)
+	want, err := proto.Marshal(msg.Proto())
 	if err != nil {
 		t.Fatal(err)
 	}

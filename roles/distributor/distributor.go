@@ -437,7 +437,7 @@ func (d *Distributor) GetAssignment(ctx context.Context, req *connect.Request[sl
 	var first *slicerv1.WatchAssignmentResponse
 	errFound := errors.New("found")
 	err = l.Stream(ctx, d.stopping, assign.Version{}, false, "", func(m *watch.Message) error {
-		first = m.WatchAssignmentResponse
+		first = m.Proto()
 		return errFound
 	})
 	if first != nil {

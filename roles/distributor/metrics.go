@@ -71,7 +71,7 @@ func (m *distMetrics) recorder(opened time.Time) func(*watch.Message) {
 		return nil
 	}
 	return func(s *watch.Message) {
-		m.record(opened, sentMessage{delta: s.GetDelta() != nil, size: s.Size(), // encoded for the send already
+		m.record(opened, sentMessage{delta: s.Delta() != nil, size: s.Size(), // encoded for the send already
 			published: s.Published(), committed: s.Committed(), update: s.Update()})
 	}
 }

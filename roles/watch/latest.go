@@ -353,10 +353,8 @@ func (l *Latest) Publish(a *assign.Assignment, committed time.Time) bool {
 		return false
 	}
 	next := &state{
-		a: a,
-		msg: newMessage(&slicerv1.WatchAssignmentResponse{
-			Assignment: api.ToProto(a), CommittedUnixNano: api.CommittedUnixNano(committed),
-		}, &l.encodes),
+		a:   a,
+		msg: newMessage(a, api.CommittedUnixNano(committed), &l.encodes),
 	}
 	next.msg.published = time.Now()
 	next.msg.update = prev.a != nil
@@ -412,7 +410,7 @@ func (s *state) delta(known assign.Version) *Message {
 		}
 		ld := &s.deltas[i]
 		ld.once.Do(func() {
-			d := &slicerv1.WatchAssignmentResponse{Delta: api.Diff(b, s.a), CommittedUnixNano: s.msg.GetCommittedUnixNano()}
+			d := &slicerv1.WatchAssignmentResponse{Delta: api.Diff(b, s.a), CommittedUnixNano: s.msg.CommittedUnixNano()}
 			if d.Delta == nil {
 				return
 			}
@@ -420,7 +418,7 @@ func (s *state) delta(known assign.Version) *Message {
 			if err != nil {
 				return
 			}
-			m := newMessage(d, nil)
+			m := newDeltaMessage(d)
 			m.published, m.update = s.msg.published, s.msg.update
 			if wire, err := m.encoded(); err == nil && len(wire) < len(full) {
 				ld.msg = m

@@ -80,7 +80,7 @@ func TestLatestDeltaChoice(t *testing.T) {
 		if d == nil {
 			continue
 		}
-		got, err := api.ApplyDelta(base, d.GetDelta())
+		got, err := api.ApplyDelta(base, d.Delta())
 		if err != nil || !reflect.DeepEqual(got, last) {
 			t.Errorf("from generation %d: %v", base.Generation, err)
 		}
@@ -235,20 +235,20 @@ func TestPublishStampsEveryMessageOnce(t *testing.T) {
 	a2.Slices[3].Tasks = []string{"b"}
 	t1, t2 := time.Unix(100, 1), time.Unix(200, 2)
 	l.Publish(a1, t1)
-	if s := l.get(); s.msg.GetCommittedUnixNano() != t1.UnixNano() || s.msg.update {
-		t.Fatalf("first publish: commit time %d, update %v; want %d, false", s.msg.GetCommittedUnixNano(), s.msg.update, t1.UnixNano())
+	if s := l.get(); s.msg.CommittedUnixNano() != t1.UnixNano() || s.msg.update {
+		t.Fatalf("first publish: commit time %d, update %v; want %d, false", s.msg.CommittedUnixNano(), s.msg.update, t1.UnixNano())
 	}
 	l.Publish(a2, t2)
 	s := l.get()
-	if s.msg.GetCommittedUnixNano() != t2.UnixNano() || !s.msg.update || !s.msg.committed.Equal(t2) {
-		t.Fatalf("second publish: commit time %d (%v), update %v; want %d, true", s.msg.GetCommittedUnixNano(), s.msg.committed, s.msg.update, t2.UnixNano())
+	if s.msg.CommittedUnixNano() != t2.UnixNano() || !s.msg.update || !s.msg.committedAt.Equal(t2) {
+		t.Fatalf("second publish: commit time %d (%v), update %v; want %d, true", s.msg.CommittedUnixNano(), s.msg.committedAt, s.msg.update, t2.UnixNano())
 	}
 	d := s.delta(a1.Version())
 	if d == nil {
 		t.Fatal("no delta from generation 1")
 	}
-	if d.GetCommittedUnixNano() != t2.UnixNano() || !d.committed.Equal(t2) || !d.update {
-		t.Errorf("delta: commit time %d, update %v; want %d, true", d.GetCommittedUnixNano(), d.update, t2.UnixNano())
+	if d.CommittedUnixNano() != t2.UnixNano() || !d.committedAt.Equal(t2) || !d.update {
+		t.Errorf("delta: commit time %d, update %v; want %d, true", d.CommittedUnixNano(), d.update, t2.UnixNano())
 	}
 	for range 3 {
 		if _, err := s.msg.encoded(); err != nil {
@@ -261,7 +261,7 @@ func TestPublishStampsEveryMessageOnce(t *testing.T) {
 	// An old Assigner's message, without the field, publishes with no
 	// commit time.
 	l.Publish(pacedAssignment(3), time.Time{})
-	if s := l.get(); s.msg.GetCommittedUnixNano() != 0 || !s.msg.committed.IsZero() {
-		t.Errorf("unknown commit time published as %d (%v), want 0", s.msg.GetCommittedUnixNano(), s.msg.committed)
+	if s := l.get(); s.msg.CommittedUnixNano() != 0 || !s.msg.committedAt.IsZero() {
+		t.Errorf("unknown commit time published as %d (%v), want 0", s.msg.CommittedUnixNano(), s.msg.committedAt)
 	}
 }

@@ -12,9 +12,11 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/internal/reqctx"
 )
 
@@ -50,8 +52,9 @@ import (
 //
 // the middle term per job and per role sending it, and only while the
 // budget is spent. Streams that asked for JSON (Connect's
-// application/connect+json) encode their own copy on every send, as
-// before; the budget counts them at the protobuf size. Streams are not
+// application/connect+json) encode their own copy on every send, from a
+// protobuf form of the message built for that send (see Message); the
+// budget counts them at the protobuf size. Streams are not
 // compressed unless the client compresses its request (see
 // WithLimits); those copy per send and must fit the budget.
 // Measured
@@ -65,11 +68,20 @@ import (
 // that is dropped after the send, not returned to the pool.
 const NoRecycleCap = 8<<20 + 1
 
-// Message is the WatchAssignmentResponse of one generation, sent
-// as is to every stream of its job. It embeds the message, so it is a
-// proto.Message and any codec can encode it; Codec encodes it once.
+// Message is the WatchAssignmentResponse of one generation, sent as is to
+// every stream of its job; Codec encodes it once. It is a proto.Message,
+// so any codec can encode it.
+//
+// A message that brings a whole assignment holds the assignment, not its
+// protobuf form: at a million slices that form is some 100 MB, three
+// times the encoding, and a node holds its jobs' messages for as long as
+// the generations are current. The encoding is written from the
+// assignment (api.AppendWatchResponse), and the form is built afresh for
+// the rare codec that needs one (JSON) and dropped after.
 type Message struct {
-	*slicerv1.WatchAssignmentResponse
+	resp      *slicerv1.WatchAssignmentResponse // a delta's; nil when whole is set
+	whole     *assign.Assignment
+	committed int64 // CommittedUnixNano of whole
 
 	once    sync.Once
 	wire    []byte // protobuf encoding; not written after once
@@ -78,14 +90,14 @@ type Message struct {
 	// published is when the generation was published to this node's
 	// streams (latest.publish), for the Distributor's send delay.
 	published time.Time
-	// committed is when the Assigner committed the generation
+	// committedAt is when the Assigner committed the generation
 	// (CommittedUnixNano), zero when unknown, for the Distributor's
 	// commit-to-send delay; update is set when the node held an earlier
 	// generation of the job when this one arrived. A node's first
 	// generation (it just started, or just took the job on) may have been
 	// committed long before, so its delay says nothing of distribution.
-	committed time.Time
-	update    bool
+	committedAt time.Time
+	update      bool
 
 	pinOnce sync.Once
 	pinned  []byte      // wire in a slice of capacity NoRecycleCap or more
@@ -97,7 +109,7 @@ func (s *Message) Published() time.Time { return s.published }
 
 // Committed is when the Assigner committed the generation, zero when
 // unknown.
-func (s *Message) Committed() time.Time { return s.committed }
+func (s *Message) Committed() time.Time { return s.committedAt }
 
 // Update reports whether the node held an earlier generation of the job
 // when this one arrived, so that its commit-to-send delay measures
@@ -111,9 +123,43 @@ func (s *Message) Size() int {
 	return len(wire)
 }
 
-func newMessage(msg *slicerv1.WatchAssignmentResponse, encodes *atomic.Int64) *Message {
-	return &Message{WatchAssignmentResponse: msg, encodes: encodes, committed: api.CommittedAt(msg)}
+// newMessage returns the message bringing the whole of a, committed at
+// committed (see api.CommittedUnixNano); encodes, when not nil, counts
+// its encodings.
+func newMessage(a *assign.Assignment, committed int64, encodes *atomic.Int64) *Message {
+	return &Message{whole: a, committed: committed, encodes: encodes, committedAt: committedAt(committed)}
 }
+
+// committedAt is a committed_unix_nano as a time, zero when unknown.
+func committedAt(n int64) time.Time {
+	return api.CommittedAt(&slicerv1.WatchAssignmentResponse{CommittedUnixNano: n})
+}
+
+// newDeltaMessage returns the message that is resp, a delta.
+func newDeltaMessage(resp *slicerv1.WatchAssignmentResponse) *Message {
+	return &Message{resp: resp, committed: resp.GetCommittedUnixNano(), committedAt: committedAt(resp.GetCommittedUnixNano())}
+}
+
+// Delta is the delta the message brings, nil when it brings a whole
+// assignment.
+func (s *Message) Delta() *slicerv1.AssignmentDelta { return s.resp.GetDelta() }
+
+// Proto returns the message's protobuf form. For a whole assignment it is
+// built on every call, as large as the assignment: callers that keep it
+// hold that memory.
+func (s *Message) Proto() *slicerv1.WatchAssignmentResponse {
+	if s.resp != nil {
+		return s.resp
+	}
+	return &slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(s.whole), CommittedUnixNano: s.committed}
+}
+
+// ProtoReflect makes a Message a proto.Message, for codecs other than
+// Codec: it reflects a form made by Proto.
+func (s *Message) ProtoReflect() protoreflect.Message { return s.Proto().ProtoReflect() }
+
+// CommittedUnixNano is the message's committed_unix_nano.
+func (s *Message) CommittedUnixNano() int64 { return s.committed }
 
 // encoded returns the protobuf encoding, made on first use. The caller
 // must not modify it.
@@ -122,7 +168,11 @@ func (s *Message) encoded() ([]byte, error) {
 		if s.encodes != nil {
 			s.encodes.Add(1)
 		}
-		s.wire, s.err = proto.Marshal(s.WatchAssignmentResponse)
+		if s.whole != nil {
+			s.wire = api.AppendWatchResponse(nil, s.whole, s.committed)
+			return
+		}
+		s.wire, s.err = proto.Marshal(s.resp)
 	})
 	return s.wire, s.err
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slicerd/slicerd/api"
@@ -47,8 +48,8 @@ func TestSharingCodecEncodings(t *testing.T) {
 		t.Fatal(err)
 	}
 	var encodes atomic.Int64
-	s := newMessage(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(a)}, &encodes)
-	want, err := proto.Marshal(s.WatchAssignmentResponse)
+	s := newMessage(a, 1_790_000_000_000_000_000, &encodes)
+	want, err := proto.Marshal(&slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(a), CommittedUnixNano: 1_790_000_000_000_000_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +83,15 @@ func TestSharingCodecEncodings(t *testing.T) {
 		t.Errorf("%d encodings, want 1", n)
 	}
 	var back slicerv1.WatchAssignmentResponse
-	if err := c.Unmarshal(want, &back); err != nil || !proto.Equal(&back, s.WatchAssignmentResponse) {
+	if err := c.Unmarshal(want, &back); err != nil || !proto.Equal(&back, s.Proto()) {
 		t.Errorf("Unmarshal: %v", err)
+	}
+	// Other codecs encode the message through its protobuf form.
+	if got, err := protojson.Marshal(s); err != nil || !bytes.Equal(got, must(protojson.Marshal(s.Proto()))) {
+		t.Errorf("protojson.Marshal: %s, %v", got, err)
+	}
+	if got, err := proto.Marshal(s); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("proto.Marshal of the message: %v", err)
 	}
 	if _, err := c.Marshal(42); !errors.Is(err, errCodec) {
 		t.Errorf("Marshal(42): %v, want errCodec", err)
@@ -148,4 +156,11 @@ func (d *deadlineRecorder) SetWriteDeadline(t time.Time) error {
 	d.set++
 	d.last = t
 	return nil
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
