@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -359,16 +360,18 @@ func (l *Latest) Publish(a *assign.Assignment, committed time.Time) bool {
 	next.msg.published = time.Now()
 	next.msg.update = prev.a != nil
 	if prev.a != nil && prev.a.Incarnation == a.Incarnation && prev.a.Job == a.Job {
-		next.bases = append(next.bases, prev.bases[max(0, len(prev.bases)-deltaBases+1):]...)
-		next.bases = append(next.bases, prev.a)
+		bases := append(prev.bases[max(0, len(prev.bases)-deltaBases+1):len(prev.bases):len(prev.bases)], prev.a)
 		n := 0
-		for _, b := range next.bases {
+		for _, b := range bases {
 			n += len(b.Slices)
 		}
-		for len(next.bases) > 1 && n > deltaBaseSlices {
-			n -= len(next.bases[0].Slices)
-			next.bases = next.bases[1:]
+		for len(bases) > 1 && n > deltaBaseSlices {
+			n -= len(bases[0].Slices)
+			bases = bases[1:]
 		}
+		// A list of its own, holding no dropped base in its array: at a
+		// million slices each is some 70 MB.
+		next.bases = slices.Clone(bases)
 	}
 	next.deltas = make([]lazyDelta, len(next.bases))
 	l.replace(next)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -17,11 +18,13 @@ import (
 )
 
 // Large assignments keep fewer bases: their slices, in all, stay within
-// deltaBaseSlices, and the previous generation is always kept.
+// deltaBaseSlices, and the previous generation is always kept. A base
+// dropped is no longer held at all.
 func TestLatestBoundsItsBases(t *testing.T) {
 	l := New()
 	slicesPer := deltaBaseSlices / 3
 	var prev *assign.Assignment
+	var freed atomic.Int64 // generations the collector freed
 	for g := uint64(1); g <= deltaBases; g++ {
 		a := &assign.Assignment{Job: "kv", Generation: g, Incarnation: "i", Tasks: []assign.Task{{Name: "a", Addr: "a:1"}}}
 		w := assign.KeySpaceEnd / assign.SliceKey(slicesPer)
@@ -32,6 +35,7 @@ func TestLatestBoundsItsBases(t *testing.T) {
 			}
 			a.Slices = append(a.Slices, assign.Slice{Start: assign.SliceKey(i) * w, End: end, Tasks: []string{"a"}})
 		}
+		runtime.AddCleanup(a, func(struct{}) { freed.Add(1) }, struct{}{})
 		l.Publish(a, time.Time{})
 		prev = a
 	}
@@ -39,6 +43,16 @@ func TestLatestBoundsItsBases(t *testing.T) {
 	if len(s.bases) != 3 || s.bases[len(s.bases)-1].Generation != prev.Generation-1 {
 		t.Fatalf("kept %d bases, the newest generation %d; want the 3 latest", len(s.bases), s.bases[len(s.bases)-1].Generation)
 	}
+	prev, s = nil, nil
+	want := int64(deltaBases - 4) // all but the current one and 3 bases
+	testwait.For(t, "the dropped bases to be freed", func() bool {
+		runtime.GC()
+		return freed.Load() >= want
+	})
+	if n := freed.Load(); n != want {
+		t.Fatalf("%d generations freed, want %d", n, want)
+	}
+	runtime.KeepAlive(l)
 }
 
 // A latest sends a delta only from a generation it keeps, and only when
