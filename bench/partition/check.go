@@ -12,6 +12,7 @@ import (
 	"github.com/slicerd/slicerd/bench/internal/benchproc"
 	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/storage"
+	"github.com/slicerd/slicerd/storage/etcdstore"
 )
 
 // commit is one assignment the store took, as read back from etcd: the
@@ -56,11 +57,11 @@ func readCommits(ctx context.Context, cli *clientv3.Client, job string) ([]commi
 			break
 		}
 		kv := resp.Kvs[0]
-		rec, err := storage.DecodeRecord(job, kv.Value, nil, nil)
-		if err != nil || rec.Current == nil {
+		gen, err := etcdstore.StoredGeneration(job, kv.Value)
+		if err != nil {
 			return nil, fmt.Errorf("%s at revision %d does not decode: %v", cur, kv.ModRevision, err)
 		}
-		c := commit{Revision: kv.ModRevision, Generation: rec.Current.Generation}
+		c := commit{Revision: kv.ModRevision, Generation: gen}
 		lr, err := cli.Get(ctx, lease, clientv3.WithRev(kv.ModRevision))
 		if err != nil {
 			return nil, fmt.Errorf("read %s at revision %d: %w", lease, kv.ModRevision, err)
@@ -148,14 +149,10 @@ func (c *cluster) converged(ctx context.Context) (bool, string) {
 			return false, fmt.Sprintf("job %s: %s (%q)", job, noHolder, holder)
 		}
 		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := c.etcdc.Get(gctx, storePrefix+"jobs/"+job+"/current")
+		rec, err := c.store.LoadCurrent(gctx, job)
 		cancel()
-		if err != nil || len(resp.Kvs) == 0 {
-			return false, fmt.Sprintf("job %s: the store's assignment cannot be read (%v)", job, err)
-		}
-		rec, err := storage.DecodeRecord(job, resp.Kvs[0].Value, nil, nil)
 		if err != nil || rec.Current == nil {
-			return false, fmt.Sprintf("job %s: the stored assignment does not decode: %v", job, err)
+			return false, fmt.Sprintf("job %s: the store's assignment cannot be read (%v)", job, err)
 		}
 		gen := rec.Current.Generation
 		var stored, live []string

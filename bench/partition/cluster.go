@@ -19,6 +19,7 @@ import (
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/internal/netbed"
+	"github.com/slicerd/slicerd/storage/etcdstore"
 )
 
 // The bed's layout: five hosts on one switch. h1, h2 and h3 each run an
@@ -107,7 +108,8 @@ type cluster struct {
 	dbDone  chan struct{}
 
 	etcdc *clientv3.Client
-	hc    *http.Client // kvcache requests from h5
+	store *etcdstore.Store // read-only, through the same network as etcdc
+	hc    *http.Client     // kvcache requests from h5
 
 	clerkStop []func()
 	clerks    map[string]*clerk.Clerk            // job → the clients' Clerk
@@ -159,6 +161,12 @@ func startCluster(ctx context.Context, o options, dir string, say func(string, .
 			return c.client.DialContext(ctx, "tcp", addr)
 		})}}); err != nil {
 		return c, fmt.Errorf("etcd client: %w", err)
+	}
+	if c.store, err = etcdstore.Open(ctx, etcdstore.Options{Endpoints: c.etcdEndpoints(), Prefix: storePrefix, ReadOnly: true,
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			return c.client.DialContext(ctx, "tcp", addr)
+		}}); err != nil {
+		return c, fmt.Errorf("etcd store: %w", err)
 	}
 	say("etcd: 3 members up")
 
@@ -321,6 +329,9 @@ func (c *cluster) close() error {
 	c.clerkStop = nil
 	if c.hc != nil {
 		c.hc.CloseIdleConnections()
+	}
+	if c.store != nil {
+		c.store.Close()
 	}
 	if c.etcdc != nil {
 		c.etcdc.Close()

@@ -319,6 +319,29 @@ func (s *Store) whole(job string, h head, listed []*mvccpb.KeyValue) bool {
 	return n == h.chunks
 }
 
+// StoredGeneration returns the generation of v, a value a Store wrote at
+// a job's current or previous key: an assignment stored inline, or the
+// head of one stored in pieces. It is for programs that read a store's
+// history through etcd's revisions (bench/partition's checker); a Load
+// reads a job whole.
+func StoredGeneration(job string, v []byte) (uint64, error) {
+	h, err := headOf(leafCurrent, v)
+	switch {
+	case err != nil:
+		return 0, err
+	case h != nil:
+		return h.generation, nil
+	}
+	rec, err := storage.DecodeRecord(job, v, nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	if rec.Current == nil {
+		return 0, fmt.Errorf("%w: job %q: no assignment in the value", storage.ErrCorrupt, job)
+	}
+	return rec.Current.Generation, nil
+}
+
 // headOf decodes v, the value of a job's current or previous key (leaf
 // says which), as a head: nil when v is an inline assignment or absent.
 // Errors match storage.ErrCorrupt.

@@ -2,8 +2,12 @@ package etcdstore
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
 )
 
 func TestHeadRoundTrip(t *testing.T) {
@@ -62,6 +66,40 @@ func TestPiecesTimeout(t *testing.T) {
 	} {
 		if got := s.piecesTimeout(tc.size); got != tc.want {
 			t.Errorf("piecesTimeout(%d) = %v, want %v", tc.size, got, tc.want)
+		}
+	}
+}
+
+// StoredGeneration reads the generation of an inline assignment and of a
+// head alike, and refuses what is neither.
+func TestStoredGeneration(t *testing.T) {
+	a, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "h:1"}}, assign.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Generation = 42
+	inline, err := storage.EncodeAssignment(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		v    []byte
+		want uint64
+	}{
+		"inline": {inline, 42},
+		"head":   {encodeHead(head{generation: 9, set: "0123456789abcdef", chunks: 2, size: inlineMax + 1}), 9},
+	} {
+		if got, err := StoredGeneration("kv", tc.v); err != nil || got != tc.want {
+			t.Errorf("%s: generation %d, %v; want %d", name, got, err, tc.want)
+		}
+	}
+	for name, v := range map[string][]byte{
+		"corrupt head": []byte("SLCH\x01"),
+		"garbage":      []byte("not a value"),
+		"absent":       nil,
+	} {
+		if _, err := StoredGeneration("kv", v); !errors.Is(err, storage.ErrCorrupt) && !errors.Is(err, storage.ErrNotFound) {
+			t.Errorf("%s: %v, want an error matching ErrCorrupt or ErrNotFound", name, err)
 		}
 	}
 }

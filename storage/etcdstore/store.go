@@ -54,6 +54,10 @@ type Options struct {
 	// client certificate, etcd takes the certificate's common name as the
 	// user.
 	Username, Password string
+	// Dial, if not nil, opens the connections to the endpoints, for
+	// programs that reach etcd through a network of their own (a test
+	// bed's namespaces); nil dials TCP.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 const (
@@ -143,6 +147,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 2 * time.Second,
 		})},
+	}
+	if opts.Dial != nil {
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithContextDialer(opts.Dial))
 	}
 	sec, err := secure(&cfg, opts, log)
 	if err != nil {
