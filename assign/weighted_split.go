@@ -26,6 +26,21 @@ func (w *weigher) split() {
 	mean := w.total / float64(len(w.sl))
 	threshold := w.cfg.SplitLoadFactor * mean
 	refine := len(w.sl) < floor
+	if !refine {
+		if done, split, count, ok := w.splitInOrder(ceiling, threshold); ok {
+			w.applySplits(done, split, count, mean)
+			return
+		}
+	}
+	w.splitHottestFirst(ceiling, floor, mean)
+}
+
+// splitHottestFirst is split's pass in general: hot pieces split hottest
+// first (then to refine, when the job has fewer than floor slices) until
+// the job has ceiling slices.
+func (w *weigher) splitHottestFirst(ceiling, floor int, mean float64) {
+	threshold := w.cfg.SplitLoadFactor * mean
+	refine := len(w.sl) < floor
 	splittable := func(i int) bool {
 		return w.sl[i].end-w.sl[i].start >= 2 && (refine || w.sload[i] >= threshold)
 	}
@@ -91,7 +106,67 @@ func (w *weigher) split() {
 			done = append(done, p)
 		}
 	}
-	done = byKey(done, len(w.sl))
+	w.applySplits(byKey(done, len(w.sl)), split, count, mean)
+}
+
+// splitInOrder is split's pass over a job that has at least its floor of
+// slices, so that no piece is split only to refine: every hot piece
+// splits, slice by slice in key order and each slice's pieces lower
+// first, with no heap and no sort of the pieces after. While the ceiling
+// does not stop the splitting, hottest first and key order make the same
+// pieces (each piece's split depends on that piece alone); ok is false
+// when the ceiling would stop it, and the caller splits hottest first.
+// done is the pieces of the slices split, in key order; split marks
+// those slices as split does; count is the slices after.
+func (w *weigher) splitInOrder(ceiling int, threshold float64) (done []piece, split []int8, count int, ok bool) {
+	type item struct {
+		piece
+		final bool // not to be split again: a half too narrow or measured whole
+	}
+	count = len(w.sl)
+	split = make([]int8, len(w.sl))
+	var stack []item
+	li := 0 // slices and load entries are both sorted: one sweep finds each first entry
+	for i := range w.sl {
+		s := &w.sl[i]
+		if s.end-s.start < 2 || w.sload[i] < threshold {
+			continue
+		}
+		li = w.load.after(s.start, li)
+		stack = append(stack[:0], item{piece: piece{slice: int32(i), li: int32(li), start: s.start, end: s.end, load: w.sload[i]}})
+		for len(stack) > 0 {
+			top := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if top.final || top.load < threshold {
+				done = append(done, top.piece)
+				continue
+			}
+			if count >= ceiling {
+				return nil, nil, 0, false
+			}
+			at, lower := medianKeyFrom(w.load, int(top.li), top.start, top.end, top.load)
+			lower = min(lower, top.load)
+			// As in split: a piece one measurement covers splits once.
+			final := w.load.coversFrom(int(top.li), top.start, top.end)
+			split[top.slice] = 1
+			count++
+			upper := piece{slice: top.slice, li: int32(w.load.after(at, int(top.li))), start: at, end: top.end, load: max(top.load-lower, 0)}
+			lowerHalf := piece{slice: top.slice, li: top.li, start: top.start, end: at, load: lower}
+			// The lower half is popped, and so done, first.
+			stack = append(stack,
+				item{piece: upper, final: final || upper.end-upper.start < 2},
+				item{piece: lowerHalf, final: final || lowerHalf.end-lowerHalf.start < 2})
+		}
+	}
+	return done, split, count, true
+}
+
+// applySplits puts done, the pieces of the slices split marks (in key
+// order), in their slices' places; the job then has count slices.
+func (w *weigher) applySplits(done []piece, split []int8, count int, mean float64) {
+	if count == len(w.sl) {
+		return
+	}
 	hotReason := fmt.Sprintf("slice load is at least %g times the mean slice load %.4g; split at load medians until each piece is below that or the job has %d slices per task",
 		w.cfg.SplitLoadFactor, mean, w.cfg.MaxSlicesPerTask)
 	refineReason := fmt.Sprintf("the job has fewer than %d slices per task; split for finer load measurements", w.cfg.MinSlicesPerTask)

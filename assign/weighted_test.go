@@ -550,3 +550,56 @@ func TestWeightedMoveSettles(t *testing.T) {
 		}
 	}
 }
+
+// Splitting in key order makes the same slices as splitting hottest
+// first whenever the ceiling lets it finish (split uses it then), on
+// loads where a slice holds one measurement or many, hot keys included.
+func TestSplitInOrderIsSplitHottestFirst(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	tasks := testTasks(30)
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 2}.WithDefaults()
+	checked := 0
+	for round := range 40 {
+		prev := scattered(rng, tasks, 40+rng.IntN(80), 1+round%2)
+		entries := []int{len(prev.Slices) / 3, len(prev.Slices), 4 * len(prev.Slices)}[round%3]
+		load := powerLoad(rng, entries, 1.2+rng.Float64())
+		refs, err := prev.validate(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newW := func() *weigher {
+			p := newPlannerRoom(prev, refs, tasks, cfg, 0)
+			return newWeigher(p, load)
+		}
+		a, b := newW(), newW()
+		n := len(tasks)
+		ceiling := cfg.sliceCeiling(n)
+		if round%4 == 3 { // a ceiling that stops the splitting
+			ceiling = len(a.sl) + 5
+		}
+		floor := min(cfg.sliceFloor(n), ceiling)
+		if len(a.sl) < floor || len(a.sl) >= ceiling {
+			continue
+		}
+		mean := a.total / float64(len(a.sl))
+		done, split, count, ok := a.splitInOrder(ceiling, cfg.SplitLoadFactor*mean)
+		if !ok {
+			if round%4 != 3 {
+				t.Fatalf("round %d: the ceiling %d stopped splitting in order", round, ceiling)
+			}
+			continue
+		}
+		if count == len(a.sl) {
+			continue // nothing hot
+		}
+		a.applySplits(done, split, count, mean)
+		b.splitHottestFirst(ceiling, floor, mean)
+		if !slices.Equal(a.sl, b.sl) || !slices.Equal(a.sload, b.sload) || !slices.Equal(a.p.moves, b.p.moves) {
+			t.Fatalf("round %d: %d slices in key order, %d hottest first, or other loads or moves", round, len(a.sl), len(b.sl))
+		}
+		checked++
+	}
+	if checked < 20 {
+		t.Fatalf("only %d rounds compared", checked)
+	}
+}
