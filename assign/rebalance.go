@@ -544,11 +544,11 @@ func (p *planner) fairShareWith(extraHi, extraLo uint64) uint64 {
 // takes its fair share from the most-loaded tasks, one slice at a time,
 // splitting the last slice so that it takes exactly its share.
 func (p *planner) placeJoined() {
+	// A task holds a slice exactly when it carries load: every slice is
+	// at least one key wide. The loads are read before any is placed.
 	held := make([]bool, len(p.live))
-	for i := range p.slices {
-		for _, t := range p.tasks(&p.slices[i]) {
-			held[t] = true
-		}
+	for t, l := range p.load {
+		held[t] = l > 0
 	}
 	target := p.fairShare()
 	for n := range int32(len(p.live)) {

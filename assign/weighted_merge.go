@@ -22,6 +22,9 @@ func (w *weigher) merge() {
 	budget := keys(w.cfg.MergeChurn)
 	var spent uint64
 	count := len(w.sl)
+	// cold is the load below which two adjacent slices merge: the mean
+	// slice load, times MergeLoadFactor, at count slices.
+	cold := w.cfg.MergeLoadFactor * w.total / float64(count)
 	out, outLoad := w.sl[:1], w.sload[:1]
 	var outBytes []float64
 	if w.sbytes != nil {
@@ -35,7 +38,7 @@ func (w *weigher) merge() {
 			ba, bb = outBytes[len(out)-1], w.sbytes[i]
 		}
 		pinned := w.p.pins != nil && (w.p.pinnedTo(a.start, a.end) >= 0 || w.p.pinnedTo(b.start, b.end) >= 0)
-		if count > floor && !pinned && la+lb < w.cfg.MergeLoadFactor*w.total/float64(count) {
+		if count > floor && !pinned && la+lb < cold {
 			if by, cost, ok := w.mergeTasks(a, la, ba, &b, lb, bb, ceiling, budget-spent); ok {
 				off, n := by.off, by.n
 				w.recordMerge(a, la, ba, &b, lb, bb, w.p.tasks(by))
@@ -47,6 +50,7 @@ func (w *weigher) merge() {
 					outBytes[len(out)-1] = ba + bb
 				}
 				count--
+				cold = w.cfg.MergeLoadFactor * w.total / float64(count)
 				continue
 			}
 		}

@@ -47,13 +47,15 @@ func (w *weigher) moveGreedy() {
 		count[t+1] += count[t]
 	}
 	flat := make([]int32, count[n])
-	for t := range n {
-		owned[t] = flat[count[t]:count[t]:count[t+1]]
-	}
+	next := slices.Clone(count[:n]) // where task t's next slice goes
 	for i := range w.sl {
 		for _, t := range w.p.tasks(&w.sl[i]) {
-			owned[t] = append(owned[t], int32(i))
+			flat[next[t]] = int32(i)
+			next[t]++
 		}
+	}
+	for t := range n {
+		owned[t] = flat[count[t]:count[t+1]:count[t+1]]
 	}
 	hot := newTaskHeap(w.tload, true)
 	cold := w.newReceivers()
