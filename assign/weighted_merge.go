@@ -38,7 +38,14 @@ func (w *weigher) merge() {
 			ba, bb = outBytes[len(out)-1], w.sbytes[i]
 		}
 		pinned := w.p.pins != nil && (w.p.pinnedTo(a.start, a.end) >= 0 || w.p.pinnedTo(b.start, b.end) >= 0)
-		if count > floor && !pinned && la+lb < cold {
+		// Joining two slices of one task each, of different tasks, moves
+		// the keys of one of them: once what is left of the budget is
+		// less than either, they stay apart (mergeTasks would say so; a
+		// large job spends the budget early and then meets such pairs by
+		// the hundred thousand).
+		rem := budget - spent
+		apart := a.n == 1 && b.n == 1 && w.p.ids[a.off] != w.p.ids[b.off] && a.end-a.start > rem && b.end-b.start > rem
+		if count > floor && !pinned && !apart && la+lb < cold {
 			if by, cost, ok := w.mergeTasks(a, la, ba, &b, lb, bb, ceiling, budget-spent); ok {
 				off, n := by.off, by.n
 				w.recordMerge(a, la, ba, &b, lb, bb, w.p.tasks(by))
