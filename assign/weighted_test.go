@@ -603,3 +603,44 @@ func TestSplitInOrderIsSplitHottestFirst(t *testing.T) {
 		t.Fatalf("only %d rounds compared", checked)
 	}
 }
+
+// Merging leaves two slices of different single tasks apart, without
+// asking mergeTasks, once what is left of the budget is narrower than
+// both: mergeTasks refuses every such pair.
+func TestMergeTasksRefusesPairsWiderThanTheBudget(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	tasks := testTasks(20)
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 2}.WithDefaults()
+	prev := scattered(rng, tasks, 50, 1)
+	load := powerLoad(rng, len(prev.Slices), 1.5)
+	refs, err := prev.validate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWeigher(newPlannerRoom(prev, refs, tasks, cfg, 0), load)
+	w.held = make([]int32, len(tasks))
+	for i := range w.sl {
+		for _, tk := range w.p.tasks(&w.sl[i]) {
+			w.held[tk]++
+		}
+	}
+	pairs := 0
+	for i := 1; i < len(w.sl); i++ {
+		a, b := &w.sl[i-1], &w.sl[i]
+		if a.n != 1 || b.n != 1 || w.p.ids[a.off] == w.p.ids[b.off] {
+			continue
+		}
+		rem := min(a.end-a.start, b.end-b.start) - 1
+		if _, _, ok := w.mergeTasks(a, w.sload[i-1], 0, b, w.sload[i], 0, math.Inf(1), rem); ok {
+			t.Fatalf("slices %d and %d merged with %d keys of budget left, narrower than both", i-1, i, rem)
+		}
+		// With the budget for it, the same pair may merge: the refusal is
+		// the budget's.
+		if _, _, ok := w.mergeTasks(a, w.sload[i-1], 0, b, w.sload[i], 0, math.Inf(1), rem+1); ok {
+			pairs++
+		}
+	}
+	if pairs == 0 {
+		t.Fatal("no pair merged with the budget for it: the test shows nothing")
+	}
+}
