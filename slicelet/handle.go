@@ -134,10 +134,19 @@ func (h Handle) ValidFor() time.Duration {
 // incarnation).
 func (h Handle) HeldFor() time.Duration {
 	s := h.s
-	if s == nil || h.o == nil || h.o.giving.Load() || !h.IsAssignedContinuously() {
+	if s == nil || h.o == nil {
 		return 0
 	}
+	// The promise counts from before the drain check: a drain that starts
+	// after the check counts this handle and waits ReleaseWait from a
+	// later instant, so a promise of at most ReleaseWait from now ends
+	// first. Read after the check, now could fall after the drain began
+	// (the caller's goroutine paused between the two), and the promise
+	// outlast the wait by that pause.
 	now := s.since()
+	if h.o.giving.Load() || !h.IsAssignedContinuously() {
+		return 0
+	}
 	d := min(time.Duration(h.o.deadline.Load()-now), s.cfg.ReleaseWait)
 	if d <= 0 {
 		return 0
