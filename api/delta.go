@@ -227,7 +227,13 @@ func Receive(held *assign.Assignment, m *slicerv1.WatchAssignmentResponse) (*ass
 // WatchAssignment message brings (its committed_unix_nano, by the
 // Assigner's clock), or the zero time when the message does not say.
 func CommittedAt(m *slicerv1.WatchAssignmentResponse) time.Time {
-	if n := m.GetCommittedUnixNano(); n > 0 {
+	return CommittedTime(m.GetCommittedUnixNano())
+}
+
+// CommittedTime is a committed_unix_nano as a time: the zero time for 0
+// (unknown) or less.
+func CommittedTime(n int64) time.Time {
+	if n > 0 {
 		return time.Unix(0, n)
 	}
 	return time.Time{}

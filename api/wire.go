@@ -1,6 +1,8 @@
 package api
 
 import (
+	"slices"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/slicerd/slicerd/assign"
@@ -41,11 +43,7 @@ func AppendWatchResponse(b []byte, a *assign.Assignment, committedUnixNano int64
 	if committedUnixNano != 0 {
 		size += protowire.SizeTag(fieldResponseCommitted) + protowire.SizeVarint(uint64(committedUnixNano))
 	}
-	if cap(b)-len(b) < size {
-		grown := make([]byte, len(b), len(b)+size)
-		copy(grown, b)
-		b = grown
-	}
+	b = slices.Grow(b, size)
 	b = protowire.AppendTag(b, fieldResponseAssignment, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(n))
 	b = appendString(b, fieldAssignmentJob, a.Job)

@@ -127,17 +127,12 @@ func (s *Message) Size() int {
 // committed (see api.CommittedUnixNano); encodes, when not nil, counts
 // its encodings.
 func newMessage(a *assign.Assignment, committed int64, encodes *atomic.Int64) *Message {
-	return &Message{whole: a, committed: committed, encodes: encodes, committedAt: committedAt(committed)}
-}
-
-// committedAt is a committed_unix_nano as a time, zero when unknown.
-func committedAt(n int64) time.Time {
-	return api.CommittedAt(&slicerv1.WatchAssignmentResponse{CommittedUnixNano: n})
+	return &Message{whole: a, committed: committed, encodes: encodes, committedAt: api.CommittedTime(committed)}
 }
 
 // newDeltaMessage returns the message that is resp, a delta.
 func newDeltaMessage(resp *slicerv1.WatchAssignmentResponse) *Message {
-	return &Message{resp: resp, committed: resp.GetCommittedUnixNano(), committedAt: committedAt(resp.GetCommittedUnixNano())}
+	return &Message{resp: resp, committed: resp.GetCommittedUnixNano(), committedAt: api.CommittedTime(resp.GetCommittedUnixNano())}
 }
 
 // Delta is the delta the message brings, nil when it brings a whole
