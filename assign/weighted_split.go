@@ -32,15 +32,13 @@ func (w *weigher) split() {
 			return
 		}
 	}
-	w.splitHottestFirst(ceiling, floor, mean)
+	w.splitHottestFirst(ceiling, floor, mean, threshold, refine)
 }
 
-// splitHottestFirst is split's pass in general: hot pieces split hottest
-// first (then to refine, when the job has fewer than floor slices) until
-// the job has ceiling slices.
-func (w *weigher) splitHottestFirst(ceiling, floor int, mean float64) {
-	threshold := w.cfg.SplitLoadFactor * mean
-	refine := len(w.sl) < floor
+// splitHottestFirst is split's pass in general: pieces of at least
+// threshold load split hottest first (all pieces, when refine: the job
+// has fewer than floor slices) until the job has ceiling slices.
+func (w *weigher) splitHottestFirst(ceiling, floor int, mean, threshold float64, refine bool) {
 	splittable := func(i int) bool {
 		return w.sl[i].end-w.sl[i].start >= 2 && (refine || w.sload[i] >= threshold)
 	}

@@ -593,7 +593,7 @@ func TestSplitInOrderIsSplitHottestFirst(t *testing.T) {
 			continue // nothing hot
 		}
 		a.applySplits(done, split, count, mean)
-		b.splitHottestFirst(ceiling, floor, mean)
+		b.splitHottestFirst(ceiling, floor, mean, cfg.SplitLoadFactor*mean, false)
 		if !slices.Equal(a.sl, b.sl) || !slices.Equal(a.sload, b.sload) || !slices.Equal(a.p.moves, b.p.moves) {
 			t.Fatalf("round %d: %d slices in key order, %d hottest first, or other loads or moves", round, len(a.sl), len(b.sl))
 		}
