@@ -40,3 +40,13 @@ func (a *Agent) ForwardedWrites() uint64 {
 	}
 	return a.assigner.Forwarded()
 }
+
+// Relays counts the streams of job this agent's Distributor serves to
+// relay Distributors (which it sends each generation first); 0 when it
+// runs no Distributor or does not serve the job.
+func (a *Agent) Relays(job string) int {
+	if a.distributor == nil {
+		return 0
+	}
+	return a.distributor.Relays(job)
+}

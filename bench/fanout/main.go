@@ -465,8 +465,11 @@ type killRelayReport struct {
 	Generation uint64 `json:"generation"`
 	// Streams is how many streams the killed relay served; Reconnected
 	// how many streams opened again elsewhere (each once, when all is
-	// well); Received how many streams of all had the generation.
+	// well); Received how many streams of all had the generation. Moved
+	// counts the relay's streams (by their first address) that had moved
+	// to another address before the kill.
 	Streams     int     `json:"streams"`
+	Moved       int     `json:"moved"`
 	Reconnected int64   `json:"reconnected"`
 	Received    int     `json:"received"`
 	P99Ms       float64 `json:"p99_ms"`
@@ -498,8 +501,8 @@ func (r *report) print(w io.Writer) {
 			l.DirectStreams, l.DirectP50Ms, l.DirectP99Ms, l.RelayedStreams, l.Relays, l.RelayedP50Ms, l.RelayedP99Ms, l.AddedP99Ms)
 	}
 	if k := r.KillRelay; k != nil {
-		fmt.Fprintf(w, "kill relay-1: its %d streams reconnected %d times; generation %d at %d of %d streams, p99 %.1f ms, all %.1f ms after the commit\n",
-			k.Streams, k.Reconnected, k.Generation, k.Received, r.Streams, k.P99Ms, k.AllMs)
+		fmt.Fprintf(w, "kill relay-1: its %d streams reconnected %d times (%d others had moved away before); generation %d at %d of %d streams, p99 %.1f ms, all %.1f ms after the commit\n",
+			k.Streams, k.Reconnected, k.Moved, k.Generation, k.Received, r.Streams, k.P99Ms, k.AllMs)
 	}
 	if k := r.Kill; k != nil {
 		fmt.Fprintf(w, "kill %s: generation %d without it committed %.0f ms after the kill; commit → stream p99 %.1f ms, all %.1f ms (%d streams); slicerd suspected %d and failed %d live members meanwhile\n",
@@ -709,7 +712,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 				if t == 0 {
 					continue
 				}
-				if subs.home(i) == 0 {
+				if subs.at[i].Load() == 0 {
 					direct = append(direct, float64(t-stamp)/1e6)
 				} else {
 					relayed = append(relayed, float64(t-stamp)/1e6)
@@ -753,7 +756,7 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 		slices.Sort(relayed)
 		l := &levels{Relays: o.relays}
 		for i := range o.streams {
-			if subs.home(i) == 0 {
+			if subs.at[i].Load() == 0 {
 				l.DirectStreams++
 			} else {
 				l.RelayedStreams++
@@ -769,8 +772,11 @@ func measure(o *options, stderr io.Writer) (*report, error) {
 	if o.killRelay {
 		k := &killRelayReport{}
 		for i := range o.streams {
-			if subs.home(i) == 1 {
+			switch {
+			case subs.at[i].Load() == 1:
 				k.Streams++
+			case subs.home(i) == 1:
+				k.Moved++
 			}
 		}
 		before := subs.reconnects.Load()
@@ -1074,10 +1080,12 @@ type subscribers struct {
 	// the next address when its stream fails.
 	clients    [][]slicerv1connect.DistributorServiceClient
 	reconnects atomic.Int64 // streams that failed over to the next address
-	hcs        []*http.Client
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-	streams    []streamLog
+	// at is the index of the address each stream last opened on.
+	at      []atomic.Int32
+	hcs     []*http.Client
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	streams []streamLog
 	// counts[g % len] counts the streams that had generation g; opened
 	// those that had any.
 	counts [1024]atomic.Int64
@@ -1107,7 +1115,7 @@ type streamLog struct {
 
 func newSubscribers(n, conns int, addrs []string, gzip, deltas bool) *subscribers {
 	addr := addrs[0]
-	s := &subscribers{n: n, deltas: deltas, streams: make([]streamLog, n), sizes: map[uint64]int{}, stamps: map[uint64]int64{}, changed: make(chan struct{})}
+	s := &subscribers{n: n, deltas: deltas, streams: make([]streamLog, n), at: make([]atomic.Int32, n), sizes: map[uint64]int{}, stamps: map[uint64]int64{}, changed: make(chan struct{})}
 	var opts []connect.ClientOption
 	if !gzip {
 		opts = append(opts, connect.WithAcceptCompression("gzip", nil, nil))
@@ -1244,6 +1252,7 @@ func (s *subscribers) watchOne(ctx context.Context, i int) {
 		deltas = api.DeltaVersion
 	}
 	for ctx.Err() == nil {
+		s.at[i].Store(int32(a))
 		stream, err := client.WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv", KnownGeneration: known, KnownIncarnation: inc, DeltaVersion: deltas}))
 		if err != nil {
 			failover()

@@ -122,6 +122,12 @@ func TestRelayDistributor(t *testing.T) {
 	if got := r.PullsFrom("kv"); got != ranked[0].Addr() {
 		t.Fatalf("the relay pulls from %q; want an upstream distributor (%v)", got, upstreams)
 	}
+	// The upstream sends the relay's stream first (it says it is a
+	// relay, and nothing authenticates here); the subscriber's is not.
+	testwait.For(t, "the upstream to count the relay's stream", func() bool { return ranked[0].Relays("kv") == 1 })
+	if n := r.Relays("kv"); n != 0 {
+		t.Errorf("the relay counts %d relay streams; its one subscriber is not one", n)
+	}
 	c.StartTask("kv", "t1")
 	has("a new generation through the relay", "t1")
 

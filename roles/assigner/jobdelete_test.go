@@ -55,7 +55,7 @@ func forgot(t *testing.T, a *Assigner, job string, streamed <-chan error) {
 func stream(j *assignerJob) <-chan error {
 	ended := make(chan error, 1)
 	go func() {
-		ended <- j.pub.Stream(context.Background(), nil, j.pub.Current().Version(), false, "", func(*watch.Message) error { return nil })
+		ended <- j.pub.Stream(context.Background(), nil, watch.Subscription{Known: j.pub.Current().Version()}, func(*watch.Message) error { return nil })
 	}()
 	return ended
 }

@@ -60,7 +60,7 @@ func TestDeletedJobNotRecreatedByStaleRefresh(t *testing.T) {
 	}
 	streamed := make(chan error, 1)
 	go func() {
-		streamed <- j.pub.Stream(ctx, nil, j.pub.Current().Version(), false, "", func(*watch.Message) error { return nil })
+		streamed <- j.pub.Stream(ctx, nil, watch.Subscription{Known: j.pub.Current().Version()}, func(*watch.Message) error { return nil })
 	}()
 	store.afterLoad = func() {
 		if _, err := a.DeleteJob(ctx, connect.NewRequest(&slicerv1.DeleteJobRequest{Job: "kv"})); err != nil {

@@ -121,3 +121,30 @@ func TestRefusalsCountAndLogSparingly(t *testing.T) {
 	var nilR *Refusals
 	nilR.Record(Denied, "", "", nil) // records nothing, does not panic
 }
+
+// Only a Distributor's own certificate makes a watch stream a relay's
+// (sent first); on an agent that authenticates nobody, anyone may say so.
+func TestMayRelay(t *testing.T) {
+	of := func(ids ...identity.ID) identity.Principal { return identity.Principal{IDs: ids} }
+	dist := identity.ID{Role: identity.Distributor, Node: "d1"}
+	for _, tc := range []struct {
+		name string
+		c    Caller
+		want bool
+	}{
+		{"no authentication", Caller{}, true},
+		{"a Distributor", Caller{Enforce: true, Principal: of(dist), Direct: of(dist)}, true},
+		{"an agent of several roles", Caller{Enforce: true, Principal: of(identity.ID{Role: identity.Backup, Node: "n"}, dist), Direct: of(identity.ID{Role: identity.Backup, Node: "n"}, dist)}, true},
+		{"an Assigner", Caller{Enforce: true, Principal: of(identity.ID{Role: identity.Assigner, Node: "a"}), Direct: of(identity.ID{Role: identity.Assigner, Node: "a"})}, false},
+		{"a task", Caller{Enforce: true, Principal: of(identity.ID{Role: identity.Task, Job: "kv", Task: "t0"}), Direct: of(identity.ID{Role: identity.Task, Job: "kv", Task: "t0"})}, false},
+		{"a client", Caller{Enforce: true, Principal: of(identity.ID{Role: identity.Client, Job: "kv"}), Direct: of(identity.ID{Role: identity.Client, Job: "kv"})}, false},
+		{"an admin token", Caller{Enforce: true, Principal: identity.Principal{Token: "ops"}, Direct: identity.Principal{Token: "ops"}}, false},
+		{"anonymous", Caller{Enforce: true}, false},
+		// A Principal the sender vouches for is not the sender.
+		{"forwarded for a Distributor", Caller{Enforce: true, Principal: of(dist), Direct: of(identity.ID{Role: identity.Assigner, Node: "a"})}, false},
+	} {
+		if got := MayRelay(tc.c); got != tc.want {
+			t.Errorf("%s: MayRelay = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

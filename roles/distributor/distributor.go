@@ -18,7 +18,6 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
-	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/lease"
@@ -349,6 +348,7 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 		received := false
 		stream, err := client.WatchAssignment(sctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{
 			Job: job, KnownGeneration: known.Generation, KnownIncarnation: known.Incarnation, DeltaVersion: api.DeltaVersion,
+			Relay: true, // it serves the job on to its own streams
 		}))
 		if err == nil {
 			for stream.Receive() {
@@ -436,7 +436,7 @@ func (d *Distributor) GetAssignment(ctx context.Context, req *connect.Request[sl
 	}
 	var first *slicerv1.WatchAssignmentResponse
 	errFound := errors.New("found")
-	err = l.Stream(ctx, d.stopping, assign.Version{}, false, "", func(m *watch.Message) error {
+	err = l.Stream(ctx, d.stopping, watch.Subscription{}, func(m *watch.Message) error {
 		first = m.Proto()
 		return errFound
 	})
@@ -454,6 +454,18 @@ func (d *Distributor) lookup(job string) (*watch.Latest, error) {
 		return nil, err
 	}
 	return d.Latest(job)
+}
+
+// Relays counts the streams of job served to relay Distributors, 0 for a
+// job the Distributor does not serve.
+func (d *Distributor) Relays(job string) int {
+	d.mu.Lock()
+	j := d.jobs[job]
+	d.mu.Unlock()
+	if j == nil {
+		return 0
+	}
+	return j.l.Relays()
 }
 
 // Preferred is the Assigner the Distributor prefers for job now, "" when

@@ -109,7 +109,14 @@ var subscribersDesc = prometheus.NewDesc(metrics.Name("distributor", "subscriber
 	"Watch streams the Distributor serves per job (with GetAssignment calls waiting for a job's first assignment).",
 	[]string{"job"}, nil)
 
-func (subscribersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- subscribersDesc }
+var relaysDesc = prometheus.NewDesc(metrics.Name("distributor", "relay_subscribers"),
+	"Of the watch streams per job, those of relay Distributors, which are sent each generation before the others.",
+	[]string{"job"}, nil)
+
+func (subscribersCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- subscribersDesc
+	ch <- relaysDesc
+}
 
 func (c subscribersCollector) Collect(ch chan<- prometheus.Metric) {
 	c.d.mu.Lock()
@@ -120,5 +127,6 @@ func (c subscribersCollector) Collect(ch chan<- prometheus.Metric) {
 	c.d.mu.Unlock()
 	for name, l := range jobs {
 		ch <- prometheus.MustNewConstMetric(subscribersDesc, prometheus.GaugeValue, float64(l.Subscribers()), name)
+		ch <- prometheus.MustNewConstMetric(relaysDesc, prometheus.GaugeValue, float64(l.Relays()), name)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/internal/startgate"
+	"github.com/slicerd/slicerd/roles/auth"
 )
 
 // Latest holds the newest assignment of one job and sends it to every
@@ -34,7 +35,11 @@ import (
 // stream's goroutine to send for itself (a wake-up, a switch to a stack
 // that went cold, and back to sleep, for every stream of every change).
 // Consecutive streams of a connection are sent by different workers, so
-// the connection can write their frames in fewer flushes; and since only
+// the connection can write their frames in fewer flushes. Relays' streams
+// (Subscription.Relay: Distributors serving the job on to subscribers of
+// their own) come first in every round, so that a fan-out tree's next
+// level starts its own round while this one runs rather than after it;
+// and since only
 // the workers send, a fan-out to 100,000 streams never puts 100,000
 // goroutines in the scheduler's run queue, where gossip's probe
 // acknowledgements and the Assigner's work would queue behind them.
@@ -52,8 +57,9 @@ type Latest struct {
 	state   atomic.Pointer[state]
 	encodes atomic.Int64 // protobuf encodings of full assignments so far
 
-	subMu sync.Mutex
-	subs  map[string]map[*subscriber]struct{} // by group
+	subMu  sync.Mutex
+	subs   map[string]map[*subscriber]struct{} // by group
+	relays int                                 // subscribers with relay set
 
 	round    atomic.Uint64 // the latest round; a round's goroutines stop when it is not their own
 	released chan struct{} // nudges a round's supervisor to look at its round (stopPacing)
@@ -85,6 +91,7 @@ type subscriber struct {
 	// Under mu:
 	known  assign.Version // the version the stream's subscriber holds
 	deltas bool           // the subscriber applies deltas
+	relay  bool           // sent first in a round; set before it is registered
 	send   func(*Message) error
 	err    error // a worker's send failed: the handler returns it
 	gone   bool  // the handler returned: nobody may send on the stream
@@ -97,28 +104,47 @@ func (s *subscriber) signal() {
 	}
 }
 
-// subscribe registers a stream of group, its mutex held by the caller;
-// the returned function unregisters it.
-func (l *Latest) subscribe(group string, known assign.Version, deltas bool, send func(*Message) error) (*subscriber, func()) {
-	sub := &subscriber{wake: make(chan struct{}, 1), known: known, deltas: deltas, send: send}
+// Subscription is what a stream's subscriber holds and asks for.
+type Subscription struct {
+	Known  assign.Version // the version the subscriber holds
+	Deltas bool           // it applies deltas
+	// Group is the stream's client connection: consecutive streams of a
+	// group go to different workers of a round.
+	Group string
+	// Relay sends the stream a new generation before the streams that are
+	// not relays: its subscriber serves the job on to its own. Set it
+	// only for a caller trusted to say so (see Serve).
+	Relay bool
+}
+
+// subscribe registers a stream, its mutex held by the caller; the
+// returned function unregisters it.
+func (l *Latest) subscribe(s Subscription, send func(*Message) error) (*subscriber, func()) {
+	sub := &subscriber{wake: make(chan struct{}, 1), known: s.Known, deltas: s.Deltas, relay: s.Relay, send: send}
 	sub.mu.Lock()
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
 	if l.subs == nil {
 		l.subs = map[string]map[*subscriber]struct{}{}
 	}
-	g := l.subs[group]
+	g := l.subs[s.Group]
 	if g == nil {
 		g = map[*subscriber]struct{}{}
-		l.subs[group] = g
+		l.subs[s.Group] = g
 	}
 	g[sub] = struct{}{}
+	if s.Relay {
+		l.relays++
+	}
 	return sub, func() {
 		l.subMu.Lock()
 		defer l.subMu.Unlock()
 		delete(g, sub)
-		if len(g) == 0 && l.subs[group] != nil {
-			delete(l.subs, group)
+		if len(g) == 0 && l.subs[s.Group] != nil {
+			delete(l.subs, s.Group)
+		}
+		if s.Relay {
+			l.relays--
 		}
 	}
 }
@@ -166,10 +192,26 @@ func (l *Latest) sendFor(sub *subscriber) {
 	sub.mu.Unlock()
 }
 
-// wakeAll sends the held state to every subscriber in a round of its own,
-// group after group.
+// wakeAll sends the held state to every subscriber in a round of its own:
+// the relays, then the others group after group.
 func (l *Latest) wakeAll() {
+	subs := l.roundOrder()
+	round := l.round.Add(1)
+	if len(subs) == 0 {
+		return
+	}
+	l.running.Add(1)
+	l.pacers.Go(func() {
+		defer l.running.Add(-1)
+		l.pace(round, subs)
+	})
+}
+
+// roundOrder lists the subscribers in the order a round takes them: the
+// relays, then the others group after group.
+func (l *Latest) roundOrder() []*subscriber {
 	l.subMu.Lock()
+	defer l.subMu.Unlock()
 	n := 0
 	for _, g := range l.subs {
 		n += len(g)
@@ -180,16 +222,16 @@ func (l *Latest) wakeAll() {
 			subs = append(subs, sub)
 		}
 	}
-	l.subMu.Unlock()
-	round := l.round.Add(1)
-	if len(subs) == 0 {
-		return
+	if l.relays > 0 {
+		front := 0
+		for i, sub := range subs {
+			if sub.relay {
+				subs[front], subs[i] = sub, subs[front]
+				front++
+			}
+		}
 	}
-	l.running.Add(1)
-	l.pacers.Go(func() {
-		defer l.running.Add(-1)
-		l.pace(round, subs)
-	})
+	return subs
 }
 
 // wakeNow wakes every subscriber's handler at once, group by group; a
@@ -432,16 +474,16 @@ func (s *state) delta(known assign.Version) *Message {
 	return nil
 }
 
-// Stream sends every assignment that supersedes known until ctx ends or l
-// fails before it has any assignment; as deltas where it can when deltas
-// is set (the subscriber applies them). The stream's first messages are
+// Stream sends every assignment that supersedes s.Known until ctx ends or
+// l fails before it has any assignment; as deltas where it can when
+// s.Deltas is set (the subscriber applies them). The stream's first messages are
 // sent here, the later ones by the rounds' workers while this waits (see
-// Latest). It is in group, the caller's connection ("" for none).
+// Latest). s says what the subscriber holds and how it is sent.
 // stopping is closed when the agent shuts down, which then cancels ctx: a
 // stream ended so returns UNAVAILABLE, telling the client to reconnect
 // elsewhere.
-func (l *Latest) Stream(ctx context.Context, stopping <-chan struct{}, known assign.Version, deltas bool, group string, send func(*Message) error) error {
-	sub, unsubscribe := l.subscribe(group, known, deltas, send)
+func (l *Latest) Stream(ctx context.Context, stopping <-chan struct{}, s Subscription, send func(*Message) error) error {
+	sub, unsubscribe := l.subscribe(s, send)
 	defer unsubscribe()
 	// sub.mu is held but while the handler waits; no worker sends on the
 	// stream once it returns.
@@ -501,10 +543,22 @@ func knownVersion(req *slicerv1.WatchAssignmentRequest) assign.Version {
 	return assign.Version{Incarnation: req.GetKnownIncarnation(), Generation: req.GetKnownGeneration()}
 }
 
+// subscription is what a WatchAssignment call asks for. It is a relay's
+// only when it says so and auth.MayRelay trusts its caller to.
+func subscription(ctx context.Context, req *connect.Request[slicerv1.WatchAssignmentRequest]) Subscription {
+	return Subscription{
+		Known:  knownVersion(req.Msg),
+		Deltas: acceptsDeltas(req.Msg),
+		Group:  req.Peer().Addr,
+		Relay:  req.Msg.GetRelay() && auth.MayRelay(auth.CallerFrom(ctx)),
+	}
+}
+
 // Serve answers a WatchAssignment call from l: every assignment that
 // supersedes what the caller says it holds, as deltas when it applies
 // them, until the call ends. sent, when not nil, is told of each message
-// sent.
+// sent. A caller that says it is a relay (the request's relay field) is
+// sent each generation first when auth.MayRelay trusts it to say so.
 func (l *Latest) Serve(ctx context.Context, stopping <-chan struct{}, req *connect.Request[slicerv1.WatchAssignmentRequest],
 	stream *connect.ServerStream[slicerv1.WatchAssignmentResponse], sent func(*Message)) error {
 	send, stop := sendShared(ctx, stream)
@@ -519,7 +573,7 @@ func (l *Latest) Serve(ctx context.Context, stopping <-chan struct{}, req *conne
 			return nil
 		}
 	}
-	return l.Stream(ctx, stopping, knownVersion(req.Msg), acceptsDeltas(req.Msg), req.Peer().Addr, send)
+	return l.Stream(ctx, stopping, subscription(ctx, req), send)
 }
 
 // Subscribers counts the streams waiting on l.
@@ -531,6 +585,14 @@ func (l *Latest) Subscribers() int {
 		n += len(g)
 	}
 	return n
+}
+
+// Relays counts the streams waiting on l that are sent first: relay
+// Distributors' (Subscription.Relay).
+func (l *Latest) Relays() int {
+	l.subMu.Lock()
+	defer l.subMu.Unlock()
+	return l.relays
 }
 
 // Message is the held generation's full message, nil for none.

@@ -12,9 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testwait"
+	"github.com/slicerd/slicerd/roles/auth"
 )
 
 // Large assignments keep fewer bases: their slices, in all, stay within
@@ -135,7 +140,7 @@ func pacedStreams(t *testing.T, l *Latest, n int, send func(*Message) error) {
 	})
 	for i := range n {
 		known := l.Current().Version()
-		wg.Go(func() { _ = l.Stream(ctx, nil, known, false, strconv.Itoa(i%10), send) })
+		wg.Go(func() { _ = l.Stream(ctx, nil, Subscription{Known: known, Group: strconv.Itoa(i % 10)}, send) })
 	}
 	testwait.For(t, "every stream to subscribe", func() bool { return l.Subscribers() == n })
 }
@@ -277,5 +282,70 @@ func TestPublishStampsEveryMessageOnce(t *testing.T) {
 	l.Publish(pacedAssignment(3), time.Time{})
 	if s := l.get(); s.msg.CommittedUnixNano() != 0 || !s.msg.committedAt.IsZero() {
 		t.Errorf("unknown commit time published as %d (%v), want 0", s.msg.CommittedUnixNano(), s.msg.committedAt)
+	}
+}
+
+// A round takes the relays' streams before any other, whichever groups
+// they are in and whenever they subscribed.
+func TestRoundTakesRelaysFirst(t *testing.T) {
+	l := New()
+	unsubscribe := map[int]func(){}
+	relay := func(i int) bool { return i%100 == 50 }
+	for i := range 300 {
+		sub, unsub := l.subscribe(Subscription{Group: strconv.Itoa(i % 7), Relay: relay(i)}, nil)
+		sub.mu.Unlock()
+		unsubscribe[i] = unsub
+	}
+	check := func(relays int) {
+		t.Helper()
+		order := l.roundOrder()
+		if len(order) != l.Subscribers() || l.Relays() != relays {
+			t.Fatalf("a round of %d streams, %d relays; %d subscribed, %d relays", len(order), relays, l.Subscribers(), l.Relays())
+		}
+		seen := map[*subscriber]bool{}
+		for i, sub := range order {
+			if seen[sub] {
+				t.Fatalf("stream %d of the round taken twice", i)
+			}
+			seen[sub] = true
+			if sub.relay != (i < relays) {
+				t.Fatalf("stream %d of the round: relay %v; want the %d relays first", i, sub.relay, relays)
+			}
+		}
+	}
+	check(3)
+	unsubscribe[150]()
+	unsubscribe[151]()
+	check(2)
+	for i, unsub := range unsubscribe {
+		if i != 150 && i != 151 {
+			unsub()
+		}
+	}
+	check(0)
+}
+
+// A watch call is a relay's only when it says so and its caller may say
+// so (auth.MayRelay).
+func TestSubscriptionTrustsOnlyRelaysItMay(t *testing.T) {
+	dist := identity.Principal{IDs: []identity.ID{{Role: identity.Distributor, Node: "d1"}}}
+	task := identity.Principal{IDs: []identity.ID{{Role: identity.Task, Job: "kv", Task: "t0"}}}
+	for _, tc := range []struct {
+		name   string
+		caller auth.Caller
+		asks   bool
+		want   bool
+	}{
+		{"a Distributor that asks", auth.Caller{Enforce: true, Principal: dist, Direct: dist}, true, true},
+		{"a Distributor that does not", auth.Caller{Enforce: true, Principal: dist, Direct: dist}, false, false},
+		{"a task that asks", auth.Caller{Enforce: true, Principal: task, Direct: task}, true, false},
+		{"anyone, unauthenticated", auth.Caller{}, true, true},
+	} {
+		req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv", KnownGeneration: 4, KnownIncarnation: "i", DeltaVersion: api.DeltaVersion, Relay: tc.asks})
+		s := subscription(auth.WithCaller(context.Background(), tc.caller), req)
+		want := Subscription{Known: assign.Version{Incarnation: "i", Generation: 4}, Deltas: true, Relay: tc.want}
+		if s != want {
+			t.Errorf("%s: %+v, want %+v", tc.name, s, want)
+		}
 	}
 }

@@ -696,7 +696,16 @@ type WatchAssignmentRequest struct {
 	// predates deltas) receives only full assignments; 1 may receive
 	// AssignmentDelta messages as described there. A server that predates
 	// deltas ignores the field and sends full assignments.
-	DeltaVersion  uint32 `protobuf:"varint,4,opt,name=delta_version,json=deltaVersion,proto3" json:"delta_version,omitempty"`
+	DeltaVersion uint32 `protobuf:"varint,4,opt,name=delta_version,json=deltaVersion,proto3" json:"delta_version,omitempty"`
+	// The caller is a Distributor that serves the job to subscribers of its
+	// own (a relay of a fan-out tree). When a new generation goes out, the
+	// server sends it to such streams before the others, so that the
+	// relay's subscribers do not wait for a whole level's fan-out before
+	// theirs begins. A server that authenticates its callers honours the
+	// field only from a caller whose certificate names a Distributor
+	// (spiffe://slicerd/distributor/NODE); from any other it changes
+	// nothing. A server that predates the field ignores it.
+	Relay         bool `protobuf:"varint,5,opt,name=relay,proto3" json:"relay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -757,6 +766,13 @@ func (x *WatchAssignmentRequest) GetDeltaVersion() uint32 {
 		return x.DeltaVersion
 	}
 	return 0
+}
+
+func (x *WatchAssignmentRequest) GetRelay() bool {
+	if x != nil {
+		return x.Relay
+	}
+	return false
 }
 
 // WatchAssignmentResponse carries either a full assignment or, to a caller
@@ -3536,12 +3552,13 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
 	"\x04task\x18\x03 \x01(\tR\x04task\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xa7\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xbd\x01\n" +
 	"\x16WatchAssignmentRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12)\n" +
 	"\x10known_generation\x18\x02 \x01(\x04R\x0fknownGeneration\x12+\n" +
 	"\x11known_incarnation\x18\x03 \x01(\tR\x10knownIncarnation\x12#\n" +
-	"\rdelta_version\x18\x04 \x01(\rR\fdeltaVersion\"\xb2\x01\n" +
+	"\rdelta_version\x18\x04 \x01(\rR\fdeltaVersion\x12\x14\n" +
+	"\x05relay\x18\x05 \x01(\bR\x05relay\"\xb2\x01\n" +
 	"\x17WatchAssignmentResponse\x125\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x15.slicer.v1.AssignmentR\n" +
