@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -76,8 +77,9 @@ const NoRecycleCap = 8<<20 + 1
 // protobuf form: at a million slices that form is some 100 MB, three
 // times the encoding, and a node holds its jobs' messages for as long as
 // the generations are current. The encoding is written from the
-// assignment (api.AppendWatchResponse), and the form is built afresh for
-// the rare codec that needs one (JSON) and dropped after.
+// assignment (api.AppendWatchResponse), and the form is built on demand
+// for the rare codec that needs one (JSON) and for GetAssignment, shared
+// while something holds it and freed after (see Proto).
 type Message struct {
 	resp      *slicerv1.WatchAssignmentResponse // a delta's; nil when whole is set
 	whole     *assign.Assignment
@@ -102,6 +104,11 @@ type Message struct {
 	pinOnce sync.Once
 	pinned  []byte      // wire in a slice of capacity NoRecycleCap or more
 	pinDone atomic.Bool // pinned is set
+
+	// form is the protobuf form of whole that Proto built last, while
+	// something still holds it.
+	formMu sync.Mutex
+	form   weak.Pointer[slicerv1.WatchAssignmentResponse]
 }
 
 // Published is when the generation was published to this node's streams.
@@ -139,14 +146,25 @@ func newDeltaMessage(resp *slicerv1.WatchAssignmentResponse) *Message {
 // assignment.
 func (s *Message) Delta() *slicerv1.AssignmentDelta { return s.resp.GetDelta() }
 
-// Proto returns the message's protobuf form. For a whole assignment it is
-// built on every call, as large as the assignment: callers that keep it
-// hold that memory.
+// Proto returns the message's protobuf form, which callers must not
+// modify. For a whole assignment the form is built on demand, about three
+// times the size of the encoding, and shared by every caller until none
+// holds it and the collector frees it: calls that overlap (GetAssignment
+// calls, JSON streams) or follow one another between two collections
+// build it once, and a node keeps none for the messages it only sends
+// encoded.
 func (s *Message) Proto() *slicerv1.WatchAssignmentResponse {
 	if s.resp != nil {
 		return s.resp
 	}
-	return &slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(s.whole), CommittedUnixNano: s.committed}
+	s.formMu.Lock()
+	defer s.formMu.Unlock()
+	if f := s.form.Value(); f != nil {
+		return f
+	}
+	f := &slicerv1.WatchAssignmentResponse{Assignment: api.ToProto(s.whole), CommittedUnixNano: s.committed}
+	s.form = weak.Make(f)
+	return f
 }
 
 // ProtoReflect makes a Message a proto.Message, for codecs other than

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/internal/testwait"
 )
 
 func TestSendBudget(t *testing.T) {
@@ -163,4 +165,34 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// A whole assignment's protobuf form is built once for callers that
+// overlap, is the encoding's content, and is not kept once no caller
+// holds it.
+func TestMessageProtoIsSharedWhileHeld(t *testing.T) {
+	var encodes atomic.Int64
+	msg := newMessage(pacedAssignment(3), 42, &encodes)
+	first := msg.Proto()
+	if second := msg.Proto(); second != first {
+		t.Fatal("a second call built another form while the first is held")
+	}
+	wire, err := msg.encoded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, err := proto.Marshal(first); err != nil || !bytes.Equal(wire, want) {
+		t.Fatalf("the form is not what the message encodes (%v)", err)
+	}
+	var freed atomic.Bool
+	runtime.AddCleanup(first, func(struct{}) { freed.Store(true) }, struct{}{})
+	first = nil
+	testwait.For(t, "the form to be freed", func() bool {
+		runtime.GC()
+		return freed.Load()
+	})
+	if again := msg.Proto(); again == nil || again.GetAssignment().GetGeneration() != 3 || again.GetCommittedUnixNano() != 42 {
+		t.Fatalf("the form built again is %v", again)
+	}
+	runtime.KeepAlive(msg)
 }
