@@ -106,3 +106,16 @@ func BenchmarkConsistentHash(b *testing.B) {
 		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithm(b, NewConsistentHash(), n) })
 	}
 }
+
+// BenchmarkLoadValidate checks a load of a million entries, as every
+// decision at 10,000 tasks does first.
+//
+//	go test -run '^$' -bench LoadValidate -count 6 ./assign/
+func BenchmarkLoadValidate(b *testing.B) {
+	load := powerLoad(rand.New(rand.NewPCG(7, 1)), 1_000_000, 1.5)
+	for b.Loop() {
+		if err := load.Validate(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -107,21 +108,33 @@ func TestLoadSumsAgree(t *testing.T) {
 	}
 }
 
+// Every fault is rejected, with what is wrong with which entry: the
+// first at fault.
 func TestLoadValidateRejects(t *testing.T) {
-	for name, l := range map[string]Load{
-		"nan":      {{Start: 0, End: 1, Load: math.NaN()}},
-		"inf":      {{Start: 0, End: 1, Load: math.Inf(1)}},
-		"neg inf":  {{Start: 0, End: 1, Load: math.Inf(-1)}},
-		"negative": {{Start: 0, End: 1, Load: -1}},
-		"huge":     {{Start: 0, End: 1, Load: MaxLoad * 2}},
-		"empty":    {{Start: 5, End: 5, Load: 1}},
-		"inverted": {{Start: 6, End: 5, Load: 1}},
-		"past end": {{Start: 0, End: KeySpaceEnd + 1, Load: 1}},
-		"unsorted": {{Start: 10, End: 20, Load: 1}, {Start: 0, End: 5, Load: 1}},
-		"overlap":  {{Start: 0, End: 20, Load: 1}, {Start: 10, End: 30, Load: 1}},
+	good := LoadEntry{Start: 0, End: 1, Load: 1}
+	for _, tc := range []struct {
+		name, want string
+		l          Load
+	}{
+		{"nan", "entry 1 [0x1, 0x2): assign: invalid load: load is NaN", Load{good, {Start: 1, End: 2, Load: math.NaN()}}},
+		{"inf", "load is infinite", Load{{Start: 0, End: 1, Load: math.Inf(1)}}},
+		{"neg inf", "load is infinite", Load{{Start: 0, End: 1, Load: math.Inf(-1)}}},
+		{"negative", "load -1 is negative", Load{{Start: 0, End: 1, Load: -1}}},
+		{"huge", "above the limit", Load{{Start: 0, End: 1, Load: MaxLoad * 2}}},
+		{"bytes nan", "bytes is NaN", Load{{Start: 0, End: 1, Bytes: math.NaN()}}},
+		{"bytes inf", "bytes is infinite", Load{{Start: 0, End: 1, Bytes: math.Inf(1)}}},
+		{"bytes negative", "bytes -2 is negative", Load{{Start: 0, End: 1, Bytes: -2}}},
+		{"bytes huge", "bytes 2.251799813685248e+15 is above", Load{{Start: 0, End: 1, Bytes: MaxBytes * 2}}},
+		{"empty", "entry 0 [0x5, 0x5) is empty or inverted", Load{{Start: 5, End: 5, Load: 1}}},
+		{"inverted", "is empty or inverted", Load{{Start: 6, End: 5, Load: 1}}},
+		{"past end", "past the key space end", Load{{Start: 0, End: KeySpaceEnd + 1, Load: 1}}},
+		{"unsorted", "entry 1 starts at 0x0, inside or before the previous entry ending at 0x14", Load{{Start: 10, End: 20, Load: 1}, {Start: 0, End: 5, Load: 1}}},
+		{"overlap", "entry 1 starts at 0xa", Load{{Start: 0, End: 20, Load: 1}, {Start: 10, End: 30, Load: 1}}},
+		{"the first fault", "entry 1 [0x1, 0x2): assign: invalid load: load -1 is negative", Load{good, {Start: 1, End: 2, Load: -1}, {Start: 2, End: 2}}},
 	} {
-		if err := l.Validate(); !errors.Is(err, ErrInvalidLoad) {
-			t.Errorf("%s: Validate = %v, want ErrInvalidLoad", name, err)
+		err := tc.l.Validate()
+		if !errors.Is(err, ErrInvalidLoad) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate = %v, want ErrInvalidLoad saying %q", tc.name, err, tc.want)
 		}
 	}
 	ok := Load{{Start: 0, End: 10, Load: 0}, {Start: 10, End: 20, Load: MaxLoad}, {Start: 30, End: KeySpaceEnd, Load: 1}}
