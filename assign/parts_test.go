@@ -2,6 +2,7 @@ package assign
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"runtime"
@@ -74,6 +75,54 @@ func TestValidateInPartsReportsTheFirstFault(t *testing.T) {
 			a.Slices[2].Tasks = a.Slices[2].Tasks[:1]
 		default:
 			a.Slices[n/2+1].Start--
+		}
+	}
+}
+
+// Splitting in key order in parts makes the pieces one pass makes, and
+// the ceiling stops it as it stops one pass: when a single part would
+// pass it, and when only the parts together would.
+func TestSplitInOrderInParts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	tasks := testTasks(1000)
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 2}.WithDefaults()
+	prev := scattered(rng, tasks, 3*partMin/len(tasks), 1)
+	load := powerLoad(rng, 2*len(prev.Slices), 1.5)
+	refs, err := prev.validate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWeigher(newPlannerRoom(prev, refs, tasks, cfg, 0), load)
+	threshold := cfg.SplitLoadFactor * w.total / float64(len(w.sl))
+	type result struct {
+		done  []piece
+		split []int8
+		count int
+		ok    bool
+	}
+	run := func(procs, ceiling int) result {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		if k := parts(len(w.sl)); procs > 1 && k == 1 {
+			t.Fatalf("%d slices are one part", len(w.sl))
+		}
+		var r result
+		r.done, r.split, r.count, r.ok = w.splitInOrder(ceiling, threshold)
+		return r
+	}
+	one := run(1, math.MaxInt)
+	splits := one.count - len(w.sl)
+	if !one.ok || splits < 100 {
+		t.Fatalf("one pass: ok %v, %d splits; want a job with many", one.ok, splits)
+	}
+	for _, procs := range []int{2, 3} {
+		if got := run(procs, math.MaxInt); !reflect.DeepEqual(got, one) {
+			t.Fatalf("on %d processors: %d pieces, %d slices after; one pass: %d, %d", procs, len(got.done), got.count, len(one.done), one.count)
+		}
+		for _, ceiling := range []int{len(w.sl) + splits, len(w.sl) + splits - 1, len(w.sl) + splits/2, len(w.sl) + 1} {
+			want := ceiling >= one.count
+			if got := run(procs, ceiling); got.ok != want || got.ok && !reflect.DeepEqual(got, one) {
+				t.Fatalf("on %d processors under a ceiling of %d: ok %v, want %v", procs, ceiling, got.ok, want)
+			}
 		}
 	}
 }

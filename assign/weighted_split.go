@@ -115,17 +115,56 @@ func (w *weigher) splitHottestFirst(ceiling, floor int, mean, threshold float64,
 // pieces (each piece's split depends on that piece alone); ok is false
 // when the ceiling would stop it, and the caller splits hottest first.
 // done is the pieces of the slices split, in key order; split marks
-// those slices as split does; count is the slices after.
+// those slices as split does; count is the slices after. A million
+// slices are split in parts at once, each part's pieces in key order
+// after the part before's: the same pieces as in one pass.
 func (w *weigher) splitInOrder(ceiling int, threshold float64) (done []piece, split []int8, count int, ok bool) {
+	split = make([]int8, len(w.sl))
+	budget := ceiling - len(w.sl) // splits the ceiling allows
+	k := parts(len(w.sl))
+	type result struct {
+		done   []piece
+		splits int
+		ok     bool
+	}
+	res := make([]result, k)
+	inParts(len(w.sl), k, func(part, lo, hi int) {
+		r := &res[part]
+		r.done, r.splits, r.ok = w.splitRange(lo, hi, budget, threshold, split)
+	})
+	count = len(w.sl)
+	n := 0
+	for _, r := range res {
+		if !r.ok {
+			return nil, nil, 0, false
+		}
+		count += r.splits
+		n += len(r.done)
+	}
+	if count > ceiling {
+		return nil, nil, 0, false
+	}
+	if k == 1 {
+		return res[0].done, split, count, true
+	}
+	done = make([]piece, 0, n)
+	for _, r := range res {
+		done = append(done, r.done...)
+	}
+	return done, split, count, true
+}
+
+// splitRange is splitInOrder over slices [lo, hi): their pieces, in key
+// order, and the splits made; ok is false once it would make more than
+// budget splits.
+func (w *weigher) splitRange(lo, hi, budget int, threshold float64, split []int8) (done []piece, splits int, ok bool) {
 	type item struct {
 		piece
 		final bool // not to be split again: a half too narrow or measured whole
 	}
-	count = len(w.sl)
-	split = make([]int8, len(w.sl))
 	var stack []item
 	li := 0 // slices and load entries are both sorted: one sweep finds each first entry
-	for i := range w.sl {
+	for i := lo; i < hi; i++ {
 		s := &w.sl[i]
 		if s.end-s.start < 2 || w.sload[i] < threshold {
 			continue
@@ -139,15 +178,15 @@ func (w *weigher) splitInOrder(ceiling int, threshold float64) (done []piece, sp
 				done = append(done, top.piece)
 				continue
 			}
-			if count >= ceiling {
-				return nil, nil, 0, false
+			if splits >= budget {
+				return nil, 0, false
 			}
 			at, lower := medianKeyFrom(w.load, int(top.li), top.start, top.end, top.load)
 			lower = min(lower, top.load)
 			// As in split: a piece one measurement covers splits once.
 			final := w.load.coversFrom(int(top.li), top.start, top.end)
 			split[top.slice] = 1
-			count++
+			splits++
 			upper := piece{slice: top.slice, li: int32(w.load.after(at, int(top.li))), start: at, end: top.end, load: max(top.load-lower, 0)}
 			lowerHalf := piece{slice: top.slice, li: top.li, start: top.start, end: at, load: lower}
 			// The lower half is popped, and so done, first.
@@ -156,7 +195,7 @@ func (w *weigher) splitInOrder(ceiling int, threshold float64) (done []piece, sp
 				item{piece: lowerHalf, final: final || lowerHalf.end-lowerHalf.start < 2})
 		}
 	}
-	return done, split, count, true
+	return done, splits, true
 }
 
 // applySplits puts done, the pieces of the slices split marks (in key
