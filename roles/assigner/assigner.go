@@ -768,9 +768,13 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "epoch", held.Epoch, "trigger", why.String(),
 			"tasks", len(next.Tasks), "slices", len(next.Slices), "imbalance_before", entry.ImbalanceBefore, "imbalance_after", entry.ImbalanceAfter,
 			"tasks_without_load", unknown, "load", load.Total(), "churn", decision.Churn, "moves", len(decision.Moves))
-		for _, m := range decision.Moves {
-			a.log.Debug("move", "job", name, "generation", next.Generation, "kind", m.Kind, "start", m.Start, "end", m.End,
-				"from", m.From, "to", m.To, "reason", m.Reason)
+		// A decision over a million slices records some 10^5 moves; their
+		// arguments would be built even for a logger that drops them.
+		if a.log.Enabled(ctx, slog.LevelDebug) {
+			for _, m := range decision.Moves {
+				a.log.Debug("move", "job", name, "generation", next.Generation, "kind", m.Kind, "start", m.Start, "end", m.End,
+					"from", m.From, "to", m.To, "reason", m.Reason)
+			}
 		}
 		return nil
 	}
