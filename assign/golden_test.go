@@ -156,7 +156,15 @@ func writeAssignment(h hash.Hash, a *Assignment) {
 // over deterministic inputs, so that changes made for speed cannot change
 // a decision. Regenerate with -update-golden only when a decision is meant
 // to change.
+//
+// Its cases are jobs too small for the parts that run on goroutines of
+// their own (inParts): one goroutine's computation, which the race
+// detector only slows tenfold (four minutes of CI). It runs
+// without the detector, in scripts/test.sh's pass of its own.
 func TestDecisionsGolden(t *testing.T) {
+	if raceEnabled {
+		t.Skip("runs without the race detector (scripts/test.sh): one goroutine's computation, ten times slower under it")
+	}
 	path := filepath.Join("testdata", "decisions.golden")
 	got := map[string]string{}
 	var order []string

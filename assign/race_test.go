@@ -1,0 +1,5 @@
+//go:build race
+
+package assign
+
+const raceEnabled = true
