@@ -332,3 +332,55 @@ func TestTLSListJobsShowsOnlyReadableJobs(t *testing.T) {
 		}
 	}
 }
+
+// With TLS, a watch stream that says it is a relay's is sent first only
+// when the caller's certificate names a Distributor: a task or a client
+// saying so is served as any other stream.
+func TestTLSRelayStreamsByIdentity(t *testing.T) {
+	pki := newTestPKI(t)
+	node := startAgent(t, pki.agentConfig(t, "a1"))
+	sl := startTLSTask(t, node, pki.source("task-kv-0", identity.ID{Role: identity.Task, Job: "kv", Task: "kv-0"}), "kv", "kv-0")
+	<-sl.Ready()
+	// watch opens a stream claiming to be a relay's with src's
+	// certificate and returns once the first assignment arrived, so that
+	// the stream is registered.
+	watch := func(src *tlsconfig.Source) (stop func()) {
+		t.Helper()
+		hc := api.NewHTTPClient(src.ClientConfig(tlsconfig.WantAgent()))
+		ctx, cancel := context.WithCancel(context.Background())
+		stream, err := slicerv1connect.NewDistributorServiceClient(hc, api.URL(node.RPCAddr(), true)).WatchAssignment(ctx,
+			connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv", Relay: true}))
+		if err == nil && !stream.Receive() {
+			err = stream.Err()
+		}
+		stop = func() {
+			cancel()
+			if stream != nil {
+				stream.Close()
+			}
+			hc.CloseIdleConnections()
+		}
+		if err != nil {
+			stop()
+			t.Fatalf("watching kv: %v", err)
+		}
+		return stop
+	}
+	for name, id := range map[string]identity.ID{
+		"task-kv-1":   {Role: identity.Task, Job: "kv", Task: "kv-1"},
+		"client-kv":   {Role: identity.Client, Job: "kv"},
+		"assigner-a9": {Role: identity.Assigner, Node: "a9"},
+	} {
+		stop := watch(pki.source(name, id))
+		if n := node.Relays("kv"); n != 0 {
+			t.Errorf("%d relay streams after one from %s", n, name)
+		}
+		stop()
+	}
+	stop := watch(pki.source("distributor-d9", identity.ID{Role: identity.Distributor, Node: "d9"}))
+	if n := node.Relays("kv"); n != 1 {
+		t.Errorf("%d relay streams after a Distributor's, want 1", n)
+	}
+	stop()
+	testwait.For(t, "the relay's stream to end", func() bool { return node.Relays("kv") == 0 })
+}
