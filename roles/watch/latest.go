@@ -208,7 +208,8 @@ func (l *Latest) wakeAll() {
 }
 
 // roundOrder lists the subscribers in the order a round takes them: the
-// relays, then the others group after group.
+// relays, then the others group after group (but for the few a relay's
+// move to the front swapped out of place).
 func (l *Latest) roundOrder() []*subscriber {
 	l.subMu.Lock()
 	defer l.subMu.Unlock()
