@@ -62,6 +62,60 @@ func BenchmarkWeightedMove(b *testing.B) {
 	}
 }
 
+// BenchmarkWeightedMoveSteady is an Assigner's steady state: every
+// decision starts from the one before (after three that balance the
+// scattered start) and sees the same power-law load redrawn with 5%
+// noise per entry, as successive windows of a stationary load are.
+// churn-% is the mean churn of a decision, in percent of the key space:
+// what moving load off the tasks that the noise made the hottest costs.
+//
+//	go test -run '^$' -bench WeightedMoveSteady -benchtime 20x -count 3 -benchmem ./assign/
+func BenchmarkWeightedMoveSteady(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(7, uint64(n)))
+			tasks := testTasks(n)
+			prev := scattered(rng, tasks, 50+rng.IntN(101), 1)
+			base := powerLoad(rng, len(prev.Slices), 1.5)
+			windows := make([]Load, 4)
+			for i := range windows {
+				windows[i] = slices.Clone(base)
+				for j := range windows[i] {
+					windows[i][j].Load *= 1 + 0.05*rng.NormFloat64()
+					windows[i][j].Load = max(windows[i][j].Load, 0)
+				}
+			}
+			cfg := DefaultConfig()
+			var churn float64
+			decide := func(i int) {
+				next, d, err := WeightedMove{}.Decide("j", prev, tasks, windows[i%len(windows)], cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				prev, churn = next, churn+d.Churn
+			}
+			for i := range 3 {
+				decide(i)
+			}
+			churn = 0
+			var times []time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				start := time.Now()
+				decide(i)
+				times = append(times, time.Since(start))
+				i++
+			}
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(times[len(times)*99/100].Microseconds())/1000, "p99-ms")
+			b.ReportMetric(100*churn/float64(len(times)), "churn-%")
+		})
+	}
+}
+
 // BenchmarkWeightedMoveCapacities is BenchmarkWeightedMove with tasks of
 // capacities 1, 2 and 4 in turn: phase 4 compares a receiver per capacity.
 func BenchmarkWeightedMoveCapacities(b *testing.B) {
