@@ -59,6 +59,11 @@ func (w *weigher) moveGreedy() {
 	}
 	hot := newTaskHeap(w.tload, true)
 	cold := w.newReceivers()
+	// With one capacity and no task that may refuse a receiver (memory
+	// limits, cordons), the best receiver of a slice the hottest task
+	// serves alone is the coldest other task, whatever the share: it is
+	// found once a step rather than once for each of the task's slices.
+	oneClass := len(cold.heaps) == 1 && w.p.mem == nil && w.p.closed == nil
 	budget := keys(w.cfg.MoveChurn)
 	minR := min(w.cfg.MinRedundancy, n)
 	// Every applied move lowers the sorted vector of task loads, so the
@@ -85,6 +90,16 @@ func (w *weigher) moveGreedy() {
 				best = c
 			}
 		}
+		alone := int32(-2) // the best receiver of a slice of h's alone; -2: not looked for
+		receiver := func(ts []int32, l, b float64) int32 {
+			if !oneClass || len(ts) != 1 {
+				return cold.best(ts, l, b)
+			}
+			if alone == -2 {
+				alone = cold.best(ts, l, b)
+			}
+			return alone
+		}
 		// Moving or dropping a task's last slice would make it look new
 		// to the next decision, which would hand it keys again.
 		last := len(owned[h]) <= 1
@@ -103,12 +118,12 @@ func (w *weigher) moveGreedy() {
 			sb := w.bytes(si)
 			// An operator's pin keeps the slice on its task.
 			keep := w.p.pins != nil && w.p.pinnedTo(s.start, s.end) == h
-			if c := cold.best(ts, sh, sb); c >= 0 && !last && !keep {
+			if c := receiver(ts, sh, sb); c >= 0 && !last && !keep {
 				consider(candidate{loadMove: loadMove{kind: Reassign, slice: si, from: h, to: c}, cost: width,
 					gain: lh - max(lh-sh*ih, w.tload[c]+sh*w.inv[c])})
 			}
 			if ns := l / float64(r+1); r < w.cfg.MaxRedundancy {
-				if c := cold.best(ts, ns, sb); c >= 0 {
+				if c := receiver(ts, ns, sb); c >= 0 {
 					consider(candidate{loadMove: loadMove{kind: AddReplica, slice: si, from: -1, to: c}, cost: width,
 						gain: lh - max(lh-(sh-ns)*ih, w.tload[c]+ns*w.inv[c])})
 				}
