@@ -16,15 +16,30 @@ import (
 // this size, which a running Assigner has done already.
 func benchAlgorithm(b *testing.B, alg Algorithm, n int) { benchAlgorithmCaps(b, alg, n, nil, 0) }
 
+// benchJob is the job the decision benchmarks start from: n tasks holding
+// 50 to 150 slices each, scattered at random, under a power-law load of an
+// entry a slice; rng is what drew it, for what the benchmark draws next.
+func benchJob(n int) (rng *rand.Rand, tasks []Task, prev *Assignment, load Load) {
+	rng = rand.New(rand.NewPCG(7, uint64(n)))
+	tasks = testTasks(n)
+	prev = scattered(rng, tasks, 50+rng.IntN(101), 1)
+	return rng, tasks, prev, powerLoad(rng, len(prev.Slices), 1.5)
+}
+
+// reportTimes reports the median and the 99th percentile of times (the
+// slowest of fewer than 100) as p50-ms and p99-ms; it sorts times.
+func reportTimes(b *testing.B, times []time.Duration) {
+	slices.Sort(times)
+	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(times[len(times)*99/100].Microseconds())/1000, "p99-ms")
+}
+
 // benchAlgorithmCaps is benchAlgorithm with task i of capacity
 // caps[i%len(caps)] (nil: all 1) and, when memory is positive, every
 // slice holding state and every task a memory limit of memory times its
 // even share of it.
 func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64, memory float64) {
-	rng := rand.New(rand.NewPCG(7, uint64(n)))
-	tasks := testTasks(n)
-	prev := scattered(rng, tasks, 50+rng.IntN(101), 1)
-	load := powerLoad(rng, len(prev.Slices), 1.5)
+	rng, tasks, prev, load := benchJob(n)
 	for i := range tasks {
 		if len(caps) > 0 {
 			tasks[i].Capacity = caps[i%len(caps)]
@@ -50,9 +65,7 @@ func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64, memo
 		}
 		times = append(times, time.Since(start))
 	}
-	slices.Sort(times)
-	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(times[len(times)*99/100].Microseconds())/1000, "p99-ms")
+	reportTimes(b, times)
 	b.ReportMetric(float64(first.Microseconds())/1000, "first-ms")
 }
 
@@ -73,10 +86,7 @@ func BenchmarkWeightedMove(b *testing.B) {
 func BenchmarkWeightedMoveSteady(b *testing.B) {
 	for _, n := range []int{100, 10000} {
 		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(7, uint64(n)))
-			tasks := testTasks(n)
-			prev := scattered(rng, tasks, 50+rng.IntN(101), 1)
-			base := powerLoad(rng, len(prev.Slices), 1.5)
+			rng, tasks, prev, base := benchJob(n)
 			windows := make([]Load, 4)
 			for i := range windows {
 				windows[i] = slices.Clone(base)
@@ -108,9 +118,7 @@ func BenchmarkWeightedMoveSteady(b *testing.B) {
 				times = append(times, time.Since(start))
 				i++
 			}
-			slices.Sort(times)
-			b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(times[len(times)*99/100].Microseconds())/1000, "p99-ms")
+			reportTimes(b, times)
 			b.ReportMetric(100*churn/float64(len(times)), "churn-%")
 		})
 	}

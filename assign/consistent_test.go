@@ -194,10 +194,7 @@ func TestConsistentHashHugeLoad(t *testing.T) {
 func BenchmarkConsistentHashReplicated(b *testing.B) {
 	for _, n := range []int{100, 10000} {
 		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(7, uint64(n)))
-			tasks := testTasks(n)
-			prev := scattered(rng, tasks, 50+rng.IntN(101), 1)
-			load := powerLoad(rng, len(prev.Slices), 1.5)
+			_, tasks, prev, load := benchJob(n)
 			cfg := Config{MinRedundancy: 1, MaxRedundancy: 3}
 			b.ReportAllocs()
 			for b.Loop() {

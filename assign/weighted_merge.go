@@ -11,14 +11,7 @@ func (w *weigher) merge() {
 		return
 	}
 	ceiling := w.hottest()
-	// Slices per task: a merge must not take a task's last slice, or the
-	// next decision would treat the task as new and hand it keys again.
-	w.held = make([]int32, len(w.p.live))
-	for i := range w.sl {
-		for _, t := range w.p.tasks(&w.sl[i]) {
-			w.held[t]++
-		}
-	}
+	w.countHeld()
 	budget := keys(w.cfg.MergeChurn)
 	var spent uint64
 	count := len(w.sl)
@@ -46,7 +39,7 @@ func (w *weigher) merge() {
 		rem := budget - spent
 		apart := a.n == 1 && b.n == 1 && w.p.ids[a.off] != w.p.ids[b.off] && a.end-a.start > rem && b.end-b.start > rem
 		if count > floor && !pinned && !apart && la+lb < cold {
-			if by, cost, ok := w.mergeTasks(a, la, ba, &b, lb, bb, ceiling, budget-spent); ok {
+			if by, cost, ok := w.mergeTasks(a, la, ba, &b, lb, bb, ceiling, rem); ok {
 				off, n := by.off, by.n
 				w.recordMerge(a, la, ba, &b, lb, bb, w.p.tasks(by))
 				spent += cost
@@ -69,6 +62,18 @@ func (w *weigher) merge() {
 	}
 	clear(w.sl[len(out):])
 	w.sl, w.sload, w.sbytes = out, outLoad, outBytes
+}
+
+// countHeld counts the slices each task serves (w.held): a merge must not
+// take a task's last slice, or the next decision would treat the task as
+// new and hand it keys again.
+func (w *weigher) countHeld() {
+	w.held = make([]int32, len(w.p.live))
+	for i := range w.sl {
+		for _, t := range w.p.tasks(&w.sl[i]) {
+			w.held[t]++
+		}
+	}
 }
 
 // mergeTasks picks the tasks to serve the union of adjacent slices a and b

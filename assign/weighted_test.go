@@ -618,12 +618,7 @@ func TestMergeTasksRefusesPairsWiderThanTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := newWeigher(newPlannerRoom(prev, refs, tasks, cfg, 0), load)
-	w.held = make([]int32, len(tasks))
-	for i := range w.sl {
-		for _, tk := range w.p.tasks(&w.sl[i]) {
-			w.held[tk]++
-		}
-	}
+	w.countHeld()
 	pairs := 0
 	for i := 1; i < len(w.sl); i++ {
 		a, b := &w.sl[i-1], &w.sl[i]

@@ -19,8 +19,8 @@ import (
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
-	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/internal/batchconn"
+	"github.com/slicerd/slicerd/storage/storagetest"
 )
 
 // latestService serves WatchAssignment from one Latest.
@@ -125,24 +125,14 @@ func processCPU(b *testing.B) time.Duration {
 }
 
 // BenchmarkMillionSliceGet is what a GetAssignment call (or a JSON
-// stream's send) costs for a job of a million slices over 10,000 tasks:
-// the message's protobuf form (Message.Proto), then its encoding into the
-// response. Calls one after another share the form until a collection
-// frees it.
+// stream's send) costs for a job of a million slices over 10,000 tasks
+// (storagetest.Assignment, the stores' large job): the message's
+// protobuf form (Message.Proto), then its encoding into the response.
+// Calls one after another share the form until a collection frees it.
 //
 //	go test -run '^$' -bench MillionSliceGet -benchtime 10x -benchmem ./roles/watch/
 func BenchmarkMillionSliceGet(b *testing.B) {
-	const nTasks, n = 10_000, 1_000_000
-	a := &assign.Assignment{Job: "big", Generation: 1, Incarnation: "i", Tasks: make([]assign.Task, nTasks), Slices: make([]assign.Slice, n)}
-	for i := range a.Tasks {
-		a.Tasks[i] = assign.Task{Name: fmt.Sprintf("task-%05d", i), Addr: fmt.Sprintf("10.0.%d.%d:7070", i>>8, i&255)}
-	}
-	w := assign.KeySpaceEnd / assign.SliceKey(n)
-	for i := range n {
-		a.Slices[i] = assign.Slice{Start: assign.SliceKey(i) * w, End: assign.SliceKey(i+1) * w, Tasks: []string{a.Tasks[(i*7919)%nTasks].Name}}
-	}
-	a.Slices[n-1].End = assign.KeySpaceEnd
-	msg := newMessage(a, time.Now().UnixNano(), nil)
+	msg := newMessage(storagetest.Assignment("big", 1, 10_000, 100), time.Now().UnixNano(), nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		resp := &slicerv1.GetAssignmentResponse{Assignment: msg.Proto().GetAssignment()}
