@@ -666,11 +666,21 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			return nil // the second step of a make-before-break decision goes first
 		case why == triggerFlip && pending == nil:
 			return nil // abandoned: another decision came first
+		}
+		// cur's imbalance under load, and its hottest task's reports.
+		before, events := a.imbalance(name, cur, load, live, why)
+		switch {
 		case why == triggerFlip:
 			next, decision = flipDecision(pending, cur)
 		case len(live) == 0:
 			next = takeoverAssignment(cur) // only a takeover gets here
 		default:
+			if why == triggerLoad && futile(cur, load, live, before, events) {
+				a.metrics.skipped(name)
+				a.log.Debug("load decision not computed: even a perfect balance would not lower the imbalance by more than the measurement's noise",
+					"job", name, "generation", cur.Generation, "imbalance", before, "hottest_task_events", events)
+				return nil
+			}
 			algorithm = a.algorithmFor(cur, live, cfg, why)
 			began := time.Now()
 			next, decision, err = a.decide(name, cur, live, load, cfg, why)
@@ -683,20 +693,14 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			}
 		}
 		after := assign.ImbalanceWith(next, load, live)
-		before := after
 		var prevGen uint64
 		if cur != nil {
 			prevGen = cur.Generation
-			before = assign.ImbalanceWith(cur, load, live)
+		} else {
+			before = after
 		}
-		// A load-driven decision is committed when its gain is more than
-		// the sampling noise of the load it was measured on, or when it
-		// relieves a task past its memory limit, whatever it does to the
-		// imbalance.
 		if why == triggerLoad {
-			events := a.hottestEvents(name, cur, load, live)
-			if !assign.SignificantGain(before, after, events) &&
-				(cur == nil || assign.MemoryOverage(next, load, live) >= assign.MemoryOverage(cur, load, live)) {
+			if !significant(cur, next, load, live, before, after, events) {
 				a.log.Debug("load-driven decision not committed: it would not lower the imbalance by more than the measurement's noise",
 					"job", name, "generation", prevGen, "imbalance_before", before, "imbalance_after", after,
 					"hottest_task_events", events, "churn", decision.Churn, "moves", len(decision.Moves))

@@ -4,16 +4,20 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/metrics/metricstest"
 	"github.com/slicerd/slicerd/roles/assigner/assignertest"
 )
 
@@ -27,7 +31,7 @@ type balanceFixture struct {
 	now time.Time
 }
 
-func newBalanceFixture(t *testing.T, members *fakeMembers, jcfg *assign.Config) *balanceFixture {
+func newBalanceFixture(t testing.TB, members *fakeMembers, jcfg *assign.Config) *balanceFixture {
 	t.Helper()
 	ctx := context.Background()
 	store := testStore(t)
@@ -57,7 +61,7 @@ func newBalanceFixture(t *testing.T, members *fakeMembers, jcfg *assign.Config) 
 
 // report advances the clock a second and has each task report truth as
 // measured under the current assignment.
-func (f *balanceFixture) report(t *testing.T, truth assign.Load, tasks ...string) {
+func (f *balanceFixture) report(t testing.TB, truth assign.Load, tasks ...string) {
 	t.Helper()
 	f.now = f.now.Add(time.Second)
 	cur := f.j.pub.Current()
@@ -70,7 +74,7 @@ func (f *balanceFixture) report(t *testing.T, truth assign.Load, tasks ...string
 
 // settle runs report-and-decide rounds, at most rounds of them, until a
 // round commits nothing.
-func (f *balanceFixture) settle(t *testing.T, truth assign.Load, rounds int, tasks ...string) {
+func (f *balanceFixture) settle(t testing.TB, truth assign.Load, rounds int, tasks ...string) {
 	t.Helper()
 	for range rounds {
 		cur := f.j.pub.Current()
@@ -270,6 +274,82 @@ func BenchmarkLoadDecision(b *testing.B) {
 		_, _ = assign.Imbalance(cur, load), assign.Imbalance(next, load)
 	}
 	b.ReportMetric(float64(len(cur.Slices)), "slices")
+}
+
+// BenchmarkBalanceAtRest is one periodic load decision (balance) on a
+// job at rest: balanced on a load that then stays, about 100 entries per
+// task, which each task reports as the sum of a window's requests.
+//
+//   - noise: every entry's load the same within ±20%, reported at the
+//     demo's rate (170 requests per task and window). The imbalance is
+//     within the sampling noise: no decision could be committed.
+//   - hotkey: the same with one key carrying 1.3 times a task's share,
+//     reported at a million requests a window. The key alone sets the
+//     imbalance, which no decision can lower, but the noise is too small
+//     to tell without deciding.
+//
+// Neither commits anything.
+//
+//	go test -run '^$' -bench BalanceAtRest -benchmem ./roles/assigner/
+func BenchmarkBalanceAtRest(b *testing.B) {
+	for _, n := range []int{3, 100} {
+		for _, hot := range []bool{false, true} {
+			name := map[bool]string{false: "noise", true: "hotkey"}[hot]
+			b.Run(fmt.Sprintf("tasks=%d/%s", n, name), func(b *testing.B) { benchBalanceAtRest(b, n, hot) })
+		}
+	}
+}
+
+func benchBalanceAtRest(b *testing.B, n int, hot bool) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, uint64(n)))
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("t%03d", i)
+	}
+	members := &fakeMembers{}
+	members.set("kv", names...)
+	f := newBalanceFixture(b, members, nil)
+	f.as.metricCollectors()
+	var truth assign.Load
+	w := assign.KeySpaceEnd / uint64(100*n)
+	for i := range 100 * n {
+		truth = append(truth, assign.LoadEntry{Start: w * uint64(i), End: w * uint64(i+1), Load: 80 + 40*rng.Float64()})
+	}
+	truth[len(truth)-1].End = assign.KeySpaceEnd
+	events := uint64(170)
+	if hot {
+		k := truth[len(truth)/2].Start + w/2
+		// x = 1.3 (total + x) / n
+		truth = assign.MergeLoads(truth, assign.Load{{Start: k, End: k + 1, Load: 1.3 * truth.Total() / (float64(n) - 1.3)}})
+		events = 1_000_000
+	}
+	f.settle(b, truth, 30, names...)
+	cur := f.j.pub.Current()
+	f.now = f.now.Add(time.Second)
+	for _, name := range names {
+		req := assignertest.ReportFor(cur, name, truth, 1)
+		req.Events = events
+		if _, err := f.as.ReportLoad(ctx, connect.NewRequest(req)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	skipped := func() float64 {
+		if f.as.metrics.skips == nil { // a build without the gate
+			return 0
+		}
+		return testutil.ToFloat64(f.as.metrics.skips.WithLabelValues("kv"))
+	}
+	before := skipped()
+	for b.Loop() {
+		f.as.balance(ctx, "kv")
+	}
+	if f.j.pub.Current() != cur {
+		b.Fatalf("a decision was committed at rest (imbalance %.3f)", assign.Imbalance(cur, truth))
+	}
+	b.ReportMetric(float64(len(cur.Slices)), "slices")
+	b.ReportMetric(assign.Imbalance(cur, truth), "imbalance")
+	b.ReportMetric((skipped()-before)/float64(b.N), "skipped/op")
 }
 
 // Tasks advertise capacities in gossip (here: t2 has capacity 3), and the
@@ -716,7 +796,9 @@ func TestMakeBeforeBreakReady(t *testing.T) {
 // reports it was measured on is not committed: an imbalance of 1.26
 // measured on a hundred requests per task could be chance alone (3
 // standard errors, 3 × 1.26/√100, are 0.38), the same on a million
-// requests is real.
+// requests is real. Where even a perfect balance would gain no more than
+// the noise, the decision is not computed at all (futile): counted as
+// skipped, with no time observed for it.
 func TestBalanceIgnoresSamplingNoise(t *testing.T) {
 	hot := assign.KeySpaceEnd / 3
 	truth := assign.Load{{Start: 0, End: hot, Load: 420}, {Start: hot, End: assign.KeySpaceEnd, Load: 580}}
@@ -740,10 +822,21 @@ func TestBalanceIgnoresSamplingNoise(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			reg := prometheus.NewPedanticRegistry()
+			reg.MustRegister(f.as.metricCollectors()...)
+			computed := func() float64 {
+				n, _ := metricstest.Value(t, reg, "slicerd_assigner_decision_duration_seconds", "job", "kv")
+				return n
+			}
+			before := computed()
 			f.as.balanceAll(context.Background())
 			if committed := f.j.pub.Current().Generation != cur.Generation; committed != tc.commit {
 				t.Errorf("imbalance %.3f on %d events per task: committed %v, want %v",
 					assign.Imbalance(cur, truth), tc.events, committed, tc.commit)
+			}
+			skipped, _ := metricstest.Value(t, reg, "slicerd_assigner_load_decisions_skipped_total", "job", "kv")
+			if n := computed() - before; n+skipped != 1 || (skipped == 1) == tc.commit {
+				t.Errorf("%v decisions computed and %v skipped; want one %s", n, skipped, map[bool]string{true: "computed", false: "skipped"}[tc.commit])
 			}
 		})
 	}

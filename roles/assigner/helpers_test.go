@@ -38,7 +38,7 @@ func testConfig(t testing.TB, name string) Config {
 }
 
 // testStore opens a bbolt store in a temporary directory, closed at cleanup.
-func testStore(t *testing.T) storage.Store {
+func testStore(t testing.TB) storage.Store {
 	t.Helper()
 	store, err := storage.OpenDataDir(t.TempDir(), storage.BoltOptions{})
 	if err != nil {
@@ -54,7 +54,7 @@ var testLeases sync.Map // storage.Store → lease.Manager
 
 // testAssigner builds an Assigner as the agent does, with the embedded
 // lease manager of store (nil for tests that never commit).
-func testAssigner(t *testing.T, cfg Config, store storage.Store, members Members, stopping <-chan struct{}) *Assigner {
+func testAssigner(t testing.TB, cfg Config, store storage.Store, members Members, stopping <-chan struct{}) *Assigner {
 	t.Helper()
 	var leases lease.Manager
 	if b, ok := store.(*storage.Bolt); ok {
@@ -75,7 +75,7 @@ func testAssigner(t *testing.T, cfg Config, store storage.Store, members Members
 
 // lead makes a take job's lease, as its leader does for a job it prefers,
 // so that a test can drive its decisions directly.
-func lead(t *testing.T, a *Assigner, job string) {
+func lead(t testing.TB, a *Assigner, job string) {
 	t.Helper()
 	a.leader.Evaluate(context.Background(), []string{job})
 	a.leader.Gained()

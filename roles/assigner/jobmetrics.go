@@ -32,6 +32,7 @@ type jobMetrics struct {
 	decisions *prometheus.CounterVec   // job, cause
 	churn     *prometheus.HistogramVec // job
 	duration  *prometheus.HistogramVec // job
+	skips     *prometheus.CounterVec   // job
 }
 
 func newJobMetrics() *jobMetrics {
@@ -50,6 +51,10 @@ func newJobMetrics() *jobMetrics {
 			Help:    "Time the algorithm took to compute a decision, committed or not.",
 			Buckets: decisionBuckets,
 		}, []string{"job"}),
+		skips: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slicerd_assigner_load_decisions_skipped_total",
+			Help: "Load-driven decisions not computed because even a perfect balance would not lower the imbalance by more than the load measurement's noise.",
+		}, []string{"job"}),
 	}
 }
 
@@ -57,6 +62,13 @@ func newJobMetrics() *jobMetrics {
 func (m *jobMetrics) decided(job string, took time.Duration) {
 	if m != nil {
 		m.duration.WithLabelValues(job).Observe(took.Seconds())
+	}
+}
+
+// skipped records a load-driven decision not computed (futile).
+func (m *jobMetrics) skipped(job string) {
+	if m != nil {
+		m.skips.WithLabelValues(job).Inc()
 	}
 }
 
@@ -75,6 +87,7 @@ func (m *jobMetrics) forget(job string) {
 		m.decisions.DeletePartialMatch(l)
 		m.churn.DeletePartialMatch(l)
 		m.duration.DeletePartialMatch(l)
+		m.skips.DeletePartialMatch(l)
 	}
 }
 
@@ -183,5 +196,5 @@ func (a *Assigner) metricCollectors() []prometheus.Collector {
 		}
 		return 0
 	})
-	return []prometheus.Collector{m.decisions, m.churn, m.duration, foreign, watch, jobCollector{a}}
+	return []prometheus.Collector{m.decisions, m.churn, m.duration, m.skips, foreign, watch, jobCollector{a}}
 }
