@@ -181,3 +181,23 @@ func BenchmarkLoadValidate(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHottest measures a job's utilisation imbalance under its load
+// (Hottest, as ImbalanceWith and TaskLoads do): what an Assigner computes
+// for the current assignment before every load decision, and for the
+// next one after it, on the decision benchmarks' jobs.
+//
+//	go test -run '^$' -bench Hottest -benchtime 20x -count 6 ./assign/
+func BenchmarkHottest(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
+			_, tasks, a, load := benchJob(n)
+			b.ReportAllocs()
+			for b.Loop() {
+				if i, _ := Hottest(a, load, tasks); i < 0 {
+					b.Fatal("no hottest task")
+				}
+			}
+		})
+	}
+}

@@ -233,36 +233,75 @@ func (l Load) after(k SliceKey, from int) int {
 // TaskLoads returns the load each task of a carries under l, indexed like
 // a.Tasks. A slice's load is shared evenly among the tasks serving it.
 func TaskLoads(a *Assignment, l Load) []float64 {
-	loads := make([]float64, len(a.Tasks))
-	for _, s := range a.Slices {
-		if len(s.Tasks) == 0 {
-			continue
-		}
-		share := l.In(s.Start, s.End) / float64(len(s.Tasks))
-		for _, name := range s.Tasks {
-			if i, ok := a.TaskIndex(name); ok {
-				loads[i] += share
-			}
-		}
-	}
-	return loads
+	return perTask(a, l, (*LoadEntry).within, true)
 }
 
 // TaskBytes returns the state each task of a holds under l, indexed like
 // a.Tasks: the bytes of every slice it serves, in full.
 func TaskBytes(a *Assignment, l Load) []float64 {
-	out := make([]float64, len(a.Tasks))
 	if !l.HasBytes() {
-		return out
+		return make([]float64, len(a.Tasks))
 	}
-	for _, s := range a.Slices {
-		b := l.BytesIn(s.Start, s.End)
-		if b == 0 {
+	return perTask(a, l, (*LoadEntry).bytesWithin, false)
+}
+
+// perTask adds up part of l over each slice of a for each task serving
+// it, indexed like a.Tasks: the slice's sum shared evenly among its tasks
+// when shared, whole to each otherwise. One sweep over a's slices and l
+// together (both in key order), and one lookup per task list: a's lists
+// are shared among its slices, so a list seen before is not looked up
+// again by name.
+func perTask(a *Assignment, l Load, part func(*LoadEntry, SliceKey, SliceKey) float64, shared bool) []float64 {
+	out := make([]float64, len(a.Tasks))
+	var known map[string]int32
+	if len(a.Tasks) > 16 {
+		known = make(map[string]int32, len(a.Tasks))
+		for i, t := range a.Tasks {
+			known[t.Name] = int32(i)
+		}
+	}
+	index := func(name string) (int32, bool) {
+		if known != nil {
+			i, ok := known[name]
+			return i, ok
+		}
+		i, ok := a.TaskIndex(name)
+		return int32(i), ok
+	}
+	// The last task list looked up, and the indexes of its tasks (-1:
+	// not in a.Tasks).
+	var last []string
+	var ids []int32
+	j := 0 // the first entry of l ending after the slice's start
+	for si := range a.Slices {
+		s := &a.Slices[si]
+		if len(s.Tasks) == 0 {
 			continue
 		}
-		for _, name := range s.Tasks {
-			if i, ok := a.TaskIndex(name); ok {
-				out[i] += b
+		j = l.after(s.Start, j)
+		var sum float64
+		for k := j; k < len(l) && l[k].Start < s.End; k++ {
+			sum += part(&l[k], s.Start, s.End)
+		}
+		if sum == 0 {
+			continue
+		}
+		if !sameList(s.Tasks, last) {
+			last, ids = s.Tasks, ids[:0]
+			for _, name := range s.Tasks {
+				i, ok := index(name)
+				if !ok {
+					i = -1
+				}
+				ids = append(ids, i)
+			}
+		}
+		if shared {
+			sum /= float64(len(s.Tasks))
+		}
+		for _, i := range ids {
+			if i >= 0 {
+				out[i] += sum
 			}
 		}
 	}

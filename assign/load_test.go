@@ -171,6 +171,46 @@ func TestImbalance(t *testing.T) {
 	}
 }
 
+// TaskLoads and TaskBytes, which sweep the slices and the load together
+// and look each task list up once, give exactly what adding each slice's
+// In (or BytesIn) to its tasks, found by TaskIndex, gives: on jobs of few
+// and of many tasks (a name table either way), one to three tasks a
+// slice, lists shared by consecutive slices or not, slices finer and
+// coarser than the load's entries, and a slice naming a task the
+// assignment does not list (counted for nobody).
+func TestTaskLoadsMatchPerSlice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for round := range 60 {
+		tasks := testTasks([]int{3, 16, 17, 200}[round%4])
+		a := scattered(rng, tasks, 1+rng.IntN(20), 1+rng.IntN(3))
+		for i := 1; i < len(a.Slices); i++ {
+			if rng.IntN(3) == 0 {
+				a.Slices[i].Tasks = a.Slices[i-1].Tasks // a shared list
+			}
+		}
+		if round%5 == 4 {
+			a.Slices[rng.IntN(len(a.Slices))].Tasks = []string{"t99999"}
+		}
+		load := withBytes(rng, powerLoad(rng, 1+rng.IntN(3*len(a.Slices)), 1.5), 1e3)
+		wantLoads, wantBytes := make([]float64, len(a.Tasks)), make([]float64, len(a.Tasks))
+		for _, s := range a.Slices {
+			share, bytes := load.In(s.Start, s.End)/float64(len(s.Tasks)), load.BytesIn(s.Start, s.End)
+			for _, name := range s.Tasks {
+				if i, ok := a.TaskIndex(name); ok {
+					wantLoads[i] += share
+					wantBytes[i] += bytes
+				}
+			}
+		}
+		if got := TaskLoads(a, load); !slices.Equal(got, wantLoads) {
+			t.Fatalf("round %d (%d tasks, %d slices, %d entries): TaskLoads %v, want %v", round, len(a.Tasks), len(a.Slices), len(load), got, wantLoads)
+		}
+		if got := TaskBytes(a, load); !slices.Equal(got, wantBytes) {
+			t.Fatalf("round %d: TaskBytes %v, want %v", round, got, wantBytes)
+		}
+	}
+}
+
 // FuzzLoadValidate decodes entries of 24 bytes (start, end, load bits) and
 // checks that whatever Validate accepts behaves: In never exceeds Total,
 // is additive, and is never negative or NaN.
