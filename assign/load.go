@@ -248,26 +248,12 @@ func TaskBytes(a *Assignment, l Load) []float64 {
 // perTask adds up part of l over each slice of a for each task serving
 // it, indexed like a.Tasks: the slice's sum shared evenly among its tasks
 // when shared, whole to each otherwise. One sweep over a's slices and l
-// together (both in key order), and one lookup per task list: a's lists
-// are shared among its slices, so a list seen before is not looked up
-// again by name.
+// together (both in key order, as in a valid assignment and load); a
+// slice with the task list of the slice before it (slices share lists)
+// does not look its names up again.
 func perTask(a *Assignment, l Load, part func(*LoadEntry, SliceKey, SliceKey) float64, shared bool) []float64 {
 	out := make([]float64, len(a.Tasks))
-	var known map[string]int32
-	if len(a.Tasks) > 16 {
-		known = make(map[string]int32, len(a.Tasks))
-		for i, t := range a.Tasks {
-			known[t.Name] = int32(i)
-		}
-	}
-	index := func(name string) (int32, bool) {
-		if known != nil {
-			i, ok := known[name]
-			return i, ok
-		}
-		i, ok := a.TaskIndex(name)
-		return int32(i), ok
-	}
+	index := a.taskLookup()
 	// The last task list looked up, and the indexes of its tasks (-1:
 	// not in a.Tasks).
 	var last []string
@@ -289,11 +275,7 @@ func perTask(a *Assignment, l Load, part func(*LoadEntry, SliceKey, SliceKey) fl
 		if !sameList(s.Tasks, last) {
 			last, ids = s.Tasks, ids[:0]
 			for _, name := range s.Tasks {
-				i, ok := index(name)
-				if !ok {
-					i = -1
-				}
-				ids = append(ids, i)
+				ids = append(ids, index(name))
 			}
 		}
 		if shared {
@@ -494,7 +476,9 @@ func MergeLoads(ls ...Load) Load {
 // spread evenly over its keys. It is how an Assigner keeps a task's
 // report to the keys the task serves (in the current assignment, or the
 // one before while a report spans the change), so that one task cannot
-// report load on another's keys. nil assignments are skipped.
+// report load on another's keys. nil assignments are skipped. It reads
+// every slice of as; OwnedIn gives the same from indexes built once per
+// assignment.
 func (l Load) Owned(task string, as ...*Assignment) Load {
 	var owned [][2]SliceKey
 	for _, a := range as {
@@ -507,6 +491,12 @@ func (l Load) Owned(task string, as ...*Assignment) Load {
 			}
 		}
 	}
+	return l.cutTo(owned)
+}
+
+// cutTo returns the parts of l's entries on keys of the ranges owned
+// (half-open, in any order, overlapping or not), as Owned does.
+func (l Load) cutTo(owned [][2]SliceKey) Load {
 	slices.SortFunc(owned, func(x, y [2]SliceKey) int { return cmp.Compare(x[0], y[0]) })
 	merged := owned[:0]
 	for _, r := range owned {

@@ -2,11 +2,16 @@ package assigner
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/roles/assigner/assignertest"
+	"github.com/slicerd/slicerd/storage/storagetest"
 )
 
 // A task's load report counts only on keys its assignment gives it: task
@@ -47,5 +52,103 @@ func TestLoadOnAnotherTasksKeysIsIgnored(t *testing.T) {
 	}
 	if got := f.as.ForeignLoadReports(); got != 1 {
 		t.Errorf("a report on the task's own keys was counted as foreign (%d)", got)
+	}
+}
+
+// Reports are cut to the keys the task serves in the current assignment
+// or the one before it, never one older, however the indexes of past
+// generations are kept: t1 reporting on the whole key space keeps the
+// half it serves under generation g, both halves under g+1 (it took the
+// other half), and under g+2 (the same keys as g+1) again only its half.
+func TestLoadReportsCutToTheLastTwoGenerations(t *testing.T) {
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1")
+	f := newBalanceFixture(t, members, nil)
+	gen := f.j.pub.Current().Generation
+	half := assign.KeySpaceEnd / 2
+	assignment := func(gen uint64, low, high string) *assign.Assignment {
+		return &assign.Assignment{Job: "kv", Generation: gen, Incarnation: f.j.pub.Current().Incarnation,
+			Tasks:  []assign.Task{{Name: "t0"}, {Name: "t1"}},
+			Slices: []assign.Slice{{Start: 0, End: half, Tasks: []string{low}}, {Start: half, End: assign.KeySpaceEnd, Tasks: []string{high}}}}
+	}
+	whole := assign.Load{{Start: 0, End: half, Load: 10}, {Start: half, End: assign.KeySpaceEnd, Load: 20}}
+	for i, tc := range []struct {
+		a       *assign.Assignment
+		kept    float64
+		foreign uint64
+	}{
+		{assignment(gen+1, "t0", "t1"), 20, 1},
+		{assignment(gen+2, "t1", "t0"), 30, 1},
+		{assignment(gen+3, "t1", "t0"), 10, 2},
+	} {
+		if !f.j.pub.Publish(tc.a, time.Time{}) {
+			t.Fatalf("step %d: generation %d not published", i, tc.a.Generation)
+		}
+		f.now = f.now.Add(time.Second)
+		req := &slicerv1.ReportLoadRequest{Job: "kv", Task: "t1", Generation: tc.a.Generation, WindowSeconds: 1}
+		for _, e := range whole {
+			req.Slices = append(req.Slices, &slicerv1.SliceLoad{Start: e.Start, End: e.End, Load: e.Load})
+		}
+		if _, err := f.as.ReportLoad(context.Background(), connect.NewRequest(req)); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.as.jobLoad("kv").Total(); got != tc.kept {
+			t.Errorf("generation %d: t1's report keeps load %g, want %g", tc.a.Generation, got, tc.kept)
+		}
+		if got := f.as.ForeignLoadReports(); got != tc.foreign {
+			t.Errorf("generation %d: %d reports cut, want %d", tc.a.Generation, got, tc.foreign)
+		}
+	}
+}
+
+// BenchmarkReportLoad is one task's load report (its 100 slices) arriving
+// at the Assigner of a job of n tasks, each serving about 100 slices of
+// the current assignment: validated, cut to the task's keys and kept.
+// The tasks report in turn. The first report after a generation indexes
+// it (untimed here).
+//
+//	go test -run '^$' -bench ReportLoad -benchmem ./roles/assigner/
+func BenchmarkReportLoad(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			big := storagetest.Assignment("kv", 100, n, 100)
+			names := make([]string, n)
+			for i, t := range big.Tasks {
+				names[i] = t.Name
+			}
+			members := &fakeMembers{}
+			members.set("kv", names...)
+			f := newBalanceFixture(b, members, nil)
+			big.Generation = f.j.pub.Current().Generation + 1
+			big.Incarnation = f.j.pub.Current().Incarnation
+			if !f.j.pub.Publish(big, time.Time{}) {
+				b.Fatal("not published")
+			}
+			truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: float64(100 * n)}}
+			// Each task reports the load on its own keys (as ReportFor
+			// would, but found through an index: a million slices).
+			idx := assign.NewOwnerIndex(big)
+			reqs := make([]*slicerv1.ReportLoadRequest, n)
+			for i, name := range names {
+				reqs[i] = &slicerv1.ReportLoadRequest{Job: "kv", Task: name, Generation: big.Generation, WindowSeconds: 1}
+				for _, e := range truth.OwnedIn(name, idx) {
+					reqs[i].Slices = append(reqs[i].Slices, &slicerv1.SliceLoad{Start: e.Start, End: e.End, Load: e.Load})
+				}
+			}
+			if _, err := f.as.ReportLoad(ctx, connect.NewRequest(reqs[0])); err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				i = (i + 1) % n
+				if _, err := f.as.ReportLoad(ctx, connect.NewRequest(reqs[i])); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if got := f.as.ForeignLoadReports(); got != 0 {
+				b.Fatalf("%d reports cut", got)
+			}
+		})
 	}
 }

@@ -36,6 +36,9 @@ type assignerJob struct {
 	// pending is the second step of a make-before-break decision (see
 	// handoff.go). Guarded by Assigner.mu.
 	pending *pendingFlip
+	// owners indexes the assignments the job's load reports are cut to
+	// (keepOwned).
+	owners ownerIndexes
 }
 
 // job returns the state of a job: this Assigner's own, or one built from

@@ -458,14 +458,15 @@ func (a *Assigner) unknownLoad(job string, j *assignerJob) int {
 // minute per task. A report for a job this Assigner holds no assignment
 // of yet is kept whole.
 func (a *Assigner) keepOwned(job, task string, r *loadReport) {
-	var cur, prev *assign.Assignment
-	if j, ok := a.known(job); ok {
-		cur, prev = j.pub.Current(), j.pub.Previous()
-	}
-	if cur == nil {
+	j, ok := a.known(job)
+	if !ok {
 		return // no assignment of the job here yet: nothing to check against
 	}
-	kept := r.rate.Owned(task, cur, prev)
+	cur, prev := j.pub.Current(), j.pub.Previous()
+	if cur == nil {
+		return
+	}
+	kept := r.rate.OwnedIn(task, j.owners.of(cur, prev)...)
 	total := r.rate.Total()
 	r.rate = kept
 	if dropped := total - kept.Total(); dropped > 1e-9*max(total, 1) {
@@ -476,6 +477,41 @@ func (a *Assigner) keepOwned(job, task string, r *loadReport) {
 				"ignored_load", dropped, "reported_load", total)
 		}
 	}
+}
+
+// ownerIndexes holds the assign.OwnerIndex of the two assignments a job's
+// load reports were last cut to, its current and previous ones. A report
+// then costs the reporting task's own slices, not a pass over the job's
+// (at 10,000 tasks and a million slices, 26 µs instead of 15–20 ms: an
+// Assigner could not otherwise keep up with the job's reports). When a new
+// generation arrives, the index of the one it replaces is kept as the
+// previous one's, so each generation is indexed once (46 ms at a million
+// slices), by the first report that needs it; the job's other reports
+// wait for it rather than build their own.
+type ownerIndexes struct {
+	mu   sync.Mutex
+	held [2]*assign.OwnerIndex
+}
+
+// of returns the indexes of cur and prev (nil for a nil one), building
+// what it does not hold.
+func (o *ownerIndexes) of(cur, prev *assign.Assignment) []*assign.OwnerIndex {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	find := func(a *assign.Assignment) *assign.OwnerIndex {
+		if a == nil {
+			return nil
+		}
+		for _, x := range o.held {
+			if x != nil && x.Assignment() == a {
+				return x
+			}
+		}
+		return assign.NewOwnerIndex(a)
+	}
+	o.held = [2]*assign.OwnerIndex{find(cur), find(prev)}
+	held := o.held // a copy: the caller reads it without mu
+	return held[:]
 }
 
 // ForeignLoadReports counts the load reports cut to the reporting task's

@@ -1,0 +1,113 @@
+package assign
+
+// OwnerIndex lists the slices of an assignment by task, so that cutting
+// a task's load report to the keys the task serves (Load.OwnedIn) reads
+// that task's slices rather than every slice of the job: at 10,000 tasks
+// and a million slices, a report costs its own hundred slices instead of a
+// pass over the million. An Assigner builds one per generation it holds.
+// It is never modified after NewOwnerIndex, so goroutines may share it;
+// the assignment it indexes must not change either.
+type OwnerIndex struct {
+	a *Assignment
+	// The indexes of the slices task i of a.Tasks serves are
+	// bySlice[first[i]:first[i+1]], in key order.
+	first, bySlice []int32
+}
+
+// NewOwnerIndex indexes the slices of a by task. A slice naming a task a
+// does not list (an assignment that would not validate) counts for
+// nobody.
+func NewOwnerIndex(a *Assignment) *OwnerIndex {
+	first, bySlice := indexSlices(a)
+	return &OwnerIndex{a: a, first: first, bySlice: bySlice}
+}
+
+// Assignment is the assignment o indexes.
+func (o *OwnerIndex) Assignment() *Assignment { return o.a }
+
+// indexSlices groups the slices of a by task (a counting sort by task
+// index): the slices of a.Tasks[i] are bySlice[first[i]:first[i+1]].
+func indexSlices(a *Assignment) (first, bySlice []int32) {
+	lookup := a.taskLookup()
+	// The task index of every name of every slice, in order, looked up
+	// once per task list in a row (slices share lists).
+	ids := make([]int32, 0, len(a.Slices))
+	var last []string
+	var lastIDs []int32
+	first = make([]int32, len(a.Tasks)+1)
+	for _, s := range a.Slices {
+		if !sameList(s.Tasks, last) {
+			last, lastIDs = s.Tasks, lastIDs[:0]
+			for _, name := range s.Tasks {
+				lastIDs = append(lastIDs, lookup(name))
+			}
+		}
+		for _, t := range lastIDs {
+			ids = append(ids, t)
+			if t >= 0 {
+				first[t+1]++
+			}
+		}
+	}
+	for i := 1; i < len(first); i++ {
+		first[i] += first[i-1]
+	}
+	bySlice = make([]int32, first[len(first)-1])
+	next := append([]int32(nil), first[:len(a.Tasks)]...)
+	k := 0
+	for si, s := range a.Slices {
+		for range s.Tasks {
+			if t := ids[k]; t >= 0 {
+				bySlice[next[t]] = int32(si)
+				next[t]++
+			}
+			k++
+		}
+	}
+	return first, bySlice
+}
+
+// OwnedIn returns the load of l that falls on keys the indexed
+// assignments give task: what l.Owned(task, as...) returns for the
+// assignments of idx (nil ones skipped).
+func (l Load) OwnedIn(task string, idx ...*OwnerIndex) Load {
+	var owned [][2]SliceKey
+	for _, o := range idx {
+		if o == nil {
+			continue
+		}
+		t, ok := o.a.TaskIndex(task)
+		if !ok {
+			continue
+		}
+		for _, si := range o.bySlice[o.first[t]:o.first[t+1]] {
+			s := &o.a.Slices[si]
+			owned = append(owned, [2]SliceKey{s.Start, s.End})
+		}
+	}
+	return l.cutTo(owned)
+}
+
+// taskLookup returns a function giving the index in a.Tasks of the task
+// of a name, -1 when a does not list it: by a table built once for more
+// than a few tasks, by binary search otherwise.
+func (a *Assignment) taskLookup() func(name string) int32 {
+	if len(a.Tasks) <= 16 {
+		return func(name string) int32 {
+			if i, ok := a.TaskIndex(name); ok {
+				return int32(i)
+			}
+			return -1
+		}
+	}
+	known := make(map[string]int32, len(a.Tasks))
+	for i, t := range a.Tasks {
+		known[t.Name] = int32(i)
+	}
+	return func(name string) int32 {
+		if i, ok := known[name]; ok {
+			return i
+		}
+		return -1
+	}
+}

@@ -1,0 +1,79 @@
+package assign
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// OwnedIn gives exactly what Owned gives for the assignments indexed: for every task of the current or the previous assignment and
+// one of neither, with the two sharing some tasks, of few and of many
+// tasks, one to three tasks a slice, lists shared or not, loads finer and
+// coarser than the slices, and with either assignment missing.
+func TestOwnerIndexCutsAsOwned(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 9))
+	for round := range 80 {
+		tasks := testTasks([]int{2, 16, 17, 60}[round%4])
+		cur := scattered(rng, tasks, 1+rng.IntN(12), 1+rng.IntN(3))
+		// The previous assignment shares half of the tasks, by name.
+		prevTasks := append(slices.Clone(tasks[len(tasks)/2:]), testTasks(len(tasks) + len(tasks)/2)[len(tasks):]...)
+		prev := scattered(rng, prevTasks, 1+rng.IntN(12), 1+rng.IntN(2))
+		for _, a := range []*Assignment{cur, prev} {
+			for i := 1; i < len(a.Slices); i++ {
+				if rng.IntN(3) == 0 {
+					a.Slices[i].Tasks = a.Slices[i-1].Tasks
+				}
+			}
+		}
+		pairs := [][]*Assignment{{cur, prev}, {cur, nil}, {nil, prev}, {cur}}
+		as := pairs[round%len(pairs)]
+		var idx []*OwnerIndex
+		for _, a := range as {
+			if a != nil {
+				idx = append(idx, NewOwnerIndex(a))
+			} else {
+				idx = append(idx, nil)
+			}
+		}
+		report := withBytes(rng, powerLoad(rng, 1+rng.IntN(4*len(cur.Slices)), 1.5), 1e3)
+		for _, task := range append(prevTasks, tasks[0], Task{Name: "t99999"}) {
+			want := report.Owned(task.Name, as...)
+			if got := report.OwnedIn(task.Name, idx...); !slices.Equal(got, want) {
+				t.Fatalf("round %d, task %s: OwnedIn = %v, want %v", round, task.Name, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkOwned cuts one task's report (its own slices' load) to its
+// keys in a job of n tasks holding about 100 slices each, as an Assigner
+// does with every load report: Owned reads every slice of the current and
+// the previous assignment; OwnedIn reads the task's (cut), from indexes
+// built once per assignment (index: one assignment's, timed apart).
+//
+//	go test -run '^$' -bench Owned -count 6 ./assign/
+func BenchmarkOwned(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		rng, tasks, prev, load := benchJob(n)
+		cur := scattered(rng, tasks, 100, 1)
+		task := tasks[n/2].Name
+		report := load.Owned(task, cur)
+		b.Run(fmt.Sprintf("tasks=%d/scan", n), func(b *testing.B) {
+			for b.Loop() {
+				report.Owned(task, cur, prev)
+			}
+		})
+		b.Run(fmt.Sprintf("tasks=%d/index", n), func(b *testing.B) {
+			for b.Loop() {
+				NewOwnerIndex(cur)
+			}
+		})
+		idx := []*OwnerIndex{NewOwnerIndex(cur), NewOwnerIndex(prev)}
+		b.Run(fmt.Sprintf("tasks=%d/cut", n), func(b *testing.B) {
+			for b.Loop() {
+				report.OwnedIn(task, idx...)
+			}
+		})
+	}
+}
