@@ -48,6 +48,7 @@ type Node struct {
 	keyringLog     logEvery
 
 	changes  fanout.Signal // Changes subscriptions
+	version  atomic.Uint64 // member events handled; see Version
 	updateMu sync.Mutex    // serialises UpdateSelf
 
 	mu        sync.Mutex
@@ -276,8 +277,16 @@ func (n *Node) handle(e serf.Event) {
 				"status", m.Status.String(), "slicerd", ok, "roles", p.Roles, "rpc_addr", p.RPCAddr)
 		}
 	}
+	n.version.Add(1)
 	n.changes.Notify()
 }
+
+// Version counts the membership events this node has handled: while it
+// stays the same, Peers returns what it returned before, but for a change
+// whose event is still on its way to the node (which bumps Version once
+// it arrives, moments later). A caller may keep what it derived from
+// Peers for as long as Version does not move.
+func (n *Node) Version() uint64 { return n.version.Load() }
 
 // Changes subscribes to membership changes. The channel (buffer 1) receives
 // a coalesced signal after any member joins, leaves, fails, changes its

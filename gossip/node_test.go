@@ -292,9 +292,11 @@ func TestChangesSignalsEveryKind(t *testing.T) {
 	changes, unsubscribe := a.Changes()
 	defer unsubscribe()
 
+	before := a.Version()
 	b := testNode(t, "b", selfTask)
 	join(t, b, a)
 	waitSignal(t, changes, "join", allAlive(a, "b"))
+	testwait.For(t, "Version to count the join", func() bool { return a.Version() > before })
 
 	if err := b.SetRPCAddr("127.0.0.1:9999"); err != nil {
 		t.Fatal(err)

@@ -112,6 +112,9 @@ func (n *Node) recordMembers() {
 		}
 		sample, written = next, time.Now()
 	}
+	// A change before the subscription above sent no signal here: what it
+	// changed is read now.
+	record()
 	for {
 		select {
 		case <-n.stop:

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -85,6 +86,9 @@ type Agent struct {
 	node    *gossip.Node
 	changes fanout.Signal // Changes subscriptions
 	verify  *verifier     // nil without TLS
+	// verified counts the verifier's changes to what Peers lists (task
+	// registrations, agent verdicts); see Version.
+	verified atomic.Uint64
 	// refusals counts and logs refused TLS handshakes and refused calls;
 	// nil without TLS, where nobody is refused.
 	refusals *auth.Refusals
@@ -166,7 +170,10 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 
 	if cfg.TLS != nil {
-		a.verify = newVerifier(cfg.TLS, cfg.NodeName, cfg.Logger, a.changes.Notify)
+		a.verify = newVerifier(cfg.TLS, cfg.NodeName, cfg.Logger, func() {
+			a.verified.Add(1) // after the change, as gossip.Node.Version
+			a.changes.Notify()
+		})
 		a.refusals = auth.NewRefusals(cfg.Logger)
 	}
 	mux := http.NewServeMux()
@@ -420,6 +427,21 @@ func (a *Agent) RTT(x, y string) (time.Duration, bool) {
 		return n.RTT(x, y)
 	}
 	return 0, false
+}
+
+var _ assigner.MembersVersion = (*Agent)(nil)
+
+// Version implements membership versions for the roles: it moves after
+// anything that changes what Peers lists, a gossip member event (see
+// gossip.Node.Version) or, with TLS, a task's registration or an agent's
+// verification; while it stays, Peers lists what it listed, but for a
+// gossip change whose event is on its way.
+func (a *Agent) Version() uint64 {
+	var v uint64
+	if n := a.gossipNode(); n != nil {
+		v = n.Version()
+	}
+	return v + a.verified.Load()
 }
 
 // Changes implements membership for the roles: see gossip.Node.Changes.

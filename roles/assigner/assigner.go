@@ -107,7 +107,8 @@ type Assigner struct {
 	flips   chan string   // a make-before-break deadline passed; see handoff.go
 	rounds  chan string   // every task of a job reported since its last load decision
 
-	loads *loads // tasks' latest load reports; see load.go
+	loads *loads    // tasks' latest load reports; see load.go
+	live  liveNames // jobs' alive task names per membership version; see load.go
 	// loadHistory records each job's load over the key space for
 	// GetLoadHistory; see loadhistory.go.
 	loadHistory *loadHistory

@@ -31,7 +31,7 @@ type balanceFixture struct {
 	now time.Time
 }
 
-func newBalanceFixture(t testing.TB, members *fakeMembers, jcfg *assign.Config) *balanceFixture {
+func newBalanceFixture(t testing.TB, members Members, jcfg *assign.Config) *balanceFixture {
 	t.Helper()
 	ctx := context.Background()
 	store := testStore(t)

@@ -117,7 +117,7 @@ func BenchmarkReportLoad(b *testing.B) {
 			for i, t := range big.Tasks {
 				names[i] = t.Name
 			}
-			members := &fakeMembers{}
+			members := &versionedMembers{} // as gossip counts its changes
 			members.set("kv", names...)
 			f := newBalanceFixture(b, members, nil)
 			big.Generation = f.j.pub.Current().Generation + 1

@@ -156,6 +156,7 @@ func (a *Assigner) forgetJob(name string) {
 	delete(a.loads.nudged, name)
 	delete(a.loads.decided, name)
 	delete(a.loads.reported, name)
+	delete(a.loads.pruned, name)
 	a.loads.mu.Unlock()
 	a.loadHistory.forget(name)
 	if j != nil {

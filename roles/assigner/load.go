@@ -55,6 +55,9 @@ type loads struct {
 	// guarded by mu.
 	decided  map[string]time.Time
 	reported map[string]int
+	// pruned is the list of live tasks each job's reports were last
+	// pruned against (put); guarded by mu, dropped with the job.
+	pruned map[string][]string
 	// spacing is the least time between a job's load decisions that a
 	// round of reports may ask for: half the rebalance interval.
 	spacing time.Duration
@@ -211,7 +214,13 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 // and within its rate of reports of this kind (limits, "load" or
 // "readiness"), and returns the job's live task names.
 func (a *Assigner) acceptTaskReport(limits *reportLimiter, kind, job, task string) ([]string, error) {
-	live := a.liveTaskNames(job)
+	live := a.live.names(a, job)
+	if _, ok := slices.BinarySearch(live, task); !ok {
+		// Not in the list kept for this membership version: read gossip
+		// itself before refusing (the task's join may be that far ahead
+		// of its event).
+		live = a.liveTaskNames(job)
+	}
 	if _, ok := slices.BinarySearch(live, task); !ok {
 		return nil, rpc.ToConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
 			"start the task's Slicelet (it joins gossip before reporting) or wait until gossip has seen it join",
@@ -233,6 +242,54 @@ func (a *Assigner) liveTaskNames(job string) []string {
 	return names
 }
 
+// liveNames keeps each job's alive task names (liveTaskNames) for one
+// gossip membership version, so that a load or readiness report does not
+// read, parse and sort every gossip member to check its sender (at 10,000
+// tasks, milliseconds a report: more CPU than a 10,000-task job's reports
+// leave an Assigner). Used only with Members that count their changes
+// (MembersVersion); the lists are shared and never modified.
+type liveNames struct {
+	mu      sync.Mutex
+	version uint64
+	jobs    map[string][]string
+}
+
+// MembersVersion is implemented by Members that count their changes, as
+// gossip.Node and the agent do: Version moves after anything that changes
+// what Peers lists. With it, the Assigner checks the sender of a load or
+// readiness report against the job's alive tasks kept for the current
+// version rather than against every member read afresh.
+type MembersVersion interface{ Version() uint64 }
+
+// names returns job's alive task names, sorted, as liveTaskNames does, from
+// the lists kept for the current membership version.
+func (c *liveNames) names(a *Assigner, job string) []string {
+	v, ok := a.members.(MembersVersion)
+	if !ok {
+		return a.liveTaskNames(job)
+	}
+	version := v.Version() // before reading: a change meanwhile moves it
+	c.mu.Lock()
+	if c.jobs != nil && c.version == version {
+		if names, ok := c.jobs[job]; ok {
+			c.mu.Unlock()
+			return names
+		}
+	}
+	c.mu.Unlock()
+	names := a.liveTaskNames(job)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.jobs == nil || c.version != version {
+		if c.version > version && c.jobs != nil {
+			return names // another caller already keeps a newer version
+		}
+		c.version, c.jobs = version, make(map[string][]string)
+	}
+	c.jobs[job] = names
+	return names
+}
+
 // put stores r as task's latest report and drops the reports of tasks
 // no longer in live (sorted). It reports whether every task of live has
 // now reported since the job's last load decision (decided), at least
@@ -249,7 +306,16 @@ func (l *loads) put(job, task string, r *loadReport, live []string) (round bool)
 	}
 	prev := reps[task]
 	reps[task] = r
-	prune(reps, live)
+	if last := l.pruned[job]; len(last) == 0 || len(last) != len(live) || &last[0] != &live[0] {
+		// Against a list of live tasks not seen before (a membership
+		// version's are shared, see liveNames): every other report is
+		// then of a task in it, until the list changes.
+		prune(reps, live)
+		if l.pruned == nil {
+			l.pruned = make(map[string][]string)
+		}
+		l.pruned[job] = live
+	}
 	if l.reported == nil {
 		l.reported, l.decided = make(map[string]int), make(map[string]time.Time)
 	}
@@ -304,6 +370,7 @@ func (a *Assigner) pruneLoads() {
 			delete(a.loads.jobs, job)
 			delete(a.loads.decided, job)
 			delete(a.loads.reported, job)
+			delete(a.loads.pruned, job)
 		}
 	}
 }

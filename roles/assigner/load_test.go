@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,5 +191,73 @@ func TestLoadReportRounds(t *testing.T) {
 	now = now.Add(time.Minute)
 	if !put("t0") {
 		t.Fatal("no round once the spacing passed")
+	}
+}
+
+// versionedMembers is fakeMembers that counts its changes, as gossip.Node
+// does (Version), and the reads of its member list.
+type versionedMembers struct {
+	fakeMembers
+	version atomic.Uint64
+	reads   atomic.Int64
+}
+
+func (v *versionedMembers) Version() uint64 { return v.version.Load() }
+
+func (v *versionedMembers) Peers() []gossip.Peer {
+	v.reads.Add(1)
+	return v.fakeMembers.Peers()
+}
+
+// With a membership that counts its changes, the Assigner leading a job
+// checks a report's sender against the job's alive tasks kept for the current
+// version, not against a fresh read of every gossip member: many reports
+// read the member list once. A task gone at a new version is refused; a
+// task that joined before its version moved is found by reading gossip
+// itself rather than refused; the reports of a task gone are dropped with
+// the next report, as without versions.
+func TestReportsReadMembershipOncePerVersion(t *testing.T) {
+	members := &versionedMembers{}
+	members.set("kv", "a", "b", "c")
+	as := newBalanceFixture(t, members, nil).as // leads the job: reports are taken here
+	report := func(task string) error {
+		req := &slicerv1.ReportLoadRequest{Job: "kv", Task: task, Generation: 1, WindowSeconds: 2,
+			Slices: []*slicerv1.SliceLoad{{Start: 0, End: 100, Load: 1}}}
+		_, err := as.ReportLoad(context.Background(), connect.NewRequest(req))
+		return err
+	}
+	if err := report("a"); err != nil {
+		t.Fatal(err)
+	}
+	before := members.reads.Load()
+	for range 10 {
+		for _, task := range []string{"a", "b", "c"} {
+			if err := report(task); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := members.reads.Load() - before; n > 3 {
+		t.Errorf("30 reports at one membership version read the member list %d times; want at most 3", n)
+	}
+
+	members.set("kv", "a", "b")
+	members.version.Add(1)
+	if err := report("c"); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("a report from c after it left: %v, want FAILED_PRECONDITION", err)
+	}
+	// The next report, against the new version's list, drops c's.
+	if err := report("a"); err != nil {
+		t.Fatal(err)
+	}
+	as.loads.mu.Lock()
+	_, kept := as.loads.jobs["kv"]["c"]
+	as.loads.mu.Unlock()
+	if kept {
+		t.Error("c's report is still kept after c left and another task reported")
+	}
+	members.set("kv", "a", "b", "d") // its event not yet counted
+	if err := report("d"); err != nil {
+		t.Errorf("a report from d, alive in gossip before the version moved: %v", err)
 	}
 }
