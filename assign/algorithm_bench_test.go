@@ -201,3 +201,28 @@ func BenchmarkHottest(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMergeLoads merges the load reports of n tasks, each on the
+// ~100 slices the task serves in the decision benchmarks' job (a million
+// entries at 10,000 tasks): what an Assigner does before every load
+// decision and every check of one (jobLoad).
+//
+//	go test -run '^$' -bench MergeLoads -benchtime 20x -count 6 ./assign/
+func BenchmarkMergeLoads(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
+			_, _, a, load := benchJob(n)
+			parts := make([]Load, n)
+			for i, s := range a.Slices { // one entry a slice, one task a slice
+				t, _ := a.TaskIndex(s.Tasks[0])
+				parts[t] = append(parts[t], load[i])
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if len(MergeLoads(parts...)) != len(load) {
+					b.Fatal("the reports do not merge back into the load")
+				}
+			}
+		})
+	}
+}

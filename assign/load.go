@@ -419,22 +419,18 @@ type Algorithm interface {
 // any entry covering it gives (replicas each hold the keys' state, and the
 // largest report is the safe one to place by).
 func MergeLoads(ls ...Load) Load {
-	var all Load
+	n := 0
 	for _, l := range ls {
-		all = append(all, l...)
+		n += len(l)
 	}
-	if len(all) == 0 {
+	if n == 0 {
 		return nil
 	}
-	slices.SortFunc(all, func(x, y LoadEntry) int {
-		switch {
-		case x.Start < y.Start:
-			return -1
-		case x.Start > y.Start:
-			return 1
-		}
-		return 0
-	})
+	return mergeSorted(byStart(ls, n))
+}
+
+// mergeSorted is MergeLoads of all, ordered by Start.
+func mergeSorted(all Load) Load {
 	points := make([]SliceKey, 0, 2*len(all))
 	for _, e := range all {
 		points = append(points, e.Start, e.End)
@@ -466,6 +462,49 @@ func MergeLoads(ls ...Load) Load {
 		}
 		if sum > 0 || most > 0 {
 			out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad), Bytes: min(most, MaxBytes)})
+		}
+	}
+	return out
+}
+
+// byStart returns the n entries of ls ordered by Start, in a new array.
+// A few thousand are sorted; more (an Assigner merging the reports of
+// thousands of tasks) are dealt into buckets by the top bits of Start,
+// each then sorted alone: two passes and many small sorts rather than one
+// sort of a million entries, several times faster.
+func byStart(ls []Load, n int) Load {
+	cmpStart := func(x, y LoadEntry) int { return cmp.Compare(x.Start, y.Start) }
+	if n < 4096 {
+		out := slices.Concat(ls...)
+		slices.SortFunc(out, cmpStart)
+		return out
+	}
+	// About 8 entries a bucket, at most 2^16 buckets. Slice keys are
+	// below 2^63; one past them (a load that would not validate) goes in
+	// the last bucket.
+	nb := max(8, min(16, bits.Len(uint(n))-3))
+	bucket := func(k SliceKey) SliceKey { return min(k>>(63-nb), 1<<nb-1) }
+	first := make([]int, 1<<nb+1)
+	for _, l := range ls {
+		for i := range l {
+			first[bucket(l[i].Start)+1]++
+		}
+	}
+	for b := 1; b < len(first); b++ {
+		first[b] += first[b-1]
+	}
+	out := make(Load, n)
+	next := slices.Clone(first[:1<<nb])
+	for _, l := range ls {
+		for i := range l {
+			b := bucket(l[i].Start)
+			out[next[b]] = l[i]
+			next[b]++
+		}
+	}
+	for b := range 1 << nb {
+		if part := out[first[b]:first[b+1]]; len(part) > 1 {
+			slices.SortFunc(part, cmpStart)
 		}
 	}
 	return out

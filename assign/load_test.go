@@ -1,6 +1,7 @@
 package assign
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -207,6 +208,57 @@ func TestTaskLoadsMatchPerSlice(t *testing.T) {
 		}
 		if got := TaskBytes(a, load); !slices.Equal(got, wantBytes) {
 			t.Fatalf("round %d: TaskBytes %v, want %v", round, got, wantBytes)
+		}
+	}
+}
+
+// MergeLoads of many entries (dealt into buckets by Start before they are
+// sorted) gives what sorting them all at once gives: the same pieces, and
+// sums equal but for the order in which entries of one start add up. The
+// reports overlap (replicas), share starts, cross bucket bounds, cluster
+// in a few buckets and reach the end of the key space.
+func TestMergeLoadsManyAsSorted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 11))
+	for round := range 12 {
+		var parts []Load
+		n := 0
+		for n < 5000+rng.IntN(20000) {
+			// A report: sorted entries, disjoint, some cut from one place.
+			var l Load
+			k := SliceKey(rng.Uint64N(KeySpaceEnd))
+			if round%3 == 1 {
+				k = SliceKey(rng.Uint64N(1 << 50)) // a few buckets only
+			}
+			for range 1 + rng.IntN(60) {
+				w := SliceKey(1 + rng.Uint64N([]uint64{10, 1 << 20, 1 << 45}[rng.IntN(3)]))
+				if k >= KeySpaceEnd-w {
+					break
+				}
+				l = append(l, LoadEntry{Start: k, End: k + w, Load: rng.Float64() * 100, Bytes: float64(rng.IntN(3)) * 10})
+				k += w + SliceKey(rng.Uint64N(2)*rng.Uint64N(1<<20))
+			}
+			parts = append(parts, l)
+			if rng.IntN(4) == 0 {
+				parts = append(parts, slices.Clone(l)) // a replica's report
+			}
+			n += len(l)
+		}
+		parts = append(parts, Load{{Start: KeySpaceEnd - 5, End: KeySpaceEnd, Load: 1}})
+		all := slices.Concat(parts...)
+		slices.SortFunc(all, func(x, y LoadEntry) int { return cmp.Compare(x.Start, y.Start) })
+		want := mergeSorted(all)
+		got := MergeLoads(parts...)
+		if len(got) != len(want) {
+			t.Fatalf("round %d (%d entries): %d pieces, want %d", round, len(all), len(got), len(want))
+		}
+		for i := range got {
+			g, w := got[i], want[i]
+			if g.Start != w.Start || g.End != w.End || g.Bytes != w.Bytes || math.Abs(g.Load-w.Load) > 1e-9*max(1, w.Load) {
+				t.Fatalf("round %d, piece %d: %+v, want %+v", round, i, g, w)
+			}
+		}
+		if err := got.Validate(); err != nil {
+			t.Fatalf("round %d: the merge does not validate: %v", round, err)
 		}
 	}
 }
