@@ -138,10 +138,10 @@ func significant(cur, next *assign.Assignment, load assign.Load, live []assign.T
 // significant, so that computing one would be work thrown away: even a
 // perfectly balanced assignment (imbalance 1, the least there is) would
 // not lower cur's imbalance, before, by a significant gain on events,
-// and no task of cur is past its memory limit. A steady job's
-// imbalance stays within its measurement's noise, so most of its
-// periodic decisions are skipped here; on an Assigner of many jobs, or
-// of a job of a million slices, that is most of its work at rest.
+// and no task of cur is past its memory limit. A job at rest whose
+// imbalance is within its measurement's noise of even (one of few
+// requests a window, as the demo's) then costs its Assigner a merge of
+// its reports and one imbalance an interval rather than a decision.
 func futile(cur *assign.Assignment, load assign.Load, live []assign.Task, before, events float64) bool {
 	// 1 less a rounding error: an "after" computed as 0.99999999 must not
 	// count as a gain the gate did not see.
