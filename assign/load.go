@@ -248,16 +248,11 @@ func TaskBytes(a *Assignment, l Load) []float64 {
 // perTask adds up part of l over each slice of a for each task serving
 // it, indexed like a.Tasks: the slice's sum shared evenly among its tasks
 // when shared, whole to each otherwise. One sweep over a's slices and l
-// together (both in key order, as in a valid assignment and load); a
-// slice with the task list of the slice before it (slices share lists)
-// does not look its names up again.
+// together (both in key order, as in a valid assignment and load), and
+// names looked up as taskIDs does.
 func perTask(a *Assignment, l Load, part func(*LoadEntry, SliceKey, SliceKey) float64, shared bool) []float64 {
 	out := make([]float64, len(a.Tasks))
-	index := a.taskLookup()
-	// The last task list looked up, and the indexes of its tasks (-1:
-	// not in a.Tasks).
-	var last []string
-	var ids []int32
+	idsOf := a.taskIDs()
 	j := 0 // the first entry of l ending after the slice's start
 	for si := range a.Slices {
 		s := &a.Slices[si]
@@ -272,12 +267,7 @@ func perTask(a *Assignment, l Load, part func(*LoadEntry, SliceKey, SliceKey) fl
 		if sum == 0 {
 			continue
 		}
-		if !sameList(s.Tasks, last) {
-			last, ids = s.Tasks, ids[:0]
-			for _, name := range s.Tasks {
-				ids = append(ids, index(name))
-			}
-		}
+		ids := idsOf(s)
 		if shared {
 			sum /= float64(len(s.Tasks))
 		}

@@ -28,21 +28,12 @@ func (o *OwnerIndex) Assignment() *Assignment { return o.a }
 // indexSlices groups the slices of a by task (a counting sort by task
 // index): the slices of a.Tasks[i] are bySlice[first[i]:first[i+1]].
 func indexSlices(a *Assignment) (first, bySlice []int32) {
-	lookup := a.taskLookup()
-	// The task index of every name of every slice, in order, looked up
-	// once per task list in a row (slices share lists).
+	idsOf := a.taskIDs()
+	// The task index of every name of every slice, in order.
 	ids := make([]int32, 0, len(a.Slices))
-	var last []string
-	var lastIDs []int32
 	first = make([]int32, len(a.Tasks)+1)
-	for _, s := range a.Slices {
-		if !sameList(s.Tasks, last) {
-			last, lastIDs = s.Tasks, lastIDs[:0]
-			for _, name := range s.Tasks {
-				lastIDs = append(lastIDs, lookup(name))
-			}
-		}
-		for _, t := range lastIDs {
+	for i := range a.Slices {
+		for _, t := range idsOf(&a.Slices[i]) {
 			ids = append(ids, t)
 			if t >= 0 {
 				first[t+1]++
@@ -88,26 +79,39 @@ func (l Load) OwnedIn(task string, idx ...*OwnerIndex) Load {
 	return l.cutTo(owned)
 }
 
-// taskLookup returns a function giving the index in a.Tasks of the task
-// of a name, -1 when a does not list it: by a table built once for more
-// than a few tasks, by binary search otherwise.
-func (a *Assignment) taskLookup() func(name string) int32 {
-	if len(a.Tasks) <= 16 {
-		return func(name string) int32 {
-			if i, ok := a.TaskIndex(name); ok {
-				return int32(i)
+// taskIDs returns a function giving the indexes in a.Tasks of the tasks
+// of a slice of a (-1 for a name a does not list), valid until its next
+// call. Names are found in a table built once (by binary search for a few
+// tasks), and a slice with the task list of the slice before it (slices
+// share lists) is not looked up again.
+func (a *Assignment) taskIDs() func(s *Slice) []int32 {
+	lookup := func(name string) int32 {
+		if i, ok := a.TaskIndex(name); ok {
+			return int32(i)
+		}
+		return -1
+	}
+	if len(a.Tasks) > 16 {
+		known := make(map[string]int32, len(a.Tasks))
+		for i, t := range a.Tasks {
+			known[t.Name] = int32(i)
+		}
+		lookup = func(name string) int32 {
+			if i, ok := known[name]; ok {
+				return i
 			}
 			return -1
 		}
 	}
-	known := make(map[string]int32, len(a.Tasks))
-	for i, t := range a.Tasks {
-		known[t.Name] = int32(i)
-	}
-	return func(name string) int32 {
-		if i, ok := known[name]; ok {
-			return i
+	var last []string
+	var ids []int32
+	return func(s *Slice) []int32 {
+		if !sameList(s.Tasks, last) {
+			last, ids = s.Tasks, ids[:0]
+			for _, name := range s.Tasks {
+				ids = append(ids, lookup(name))
+			}
 		}
-		return -1
+		return ids
 	}
 }
