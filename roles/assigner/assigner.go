@@ -146,8 +146,11 @@ type Assigner struct {
 	// replicatedWarned: the generation each strong job was last warned
 	// about for giving a key to several tasks. Guarded by mu.
 	replicatedWarned map[string]uint64
-	refusalLog       time.Duration
-	ignoredLog       struct {
+	// retakes: when a job whose lease this Assigner holds but whose
+	// takeover failed is next tried (takeover). Guarded by mu.
+	retakes    map[string]time.Time
+	refusalLog time.Duration
+	ignoredLog struct {
 		sync.Mutex
 		last time.Time
 	}
@@ -257,6 +260,7 @@ func New(cfg Config, store storage.Store, leases lease.Manager, members Members,
 	a.leases = leases
 	a.guards = make(map[string]*guardDriver)
 	a.replicatedWarned = make(map[string]uint64)
+	a.retakes = make(map[string]time.Time)
 	a.guard = guard.Driver{Leases: a.leases, Bridged: !cfg.DisableBridge, BridgeWait: cfg.BridgeWait, Log: a.log}
 	a.leaseCalls = newReportLimiter(leaseCallsPerSecond, leaseCallBurst)
 	var rtt lease.RTTFunc // nil when membership estimates no distances

@@ -147,6 +147,7 @@ func (a *Assigner) forgetJob(name string) {
 	}
 	delete(a.jobs, name)
 	delete(a.replicatedWarned, name)
+	delete(a.retakes, name)
 	a.metrics.forget(name)
 	a.forgets++
 	a.mu.Unlock()

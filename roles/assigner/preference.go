@@ -77,9 +77,11 @@ func (a *Assigner) jobNames() []string {
 // evaluate re-checks which jobs this Assigner should lead: it takes the
 // lease of the jobs it is preferred for (or has adopted), gives up those
 // another Assigner is now preferred for, and takes over every job whose
-// lease it gained. Until the startup grace has passed (ready is false) it
-// takes no lease: a process that has just started does not yet know which
-// tasks are alive. A job it does not lead is served from the store.
+// lease it gained, or whose lease it holds but whose takeover failed
+// (paced by retryDelay). Until the startup grace has passed (ready is
+// false) it takes no lease: a process that has just started does not yet
+// know which tasks are alive. A job it does not lead is served from the
+// store.
 func (a *Assigner) evaluate(ctx context.Context, ready bool) {
 	if !ready {
 		return
@@ -93,10 +95,34 @@ func (a *Assigner) evaluate(ctx context.Context, ready bool) {
 		a.takeover(ctx, name)
 	}
 	for _, name := range names {
-		if _, held := a.leader.Held(name); held {
-			a.moveGuard(name) // a strong job's guard follows its generation
+		if ctx.Err() != nil {
+			return
 		}
+		held, ok := a.leader.Held(name)
+		if !ok {
+			continue
+		}
+		if a.retakeDue(name, held.Epoch) {
+			a.takeover(ctx, name)
+		}
+		a.moveGuard(name) // a strong job's guard follows its generation
 	}
+}
+
+// retakeDue reports whether job, whose lease this Assigner holds at
+// epoch, has not been taken over under it and its next try has come: a
+// takeover that failed (a store error, say) is tried again rather than
+// left until the job's membership next changes, for until then the
+// stored assignment may still route keys to the tasks that died with the
+// previous holder.
+func (a *Assigner) retakeDue(job string, epoch uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if j := a.jobs[job]; j != nil && j.takenOver == epoch {
+		return false
+	}
+	next, failed := a.retakes[job]
+	return failed && !time.Now().Before(next)
 }
 
 // takeover makes this Assigner, which has just gained the job's lease, the
@@ -105,13 +131,19 @@ func (a *Assigner) evaluate(ctx context.Context, ready bool) {
 // takeover generation at once (the stored assignment with dead tasks
 // replaced, as a membership decision would, and the generation bumped
 // even when nothing else changed), fenced by the new lease. The hand-over
-// is then visible to every subscriber. A failure is logged and retried
-// at the next decision.
+// is then visible to every subscriber. A failure is logged and tried
+// again by evaluate after retryDelay while the lease is held.
 func (a *Assigner) takeover(ctx context.Context, name string) {
 	start := time.Now()
 	held, ok := a.leader.Held(name)
 	if !ok {
 		return
+	}
+	failed := func(msg string, err error) {
+		a.mu.Lock()
+		a.retakes[name] = time.Now().Add(retryDelay)
+		a.mu.Unlock()
+		a.log.Error(msg, "job", name, "epoch", held.Epoch, "retry_in", retryDelay, "err", err)
 	}
 	j, err := a.job(ctx, name)
 	if errors.Is(err, rpc.ErrUnknownJob) {
@@ -119,11 +151,11 @@ func (a *Assigner) takeover(ctx context.Context, name string) {
 		return
 	}
 	if err != nil {
-		a.log.Error("taking over job failed; retrying", "job", name, "err", err)
+		failed("taking over job failed; retrying", err)
 		return
 	}
 	if err := a.refresh(ctx, name); err != nil {
-		a.log.Error("taking over job: reading the stored record failed; retrying", "job", name, "err", err)
+		failed("taking over job: reading the stored record failed; retrying", err)
 		return
 	}
 	var from uint64
@@ -131,11 +163,12 @@ func (a *Assigner) takeover(ctx context.Context, name string) {
 		from = cur.Generation
 	}
 	if err := a.reconcile(ctx, name, triggerTakeover); err != nil {
-		a.log.Error("taking over job failed; retrying", "job", name, "err", err)
+		failed("taking over job failed; retrying", err)
 		return
 	}
 	a.mu.Lock()
 	j.takenOver = held.Epoch
+	delete(a.retakes, name)
 	a.mu.Unlock()
 	var to uint64
 	if cur := j.pub.Current(); cur != nil {

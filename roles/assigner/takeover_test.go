@@ -2,9 +2,11 @@ package assigner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,4 +244,81 @@ func TestHolderAppliesConfigurationStoredElsewhere(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// storeDown is a bbolt store whose commits fail while down is set, as a
+// store that cannot be reached for a while.
+type storeDown struct {
+	*storage.Bolt
+	down    atomic.Bool
+	commits atomic.Int32
+}
+
+func (s *storeDown) CommitRecorded(ctx context.Context, job string, epoch, prevGen uint64, next *assign.Assignment, e storage.HistoryEntry) error {
+	s.commits.Add(1)
+	if s.down.Load() {
+		return errors.New("store unreachable (injected)")
+	}
+	return s.Bolt.CommitRecorded(ctx, job, epoch, prevGen, next, e)
+}
+
+// A takeover that fails (the store is down when the lease is gained) is
+// tried again while the lease is held, without waiting for the job's
+// membership to change: until it succeeds, the stored assignment routes
+// keys to the tasks that died with the previous holder.
+func TestFailedTakeoverIsRetried(t *testing.T) {
+	ctx := context.Background()
+	b := testStore(t).(*storage.Bolt)
+	stored, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:10"}, {Name: "t1", Addr: "127.0.0.1:11"}}, assign.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored.Generation = 5
+	if err := b.Commit(ctx, "kv", 0, stored); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := lease.NewEmbedded(ctx, b, lease.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { leases.Close() })
+	members := &fakeMembers{}
+	members.set("kv", "t0") // t1 died with the job's previous Assigner
+	members.peers[0].RPCAddr = "127.0.0.1:10"
+	store := &storeDown{Bolt: b}
+	store.down.Store(true)
+	cfg := testConfig(t, "a1")
+	cfg.JobLeaseTTL = time.Minute // held throughout without renewals: the takeover is tried again, not the lease
+	a := New(cfg, store, leases, members, nil)
+
+	a.evaluate(ctx, true) // gains the lease; the takeover's commit fails
+	if store.commits.Load() != 1 {
+		t.Fatalf("the takeover tried %d commits, want 1", store.commits.Load())
+	}
+	if _, held := a.leader.Held("kv"); !held || a.Leads("kv") {
+		t.Fatalf("after a failed takeover: lease held %v, leads %v; want held, not leading", held, a.Leads("kv"))
+	}
+	store.down.Store(false)
+	testwait.For(t, "the takeover to be tried again and commit generation 6 without t1", func() bool {
+		a.evaluate(ctx, true)
+		return a.Leads("kv")
+	})
+	rec, err := b.Load(ctx, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Current.Generation != 6 || len(rec.Current.Tasks) != 1 || rec.Current.Tasks[0].Name != "t0" {
+		t.Fatalf("after the retried takeover the store holds generation %d over %v, want generation 6 over t0 alone",
+			rec.Current.Generation, taskNames(rec.Current))
+	}
+	h, err := b.History(ctx, "kv", 1)
+	if err != nil || len(h) != 1 || h[0].Cause != storage.CauseTakeover {
+		t.Fatalf("the retried takeover's history: %+v, %v; want one takeover entry", h, err)
+	}
+	// Once taken over it is not taken over again under the same lease.
+	n := store.commits.Load()
+	a.evaluate(ctx, true)
+	if got := store.commits.Load(); got != n {
+		t.Errorf("evaluate after the takeover committed %d more times", got-n)
+	}
 }
