@@ -355,7 +355,12 @@ func ImbalanceWith(a *Assignment, l Load, live []Task) float64 {
 // ImbalanceWith: its utilisation over the job's. It returns -1 and 1 when
 // a has no task or there is no load.
 func Hottest(a *Assignment, l Load, live []Task) (task int, imbalance float64) {
-	loads := TaskLoads(a, l)
+	return HottestOf(a, TaskLoads(a, l), live)
+}
+
+// HottestOf is Hottest with the tasks' loads already added up: loads is
+// TaskLoads(a, l). A caller that needs both does the sweep once.
+func HottestOf(a *Assignment, loads []float64, live []Task) (task int, imbalance float64) {
 	if len(loads) == 0 {
 		return -1, 1
 	}

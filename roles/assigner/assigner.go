@@ -146,6 +146,8 @@ type Assigner struct {
 	// replicatedWarned: the generation each strong job was last warned
 	// about for giving a key to several tasks. Guarded by mu.
 	replicatedWarned map[string]uint64
+	// views holds each job's load view for JobService and metrics.
+	views loadViews
 	// retakes: when a job whose lease this Assigner holds but whose
 	// takeover failed is next tried (takeover). Guarded by mu.
 	retakes    map[string]time.Time

@@ -101,6 +101,37 @@ func TestLoadReportsCutToTheLastTwoGenerations(t *testing.T) {
 	}
 }
 
+// bigJob is an Assigner leading job kv of n tasks, each serving about
+// 100 slices of the published assignment, and each task's load report of
+// its own keys (as ReportFor would make it, but found through an index:
+// a million slices at 10,000 tasks). Nothing is reported yet.
+func bigJob(b *testing.B, n int) (*balanceFixture, []*slicerv1.ReportLoadRequest) {
+	b.Helper()
+	big := storagetest.Assignment("kv", 100, n, 100)
+	names := make([]string, n)
+	for i, t := range big.Tasks {
+		names[i] = t.Name
+	}
+	members := &versionedMembers{} // as gossip counts its changes
+	members.set("kv", names...)
+	f := newBalanceFixture(b, members, nil)
+	big.Generation = f.j.pub.Current().Generation + 1
+	big.Incarnation = f.j.pub.Current().Incarnation
+	if !f.j.pub.Publish(big, time.Time{}) {
+		b.Fatal("not published")
+	}
+	truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: float64(100 * n)}}
+	idx := assign.NewOwnerIndex(big)
+	reqs := make([]*slicerv1.ReportLoadRequest, n)
+	for i, name := range names {
+		reqs[i] = &slicerv1.ReportLoadRequest{Job: "kv", Task: name, Generation: big.Generation, WindowSeconds: 1}
+		for _, e := range truth.OwnedIn(name, idx) {
+			reqs[i].Slices = append(reqs[i].Slices, &slicerv1.SliceLoad{Start: e.Start, End: e.End, Load: e.Load})
+		}
+	}
+	return f, reqs
+}
+
 // BenchmarkReportLoad is one task's load report (its 100 slices) arriving
 // at the Assigner of a job of n tasks, each serving about 100 slices of
 // the current assignment: validated, cut to the task's keys and kept.
@@ -112,30 +143,7 @@ func BenchmarkReportLoad(b *testing.B) {
 	for _, n := range []int{100, 10000} {
 		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
 			ctx := context.Background()
-			big := storagetest.Assignment("kv", 100, n, 100)
-			names := make([]string, n)
-			for i, t := range big.Tasks {
-				names[i] = t.Name
-			}
-			members := &versionedMembers{} // as gossip counts its changes
-			members.set("kv", names...)
-			f := newBalanceFixture(b, members, nil)
-			big.Generation = f.j.pub.Current().Generation + 1
-			big.Incarnation = f.j.pub.Current().Incarnation
-			if !f.j.pub.Publish(big, time.Time{}) {
-				b.Fatal("not published")
-			}
-			truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: float64(100 * n)}}
-			// Each task reports the load on its own keys (as ReportFor
-			// would, but found through an index: a million slices).
-			idx := assign.NewOwnerIndex(big)
-			reqs := make([]*slicerv1.ReportLoadRequest, n)
-			for i, name := range names {
-				reqs[i] = &slicerv1.ReportLoadRequest{Job: "kv", Task: name, Generation: big.Generation, WindowSeconds: 1}
-				for _, e := range truth.OwnedIn(name, idx) {
-					reqs[i].Slices = append(reqs[i].Slices, &slicerv1.SliceLoad{Start: e.Start, End: e.End, Load: e.Load})
-				}
-			}
+			f, reqs := bigJob(b, n)
 			if _, err := f.as.ReportLoad(ctx, connect.NewRequest(reqs[0])); err != nil {
 				b.Fatal(err)
 			}

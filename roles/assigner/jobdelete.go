@@ -160,6 +160,7 @@ func (a *Assigner) forgetJob(name string) {
 	delete(a.loads.pruned, name)
 	a.loads.mu.Unlock()
 	a.loadHistory.forget(name)
+	a.views.forget(name)
 	if j != nil {
 		j.pub.End(deletedError(name))
 	}
