@@ -161,13 +161,48 @@ func (l Load) Buckets(n int) []float64 {
 	out := make([]float64, n)
 	start := SliceKey(0)
 	for i := range out {
-		hi, lo := bits.Mul64(uint64(i+1), uint64(KeySpaceEnd))
-		q, _ := bits.Div64(hi, lo, uint64(n))
-		end := SliceKey(q)
+		end := bucketEnd(i, n)
 		out[i] = l.In(start, end)
 		start = end
 	}
 	return out
+}
+
+// bucketEnd is where bucket i of n (Buckets) ends.
+func bucketEnd(i, n int) SliceKey {
+	hi, lo := bits.Mul64(uint64(i+1), uint64(KeySpaceEnd))
+	q, _ := bits.Div64(hi, lo, uint64(n))
+	return SliceKey(q)
+}
+
+// AddBuckets adds w times the load of l in each of len(out) buckets, cut
+// as Buckets cuts them, to out: Buckets of the merge of several loads,
+// each weighed, without merging them (the merge adds up the same loads,
+// so the two differ by rounding alone, and by MergeLoads' cap at
+// MaxLoad). It costs one pass over l and the buckets, with no
+// allocation; l must be valid.
+func (l Load) AddBuckets(out []float64, w float64) {
+	n := len(out)
+	if n == 0 || len(l) == 0 {
+		return
+	}
+	b := 0
+	start, end := SliceKey(0), bucketEnd(0, n)
+	for i := range l {
+		e := &l[i]
+		for end <= e.Start && b < n-1 { // buckets before the entry
+			b++
+			start, end = end, bucketEnd(b, n)
+		}
+		for {
+			out[b] += w * e.within(start, end)
+			if end >= e.End || b == n-1 {
+				break
+			}
+			b++
+			start, end = end, bucketEnd(b, n)
+		}
+	}
 }
 
 // sum adds part over the entries of l overlapping [start, end).

@@ -341,6 +341,51 @@ func TestLoadBuckets(t *testing.T) {
 	}
 }
 
+// AddBuckets of several weighed loads adds up to Buckets of their merge:
+// entries within one bucket, across many, on bucket edges, at the ends of
+// the key space, and more buckets than entries.
+func TestAddBucketsAsBucketsOfTheMerge(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	for round := range 300 {
+		n := []int{1, 2, 3, 7, 64, 1000}[round%6]
+		var weighed []Load
+		out := make([]float64, n)
+		for range 1 + rng.IntN(4) {
+			var l Load
+			k := SliceKey(0)
+			for k < KeySpaceEnd {
+				var w SliceKey
+				switch rng.IntN(4) {
+				case 0: // a key or a few
+					w = 1 + SliceKey(rng.IntN(3))
+				case 1: // up to a bucket edge or just past it
+					w = max(bucketEnd(rng.IntN(n), n)-k, 1) + SliceKey(rng.IntN(2))
+				default:
+					w = 1 + SliceKey(rng.Uint64N(uint64(KeySpaceEnd/SliceKey(1+rng.IntN(20)))))
+				}
+				w = min(w, KeySpaceEnd-k)
+				if rng.IntN(3) > 0 {
+					l = append(l, LoadEntry{Start: k, End: k + w, Load: rng.Float64() * 100})
+				}
+				k += w
+			}
+			weight := []float64{1, 0.5, rng.Float64()}[rng.IntN(3)]
+			l.AddBuckets(out, weight)
+			scaled := slices.Clone(l)
+			for i := range scaled {
+				scaled[i].Load *= weight
+			}
+			weighed = append(weighed, scaled)
+		}
+		want := MergeLoads(weighed...).Buckets(n)
+		for i := range want {
+			if math.Abs(out[i]-want[i]) > 1e-9*math.Max(1, math.Abs(want[i])) {
+				t.Fatalf("round %d, %d buckets: bucket %d is %g, Buckets of the merge %g", round, n, i, out[i], want[i])
+			}
+		}
+	}
+}
+
 // Owned keeps the parts of a task's report on keys one of the given
 // assignments gives it, load and bytes cut in proportion to the keys.
 func TestLoadOwned(t *testing.T) {

@@ -439,7 +439,9 @@ var _ assigner.MembersVersion = (*Agent)(nil)
 func (a *Agent) Version() uint64 {
 	var v uint64
 	if n := a.gossipNode(); n != nil {
-		v = n.Version()
+		// 1 more than without a node: Peers listed nothing before gossip
+		// started, and a node that has handled no event yet lists itself.
+		v = n.Version() + 1
 	}
 	return v + a.verified.Load()
 }

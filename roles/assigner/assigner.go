@@ -107,8 +107,8 @@ type Assigner struct {
 	flips   chan string   // a make-before-break deadline passed; see handoff.go
 	rounds  chan string   // every task of a job reported since its last load decision
 
-	loads *loads    // tasks' latest load reports; see load.go
-	live  liveNames // jobs' alive task names per membership version; see load.go
+	loads *loads        // tasks' latest load reports; see load.go
+	live  memberIndexes // the membership by job, per version; see load.go
 	// loadHistory records each job's load over the key space for
 	// GetLoadHistory; see loadhistory.go.
 	loadHistory *loadHistory
@@ -338,6 +338,11 @@ func (a *Assigner) loadRetrying(ctx context.Context) error {
 // tasksOf lists the job's tasks known to gossip, sorted by name; with
 // aliveOnly, only those that are alive (failed and leaving tasks are out).
 func (a *Assigner) tasksOf(job string, aliveOnly bool) []assign.Task {
+	if aliveOnly {
+		if idx, ok := a.membersNow(); ok {
+			return slices.Clone(idx.tasks[job])
+		}
+	}
 	return jobTasks(a.members.Peers(), job, aliveOnly)
 }
 

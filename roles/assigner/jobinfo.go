@@ -180,7 +180,7 @@ type loadView struct {
 func (a *Assigner) loadView(job string, cur *assign.Assignment, live []assign.Task) *loadView {
 	load := a.jobLoad(job)
 	v := &loadView{cur: cur, total: load.Total(),
-		reporting: uint32(a.loads.reportingAmong(job, a.liveTaskNames(job)))}
+		reporting: uint32(a.loads.reportingAmong(job, a.liveNamesNow(job)))}
 	if cur != nil {
 		loads := assign.TaskLoads(cur, load)
 		_, v.imbalance = assign.HottestOf(cur, loads, live)

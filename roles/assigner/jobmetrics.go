@@ -145,7 +145,7 @@ func (c jobCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(jobGenerationDesc, float64(info.GetGeneration()), name)
 		gauge(jobImbalanceDesc, finite(info.GetImbalance()), name)
 		gauge(jobLoadDesc, info.GetTotalLoad(), name)
-		gauge(jobMisroutedDesc, a.loads.unownedRate(name, a.liveTaskNames(name)), name)
+		gauge(jobMisroutedDesc, a.loads.unownedRate(name, a.liveNamesNow(name)), name)
 		gauge(jobTasksDesc, float64(len(info.GetLiveTasks())), name)
 		slicesOf := make(map[string]int, len(cur.Tasks))
 		for _, s := range cur.Slices {

@@ -3,7 +3,9 @@ package assigner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -259,5 +261,52 @@ func TestReportsReadMembershipOncePerVersion(t *testing.T) {
 	members.set("kv", "a", "b", "d") // its event not yet counted
 	if err := report("d"); err != nil {
 		t.Errorf("a report from d, alive in gossip before the version moved: %v", err)
+	}
+}
+
+// With a membership that counts its changes, the Assigner reads every
+// member once per version for all its jobs, and each job's tasks are
+// what a fresh read gives; a new version is read again.
+func TestMembershipIndexedOncePerVersion(t *testing.T) {
+	members := &versionedMembers{}
+	for j := range 50 {
+		for k := range 3 {
+			status := gossip.StatusAlive
+			if k == 2 && j%5 == 0 {
+				status = gossip.StatusFailed
+			}
+			members.peers = append(members.peers, gossip.Peer{Name: fmt.Sprintf("j%d/t%d", j, k), Roles: []gossip.Role{gossip.RoleTask},
+				Job: fmt.Sprintf("j%d", j), Task: fmt.Sprintf("t%d", k), Status: status, RPCAddr: fmt.Sprintf("127.0.0.1:%d", 10+k)})
+		}
+	}
+	// A second member claiming a task: the name that sorts first is kept.
+	members.peers = append(members.peers, gossip.Peer{Name: "j1/t0-again", Roles: []gossip.Role{gossip.RoleTask},
+		Job: "j1", Task: "t0", Status: gossip.StatusAlive, RPCAddr: "127.0.0.1:99"})
+	as := testAssigner(t, testConfig(t, "n"), testStore(t), members, nil)
+	check := func() {
+		t.Helper()
+		peers := members.fakeMembers.Peers()
+		for j := range 51 {
+			job := fmt.Sprintf("j%d", j)
+			want := jobTasks(peers, job, true)
+			if got := as.tasksOf(job, true); !slices.Equal(got, want) {
+				t.Fatalf("tasks of %s: %v, a fresh read gives %v", job, got, want)
+			}
+			if got := as.liveNamesNow(job); !slices.Equal(got, namesOf(want)) {
+				t.Fatalf("live names of %s: %v, want %v", job, got, namesOf(want))
+			}
+		}
+	}
+	check()
+	if n := members.reads.Load(); n != 1 {
+		t.Fatalf("51 jobs read the members %d times at one version, want once", n)
+	}
+	members.mu.Lock()
+	members.peers[0].Status = gossip.StatusFailed
+	members.mu.Unlock()
+	members.version.Add(1)
+	check()
+	if n := members.reads.Load(); n != 2 {
+		t.Fatalf("the members were read %d times over two versions, want twice", n)
 	}
 }

@@ -2,6 +2,7 @@ package assigner
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 // for the heatmap operators look at (JobService.GetLoadHistory): every
 // LoadHistoryInterval, for each job whose tasks report load to it (they
 // report to every Assigner, whichever holds the job's lease), it bins the
-// job's merged load into loadBuckets equal key ranges and keeps the
-// newest loadSamples samples.
+// job's load (its tasks' latest reports, as merged for decisions) into
+// loadBuckets equal key ranges and keeps the newest loadSamples samples.
 //
 // Memory: a job's record is loadSamples × (8 + loadBuckets × 4) bytes,
 // 31,680 bytes (about 31 KiB), allocated at its first sample; at most
@@ -52,12 +53,17 @@ func newLoadHistory(interval time.Duration) *loadHistory {
 }
 
 // add records a sample of job's load taken at now; buckets holds
-// loadBuckets values. A job over maxLoadHistoryJobs is not recorded, and
-// add reports false (once per job and full spell: the job is marked).
+// loadBuckets values, or is nil for a job takes refused (nothing is
+// recorded: room made since is taken at the next sample). A job over
+// maxLoadHistoryJobs is not recorded, and add reports false (once per job
+// and full spell: the job is marked).
 func (h *loadHistory) add(job string, now time.Time, buckets []float64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := h.jobs[job]
+	if r == nil && buckets == nil && len(h.jobs) < maxLoadHistoryJobs {
+		return true
+	}
 	if r == nil {
 		if len(h.jobs) >= maxLoadHistoryJobs {
 			if h.refused == nil {
@@ -70,6 +76,9 @@ func (h *loadHistory) add(job string, now time.Time, buckets []float64) bool {
 		delete(h.refused, job)
 		r = new(loadRing)
 		h.jobs[job] = r
+	}
+	if buckets == nil {
+		return true // sampled as refused, recorded meanwhile: the next sample is
 	}
 	r.times[r.next] = now.UnixNano()
 	for i, v := range buckets[:loadBuckets] {
@@ -129,11 +138,41 @@ func (h *loadHistory) samples(job string) []*slicerv1.LoadSample {
 // LoadHistoryInterval.
 func (a *Assigner) sampleLoads(now time.Time) {
 	for _, name := range a.loads.reportingJobs() {
-		if !a.loadHistory.add(name, now, a.jobLoad(name).Buckets(loadBuckets)) {
+		var buckets []float64
+		if a.loadHistory.takes(name) {
+			buckets = a.jobBuckets(name)
+		}
+		if !a.loadHistory.add(name, now, buckets) {
 			a.log.Warn("load history full: not recording another job's load for the web UI's heatmap", "job", name, "max_jobs", maxLoadHistoryJobs)
 		}
 	}
 	a.loadHistory.prune(now)
+}
+
+// jobBuckets is the job's load (jobLoad) in loadBuckets equal key ranges,
+// added up from its tasks' reports without merging them: at 10,000 tasks
+// the merge alone costs some 90 ms, the buckets of the reports a few.
+func (a *Assigner) jobBuckets(job string) []float64 {
+	live := a.liveNamesNow(job)
+	out := make([]float64, loadBuckets)
+	a.loads.mu.Lock()
+	defer a.loads.mu.Unlock()
+	now := a.loads.now()
+	for task, r := range a.loads.jobs[job] {
+		if _, ok := slices.BinarySearch(live, task); ok {
+			r.rate.AddBuckets(out, a.loads.weight(r, now))
+		}
+	}
+	return out
+}
+
+// takes reports whether add would record a sample of job: it is recorded
+// already or there is room for it. Sampling a job costs its reports a
+// pass: one the history would refuse is not sampled.
+func (h *loadHistory) takes(job string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.jobs[job] != nil || len(h.jobs) < maxLoadHistoryJobs
 }
 
 // GetLoadHistory implements slicerv1connect.JobServiceHandler.

@@ -2,6 +2,7 @@ package assigner
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/roles/assigner/assignertest"
 )
 
@@ -82,5 +84,87 @@ func TestLoadHistory(t *testing.T) {
 	f.as.forgetJob("kv")
 	if len(f.as.loadHistory.samples("kv")) != 0 {
 		t.Error("a deleted job's load history was kept")
+	}
+}
+
+// BenchmarkSampleLoads is one round of the load history's sampling (every
+// LoadHistoryInterval, 5 s by default, on every Assigner): a job of
+// 10,000 tasks reporting ~100 slices each, and 3,000 jobs of 3 tasks
+// reporting 10 slices each (past the maxLoadHistoryJobs the history
+// records).
+//
+//	go test -run '^$' -bench SampleLoads -benchmem ./roles/assigner/
+func BenchmarkSampleLoads(b *testing.B) {
+	b.Run("jobs=1/tasks=10000", func(b *testing.B) {
+		ctx := context.Background()
+		f, reqs := bigJob(b, 10000)
+		for _, r := range reqs {
+			if _, err := f.as.ReportLoad(ctx, connect.NewRequest(r)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		now := f.now
+		for b.Loop() {
+			now = now.Add(time.Second)
+			f.as.sampleLoads(now)
+		}
+	})
+	b.Run("jobs=3000/tasks=3", func(b *testing.B) {
+		members := &versionedMembers{}
+		const jobs, tasks, slices = 3000, 3, 10
+		for j := range jobs {
+			for t := range tasks {
+				members.peers = append(members.peers, gossip.Peer{Name: fmt.Sprintf("j%d/t%d", j, t), Roles: []gossip.Role{gossip.RoleTask},
+					Job: fmt.Sprintf("j%d", j), Task: fmt.Sprintf("t%d", t), Status: gossip.StatusAlive, RPCAddr: "127.0.0.1:1"})
+			}
+		}
+		as := testAssigner(b, testConfig(b, "n"), testStore(b), members, nil)
+		w := assign.KeySpaceEnd / (tasks * slices)
+		for j := range jobs {
+			job := fmt.Sprintf("j%d", j)
+			live := as.liveTaskNames(job)
+			for t := range tasks {
+				r := &loadReport{window: time.Second}
+				for s := range slices {
+					start := assign.SliceKey(t*slices+s) * w
+					r.rate = append(r.rate, assign.LoadEntry{Start: start, End: start + w, Load: float64(1 + s)})
+				}
+				as.loads.put(job, fmt.Sprintf("t%d", t), r, live)
+			}
+		}
+		now := time.Now()
+		for b.Loop() {
+			now = now.Add(time.Second)
+			as.sampleLoads(now)
+		}
+	})
+}
+
+// A job the full history would refuse is not sampled (takes), and room
+// made meanwhile is taken at its next sample, not with no load.
+func TestLoadHistoryTakesOnlyWhatItRecords(t *testing.T) {
+	h := newLoadHistory(time.Second)
+	now := time.Unix(100, 0)
+	full := make([]float64, loadBuckets)
+	for i := range maxLoadHistoryJobs {
+		if !h.add(fmt.Sprint("j", i), now, full) {
+			t.Fatalf("job %d refused below the limit", i)
+		}
+	}
+	if h.takes("late") {
+		t.Fatal("a full history takes another job")
+	}
+	if !h.takes("j0") {
+		t.Fatal("a full history does not take a job it records")
+	}
+	if h.add("late", now, nil) || !h.add("late", now, nil) {
+		t.Error("a refused job is not reported once per full spell")
+	}
+	h.forget("j0")
+	if !h.add("late", now, nil) || h.samples("late") != nil {
+		t.Fatal("a job sampled while refused, with room made since, was recorded without its load")
+	}
+	if !h.takes("late") || !h.add("late", now, full) || len(h.samples("late")) != 1 {
+		t.Error("the room made is not taken at the next sample")
 	}
 }
