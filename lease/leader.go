@@ -36,6 +36,11 @@ type LeaderConfig struct {
 	Preference Preference
 	// Members is the current gossip view.
 	Members func() []gossip.Peer
+	// Version, when set, moves whenever Members would return something
+	// else (gossip.Node.Version): the Leader then reads and indexes the
+	// members once per version (View) instead of once for each job it
+	// looks at. Nil: every look reads Members.
+	Version func() uint64
 	// RTT estimates distances; nil: none is known.
 	RTT RTTFunc
 	// Stale reports whether job's served assignment routes keys to a dead
@@ -70,6 +75,10 @@ type Leader struct {
 	clock   *leaseclock.Clock // lease deadlines, counting a host's suspend
 	choices Choices
 	changes chan struct{} // a lease was gained or lost
+
+	viewMu      sync.Mutex
+	viewCache   *View // of viewVersion; see view
+	viewVersion uint64
 
 	// With a manager that tells of job leases ending (ReleaseWatcher),
 	// watching is set while its watch is in place: a deferral is then
@@ -160,6 +169,28 @@ func NewLeader(cfg LeaderConfig) *Leader {
 	}
 }
 
+// view is the membership indexed: read afresh, or with a Version kept
+// for as long as the version stays.
+func (l *Leader) view() *View {
+	if l.cfg.Version == nil {
+		return NewView(l.cfg.Members())
+	}
+	version := l.cfg.Version() // before reading: a change meanwhile moves it
+	l.viewMu.Lock()
+	v, at := l.viewCache, l.viewVersion
+	l.viewMu.Unlock()
+	if v != nil && at == version {
+		return v
+	}
+	v = NewView(l.cfg.Members())
+	l.viewMu.Lock()
+	defer l.viewMu.Unlock()
+	if l.viewCache == nil || l.viewVersion <= version {
+		l.viewCache, l.viewVersion = v, version
+	}
+	return v
+}
+
 // Changes signals, coalesced, that a lease was gained or lost: the
 // Assigner takes over the Gained jobs and stops writing the others.
 func (l *Leader) Changes() <-chan struct{} { return l.changes }
@@ -226,7 +257,7 @@ func (l *Leader) Forget(ctx context.Context, job string) {
 // without Assigners in tests) it acts alone. A job this Assigner has
 // adopted is its own while the adoption lasts.
 func (l *Leader) Preferred(job string) (gossip.Peer, bool) {
-	p, ok := l.choices.Preferred(l.cfg.Preference, job, l.cfg.Members(), l.cfg.RTT)
+	p, ok := l.choices.PreferredIn(l.cfg.Preference, job, l.view(), l.cfg.RTT)
 	if !ok {
 		return gossip.Peer{Name: l.cfg.Self}, true
 	}
@@ -252,7 +283,7 @@ func (l *Leader) PreferredNow(job string) string {
 	if l.adopting(job) {
 		return l.cfg.Self
 	}
-	p, ok := l.cfg.Preference.Preferred(job, l.cfg.Members(), l.cfg.RTT, l.choices.Current(job))
+	p, ok := l.cfg.Preference.PreferredIn(job, l.view(), l.cfg.RTT, l.choices.Current(job))
 	if !ok {
 		return l.cfg.Self
 	}
@@ -281,10 +312,8 @@ func (l *Leader) Target(job string) Route {
 	holder := l.holders[job]
 	l.mu.Unlock()
 	if holder != "" && holder != l.cfg.Self {
-		for _, p := range l.cfg.Members() {
-			if p.Name == holder && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner) && p.RPCAddr != "" {
-				return Route{Peer: p, Holder: true}
-			}
+		if p, ok := l.view().Peer(holder); ok && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner) && p.RPCAddr != "" {
+			return Route{Peer: p, Holder: true}
 		}
 	}
 	p, self := l.Preferred(job)
@@ -308,7 +337,7 @@ func (l *Leader) Forwarded(ctx context.Context, job, from string, toHolder bool)
 	if toHolder {
 		return
 	}
-	p, ok := l.choices.Preferred(l.cfg.Preference, job, l.cfg.Members(), l.cfg.RTT)
+	p, ok := l.choices.PreferredIn(l.cfg.Preference, job, l.view(), l.cfg.RTT)
 	if !ok || p.Name == l.cfg.Self {
 		return
 	}
@@ -342,22 +371,14 @@ func (l *Leader) liveHolder(ctx context.Context, job string) string {
 
 // leaving reports whether gossip has this Assigner leaving or left.
 func (l *Leader) leaving() bool {
-	for _, p := range l.cfg.Members() {
-		if p.Name == l.cfg.Self {
-			return p.Status == gossip.StatusLeaving || p.Status == gossip.StatusLeft
-		}
-	}
-	return false
+	p, ok := l.view().Peer(l.cfg.Self)
+	return ok && (p.Status == gossip.StatusLeaving || p.Status == gossip.StatusLeft)
 }
 
 // alive reports whether gossip has name alive as an Assigner.
 func (l *Leader) alive(name string) bool {
-	for _, p := range l.cfg.Members() {
-		if p.Name == name && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner) {
-			return true
-		}
-	}
-	return false
+	p, ok := l.view().Peer(name)
+	return ok && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner)
 }
 
 // Evaluate decides, for each of jobs, whether this Assigner should hold

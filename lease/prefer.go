@@ -244,6 +244,59 @@ func (p Preference) Preferred(job string, peers []gossip.Peer, rtt RTTFunc, curr
 	return gossip.Peer{}, false
 }
 
+// PreferredIn is Preferred over a View: what the job's tasks cost, not a
+// pass over every member.
+func (p Preference) PreferredIn(job string, v *View, rtt RTTFunc, current string) (gossip.Peer, bool) {
+	name := p.Choose(job, v.assigners, v.tasks[job], rtt, current)
+	if name == "" {
+		return gossip.Peer{}, false
+	}
+	return v.Peer(name)
+}
+
+// View is a membership read once and indexed for the preference of many
+// jobs (Preference.PreferredIn, Choices.PreferredIn): the candidate
+// Assigners, each job's alive tasks, and the members by name. Preferring
+// each of n jobs by scanning every member costs n passes over the
+// membership, and an Assigner or Distributor of thousands of jobs in a
+// cluster of thousands of members spent seconds a check on it. A View is
+// never modified.
+type View struct {
+	peers     []gossip.Peer
+	assigners []string // candidates, in peers' order, as Preferred takes them
+	sorted    []string // assigners, sorted
+	tasks     map[string][]string
+	byName    map[string]int
+}
+
+// NewView indexes peers, which it keeps (the caller does not modify them).
+func NewView(peers []gossip.Peer) *View {
+	v := &View{peers: peers, tasks: make(map[string][]string), byName: make(map[string]int, len(peers))}
+	v.assigners = candidates(peers, nil)
+	v.sorted = slices.Sorted(slices.Values(v.assigners))
+	for i, m := range peers {
+		if _, ok := v.byName[m.Name]; !ok {
+			v.byName[m.Name] = i // the first, as a scan finds it
+		}
+		if m.Status == gossip.StatusAlive && m.Has(gossip.RoleTask) {
+			v.tasks[m.Job] = append(v.tasks[m.Job], m.Name)
+		}
+	}
+	return v
+}
+
+// Peers returns the members the View was made of.
+func (v *View) Peers() []gossip.Peer { return v.peers }
+
+// Peer returns the member named name.
+func (v *View) Peer(name string) (gossip.Peer, bool) {
+	i, ok := v.byName[name]
+	if !ok {
+		return gossip.Peer{}, false
+	}
+	return v.peers[i], true
+}
+
 // candidates appends to buf the names of the Assigners in peers that a job
 // may be given to: the live ones that advertise an RPC address, less those
 // whose network coordinate is still settling (gossip.Peer.Settling) while
@@ -303,16 +356,27 @@ func (c *Choices) Preferred(p Preference, job string, peers []gossip.Peer, rtt R
 	var assignerBuf [8]string
 	assigners := candidates(peers, assignerBuf[:0])
 	slices.Sort(assigners)
+	return c.remember(job, assigners, func(current string) (gossip.Peer, bool) { return p.Preferred(job, peers, rtt, current) })
+}
+
+// PreferredIn is Preferred over a View.
+func (c *Choices) PreferredIn(p Preference, job string, v *View, rtt RTTFunc) (gossip.Peer, bool) {
+	return c.remember(job, v.sorted, func(current string) (gossip.Peer, bool) { return p.PreferredIn(job, v, rtt, current) })
+}
+
+// remember makes a choice for job with choose, given the one remembered,
+// among the candidate Assigners set (sorted), and remembers it.
+func (c *Choices) remember(job string, set []string, choose func(current string) (gossip.Peer, bool)) (gossip.Peer, bool) {
 	c.mu.Lock()
-	if !slices.Equal(assigners, c.set) {
-		c.set = slices.Clone(assigners)
+	if !slices.Equal(set, c.set) {
+		c.set = slices.Clone(set)
 		c.gen++
 		clear(c.prev)
 	}
 	gen := c.gen
 	current := c.prev[job]
 	c.mu.Unlock()
-	chosen, ok := p.Preferred(job, peers, rtt, current)
+	chosen, ok := choose(current)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.gen != gen || c.prev[job] != current {

@@ -412,3 +412,61 @@ func TestChoicesForgetDuringChoice(t *testing.T) {
 		t.Errorf("remembered %q although it was forgotten while choosing", got)
 	}
 }
+
+// A View gives every job the choice a scan of the members gives: random
+// memberships of live, dead, leaving, settling and addressless Assigners,
+// tasks of several jobs in every status (more than the sample), and
+// distances known for some pairs; choices remembered across memberships.
+func TestViewPrefersAsMembers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	statuses := []gossip.Status{gossip.StatusAlive, gossip.StatusAlive, gossip.StatusAlive, gossip.StatusFailed, gossip.StatusLeaving, gossip.StatusLeft}
+	p := DefaultPreference()
+	var scan, indexed Choices
+	for round := range 200 {
+		var peers []gossip.Peer
+		tb := table{}
+		for i := range rng.IntN(6) {
+			a := gossip.Peer{Name: fmt.Sprint("a", i), Roles: []gossip.Role{gossip.RoleAssigner}, Status: statuses[rng.IntN(len(statuses))],
+				Settling: rng.IntN(4) == 0}
+			if rng.IntN(5) > 0 {
+				a.RPCAddr = "127.0.0.1:1"
+			}
+			peers = append(peers, a)
+		}
+		jobs := 1 + rng.IntN(5)
+		for j := range jobs {
+			for k := range rng.IntN(40) {
+				name := fmt.Sprintf("j%d/t%d", j, k)
+				peers = append(peers, gossip.Peer{Name: name, Roles: []gossip.Role{gossip.RoleTask}, Job: fmt.Sprint("j", j),
+					Task: fmt.Sprint("t", k), Status: statuses[rng.IntN(len(statuses))]})
+				for i := range 6 {
+					if rng.IntN(3) > 0 {
+						tb[fmt.Sprint("a", i)+" "+name] = time.Duration(1+rng.IntN(50)) * time.Millisecond
+						tb[name+" "+fmt.Sprint("a", i)] = tb[fmt.Sprint("a", i)+" "+name]
+					}
+				}
+			}
+		}
+		rng.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+		var rtt RTTFunc
+		if round%3 > 0 {
+			rtt = tb.rtt
+		}
+		v := NewView(peers)
+		for j := range jobs + 1 { // and a job with no task
+			job := fmt.Sprint("j", j)
+			for _, current := range []string{"", "a0", "a3"} {
+				want, wok := p.Preferred(job, peers, rtt, current)
+				got, ok := p.PreferredIn(job, v, rtt, current)
+				if ok != wok || got.Name != want.Name || got.RPCAddr != want.RPCAddr {
+					t.Fatalf("round %d, %s, current %q: the view prefers %q (%v), a scan %q (%v)", round, job, current, got.Name, ok, want.Name, wok)
+				}
+			}
+			want, wok := scan.Preferred(p, job, peers, rtt)
+			got, ok := indexed.PreferredIn(p, job, v, rtt)
+			if ok != wok || got.Name != want.Name {
+				t.Fatalf("round %d, %s: remembered choices: the view's %q (%v), a scan's %q (%v)", round, job, got.Name, ok, want.Name, wok)
+			}
+		}
+	}
+}

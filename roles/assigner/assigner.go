@@ -269,12 +269,17 @@ func New(cfg Config, store storage.Store, leases lease.Manager, members Members,
 	if p, ok := members.(proximity); ok {
 		rtt = p.RTT
 	}
+	var version func() uint64 // nil when membership does not count its changes
+	if v, ok := members.(MembersVersion); ok {
+		version = v.Version
+	}
 	a.leader = lease.NewLeader(lease.LeaderConfig{
 		Self:        cfg.NodeName,
 		Manager:     leases,
 		TTL:         cfg.JobLeaseTTL,
 		Preference:  a.pref,
 		Members:     members.Peers,
+		Version:     version,
 		RTT:         rtt,
 		Stale:       a.outOfDate,
 		OrphanAfter: 10*a.pref.Recheck + 10*a.delay,

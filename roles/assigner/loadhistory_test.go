@@ -11,7 +11,6 @@ import (
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/assign"
-	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/roles/assigner/assignertest"
 )
 
@@ -110,14 +109,8 @@ func BenchmarkSampleLoads(b *testing.B) {
 		}
 	})
 	b.Run("jobs=3000/tasks=3", func(b *testing.B) {
-		members := &versionedMembers{}
 		const jobs, tasks, slices = 3000, 3, 10
-		for j := range jobs {
-			for t := range tasks {
-				members.peers = append(members.peers, gossip.Peer{Name: fmt.Sprintf("j%d/t%d", j, t), Roles: []gossip.Role{gossip.RoleTask},
-					Job: fmt.Sprintf("j%d", j), Task: fmt.Sprintf("t%d", t), Status: gossip.StatusAlive, RPCAddr: "127.0.0.1:1"})
-			}
-		}
+		members := manyJobs(jobs, tasks)
 		as := testAssigner(b, testConfig(b, "n"), testStore(b), members, nil)
 		w := assign.KeySpaceEnd / (tasks * slices)
 		for j := range jobs {

@@ -171,7 +171,9 @@ func (d *Distributor) Run(ctx context.Context) error {
 // follow ends every stream that is not from its job's preferred Assigner;
 // its pull reconnects to the preferred one at once.
 func (d *Distributor) follow() {
-	peers := d.members.Peers()
+	// Indexed once for all the jobs: scanning every member for each job
+	// costs a Distributor of thousands of jobs in a large cluster seconds.
+	view := lease.NewView(d.members.Peers())
 	d.mu.Lock()
 	names := make([]string, 0, len(d.jobs))
 	for name := range d.jobs {
@@ -179,7 +181,7 @@ func (d *Distributor) follow() {
 	}
 	d.mu.Unlock()
 	for _, name := range names {
-		p, ok := d.choices.Preferred(d.pref, name, peers, d.rtt)
+		p, ok := d.choices.PreferredIn(d.pref, name, view, d.rtt)
 		d.mu.Lock()
 		j := d.jobs[name]
 		switch {

@@ -1,0 +1,76 @@
+package assigner
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/slicerd/slicerd/gossip"
+)
+
+// manyJobs is a membership that counts its versions, as gossip does,
+// with an Assigner named n and jobs jobs j0, j1, ... of tasks alive tasks
+// t0, t1, ... each. Its Peers is a copy of the list: cheaper than
+// gossip's parse of every member.
+func manyJobs(jobs, tasks int) *versionedMembers {
+	members := &versionedMembers{}
+	members.peers = append(members.peers, gossip.Peer{Name: "n", Roles: []gossip.Role{gossip.RoleAssigner},
+		Status: gossip.StatusAlive, RPCAddr: "127.0.0.1:1"})
+	for j := range jobs {
+		for k := range tasks {
+			members.peers = append(members.peers, gossip.Peer{Name: fmt.Sprintf("j%d/t%d", j, k), Roles: []gossip.Role{gossip.RoleTask},
+				Job: fmt.Sprintf("j%d", j), Task: fmt.Sprintf("t%d", k), Status: gossip.StatusAlive, RPCAddr: fmt.Sprintf("127.0.0.1:%d", 10+k)})
+		}
+	}
+	return members
+}
+
+// leadingAll is an Assigner n that prefers, holds and has taken over
+// every job of members (leases held for a minute: nothing renews them).
+func leadingAll(tb testing.TB, members *versionedMembers, jobs int) *Assigner {
+	tb.Helper()
+	cfg := testConfig(tb, "n")
+	cfg.JobLeaseTTL = time.Minute
+	as := testAssigner(tb, cfg, testStore(tb), members, nil)
+	as.evaluate(context.Background(), true) // takes every job's lease, and every job over
+	for j := range jobs {
+		if !as.Leads(fmt.Sprintf("j%d", j)) {
+			tb.Fatalf("job j%d not led", j)
+		}
+	}
+	return as
+}
+
+// With a membership that counts its changes, an Assigner's check of the
+// jobs it should lead reads the members a bounded number of times
+// whatever the number of jobs, not once or more for each job.
+func TestEvaluateReadsMembersOncePerVersion(t *testing.T) {
+	const jobs = 40
+	members := manyJobs(jobs, 3)
+	as := leadingAll(t, members, jobs)
+	before := members.reads.Load()
+	for range 5 {
+		as.evaluate(context.Background(), true)
+	}
+	if n := members.reads.Load() - before; n > 5 {
+		t.Errorf("5 checks of %d jobs read the members %d times; want at most once a check", jobs, n)
+	}
+}
+
+// BenchmarkEvaluate is an Assigner's check of which jobs it should lead
+// (every second, and on every membership change) in steady state: it
+// prefers, holds and has taken over every one of jobs jobs of 3 tasks
+// each, all gossip members.
+//
+//	go test -run '^$' -bench Evaluate -benchmem ./roles/assigner/
+func BenchmarkEvaluate(b *testing.B) {
+	for _, jobs := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("jobs=%d", jobs), func(b *testing.B) {
+			as := leadingAll(b, manyJobs(jobs, 3), jobs)
+			for b.Loop() {
+				as.evaluate(context.Background(), true)
+			}
+		})
+	}
+}
