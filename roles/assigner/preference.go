@@ -55,9 +55,17 @@ func (a *Assigner) outOfDate(job string) bool {
 // not make a job known (see job).
 func (a *Assigner) jobNames() []string {
 	names := make(map[string]bool)
-	for _, p := range a.members.Peers() {
-		if p.Has(gossip.RoleTask) && p.Job != "" && p.Status == gossip.StatusAlive {
-			names[p.Job] = true
+	if idx, ok := a.membersNow(); ok { // read once per membership version
+		for job := range idx.tasks {
+			if job != "" {
+				names[job] = true
+			}
+		}
+	} else {
+		for _, p := range a.members.Peers() {
+			if p.Has(gossip.RoleTask) && p.Job != "" && p.Status == gossip.StatusAlive {
+				names[p.Job] = true
+			}
 		}
 	}
 	a.mu.Lock()
