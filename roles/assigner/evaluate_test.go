@@ -3,9 +3,13 @@ package assigner
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/gossip"
 )
 
@@ -75,6 +79,57 @@ func BenchmarkEvaluate(b *testing.B) {
 			as := leadingAll(b, manyJobs(jobs, 3), jobs)
 			for b.Loop() {
 				as.evaluate(context.Background(), true)
+			}
+		})
+	}
+}
+
+// A strong job's tasks call LeaseService every third of a TTL, and every
+// 20 ms while a transition waits: each call's check that the caller is an
+// alive task of the job reads the current version's index, not every
+// member. A task not in the index is looked for in gossip itself (it may
+// have joined a moment before its event), and refused if not there.
+func TestLeaseCallsReadMembersOncePerVersion(t *testing.T) {
+	members := manyJobs(10, 3)
+	as := testAssigner(t, testConfig(t, "n"), testStore(t), members, nil)
+	before := members.reads.Load()
+	for i := range 60 {
+		if _, err := as.checkLeaseCall("j1", fmt.Sprint("t", i%3), slicerv1.LeaseKind_LEASE_KIND_GUARD); err != nil {
+			t.Fatalf("call %d of an alive task refused: %v", i, err)
+		}
+	}
+	if n := members.reads.Load() - before; n != 1 {
+		t.Fatalf("60 lease calls at one membership version read the members %d times, want once", n)
+	}
+	if _, err := as.checkLeaseCall("j1", "t7", slicerv1.LeaseKind_LEASE_KIND_GUARD); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("a task gossip does not list: %v, want FAILED_PRECONDITION", err)
+	}
+	members.mu.Lock()
+	members.peers = append(members.peers, gossip.Peer{Name: "j1/t3", Roles: []gossip.Role{gossip.RoleTask}, Job: "j1", Task: "t3",
+		Status: gossip.StatusAlive, RPCAddr: "127.0.0.1:13"})
+	members.mu.Unlock()
+	if _, err := as.checkLeaseCall("j1", "t3", slicerv1.LeaseKind_LEASE_KIND_GUARD); err != nil {
+		t.Errorf("a task listed a moment before its membership version moved: %v", err)
+	}
+}
+
+// BenchmarkCheckLeaseCall is the check of one lease call (LeaseService)
+// at an Assigner whose cluster has jobs jobs of 3 tasks, all members; the
+// calls come from every task in turn (not paced).
+//
+//	go test -run '^$' -bench CheckLeaseCall -benchmem ./roles/assigner/
+func BenchmarkCheckLeaseCall(b *testing.B) {
+	for _, jobs := range []int{100, 3000} {
+		b.Run(fmt.Sprintf("jobs=%d", jobs), func(b *testing.B) {
+			as := testAssigner(b, testConfig(b, "n"), testStore(b), manyJobs(jobs, 3), nil)
+			as.leaseCalls = newReportLimiter(math.Inf(1), 1) // the pace is not measured here
+			i := 0
+			for b.Loop() {
+				job, task := fmt.Sprint("j", i%jobs), fmt.Sprint("t", (i/jobs)%3)
+				if _, err := as.checkLeaseCall(job, task, slicerv1.LeaseKind_LEASE_KIND_GUARD); err != nil {
+					b.Fatal(err)
+				}
+				i++
 			}
 		})
 	}

@@ -214,14 +214,8 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 // and within its rate of reports of this kind (limits, "load" or
 // "readiness"), and returns the job's live task names.
 func (a *Assigner) acceptTaskReport(limits *reportLimiter, kind, job, task string) ([]string, error) {
-	live := a.liveNamesNow(job)
-	if _, ok := slices.BinarySearch(live, task); !ok {
-		// Not in the list kept for this membership version: read gossip
-		// itself before refusing (the task's join may be that far ahead
-		// of its event).
-		live = a.liveTaskNames(job)
-	}
-	if _, ok := slices.BinarySearch(live, task); !ok {
+	live, ok := a.liveWith(job, task)
+	if !ok {
 		return nil, rpc.ToConnect(fmt.Errorf("%w: task %q is not an alive member of job %q in gossip; "+
 			"start the task's Slicelet (it joins gossip before reporting) or wait until gossip has seen it join",
 			rpc.ErrNotMember, task, job))
@@ -230,6 +224,20 @@ func (a *Assigner) acceptTaskReport(limits *reportLimiter, kind, job, task strin
 		return nil, rpc.ToConnect(err)
 	}
 	return live, nil
+}
+
+// liveWith returns job's alive task names (liveNamesNow) and whether task
+// is one of them. A task not in the current version's index is looked
+// for in gossip itself before it is refused: its join may be that far
+// ahead of its event.
+func (a *Assigner) liveWith(job, task string) ([]string, bool) {
+	live := a.liveNamesNow(job)
+	if _, ok := slices.BinarySearch(live, task); ok {
+		return live, true
+	}
+	live = a.liveTaskNames(job)
+	_, ok := slices.BinarySearch(live, task)
+	return live, ok
 }
 
 // liveTaskNames lists the names of the job's alive tasks, sorted, read
