@@ -76,9 +76,7 @@ type Leader struct {
 	choices Choices
 	changes chan struct{} // a lease was gained or lost
 
-	viewMu      sync.Mutex
-	viewCache   *View // of viewVersion; see view
-	viewVersion uint64
+	views PerVersion[*View] // with cfg.Version; see View
 
 	// With a manager that tells of job leases ending (ReleaseWatcher),
 	// watching is set while its watch is in place: a deferral is then
@@ -169,26 +167,14 @@ func NewLeader(cfg LeaderConfig) *Leader {
 	}
 }
 
-// view is the membership indexed: read afresh, or with a Version kept
-// for as long as the version stays.
-func (l *Leader) view() *View {
+// View is the membership indexed: kept for as long as cfg.Version stays,
+// read afresh on every call without one.
+func (l *Leader) View() *View {
+	read := func() *View { return NewView(l.cfg.Members()) }
 	if l.cfg.Version == nil {
-		return NewView(l.cfg.Members())
+		return read()
 	}
-	version := l.cfg.Version() // before reading: a change meanwhile moves it
-	l.viewMu.Lock()
-	v, at := l.viewCache, l.viewVersion
-	l.viewMu.Unlock()
-	if v != nil && at == version {
-		return v
-	}
-	v = NewView(l.cfg.Members())
-	l.viewMu.Lock()
-	defer l.viewMu.Unlock()
-	if l.viewCache == nil || l.viewVersion <= version {
-		l.viewCache, l.viewVersion = v, version
-	}
-	return v
+	return l.views.Get(l.cfg.Version(), read)
 }
 
 // Changes signals, coalesced, that a lease was gained or lost: the
@@ -257,7 +243,7 @@ func (l *Leader) Forget(ctx context.Context, job string) {
 // without Assigners in tests) it acts alone. A job this Assigner has
 // adopted is its own while the adoption lasts.
 func (l *Leader) Preferred(job string) (gossip.Peer, bool) {
-	p, ok := l.choices.PreferredIn(l.cfg.Preference, job, l.view(), l.cfg.RTT)
+	p, ok := l.choices.PreferredIn(l.cfg.Preference, job, l.View(), l.cfg.RTT)
 	if !ok {
 		return gossip.Peer{Name: l.cfg.Self}, true
 	}
@@ -283,7 +269,7 @@ func (l *Leader) PreferredNow(job string) string {
 	if l.adopting(job) {
 		return l.cfg.Self
 	}
-	p, ok := l.cfg.Preference.PreferredIn(job, l.view(), l.cfg.RTT, l.choices.Current(job))
+	p, ok := l.cfg.Preference.PreferredIn(job, l.View(), l.cfg.RTT, l.choices.Current(job))
 	if !ok {
 		return l.cfg.Self
 	}
@@ -312,7 +298,7 @@ func (l *Leader) Target(job string) Route {
 	holder := l.holders[job]
 	l.mu.Unlock()
 	if holder != "" && holder != l.cfg.Self {
-		if p, ok := l.view().Peer(holder); ok && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner) && p.RPCAddr != "" {
+		if p, ok := l.View().Peer(holder); ok && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner) && p.RPCAddr != "" {
 			return Route{Peer: p, Holder: true}
 		}
 	}
@@ -337,7 +323,7 @@ func (l *Leader) Forwarded(ctx context.Context, job, from string, toHolder bool)
 	if toHolder {
 		return
 	}
-	p, ok := l.choices.PreferredIn(l.cfg.Preference, job, l.view(), l.cfg.RTT)
+	p, ok := l.choices.PreferredIn(l.cfg.Preference, job, l.View(), l.cfg.RTT)
 	if !ok || p.Name == l.cfg.Self {
 		return
 	}
@@ -371,13 +357,13 @@ func (l *Leader) liveHolder(ctx context.Context, job string) string {
 
 // leaving reports whether gossip has this Assigner leaving or left.
 func (l *Leader) leaving() bool {
-	p, ok := l.view().Peer(l.cfg.Self)
+	p, ok := l.View().Peer(l.cfg.Self)
 	return ok && (p.Status == gossip.StatusLeaving || p.Status == gossip.StatusLeft)
 }
 
 // alive reports whether gossip has name alive as an Assigner.
 func (l *Leader) alive(name string) bool {
-	p, ok := l.view().Peer(name)
+	p, ok := l.View().Peer(name)
 	return ok && p.Status == gossip.StatusAlive && p.Has(gossip.RoleAssigner)
 }
 

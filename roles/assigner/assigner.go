@@ -107,8 +107,8 @@ type Assigner struct {
 	flips   chan string   // a make-before-break deadline passed; see handoff.go
 	rounds  chan string   // every task of a job reported since its last load decision
 
-	loads *loads        // tasks' latest load reports; see load.go
-	live  memberIndexes // the membership by job, per version; see load.go
+	loads *loads                         // tasks' latest load reports; see load.go
+	live  lease.PerVersion[*memberIndex] // the membership by job; see load.go
 	// loadHistory records each job's load over the key space for
 	// GetLoadHistory; see loadhistory.go.
 	loadHistory *loadHistory

@@ -267,22 +267,17 @@ type MembersVersion interface{ Version() uint64 }
 
 // memberIndex is the membership by job for one version: each job's alive
 // tasks as jobTasks lists them, and their names. It is built in one pass
-// over the members the first time its version is asked for, so that an
-// Assigner of many jobs does not read, parse and sort every member for
-// every job it decides on, describes or samples (the load history's
-// sampling of 3,000 jobs over 9,000 members read all 9,000 members 3,000
-// times every interval), nor for every load report of a job of 10,000
-// tasks. The lists are shared and never modified.
+// over the members (those of the lease leader's View of the same
+// version: one read of gossip per version for both) the first time its
+// version is asked for, so that an Assigner of many jobs does not read,
+// parse and sort every member for every job it decides on, describes or
+// samples (the load history's sampling of 3,000 jobs over 9,000 members
+// read all 9,000 members 3,000 times every interval), nor for every load
+// report or lease call of a job of 10,000 tasks. The lists are shared and
+// never modified.
 type memberIndex struct {
-	version uint64
-	tasks   map[string][]assign.Task
-	names   map[string][]string
-}
-
-// memberIndexes holds the index of the newest version built.
-type memberIndexes struct {
-	mu  sync.Mutex
-	idx *memberIndex
+	tasks map[string][]assign.Task
+	names map[string][]string
 }
 
 // membersNow returns the membership index of the current version, and false
@@ -292,32 +287,18 @@ func (a *Assigner) membersNow() (*memberIndex, bool) {
 	if !ok {
 		return nil, false
 	}
-	c := &a.live
-	version := v.Version() // before reading: a change meanwhile moves it
-	c.mu.Lock()
-	idx := c.idx
-	c.mu.Unlock()
-	if idx != nil && idx.version == version {
-		return idx, true
-	}
-	idx = indexMembers(a.members.Peers(), version)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.idx == nil || c.idx.version <= version {
-		c.idx = idx
-	}
-	return idx, true
+	return a.live.Get(v.Version(), func() *memberIndex { return indexMembers(a.leader.View().Peers()) }), true
 }
 
-// indexMembers builds the index of peers, read at version.
-func indexMembers(peers []gossip.Peer, version uint64) *memberIndex {
+// indexMembers builds the index of peers.
+func indexMembers(peers []gossip.Peer) *memberIndex {
 	byJob := make(map[string][]gossip.Peer)
 	for _, p := range peers {
 		if p.Has(gossip.RoleTask) && p.Status == gossip.StatusAlive {
 			byJob[p.Job] = append(byJob[p.Job], p)
 		}
 	}
-	idx := &memberIndex{version: version, tasks: make(map[string][]assign.Task, len(byJob)), names: make(map[string][]string, len(byJob))}
+	idx := &memberIndex{tasks: make(map[string][]assign.Task, len(byJob)), names: make(map[string][]string, len(byJob))}
 	for job, ps := range byJob {
 		tasks := jobTasks(ps, job, true)
 		idx.tasks[job], idx.names[job] = tasks, namesOf(tasks)

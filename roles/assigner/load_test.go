@@ -268,15 +268,10 @@ func TestReportsReadMembershipOncePerVersion(t *testing.T) {
 // member once per version for all its jobs, and each job's tasks are
 // what a fresh read gives; a new version is read again.
 func TestMembershipIndexedOncePerVersion(t *testing.T) {
-	members := &versionedMembers{}
-	for j := range 50 {
-		for k := range 3 {
-			status := gossip.StatusAlive
-			if k == 2 && j%5 == 0 {
-				status = gossip.StatusFailed
-			}
-			members.peers = append(members.peers, gossip.Peer{Name: fmt.Sprintf("j%d/t%d", j, k), Roles: []gossip.Role{gossip.RoleTask},
-				Job: fmt.Sprintf("j%d", j), Task: fmt.Sprintf("t%d", k), Status: status, RPCAddr: fmt.Sprintf("127.0.0.1:%d", 10+k)})
+	members := manyJobs(50, 3)
+	for i := range members.peers {
+		if p := &members.peers[i]; p.Task == "t2" && (p.Job == "j0" || p.Job == "j5" || p.Job == "j10") {
+			p.Status = gossip.StatusFailed
 		}
 	}
 	// A second member claiming a task: the name that sorts first is kept.
@@ -302,7 +297,7 @@ func TestMembershipIndexedOncePerVersion(t *testing.T) {
 		t.Fatalf("51 jobs read the members %d times at one version, want once", n)
 	}
 	members.mu.Lock()
-	members.peers[0].Status = gossip.StatusFailed
+	members.peers[1].Status = gossip.StatusFailed // j0/t0 (0 is the Assigner)
 	members.mu.Unlock()
 	members.version.Add(1)
 	check()

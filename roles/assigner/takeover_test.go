@@ -28,20 +28,28 @@ func tmpStore(t *testing.T) storage.Store {
 	return store
 }
 
+// storeTwoTasks stores generation 5 of job kv, over tasks t0 and t1 at
+// 127.0.0.1:10 and :11, as another Assigner would have, and returns it.
+func storeTwoTasks(t *testing.T, store storage.Store) *assign.Assignment {
+	t.Helper()
+	stored, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:10"}, {Name: "t1", Addr: "127.0.0.1:11"}}, assign.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored.Generation = 5
+	if err := store.Commit(context.Background(), "kv", 0, stored); err != nil {
+		t.Fatal(err)
+	}
+	return stored
+}
+
 // A takeover continues from the stored assignment, whoever committed it,
 // and commits the next generation at once: unchanged when every task is
 // alive, without the dead tasks otherwise.
 func TestTakeoverCommitsNextGeneration(t *testing.T) {
 	ctx := context.Background()
 	store := tmpStore(t)
-	stored, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:10"}, {Name: "t1", Addr: "127.0.0.1:11"}}, assign.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored.Generation = 5
-	if err := store.Commit(ctx, "kv", 0, stored); err != nil {
-		t.Fatal(err)
-	}
+	stored := storeTwoTasks(t, store)
 	members := &fakeMembers{}
 	members.set("kv", "t0", "t1")
 	for i := range members.peers {
@@ -269,14 +277,7 @@ func (s *storeDown) CommitRecorded(ctx context.Context, job string, epoch, prevG
 func TestFailedTakeoverIsRetried(t *testing.T) {
 	ctx := context.Background()
 	b := testStore(t).(*storage.Bolt)
-	stored, err := assign.Initial("kv", []assign.Task{{Name: "t0", Addr: "127.0.0.1:10"}, {Name: "t1", Addr: "127.0.0.1:11"}}, assign.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stored.Generation = 5
-	if err := b.Commit(ctx, "kv", 0, stored); err != nil {
-		t.Fatal(err)
-	}
+	storeTwoTasks(t, b)
 	leases, err := lease.NewEmbedded(ctx, b, lease.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
