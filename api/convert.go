@@ -45,8 +45,11 @@ func FromProto(p *slicerv1.Assignment) (*assign.Assignment, error) {
 	for i, t := range p.GetTasks() {
 		a.Tasks[i] = assign.Task{Name: t.GetName(), Addr: t.GetAddress()}
 	}
+	// Slices naming the same tasks share a list, spelled with the task
+	// table's strings: the message's million copies of names are not kept.
+	lists := assign.NewTaskLists(a.Tasks)
 	for i, s := range p.GetSlices() {
-		a.Slices[i] = assign.Slice{Start: s.GetStart(), End: s.GetEnd(), Tasks: append([]string(nil), s.GetTasks()...)}
+		a.Slices[i] = assign.Slice{Start: s.GetStart(), End: s.GetEnd(), Tasks: lists.Of(s.GetTasks())}
 	}
 	if err := a.Validate(); err != nil {
 		return nil, err

@@ -3,8 +3,10 @@ package api
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 
@@ -166,5 +168,86 @@ func TestAssignmentRoundTrip(t *testing.T) {
 	p.Incarnation = "not an id"
 	if _, err := FromProto(p); !errors.Is(err, assign.ErrInvalidAssignment) {
 		t.Fatalf("FromProto of a malformed incarnation: %v, want ErrInvalidAssignment", err)
+	}
+}
+
+// TestReceivedListsAreShared: an assignment received whole (FromProto) or
+// as a delta (ApplyDelta) gives the slices of one task one list, and
+// consecutive slices of the same tasks one list, spelled with the task
+// table's strings rather than the message's copies of the names.
+func TestReceivedListsAreShared(t *testing.T) {
+	w := assign.KeySpaceEnd / 6
+	tasks := []assign.Task{{Name: "a", Addr: "10.0.0.1:1"}, {Name: "b", Addr: "10.0.0.2:1"}, {Name: "c", Addr: "10.0.0.3:1"}}
+	a := &assign.Assignment{Job: "j", Generation: 3, Tasks: tasks, Slices: []assign.Slice{
+		{Start: 0, End: w, Tasks: []string{"a"}}, {Start: w, End: 2 * w, Tasks: []string{"b", "c"}},
+		{Start: 2 * w, End: 3 * w, Tasks: []string{"b", "c"}}, {Start: 3 * w, End: 4 * w, Tasks: []string{"c"}},
+		{Start: 4 * w, End: 5 * w, Tasks: []string{"a"}}, {Start: 5 * w, End: assign.KeySpaceEnd, Tasks: []string{"a", "c"}},
+	}}
+	b, err := proto.Marshal(ToProto(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m slicerv1.Assignment
+	if err := proto.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	got, err := FromProto(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !assign.Equal(got, a) {
+		t.Fatalf("FromProto gave %+v, want %+v", got, a)
+	}
+	s := got.Slices
+	if !sameArray(s[0].Tasks, s[4].Tasks) || !sameArray(s[1].Tasks, s[2].Tasks) || sameArray(s[2].Tasks, s[5].Tasks) {
+		t.Fatal("FromProto: lists are not shared as they should be")
+	}
+	checkSpelledBy(t, got)
+
+	next := *got
+	next.Generation++
+	next.Slices = slices.Clone(got.Slices)
+	next.Slices[3].Tasks = []string{"a", "b"}
+	next.Slices[4].Tasks = []string{"a", "b"}
+	next.Slices[5].Tasks = []string{"b"}
+	applied, err := ApplyDelta(got, wire(t, Diff(got, &next)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !assign.Equal(applied, &next) {
+		t.Fatalf("ApplyDelta gave %+v, want %+v", applied, &next)
+	}
+	s = applied.Slices
+	if !sameArray(s[3].Tasks, s[4].Tasks) {
+		t.Fatal("ApplyDelta: painted slices of the same tasks do not share a list")
+	}
+	if !sameArray(s[0].Tasks, got.Slices[0].Tasks) {
+		t.Fatal("ApplyDelta: a held slice does not keep its list")
+	}
+	checkSpelledBy(t, applied)
+}
+
+// sameArray reports whether lists a and b are one list, not equal copies.
+func sameArray(a, b []string) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// checkSpelledBy fails t unless every name of a's lists is the string of
+// its task table, and no list has room to be appended to in place.
+func checkSpelledBy(t *testing.T, a *assign.Assignment) {
+	t.Helper()
+	table := make(map[string]*byte, len(a.Tasks))
+	for _, task := range a.Tasks {
+		table[task.Name] = unsafe.StringData(task.Name)
+	}
+	for i, s := range a.Slices {
+		for _, n := range s.Tasks {
+			if table[n] != unsafe.StringData(n) {
+				t.Fatalf("slice %d: name %q is not the task table's string", i, n)
+			}
+		}
+		if cap(s.Tasks) != len(s.Tasks) {
+			t.Fatalf("slice %d: list %v has room to append in place", i, s.Tasks)
+		}
 	}
 }

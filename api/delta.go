@@ -140,31 +140,6 @@ func applyDelta(base *assign.Assignment, d *slicerv1.AssignmentDelta) (*assign.A
 		prevEnd = p.GetEnd()
 	}
 
-	out := make([]assign.Slice, 0, len(base.Slices)+len(paint))
-	held := base.Slices
-	i := 0
-	// keep copies the held slices' parts within [from, to).
-	keep := func(from, to assign.SliceKey) {
-		for i < len(held) && held[i].End <= from {
-			i++
-		}
-		for k := i; k < len(held) && held[k].Start < to; k++ {
-			out = append(out, assign.Slice{Start: max(held[k].Start, from), End: min(held[k].End, to), Tasks: held[k].Tasks})
-		}
-	}
-	var pos assign.SliceKey
-	for _, p := range paint {
-		start, end := assign.SliceKey(p.GetStart()), assign.SliceKey(p.GetEnd())
-		if start > pos {
-			keep(pos, start)
-		}
-		out = append(out, assign.Slice{Start: start, End: end, Tasks: slices.Clone(p.GetTasks())})
-		pos = end
-	}
-	if pos < assign.KeySpaceEnd {
-		keep(pos, assign.KeySpaceEnd)
-	}
-
 	removed := make(map[string]bool, len(d.GetRemovedTasks()))
 	for _, name := range d.GetRemovedTasks() {
 		removed[name] = true
@@ -201,6 +176,35 @@ func applyDelta(base *assign.Assignment, d *slicerv1.AssignmentDelta) (*assign.A
 		}
 		return 0
 	})
+
+	// A painted slice's list is one of the new task table's, shared with
+	// the painted slices before it that name the same tasks; the held
+	// slices keep theirs.
+	lists := assign.NewTaskLists(tasks)
+	out := make([]assign.Slice, 0, len(base.Slices)+len(paint))
+	held := base.Slices
+	i := 0
+	// keep copies the held slices' parts within [from, to).
+	keep := func(from, to assign.SliceKey) {
+		for i < len(held) && held[i].End <= from {
+			i++
+		}
+		for k := i; k < len(held) && held[k].Start < to; k++ {
+			out = append(out, assign.Slice{Start: max(held[k].Start, from), End: min(held[k].End, to), Tasks: held[k].Tasks})
+		}
+	}
+	var pos assign.SliceKey
+	for _, p := range paint {
+		start, end := assign.SliceKey(p.GetStart()), assign.SliceKey(p.GetEnd())
+		if start > pos {
+			keep(pos, start)
+		}
+		out = append(out, assign.Slice{Start: start, End: end, Tasks: lists.Of(p.GetTasks())})
+		pos = end
+	}
+	if pos < assign.KeySpaceEnd {
+		keep(pos, assign.KeySpaceEnd)
+	}
 
 	a := &assign.Assignment{Job: base.Job, Generation: d.GetGeneration(), Incarnation: base.Incarnation, Tasks: tasks, Slices: out}
 	if err := a.Validate(); err != nil {

@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -16,7 +17,10 @@ import (
 // it allocates: the decoded assignment (decoding the store's encoding,
 // store-MB long), its protobuf form (ToProto), the protobuf encoding a
 // stream sends (wire-MB long) made from that form, and the same encoding
-// made from the assignment itself (AppendWatchResponse).
+// made from the assignment itself (AppendWatchResponse). held-MB is what
+// a decoded assignment keeps on the heap once the decoding's garbage is
+// collected, from the store's encoding (decode) and from a message
+// (from-proto, as Clerks and Distributors receive it).
 // docs/benchmarks.md quotes it.
 func BenchmarkMillionSliceForms(b *testing.B) {
 	const nTasks, n = 10_000, 1_000_000
@@ -42,6 +46,31 @@ func BenchmarkMillionSliceForms(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(len(enc))/1e6, "store-MB")
+		b.ReportMetric(heldMB(func() any { return must(assign.UnmarshalAssignment(enc)) }), "held-MB")
+	})
+	b.Run("from-proto", func(b *testing.B) {
+		p := ToProto(a)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := FromProto(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// Held from a message unmarshalled afresh, as a Clerk receives it,
+		// so that its names are its own.
+		wire, err := proto.Marshal(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(heldMB(func() any {
+			var m slicerv1.Assignment
+			if err := proto.Unmarshal(wire, &m); err != nil {
+				b.Fatal(err)
+			}
+			return must(FromProto(&m))
+		}), "held-MB")
+		runtime.KeepAlive(p)
+		runtime.KeepAlive(wire)
 	})
 	b.Run("to-proto", func(b *testing.B) {
 		b.ReportAllocs()
@@ -68,4 +97,24 @@ func BenchmarkMillionSliceForms(b *testing.B) {
 		}
 		b.ReportMetric(float64(len(wire))/1e6, "wire-MB")
 	})
+}
+
+// heldMB is how many megabytes what make returns keeps on the heap after
+// a collection.
+func heldMB(make func() any) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	v := make()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(v)
+	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / 1e6
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -219,10 +219,8 @@ func (d *decoder) assignment() (*Assignment, error) {
 		return nil, err
 	}
 	a.Slices = make([]Slice, ns)
-	// Task lists share one array, filled first and cut up at the end: it
-	// grows with the input, one byte per index at least, never by a count.
-	names := make([]string, 0, min(d.remaining(), 2*ns))
-	ends := make([]int, ns)
+	lists := NewTaskLists(a.Tasks)
+	var ids []int32
 	var start SliceKey
 	for i := range a.Slices {
 		w, err := d.uvarint("slice width")
@@ -236,6 +234,7 @@ func (d *decoder) assignment() (*Assignment, error) {
 		if err != nil {
 			return nil, err
 		}
+		ids = ids[:0]
 		idx := -1
 		for range k {
 			delta, err := d.uvarint("task index")
@@ -246,19 +245,13 @@ func (d *decoder) assignment() (*Assignment, error) {
 				return nil, d.errorf("slice %d names task index %d+%d, past the %d tasks", i, idx+1, delta, nt)
 			}
 			idx += int(delta) + 1
-			names = append(names, a.Tasks[idx].Name)
+			ids = append(ids, int32(idx))
 		}
-		a.Slices[i] = Slice{Start: start, End: start + w}
-		ends[i] = len(names)
+		a.Slices[i] = Slice{Start: start, End: start + w, Tasks: lists.ofIndexes(ids)}
 		start += w
 	}
 	if d.remaining() != 0 {
 		return nil, d.errorf("%d unexpected bytes after the last slice", d.remaining())
-	}
-	from := 0
-	for i := range a.Slices {
-		a.Slices[i].Tasks = names[from:ends[i]:ends[i]]
-		from = ends[i]
 	}
 	return a, nil
 }

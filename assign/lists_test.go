@@ -1,0 +1,113 @@
+package assign
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// sameArray reports whether lists a and b are one list, not equal copies.
+func sameArray(a, b []string) bool {
+	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// spelledBy reports whether every name of list is the string of the task
+// table, not a copy of its bytes.
+func spelledBy(list []string, tasks []Task) bool {
+	for _, n := range list {
+		i, ok := slices.BinarySearchFunc(tasks, n, func(t Task, n string) int { return strings.Compare(t.Name, n) })
+		if !ok || unsafe.StringData(tasks[i].Name) != unsafe.StringData(n) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestTaskListsShare(t *testing.T) {
+	tasks := namedTasks("a", "b", "c", "d")
+	l := NewTaskLists(tasks)
+	// Names spelled afresh, as a decoded message's are.
+	spell := func(names ...string) []string {
+		out := make([]string, len(names))
+		for i, n := range names {
+			out[i] = strings.Clone(n)
+		}
+		return out
+	}
+	b1, c, b2 := l.Of(spell("b")), l.Of(spell("c")), l.Of(spell("b"))
+	if !sameArray(b1, b2) || sameArray(b1, c) || !slices.Equal(b1, []string{"b"}) || !slices.Equal(c, []string{"c"}) {
+		t.Fatalf("one-task lists: b %v, c %v, b again %v: want b's twice one list", b1, c, b2)
+	}
+	ab1, ab2, ac, ab3 := l.Of(spell("a", "b")), l.Of(spell("a", "b")), l.Of(spell("a", "c")), l.Of(spell("a", "b"))
+	if !sameArray(ab1, ab2) || sameArray(ab2, ac) || sameArray(ac, ab3) {
+		t.Fatal("a list naming what the list before names is not that list, or one naming other tasks is")
+	}
+	for _, list := range [][]string{b1, c, ab1, ac, ab3} {
+		if !spelledBy(list, tasks) {
+			t.Fatalf("list %v keeps the caller's strings, not the task table's", list)
+		}
+		if cap(list) != len(list) {
+			t.Fatalf("list %v has room to append in place (cap %d)", list, cap(list))
+		}
+	}
+	if !slices.Equal(ab1, []string{"a", "b"}) || !slices.Equal(ac, []string{"a", "c"}) || !slices.Equal(ab3, []string{"a", "b"}) {
+		t.Fatalf("lists name the wrong tasks: %v %v %v", ab1, ac, ab3)
+	}
+	// Appending to a shared list must not write into another's.
+	_ = append(ab3, "d")
+	if !slices.Equal(ac, []string{"a", "c"}) {
+		t.Fatalf("appending to one list changed the next: %v", ac)
+	}
+}
+
+func TestTaskListsCopyWhatIsNotValid(t *testing.T) {
+	l := NewTaskLists(namedTasks("a", "b", "c"))
+	// Unknown names are copied; misordered or repeated ones are lists as
+	// any other: validation rejects both.
+	for _, names := range [][]string{nil, {"x"}, {"b", "a"}, {"a", "a"}, {"a", "x"}, {"c", "b", "a"}} {
+		got := l.Of(names)
+		if !slices.Equal(got, names) {
+			t.Fatalf("Of(%q) = %q, want a list equal to it", names, got)
+		}
+		if len(names) > 0 && sameArray(got, names) {
+			t.Fatalf("Of(%q) returned the caller's own array", names)
+		}
+	}
+	a := &Assignment{Job: "j", Generation: 1, Tasks: namedTasks("a", "b"), Slices: []Slice{{Start: 0, End: KeySpaceEnd, Tasks: l.Of([]string{"b", "a"})}}}
+	if err := a.Validate(); err == nil || !strings.Contains(err.Error(), "not sorted") {
+		t.Fatalf("an assignment with a copied misordered list validates as %v, want the misorder named", err)
+	}
+}
+
+// TestDecodeSharesLists: the store's decoder gives the slices of one task
+// one list, and consecutive slices of the same tasks one list, spelled
+// with the task table's strings.
+func TestDecodeSharesLists(t *testing.T) {
+	tasks := namedTasks("a", "b", "c")
+	w := KeySpaceEnd / 6
+	a := &Assignment{Job: "j", Generation: 3, Tasks: tasks, Slices: []Slice{
+		{0, w, []string{"a"}}, {w, 2 * w, []string{"b", "c"}}, {2 * w, 3 * w, []string{"b", "c"}},
+		{3 * w, 4 * w, []string{"c"}}, {4 * w, 5 * w, []string{"a"}}, {5 * w, KeySpaceEnd, []string{"a", "c"}},
+	}}
+	b, err := a.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := UnmarshalAssignment(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Equal(got, a) {
+		t.Fatalf("round trip: %+v, want %+v", got, a)
+	}
+	s := got.Slices
+	if !sameArray(s[0].Tasks, s[4].Tasks) || !sameArray(s[1].Tasks, s[2].Tasks) || sameArray(s[2].Tasks, s[5].Tasks) {
+		t.Fatal("decoded lists are not shared as they should be")
+	}
+	for _, sl := range s {
+		if !spelledBy(sl.Tasks, got.Tasks) || cap(sl.Tasks) != len(sl.Tasks) {
+			t.Fatalf("decoded list %v is not the task table's strings, or has room to append in place", sl.Tasks)
+		}
+	}
+}
