@@ -48,6 +48,7 @@ func FromProto(p *slicerv1.Assignment) (*assign.Assignment, error) {
 	// Slices naming the same tasks share a list, spelled with the task
 	// table's strings: the message's million copies of names are not kept.
 	lists := assign.NewTaskLists(a.Tasks)
+	lists.Reserve(multiNames(p.GetSlices()))
 	for i, s := range p.GetSlices() {
 		a.Slices[i] = assign.Slice{Start: s.GetStart(), End: s.GetEnd(), Tasks: lists.Of(s.GetTasks())}
 	}
@@ -55,6 +56,18 @@ func FromProto(p *slicerv1.Assignment) (*assign.Assignment, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// multiNames is how many names the slices of two tasks or more among ps
+// hold (what assign.TaskLists.Reserve takes).
+func multiNames(ps []*slicerv1.Slice) int {
+	n := 0
+	for _, p := range ps {
+		if k := len(p.GetTasks()); k > 1 {
+			n += k
+		}
+	}
+	return n
 }
 
 // ConfigToProto converts a job configuration to its wire form. Tuning

@@ -181,6 +181,7 @@ func applyDelta(base *assign.Assignment, d *slicerv1.AssignmentDelta) (*assign.A
 	// the painted slices before it that name the same tasks; the held
 	// slices keep theirs.
 	lists := assign.NewTaskLists(tasks)
+	lists.Reserve(multiNames(paint))
 	out := make([]assign.Slice, 0, len(base.Slices)+len(paint))
 	held := base.Slices
 	i := 0

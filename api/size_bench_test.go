@@ -17,61 +17,27 @@ import (
 // it allocates: the decoded assignment (decoding the store's encoding,
 // store-MB long), its protobuf form (ToProto), the protobuf encoding a
 // stream sends (wire-MB long) made from that form, and the same encoding
-// made from the assignment itself (AppendWatchResponse). held-MB is what
-// a decoded assignment keeps on the heap once the decoding's garbage is
-// collected, from the store's encoding (decode) and from a message
-// (from-proto, as Clerks and Distributors receive it).
+// made from the assignment itself (AppendWatchResponse); and decoding the
+// assignment from a message's wire form (from-wire: protobuf's
+// unmarshalling, then FromProto, as Clerks, Slicelets and Distributors
+// receive it). held-MB is what a decoded assignment keeps on the heap
+// once the decoding's garbage is collected.
 // docs/benchmarks.md quotes it.
 func BenchmarkMillionSliceForms(b *testing.B) {
-	const nTasks, n = 10_000, 1_000_000
-	rng := rand.New(rand.NewPCG(1, 2))
-	a := &assign.Assignment{Job: "big", Generation: 1, Tasks: make([]assign.Task, nTasks), Slices: make([]assign.Slice, n)}
-	for i := range a.Tasks {
-		a.Tasks[i] = assign.Task{Name: fmt.Sprintf("task-%05d", i), Addr: fmt.Sprintf("10.0.%d.%d:7070", i>>8, i&255)}
-	}
-	w := assign.KeySpaceEnd / assign.SliceKey(n)
-	for i := range n {
-		a.Slices[i] = assign.Slice{Start: assign.SliceKey(i) * w, End: assign.SliceKey(i+1) * w, Tasks: []string{a.Tasks[rng.IntN(nTasks)].Name}}
-	}
-	a.Slices[n-1].End = assign.KeySpaceEnd
+	a := millionSlices(1)
 	enc, err := a.MarshalBinary()
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("decode", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := assign.UnmarshalAssignment(enc); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(len(enc))/1e6, "store-MB")
-		b.ReportMetric(heldMB(func() any { return must(assign.UnmarshalAssignment(enc)) }), "held-MB")
-	})
-	b.Run("from-proto", func(b *testing.B) {
-		p := ToProto(a)
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := FromProto(p); err != nil {
-				b.Fatal(err)
-			}
-		}
-		// Held from a message unmarshalled afresh, as a Clerk receives it,
-		// so that its names are its own.
-		wire, err := proto.Marshal(p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(heldMB(func() any {
-			var m slicerv1.Assignment
-			if err := proto.Unmarshal(wire, &m); err != nil {
-				b.Fatal(err)
-			}
-			return must(FromProto(&m))
-		}), "held-MB")
-		runtime.KeepAlive(p)
-		runtime.KeepAlive(wire)
-	})
+	benchDecode(b, "", a, enc)
+	// The same job with two tasks a slice, whose lists are not shared
+	// across tasks: they take an array of exactly the names they hold.
+	two := millionSlices(2)
+	enc2, err := two.MarshalBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchDecode(b, "-r2", two, enc2)
 	b.Run("to-proto", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -96,6 +62,63 @@ func BenchmarkMillionSliceForms(b *testing.B) {
 			wire = AppendWatchResponse(nil, a, 0)
 		}
 		b.ReportMetric(float64(len(wire))/1e6, "wire-MB")
+	})
+}
+
+// millionSlices is the job BenchmarkMillionSliceForms measures: 10^6
+// slices on 10,000 tasks, each slice on r tasks at random.
+func millionSlices(r int) *assign.Assignment {
+	const nTasks, n = 10_000, 1_000_000
+	rng := rand.New(rand.NewPCG(1, 2))
+	a := &assign.Assignment{Job: "big", Generation: 1, Tasks: make([]assign.Task, nTasks), Slices: make([]assign.Slice, n)}
+	for i := range a.Tasks {
+		a.Tasks[i] = assign.Task{Name: fmt.Sprintf("task-%05d", i), Addr: fmt.Sprintf("10.0.%d.%d:7070", i>>8, i&255)}
+	}
+	w := assign.KeySpaceEnd / assign.SliceKey(n)
+	for i := range n {
+		first := rng.IntN(nTasks - r + 1)
+		names := make([]string, r)
+		for k := range names {
+			names[k] = a.Tasks[first+k].Name
+		}
+		a.Slices[i] = assign.Slice{Start: assign.SliceKey(i) * w, End: assign.SliceKey(i+1) * w, Tasks: names}
+	}
+	a.Slices[n-1].End = assign.KeySpaceEnd
+	return a
+}
+
+// benchDecode measures decoding a, encoded by the store as enc, from the
+// store's encoding and from a message, as "decode" and "from-wire"
+// followed by suffix.
+func benchDecode(b *testing.B, suffix string, a *assign.Assignment, enc []byte) {
+	b.Run("decode"+suffix, func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := assign.UnmarshalAssignment(enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(enc))/1e6, "store-MB")
+		b.ReportMetric(heldMB(func() any { return must(assign.UnmarshalAssignment(enc)) }), "held-MB")
+	})
+	b.Run("from-wire"+suffix, func(b *testing.B) {
+		wire, err := proto.Marshal(ToProto(a))
+		if err != nil {
+			b.Fatal(err)
+		}
+		receive := func() *assign.Assignment {
+			var m slicerv1.Assignment
+			if err := proto.Unmarshal(wire, &m); err != nil {
+				b.Fatal(err)
+			}
+			return must(FromProto(&m))
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			receive()
+		}
+		b.ReportMetric(heldMB(func() any { return receive() }), "held-MB")
+		runtime.KeepAlive(wire)
 	})
 }
 

@@ -219,8 +219,13 @@ func (d *decoder) assignment() (*Assignment, error) {
 		return nil, err
 	}
 	a.Slices = make([]Slice, ns)
-	lists := NewTaskLists(a.Tasks)
-	var ids []int32
+	// The slices' task indices first, then their lists, so that the lists
+	// of two tasks or more take one array of exactly the names they hold
+	// (TaskLists.Reserve). Both grow with the input, one byte per index at
+	// least, never by a count.
+	ids := make([]int32, 0, min(d.remaining(), 2*ns))
+	counts := make([]int32, ns)
+	multi := 0
 	var start SliceKey
 	for i := range a.Slices {
 		w, err := d.uvarint("slice width")
@@ -234,7 +239,6 @@ func (d *decoder) assignment() (*Assignment, error) {
 		if err != nil {
 			return nil, err
 		}
-		ids = ids[:0]
 		idx := -1
 		for range k {
 			delta, err := d.uvarint("task index")
@@ -247,11 +251,22 @@ func (d *decoder) assignment() (*Assignment, error) {
 			idx += int(delta) + 1
 			ids = append(ids, int32(idx))
 		}
-		a.Slices[i] = Slice{Start: start, End: start + w, Tasks: lists.ofIndexes(ids)}
+		a.Slices[i] = Slice{Start: start, End: start + w}
+		counts[i] = int32(k)
+		if k > 1 {
+			multi += k
+		}
 		start += w
 	}
 	if d.remaining() != 0 {
 		return nil, d.errorf("%d unexpected bytes after the last slice", d.remaining())
+	}
+	lists := NewTaskLists(a.Tasks)
+	lists.Reserve(multi)
+	from := 0
+	for i, k := range counts {
+		a.Slices[i].Tasks = lists.ofIndexes(ids[from : from+int(k)])
+		from += int(k)
 	}
 	return a, nil
 }

@@ -14,6 +14,8 @@ type TaskLists struct {
 	single []string         // single[i:i+1] is task i's list
 	index  map[string]int32 // task name -> index; built on first use
 	arena  []string         // lists of two tasks or more, back to back
+	used   int              // names in arena and in the arenas before it
+	made   int              // room in arena and in the arenas before it
 	last   []string         // the list of two or more handed out last
 	lastID []int32          // its tasks' indices
 	ids    []int32          // scratch
@@ -63,11 +65,31 @@ func (l *TaskLists) ofIndexes(ids []int32) []string {
 	if slices.Equal(ids, l.lastID) {
 		return l.last
 	}
+	if cap(l.arena)-len(l.arena) < len(ids) {
+		// A new arena, not a bigger copy: the lists handed out keep the
+		// old one, and copying would hold both.
+		l.arena = make([]string, 0, max(len(ids), 1024, l.used/4))
+		l.made += cap(l.arena)
+	}
 	from := len(l.arena)
 	for _, i := range ids {
 		l.arena = append(l.arena, l.single[i])
 	}
+	l.used += len(ids)
 	l.last = l.arena[from:len(l.arena):len(l.arena)]
 	l.lastID = append(l.lastID[:0], ids...)
 	return l.last
+}
+
+// Reserve makes room for lists of two tasks or more that name n tasks in
+// all, so that they share one array with no room to spare but what a
+// list repeating the one before it (and so sharing it) leaves. A caller
+// that knows what its slices name reserves first; without it, lists of
+// two tasks or more hold room for up to a quarter more names than they
+// hold (or 1,024 names, when that is more).
+func (l *TaskLists) Reserve(n int) {
+	if cap(l.arena)-len(l.arena) < n {
+		l.arena = make([]string, 0, n)
+		l.made += n
+	}
 }

@@ -1,6 +1,8 @@
 package assign
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -108,6 +110,55 @@ func TestDecodeSharesLists(t *testing.T) {
 	for _, sl := range s {
 		if !spelledBy(sl.Tasks, got.Tasks) || cap(sl.Tasks) != len(sl.Tasks) {
 			t.Fatalf("decoded list %v is not the task table's strings, or has room to append in place", sl.Tasks)
+		}
+	}
+}
+
+// TestTaskListsArenas: with Reserve, lists of two tasks or more fill one
+// array with no room to spare; without it, the arenas never have more
+// room than a quarter of what they hold, or 1,024 names, besides the few
+// names at the end of a full arena that the next list did not fit in;
+// and every list names its tasks either way.
+func TestTaskListsArenas(t *testing.T) {
+	tasks := make([]Task, 50)
+	for i := range tasks {
+		tasks[i] = Task{Name: fmt.Sprintf("t%02d", i)}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{100, 3000, 7000, 20000, 41000} {
+		lists := make([][]int32, n)
+		names := 0
+		for i := range lists {
+			for i == 0 || slices.Equal(lists[i], lists[i-1]) { // a repeat would share
+				k := 2 + rng.IntN(3)
+				first := rng.IntN(len(tasks) - k + 1)
+				lists[i] = lists[i][:0]
+				for j := range k {
+					lists[i] = append(lists[i], int32(first+j))
+				}
+				if i == 0 {
+					break
+				}
+			}
+			names += len(lists[i])
+		}
+		reserved := NewTaskLists(tasks)
+		reserved.Reserve(names)
+		grown := NewTaskLists(tasks)
+		for i, ids := range lists {
+			want := make([]string, len(ids))
+			for j, id := range ids {
+				want[j] = tasks[id].Name
+			}
+			if r, g := reserved.ofIndexes(ids), grown.ofIndexes(ids); !slices.Equal(r, want) || !slices.Equal(g, want) {
+				t.Fatalf("%d lists: list %d is %v / %v, want %v", n, i, r, g, want)
+			}
+		}
+		if reserved.made != names || reserved.used != names {
+			t.Fatalf("%d lists of %d names: reserved arenas have room for %d and hold %d, want exactly the names", n, names, reserved.made, reserved.used)
+		}
+		if grown.used != names || grown.made > names+max(1024, names/4)+64 {
+			t.Fatalf("%d lists of %d names: arenas grown as needed have room for %d and hold %d, want at most a quarter more", n, names, grown.made, grown.used)
 		}
 	}
 }
