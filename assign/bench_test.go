@@ -107,3 +107,15 @@ func BenchmarkUnmarshal(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClone copies a job of a million slices on 10,000 tasks, as an
+// Assigner does for the second step of a two-step change.
+//
+//	go test -run '^$' -bench '^BenchmarkClone$' -benchtime 10x -benchmem -count 6 ./assign/
+func BenchmarkClone(b *testing.B) {
+	a := fragmented(b, 10_000, 100)
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Clone()
+	}
+}

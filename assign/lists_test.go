@@ -3,6 +3,7 @@ package assign
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -159,6 +160,39 @@ func TestTaskListsArenas(t *testing.T) {
 		}
 		if grown.used != names || grown.made > names+max(1024, names/4)+64 {
 			t.Fatalf("%d lists of %d names: arenas grown as needed have room for %d and hold %d, want at most a quarter more", n, names, grown.made, grown.used)
+		}
+	}
+}
+
+// TestCloneSharesNothing: a clone equals its original, and writing into
+// either's lists or tables leaves the other as it was; a nil clone is
+// nil.
+func TestCloneSharesNothing(t *testing.T) {
+	if (*Assignment)(nil).Clone() != nil {
+		t.Fatal("a nil assignment's clone is not nil")
+	}
+	// The samples share lists with each other (a decision's with the
+	// assignment it started from), so each write is a new name.
+	for k, a := range sampleAssignments(t) {
+		orig := a.Clone()
+		c := a.Clone()
+		if !reflect.DeepEqual(c, a) {
+			t.Fatalf("clone %+v differs from %+v", c, a)
+		}
+		for i := range c.Slices {
+			c.Slices[i].Tasks[0] = fmt.Sprintf("clone-%d", k)
+			if cap(c.Slices[i].Tasks) != len(c.Slices[i].Tasks) {
+				t.Fatalf("slice %d's list in the clone has room to append in place", i)
+			}
+		}
+		c.Tasks[0].Name = "written"
+		if !reflect.DeepEqual(a, orig) {
+			t.Fatal("writing into a clone changed its original")
+		}
+		c = a.Clone()
+		a.Slices[0].Tasks[0] = fmt.Sprintf("original-%d", k)
+		if reflect.DeepEqual(a, orig) || !reflect.DeepEqual(c, orig) {
+			t.Fatal("writing into the original changed its clone")
 		}
 	}
 }
