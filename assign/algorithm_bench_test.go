@@ -202,6 +202,26 @@ func BenchmarkHottest(b *testing.B) {
 	}
 }
 
+// BenchmarkHottestIndexed is BenchmarkHottest from the assignment's
+// OwnerIndex (which an Assigner holds for each generation it serves):
+// each slice's tasks read from the index rather than looked up by name.
+//
+//	go test -run '^$' -bench 'Hottest' -benchtime 20x -count 6 ./assign/
+func BenchmarkHottestIndexed(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
+			_, tasks, a, load := benchJob(n)
+			idx := NewOwnerIndex(a)
+			b.ReportAllocs()
+			for b.Loop() {
+				if i, _ := idx.Hottest(load, tasks); i < 0 {
+					b.Fatal("no hottest task")
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkMergeLoads merges the load reports of n tasks, each on the
 // ~100 slices the task serves in the decision benchmarks' job (a million
 // entries at 10,000 tasks): what an Assigner does before every load

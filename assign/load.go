@@ -286,11 +286,21 @@ func TaskBytes(a *Assignment, l Load) []float64 {
 // together (both in key order, as in a valid assignment and load), and
 // names looked up as taskIDs does.
 func perTask(a *Assignment, l Load, part func(*LoadEntry, SliceKey, SliceKey) float64, shared bool) []float64 {
-	out := make([]float64, len(a.Tasks))
 	idsOf := a.taskIDs()
-	j := 0 // the first entry of l ending after the slice's start
+	return sumPerTask(a, l, part, shared, func(s *Slice, _ int) []int32 { return idsOf(s) })
+}
+
+// sumPerTask is perTask with the tasks of each slice given by idsOf (as
+// indexes in a.Tasks, -1 for none), called with the slice and the number
+// of names the slices before it hold, for the slices with load.
+func sumPerTask(a *Assignment, l Load, part func(*LoadEntry, SliceKey, SliceKey) float64, shared bool, idsOf func(s *Slice, before int) []int32) []float64 {
+	out := make([]float64, len(a.Tasks))
+	j := 0     // the first entry of l ending after the slice's start
+	names := 0 // names in the slices before si
 	for si := range a.Slices {
 		s := &a.Slices[si]
+		before := names
+		names += len(s.Tasks)
 		if len(s.Tasks) == 0 {
 			continue
 		}
@@ -302,7 +312,7 @@ func perTask(a *Assignment, l Load, part func(*LoadEntry, SliceKey, SliceKey) fl
 		if sum == 0 {
 			continue
 		}
-		ids := idsOf(s)
+		ids := idsOf(s, before)
 		if shared {
 			sum /= float64(len(s.Tasks))
 		}

@@ -12,25 +12,56 @@ type OwnerIndex struct {
 	// The indexes of the slices task i of a.Tasks serves are
 	// bySlice[first[i]:first[i+1]], in key order.
 	first, bySlice []int32
+	// ids is the index in a.Tasks of every name of every slice, slice by
+	// slice (-1 for a name a does not list): what TaskLoads reads rather
+	// than looking every name up.
+	ids []int32
 }
 
 // NewOwnerIndex indexes the slices of a by task. A slice naming a task a
 // does not list (an assignment that would not validate) counts for
 // nobody.
 func NewOwnerIndex(a *Assignment) *OwnerIndex {
-	first, bySlice := indexSlices(a)
-	return &OwnerIndex{a: a, first: first, bySlice: bySlice}
+	first, bySlice, ids := indexSlices(a)
+	return &OwnerIndex{a: a, first: first, bySlice: bySlice, ids: ids}
+}
+
+// TaskLoads is TaskLoads(o.Assignment(), l), to the last bit, with the
+// tasks of each slice read from the index rather than looked up by name:
+// at a million slices, a third of the time.
+func (o *OwnerIndex) TaskLoads(l Load) []float64 {
+	return sumPerTask(o.a, l, (*LoadEntry).within, true, o.idsOf)
+}
+
+// TaskBytes is TaskBytes(o.Assignment(), l), read as TaskLoads is.
+func (o *OwnerIndex) TaskBytes(l Load) []float64 {
+	if !l.HasBytes() {
+		return make([]float64, len(o.a.Tasks))
+	}
+	return sumPerTask(o.a, l, (*LoadEntry).bytesWithin, false, o.idsOf)
+}
+
+// idsOf is the tasks of slice s of o's assignment, given how many names
+// the slices before it hold (what sumPerTask passes).
+func (o *OwnerIndex) idsOf(s *Slice, before int) []int32 {
+	return o.ids[before : before+len(s.Tasks)]
+}
+
+// Hottest is Hottest(o.Assignment(), l, live), from o.TaskLoads.
+func (o *OwnerIndex) Hottest(l Load, live []Task) (task int, imbalance float64) {
+	return HottestOf(o.a, o.TaskLoads(l), live)
 }
 
 // Assignment is the assignment o indexes.
 func (o *OwnerIndex) Assignment() *Assignment { return o.a }
 
 // indexSlices groups the slices of a by task (a counting sort by task
-// index): the slices of a.Tasks[i] are bySlice[first[i]:first[i+1]].
-func indexSlices(a *Assignment) (first, bySlice []int32) {
+// index): the slices of a.Tasks[i] are bySlice[first[i]:first[i+1]]; ids
+// is the task index of every name of every slice, in order.
+func indexSlices(a *Assignment) (first, bySlice, ids []int32) {
 	idsOf := a.taskIDs()
 	// The task index of every name of every slice, in order.
-	ids := make([]int32, 0, len(a.Slices))
+	ids = make([]int32, 0, len(a.Slices))
 	first = make([]int32, len(a.Tasks)+1)
 	for i := range a.Slices {
 		for _, t := range idsOf(&a.Slices[i]) {
@@ -55,7 +86,7 @@ func indexSlices(a *Assignment) (first, bySlice []int32) {
 			k++
 		}
 	}
-	return first, bySlice
+	return first, bySlice, ids
 }
 
 // OwnedIn returns the load of l that falls on keys the indexed

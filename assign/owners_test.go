@@ -2,6 +2,7 @@ package assign
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -42,6 +43,55 @@ func TestOwnerIndexCutsAsOwned(t *testing.T) {
 			if got := report.OwnedIn(task.Name, idx...); !slices.Equal(got, want) {
 				t.Fatalf("round %d, task %s: OwnedIn = %v, want %v", round, task.Name, got, want)
 			}
+		}
+	}
+}
+
+// An index's TaskLoads, TaskBytes and Hottest equal TaskLoads, TaskBytes
+// and Hottest to the last bit, with and without bytes: few and many tasks, one to three a slice, lists shared or
+// not, slices with no load, a slice naming a task the assignment does not
+// list, loads finer and coarser than the slices, capacities.
+func TestOwnerIndexTaskLoadsAsTaskLoads(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 11))
+	for round := range 120 {
+		tasks := testTasks([]int{1, 2, 16, 17, 60}[round%5])
+		a := scattered(rng, tasks, 1+rng.IntN(12), 1+rng.IntN(3))
+		for i := 1; i < len(a.Slices); i++ {
+			if rng.IntN(3) == 0 {
+				a.Slices[i].Tasks = a.Slices[i-1].Tasks
+			}
+		}
+		if round%7 == 0 {
+			i := rng.IntN(len(a.Slices))
+			a.Slices[i].Tasks = append(slices.Clone(a.Slices[i].Tasks), "zz-unlisted")
+		}
+		load := powerLoad(rng, 1+rng.IntN(4*len(a.Slices)), 1.5)
+		if round%2 == 0 {
+			load = withBytes(rng, load, 1e3)
+		}
+		if round%3 == 0 { // slices with no load among the others
+			load = slices.DeleteFunc(load, func(LoadEntry) bool { return rng.IntN(3) == 0 })
+		}
+		live := slices.Clone(tasks)
+		for i := range live {
+			live[i].Capacity = float64(1 + rng.IntN(3))
+		}
+		idx := NewOwnerIndex(a)
+		want, got := TaskLoads(a, load), idx.TaskLoads(load)
+		for i := range want {
+			if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+				t.Fatalf("round %d: task %d's load from the index is %v, want %v", round, i, got[i], want[i])
+			}
+		}
+		wantB, gotB := TaskBytes(a, load), idx.TaskBytes(load)
+		for i := range wantB {
+			if math.Float64bits(gotB[i]) != math.Float64bits(wantB[i]) {
+				t.Fatalf("round %d: task %d's bytes from the index are %v, want %v", round, i, gotB[i], wantB[i])
+			}
+		}
+		wi, wb := Hottest(a, load, live)
+		if gi, gb := idx.Hottest(load, live); gi != wi || math.Float64bits(gb) != math.Float64bits(wb) {
+			t.Fatalf("round %d: Hottest from the index %d, %v, want %d, %v", round, gi, gb, wi, wb)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package assigner
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -98,6 +99,44 @@ func TestLoadReportsCutToTheLastTwoGenerations(t *testing.T) {
 		if got := f.as.ForeignLoadReports(); got != tc.foreign {
 			t.Errorf("generation %d: %d reports cut, want %d", tc.a.Generation, got, tc.foreign)
 		}
+	}
+}
+
+// The job's task loads, for its imbalance, its hottest task and GetJob,
+// are read through the index its load reports were cut with once one is
+// held for the current assignment, and by name before. (To tell the two
+// ways apart, the test rewrites a slice of the indexed assignment, which
+// nothing else may do: the index still says who served it.)
+func TestTaskLoadsReadThroughTheReportsIndex(t *testing.T) {
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	f := newBalanceFixture(t, members, nil)
+	cur := f.j.pub.Current()
+	load := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: 300}}
+	if f.j.owners.lookup(cur) != nil {
+		t.Fatal("an index is held before any report")
+	}
+	if got, _ := f.as.taskLoadsOf("kv", cur, load, false); !slices.Equal(got, assign.TaskLoads(cur, load)) {
+		t.Fatalf("task loads without an index %v, want %v", got, assign.TaskLoads(cur, load))
+	}
+	f.report(t, nil, "t0", "t1", "t2")
+	idx := f.j.owners.lookup(cur)
+	if idx == nil || idx.Assignment() != cur {
+		t.Fatal("no index held for the current assignment after its tasks reported")
+	}
+	want := assign.TaskLoads(cur, load)
+	first := cur.Slices[0].Tasks
+	other := "t0"
+	if first[0] == "t0" {
+		other = "t1"
+	}
+	cur.Slices[0].Tasks = []string{other}
+	defer func() { cur.Slices[0].Tasks = first }()
+	if got, _ := f.as.taskLoadsOf("kv", cur, load, false); !slices.Equal(got, want) {
+		t.Fatalf("task loads with an index held %v, want the index's %v (by name: %v)", got, want, assign.TaskLoads(cur, load))
+	}
+	if i, _ := f.as.hottestOf("kv", cur, load, nil); i != slices.Index(want, slices.Max(want)) {
+		t.Fatalf("hottest task %d, want %d from the index's loads %v", i, slices.Index(want, slices.Max(want)), want)
 	}
 }
 

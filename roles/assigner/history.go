@@ -35,7 +35,8 @@ func (a *Assigner) causeOf(job string, cur *assign.Assignment, live []assign.Tas
 	case cur == nil:
 		return storage.CauseInitial, fmt.Sprintf("the job's first assignment, over %d tasks", len(live))
 	case why == triggerLoad:
-		return storage.CauseLoad, hottest(cur, live, load)
+		i, imbalance := a.hottestOf(job, cur, load, live)
+		return storage.CauseLoad, hottest(cur, i, imbalance)
 	}
 	switch why {
 	case triggerTakeover:
@@ -114,9 +115,9 @@ func (a *Assigner) causeOf(job string, cur *assign.Assignment, live []assign.Tas
 	return cause, strings.Join(parts, "; ")
 }
 
-// hottest describes the most utilised task of cur under load.
-func hottest(cur *assign.Assignment, live []assign.Task, load assign.Load) string {
-	i, imbalance := assign.Hottest(cur, load, live)
+// hottest describes task i of cur as the most utilised, at imbalance
+// (assign.Hottest).
+func hottest(cur *assign.Assignment, i int, imbalance float64) string {
 	if i < 0 {
 		return "rebalancing on measured load"
 	}

@@ -182,9 +182,8 @@ func (a *Assigner) loadView(job string, cur *assign.Assignment, live []assign.Ta
 	v := &loadView{cur: cur, total: load.Total(),
 		reporting: uint32(a.loads.reportingAmong(job, a.liveNamesNow(job)))}
 	if cur != nil {
-		loads := assign.TaskLoads(cur, load)
+		loads, held := a.taskLoadsOf(job, cur, load, true)
 		_, v.imbalance = assign.HottestOf(cur, loads, live)
-		held := assign.TaskBytes(cur, load)
 		v.taskLoads = make([]*slicerv1.TaskLoad, 0, len(cur.Tasks))
 		for i, l := range loads {
 			v.taskLoads = append(v.taskLoads, &slicerv1.TaskLoad{Task: cur.Tasks[i].Name, Load: l, Bytes: held[i]})
