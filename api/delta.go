@@ -177,9 +177,9 @@ func applyDelta(base *assign.Assignment, d *slicerv1.AssignmentDelta) (*assign.A
 		return 0
 	})
 
-	// A painted slice's list is one of the new task table's, shared with
-	// the painted slices before it that name the same tasks; the held
-	// slices keep theirs.
+	// Painted slices get their lists from the new task table, shared as
+	// assign.TaskLists shares them (a task's one-name list, a list naming
+	// what the painted slice before names); the held slices keep theirs.
 	lists := assign.NewTaskLists(tasks)
 	lists.Reserve(multiNames(paint))
 	out := make([]assign.Slice, 0, len(base.Slices)+len(paint))

@@ -2,6 +2,7 @@ package assigner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -11,6 +12,8 @@ import (
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/roles/rpc"
+	"github.com/slicerd/slicerd/storage/storagetest"
 )
 
 // manyJobs is a membership that counts its versions, as gossip does,
@@ -110,6 +113,55 @@ func TestLeaseCallsReadMembersOncePerVersion(t *testing.T) {
 	members.mu.Unlock()
 	if _, err := as.checkLeaseCall("j1", "t3", slicerv1.LeaseKind_LEASE_KIND_GUARD); err != nil {
 		t.Errorf("a task listed a moment before its membership version moved: %v", err)
+	}
+}
+
+// A job the store does not hold exists while a task of it is alive in
+// gossip; its first task is found in gossip's own list before its member
+// event moves the membership's version, so that a subscriber asking at
+// once is not told the job is unknown. A job no task names stays unknown.
+func TestJobOfATaskJoinedBeforeItsVersionMoved(t *testing.T) {
+	members := manyJobs(3, 1)
+	as := testAssigner(t, testConfig(t, "n"), testStore(t), members, nil)
+	ctx := context.Background()
+	if _, err := as.peek(ctx, "fresh"); !errors.Is(err, rpc.ErrUnknownJob) {
+		t.Fatalf("a job no task names: %v, want unknown", err)
+	}
+	members.mu.Lock()
+	members.peers = append(members.peers, gossip.Peer{Name: "fresh/t0", Roles: []gossip.Role{gossip.RoleTask}, Job: "fresh", Task: "t0",
+		Status: gossip.StatusAlive, RPCAddr: "127.0.0.1:14"})
+	members.mu.Unlock()
+	if _, err := as.peek(ctx, "fresh"); err != nil {
+		t.Fatalf("the job of a task listed a moment before its membership version moved: %v", err)
+	}
+	if _, err := as.peek(ctx, "other"); !errors.Is(err, rpc.ErrUnknownJob) {
+		t.Fatalf("a job no task names: %v, want unknown", err)
+	}
+}
+
+// A job whose task joined a moment before the membership's version moved
+// has a live task: DeleteJob refuses it, as it refuses any job with one.
+func TestDeleteRefusesATaskJoinedBeforeItsVersionMoved(t *testing.T) {
+	members := manyJobs(1, 1)
+	ctx := context.Background()
+	store := testStore(t)
+	if err := store.Commit(ctx, "kv", 0, storagetest.Assignment("kv", 1, 1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	as := testAssigner(t, testConfig(t, "n"), store, members, nil)
+	if live := as.tasksOf("kv", true); len(live) != 0 { // the membership indexed with no task of kv
+		t.Fatalf("kv has live tasks %v before any joined", live)
+	}
+	members.mu.Lock()
+	members.peers = append(members.peers, gossip.Peer{Name: "kv/task-0000", Roles: []gossip.Role{gossip.RoleTask}, Job: "kv", Task: "task-0000",
+		Status: gossip.StatusAlive, RPCAddr: "127.0.0.1:15"})
+	members.mu.Unlock()
+	_, err := as.DeleteJob(ctx, connect.NewRequest(&slicerv1.DeleteJobRequest{Job: "kv"}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("DeleteJob of a job with a task listed a moment before its version moved: %v, want FAILED_PRECONDITION", err)
+	}
+	if _, err := store.Load(ctx, "kv"); err != nil {
+		t.Fatalf("the job's record: %v", err)
 	}
 }
 

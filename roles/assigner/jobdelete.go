@@ -78,7 +78,10 @@ func (a *Assigner) deleteJob(ctx context.Context, req *connect.Request[slicerv1.
 	// for a job whose deletion is under way, nor lost after it.
 	a.setConfig.Lock()
 	defer a.setConfig.Unlock()
-	if live := a.tasksOf(name, true); len(live) > 0 {
+	// Gossip's own list, not the membership's index for the current
+	// version: a task that joined a moment before its member event moved
+	// the version keeps its job.
+	if live := jobTasks(a.members.Peers(), name, true); len(live) > 0 {
 		return nil, rpc.ToConnect(liveTasksError(name, live))
 	}
 	_, held := a.known(name)

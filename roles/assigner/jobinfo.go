@@ -89,6 +89,19 @@ func (a *Assigner) job(ctx context.Context, name string) (*assignerJob, error) {
 	}
 }
 
+// hasLiveTask reports whether a task of job is alive in gossip: in the
+// membership's index for the current version or, since the index is
+// built from the list as it was when the version last moved, in gossip's
+// own list. A job's first task is in the list a moment before its member
+// event moves the version, and a subscriber or a caller that asks for the
+// job in that moment finds it rather than an unknown job.
+func (a *Assigner) hasLiveTask(job string) bool {
+	if idx, ok := a.membersNow(); ok && len(idx.tasks[job]) > 0 {
+		return true
+	}
+	return len(jobTasks(a.members.Peers(), job, true)) > 0
+}
+
 // peek returns the state of a job for reading: this Assigner's own when
 // it has the job, else one read from the store (or gossip) and not kept,
 // so that a read never adds a job. It returns rpc.ErrUnknownJob when neither
@@ -121,7 +134,7 @@ func (a *Assigner) read(ctx context.Context, name string) (*assignerJob, storage
 	rec, err := storage.LoadCurrent(ctx, a.store, name)
 	switch {
 	case errors.Is(err, storage.ErrNotFound):
-		if len(a.tasksOf(name, true)) == 0 {
+		if !a.hasLiveTask(name) {
 			return nil, storage.Record{}, rpc.UnknownJob(name)
 		}
 		rec = storage.Record{Job: name, Config: assign.DefaultConfig()}
