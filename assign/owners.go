@@ -4,7 +4,9 @@ package assign
 // a task's load report to the keys the task serves (Load.OwnedIn) reads
 // that task's slices rather than every slice of the job: at 10,000 tasks
 // and a million slices, a report costs its own hundred slices instead of a
-// pass over the million. An Assigner builds one per generation it holds.
+// pass over the million. It also keeps each slice's tasks as indexes, so
+// that the tasks' loads (TaskLoads, Hottest) are summed without looking
+// a name up. An Assigner builds one per generation it holds.
 // It is never modified after NewOwnerIndex, so goroutines may share it;
 // the assignment it indexes must not change either.
 type OwnerIndex struct {
