@@ -29,16 +29,22 @@ func sampleAssignments(tb testing.TB) []*Assignment {
 	return []*Assignment{one, three, joined, twoSlices()}
 }
 
+// roundTrip encodes a and decodes the encoding, failing tb on an error.
+func roundTrip(tb testing.TB, a *Assignment) (enc []byte, got *Assignment) {
+	tb.Helper()
+	enc, err := a.MarshalBinary()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if got, err = UnmarshalAssignment(enc); err != nil {
+		tb.Fatal(err)
+	}
+	return enc, got
+}
+
 func TestCodecRoundTrip(t *testing.T) {
 	for _, a := range sampleAssignments(t) {
-		b, err := a.MarshalBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := UnmarshalAssignment(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, got := roundTrip(t, a)
 		if !reflect.DeepEqual(got, a) {
 			t.Fatalf("round trip changed the assignment:\n got %+v\nwant %+v", got, a)
 		}

@@ -93,14 +93,7 @@ func TestDecodeSharesLists(t *testing.T) {
 		{0, w, []string{"a"}}, {w, 2 * w, []string{"b", "c"}}, {2 * w, 3 * w, []string{"b", "c"}},
 		{3 * w, 4 * w, []string{"c"}}, {4 * w, 5 * w, []string{"a"}}, {5 * w, KeySpaceEnd, []string{"a", "c"}},
 	}}
-	b, err := a.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := UnmarshalAssignment(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, got := roundTrip(t, a)
 	if !Equal(got, a) {
 		t.Fatalf("round trip: %+v, want %+v", got, a)
 	}

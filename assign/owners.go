@@ -30,7 +30,7 @@ func NewOwnerIndex(a *Assignment) *OwnerIndex {
 
 // TaskLoads is TaskLoads(o.Assignment(), l), to the last bit, with the
 // tasks of each slice read from the index rather than looked up by name:
-// at a million slices, a third of the time.
+// at a million slices, two-fifths of the time (BenchmarkHottestIndexed).
 func (o *OwnerIndex) TaskLoads(l Load) []float64 {
 	return sumPerTask(o.a, l, (*LoadEntry).within, true, o.idsOf)
 }

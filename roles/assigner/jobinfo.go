@@ -96,10 +96,7 @@ func (a *Assigner) job(ctx context.Context, name string) (*assignerJob, error) {
 // event moves the version, and a subscriber or a caller that asks for the
 // job in that moment finds it rather than an unknown job.
 func (a *Assigner) hasLiveTask(job string) bool {
-	if idx, ok := a.membersNow(); ok && len(idx.tasks[job]) > 0 {
-		return true
-	}
-	return len(jobTasks(a.members.Peers(), job, true)) > 0
+	return len(a.liveNamesNow(job)) > 0 || len(a.liveTaskNames(job)) > 0
 }
 
 // peek returns the state of a job for reading: this Assigner's own when
@@ -167,8 +164,8 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	v := a.views.get(j.name, j.pub.Current(), func(cur *assign.Assignment) *loadView { return a.loadView(j.name, cur, live) })
 	info.TotalLoad = v.total
 	info.ReportingTasks = v.reporting
-	if v.cur != nil {
-		info.Generation = v.cur.Generation
+	if v.version.Generation != 0 {
+		info.Generation = v.version.Generation
 		info.Imbalance = v.imbalance
 		info.TaskLoads = v.taskLoads
 	}
@@ -180,8 +177,11 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 // whether it is needed. Its TaskLoads are shared by the answers it is
 // served in, which only read them.
 type loadView struct {
-	at        time.Time          // when it was computed
-	cur       *assign.Assignment // the assignment it describes; nil for none
+	at time.Time // when it was computed
+	// version is the assignment it describes (the zero Version for none):
+	// its version, not the assignment, so that a view nobody asks for
+	// again does not keep a generation the job has left behind.
+	version   assign.Version
 	total     float64
 	reporting uint32
 	imbalance float64
@@ -192,7 +192,7 @@ type loadView struct {
 // with live its alive tasks.
 func (a *Assigner) loadView(job string, cur *assign.Assignment, live []assign.Task) *loadView {
 	load := a.jobLoad(job)
-	v := &loadView{cur: cur, total: load.Total(),
+	v := &loadView{version: cur.Version(), total: load.Total(),
 		reporting: uint32(a.loads.reportingAmong(job, a.liveNamesNow(job)))}
 	if cur != nil {
 		loads, held := a.taskLoadsOf(job, cur, load, true)
@@ -229,8 +229,9 @@ type viewSlot struct {
 	v  *loadView
 }
 
-// get returns job's view under cur: the one held, when it describes cur
-// and is younger than viewMaxAge, else one compute makes (and holds).
+// get returns job's view under cur: the one held, when it describes
+// cur's version and is younger than viewMaxAge, else one compute makes
+// (and holds).
 func (vs *loadViews) get(job string, cur *assign.Assignment, compute func(*assign.Assignment) *loadView) *loadView {
 	vs.mu.Lock()
 	if vs.views == nil {
@@ -248,7 +249,7 @@ func (vs *loadViews) get(job string, cur *assign.Assignment, compute func(*assig
 	if vs.now != nil {
 		now = vs.now()
 	}
-	if v := slot.v; v != nil && v.cur == cur && now.Sub(v.at) >= 0 && now.Sub(v.at) < viewMaxAge {
+	if v := slot.v; v != nil && v.version == cur.Version() && now.Sub(v.at) >= 0 && now.Sub(v.at) < viewMaxAge {
 		return v
 	}
 	v := compute(cur)

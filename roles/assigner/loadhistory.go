@@ -2,13 +2,13 @@ package assigner
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/roles/rpc"
 )
 
@@ -153,16 +153,8 @@ func (a *Assigner) sampleLoads(now time.Time) {
 // added up from its tasks' reports without merging them: at 10,000 tasks
 // the merge alone costs some 90 ms, the buckets of the reports a few.
 func (a *Assigner) jobBuckets(job string) []float64 {
-	live := a.liveNamesNow(job)
 	out := make([]float64, loadBuckets)
-	a.loads.mu.Lock()
-	defer a.loads.mu.Unlock()
-	now := a.loads.now()
-	for task, r := range a.loads.jobs[job] {
-		if _, ok := slices.BinarySearch(live, task); ok {
-			r.rate.AddBuckets(out, a.loads.weight(r, now))
-		}
-	}
+	a.liveReports(job, func(rate assign.Load, w float64) { rate.AddBuckets(out, w) })
 	return out
 }
 

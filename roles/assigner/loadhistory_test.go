@@ -161,3 +161,24 @@ func TestLoadHistoryTakesOnlyWhatItRecords(t *testing.T) {
 		t.Error("the room made is not taken at the next sample")
 	}
 }
+
+// A sample weighs each report as decisions do (jobLoad): a report past
+// its window counts for less, decaying with the half-life.
+func TestLoadHistoryWeighsStaleReports(t *testing.T) {
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	f := newBalanceFixture(t, members, nil)
+	if f.as.loads.halfLife <= 0 {
+		t.Fatal("the fixture's reports do not decay")
+	}
+	f.report(t, assignertest.Skewed(), "t0", "t1", "t2")
+	f.now = f.now.Add(time.Minute + 2*f.as.loads.halfLife) // long past the reports' windows
+	f.as.sampleLoads(f.now)
+	var sum float64
+	for _, v := range f.as.loadHistory.samples("kv")[0].GetBucketLoad() {
+		sum += v
+	}
+	if want := f.as.jobLoad("kv").Total(); sum >= 1000/4 || math.Abs(sum-want) > 1e-6*want {
+		t.Errorf("a sample of stale reports adds up to %g; want the decayed load decisions see, %g", sum, want)
+	}
+}
