@@ -19,11 +19,25 @@ func benchAlgorithm(b *testing.B, alg Algorithm, n int) { benchAlgorithmCaps(b, 
 // benchJob is the job the decision benchmarks start from: n tasks holding
 // 50 to 150 slices each, scattered at random, under a power-law load of an
 // entry a slice; rng is what drew it, for what the benchmark draws next.
+// prev is as an Assigner holds a job's assignment, decoded from the store
+// (its slices share task lists; see TaskLists).
 func benchJob(n int) (rng *rand.Rand, tasks []Task, prev *Assignment, load Load) {
 	rng = rand.New(rand.NewPCG(7, uint64(n)))
 	tasks = testTasks(n)
-	prev = scattered(rng, tasks, 50+rng.IntN(101), 1)
+	prev = stored(scattered(rng, tasks, 50+rng.IntN(101), 1))
 	return rng, tasks, prev, powerLoad(rng, len(prev.Slices), 1.5)
+}
+
+// stored is a as the store's encoding gives it back.
+func stored(a *Assignment) *Assignment {
+	b, err := a.MarshalBinary()
+	if err != nil {
+		panic(err)
+	}
+	if a, err = UnmarshalAssignment(b); err != nil {
+		panic(err)
+	}
+	return a
 }
 
 // reportTimes reports the median and the 99th percentile of times (the

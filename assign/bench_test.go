@@ -40,6 +40,29 @@ func BenchmarkValidate(b *testing.B) {
 	}
 }
 
+// BenchmarkValidateMillion checks a job of 10,000 tasks and 10^6 slices
+// and reads its slices' task indexes, as every decision does first: with
+// every slice's list its own (own-lists) and as decoded from the store,
+// where slices share lists (stored).
+//
+//	go test -run '^$' -bench ValidateMillion -count 6 ./assign/
+func BenchmarkValidateMillion(b *testing.B) {
+	a := scattered(rand.New(rand.NewPCG(7, 1)), testTasks(10000), 100, 1)
+	for _, c := range []struct {
+		name string
+		a    *Assignment
+	}{{"own-lists", a}, {"stored", stored(a)}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.a.validate(true); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkFind(b *testing.B) {
 	a := fragmented(b, 100, 100)
 	rng := rand.New(rand.NewPCG(1, 2))

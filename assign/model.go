@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // Task is one server process of a job, as the assignment records it.
@@ -332,12 +333,36 @@ func (a *Assignment) validate(refs bool) (taskRefs, error) {
 		if lo > 0 {
 			next = a.Slices[lo-1].End // checked by the part before
 		}
+		seen := newListMemo(len(a.Tasks))
 		for i := lo; i < hi; i++ {
+			s := &a.Slices[i]
+			// A list met before (slices share lists; see Slice) names the
+			// tasks it named then: only the range is left to check.
+			if at, ok := seen.find(s.Tasks); ok {
+				if !rangeOK(s, next) {
+					errs[part] = a.checkRange(i, next)
+					return
+				}
+				if refs {
+					if len(s.Tasks) == 1 {
+						*ids = append(*ids, (*ids)[at])
+					} else {
+						*ids = append(*ids, (*ids)[at:at+len(s.Tasks)]...)
+					}
+				}
+				next = s.End
+				continue
+			}
+			at := 0
+			if refs {
+				at = len(*ids)
+			}
 			if err := a.checkSlice(i, next, known, ids); err != nil {
 				errs[part] = err
 				return
 			}
-			next = a.Slices[i].End
+			seen.put(s.Tasks, at)
+			next = s.End
 		}
 		if refs {
 			out[part] = *ids
@@ -358,17 +383,8 @@ func (a *Assignment) validate(refs bool) (taskRefs, error) {
 // ids, when not nil, the index in known of every task it names.
 func (a *Assignment) checkSlice(i int, next SliceKey, known map[string]int32, ids *[]int32) error {
 	s := &a.Slices[i]
-	switch {
-	case s.Start > next:
-		return fmt.Errorf("%w: job %q: gap [%#x, %#x) before slice %d", ErrInvalidAssignment, a.Job, next, s.Start, i)
-	case s.Start < next:
-		return fmt.Errorf("%w: job %q: slice %d starts at %#x, overlapping the previous slice that ends at %#x", ErrInvalidAssignment, a.Job, i, s.Start, next)
-	case s.End <= s.Start:
-		return fmt.Errorf("%w: job %q: slice %d is empty or inverted [%#x, %#x)", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
-	case s.End > KeySpaceEnd:
-		return fmt.Errorf("%w: job %q: slice %d ends at %#x, past the key space end %#x", ErrInvalidAssignment, a.Job, i, s.End, KeySpaceEnd)
-	case len(s.Tasks) == 0:
-		return fmt.Errorf("%w: job %q: slice %d [%#x, %#x) has no task", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
+	if !rangeOK(s, next) {
+		return a.checkRange(i, next)
 	}
 	for j, name := range s.Tasks {
 		if j > 0 && s.Tasks[j-1] >= name {
@@ -383,4 +399,99 @@ func (a *Assignment) checkSlice(i int, next SliceKey, known map[string]int32, id
 		}
 	}
 	return nil
+}
+
+// rangeOK reports whether s starts at next, is not empty, ends within
+// the key space and names a task: whether checkRange finds nothing.
+func rangeOK(s *Slice, next SliceKey) bool {
+	return s.Start == next && s.End > s.Start && s.End <= KeySpaceEnd && len(s.Tasks) > 0
+}
+
+// checkRange validates slice i's range, which must start at next, and
+// that it names a task.
+func (a *Assignment) checkRange(i int, next SliceKey) error {
+	s := &a.Slices[i]
+	switch {
+	case s.Start > next:
+		return fmt.Errorf("%w: job %q: gap [%#x, %#x) before slice %d", ErrInvalidAssignment, a.Job, next, s.Start, i)
+	case s.Start < next:
+		return fmt.Errorf("%w: job %q: slice %d starts at %#x, overlapping the previous slice that ends at %#x", ErrInvalidAssignment, a.Job, i, s.Start, next)
+	case s.End <= s.Start:
+		return fmt.Errorf("%w: job %q: slice %d is empty or inverted [%#x, %#x)", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
+	case s.End > KeySpaceEnd:
+		return fmt.Errorf("%w: job %q: slice %d ends at %#x, past the key space end %#x", ErrInvalidAssignment, a.Job, i, s.End, KeySpaceEnd)
+	case len(s.Tasks) == 0:
+		return fmt.Errorf("%w: job %q: slice %d [%#x, %#x) has no task", ErrInvalidAssignment, a.Job, i, s.Start, s.End)
+	}
+	return nil
+}
+
+// listMemo remembers task lists already checked, by the address of their
+// first name: slices share lists (see Slice), and a list met again names
+// the same tasks, so they need not be looked up again. It is a table of
+// fixed size indexed by that address: a list whose entry another list
+// took since is looked up again, which is only slower. Lists of one task
+// are usually windows of one array (see TaskLists), whose consecutive
+// elements take consecutive entries.
+// Where few lists are met again (every slice's list its own), the memo
+// stops after a while, costing nothing more.
+type listMemo struct {
+	lists       []memoEntry
+	mask        uintptr
+	trial       int // lists to try the memo on before it may stop
+	tries, hits int
+}
+
+type memoEntry struct {
+	first uintptr // the address of the list's first name; 0: no list
+	n     int32   // its length
+	at    int32   // where its task indexes start in the caller's ids
+}
+
+// newListMemo returns a memo for the lists of an assignment of n tasks:
+// room for at least twice as many lists as tasks, up to 65,536. It stops
+// if, after four lists a task (each task's first list is new to it) or
+// 4,096 lists, fewer than half it was asked for were met before.
+func newListMemo(n int) listMemo {
+	size := 64
+	for size < 1<<16 && size < 2*n {
+		size *= 2
+	}
+	return listMemo{lists: make([]memoEntry, size), mask: uintptr(size - 1), trial: max(4096, 4*n)}
+}
+
+func (m *listMemo) slot(first uintptr) *memoEntry {
+	const name = unsafe.Sizeof("")
+	return &m.lists[(first/name^first>>20)&m.mask]
+}
+
+// find reports whether list was put and, if so, at what index.
+func (m *listMemo) find(list []string) (int, bool) {
+	if len(list) == 0 || m.lists == nil {
+		return 0, false
+	}
+	return m.lookup(list)
+}
+
+func (m *listMemo) lookup(list []string) (int, bool) {
+	m.tries++
+	first := uintptr(unsafe.Pointer(&list[0]))
+	e := m.slot(first)
+	if e.first != first || int(e.n) != len(list) {
+		if m.tries >= m.trial && 2*m.hits < m.tries {
+			m.lists = nil
+		}
+		return 0, false
+	}
+	m.hits++
+	return int(e.at), true
+}
+
+// put remembers list, checked, as at.
+func (m *listMemo) put(list []string, at int) {
+	if len(list) == 0 || m.lists == nil {
+		return
+	}
+	first := uintptr(unsafe.Pointer(&list[0]))
+	*m.slot(first) = memoEntry{first: first, n: int32(len(list)), at: int32(at)}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -124,5 +125,72 @@ func TestSplitInOrderInParts(t *testing.T) {
 				t.Fatalf("on %d processors under a ceiling of %d: ok %v, want %v", procs, ceiling, got.ok, want)
 			}
 		}
+	}
+}
+
+// Validating an assignment whose slices share lists (as decoded ones do)
+// reads the same task indexes and finds the same first fault as when
+// every slice has a list of its own: a list met again is not looked up,
+// but its slice's range still is checked.
+func TestValidateSharedLists(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 7))
+	for _, r := range []int{1, 2} {
+		shared := stored(scattered(rng, testTasks(300), 3*partMin/300, r))
+		own := shared.Clone() // every list its own
+		for i := range own.Slices {
+			own.Slices[i].Tasks = slices.Clone(own.Slices[i].Tasks)
+		}
+		if sameList(shared.Slices[0].Tasks, own.Slices[0].Tasks) {
+			t.Fatal("the clone shares a list")
+		}
+		n := len(shared.Slices)
+		for _, fault := range []struct {
+			name string
+			do   func(a *Assignment)
+		}{
+			{"none", func(*Assignment) {}},
+			{"gap", func(a *Assignment) { a.Slices[n/2+3].Start++ }},
+			{"overlap", func(a *Assignment) { a.Slices[n-7].Start-- }},
+			{"empty", func(a *Assignment) { a.Slices[n/3].End = a.Slices[n/3].Start }},
+			{"past the end", func(a *Assignment) { a.Slices[n-1].End = a.Slices[n-1].Start; a.Slices[n-2].End = KeySpaceEnd + 1 }},
+		} {
+			for _, procs := range []int{1, 2, 3} {
+				old := runtime.GOMAXPROCS(procs)
+				var errs [2]error
+				var refs [2][]int32
+				for k, a := range []*Assignment{shared, own} {
+					b := *a
+					b.Slices = slices.Clone(a.Slices)
+					fault.do(&b)
+					rs, err := b.validate(true)
+					errs[k], refs[k] = err, slices.Concat(rs...)
+				}
+				runtime.GOMAXPROCS(old)
+				if fmt.Sprint(errs[0]) != fmt.Sprint(errs[1]) || !slices.Equal(refs[0], refs[1]) {
+					t.Fatalf("r=%d, %s, %d processors: shared lists give %v and %d indexes, own lists %v and %d", r, fault.name, procs, errs[0], len(refs[0]), errs[1], len(refs[1]))
+				}
+				if (fault.name == "none") != (errs[0] == nil) {
+					t.Fatalf("r=%d, %s: %v", r, fault.name, errs[0])
+				}
+			}
+		}
+	}
+}
+
+// Two lists that begin at the same name of one array but differ in length
+// are two lists to the memo.
+func TestValidateListsSharingAFirstName(t *testing.T) {
+	names := []string{"a", "b"}
+	a := &Assignment{Job: "j", Generation: 1, Tasks: []Task{{Name: "a"}, {Name: "b"}}, Slices: []Slice{
+		{Start: 0, End: 10, Tasks: names},
+		{Start: 10, End: 20, Tasks: names[:1]},
+		{Start: 20, End: KeySpaceEnd, Tasks: names},
+	}}
+	refs, err := a.validate(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Concat(refs...); !slices.Equal(got, []int32{0, 1, 0, 0, 1}) {
+		t.Fatalf("task indexes %v, want [0 1 0 0 1]", got)
 	}
 }
