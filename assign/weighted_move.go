@@ -34,29 +34,7 @@ func (w *weigher) moveGreedy() {
 	if n < 2 {
 		return
 	}
-	// Slice indices per task, as full-capacity windows of one array:
-	// appending to a task's list copies only that list.
-	owned := make([][]int32, n)
-	count := make([]int32, n+1)
-	for i := range w.sl {
-		for _, t := range w.p.tasks(&w.sl[i]) {
-			count[t+1]++
-		}
-	}
-	for t := range n {
-		count[t+1] += count[t]
-	}
-	flat := make([]int32, count[n])
-	next := slices.Clone(count[:n]) // where task t's next slice goes
-	for i := range w.sl {
-		for _, t := range w.p.tasks(&w.sl[i]) {
-			flat[next[t]] = int32(i)
-			next[t]++
-		}
-	}
-	for t := range n {
-		owned[t] = flat[count[t]:count[t+1]:count[t+1]]
-	}
+	owned := w.ownedSlices()
 	hot := newTaskHeap(w.tload, true)
 	cold := w.newReceivers()
 	// With one capacity and no task that may refuse a receiver (memory
@@ -90,7 +68,8 @@ func (w *weigher) moveGreedy() {
 				best = c
 			}
 		}
-		alone := int32(-2) // the best receiver of a slice of h's alone; -2: not looked for
+		alone := int32(-2)  // the best receiver of a slice of h's alone; -2: not looked for
+		var alone1 [1]int32 // the tasks of a slice h serves alone
 		receiver := func(ts []int32, l, b float64) int32 {
 			if !oneClass || len(ts) != 1 {
 				return cold.best(ts, l, b)
@@ -103,21 +82,25 @@ func (w *weigher) moveGreedy() {
 		// Moving or dropping a task's last slice would make it look new
 		// to the next decision, which would hand it keys again.
 		last := len(owned[h]) <= 1
-		for _, si := range owned[h] {
-			s := &w.sl[si]
-			l := w.sload[si]
+		for _, o := range owned[h] {
+			si, l := o.slice, o.load
 			if l == 0 {
 				continue
 			}
-			ts := w.p.tasks(s)
+			ts := alone1[:]
+			if o.n > 1 {
+				ts = w.p.tasks(&w.sl[si])
+			} else {
+				alone1[0] = h
+			}
 			r := len(ts)
 			sh := l / float64(r)
-			width := s.end - s.start
+			width := o.width
 			// Shares are loads; times inv they are utilisations.
 			ih := w.inv[h]
 			sb := w.bytes(si)
 			// An operator's pin keeps the slice on its task.
-			keep := w.p.pins != nil && w.p.pinnedTo(s.start, s.end) == h
+			keep := w.p.pins != nil && w.p.pinnedTo(w.sl[si].start, w.sl[si].end) == h
 			if c := receiver(ts, sh, sb); c >= 0 && !last && !keep {
 				consider(candidate{loadMove: loadMove{kind: Reassign, slice: si, from: h, to: c}, cost: width,
 					gain: lh - max(lh-sh*ih, w.tload[c]+sh*w.inv[c])})
@@ -182,7 +165,7 @@ func (w *weigher) effect(m loadMove, f func(t int32, du, db float64)) {
 
 // apply carries out a phase-4 move that moves cost keys, recording it
 // with reason.
-func (w *weigher) apply(m loadMove, cost uint64, reason string, owned [][]int32, hot *taskHeap[float64], cold *receivers) {
+func (w *weigher) apply(m loadMove, cost uint64, reason string, owned [][]ownedSlice, hot *taskHeap[float64], cold *receivers) {
 	w.effect(m, func(t int32, du, db float64) {
 		w.tload[t] += du
 		if db != 0 {
@@ -196,14 +179,20 @@ func (w *weigher) apply(m loadMove, cost uint64, reason string, owned [][]int32,
 	case Reassign:
 		w.p.withoutTask(s, m.from)
 		w.p.withTask(s, m.to)
-		removeSlice(owned, m.from, m.slice)
-		owned[m.to] = append(owned[m.to], m.slice)
+		o := removeSlice(owned, m.from, m.slice)
+		owned[m.to] = append(owned[m.to], o)
 	case AddReplica:
 		w.p.withTask(s, m.to)
-		owned[m.to] = append(owned[m.to], m.slice)
+		owned[m.to] = append(owned[m.to], ownedSlice{slice: m.slice, load: w.sload[m.slice], width: s.end - s.start})
 	case RemoveReplica:
 		w.p.withoutTask(s, m.from)
 		removeSlice(owned, m.from, m.slice)
+	}
+	if m.kind != Reassign {
+		for _, t := range w.p.tasks(s) {
+			i := slices.IndexFunc(owned[t], func(o ownedSlice) bool { return o.slice == m.slice })
+			owned[t][i].n = s.n
+		}
 	}
 	w.p.move(m.kind, s, m.from, m.to, reason)
 	w.moveChurn += cost
@@ -335,8 +324,63 @@ func insertID(ts []int32, t int32) []int32 {
 	return append(out, ts[i:]...)
 }
 
-func removeSlice(owned [][]int32, t, si int32) {
-	if i := slices.Index(owned[t], si); i >= 0 {
-		owned[t] = slices.Delete(owned[t], i, i+1)
+// ownedSlice is a slice a task serves, as phase 4 reads it: its index in
+// w.sl and what the scan of a task's slices needs of it, kept beside the
+// index so that the scan reads one array in order, not three at random
+// (a decision scans the hottest task's slices once a step, thousands of
+// steps for a job of ten thousand tasks). Its load and width do not
+// change during phase 4; apply keeps n.
+type ownedSlice struct {
+	slice int32
+	n     int32   // the tasks serving it
+	load  float64 // w.sload[slice]
+	width uint64
+}
+
+// ownedSlices returns the slices each task serves, by task id, as
+// windows of one array with room for ownedSlack more: appending to a
+// task's list past that copies only that list.
+func (w *weigher) ownedSlices() [][]ownedSlice {
+	n := len(w.p.live)
+	count := make([]int32, n+1)
+	if w.held != nil {
+		copy(count[1:], w.held)
+	} else {
+		for i := range w.sl {
+			for _, t := range w.p.tasks(&w.sl[i]) {
+				count[t+1]++
+			}
+		}
 	}
+	w.held = nil // phase 4's moves do not keep it
+	for t := range n {
+		count[t+1] += count[t] + ownedSlack
+	}
+	flat := make([]ownedSlice, count[n])
+	next := slices.Clone(count[:n]) // where task t's next slice goes
+	for i := range w.sl {
+		s := &w.sl[i]
+		o := ownedSlice{slice: int32(i), n: s.n, load: w.sload[i], width: s.end - s.start}
+		for _, t := range w.p.tasks(s) {
+			flat[next[t]] = o
+			next[t]++
+		}
+	}
+	owned := make([][]ownedSlice, n)
+	for t := range n {
+		owned[t] = flat[count[t]:next[t]:count[t+1]]
+	}
+	return owned
+}
+
+// ownedSlack is the room ownedSlices leaves after each task's slices: a
+// receiver of moves takes a few before its list is copied.
+const ownedSlack = 4
+
+// removeSlice removes slice si from task t's slices and returns its entry.
+func removeSlice(owned [][]ownedSlice, t, si int32) ownedSlice {
+	i := slices.IndexFunc(owned[t], func(o ownedSlice) bool { return o.slice == si })
+	o := owned[t][i]
+	owned[t] = slices.Delete(owned[t], i, i+1)
+	return o
 }

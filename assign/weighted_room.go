@@ -81,7 +81,7 @@ type touchedTask struct {
 // and drains, memory limits, the redundancy bounds and the churn budget.
 // makeRoom tries nothing while h is within makeRoomAbove of the job's
 // utilisation, and reports whether it changed anything.
-func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], cold *receivers, budget uint64) bool {
+func (w *weigher) makeRoom(h int32, owned [][]ownedSlice, hot *taskHeap[float64], cold *receivers, budget uint64) bool {
 	lh := w.tload[h]
 	if lh <= (1+makeRoomAbove)*w.total/w.capacity {
 		return false
@@ -136,7 +136,7 @@ func (w *weigher) makeRoom(h int32, owned [][]int32, hot *taskHeap[float64], col
 
 // sharesOf returns receiver c's makeRoomScan hottest shares among mine,
 // its slices, found once per makeRoom call and kept in w.shares.
-func (w *weigher) sharesOf(c int32, mine []int32) []int32 {
+func (w *weigher) sharesOf(c int32, mine []ownedSlice) []int32 {
 	for _, s := range w.shareOf {
 		if s.t == c {
 			return w.shares[s.from:s.to:s.to]
@@ -156,11 +156,12 @@ type receiverShares struct {
 
 // hottestShares appends to dst up to k of the slices in mine that have
 // load, largest share first, in one pass over mine.
-func (w *weigher) hottestShares(dst, mine []int32, k int) []int32 {
+func (w *weigher) hottestShares(dst []int32, mine []ownedSlice, k int) []int32 {
 	share := func(si int32) float64 { return w.sload[si] / float64(w.sl[si].n) }
 	base := len(dst)
-	for _, si := range mine {
-		if w.sload[si] == 0 || len(dst)-base == k && share(si) <= share(dst[len(dst)-1]) {
+	for _, o := range mine {
+		si := o.slice
+		if o.load == 0 || len(dst)-base == k && o.load/float64(o.n) <= share(dst[len(dst)-1]) {
 			continue
 		}
 		dst = append(dst, si)
