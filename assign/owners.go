@@ -115,8 +115,8 @@ func (l Load) OwnedIn(task string, idx ...*OwnerIndex) Load {
 // taskIDs returns a function giving the indexes in a.Tasks of the tasks
 // of a slice of a (-1 for a name a does not list), valid until its next
 // call. Names are found in a table built once (by binary search for a few
-// tasks), and a slice with the task list of the slice before it (slices
-// share lists) is not looked up again.
+// tasks), and a list met before (slices share lists) is not looked up
+// again (see listMemo).
 func (a *Assignment) taskIDs() func(s *Slice) []int32 {
 	lookup := func(name string) int32 {
 		if i, ok := a.TaskIndex(name); ok {
@@ -136,15 +136,31 @@ func (a *Assignment) taskIDs() func(s *Slice) []int32 {
 			return -1
 		}
 	}
+	seen := newListMemo(len(a.Tasks))
+	var ids []int32 // the indexes of the lists seen remembers, back to back
 	var last []string
-	var ids []int32
+	var lastIDs []int32
 	return func(s *Slice) []int32 {
-		if !sameList(s.Tasks, last) {
-			last, ids = s.Tasks, ids[:0]
-			for _, name := range s.Tasks {
-				ids = append(ids, lookup(name))
-			}
+		switch {
+		case sameList(s.Tasks, last):
+			return lastIDs
+		case len(s.Tasks) == 0:
+			return nil
 		}
-		return ids
+		if at, ok := seen.find(s.Tasks); ok {
+			last, lastIDs = s.Tasks, ids[at:at+len(s.Tasks):at+len(s.Tasks)]
+			return lastIDs
+		}
+		at := len(ids)
+		if seen.lists == nil {
+			// The memo stopped: keep only this list's indexes.
+			at, ids = 0, ids[:0]
+		}
+		for _, name := range s.Tasks {
+			ids = append(ids, lookup(name))
+		}
+		seen.put(s.Tasks, at)
+		last, lastIDs = s.Tasks, ids[at:len(ids):len(ids)]
+		return lastIDs
 	}
 }

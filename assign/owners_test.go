@@ -106,7 +106,7 @@ func TestOwnerIndexTaskLoadsAsTaskLoads(t *testing.T) {
 func BenchmarkOwned(b *testing.B) {
 	for _, n := range []int{100, 10000} {
 		rng, tasks, prev, load := benchJob(n)
-		cur := scattered(rng, tasks, 100, 1)
+		cur := stored(scattered(rng, tasks, 100, 1)) // as the Assigner holds it
 		task := tasks[n/2].Name
 		report := load.Owned(task, cur)
 		b.Run(fmt.Sprintf("tasks=%d/scan", n), func(b *testing.B) {
@@ -125,5 +125,41 @@ func BenchmarkOwned(b *testing.B) {
 				report.OwnedIn(task, idx...)
 			}
 		})
+	}
+}
+
+// taskIDs gives every slice's task indexes whether its list is shared
+// with other slices (met again, it is not looked up) or its own, and -1
+// for a name the assignment does not list.
+func TestTaskIDsOfSharedLists(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	for _, r := range []int{1, 2, 3} {
+		a := stored(scattered(rng, testTasks(500), 200, r))
+		// A list naming a task the assignment does not, met twice, and a
+		// list that is a prefix of another.
+		odd := []string{a.Tasks[3].Name, "zz-unknown"}
+		a.Slices[10].Tasks, a.Slices[90_000].Tasks = odd, odd
+		a.Slices[11].Tasks = odd[:1]
+		own := a.Clone()
+		for i := range own.Slices {
+			own.Slices[i].Tasks = slices.Clone(a.Slices[i].Tasks)
+		}
+		for _, b := range []*Assignment{a, own} {
+			idsOf := b.taskIDs()
+			for i := range b.Slices {
+				got := idsOf(&b.Slices[i])
+				var want []int32
+				for _, name := range b.Slices[i].Tasks {
+					k, ok := b.TaskIndex(name)
+					if !ok {
+						k = -1
+					}
+					want = append(want, int32(k))
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("r=%d, slice %d (%v): indexes %v, want %v", r, i, b.Slices[i].Tasks, got, want)
+				}
+			}
+		}
 	}
 }
