@@ -260,3 +260,20 @@ func BenchmarkMergeLoads(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOwnedSlices groups the decision benchmarks' job's slices by
+// task, as phase 4 of every weighted-move decision does first.
+//
+//	go test -run '^$' -bench OwnedSlices -count 6 ./assign/
+func BenchmarkOwnedSlices(b *testing.B) {
+	_, tasks, prev, load := benchJob(10000)
+	refs, err := prev.validate(true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := newWeigher(newPlannerRoom(prev, refs, tasks, DefaultConfig(), 0), load)
+	b.ReportAllocs()
+	for b.Loop() {
+		w.ownedSlices()
+	}
+}

@@ -194,3 +194,36 @@ func TestValidateListsSharingAFirstName(t *testing.T) {
 		t.Fatalf("task indexes %v, want [0 1 0 0 1]", got)
 	}
 }
+
+// Phase 4's grouping of slices by task, in parts at once, is the one a
+// single pass makes: every slice a task serves, in key order, with room
+// for ownedSlack more.
+func TestOwnedSlicesInParts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	tasks := testTasks(700)
+	for _, r := range []int{1, 3} {
+		prev := scattered(rng, tasks, 3*partMin/len(tasks), r)
+		refs, err := prev.validate(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := newWeigher(newPlannerRoom(prev, refs, tasks, DefaultConfig(), 0), powerLoad(rng, len(prev.Slices), 1.5))
+		want := make([][]ownedSlice, len(tasks))
+		for i := range w.sl {
+			s := &w.sl[i]
+			for _, task := range w.p.tasks(s) {
+				want[task] = append(want[task], ownedSlice{slice: int32(i), n: s.n, load: w.sload[i], width: s.end - s.start})
+			}
+		}
+		for _, procs := range []int{1, 2, 3} {
+			old := runtime.GOMAXPROCS(procs)
+			got := w.ownedSlices()
+			runtime.GOMAXPROCS(old)
+			for task := range want {
+				if !slices.Equal(got[task], want[task]) || cap(got[task]) != len(want[task])+ownedSlack {
+					t.Fatalf("r=%d, %d processors: task %d's slices differ from one pass's (%d of room %d, want %d)", r, procs, task, len(got[task]), cap(got[task]), len(want[task]))
+				}
+			}
+		}
+	}
+}

@@ -127,7 +127,7 @@ type weigher struct {
 	// capacity is the live tasks' total capacity: the job's utilisation
 	// is total / capacity.
 	capacity float64
-	held     []int32 // slices per task id, from phase 3 until phase 4 starts
+	held     []int32 // slices per task id, during phase 3
 	// moveChurn is the key churn phase 4 spent, in keys; tests read it.
 	moveChurn uint64
 	// room is makeRoom's best and current plan, and shares and shareOf

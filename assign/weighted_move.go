@@ -337,38 +337,50 @@ type ownedSlice struct {
 	width uint64
 }
 
-// ownedSlices returns the slices each task serves, by task id, as
-// windows of one array with room for ownedSlack more: appending to a
-// task's list past that copies only that list.
+// ownedSlices returns the slices each task serves, by task id, in key
+// order, as windows of one array with room for ownedSlack more: appending
+// to a task's list past that copies only that list. A million slices are
+// grouped in parts at once (a counting sort: each part counts its slices'
+// tasks, then writes them after the parts before it), in the order one
+// pass would.
 func (w *weigher) ownedSlices() [][]ownedSlice {
 	n := len(w.p.live)
-	count := make([]int32, n+1)
-	if w.held != nil {
-		copy(count[1:], w.held)
-	} else {
-		for i := range w.sl {
+	k := parts(len(w.sl))
+	counts := make([][]int32, k) // by part, then task
+	inParts(len(w.sl), k, func(part, lo, hi int) {
+		c := make([]int32, n)
+		for i := lo; i < hi; i++ {
 			for _, t := range w.p.tasks(&w.sl[i]) {
-				count[t+1]++
+				c[t]++
 			}
 		}
-	}
-	w.held = nil // phase 4's moves do not keep it
+		counts[part] = c
+	})
+	// Task t's window starts at start[t]; part p writes its slices of t
+	// after those of the parts before it (counts becomes where).
+	start := make([]int32, n+1)
 	for t := range n {
-		count[t+1] += count[t] + ownedSlack
-	}
-	flat := make([]ownedSlice, count[n])
-	next := slices.Clone(count[:n]) // where task t's next slice goes
-	for i := range w.sl {
-		s := &w.sl[i]
-		o := ownedSlice{slice: int32(i), n: s.n, load: w.sload[i], width: s.end - s.start}
-		for _, t := range w.p.tasks(s) {
-			flat[next[t]] = o
-			next[t]++
+		at := start[t]
+		for _, c := range counts {
+			at, c[t] = at+c[t], at
 		}
+		start[t+1] = at + ownedSlack
 	}
+	flat := make([]ownedSlice, start[n])
+	inParts(len(w.sl), k, func(part, lo, hi int) {
+		next := counts[part]
+		for i := lo; i < hi; i++ {
+			s := &w.sl[i]
+			o := ownedSlice{slice: int32(i), n: s.n, load: w.sload[i], width: s.end - s.start}
+			for _, t := range w.p.tasks(s) {
+				flat[next[t]] = o
+				next[t]++
+			}
+		}
+	})
 	owned := make([][]ownedSlice, n)
 	for t := range n {
-		owned[t] = flat[count[t]:next[t]:count[t+1]]
+		owned[t] = flat[start[t] : start[t+1]-ownedSlack : start[t+1]]
 	}
 	return owned
 }
