@@ -277,3 +277,22 @@ func BenchmarkOwnedSlices(b *testing.B) {
 		w.ownedSlices()
 	}
 }
+
+// BenchmarkDecisionChurn compares a weighted-move decision's result with
+// the assignment it started from, as every decision does last (Equal,
+// then Churn), on the decision benchmarks' job.
+//
+//	go test -run '^$' -bench DecisionChurn -count 6 ./assign/
+func BenchmarkDecisionChurn(b *testing.B) {
+	_, tasks, prev, load := benchJob(10000)
+	next, _, err := NewWeightedMove().Decide("j", prev, tasks, load, DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := decision(prev, next, nil); !d.Changed {
+			b.Fatal("the decision changed nothing")
+		}
+	}
+}

@@ -244,6 +244,11 @@ type planner struct {
 	// is nil when no slice of prev has two tasks.
 	prev   *Assignment
 	prevOf []int32
+	// single[t] is a one-name list of task t that prev holds, or nil:
+	// assignment gives t's one-task slices that list, so that a slice
+	// that keeps its task keeps its list (comparing the two assignments
+	// then compares addresses; see sameList).
+	single [][]string
 }
 
 // isOpen reports whether task t may be given new slices.
@@ -312,12 +317,15 @@ func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, ex
 	}
 	loads := make([][]uint64, len(refs))
 	gone := make([][]departure, len(refs))
+	singles := make([][][]string, len(refs))
 	inParts(len(prev.Slices), len(refs), func(part, lo, hi int) {
 		load := p.load // the caller's part adds to p.load, the others to their own
 		if part < len(refs)-1 {
 			load = make([]uint64, len(live))
 			loads[part] = load
 		}
+		single := make([][]string, len(live))
+		singles[part] = single
 		r, off := refs[part], base[part]
 		k := 0 // r[k] is the next slice task
 		for si := lo; si < hi; si++ {
@@ -335,6 +343,9 @@ func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, ex
 			if n >= 2 && n == len(s.Tasks) {
 				p.prevOf[off] = int32(si) + 1
 			}
+			if n == 1 && len(s.Tasks) == 1 && single[arena[off]] == nil {
+				single[arena[off]] = s.Tasks[:1:1]
+			}
 			ws := wslice{start: s.Start, end: s.End, off: int32(off), n: int32(n)}
 			p.slices[si] = ws
 			for _, t := range arena[off : off+n] {
@@ -346,6 +357,14 @@ func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, ex
 	for _, l := range loads {
 		for t, v := range l {
 			p.load[t] += v
+		}
+	}
+	p.single = singles[0]
+	for _, single := range singles[1:] {
+		for t, l := range single {
+			if p.single[t] == nil {
+				p.single[t] = l
+			}
 		}
 	}
 	p.departures = slices.Concat(gone...)
@@ -653,12 +672,19 @@ func (p *planner) mergeAdjacent() {
 func (p *planner) assignment(job string, gen uint64) *Assignment {
 	a := &Assignment{Job: job, Generation: gen, Slices: make([]Slice, len(p.slices))}
 	// Task lists are shared, never copied per slice: a million slices
-	// would otherwise spell a million names. A one-task list is a window
-	// of single, a list the planner kept from prev is prev's, and any
-	// other is spelled once per arena window (and part).
+	// would otherwise spell a million names. A one-task list is prev's
+	// list of that task, or else a window of single; a list the planner
+	// kept from prev is prev's, and any other is spelled once per arena
+	// window (and part).
 	single := make([]string, len(p.live))
 	for t := range p.live {
 		single[t] = p.live[t].Name
+	}
+	one := func(t int32) []string {
+		if p.single != nil && p.single[t] != nil {
+			return p.single[t]
+		}
+		return single[t : t+1 : t+1]
 	}
 	k := parts(len(p.slices))
 	used := make([][]bool, k) // by part, then task id
@@ -673,7 +699,7 @@ func (p *planner) assignment(job string, gen uint64) *Assignment {
 			case s.n == 1:
 				t := p.ids[s.off]
 				u[t] = true
-				ts = single[t : t+1 : t+1]
+				ts = one(t)
 			case int(s.off) < len(p.prevOf) && p.prevOf[s.off] > 0:
 				ts = p.prev.Slices[p.prevOf[s.off]-1].Tasks
 			default:

@@ -639,3 +639,46 @@ func TestMergeTasksRefusesPairsWiderThanTheBudget(t *testing.T) {
 		t.Fatal("no pair merged with the budget for it: the test shows nothing")
 	}
 }
+
+// A slice that keeps its one task keeps its list: a decision gives a
+// task's one-task slices a list the previous assignment has for it, with
+// no room to append in place, so that comparing the two compares
+// addresses (see sameList).
+func TestDecisionsKeepOneTaskLists(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 5))
+	all := testTasks(40)
+	a := stored(scattered(rng, all[:30], 40, 1))
+	// A list with room to spare: the decision's windows of it have none.
+	a.Slices[0].Tasks = append(make([]string, 0, 4), a.Slices[0].Tasks[0])
+	for step, live := range [][]Task{all[:30], all[:30], all[3:30], all[3:36]} {
+		load := powerLoad(rng, 3000, 1.5)
+		next, _ := mustDecide(t, NewWeightedMove(), a, live, load, DefaultConfig())
+		of := map[string][][]string{} // each task's one-task lists in a
+		for _, s := range a.Slices {
+			if len(s.Tasks) == 1 && !slices.ContainsFunc(of[s.Tasks[0]], func(l []string) bool { return sameList(l, s.Tasks) }) {
+				of[s.Tasks[0]] = append(of[s.Tasks[0]], s.Tasks)
+			}
+		}
+		kept := 0
+		for _, s := range next.Slices {
+			if len(s.Tasks) != 1 {
+				continue
+			}
+			if cap(s.Tasks) != 1 {
+				t.Fatalf("step %d: a one-task list has room for %d names", step, cap(s.Tasks))
+			}
+			prev, ok := of[s.Tasks[0]]
+			if !ok {
+				continue // a task new to the job, or one that had only larger lists
+			}
+			if !slices.ContainsFunc(prev, func(l []string) bool { return sameList(l, s.Tasks) }) {
+				t.Fatalf("step %d: task %q's slices have a new list where the previous assignment had one", step, s.Tasks[0])
+			}
+			kept++
+		}
+		if kept == 0 {
+			t.Fatalf("step %d: no list kept", step)
+		}
+		a = next
+	}
+}
