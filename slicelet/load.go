@@ -123,6 +123,31 @@ type loadState struct {
 	rejected    atomic.Uint64
 	reportsSent atomic.Uint64
 	choices     lease.Choices // the job's preferred Assigner, with hysteresis
+	view        membersView
+}
+
+// membersView is the membership as a lease.View, read from the gossip node
+// once for each of its versions (gossip.Node.Version): every load report
+// asks for the job's preferred Assigner and for the others, and reading
+// the membership parses every member's tags and sorts them, milliseconds
+// in a cluster of thousands.
+type membersView struct {
+	mu      sync.Mutex
+	node    *gossip.Node
+	version uint64
+	view    *lease.View
+}
+
+// of returns n's membership, read again only when n's version moved (or n
+// is not the node read last: a reclaim replaces the node). A member whose
+// event has not reached n yet is in a later version, moments later.
+func (m *membersView) of(n *gossip.Node) *lease.View {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v := n.Version(); m.view == nil || m.node != n || m.version != v {
+		m.node, m.version, m.view = n, v, lease.NewView(n.Peers())
+	}
+	return m.view
 }
 
 // ReportLoad adds cost units of load (requests, CPU time, bytes: any
@@ -326,7 +351,7 @@ func (s *Slicelet) assigner() (gossip.Peer, bool) {
 	if n == nil {
 		return gossip.Peer{}, false
 	}
-	return s.load.choices.Preferred(s.cfg.Preference, s.cfg.Job, n.Peers(), n.RTT)
+	return s.load.choices.PreferredIn(s.cfg.Preference, s.cfg.Job, s.load.view.of(n), n.RTT)
 }
 
 // reportLoop sends one load report per window until ctx ends.
@@ -429,7 +454,7 @@ func (s *Slicelet) reportAssigners() []gossip.Peer {
 		out = append(out, preferred)
 	}
 	var others []gossip.Peer
-	for _, p := range n.Peers() {
+	for _, p := range s.load.view.of(n).Peers() {
 		if p.Has(gossip.RoleAssigner) && p.Status == gossip.StatusAlive && p.RPCAddr != "" && p.Name != preferred.Name {
 			others = append(others, p)
 		}

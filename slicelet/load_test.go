@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
 )
 
 func TestReportLoadValidation(t *testing.T) {
@@ -526,5 +528,56 @@ func TestMemoryLimitNeedsStateBytes(t *testing.T) {
 	bad.MemoryLimit, bad.StateBytes = -1, func(func(assign.SliceKey, int64)) {}
 	if _, err := New(bad); !errors.Is(err, ErrInvalidConfig) || !errors.Is(err, assign.ErrInvalidMemoryLimit) {
 		t.Errorf("negative limit: %v", err)
+	}
+}
+
+// A load report reads the membership once for each of its versions: the
+// view is kept while the node's version stays and read again once a
+// member's event moves it, so that an Assigner that joins is reported to.
+func TestReportAssignersReadMembershipOncePerVersion(t *testing.T) {
+	s := newOffline(t, "a")
+	start := func(name string, roles ...gossip.Role) *gossip.Node {
+		cfg := gossip.TestConfig(name)
+		cfg.Self = gossip.Peer{Roles: roles, RPCAddr: "127.0.0.1:1"}
+		if slices.Contains(roles, gossip.RoleTask) {
+			cfg.Self.RPCAddr, cfg.Self.Job, cfg.Self.Task = "", "j", name
+		}
+		n, err := gossip.Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Shutdown() })
+		return n
+	}
+	self := start("a", gossip.RoleTask)
+	s.node.Store(self)
+	a1 := start("assigner-1", gossip.RoleAssigner)
+	names := func() []string {
+		var out []string
+		for _, p := range s.reportAssigners() {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	if got := names(); len(got) != 0 {
+		t.Fatalf("before any Assigner joined: reports to %v", got)
+	}
+	if _, err := self.Join([]string{a1.GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.Equal(names(), []string{"assigner-1"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the Assigner that joined is not reported to: %v", names())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 3 {
+		version := self.Version()
+		v := s.load.view.of(self)
+		s.reportAssigners()
+		if self.Version() == version && s.load.view.of(self) != v {
+			t.Fatal("the membership was read again at the same version")
+		}
 	}
 }
