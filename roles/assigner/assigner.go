@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
@@ -136,6 +137,7 @@ type Assigner struct {
 	reports            *reportLimiter // load reports per task
 	readyReports       *reportLimiter // readiness reports per task
 	leaseCalls         *reportLimiter // LeaseService calls per task
+	freshReads         *rate.Limiter  // hasLiveTask's reads of gossip's list
 
 	// Strong jobs' guard drivers (guard.go): runCtx is Run's, set when it
 	// starts; guards and runCtx are guarded by mu; Run waits for drivers.
@@ -265,6 +267,7 @@ func New(cfg Config, store storage.Store, leases lease.Manager, members Members,
 	a.retakes = make(map[string]time.Time)
 	a.guard = guard.Driver{Leases: a.leases, Bridged: !cfg.DisableBridge, BridgeWait: cfg.BridgeWait, Log: a.log}
 	a.leaseCalls = newReportLimiter(leaseCallsPerSecond, leaseCallBurst)
+	a.freshReads = rate.NewLimiter(freshReadsPerSecond, freshReadBurst)
 	var rtt lease.RTTFunc // nil when membership estimates no distances
 	if p, ok := members.(proximity); ok {
 		rtt = p.RTT

@@ -186,3 +186,29 @@ func BenchmarkCheckLeaseCall(b *testing.B) {
 		})
 	}
 }
+
+// Asking for jobs no task names reads gossip's own list at most
+// freshReadBurst times in a row: names any caller makes up cost the index
+// alone beyond that, and a job whose task is indexed is still found.
+func TestUnknownJobsReadGossipBounded(t *testing.T) {
+	members := manyJobs(3, 1)
+	as := testAssigner(t, testConfig(t, "n"), testStore(t), members, nil)
+	ctx := context.Background()
+	if _, err := as.peek(ctx, "j1"); err != nil { // builds the version's index
+		t.Fatal(err)
+	}
+	before, began := members.reads.Load(), time.Now()
+	for i := range 5 * freshReadBurst {
+		if _, err := as.peek(ctx, fmt.Sprintf("nobody-%d", i)); !errors.Is(err, rpc.ErrUnknownJob) {
+			t.Fatalf("a job no task names: %v, want unknown", err)
+		}
+	}
+	// The bucket refills at freshReadsPerSecond while the loop runs.
+	most := freshReadBurst + int64(time.Since(began).Seconds()*freshReadsPerSecond) + 1
+	if reads := members.reads.Load() - before; reads < freshReadBurst || reads > most {
+		t.Fatalf("%d requests for unknown jobs read gossip's list %d times, want %d to %d", 5*freshReadBurst, reads, freshReadBurst, most)
+	}
+	if _, err := as.peek(ctx, "j2"); err != nil {
+		t.Fatalf("an indexed job once the reads are spent: %v", err)
+	}
+}

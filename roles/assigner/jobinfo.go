@@ -95,9 +95,24 @@ func (a *Assigner) job(ctx context.Context, name string) (*assignerJob, error) {
 // own list. A job's first task is in the list a moment before its member
 // event moves the version, and a subscriber or a caller that asks for the
 // job in that moment finds it rather than an unknown job.
+//
+// Reading gossip's own list parses every member (milliseconds in a
+// cluster of thousands), for a name any caller may make up: it is read at
+// most freshReadsPerSecond times a second (freshReadBurst in a row), and
+// beyond that the index alone answers, which only a task whose event is
+// still on its way can be missing from.
 func (a *Assigner) hasLiveTask(job string) bool {
-	return len(a.liveNamesNow(job)) > 0 || len(a.liveTaskNames(job)) > 0
+	if len(a.liveNamesNow(job)) > 0 {
+		return true
+	}
+	return a.freshReads.Allow() && len(a.liveTaskNames(job)) > 0
 }
+
+// Bounds of hasLiveTask's reads of gossip's own list.
+const (
+	freshReadsPerSecond = 20
+	freshReadBurst      = 40
+)
 
 // peek returns the state of a job for reading: this Assigner's own when
 // it has the job, else one read from the store (or gossip) and not kept,
