@@ -242,22 +242,33 @@ func BenchmarkHottestIndexed(b *testing.B) {
 // decision and every check of one (jobLoad).
 //
 //	go test -run '^$' -bench MergeLoads -benchtime 20x -count 6 ./assign/
+//
+// With r=2 every slice is reported by two tasks (its own and the next),
+// as replicas report: every piece adds up two entries.
 func BenchmarkMergeLoads(b *testing.B) {
 	for _, n := range []int{100, 10000} {
-		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) {
-			_, _, a, load := benchJob(n)
-			parts := make([]Load, n)
-			for i, s := range a.Slices { // one entry a slice, one task a slice
-				t, _ := a.TaskIndex(s.Tasks[0])
-				parts[t] = append(parts[t], load[i])
+		for _, r := range []int{1, 2} {
+			name := fmt.Sprintf("tasks=%d", n)
+			if r > 1 {
+				name += fmt.Sprintf("/r=%d", r)
 			}
-			b.ReportAllocs()
-			for b.Loop() {
-				if len(MergeLoads(parts...)) != len(load) {
-					b.Fatal("the reports do not merge back into the load")
+			b.Run(name, func(b *testing.B) {
+				_, _, a, load := benchJob(n)
+				parts := make([]Load, n)
+				for i, s := range a.Slices { // one entry a slice
+					t, _ := a.TaskIndex(s.Tasks[0])
+					for k := range r {
+						parts[(t+k)%n] = append(parts[(t+k)%n], load[i])
+					}
 				}
-			}
-		})
+				b.ReportAllocs()
+				for b.Loop() {
+					if len(MergeLoads(parts...)) != len(load) {
+						b.Fatal("the reports do not merge back into the load")
+					}
+				}
+			})
+		}
 	}
 }
 

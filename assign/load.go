@@ -457,7 +457,8 @@ type Algorithm interface {
 // over an entry's keys). Sums are capped at MaxLoad so the result
 // always validates. Bytes do not add up: a piece's bytes are the largest
 // any entry covering it gives (replicas each hold the keys' state, and the
-// largest report is the safe one to place by).
+// largest report is the safe one to place by). Each load is sorted and
+// every entry ends after it starts, as in a Load that validates.
 func MergeLoads(ls ...Load) Load {
 	n := 0
 	for _, l := range ls {
@@ -469,40 +470,62 @@ func MergeLoads(ls ...Load) Load {
 	return mergeSorted(byStart(ls, n))
 }
 
-// mergeSorted is MergeLoads of all, ordered by Start.
+// mergeSorted is MergeLoads of all, ordered by Start. It goes through
+// all a cluster at a time: entries that each start before the ones before
+// them in the cluster end (the reports of a slice's replicas, say). A
+// cluster's pieces are those between its entries' starts and ends, and
+// an entry alone is its own piece, so a million entries of reports that
+// do not overlap are never sorted again.
 func mergeSorted(all Load) Load {
-	points := make([]SliceKey, 0, 2*len(all))
-	for _, e := range all {
-		points = append(points, e.Start, e.End)
-	}
-	slices.Sort(points)
-	points = slices.Compact(points)
 	out := make(Load, 0, len(all))
+	var points []SliceKey
 	var active []LoadEntry
-	next := 0
-	for k := 0; k+1 < len(points); k++ {
-		p, q := points[k], points[k+1]
-		active = slices.DeleteFunc(active, func(e LoadEntry) bool { return e.End <= p })
-		for next < len(all) && all[next].Start <= p {
-			if all[next].End > p {
-				active = append(active, all[next])
+	for lo := 0; lo < len(all); {
+		end, hi := all[lo].End, lo+1
+		for hi < len(all) && all[hi].Start < end {
+			end = max(end, all[hi].End)
+			hi++
+		}
+		if e := all[lo]; hi == lo+1 {
+			if e.End > e.Start && (e.Load > 0 || e.Bytes > 0) {
+				out = append(out, LoadEntry{Start: e.Start, End: e.End, Load: min(e.Load, MaxLoad), Bytes: min(e.Bytes, MaxBytes)})
 			}
-			next++
+			lo = hi
+			continue
 		}
-		var sum, most float64
-		for _, e := range active {
-			if e.Start == p && e.End == q {
-				sum += e.Load
-				most = max(most, e.Bytes)
-			} else {
-				f := float64(q-p) / float64(e.End-e.Start)
-				sum += e.Load * f
-				most = max(most, e.Bytes*f)
+		points = points[:0]
+		for _, e := range all[lo:hi] {
+			points = append(points, e.Start, e.End)
+		}
+		slices.Sort(points)
+		points = slices.Compact(points)
+		active = active[:0]
+		next := lo
+		for k := 0; k+1 < len(points); k++ {
+			p, q := points[k], points[k+1]
+			active = slices.DeleteFunc(active, func(e LoadEntry) bool { return e.End <= p })
+			for next < hi && all[next].Start <= p {
+				if all[next].End > p {
+					active = append(active, all[next])
+				}
+				next++
+			}
+			var sum, most float64
+			for _, e := range active {
+				if e.Start == p && e.End == q {
+					sum += e.Load
+					most = max(most, e.Bytes)
+				} else {
+					f := float64(q-p) / float64(e.End-e.Start)
+					sum += e.Load * f
+					most = max(most, e.Bytes*f)
+				}
+			}
+			if sum > 0 || most > 0 {
+				out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad), Bytes: min(most, MaxBytes)})
 			}
 		}
-		if sum > 0 || most > 0 {
-			out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad), Bytes: min(most, MaxBytes)})
-		}
+		lo = hi
 	}
 	return out
 }
@@ -543,11 +566,28 @@ func byStart(ls []Load, n int) Load {
 		}
 	}
 	for b := range 1 << nb {
-		if part := out[first[b]:first[b+1]]; len(part) > 1 {
+		switch part := out[first[b]:first[b+1]]; {
+		case len(part) > 32: // keys that crowd into a few buckets
 			slices.SortFunc(part, cmpStart)
+		case len(part) > 1:
+			sortByStart(part)
 		}
 	}
 	return out
+}
+
+// sortByStart sorts a few entries by Start: an insertion sort, which for
+// the handful of entries a bucket of byStart holds is several times
+// faster than a general sort calling a comparison for each pair.
+func sortByStart(l Load) {
+	for i := 1; i < len(l); i++ {
+		e := l[i]
+		j := i
+		for ; j > 0 && l[j-1].Start > e.Start; j-- {
+			l[j] = l[j-1]
+		}
+		l[j] = e
+	}
 }
 
 // Owned returns the load of l that falls on keys some slice of one of as

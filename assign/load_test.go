@@ -440,3 +440,79 @@ func TestLoadAfter(t *testing.T) {
 		}
 	}
 }
+
+// mergeAtAllPoints is mergeSorted as one pass over every entry's start and
+// end: the reference mergeSorted's clusters must match.
+func mergeAtAllPoints(all Load) Load {
+	points := make([]SliceKey, 0, 2*len(all))
+	for _, e := range all {
+		points = append(points, e.Start, e.End)
+	}
+	slices.Sort(points)
+	points = slices.Compact(points)
+	var out Load
+	var active []LoadEntry
+	next := 0
+	for k := 0; k+1 < len(points); k++ {
+		p, q := points[k], points[k+1]
+		active = slices.DeleteFunc(active, func(e LoadEntry) bool { return e.End <= p })
+		for next < len(all) && all[next].Start <= p {
+			if all[next].End > p {
+				active = append(active, all[next])
+			}
+			next++
+		}
+		var sum, most float64
+		for _, e := range active {
+			if e.Start == p && e.End == q {
+				sum += e.Load
+				most = max(most, e.Bytes)
+			} else {
+				f := float64(q-p) / float64(e.End-e.Start)
+				sum += e.Load * f
+				most = max(most, e.Bytes*f)
+			}
+		}
+		if sum > 0 || most > 0 {
+			out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad), Bytes: min(most, MaxBytes)})
+		}
+	}
+	return out
+}
+
+// mergeSorted, cluster by cluster, gives exactly (bit for bit) what one
+// pass over all the entries' starts and ends gives: reports alone, side
+// by side, overlapping in part or whole (replicas), nested, sharing
+// starts and ends, with gaps, zero loads, bytes and loads past MaxLoad.
+func TestMergeSortedByClusters(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 13))
+	for round := range 300 {
+		var parts []Load
+		for range 1 + rng.IntN(8) {
+			var l Load
+			k := SliceKey(rng.Uint64N(1000))
+			for range rng.IntN(30) {
+				w := SliceKey(1 + rng.Uint64N(50))
+				e := LoadEntry{Start: k, End: k + w, Load: float64(rng.IntN(4)) * rng.Float64() * 100}
+				switch rng.IntN(10) {
+				case 0:
+					e.Load = MaxLoad * 0.75
+				case 1:
+					e.Bytes = float64(rng.IntN(1000))
+				}
+				l = append(l, e)
+				k += w + SliceKey(rng.Uint64N(3)*rng.Uint64N(40))
+			}
+			parts = append(parts, l)
+			if rng.IntN(3) == 0 {
+				parts = append(parts, slices.Clone(l))
+			}
+		}
+		all := slices.Concat(parts...)
+		slices.SortStableFunc(all, func(x, y LoadEntry) int { return cmp.Compare(x.Start, y.Start) })
+		got, want := mergeSorted(all), mergeAtAllPoints(all)
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d (%d entries): %d pieces %v, want %d %v", round, len(all), len(got), got, len(want), want)
+		}
+	}
+}
