@@ -493,41 +493,50 @@ func mergeSorted(all Load) Load {
 			lo = hi
 			continue
 		}
-		points = points[:0]
-		for _, e := range all[lo:hi] {
-			points = append(points, e.Start, e.End)
-		}
-		slices.Sort(points)
-		points = slices.Compact(points)
-		active = active[:0]
-		next := lo
-		for k := 0; k+1 < len(points); k++ {
-			p, q := points[k], points[k+1]
-			active = slices.DeleteFunc(active, func(e LoadEntry) bool { return e.End <= p })
-			for next < hi && all[next].Start <= p {
-				if all[next].End > p {
-					active = append(active, all[next])
-				}
-				next++
-			}
-			var sum, most float64
-			for _, e := range active {
-				if e.Start == p && e.End == q {
-					sum += e.Load
-					most = max(most, e.Bytes)
-				} else {
-					f := float64(q-p) / float64(e.End-e.Start)
-					sum += e.Load * f
-					most = max(most, e.Bytes*f)
-				}
-			}
-			if sum > 0 || most > 0 {
-				out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad), Bytes: min(most, MaxBytes)})
-			}
-		}
+		out, points, active = mergePieces(out, all[lo:hi], points, active)
 		lo = hi
 	}
 	return out
+}
+
+// mergePieces appends to out the pieces of entries (ordered by Start):
+// one between each two consecutive starts or ends of them, with the load
+// of every entry covering it, in the entries' order. points and active
+// are scratch, returned for reuse.
+func mergePieces(out, entries Load, points []SliceKey, active []LoadEntry) (Load, []SliceKey, []LoadEntry) {
+	points = points[:0]
+	for _, e := range entries {
+		points = append(points, e.Start, e.End)
+	}
+	slices.Sort(points)
+	points = slices.Compact(points)
+	active = active[:0]
+	next := 0
+	for k := 0; k+1 < len(points); k++ {
+		p, q := points[k], points[k+1]
+		active = slices.DeleteFunc(active, func(e LoadEntry) bool { return e.End <= p })
+		for next < len(entries) && entries[next].Start <= p {
+			if entries[next].End > p {
+				active = append(active, entries[next])
+			}
+			next++
+		}
+		var sum, most float64
+		for _, e := range active {
+			if e.Start == p && e.End == q {
+				sum += e.Load
+				most = max(most, e.Bytes)
+			} else {
+				f := float64(q-p) / float64(e.End-e.Start)
+				sum += e.Load * f
+				most = max(most, e.Bytes*f)
+			}
+		}
+		if sum > 0 || most > 0 {
+			out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad), Bytes: min(most, MaxBytes)})
+		}
+	}
+	return out, points, active
 }
 
 // byStart returns the n entries of ls ordered by Start, in a new array.

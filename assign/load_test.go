@@ -441,45 +441,6 @@ func TestLoadAfter(t *testing.T) {
 	}
 }
 
-// mergeAtAllPoints is mergeSorted as one pass over every entry's start and
-// end: the reference mergeSorted's clusters must match.
-func mergeAtAllPoints(all Load) Load {
-	points := make([]SliceKey, 0, 2*len(all))
-	for _, e := range all {
-		points = append(points, e.Start, e.End)
-	}
-	slices.Sort(points)
-	points = slices.Compact(points)
-	var out Load
-	var active []LoadEntry
-	next := 0
-	for k := 0; k+1 < len(points); k++ {
-		p, q := points[k], points[k+1]
-		active = slices.DeleteFunc(active, func(e LoadEntry) bool { return e.End <= p })
-		for next < len(all) && all[next].Start <= p {
-			if all[next].End > p {
-				active = append(active, all[next])
-			}
-			next++
-		}
-		var sum, most float64
-		for _, e := range active {
-			if e.Start == p && e.End == q {
-				sum += e.Load
-				most = max(most, e.Bytes)
-			} else {
-				f := float64(q-p) / float64(e.End-e.Start)
-				sum += e.Load * f
-				most = max(most, e.Bytes*f)
-			}
-		}
-		if sum > 0 || most > 0 {
-			out = append(out, LoadEntry{Start: p, End: q, Load: min(sum, MaxLoad), Bytes: min(most, MaxBytes)})
-		}
-	}
-	return out
-}
-
 // mergeSorted, cluster by cluster, gives exactly (bit for bit) what one
 // pass over all the entries' starts and ends gives: reports alone, side
 // by side, overlapping in part or whole (replicas), nested, sharing
@@ -510,7 +471,9 @@ func TestMergeSortedByClusters(t *testing.T) {
 		}
 		all := slices.Concat(parts...)
 		slices.SortStableFunc(all, func(x, y LoadEntry) int { return cmp.Compare(x.Start, y.Start) })
-		got, want := mergeSorted(all), mergeAtAllPoints(all)
+		// One pass over every start and end of all the entries.
+		want, _, _ := mergePieces(nil, all, nil, nil)
+		got := mergeSorted(all)
 		if !slices.Equal(got, want) {
 			t.Fatalf("round %d (%d entries): %d pieces %v, want %d %v", round, len(all), len(got), got, len(want), want)
 		}
