@@ -8,7 +8,11 @@ import (
 	"github.com/slicerd/slicerd/assign"
 )
 
-// ToProto converts a model assignment to its wire form.
+// ToProto converts a model assignment to its wire form. The message's
+// slices share the assignment's task lists (windows with no room to
+// append), as the assignment's slices share them with each other: a
+// million slices are not a million lists again. Neither side may write
+// them (see assign.Slice).
 func ToProto(a *assign.Assignment) *slicerv1.Assignment {
 	if a == nil {
 		return nil
@@ -24,7 +28,7 @@ func ToProto(a *assign.Assignment) *slicerv1.Assignment {
 		p.Tasks[i] = &slicerv1.Task{Name: t.Name, Address: t.Addr}
 	}
 	for i, s := range a.Slices {
-		p.Slices[i] = &slicerv1.Slice{Start: s.Start, End: s.End, Tasks: append([]string(nil), s.Tasks...)}
+		p.Slices[i] = &slicerv1.Slice{Start: s.Start, End: s.End, Tasks: s.Tasks[:len(s.Tasks):len(s.Tasks)]}
 	}
 	return p
 }

@@ -251,3 +251,30 @@ func checkSpelledBy(t *testing.T, a *assign.Assignment) {
 		}
 	}
 }
+
+// TestToProtoSharesLists: the wire form shares the assignment's task
+// lists, with no room to append to them, and says what a copy would.
+func TestToProtoSharesLists(t *testing.T) {
+	w := assign.KeySpaceEnd / 3
+	names := append(make([]string, 0, 8), "a", "b")
+	a := &assign.Assignment{Job: "j", Generation: 2, Tasks: []assign.Task{{Name: "a"}, {Name: "b"}}, Slices: []assign.Slice{
+		{Start: 0, End: w, Tasks: names}, {Start: w, End: 2 * w, Tasks: names[:1]}, {Start: 2 * w, End: assign.KeySpaceEnd, Tasks: []string{"b"}},
+	}}
+	p := ToProto(a)
+	for i, s := range p.GetSlices() {
+		if got := s.GetTasks(); &got[0] != &a.Slices[i].Tasks[0] || cap(got) != len(got) {
+			t.Fatalf("slice %d: the message's list is a copy, or has room to append (%d of %d)", i, len(got), cap(got))
+		}
+	}
+	b, err := proto.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m slicerv1.Assignment
+	if err := proto.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := FromProto(&m); err != nil || !assign.Equal(got, a) {
+		t.Fatalf("FromProto(ToProto) = %+v, %v; want %+v", got, err, a)
+	}
+}
