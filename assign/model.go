@@ -426,15 +426,15 @@ func (a *Assignment) checkRange(i int, next SliceKey) error {
 	return nil
 }
 
-// listMemo remembers task lists already checked, by the address of their
-// first name: slices share lists (see Slice), and a list met again names
-// the same tasks, so they need not be looked up again. It is a table of
-// fixed size indexed by that address: a list whose entry another list
-// took since is looked up again, which is only slower. Lists of one task
-// are usually windows of one array (see TaskLists), whose consecutive
-// elements take consecutive entries.
-// Where few lists are met again (every slice's list its own), the memo
-// stops after a while, costing nothing more.
+// listMemo remembers task lists already looked up, by the address of
+// their first name: slices share lists (see Slice), and a list met again
+// names the same tasks, so they need not be looked up again. It is a
+// table of fixed size indexed by that address: a list whose entry another
+// list took since is looked up again, which is only slower. Lists of one
+// task are usually windows of one array (see TaskLists), whose
+// consecutive elements take consecutive entries. Where few lists are met
+// again (every slice's list its own), the memo stops after a while,
+// costing nothing more.
 type listMemo struct {
 	lists       []memoEntry
 	mask        uintptr
@@ -465,7 +465,8 @@ func (m *listMemo) slot(first uintptr) *memoEntry {
 	return &m.lists[(first/name^first>>20)&m.mask]
 }
 
-// find reports whether list was put and, if so, at what index.
+// find reports whether list was put and, if so, at what index. The
+// checks that need no table are apart, so that they inline.
 func (m *listMemo) find(list []string) (int, bool) {
 	if len(list) == 0 || m.lists == nil {
 		return 0, false
@@ -473,6 +474,7 @@ func (m *listMemo) find(list []string) (int, bool) {
 	return m.lookup(list)
 }
 
+// lookup is find in the table, counting the tries and hits that stop it.
 func (m *listMemo) lookup(list []string) (int, bool) {
 	m.tries++
 	first := uintptr(unsafe.Pointer(&list[0]))

@@ -138,18 +138,10 @@ func (a *Assignment) taskIDs() func(s *Slice) []int32 {
 	}
 	seen := newListMemo(len(a.Tasks))
 	var ids []int32 // the indexes of the lists seen remembers, back to back
-	var last []string
-	var lastIDs []int32
 	return func(s *Slice) []int32 {
-		switch {
-		case sameList(s.Tasks, last):
-			return lastIDs
-		case len(s.Tasks) == 0:
-			return nil
-		}
+		n := len(s.Tasks)
 		if at, ok := seen.find(s.Tasks); ok {
-			last, lastIDs = s.Tasks, ids[at:at+len(s.Tasks):at+len(s.Tasks)]
-			return lastIDs
+			return ids[at : at+n : at+n]
 		}
 		at := len(ids)
 		if seen.lists == nil {
@@ -160,7 +152,6 @@ func (a *Assignment) taskIDs() func(s *Slice) []int32 {
 			ids = append(ids, lookup(name))
 		}
 		seen.put(s.Tasks, at)
-		last, lastIDs = s.Tasks, ids[at:len(ids):len(ids)]
-		return lastIDs
+		return ids[at : at+n : at+n]
 	}
 }

@@ -681,7 +681,7 @@ func (p *planner) assignment(job string, gen uint64) *Assignment {
 		single[t] = p.live[t].Name
 	}
 	one := func(t int32) []string {
-		if p.single != nil && p.single[t] != nil {
+		if p.single != nil && p.single[t] != nil { // nil: a planner not built from prev (consistent hashing's)
 			return p.single[t]
 		}
 		return single[t : t+1 : t+1]

@@ -179,16 +179,15 @@ func (w *weigher) apply(m loadMove, cost uint64, reason string, owned [][]ownedS
 	case Reassign:
 		w.p.withoutTask(s, m.from)
 		w.p.withTask(s, m.to)
-		o := removeSlice(owned, m.from, m.slice)
-		owned[m.to] = append(owned[m.to], o)
+		owned[m.to] = append(owned[m.to], removeSlice(owned, m.from, m.slice))
 	case AddReplica:
 		w.p.withTask(s, m.to)
-		owned[m.to] = append(owned[m.to], ownedSlice{slice: m.slice, load: w.sload[m.slice], width: s.end - s.start})
+		owned[m.to] = append(owned[m.to], w.ownedSlice(m.slice))
 	case RemoveReplica:
 		w.p.withoutTask(s, m.from)
 		removeSlice(owned, m.from, m.slice)
 	}
-	if m.kind != Reassign {
+	if m.kind != Reassign { // the slice's other tasks count one more or one fewer
 		for _, t := range w.p.tasks(s) {
 			i := slices.IndexFunc(owned[t], func(o ownedSlice) bool { return o.slice == m.slice })
 			owned[t][i].n = s.n
@@ -337,6 +336,12 @@ type ownedSlice struct {
 	width uint64
 }
 
+// ownedSlice is slice si as phase 4 reads it.
+func (w *weigher) ownedSlice(si int32) ownedSlice {
+	s := &w.sl[si]
+	return ownedSlice{slice: si, n: s.n, load: w.sload[si], width: s.end - s.start}
+}
+
 // ownedSlices returns the slices each task serves, by task id, in key
 // order, as windows of one array with room for ownedSlack more: appending
 // to a task's list past that copies only that list. A million slices are
@@ -370,9 +375,8 @@ func (w *weigher) ownedSlices() [][]ownedSlice {
 	inParts(len(w.sl), k, func(part, lo, hi int) {
 		next := counts[part]
 		for i := lo; i < hi; i++ {
-			s := &w.sl[i]
-			o := ownedSlice{slice: int32(i), n: s.n, load: w.sload[i], width: s.end - s.start}
-			for _, t := range w.p.tasks(s) {
+			o := w.ownedSlice(int32(i))
+			for _, t := range w.p.tasks(&w.sl[i]) {
 				flat[next[t]] = o
 				next[t]++
 			}
