@@ -183,15 +183,7 @@ func TestReceivedListsAreShared(t *testing.T) {
 		{Start: 2 * w, End: 3 * w, Tasks: []string{"b", "c"}}, {Start: 3 * w, End: 4 * w, Tasks: []string{"c"}},
 		{Start: 4 * w, End: 5 * w, Tasks: []string{"a"}}, {Start: 5 * w, End: assign.KeySpaceEnd, Tasks: []string{"a", "c"}},
 	}}
-	b, err := proto.Marshal(ToProto(a))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m slicerv1.Assignment
-	if err := proto.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	got, err := FromProto(&m)
+	got, err := FromProto(wire(t, ToProto(a)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,15 +258,7 @@ func TestToProtoSharesLists(t *testing.T) {
 			t.Fatalf("slice %d: the message's list is a copy, or has room to append (%d of %d)", i, len(got), cap(got))
 		}
 	}
-	b, err := proto.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m slicerv1.Assignment
-	if err := proto.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := FromProto(&m); err != nil || !assign.Equal(got, a) {
+	if got, err := FromProto(wire(t, p)); err != nil || !assign.Equal(got, a) {
 		t.Fatalf("FromProto(ToProto) = %+v, %v; want %+v", got, err, a)
 	}
 }

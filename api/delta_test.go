@@ -106,18 +106,21 @@ func taskNames(n int) ([]string, map[string]string) {
 	return names, addrs
 }
 
-// wire sends d through its protobuf encoding, as a subscriber receives it.
-func wire(t testing.TB, d *slicerv1.AssignmentDelta) *slicerv1.AssignmentDelta {
+// wire sends m through its protobuf encoding, as a subscriber receives it.
+func wire[T any, M interface {
+	*T
+	proto.Message
+}](t testing.TB, m M) M {
 	t.Helper()
-	b, err := proto.Marshal(d)
+	b, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back slicerv1.AssignmentDelta
-	if err := proto.Unmarshal(b, &back); err != nil {
+	back := M(new(T))
+	if err := proto.Unmarshal(b, back); err != nil {
 		t.Fatal(err)
 	}
-	return &back
+	return back
 }
 
 // Applying the delta between any two generations gives the later one
