@@ -40,6 +40,17 @@ func stored(a *Assignment) *Assignment {
 	return a
 }
 
+// reportUsage reports the minor page faults and the system CPU time of a
+// decision since usage gave f0 and s0, over n decisions: fresh memory
+// costs a decision a fault a page, and the tail of its time is mostly
+// such faults (a decision's memory that the runtime had returned to the
+// system), not the phases.
+func reportUsage(b *testing.B, f0, s0 int64, n int) {
+	f1, s1 := usage()
+	b.ReportMetric(float64(f1-f0)/float64(n), "faults/op")
+	b.ReportMetric(float64(s1-s0)/1000/float64(n), "sys-ms/op")
+}
+
 // reportTimes reports the median and the 99th percentile of times (the
 // slowest of fewer than 100) as p50-ms and p99-ms; it sorts times.
 func reportTimes(b *testing.B, times []time.Duration) {
@@ -72,6 +83,7 @@ func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64, memo
 	var times []time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
+	f0, s0 := usage()
 	for b.Loop() {
 		start := time.Now()
 		if _, _, err := alg.Decide("j", prev, tasks, load, cfg); err != nil {
@@ -79,6 +91,7 @@ func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64, memo
 		}
 		times = append(times, time.Since(start))
 	}
+	reportUsage(b, f0, s0, len(times))
 	reportTimes(b, times)
 	b.ReportMetric(float64(first.Microseconds())/1000, "first-ms")
 }
@@ -125,6 +138,7 @@ func BenchmarkWeightedMoveSteady(b *testing.B) {
 			var times []time.Duration
 			b.ReportAllocs()
 			b.ResetTimer()
+			f0, s0 := usage()
 			i := 0
 			for b.Loop() {
 				start := time.Now()
@@ -132,6 +146,7 @@ func BenchmarkWeightedMoveSteady(b *testing.B) {
 				times = append(times, time.Since(start))
 				i++
 			}
+			reportUsage(b, f0, s0, len(times))
 			reportTimes(b, times)
 			b.ReportMetric(100*churn/float64(len(times)), "churn-%")
 		})
@@ -282,7 +297,7 @@ func BenchmarkOwnedSlices(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := newWeigher(newPlannerRoom(prev, refs, tasks, DefaultConfig(), 0), load)
+	w := newWeigher(newPlannerRoom(prev, refs, tasks, DefaultConfig(), 0, new(scratch)), load)
 	b.ReportAllocs()
 	for b.Loop() {
 		w.ownedSlices()

@@ -40,7 +40,9 @@ func newMemory(p *planner, load Load) *memory {
 
 // measureBytes returns the bytes of each slice of sl (sorted, tiling)
 // under load, in one sweep over both.
-func measureBytes(sl []wslice, load Load) []float64 { return sweep(sl, load, (*LoadEntry).bytesWithin) }
+func measureBytes(sl []wslice, load Load) []float64 {
+	return sweep(make([]float64, len(sl), cap(sl)), sl, load, (*LoadEntry).bytesWithin)
+}
 
 // fits reports whether task t has room for b more bytes. Without limits
 // every task has room.

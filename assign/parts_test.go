@@ -93,7 +93,7 @@ func TestSplitInOrderInParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newWeigher(newPlannerRoom(prev, refs, tasks, cfg, 0), load)
+	w := newWeigher(newPlannerRoom(prev, refs, tasks, cfg, 0, new(scratch)), load)
 	threshold := cfg.SplitLoadFactor * w.total / float64(len(w.sl))
 	type result struct {
 		done  []piece
@@ -106,8 +106,8 @@ func TestSplitInOrderInParts(t *testing.T) {
 		if k := parts(len(w.sl)); procs > 1 && k == 1 {
 			t.Fatalf("%d slices are one part", len(w.sl))
 		}
-		var r result
-		r.done, r.split, r.count, r.ok = w.splitInOrder(ceiling, threshold)
+		r := result{split: make([]int8, len(w.sl))}
+		r.done, r.count, r.ok = w.splitInOrder(ceiling, threshold, r.split)
 		return r
 	}
 	one := run(1, math.MaxInt)
@@ -207,7 +207,7 @@ func TestOwnedSlicesInParts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := newWeigher(newPlannerRoom(prev, refs, tasks, DefaultConfig(), 0), powerLoad(rng, len(prev.Slices), 1.5))
+		w := newWeigher(newPlannerRoom(prev, refs, tasks, DefaultConfig(), 0, new(scratch)), powerLoad(rng, len(prev.Slices), 1.5))
 		want := make([][]ownedSlice, len(tasks))
 		for i := range w.sl {
 			s := &w.sl[i]
@@ -217,7 +217,7 @@ func TestOwnedSlicesInParts(t *testing.T) {
 		}
 		for _, procs := range []int{1, 2, 3} {
 			old := runtime.GOMAXPROCS(procs)
-			got := w.ownedSlices()
+			got, _ := w.ownedSlices()
 			runtime.GOMAXPROCS(old)
 			for task := range want {
 				if !slices.Equal(got[task], want[task]) || cap(got[task]) != len(want[task])+ownedSlack {

@@ -249,6 +249,9 @@ type planner struct {
 	// that keeps its task keeps its list (comparing the two assignments
 	// then compares addresses; see sameList).
 	single [][]string
+	// sc is the memory the planner's slices and arena came from, and the
+	// weigher's buffers come from (see scratch).
+	sc *scratch
 }
 
 // isOpen reports whether task t may be given new slices.
@@ -265,12 +268,13 @@ func sliceLoad(s *wslice) uint64 { return s.end - s.start }
 // slices' tasks as indices into prev.Tasks, as prev.validate returns
 // them. It returns nil when no task of prev is live.
 func newPlanner(prev *Assignment, refs taskRefs, live []Task, cfg Config) *planner {
-	return newPlannerRoom(prev, refs, live, cfg, 0)
+	return newPlannerRoom(prev, refs, live, cfg, 0, new(scratch))
 }
 
 // newPlannerRoom is newPlanner with room for extra slices, so that phases
-// which split many slices do not copy them all to grow.
-func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, extra int) *planner {
+// which split many slices do not copy them all to grow, and its slices and
+// arena from sc.
+func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, extra int, sc *scratch) *planner {
 	// Map prev's task table onto live by merging the two sorted lists.
 	toLive := make([]int32, len(prev.Tasks))
 	anyLive := false
@@ -289,7 +293,7 @@ func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, ex
 		return nil
 	}
 
-	p := &planner{cfg: cfg, live: live, load: make([]uint64, len(live)), staying: len(live)}
+	p := &planner{cfg: cfg, live: live, load: make([]uint64, len(live)), staying: len(live), sc: sc}
 	for t, task := range live {
 		if task.open() {
 			continue
@@ -309,11 +313,12 @@ func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, ex
 		base[i+1] = base[i] + len(r)
 	}
 	total := base[len(refs)]
-	arena := make([]int32, total)
-	p.slices = make([]wslice, len(prev.Slices), len(prev.Slices)+extra)
+	arena := reuse(&sc.ids, total, total) // a departed task's hole is never read
+	p.slices = reuse(&sc.slices, len(prev.Slices), len(prev.Slices)+extra)
 	p.prev = prev
 	if total > len(prev.Slices) { // some slice has two tasks or more
-		p.prevOf = make([]int32, total)
+		p.prevOf = reuse(&sc.prevOf, total, total)
+		clear(p.prevOf)
 	}
 	loads := make([][]uint64, len(refs))
 	gone := make([][]departure, len(refs))

@@ -55,6 +55,13 @@ func (WeightedMove) Name() string { return AlgorithmWeightedMove }
 // load measured under prev. Without prev, or when no task of prev is live,
 // the key space is split evenly.
 func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	return decideWeighted(job, prev, live, load, cfg, sc)
+}
+
+// decideWeighted is Decide with its working memory from sc.
+func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Config, sc *scratch) (*Assignment, Decision, error) {
 	tasks, gen, refs, err := prepare("weighted-move", job, prev, live, load, cfg)
 	if err != nil {
 		return nil, Decision{}, err
@@ -83,7 +90,7 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	// Room for what phase 5 usually adds, so that it grows the slices in
 	// place rather than copying a million of them.
 	room := min(max(cfg.sliceCeiling(len(tasks))-len(from.Slices), 0), len(from.Slices)/4)
-	p := newPlannerRoom(from, refs, tasks, cfg, room)
+	p := newPlannerRoom(from, refs, tasks, cfg, room, sc)
 	p.moves = base
 	p.mem = newMemory(p, load)
 	p.membershipPhases()
@@ -102,12 +109,14 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 			p.phase(PhaseSplit, w.split)
 		}
 		p.slices = w.sl
+		sc.sload = w.sload
 		// Phase 5 may have refined slices a task held whole (a fresh even
 		// split gives each task one): relief can now move a part.
 		p.phase(PhaseMemory, p.relieveMemory)
 		p.phase(PhasePins, p.applyPins)
 	}
 	next := p.assignment(job, gen)
+	sc.slices, sc.ids, sc.prevOf = p.slices, p.ids, p.prevOf
 	return next, decision(prev, next, p.moves), nil
 }
 
@@ -143,7 +152,7 @@ func newWeigher(p *planner, load Load) *weigher {
 		w.inv[t] = 1 / capacityOf(task)
 		w.capacity += capacityOf(task)
 	}
-	w.sload = measure(w.sl, load)
+	w.sload = sweep(reuse(&p.sc.sload, len(w.sl), cap(w.sl)), w.sl, load, (*LoadEntry).within)
 	if p.mem != nil || p.cfg.Victim == VictimGainPerByte && load.HasBytes() {
 		w.sbytes = measureBytes(w.sl, load)
 	}
@@ -160,12 +169,15 @@ func newWeigher(p *planner, load Load) *weigher {
 
 // measure returns the load of each slice of sl (sorted, tiling) under
 // load, in one sweep over both.
-func measure(sl []wslice, load Load) []float64 { return sweep(sl, load, (*LoadEntry).within) }
+func measure(sl []wslice, load Load) []float64 {
+	return sweep(make([]float64, len(sl), cap(sl)), sl, load, (*LoadEntry).within)
+}
 
-// sweep returns, for each slice of sl (sorted, tiling), the sum of part
-// over the entries of load overlapping it, in one sweep over both.
-func sweep(sl []wslice, load Load, part func(*LoadEntry, SliceKey, SliceKey) float64) []float64 {
-	out := make([]float64, len(sl), cap(sl)) // phase 5 grows both alike
+// sweep sets out[i], for each slice i of sl (sorted, tiling), to the sum
+// of part over the entries of load overlapping it, in one sweep over
+// both, and returns out. Phase 5 grows the slices and their loads alike,
+// so out is usually given sl's capacity.
+func sweep(out []float64, sl []wslice, load Load, part func(*LoadEntry, SliceKey, SliceKey) float64) []float64 {
 	inParts(len(sl), parts(len(sl)), func(_, lo, hi int) {
 		j := 0
 		if lo > 0 {

@@ -34,7 +34,8 @@ func (w *weigher) moveGreedy() {
 	if n < 2 {
 		return
 	}
-	owned := w.ownedSlices()
+	owned, flat := w.ownedSlices()
+	defer func() { w.p.sc.owned = flat }()
 	hot := newTaskHeap(w.tload, true)
 	cold := w.newReceivers()
 	// With one capacity and no task that may refuse a receiver (memory
@@ -347,8 +348,9 @@ func (w *weigher) ownedSlice(si int32) ownedSlice {
 // to a task's list past that copies only that list. A million slices are
 // grouped in parts at once (a counting sort: each part counts its slices'
 // tasks, then writes them after the parts before it), in the order one
-// pass would.
-func (w *weigher) ownedSlices() [][]ownedSlice {
+// pass would. flat is the array of the windows, from the planner's
+// scratch, for the caller to give back.
+func (w *weigher) ownedSlices() (owned [][]ownedSlice, flat []ownedSlice) {
 	n := len(w.p.live)
 	k := parts(len(w.sl))
 	counts := make([][]int32, k) // by part, then task
@@ -371,7 +373,7 @@ func (w *weigher) ownedSlices() [][]ownedSlice {
 		}
 		start[t+1] = at + ownedSlack
 	}
-	flat := make([]ownedSlice, start[n])
+	flat = reuse(&w.p.sc.owned, int(start[n]), int(start[n])) // the slack is written before it is read
 	inParts(len(w.sl), k, func(part, lo, hi int) {
 		next := counts[part]
 		for i := lo; i < hi; i++ {
@@ -382,11 +384,11 @@ func (w *weigher) ownedSlices() [][]ownedSlice {
 			}
 		}
 	})
-	owned := make([][]ownedSlice, n)
+	owned = make([][]ownedSlice, n)
 	for t := range n {
 		owned[t] = flat[start[t] : start[t+1]-ownedSlack : start[t+1]]
 	}
-	return owned
+	return owned, flat
 }
 
 // ownedSlack is the room ownedSlices leaves after each task's slices: a

@@ -26,19 +26,25 @@ func (w *weigher) split() {
 	mean := w.total / float64(len(w.sl))
 	threshold := w.cfg.SplitLoadFactor * mean
 	refine := len(w.sl) < floor
+	// Which slices split, and why (see applySplits): from the scratch.
+	split := reuse(&w.p.sc.marks, len(w.sl), len(w.sl))
+	defer func() { w.p.sc.marks = split }()
+	clear(split)
 	if !refine {
-		if done, split, count, ok := w.splitInOrder(ceiling, threshold); ok {
+		if done, count, ok := w.splitInOrder(ceiling, threshold, split); ok {
 			w.applySplits(done, split, count, mean)
 			return
 		}
+		clear(split)
 	}
-	w.splitHottestFirst(ceiling, floor, mean, threshold, refine)
+	w.splitHottestFirst(ceiling, floor, mean, threshold, refine, split)
 }
 
 // splitHottestFirst is split's pass in general: pieces of at least
 // threshold load split hottest first (all pieces, when refine: the job
-// has fewer than floor slices) until the job has ceiling slices.
-func (w *weigher) splitHottestFirst(ceiling, floor int, mean, threshold float64, refine bool) {
+// has fewer than floor slices) until the job has ceiling slices. split,
+// zeroed, has an entry per slice for applySplits' marks.
+func (w *weigher) splitHottestFirst(ceiling, floor int, mean, threshold float64, refine bool, split []int8) {
 	splittable := func(i int) bool {
 		return w.sl[i].end-w.sl[i].start >= 2 && (refine || w.sload[i] >= threshold)
 	}
@@ -62,7 +68,6 @@ func (w *weigher) splitHottestFirst(ceiling, floor int, mean, threshold float64,
 	h.init()
 	count := len(w.sl)
 	done := make([]piece, 0, 2*splits) // final pieces of split slices
-	split := make([]int8, len(w.sl))   // 1: split while hot; 2: only to refine
 	for count < ceiling && len(h.items) > 0 {
 		top := h.items[0]
 		hot := top.load >= threshold
@@ -114,12 +119,12 @@ func (w *weigher) splitHottestFirst(ceiling, floor int, mean, threshold float64,
 // does not stop the splitting, hottest first and key order make the same
 // pieces (each piece's split depends on that piece alone); ok is false
 // when the ceiling would stop it, and the caller splits hottest first.
-// done is the pieces of the slices split, in key order; split marks
-// those slices as split does; count is the slices after. A million
+// done is the pieces of the slices split, in key order; it marks those
+// slices in split (zeroed, an entry per slice) as applySplits reads
+// them; count is the slices after. A million
 // slices are split in parts at once, each part's pieces in key order
 // after the part before's: the same pieces as in one pass.
-func (w *weigher) splitInOrder(ceiling int, threshold float64) (done []piece, split []int8, count int, ok bool) {
-	split = make([]int8, len(w.sl))
+func (w *weigher) splitInOrder(ceiling int, threshold float64, split []int8) (done []piece, count int, ok bool) {
 	budget := ceiling - len(w.sl) // splits the ceiling allows
 	k := parts(len(w.sl))
 	type result struct {
@@ -128,36 +133,47 @@ func (w *weigher) splitInOrder(ceiling int, threshold float64) (done []piece, sp
 		ok     bool
 	}
 	res := make([]result, k)
+	// Each part appends its pieces to a buffer of the scratch's, and the
+	// parts' pieces are joined in another: done is valid until the next
+	// call.
+	sc := w.p.sc
+	for len(sc.pieces) < k {
+		sc.pieces = append(sc.pieces, nil)
+	}
 	inParts(len(w.sl), k, func(part, lo, hi int) {
 		r := &res[part]
-		r.done, r.splits, r.ok = w.splitRange(lo, hi, budget, threshold, split)
+		r.done, r.splits, r.ok = w.splitRange(lo, hi, budget, threshold, split, sc.pieces[part][:0])
+		if r.ok {
+			sc.pieces[part] = r.done
+		}
 	})
 	count = len(w.sl)
 	n := 0
 	for _, r := range res {
 		if !r.ok {
-			return nil, nil, 0, false
+			return nil, 0, false
 		}
 		count += r.splits
 		n += len(r.done)
 	}
 	if count > ceiling {
-		return nil, nil, 0, false
+		return nil, 0, false
 	}
 	if k == 1 {
-		return res[0].done, split, count, true
+		return res[0].done, count, true
 	}
-	done = make([]piece, 0, n)
+	done = reuse(&sc.joined, 0, n)
 	for _, r := range res {
 		done = append(done, r.done...)
 	}
-	return done, split, count, true
+	sc.joined = done
+	return done, count, true
 }
 
 // splitRange is splitInOrder over slices [lo, hi): their pieces, in key
-// order, and the splits made; ok is false once it would make more than
-// budget splits.
-func (w *weigher) splitRange(lo, hi, budget int, threshold float64, split []int8) (done []piece, splits int, ok bool) {
+// order, appended to done, and the splits made; ok is false once it would
+// make more than budget splits.
+func (w *weigher) splitRange(lo, hi, budget int, threshold float64, split []int8, done []piece) (_ []piece, splits int, ok bool) {
 	type item struct {
 		piece
 		final bool // not to be split again: a half too narrow or measured whole

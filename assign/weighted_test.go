@@ -568,7 +568,7 @@ func TestSplitInOrderIsSplitHottestFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 		newW := func() *weigher {
-			p := newPlannerRoom(prev, refs, tasks, cfg, 0)
+			p := newPlannerRoom(prev, refs, tasks, cfg, 0, new(scratch))
 			return newWeigher(p, load)
 		}
 		a, b := newW(), newW()
@@ -582,7 +582,8 @@ func TestSplitInOrderIsSplitHottestFirst(t *testing.T) {
 			continue
 		}
 		mean := a.total / float64(len(a.sl))
-		done, split, count, ok := a.splitInOrder(ceiling, cfg.SplitLoadFactor*mean)
+		split := make([]int8, len(a.sl))
+		done, count, ok := a.splitInOrder(ceiling, cfg.SplitLoadFactor*mean, split)
 		if !ok {
 			if round%4 != 3 {
 				t.Fatalf("round %d: the ceiling %d stopped splitting in order", round, ceiling)
@@ -593,7 +594,7 @@ func TestSplitInOrderIsSplitHottestFirst(t *testing.T) {
 			continue // nothing hot
 		}
 		a.applySplits(done, split, count, mean)
-		b.splitHottestFirst(ceiling, floor, mean, cfg.SplitLoadFactor*mean, false)
+		b.splitHottestFirst(ceiling, floor, mean, cfg.SplitLoadFactor*mean, false, make([]int8, len(b.sl)))
 		if !slices.Equal(a.sl, b.sl) || !slices.Equal(a.sload, b.sload) || !slices.Equal(a.p.moves, b.p.moves) {
 			t.Fatalf("round %d: %d slices in key order, %d hottest first, or other loads or moves", round, len(a.sl), len(b.sl))
 		}
@@ -617,7 +618,7 @@ func TestMergeTasksRefusesPairsWiderThanTheBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newWeigher(newPlannerRoom(prev, refs, tasks, cfg, 0), load)
+	w := newWeigher(newPlannerRoom(prev, refs, tasks, cfg, 0, new(scratch)), load)
 	w.countHeld()
 	pairs := 0
 	for i := 1; i < len(w.sl); i++ {

@@ -1,0 +1,46 @@
+package assign
+
+import "sync"
+
+// scratch is a weighted-move decision's working memory: the planner's
+// slices and arena of task lists, the slices' loads, phase 4's lists of
+// each task's slices and phase 5's marks and pieces. At a million slices it is about
+// 100 MB, which every decision would otherwise allocate and zero afresh,
+// and which the collector would then reclaim (an Assigner deciding a job
+// of that size every few seconds would collect about once a decision).
+//
+// Decisions take one from scratchPool and put it back when they are done;
+// none of it outlives the decision: the assignment and the moves decided
+// hold none of its memory. A pool keeps a scratch across at most one
+// collection after its last use, so an idle process does not hold it.
+// Buffers are not zeroed between decisions: whoever takes one writes
+// every element it reads, or clears it (TestDecisionsOnDirtyScratch
+// poisons them).
+type scratch struct {
+	slices []wslice
+	ids    []int32
+	prevOf []int32
+	sload  []float64
+	owned  []ownedSlice
+	marks  []int8
+	pieces [][]piece // by part
+	joined []piece
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// reuse returns the buffer at *buf with length n when it has a capacity
+// of at least c (its elements as the last user left them), else a new
+// zeroed slice of length n and a capacity of c and an eighth more, so
+// that a job whose decisions differ a little in size finds it large
+// enough next time; *buf is left empty, since a buffer has one user at a
+// time. The caller gives it back by storing the slice (or what it grew
+// into) at *buf.
+func reuse[T any](buf *[]T, n, c int) []T {
+	b := *buf
+	*buf = nil
+	if cap(b) >= c {
+		return b[:n]
+	}
+	return make([]T, n, c+c/8)
+}

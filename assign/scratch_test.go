@@ -1,0 +1,182 @@
+package assign
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"testing"
+)
+
+// dirty is a scratch whose buffers have room for a job of n slices (three
+// times over) and hold garbage: task ids and offsets out of range, lists
+// of prev that are not the slice's, NaN loads, split marks on every
+// slice and pieces of no slice. A decision that read anything it had not written would differ
+// from one on fresh memory, or fail.
+func dirty(rng *rand.Rand, n int) *scratch {
+	c := 3*n + 64
+	sc := &scratch{
+		slices: make([]wslice, c),
+		ids:    make([]int32, c),
+		prevOf: make([]int32, c),
+		sload:  make([]float64, c),
+		owned:  make([]ownedSlice, c),
+		marks:  make([]int8, c),
+		pieces: [][]piece{make([]piece, c), make([]piece, c/2), make([]piece, 3)},
+		joined: make([]piece, c),
+	}
+	for i := range c {
+		sc.slices[i] = wslice{start: rng.Uint64(), end: rng.Uint64(), off: rng.Int32(), n: rng.Int32N(4)}
+		sc.ids[i] = rng.Int32()
+		sc.prevOf[i] = 1 + rng.Int32N(int32(n))
+		sc.sload[i] = math.NaN()
+		sc.owned[i] = ownedSlice{slice: rng.Int32(), n: rng.Int32N(4), load: math.NaN(), width: rng.Uint64()}
+		sc.marks[i] = int8(1 + rng.IntN(2))
+		sc.joined[i] = piece{slice: rng.Int32(), li: rng.Int32(), start: rng.Uint64(), end: rng.Uint64(), load: math.NaN()}
+	}
+	for _, ps := range sc.pieces {
+		for i := range ps {
+			ps[i] = sc.joined[i]
+		}
+	}
+	return sc
+}
+
+// A decision does not depend on what its scratch held before: on a dirty
+// scratch it decides exactly as on fresh memory, over jobs of the shapes
+// the phases meet (one to three tasks a slice, capacities, memory limits,
+// departed tasks, no load, a ceiling on slices), and along a chain of decisions that each
+// reuse the scratch of the one before.
+func TestDecisionsOnDirtyScratch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 5))
+	base := Config{MinRedundancy: 1, MaxRedundancy: 3}.WithDefaults()
+	cfg := base
+	decide := func(prev *Assignment, live []Task, load Load, sc *scratch) (*Assignment, Decision) {
+		t.Helper()
+		next, d, err := decideWeighted("j", prev, live, load, cfg, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := next.Validate(); err != nil {
+			t.Fatalf("the decision is not a valid assignment: %v", err)
+		}
+		for _, m := range d.Moves {
+			if m.Kind != Split || m.Phase != PhaseSplit {
+				continue
+			}
+			i := next.Find(m.Start)
+			if next.Slices[i].End >= m.End {
+				t.Fatalf("a split of [%#x, %#x) is recorded, but the slice is whole", m.Start, m.End)
+			}
+		}
+		return next, d
+	}
+	same := func(what string, want, got *Assignment, wd, gd Decision) {
+		t.Helper()
+		if !reflect.DeepEqual(want, got) || !reflect.DeepEqual(wd, gd) {
+			t.Fatalf("%s: the decision on a dirty scratch (%d slices, %d moves, churn %g) is not the one on fresh memory (%d slices, %d moves, churn %g)",
+				what, len(got.Slices), len(gd.Moves), gd.Churn, len(want.Slices), len(wd.Moves), wd.Churn)
+		}
+	}
+	changed := 0
+	for round := range 24 {
+		tasks := testTasks(20 + rng.IntN(40))
+		prev := scattered(rng, tasks, 20+rng.IntN(100), 1+round%3)
+		load := powerLoad(rng, len(prev.Slices)*(1+round%2), 1.1+rng.Float64())
+		live := tasks
+		switch round % 4 {
+		case 1:
+			for i := range live {
+				live[i].Capacity = float64(1 + i%3)
+			}
+		case 2:
+			load = withBytes(rng, load, 1e6)
+			live = limited(live, load, 1, 1.3)
+		case 3:
+			live = live[3:]
+		}
+		if round%6 == 5 {
+			load = nil
+		}
+		cfg = base
+		if round%8 == 6 && len(prev.Slices) >= cfg.sliceFloor(len(live)) {
+			// A ceiling a few slices away and no merging: phase 5 starts
+			// in key order, meets it and splits hottest first instead.
+			cfg.MaxSlices = len(prev.Slices) + 5
+			cfg.MergeChurn = 0
+		}
+		want, wd := decide(prev, live, load, new(scratch))
+		got, gd := decide(prev, live, load, dirty(rng, len(prev.Slices)))
+		same("round "+string(rune('a'+round)), want, got, wd, gd)
+		if wd.Changed {
+			changed++
+		}
+	}
+	if changed < 20 {
+		t.Fatalf("only %d of 24 decisions changed the assignment", changed)
+	}
+
+	cfg = base
+	tasks := testTasks(30)
+	prev := scattered(rng, tasks, 80, 2)
+	sc := dirty(rng, 4*len(prev.Slices))
+	for i := range 6 {
+		load := powerLoad(rng, len(prev.Slices), 1.5)
+		want, wd := decide(prev, tasks, load, new(scratch))
+		got, gd := decide(prev, tasks, load, sc)
+		same("chain decision "+string(rune('1'+i)), want, got, wd, gd)
+		if len(sc.slices) == 0 || len(sc.ids) == 0 || len(sc.sload) == 0 || len(sc.owned) == 0 || len(sc.marks) == 0 {
+			t.Fatalf("chain decision %d did not give its buffers back: %d slices, %d ids, %d loads, %d owned, %d marks",
+				i+1, len(sc.slices), len(sc.ids), len(sc.sload), len(sc.owned), len(sc.marks))
+		}
+		prev = got
+	}
+}
+
+// Decisions running at once each take their own scratch from the pool:
+// every one decides as it would alone (go test -race watches the
+// buffers).
+func TestConcurrentDecisionsOwnTheirScratch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(32, 6))
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 2}.WithDefaults()
+	type job struct {
+		prev  *Assignment
+		tasks []Task
+		load  Load
+		want  *Assignment
+	}
+	jobs := make([]job, 4)
+	for i := range jobs {
+		j := &jobs[i]
+		j.tasks = testTasks(10 + 10*i)
+		j.prev = scattered(rng, j.tasks, 30+20*i, 1+i%2)
+		j.load = powerLoad(rng, len(j.prev.Slices), 1.5)
+		var err error
+		if j.want, _, err = decideWeighted("j", j.prev, j.tasks, j.load, cfg, new(scratch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, len(jobs))
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Go(func() {
+			j := &jobs[i]
+			for range 5 {
+				got, _, err := WeightedMove{}.Decide("j", j.prev, j.tasks, j.load, cfg)
+				if err == nil && !reflect.DeepEqual(got, j.want) {
+					err = fmt.Errorf("job %d: %d slices decided beside other decisions, %d alone", i, len(got.Slices), len(j.want.Slices))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
