@@ -35,38 +35,36 @@ func AlgorithmByName(name string) (Algorithm, error) {
 }
 
 // prepare validates the inputs every Decide shares and returns the live
-// tasks sorted by name, the next generation and, when there is prev, its
-// slices' tasks as indices into prev.Tasks (see Assignment.validate).
-func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config) ([]Task, uint64, taskRefs, error) {
+// tasks sorted by name, the next generation, when there is prev, its
+// slices' tasks as indices into prev.Tasks (see Assignment.validate), and
+// the load's total, which validating it adds up.
+func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config) (tasks []Task, gen uint64, refs taskRefs, total float64, err error) {
 	if err := ValidateJobName(job); err != nil {
-		return nil, 0, nil, fmt.Errorf("%s: %w", op, err)
+		return nil, 0, nil, 0, fmt.Errorf("%s: %w", op, err)
 	}
-	gen := uint64(1)
-	var refs taskRefs
+	gen = 1
 	if prev != nil {
-		var err error
 		if refs, err = prev.validate(true); err != nil {
-			return nil, 0, nil, fmt.Errorf("%s: previous assignment: %w", op, err)
+			return nil, 0, nil, 0, fmt.Errorf("%s: previous assignment: %w", op, err)
 		}
 		if prev.Job != job {
-			return nil, 0, nil, fmt.Errorf("%s: %w: the previous assignment is of job %q, not %q", op, ErrInvalidAssignment, prev.Job, job)
+			return nil, 0, nil, 0, fmt.Errorf("%s: %w: the previous assignment is of job %q, not %q", op, ErrInvalidAssignment, prev.Job, job)
 		}
 		if prev.Generation == math.MaxUint64 {
-			return nil, 0, nil, fmt.Errorf("%s: %w: job %q: generation %d cannot be incremented; recreate the job", op, ErrInvalidAssignment, job, prev.Generation)
+			return nil, 0, nil, 0, fmt.Errorf("%s: %w: job %q: generation %d cannot be incremented; recreate the job", op, ErrInvalidAssignment, job, prev.Generation)
 		}
 		gen = prev.Generation + 1
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, 0, nil, fmt.Errorf("%s job %q: %w", op, job, err)
+		return nil, 0, nil, 0, fmt.Errorf("%s job %q: %w", op, job, err)
 	}
-	if err := load.Validate(); err != nil {
-		return nil, 0, nil, fmt.Errorf("%s job %q: %w", op, job, err)
+	if total, err = load.validTotal(); err != nil {
+		return nil, 0, nil, 0, fmt.Errorf("%s job %q: %w", op, job, err)
 	}
-	tasks, err := sortedTasks(job, cfg.Controls(live))
-	if err != nil {
-		return nil, 0, nil, fmt.Errorf("%s: %w", op, err)
+	if tasks, err = sortedTasks(job, cfg.Controls(live)); err != nil {
+		return nil, 0, nil, 0, fmt.Errorf("%s: %w", op, err)
 	}
-	return tasks, gen, refs, nil
+	return tasks, gen, refs, total, nil
 }
 
 // decision records the outcome of going from prev to next.
@@ -102,7 +100,7 @@ func (Static) Name() string { return AlgorithmStatic }
 
 // Decide splits the key space evenly over live, ignoring prev and load.
 func (Static) Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, _, err := prepare("static", job, prev, live, load, cfg)
+	tasks, gen, _, _, err := prepare("static", job, prev, live, load, cfg)
 	if err != nil {
 		return nil, Decision{}, err
 	}

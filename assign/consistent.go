@@ -85,7 +85,7 @@ func (ConsistentHash) Name() string { return AlgorithmConsistentHash }
 // Decide builds the ring for the live tasks with counts adapted to the load
 // measured under prev, and returns the assignment it induces.
 func (ConsistentHash) Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, _, err := prepare("consistent-hash", job, prev, live, load, cfg)
+	tasks, gen, _, total, err := prepare("consistent-hash", job, prev, live, load, cfg)
 	if err != nil {
 		return nil, Decision{}, err
 	}
@@ -94,7 +94,7 @@ func (ConsistentHash) Decide(job string, prev *Assignment, live []Task, load Loa
 	base, most := min(cfg.MinRedundancy, len(tasks)), min(cfg.MaxRedundancy, len(tasks))
 	var hot float64 // arc load worth one replica; 0 replicates nothing beyond base
 	if most > base {
-		if total := load.Total(); total > 0 {
+		if total > 0 {
 			hot = chHotShare * total / float64(len(tasks))
 		}
 	}

@@ -75,19 +75,27 @@ type Load []LoadEntry
 // and that every load is finite, non-negative and at most MaxLoad and
 // every byte count finite, non-negative and at most MaxBytes.
 func (l Load) Validate() error {
+	_, err := l.validTotal()
+	return err
+}
+
+// validTotal is Validate and, for a valid load, Total, in one pass.
+func (l Load) validTotal() (float64, error) {
 	// One test per entry, the common case at a million entries; the
 	// entry at fault, if any, is told apart by fault. The comparisons are
 	// false for NaN, so it fails them too.
 	var prevEnd SliceKey
+	var sum float64
 	for i := range l {
 		e := &l[i]
 		if e.End <= e.Start || e.End > KeySpaceEnd || e.Start < prevEnd ||
 			!(e.Load >= 0 && e.Load <= MaxLoad) || !(e.Bytes >= 0 && e.Bytes <= MaxBytes) {
-			return l.fault(i)
+			return 0, l.fault(i)
 		}
 		prevEnd = e.End
+		sum += e.Load
 	}
-	return nil
+	return sum, nil
 }
 
 // fault says what is wrong with entry i, the first that Validate finds at

@@ -249,6 +249,9 @@ type planner struct {
 	// that keeps its task keeps its list (comparing the two assignments
 	// then compares addresses; see sameList).
 	single [][]string
+	// outside is the number of prev's slices whose live tasks are fewer
+	// than min(MinRedundancy, staying) or more than MaxRedundancy.
+	outside int
 	// sc is the memory the planner's slices and arena came from, and the
 	// weigher's buffers come from (see scratch).
 	sc *scratch
@@ -322,6 +325,10 @@ func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, ex
 	}
 	loads := make([][]uint64, len(refs))
 	gone := make([][]departure, len(refs))
+	// Slices outside the redundancy bounds, by part: enforceRedundancy
+	// has nothing to do without them (and departures).
+	want := min(cfg.MinRedundancy, p.staying)
+	outside := make([]int, len(refs))
 	singles := make([][][]string, len(refs))
 	inParts(len(prev.Slices), len(refs), func(part, lo, hi int) {
 		load := p.load // the caller's part adds to p.load, the others to their own
@@ -351,6 +358,9 @@ func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, ex
 			if n == 1 && len(s.Tasks) == 1 && single[arena[off]] == nil {
 				single[arena[off]] = s.Tasks[:1:1]
 			}
+			if n < want || n > cfg.MaxRedundancy {
+				outside[part]++
+			}
 			ws := wslice{start: s.Start, end: s.End, off: int32(off), n: int32(n)}
 			p.slices[si] = ws
 			for _, t := range arena[off : off+n] {
@@ -373,6 +383,9 @@ func newPlannerRoom(prev *Assignment, refs taskRefs, live []Task, cfg Config, ex
 		}
 	}
 	p.departures = slices.Concat(gone...)
+	for _, n := range outside {
+		p.outside += n
+	}
 	p.ids = arena
 	p.pins = p.activePins()
 	p.least = newTaskHeap(p.load, false)
@@ -517,6 +530,11 @@ func (p *planner) fillPieces(si int, departed []string, target, minPiece uint64)
 // enforceRedundancy is phase 2: bring every slice within
 // [min(MinRedundancy, live tasks), MaxRedundancy] tasks.
 func (p *planner) enforceRedundancy() {
+	if p.outside == 0 && len(p.departures) == 0 {
+		// Every slice is as newPlannerRoom found it, within the bounds:
+		// only replacing departed tasks changes slices before this.
+		return
+	}
 	want := min(p.cfg.MinRedundancy, p.staying)
 	for si := range p.slices {
 		s := &p.slices[si]

@@ -62,7 +62,7 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 
 // decideWeighted is Decide with its working memory from sc.
 func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Config, sc *scratch) (*Assignment, Decision, error) {
-	tasks, gen, refs, err := prepare("weighted-move", job, prev, live, load, cfg)
+	tasks, gen, refs, total, err := prepare("weighted-move", job, prev, live, load, cfg)
 	if err != nil {
 		return nil, Decision{}, err
 	}
@@ -80,7 +80,6 @@ func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Co
 			return nil, Decision{}, fmt.Errorf("weighted-move: even split: %w", err) // unreachable: evenSplit builds valid assignments
 		}
 	}
-	total := load.Total()
 	if from != prev && total == 0 && !load.HasBytes() {
 		return from, decision(prev, from, base), nil
 	}
@@ -136,7 +135,11 @@ type weigher struct {
 	// capacity is the live tasks' total capacity: the job's utilisation
 	// is total / capacity.
 	capacity float64
-	held     []int32 // slices per task id, during phase 3
+	// held is the number of slices each task serves, for phase 3: counted
+	// with the loads, and again by phase 3 if phase 5 has split slices
+	// first (which sets it to nil); phase 3 keeps it up to date while it
+	// runs and drops it when done.
+	held []int32
 	// moveChurn is the key churn phase 4 spent, in keys; tests read it.
 	moveChurn uint64
 	// room is makeRoom's best and current plan, and shares and shareOf
@@ -147,7 +150,8 @@ type weigher struct {
 }
 
 func newWeigher(p *planner, load Load) *weigher {
-	w := &weigher{p: p, cfg: p.cfg, load: load, sl: p.slices, tload: make([]float64, len(p.live)), inv: make([]float64, len(p.live))}
+	w := &weigher{p: p, cfg: p.cfg, load: load, sl: p.slices, tload: make([]float64, len(p.live)), inv: make([]float64, len(p.live)),
+		held: make([]int32, len(p.live))}
 	for t, task := range p.live {
 		w.inv[t] = 1 / capacityOf(task)
 		w.capacity += capacityOf(task)
@@ -162,6 +166,7 @@ func newWeigher(p *planner, load Load) *weigher {
 		share := w.sload[i] / float64(len(ts))
 		for _, t := range ts {
 			w.tload[t] += share * w.inv[t]
+			w.held[t]++
 		}
 	}
 	return w

@@ -6,12 +6,15 @@ import "slices"
 // to its left neighbour when both are cold; the joined slice keeps the
 // task set that moves fewer keys.
 func (w *weigher) merge() {
+	defer func() { w.held = nil }() // later phases do not keep it
 	floor := w.cfg.sliceFloor(len(w.p.live))
 	if len(w.sl) <= floor || len(w.sl) < 2 {
 		return
 	}
 	ceiling := w.hottest()
-	w.countHeld()
+	if w.held == nil {
+		w.countHeld()
+	}
 	budget := keys(w.cfg.MergeChurn)
 	var spent uint64
 	count := len(w.sl)

@@ -228,6 +228,7 @@ func (w *weigher) applySplits(done []piece, split []int8, count int, mean float6
 	old := len(w.sl)
 	w.sl = slices.Grow(w.sl, count-old)[:count]
 	w.sload = slices.Grow(w.sload, count-old)[:count]
+	w.held = nil // the pieces share their slice's tasks
 	dst := count - 1
 	j := len(done) - 1
 	nsplit := 0

@@ -683,3 +683,52 @@ func TestDecisionsKeepOneTaskLists(t *testing.T) {
 		a = next
 	}
 }
+
+// A weigher's held counts are the slices each task serves whenever they
+// are set: from the loads, after phase 5 refines a coarse job first
+// (which drops them), and after phase 3 has merged and phase 4 moved
+// (phase 3 drops them when done).
+func TestHeldCountsAreCurrentOrUnset(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 4))
+	tasks := testTasks(12)
+	cfg := Config{MinRedundancy: 1, MaxRedundancy: 2}.WithDefaults()
+	for _, perTask := range []int{1, 3, 50, 60} {
+		prev := scattered(rng, tasks, perTask, 1+perTask%2)
+		refs, err := prev.validate(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := newWeigher(newPlannerRoom(prev, refs, tasks, cfg, 0, new(scratch)), powerLoad(rng, 40*len(tasks), 1.5))
+		check := func(after string) {
+			t.Helper()
+			if w.held == nil {
+				return
+			}
+			want := make([]int32, len(tasks))
+			for i := range w.sl {
+				for _, t := range w.p.tasks(&w.sl[i]) {
+					want[t]++
+				}
+			}
+			if !slices.Equal(w.held, want) {
+				t.Fatalf("%d slices a task, after %s: held %v, but the tasks serve %v", perTask, after, w.held, want)
+			}
+		}
+		check("weighing")
+		if perTask < cfg.MinSlicesPerTask {
+			n := len(w.sl)
+			w.split()
+			if len(w.sl) == n {
+				t.Fatalf("%d slices a task: refining split nothing", perTask)
+			}
+			check("refining")
+		}
+		w.merge()
+		check("merging")
+		w.moveGreedy()
+		if w.moveChurn == 0 {
+			t.Fatalf("%d slices a task: phase 4 moved nothing", perTask)
+		}
+		check("moving")
+	}
+}
