@@ -14,7 +14,7 @@ import (
 // The first decision of the process is timed apart (first-ms) and left
 // out of the others: it also pays for growing the heap to hold a job of
 // this size, which a running Assigner has done already.
-func benchAlgorithm(b *testing.B, alg Algorithm, n int) { benchAlgorithmCaps(b, alg, n, nil, 0) }
+func benchAlgorithm(b *testing.B, alg Algorithm, n int) { benchAlgorithmCaps(b, alg, n, nil, 0, 0) }
 
 // benchJob is the job the decision benchmarks start from: n tasks holding
 // 50 to 150 slices each, scattered at random, under a power-law load of an
@@ -62,8 +62,9 @@ func reportTimes(b *testing.B, times []time.Duration) {
 // benchAlgorithmCaps is benchAlgorithm with task i of capacity
 // caps[i%len(caps)] (nil: all 1) and, when memory is positive, every
 // slice holding state and every task a memory limit of memory times its
-// even share of it.
-func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64, memory float64) {
+// even share of it. warm more decisions than the first are left out of
+// the figures.
+func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64, memory float64, warm int) {
 	rng, tasks, prev, load := benchJob(n)
 	for i := range tasks {
 		if len(caps) > 0 {
@@ -80,6 +81,11 @@ func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64, memo
 		b.Fatal(err)
 	}
 	first := time.Since(start)
+	for range warm {
+		if _, _, err := alg.Decide("j", prev, tasks, load, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
 	var times []time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -99,6 +105,19 @@ func benchAlgorithmCaps(b *testing.B, alg Algorithm, n int, caps []float64, memo
 func BenchmarkWeightedMove(b *testing.B) {
 	for _, n := range []int{100, 10000} {
 		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithm(b, NewWeightedMove(), n) })
+	}
+}
+
+// BenchmarkWeightedMoveWarm is BenchmarkWeightedMove in a process that has
+// decided the job ten times more before the timed decisions, as an
+// Assigner that has served the job a while has: its heap has grown to
+// hold the job's decisions, which BenchmarkWeightedMove's first timed
+// decisions still do (faults/op tells them apart).
+//
+//	go test -run '^$' -bench 'WeightedMove(Warm)?$/tasks=10000' -benchtime 20x -benchmem ./assign/
+func BenchmarkWeightedMoveWarm(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithmCaps(b, NewWeightedMove(), n, nil, 0, 10) })
 	}
 }
 
@@ -157,7 +176,7 @@ func BenchmarkWeightedMoveSteady(b *testing.B) {
 // capacities 1, 2 and 4 in turn: phase 4 compares a receiver per capacity.
 func BenchmarkWeightedMoveCapacities(b *testing.B) {
 	for _, n := range []int{100, 10000} {
-		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithmCaps(b, NewWeightedMove(), n, []float64{1, 2, 4}, 0) })
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithmCaps(b, NewWeightedMove(), n, []float64{1, 2, 4}, 0, 0) })
 	}
 }
 
@@ -167,7 +186,7 @@ func BenchmarkWeightedMoveCapacities(b *testing.B) {
 // limits are relieved first.
 func BenchmarkWeightedMoveMemory(b *testing.B) {
 	for _, n := range []int{100, 10000} {
-		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithmCaps(b, NewWeightedMove(), n, nil, 1.3) })
+		b.Run(fmt.Sprintf("tasks=%d", n), func(b *testing.B) { benchAlgorithmCaps(b, NewWeightedMove(), n, nil, 1.3, 0) })
 	}
 }
 
