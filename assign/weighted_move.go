@@ -2,8 +2,8 @@ package assign
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
+	"strconv"
 )
 
 // zeroCost stands in for the churn of a move that moves no key, so that
@@ -301,13 +301,29 @@ func (r *receivers) best(excl []int32, l, b float64) int32 {
 	return best
 }
 
-// hottestReason is the reason recorded for a move off the hottest task h.
+// hottestReason is the reason recorded for a move off the hottest task h:
+// fmt's "task %q is the hottest (load %.4g); gain %.4g per key moved", or
+// with the task's capacity and utilisation when its capacity is not 1,
+// spelled with strconv (a steady-state decision records thousands).
 func (w *weigher) hottestReason(h int32, score float64) string {
+	var buf [160]byte
+	b := append(buf[:0], "task "...)
+	b = strconv.AppendQuote(b, w.p.live[h].Name)
+	b = append(b, " is the hottest (load "...)
 	if w.inv[h] == 1 {
-		return fmt.Sprintf("task %q is the hottest (load %.4g); gain %.4g per key moved", w.p.live[h].Name, w.tload[h], score)
+		b = strconv.AppendFloat(b, w.tload[h], 'g', 4, 64)
+	} else {
+		b = strconv.AppendFloat(b, w.tload[h]/w.inv[h], 'g', 4, 64)
+		b = append(b, ", capacity "...)
+		b = strconv.AppendFloat(b, 1/w.inv[h], 'g', 4, 64)
+		b = append(b, ": "...)
+		b = strconv.AppendFloat(b, w.tload[h], 'g', 4, 64)
+		b = append(b, " per unit"...)
 	}
-	return fmt.Sprintf("task %q is the hottest (load %.4g, capacity %.4g: %.4g per unit); gain %.4g per key moved",
-		w.p.live[h].Name, w.tload[h]/w.inv[h], 1/w.inv[h], w.tload[h], score)
+	b = append(b, "); gain "...)
+	b = strconv.AppendFloat(b, score, 'g', 4, 64)
+	b = append(b, " per key moved"...)
+	return string(b)
 }
 
 func index(ts []int32, t int32) int {

@@ -732,3 +732,28 @@ func TestHeldCountsAreCurrentOrUnset(t *testing.T) {
 		check("moving")
 	}
 }
+
+// The reason recorded for a move off the hottest task reads as fmt would
+// spell it, for tasks of capacity 1 and others, any load and any name.
+func TestHottestReasonSpelling(t *testing.T) {
+	tasks := []Task{{Name: "t1"}, {Name: `odd "name" ☃`, Capacity: 2.5}, {Name: "t3", Capacity: 1e-3}}
+	w := &weigher{p: &planner{live: tasks}, tload: make([]float64, len(tasks)), inv: make([]float64, len(tasks))}
+	for i, task := range tasks {
+		w.inv[i] = 1 / capacityOf(task)
+	}
+	for _, load := range []float64{0, 1, 0.5, 1.0 / 3, 12345.678, 1e-9, 3e20, math.MaxFloat64, math.Inf(1)} {
+		for _, score := range []float64{0, 2.5e-17, 7, 1e300} {
+			for h := range tasks {
+				w.tload[h] = load * w.inv[h]
+				want := fmt.Sprintf("task %q is the hottest (load %.4g); gain %.4g per key moved", tasks[h].Name, w.tload[h], score)
+				if w.inv[h] != 1 {
+					want = fmt.Sprintf("task %q is the hottest (load %.4g, capacity %.4g: %.4g per unit); gain %.4g per key moved",
+						tasks[h].Name, w.tload[h]/w.inv[h], 1/w.inv[h], w.tload[h], score)
+				}
+				if got := w.hottestReason(int32(h), score); got != want {
+					t.Fatalf("reason %q, fmt spells %q", got, want)
+				}
+			}
+		}
+	}
+}
