@@ -32,16 +32,19 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // reuse returns the buffer at *buf with length n when it has a capacity
 // of at least c (its elements as the last user left them), else a new
-// zeroed slice of length n and a capacity of c and an eighth more, so
-// that a job whose decisions differ a little in size finds it large
-// enough next time; *buf is left empty, since a buffer has one user at a
-// time. The caller gives it back by storing the slice (or what it grew
-// into) at *buf.
+// zeroed slice of length n and capacity c; a buffer that was too small is
+// replaced by one of an eighth more than c, so that a job whose decisions
+// differ a little in size finds it large enough next time. *buf is left
+// empty, since a buffer has one user at a time; the caller gives it back
+// by storing the slice (or what it grew into) at *buf.
 func reuse[T any](buf *[]T, n, c int) []T {
 	b := *buf
 	*buf = nil
 	if cap(b) >= c {
 		return b[:n]
 	}
-	return make([]T, n, c+c/8)
+	if cap(b) > 0 {
+		c += c / 8
+	}
+	return make([]T, n, c)
 }
