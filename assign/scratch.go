@@ -26,6 +26,10 @@ type scratch struct {
 	marks  []int8
 	pieces [][]piece // by part
 	joined []piece
+	// Phase 5's pass hottest first: its heap, final pieces, and those
+	// pieces by key (with the ends of each slice's group).
+	heap, done, sorted []piece
+	ends               []int32
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}

@@ -25,6 +25,10 @@ func dirty(rng *rand.Rand, n int) *scratch {
 		marks:  make([]int8, c),
 		pieces: [][]piece{make([]piece, c), make([]piece, c/2), make([]piece, 3)},
 		joined: make([]piece, c),
+		heap:   make([]piece, c),
+		done:   make([]piece, c),
+		sorted: make([]piece, c),
+		ends:   make([]int32, c),
 	}
 	for i := range c {
 		sc.slices[i] = wslice{start: rng.Uint64(), end: rng.Uint64(), off: rng.Int32(), n: rng.Int32N(4)}
@@ -35,10 +39,13 @@ func dirty(rng *rand.Rand, n int) *scratch {
 		sc.marks[i] = int8(1 + rng.IntN(2))
 		sc.joined[i] = piece{slice: rng.Int32(), li: rng.Int32(), start: rng.Uint64(), end: rng.Uint64(), load: math.NaN()}
 	}
-	for _, ps := range sc.pieces {
+	for _, ps := range append(sc.pieces, sc.heap, sc.done, sc.sorted) {
 		for i := range ps {
 			ps[i] = sc.joined[i]
 		}
+	}
+	for i := range sc.ends {
+		sc.ends[i] = rng.Int32()
 	}
 	return sc
 }

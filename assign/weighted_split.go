@@ -57,7 +57,15 @@ func (w *weigher) splitHottestFirst(ceiling, floor int, mean, threshold float64,
 		}
 	}
 	splits := min(ceiling-len(w.sl), cands) // a first guess; append grows it
-	h := &pieceHeap{items: make([]piece, 0, cands+splits)}
+	if refine {
+		// Refining splits at least up to the floor, most pieces more
+		// than once.
+		splits = max(splits, min(floor, ceiling)-len(w.sl))
+	}
+	// The heap, the final pieces and their order by key are the scratch's.
+	sc := w.p.sc
+	h := &pieceHeap{items: reuse(&sc.heap, 0, cands+splits)}
+	defer func() { sc.heap = h.items }()
 	li := 0 // slices and load entries are both sorted: one sweep finds each first entry
 	for i := range w.sl {
 		if splittable(i) {
@@ -67,7 +75,8 @@ func (w *weigher) splitHottestFirst(ceiling, floor int, mean, threshold float64,
 	}
 	h.init()
 	count := len(w.sl)
-	done := make([]piece, 0, 2*splits) // final pieces of split slices
+	done := reuse(&sc.done, 0, 2*splits) // final pieces of split slices
+	defer func() { sc.done = done }()
 	for count < ceiling && len(h.items) > 0 {
 		top := h.items[0]
 		hot := top.load >= threshold
@@ -109,7 +118,8 @@ func (w *weigher) splitHottestFirst(ceiling, floor int, mean, threshold float64,
 			done = append(done, p)
 		}
 	}
-	w.applySplits(byKey(done, len(w.sl)), split, count, mean)
+	sc.sorted, sc.ends = byKey(reuse(&sc.sorted, len(done), len(done)), reuse(&sc.ends, len(w.sl)+1, len(w.sl)+1), done)
+	w.applySplits(sc.sorted, split, count, mean)
 }
 
 // splitInOrder is split's pass over a job that has at least its floor of
@@ -267,18 +277,20 @@ func (w *weigher) applySplits(done []piece, split []int8, count int, mean float6
 	}
 }
 
-// byKey orders pieces by key. Pieces of different slices do not overlap
-// and slices are in key order, so it groups them by slice in one counting
-// pass and then sorts each slice's few pieces.
-func byKey(pieces []piece, nslices int) []piece {
-	end := make([]int32, nslices+1) // end[i+1]: end of slice i's group
+// byKey writes pieces to out (of their length) ordered by key and returns
+// out and end, which has an entry per slice and one more and need not be
+// zeroed. Pieces of different slices do not overlap and slices are in key
+// order, so it groups them by slice in one counting pass and then sorts
+// each slice's few pieces.
+func byKey(out []piece, end []int32, pieces []piece) ([]piece, []int32) {
+	nslices := len(end) - 1
+	clear(end) // end[i+1]: end of slice i's group
 	for _, p := range pieces {
 		end[p.slice+1]++
 	}
 	for i := range nslices {
 		end[i+1] += end[i]
 	}
-	out := make([]piece, len(pieces))
 	for _, p := range pieces {
 		out[end[p.slice]] = p
 		end[p.slice]++
@@ -298,7 +310,7 @@ func byKey(pieces []piece, nslices int) []piece {
 		}
 		lo = end[i]
 	}
-	return out
+	return out, end
 }
 
 // piece is a part of slice number slice that phase 5 may split further.
