@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -477,5 +479,66 @@ func TestMergeSortedByClusters(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("round %d (%d entries): %d pieces %v, want %d %v", round, len(all), len(got), got, len(want), want)
 		}
+	}
+}
+
+// byStart orders into a buffer it is given whatever the buffer held: a
+// buffer of garbage (a merge's pooled array from another job) gives the
+// order a new array gives, for entries sorted whole and dealt into
+// buckets.
+func TestByStartIntoDirtyBuffer(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 13))
+	for _, n := range []int{10, byStartBuckets - 1, byStartBuckets, 30000} {
+		var parts []Load
+		for total := 0; total < n; {
+			k := min(n-total, 1+rng.IntN(50))
+			l := make(Load, k)
+			start := SliceKey(rng.Uint64N(KeySpaceEnd / 2))
+			for i := range l {
+				l[i] = LoadEntry{Start: start, End: start + 1 + SliceKey(rng.Uint64N(1<<30)), Load: rng.Float64()}
+				start = l[i].End + SliceKey(rng.Uint64N(1<<30))
+			}
+			parts = append(parts, l)
+			total += k
+		}
+		want := byStart(nil, parts, n)
+		dirty := make(Load, 2*n)
+		for i := range dirty {
+			dirty[i] = LoadEntry{Start: rng.Uint64(), End: rng.Uint64(), Load: math.NaN(), Bytes: -1}
+		}
+		if got := byStart(dirty, parts, n); !slices.Equal(got, want) || &got[0] != &dirty[0] {
+			t.Fatalf("%d entries: ordered into a dirty buffer, %d entries (its own array: %v), not those a new array gets", n, len(got), &got[0] == &dirty[0])
+		}
+	}
+}
+
+// Merges running at once each take their own buffer from the pool (go
+// test -race watches them).
+func TestConcurrentMergesOwnTheirBuffers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(14, 15))
+	loads := make([][]Load, 4)
+	wants := make([]Load, len(loads))
+	for j := range loads {
+		for range 20 + 10*j {
+			loads[j] = append(loads[j], powerLoad(rng, 200, 1.5))
+		}
+		wants[j] = MergeLoads(loads[j]...)
+	}
+	errs := make(chan string, len(loads))
+	var wg sync.WaitGroup
+	for j := range loads {
+		wg.Go(func() {
+			for range 5 {
+				if got := MergeLoads(loads[j]...); !slices.Equal(got, wants[j]) {
+					errs <- fmt.Sprintf("merge %d: %d pieces beside other merges, %d alone", j, len(got), len(wants[j]))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
