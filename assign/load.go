@@ -477,20 +477,22 @@ func MergeLoads(ls ...Load) Load {
 		return nil
 	}
 	if n < byStartBuckets {
-		return mergeSorted(byStart(nil, ls, n))
+		return mergeSorted(byStart(make(Load, 0, n), ls, n))
 	}
 	// The entries ordered by Start are needed only until they are merged:
 	// at a million entries (a job of 10,000 tasks), 32 MB that each merge
 	// would otherwise allocate, zero and leave to the collector.
-	buf := mergeBufs.Get().(*Load)
+	buf := mergeBufs.Get().(*[]LoadEntry)
 	defer mergeBufs.Put(buf)
-	*buf = byStart(*buf, ls, n)
-	return mergeSorted(*buf)
+	all := byStart(reuse(buf, 0, n), ls, n)
+	defer func() { *buf = all }()
+	return mergeSorted(all)
 }
 
 // mergeBufs holds arrays for byStart's entries between merges of many
-// entries; a pool lets them go after two collections without a merge.
-var mergeBufs = sync.Pool{New: func() any { return new(Load) }}
+// entries (see reuse); a pool lets them go after two collections without
+// a merge.
+var mergeBufs = sync.Pool{New: func() any { return new([]LoadEntry) }}
 
 // byStartBuckets is the fewest entries byStart deals into buckets rather
 // than sorting them whole.
@@ -565,18 +567,16 @@ func mergePieces(out, entries Load, points []SliceKey, active []LoadEntry) (Load
 	return out, points, active
 }
 
-// byStart returns the n entries of ls ordered by Start, in buf when its
-// capacity is at least n (every entry is written), else in a new array.
+// byStart returns the n entries of ls ordered by Start, in out, which has
+// a capacity of n at least (every entry is written: out may hold
+// anything).
 // A few thousand are sorted; more (an Assigner merging the reports of
 // thousands of tasks) are dealt into buckets by the top bits of Start,
 // each then sorted alone: two passes and many small sorts rather than one
 // sort of a million entries, several times faster.
-func byStart(buf Load, ls []Load, n int) Load {
+func byStart(out Load, ls []Load, n int) Load {
 	cmpStart := func(x, y LoadEntry) int { return cmp.Compare(x.Start, y.Start) }
-	out := buf[:0]
-	if cap(out) < n {
-		out = make(Load, 0, n)
-	}
+	out = out[:0]
 	if n < byStartBuckets {
 		for _, l := range ls {
 			out = append(out, l...)

@@ -98,7 +98,7 @@ func TestLoadSumsAgree(t *testing.T) {
 	for i := 1; i < len(bounds); i++ {
 		sl = append(sl, wslice{start: bounds[i-1], end: bounds[i]})
 	}
-	measured := measure(sl, l)
+	measured := measure(make([]float64, len(sl)), sl, l)
 	cur := loadCursor{l: l}
 	for i, s := range sl {
 		in := l.In(s.start, s.end)
@@ -501,7 +501,7 @@ func TestByStartIntoDirtyBuffer(t *testing.T) {
 			parts = append(parts, l)
 			total += k
 		}
-		want := byStart(nil, parts, n)
+		want := byStart(make(Load, 0, n), parts, n)
 		dirty := make(Load, 2*n)
 		for i := range dirty {
 			dirty[i] = LoadEntry{Start: rng.Uint64(), End: rng.Uint64(), Load: math.NaN(), Bytes: -1}

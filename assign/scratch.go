@@ -4,12 +4,12 @@ import "sync"
 
 // scratch is a weighted-move decision's working memory: the planner's
 // slices and arena of task lists, the slices' loads, phase 4's lists of
-// each task's slices and phase 5's marks and pieces. It is about 90 bytes
-// a slice (87 MB at 980,000 slices; up to about 190 when phase 5 first
-// refines a job of a few slices a task), which every decision would
-// otherwise allocate and zero afresh, and which the collector would then
-// reclaim (an Assigner deciding a job of that size every few seconds
-// would collect about once a decision).
+// each task's slices and phase 5's marks and pieces. It is about 75 bytes
+// a slice (78 MB at a million slices; up to about 185 when phase 5 first
+// refines a job of a few slices a task: BenchmarkDecisionScratch), which
+// every decision would otherwise allocate and zero afresh, and which the
+// collector would then reclaim (an Assigner deciding a job of that size
+// every few seconds would collect about once a decision).
 //
 // Decisions take one from scratchPool and put it back when they are done;
 // none of it outlives the decision: the assignment and the moves decided

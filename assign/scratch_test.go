@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"unsafe"
 )
 
 // dirty is a scratch whose buffers have room for a job of n slices (three
@@ -196,4 +197,49 @@ func TestConcurrentDecisionsOwnTheirScratch(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// scratchBytes is the memory sc's buffers hold, by their capacities.
+func scratchBytes(sc *scratch) int {
+	ps := int(unsafe.Sizeof(piece{}))
+	n := cap(sc.slices)*int(unsafe.Sizeof(wslice{})) + cap(sc.ids)*4 + cap(sc.prevOf)*4 + cap(sc.sload)*8 +
+		cap(sc.owned)*int(unsafe.Sizeof(ownedSlice{})) + cap(sc.marks) + cap(sc.ends)*4 +
+		(cap(sc.joined)+cap(sc.heap)+cap(sc.done)+cap(sc.sorted))*ps
+	for _, p := range sc.pieces {
+		n += cap(p) * ps
+	}
+	return n
+}
+
+// BenchmarkDecisionScratch reports the working memory a decision at
+// 10,000 tasks keeps in its scratch, in MB and in bytes a slice of the
+// assignment it returns: from the decision benchmarks' scattered start
+// (about 100 slices a task), and for the compound-step benchmark's job of
+// a few slices a task, which phase 5 first refines to its floor.
+//
+//	go test -run '^$' -bench DecisionScratch -benchtime 1x ./assign/
+func BenchmarkDecisionScratch(b *testing.B) {
+	run := func(b *testing.B, prev *Assignment, tasks []Task, load Load, cfg Config) {
+		var sc *scratch
+		var next *Assignment
+		for b.Loop() {
+			sc = new(scratch)
+			var err error
+			if next, _, err = decideWeighted("j", prev, tasks, load, cfg, sc); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(scratchBytes(sc))/1e6, "scratch-MB")
+		b.ReportMetric(float64(scratchBytes(sc))/float64(len(next.Slices)), "B/slice")
+	}
+	b.Run("scattered", func(b *testing.B) {
+		_, tasks, prev, load := benchJob(10000)
+		run(b, prev, tasks, load, DefaultConfig())
+	})
+	b.Run("refine", func(b *testing.B) {
+		prev, tasks, load := roomJob(2500, false)
+		cfg := DefaultConfig()
+		cfg.MaxRedundancy = 2
+		run(b, prev, tasks, load, cfg)
+	})
 }

@@ -156,7 +156,7 @@ func newWeigher(p *planner, load Load) *weigher {
 		w.inv[t] = 1 / capacityOf(task)
 		w.capacity += capacityOf(task)
 	}
-	w.sload = sweep(reuse(&p.sc.sload, len(w.sl), cap(w.sl)), w.sl, load, (*LoadEntry).within)
+	w.sload = measure(reuse(&p.sc.sload, len(w.sl), cap(w.sl)), w.sl, load)
 	if p.mem != nil || p.cfg.Victim == VictimGainPerByte && load.HasBytes() {
 		w.sbytes = measureBytes(w.sl, load)
 	}
@@ -172,10 +172,10 @@ func newWeigher(p *planner, load Load) *weigher {
 	return w
 }
 
-// measure returns the load of each slice of sl (sorted, tiling) under
-// load, in one sweep over both.
-func measure(sl []wslice, load Load) []float64 {
-	return sweep(make([]float64, len(sl), cap(sl)), sl, load, (*LoadEntry).within)
+// measure sets out[i] to the load of slice i of sl (sorted, tiling) under
+// load, in one sweep over both, and returns out.
+func measure(out []float64, sl []wslice, load Load) []float64 {
+	return sweep(out, sl, load, (*LoadEntry).within)
 }
 
 // sweep sets out[i], for each slice i of sl (sorted, tiling), to the sum
