@@ -36,15 +36,16 @@ func AlgorithmByName(name string) (Algorithm, error) {
 
 // prepare validates the inputs every Decide shares and returns the live
 // tasks sorted by name, the next generation, when there is prev, its
-// slices' tasks as indices into prev.Tasks (see Assignment.validate), and
-// the load's total, which validating it adds up.
-func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config) (tasks []Task, gen uint64, refs taskRefs, total float64, err error) {
+// slices' tasks as indices into prev.Tasks (see Assignment.validate) in
+// the buffers of buf where they fit, and the load's total, which
+// validating it adds up.
+func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config, buf taskRefs) (tasks []Task, gen uint64, refs taskRefs, total float64, err error) {
 	if err := ValidateJobName(job); err != nil {
 		return nil, 0, nil, 0, fmt.Errorf("%s: %w", op, err)
 	}
 	gen = 1
 	if prev != nil {
-		if refs, err = prev.validate(true); err != nil {
+		if refs, err = prev.validateInto(true, buf); err != nil {
 			return nil, 0, nil, 0, fmt.Errorf("%s: previous assignment: %w", op, err)
 		}
 		if prev.Job != job {
@@ -100,7 +101,7 @@ func (Static) Name() string { return AlgorithmStatic }
 
 // Decide splits the key space evenly over live, ignoring prev and load.
 func (Static) Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, _, _, err := prepare("static", job, prev, live, load, cfg)
+	tasks, gen, _, _, err := prepare("static", job, prev, live, load, cfg, nil)
 	if err != nil {
 		return nil, Decision{}, err
 	}

@@ -16,7 +16,7 @@ package assign
 // Without prev, or when no task of prev is live, the key space is split
 // evenly.
 func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, refs, _, err := prepare("membership", job, prev, live, load, cfg)
+	tasks, gen, refs, _, err := prepare("membership", job, prev, live, load, cfg, nil)
 	if err != nil {
 		return nil, Decision{}, err
 	}

@@ -264,7 +264,7 @@ func (a *Assignment) Settled(live []Task) bool {
 // overlap, each naming at least one task, in order and without duplicates,
 // and every named task listed once in Tasks.
 func (a *Assignment) Validate() error {
-	_, err := a.validate(false)
+	_, err := a.validateInto(false, nil)
 	return err
 }
 
@@ -277,6 +277,14 @@ type taskRefs [][]int32
 // names as numbers (see taskRefs): a caller that needs them so reads them
 // there rather than looking each name up again.
 func (a *Assignment) validate(refs bool) (taskRefs, error) {
+	return a.validateInto(refs, nil)
+}
+
+// validateInto is validate that writes the references into buf's parts
+// where they are large enough (a part of n slices needs n), as a
+// decision's scratch holds them from the last; what buf's parts held
+// before is never read.
+func (a *Assignment) validateInto(refs bool, buf taskRefs) (taskRefs, error) {
 	if a == nil {
 		return nil, fmt.Errorf("%w: nil", ErrInvalidAssignment)
 	}
@@ -326,7 +334,12 @@ func (a *Assignment) validate(refs bool) (taskRefs, error) {
 	inParts(len(a.Slices), k, func(part, lo, hi int) {
 		var ids *[]int32
 		if refs {
-			own := make([]int32, 0, hi-lo) // one task a slice is the common case
+			var own []int32
+			if part < len(buf) && cap(buf[part]) >= hi-lo {
+				own = buf[part][:0]
+			} else {
+				own = make([]int32, 0, hi-lo) // one task a slice is the common case
+			}
 			ids = &own
 		}
 		var next SliceKey

@@ -2,23 +2,27 @@ package assign
 
 import "sync"
 
-// scratch is a weighted-move decision's working memory: the planner's
-// slices and arena of task lists, the slices' loads, phase 4's lists of
-// each task's slices and phase 5's marks and pieces. It is about 75 bytes
-// a slice (78 MB at a million slices; up to about 185 when phase 5 first
-// refines a job of a few slices a task: BenchmarkDecisionScratch), which
-// every decision would otherwise allocate and zero afresh, and which the
-// collector would then reclaim (an Assigner deciding a job of that size
-// every few seconds would collect about once a decision).
+// scratch is a weighted-move decision's working memory: prev's task
+// references as validation returns them, the planner's slices and arena
+// of task lists, the slices' loads, phase 4's lists of each task's
+// slices, phase 5's marks and pieces, and the moves as they are
+// recorded. It is about 86 bytes a slice (89 MB at a million slices; up
+// to about 195 when phase 5 first refines a job of a few slices a task:
+// BenchmarkDecisionScratch), which every decision would otherwise
+// allocate and zero afresh, and which the collector would then reclaim
+// (an Assigner deciding a job of that size every few seconds would
+// collect about once a decision).
 //
 // Decisions take one from scratchPool and put it back when they are done;
 // none of it outlives the decision: the assignment and the moves decided
-// hold none of its memory. A pool keeps a scratch across at most one
+// hold none of its memory (the moves are copied out, once, at their final
+// length, and the buffer cleared). A pool keeps a scratch across at most one
 // collection after its last use, so an idle process does not hold it.
 // Buffers are not zeroed between decisions: whoever takes one writes
 // every element it reads, or clears it (TestDecisionsOnDirtyScratch
 // poisons them).
 type scratch struct {
+	refs   taskRefs // prev's, as prepare returns them (by part)
 	slices []wslice
 	ids    []int32
 	prevOf []int32
@@ -31,6 +35,7 @@ type scratch struct {
 	// pieces by key (with the ends of each slice's group).
 	heap, done, sorted []piece
 	ends               []int32
+	moves              []Move // recorded, then copied out (cleared)
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"unsafe"
@@ -13,11 +14,13 @@ import (
 // dirty is a scratch whose buffers have room for a job of n slices (three
 // times over) and hold garbage: task ids and offsets out of range, lists
 // of prev that are not the slice's, NaN loads, split marks on every
-// slice and pieces of no slice. A decision that read anything it had not written would differ
+// slice, pieces of no slice and moves no decision took. A decision that read anything it had not written would differ
 // from one on fresh memory, or fail.
 func dirty(rng *rand.Rand, n int) *scratch {
 	c := 3*n + 64
 	sc := &scratch{
+		refs:   taskRefs{make([]int32, c), make([]int32, c/2), make([]int32, 3)},
+		moves:  make([]Move, c),
 		slices: make([]wslice, c),
 		ids:    make([]int32, c),
 		prevOf: make([]int32, c),
@@ -48,6 +51,15 @@ func dirty(rng *rand.Rand, n int) *scratch {
 	for i := range sc.ends {
 		sc.ends[i] = rng.Int32()
 	}
+	for _, r := range sc.refs {
+		for i := range r {
+			r[i] = rng.Int32()
+		}
+	}
+	for i := range sc.moves {
+		sc.moves[i] = Move{Kind: MoveKind(rng.IntN(6)), Start: rng.Uint64(), End: rng.Uint64(), From: "ghost", To: "ghost", Reason: "garbage", Phase: PhaseMove}
+	}
+	sc.moves = sc.moves[:c/2]
 	return sc
 }
 
@@ -152,6 +164,38 @@ func TestDecisionsOnDirtyScratch(t *testing.T) {
 	}
 }
 
+// A decision's moves and assignment hold none of its scratch: the next
+// decision on the same scratch leaves them as they were.
+func TestDecisionsOwnTheirResults(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 31))
+	cfg := DefaultConfig()
+	sc := new(scratch)
+	decide := func() (*Assignment, Decision) {
+		t.Helper()
+		tasks := testTasks(20 + rng.IntN(20))
+		prev := scattered(rng, tasks, 30+rng.IntN(30), 1)
+		next, d, err := decideWeighted("j", prev, tasks, powerLoad(rng, len(prev.Slices), 1.5), cfg, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Moves) == 0 {
+			t.Fatal("the decision moved nothing; the test needs moves")
+		}
+		return next, d
+	}
+	next, d := decide()
+	keep, kept := next.Clone(), slices.Clone(d.Moves)
+	for range 3 {
+		decide()
+	}
+	if !reflect.DeepEqual(d.Moves, kept) {
+		t.Fatal("a later decision on the same scratch changed an earlier decision's moves")
+	}
+	if !Equal(next, keep) {
+		t.Fatal("a later decision on the same scratch changed an earlier decision's assignment")
+	}
+}
+
 // Decisions running at once each take their own scratch from the pool:
 // every one decides as it would alone (go test -race watches the
 // buffers).
@@ -208,7 +252,10 @@ func scratchBytes(sc *scratch) int {
 	for _, p := range sc.pieces {
 		n += cap(p) * ps
 	}
-	return n
+	for _, r := range sc.refs {
+		n += cap(r) * 4
+	}
+	return n + cap(sc.moves)*int(unsafe.Sizeof(Move{}))
 }
 
 // BenchmarkDecisionScratch reports the working memory a decision at

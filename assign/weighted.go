@@ -62,7 +62,9 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 
 // decideWeighted is Decide with its working memory from sc.
 func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Config, sc *scratch) (*Assignment, Decision, error) {
-	tasks, gen, refs, total, err := prepare("weighted-move", job, prev, live, load, cfg)
+	buf := sc.refs
+	sc.refs = nil
+	tasks, gen, refs, total, err := prepare("weighted-move", job, prev, live, load, cfg, buf)
 	if err != nil {
 		return nil, Decision{}, err
 	}
@@ -90,7 +92,10 @@ func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Co
 	// place rather than copying a million of them.
 	room := min(max(cfg.sliceCeiling(len(tasks))-len(from.Slices), 0), len(from.Slices)/4)
 	p := newPlannerRoom(from, refs, tasks, cfg, room, sc)
-	p.moves = base
+	sc.refs = refs // read only by newPlannerRoom
+	// The moves are recorded in the scratch's buffer, which has room for
+	// as many as the largest decision before, and copied out once.
+	p.moves = append(reuse(&sc.moves, 0, len(base)), base...)
 	p.mem = newMemory(p, load)
 	p.membershipPhases()
 	if total == 0 {
@@ -115,8 +120,13 @@ func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Co
 		p.phase(PhasePins, p.applyPins)
 	}
 	next := p.assignment(job, gen)
-	sc.slices, sc.ids, sc.prevOf = p.slices, p.ids, p.prevOf
-	return next, decision(prev, next, p.moves), nil
+	var moves []Move
+	if len(p.moves) > 0 {
+		moves = slices.Clone(p.moves)
+	}
+	clear(p.moves) // the buffer keeps no task's name alive
+	sc.slices, sc.ids, sc.prevOf, sc.moves = p.slices, p.ids, p.prevOf, p.moves[:0]
+	return next, decision(prev, next, moves), nil
 }
 
 // weigher runs phases 3 to 5 over the planner's slices with measured load.
