@@ -35,37 +35,46 @@ func AlgorithmByName(name string) (Algorithm, error) {
 }
 
 // prepare validates the inputs every Decide shares and returns the live
-// tasks sorted by name, the next generation, when there is prev, its
-// slices' tasks as indices into prev.Tasks (see Assignment.validate) in
-// the buffers of buf where they fit, and the load's total, which
-// validating it adds up.
-func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config, buf taskRefs) (tasks []Task, gen uint64, refs taskRefs, total float64, err error) {
+// tasks sorted by name, the next generation and the load's total, which
+// validating it adds up. When refs is not nil and there is prev, it sets
+// *refs to prev's slices' tasks as indices into prev.Tasks (see
+// Assignment.validate), written into the buffers *refs held where they
+// fit; algorithms that do not read them pass nil and are spared them.
+func prepare(op, job string, prev *Assignment, live []Task, load Load, cfg Config, refs *taskRefs) (tasks []Task, gen uint64, total float64, err error) {
 	if err := ValidateJobName(job); err != nil {
-		return nil, 0, nil, 0, fmt.Errorf("%s: %w", op, err)
+		return nil, 0, 0, fmt.Errorf("%s: %w", op, err)
 	}
 	gen = 1
 	if prev != nil {
-		if refs, err = prev.validateInto(true, buf); err != nil {
-			return nil, 0, nil, 0, fmt.Errorf("%s: previous assignment: %w", op, err)
+		var buf taskRefs
+		if refs != nil {
+			buf, *refs = *refs, nil
+		}
+		r, err := prev.validateInto(refs != nil, buf)
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("%s: previous assignment: %w", op, err)
+		}
+		if refs != nil {
+			*refs = r
 		}
 		if prev.Job != job {
-			return nil, 0, nil, 0, fmt.Errorf("%s: %w: the previous assignment is of job %q, not %q", op, ErrInvalidAssignment, prev.Job, job)
+			return nil, 0, 0, fmt.Errorf("%s: %w: the previous assignment is of job %q, not %q", op, ErrInvalidAssignment, prev.Job, job)
 		}
 		if prev.Generation == math.MaxUint64 {
-			return nil, 0, nil, 0, fmt.Errorf("%s: %w: job %q: generation %d cannot be incremented; recreate the job", op, ErrInvalidAssignment, job, prev.Generation)
+			return nil, 0, 0, fmt.Errorf("%s: %w: job %q: generation %d cannot be incremented; recreate the job", op, ErrInvalidAssignment, job, prev.Generation)
 		}
 		gen = prev.Generation + 1
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, 0, nil, 0, fmt.Errorf("%s job %q: %w", op, job, err)
+		return nil, 0, 0, fmt.Errorf("%s job %q: %w", op, job, err)
 	}
 	if total, err = load.validTotal(); err != nil {
-		return nil, 0, nil, 0, fmt.Errorf("%s job %q: %w", op, job, err)
+		return nil, 0, 0, fmt.Errorf("%s job %q: %w", op, job, err)
 	}
 	if tasks, err = sortedTasks(job, cfg.Controls(live)); err != nil {
-		return nil, 0, nil, 0, fmt.Errorf("%s: %w", op, err)
+		return nil, 0, 0, fmt.Errorf("%s: %w", op, err)
 	}
-	return tasks, gen, refs, total, nil
+	return tasks, gen, total, nil
 }
 
 // decision records the outcome of going from prev to next.
@@ -101,7 +110,7 @@ func (Static) Name() string { return AlgorithmStatic }
 
 // Decide splits the key space evenly over live, ignoring prev and load.
 func (Static) Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, _, _, err := prepare("static", job, prev, live, load, cfg, nil)
+	tasks, gen, _, err := prepare("static", job, prev, live, load, cfg, nil)
 	if err != nil {
 		return nil, Decision{}, err
 	}

@@ -85,7 +85,7 @@ func (ConsistentHash) Name() string { return AlgorithmConsistentHash }
 // Decide builds the ring for the live tasks with counts adapted to the load
 // measured under prev, and returns the assignment it induces.
 func (ConsistentHash) Decide(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, _, total, err := prepare("consistent-hash", job, prev, live, load, cfg, nil)
+	tasks, gen, total, err := prepare("consistent-hash", job, prev, live, load, cfg, nil)
 	if err != nil {
 		return nil, Decision{}, err
 	}

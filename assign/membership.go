@@ -16,7 +16,8 @@ package assign
 // Without prev, or when no task of prev is live, the key space is split
 // evenly.
 func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
-	tasks, gen, refs, _, err := prepare("membership", job, prev, live, load, cfg, nil)
+	var refs taskRefs
+	tasks, gen, _, err := prepare("membership", job, prev, live, load, cfg, &refs)
 	if err != nil {
 		return nil, Decision{}, err
 	}

@@ -62,9 +62,9 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 
 // decideWeighted is Decide with its working memory from sc.
 func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Config, sc *scratch) (*Assignment, Decision, error) {
-	buf := sc.refs
+	refs := sc.refs // buffers for prev's task references
 	sc.refs = nil
-	tasks, gen, refs, total, err := prepare("weighted-move", job, prev, live, load, cfg, buf)
+	tasks, gen, total, err := prepare("weighted-move", job, prev, live, load, cfg, &refs)
 	if err != nil {
 		return nil, Decision{}, err
 	}
@@ -155,6 +155,7 @@ type weigher struct {
 	// room is makeRoom's best and current plan, and shares and shareOf
 	// the receivers' hottest shares, whose memory it reuses.
 	room    [2]roomPlan
+	tries   []int32 // the hottest task's shares makeRoom tries
 	shares  []int32
 	shareOf []receiverShares
 }

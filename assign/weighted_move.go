@@ -212,6 +212,9 @@ type receivers struct {
 	w     *weigher
 	heaps []*taskHeap[float64]
 	class []int32 // heap of each task id
+	// out and ex are ranked's result and exclusion list, reused from
+	// call to call.
+	out, ex []int32
 }
 
 func (w *weigher) newReceivers() *receivers {
@@ -243,13 +246,13 @@ func (r *receivers) fix(t int32) { r.heaps[r.class[t]].fix(t) }
 
 // ranked returns, for each capacity, the k coldest tasks not in excl
 // (sorted ids), ordered by the utilisation each would end at after taking
-// load l, least first.
+// load l, least first. The result is valid until the next call.
 func (r *receivers) ranked(excl []int32, l float64, k int) []int32 {
-	out := make([]int32, 0, k*len(r.heaps))
+	out := r.out[:0]
 	p := r.w.p
-	// One exclusion list per call, grown in place: it never outgrows
-	// excl plus the tries.
-	ex := make([]int32, 0, len(excl)+k+fitTries)
+	// One exclusion list, grown in place.
+	ex := r.ex[:0]
+	defer func() { r.out, r.ex = out, ex }()
 	for _, h := range r.heaps {
 		ex = append(ex[:0], excl...)
 		for n, try := 0, 0; n < k && try < k+fitTries; try++ {

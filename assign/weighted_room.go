@@ -1,8 +1,8 @@
 package assign
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
 )
 
 // Bounds of makeRoom. One call plans at most makeRoomTries ×
@@ -93,7 +93,8 @@ func (w *weigher) makeRoom(h int32, owned [][]ownedSlice, hot *taskHeap[float64]
 	best, plan := &w.room[0], &w.room[1]
 	best.moves = best.moves[:0]
 	found := false
-	for _, si := range w.hottestShares(nil, owned[h], makeRoomTries) {
+	w.tries = w.hottestShares(w.tries[:0], owned[h], makeRoomTries)
+	for _, si := range w.tries {
 		s := &w.sl[si]
 		l := w.sload[si]
 		r := int(s.n)
@@ -123,7 +124,7 @@ func (w *weigher) makeRoom(h int32, owned [][]ownedSlice, hot *taskHeap[float64]
 	if !found {
 		return false
 	}
-	room := fmt.Sprintf("task %q makes room for load of the hottest task %q", w.p.live[best.moves[0].to].Name, w.p.live[h].Name)
+	room := roomReason(w.p.live[best.moves[0].to].Name, w.p.live[h].Name)
 	for i, m := range best.moves {
 		reason := room
 		if i == 0 {
@@ -132,6 +133,18 @@ func (w *weigher) makeRoom(h int32, owned [][]ownedSlice, hot *taskHeap[float64]
 		w.apply(m, w.churnOf(m), reason, owned, hot, cold)
 	}
 	return true
+}
+
+// roomReason is the reason of a step's moves after its first: task c
+// makes room for the load of the hottest task h. Spelt as fmt's %q would,
+// without its allocations (a large job takes thousands of steps).
+func roomReason(c, h string) string {
+	var buf [128]byte
+	b := append(buf[:0], "task "...)
+	b = strconv.AppendQuote(b, c)
+	b = append(b, " makes room for load of the hottest task "...)
+	b = strconv.AppendQuote(b, h)
+	return string(b)
 }
 
 // sharesOf returns receiver c's makeRoomScan hottest shares among mine,

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -730,6 +731,19 @@ func TestHeldCountsAreCurrentOrUnset(t *testing.T) {
 			t.Fatalf("%d slices a task: phase 4 moved nothing", perTask)
 		}
 		check("moving")
+	}
+}
+
+// roomReason spells its reason as fmt's %q does.
+func TestRoomReasonSpelling(t *testing.T) {
+	names := []string{"t1", `odd "name" ☃`, "tab\there", "\x00\x7f", strings.Repeat("long", 40), ""}
+	for _, c := range names {
+		for _, h := range names {
+			want := fmt.Sprintf("task %q makes room for load of the hottest task %q", c, h)
+			if got := roomReason(c, h); got != want {
+				t.Fatalf("reason %q, fmt spells %q", got, want)
+			}
+		}
 	}
 }
 
