@@ -44,8 +44,9 @@ func stored(a *Assignment) *Assignment {
 // reportUsage reports the minor page faults and the system CPU time of a
 // decision since usage gave f0 and s0, over n decisions: fresh memory
 // costs a decision a fault a page, and the tail of its time is mostly
-// such faults (the heap growing to hold the result, whose 42 MB at a
-// million slices find no free run of that size), not the phases.
+// such faults (the result, 42 MB at a million slices, landing on pages
+// the heap grew by, or that the runtime had returned to the system), not
+// the phases.
 func reportUsage(b *testing.B, f0, s0 int64, n int) {
 	f1, s1 := usage()
 	b.ReportMetric(float64(f1-f0)/float64(n), "faults/op")

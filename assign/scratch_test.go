@@ -14,8 +14,9 @@ import (
 // dirty is a scratch whose buffers have room for a job of n slices (three
 // times over) and hold garbage: task ids and offsets out of range, lists
 // of prev that are not the slice's, NaN loads, split marks on every
-// slice, pieces of no slice and moves no decision took. A decision that read anything it had not written would differ
-// from one on fresh memory, or fail.
+// slice, pieces of no slice and moves no decision took. A decision that
+// read anything it had not written would differ from one on fresh
+// memory, or fail.
 func dirty(rng *rand.Rand, n int) *scratch {
 	c := 3*n + 64
 	sc := &scratch{

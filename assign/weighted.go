@@ -124,7 +124,7 @@ func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Co
 	if len(p.moves) > 0 {
 		moves = slices.Clone(p.moves)
 	}
-	clear(p.moves) // the buffer keeps no task's name alive
+	clear(p.moves) // the buffer keeps no name alive, nor pointers for the collector to follow
 	sc.slices, sc.ids, sc.prevOf, sc.moves = p.slices, p.ids, p.prevOf, p.moves[:0]
 	return next, decision(prev, next, moves), nil
 }
