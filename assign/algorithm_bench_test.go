@@ -363,3 +363,45 @@ func BenchmarkDecisionChurn(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecisionStages times the steps of BenchmarkWeightedMoveWarm's
+// decisions (10,000 tasks, ten untimed decisions first), as stageHook
+// names them: <step>-ms is a step's mean a decision and <step>-p99-ms its
+// 99th percentile (the slowest of fewer than 100), so that a tail can be
+// told apart from the steps that hold it.
+//
+//	go test -run '^$' -bench DecisionStages -benchtime 40x ./assign/
+func BenchmarkDecisionStages(b *testing.B) {
+	_, tasks, prev, load := benchJob(10000)
+	cfg := DefaultConfig()
+	for range 11 {
+		if _, _, err := NewWeightedMove().Decide("j", prev, tasks, load, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	times := map[string][]time.Duration{}
+	var last time.Time
+	stageHook = func(name string) {
+		now := time.Now()
+		times[name] = append(times[name], now.Sub(last))
+		last = now
+	}
+	defer func() { stageHook = nil }()
+	n := 0
+	for b.Loop() {
+		last = time.Now()
+		if _, _, err := NewWeightedMove().Decide("j", prev, tasks, load, cfg); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	for name, ts := range times {
+		var sum time.Duration
+		for _, t := range ts {
+			sum += t
+		}
+		slices.Sort(ts)
+		b.ReportMetric(float64(sum.Microseconds())/1000/float64(n), name+"-ms")
+		b.ReportMetric(float64(ts[len(ts)*99/100].Microseconds())/1000, name+"-p99-ms")
+	}
+}

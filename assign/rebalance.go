@@ -423,6 +423,19 @@ func (p *planner) phase(name string, run func()) {
 	for i := n; i < len(p.moves); i++ {
 		p.moves[i].Phase = name
 	}
+	stage(name)
+}
+
+// stageHook, set by benchmarks only, is called as a decision ends each
+// of its steps, with the step's name: a phase's (as in Move.Phase), or
+// one of weighted-move's own (see decideWeighted). BenchmarkDecisionStages
+// times them.
+var stageHook func(name string)
+
+func stage(name string) {
+	if stageHook != nil {
+		stageHook(name)
+	}
 }
 
 // membershipPhases places departed tasks' keys, enforces redundancy,

@@ -60,7 +60,11 @@ func (WeightedMove) Decide(job string, prev *Assignment, live []Task, load Load,
 	return decideWeighted(job, prev, live, load, cfg, sc)
 }
 
-// decideWeighted is Decide with its working memory from sc.
+// decideWeighted is Decide with its working memory from sc. Its steps,
+// as stageHook names them: validate (prev and the load), convert (prev to
+// the planner's slices), the membership phases, measure (each slice's
+// load), phases 3 to 5 and relief and pins, result (the assignment
+// built), moves (copied out) and churn (the decision compared with prev).
 func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Config, sc *scratch) (*Assignment, Decision, error) {
 	refs := sc.refs // buffers for prev's task references
 	sc.refs = nil
@@ -68,6 +72,7 @@ func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Co
 	if err != nil {
 		return nil, Decision{}, err
 	}
+	stage("validate")
 	var base []Move
 	from := prev
 	if prev == nil {
@@ -93,6 +98,7 @@ func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Co
 	room := min(max(cfg.sliceCeiling(len(tasks))-len(from.Slices), 0), len(from.Slices)/4)
 	p := newPlannerRoom(from, refs, tasks, cfg, room, sc)
 	sc.refs = refs // read only by newPlannerRoom
+	stage("convert")
 	// The moves are recorded in the scratch's buffer, which has room for
 	// as many as the largest decision before, and copied out once.
 	p.moves = append(reuse(&sc.moves, 0, len(base)), base...)
@@ -102,6 +108,7 @@ func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Co
 		p.phase(PhaseMerge, p.mergeAdjacent)
 	} else {
 		w := newWeigher(p, load)
+		stage("measure")
 		if w.hottest() >= cfg.SuppressBelow {
 			if len(w.sl) < cfg.sliceFloor(len(tasks)) {
 				// Too coarse to move load in small steps (a fresh even
@@ -120,13 +127,17 @@ func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Co
 		p.phase(PhasePins, p.applyPins)
 	}
 	next := p.assignment(job, gen)
+	stage("result")
 	var moves []Move
 	if len(p.moves) > 0 {
 		moves = slices.Clone(p.moves)
 	}
 	clear(p.moves) // the buffer keeps no name alive, nor pointers for the collector to follow
 	sc.slices, sc.ids, sc.prevOf, sc.moves = p.slices, p.ids, p.prevOf, p.moves[:0]
-	return next, decision(prev, next, moves), nil
+	stage("moves")
+	d := decision(prev, next, moves)
+	stage("churn")
+	return next, d, nil
 }
 
 // weigher runs phases 3 to 5 over the planner's slices with measured load.
