@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"unsafe"
 )
 
 // dirty is a scratch whose buffers have room for a job of n slices (three
@@ -245,18 +244,25 @@ func TestConcurrentDecisionsOwnTheirScratch(t *testing.T) {
 }
 
 // scratchBytes is the memory sc's buffers hold, by their capacities.
+// Every field of scratch is a slice (of slices, for the buffers kept by
+// part), so a field added later is counted without being named here.
 func scratchBytes(sc *scratch) int {
-	ps := int(unsafe.Sizeof(piece{}))
-	n := cap(sc.slices)*int(unsafe.Sizeof(wslice{})) + cap(sc.ids)*4 + cap(sc.prevOf)*4 + cap(sc.sload)*8 +
-		cap(sc.owned)*int(unsafe.Sizeof(ownedSlice{})) + cap(sc.marks) + cap(sc.ends)*4 +
-		(cap(sc.joined)+cap(sc.heap)+cap(sc.done)+cap(sc.sorted))*ps
-	for _, p := range sc.pieces {
-		n += cap(p) * ps
+	var bytes func(v reflect.Value) int
+	bytes = func(v reflect.Value) int {
+		n := v.Cap() * int(v.Type().Elem().Size())
+		if v.Type().Elem().Kind() == reflect.Slice {
+			for i := range v.Len() {
+				n += bytes(v.Index(i))
+			}
+		}
+		return n
 	}
-	for _, r := range sc.refs {
-		n += cap(r) * 4
+	v := reflect.ValueOf(sc).Elem()
+	n := 0
+	for i := range v.NumField() {
+		n += bytes(v.Field(i))
 	}
-	return n + cap(sc.moves)*int(unsafe.Sizeof(Move{}))
+	return n
 }
 
 // BenchmarkDecisionScratch reports the working memory a decision at

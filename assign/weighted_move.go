@@ -252,7 +252,6 @@ func (r *receivers) ranked(excl []int32, l float64, k int) []int32 {
 	p := r.w.p
 	// One exclusion list, grown in place.
 	ex := r.ex[:0]
-	defer func() { r.out, r.ex = out, ex }()
 	for _, h := range r.heaps {
 		ex = append(ex[:0], excl...)
 		for n, try := 0, 0; n < k && try < k+fitTries; try++ {
@@ -270,6 +269,7 @@ func (r *receivers) ranked(excl []int32, l float64, k int) []int32 {
 	slices.SortFunc(out, func(a, b int32) int {
 		return cmp.Or(cmp.Compare(r.w.tload[a]+l*r.w.inv[a], r.w.tload[b]+l*r.w.inv[b]), cmp.Compare(a, b))
 	})
+	r.out, r.ex = out, ex
 	return out
 }
 
