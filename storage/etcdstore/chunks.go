@@ -33,8 +33,9 @@ import (
 // where <set> is a random ID chosen by the commit that writes them (16 hex
 // digits) and <index> is the piece's position (8 hex digits), and the
 // current value is a head naming the set (encodeHead). A commit writes
-// its set first, a piece per request and fenced on the job lease like the
-// commit itself, then switches the head in the one transaction that
+// its set first, a piece per request, each put applied only while the job
+// lease and the job's current (or deleted) key are as the commit read
+// them, then switches the head in the one transaction that
 // checks the generation and the fence and moves the old head to previous:
 // a reader sees the old assignment or the new one, never a mix. The same
 // transaction deletes the set of the previous head it replaces, so a job
@@ -42,7 +43,12 @@ import (
 // commit that lost (it deletes its own set then), by a committer that died
 // between its pieces and its switch, or being written by a commit that
 // cannot succeed any more. Every commit deletes the orphans it finds in its
-// switch (see orphans for why that is safe).
+// switch (see orphans for why that is safe). A Delete removes every set of
+// the job with it; because a piece's put checks the job's keys, no piece of
+// a commit the Delete overtook lands after it, so a deleted job leaves no
+// piece behind even when its committer dies. (A job's first commit whose
+// committer dies before its switch, and that no commit of the job ever
+// follows, does leave its set.)
 //
 // Sets live outside jobs/ so that writing one does not wake a watch of
 // the job, and so that listing jobs reads heads only.
@@ -196,9 +202,11 @@ func (k keys) setOf(job string, key []byte) (string, bool) {
 }
 
 // writeSet writes enc's pieces as a new set of job, each put applied only
-// while the job lease's create revision is epoch (unless epoch is 0), and
-// returns the head naming it. fenced reports a put refused by the fence.
-func (s *Store) writeSet(ctx context.Context, job string, epoch, generation uint64, enc []byte) (h head, fenced bool, err error) {
+// while every one of guards holds (the commit's fence, and its job's keys
+// as it read them), and returns the head naming it. refused reports a put
+// a guard refused: the lease passed on, or the job changed (another commit
+// switched, or a Delete removed it and every set it had).
+func (s *Store) writeSet(ctx context.Context, job string, guards []clientv3.Cmp, generation uint64, enc []byte) (h head, refused bool, err error) {
 	h = head{
 		generation: generation,
 		set:        newSet(),
@@ -208,7 +216,7 @@ func (s *Store) writeSet(ctx context.Context, job string, epoch, generation uint
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(chunkWriters)
-	var refused atomic.Bool
+	var refusedAny atomic.Bool
 	for i := range h.chunks {
 		piece := enc[i*chunkBytes : min((i+1)*chunkBytes, len(enc))]
 		key := s.keys.chunk(job, h.set, i)
@@ -216,29 +224,25 @@ func (s *Store) writeSet(ctx context.Context, job string, epoch, generation uint
 			if err := hook(job, "piece", i); err != nil {
 				return err
 			}
-			txn := s.cli.Txn(gctx)
-			if epoch != 0 {
-				txn = txn.If(clientv3.Compare(clientv3.CreateRevision(s.keys.jobLease(job)), "=", int64(epoch)))
-			}
-			resp, err := txn.Then(clientv3.OpPut(key, string(piece))).Commit()
+			resp, err := s.cli.Txn(gctx).If(guards...).Then(clientv3.OpPut(key, string(piece))).Commit()
 			if err != nil {
 				return err
 			}
 			if !resp.Succeeded {
-				refused.Store(true)
-				return errFencedPiece
+				refusedAny.Store(true)
+				return errRefusedPiece
 			}
 			return nil
 		})
 	}
 	err = g.Wait()
-	if refused.Load() {
+	if refusedAny.Load() {
 		return h, true, nil
 	}
 	return h, false, err
 }
 
-var errFencedPiece = errors.New("a piece's put was fenced")
+var errRefusedPiece = errors.New("a piece's put was refused: the lease or the job changed")
 
 // commitHook, set by tests only, is called at each step of a commit of
 // job: after its reads ("read"), before each piece's put ("piece", with

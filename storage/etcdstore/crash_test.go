@@ -375,3 +375,110 @@ func TestCommitRacingDeleteOfAConfiguredJob(t *testing.T) {
 	checkStore(t, srv, prefix, 1, true)
 	checkHistory(t, srv, prefix)
 }
+
+// TestDeleteOvertakingACommitLeavesNoPieces: a Delete that overtakes a
+// commit between its pieces removes the pieces put before it, and no
+// piece put after it lands, so nothing of the deleted job is left in
+// etcd even when the committer dies right after (here: at its next step,
+// before it could delete its own pieces). A piece's put that landed after
+// the Delete would be an orphan no commit of the job collects: the job is
+// gone, and Delete says it is not found.
+func TestDeleteOvertakingACommitLeavesNoPieces(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	for _, epoch := range []uint64{0, 1} {
+		t.Run(fmt.Sprintf("fenced=%v", epoch != 0), func(t *testing.T) {
+			prefix := fmt.Sprintf("/delete-%d/", crashPrefixes.Add(1))
+			a, b := openTest(t, srv, prefix), openTest(t, srv, prefix)
+			if epoch != 0 {
+				epoch = holdLease(t, a, "big")
+			}
+			commitNext(t, a, epoch)
+			paused, resume := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			var reads atomic.Int32
+			setHook(t, func(job, name string, piece int) error {
+				switch {
+				case name == "piece" && piece == 1:
+					once.Do(func() { close(paused); <-resume })
+				case name == "read" && reads.Add(1) > 1, name == "switch":
+					return errCrashed // the committer dies at its next step
+				}
+				return nil
+			})
+			done := make(chan error, 1)
+			go func() {
+				if epoch == 0 {
+					done <- a.Commit(ctx, "big", 1, bigAssignment(2))
+				} else {
+					done <- a.CommitFenced(ctx, "big", epoch, 1, bigAssignment(2))
+				}
+			}()
+			<-paused
+			if err := b.Delete(ctx, "big"); err != nil {
+				t.Fatal(err)
+			}
+			close(resume)
+			if err := <-done; !errors.Is(err, errCrashed) {
+				t.Fatalf("the commit: %v, want it to stop at its next step", err)
+			}
+			resp, err := b.cli.Get(ctx, b.keys.chunksDir(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, kv := range resp.Kvs {
+				t.Errorf("a piece of the deleted job is left: %s", kv.Key)
+			}
+			if err := b.Delete(ctx, "big"); !errors.Is(err, storage.ErrNotFound) {
+				t.Errorf("Delete again: %v, want not found", err)
+			}
+		})
+	}
+}
+
+// TestDeleteKeepsAReadableGeneration: deleting a job records the
+// generation it was deleted at from whichever of its current and previous
+// heads can be read, so that the job created again continues above the
+// generation its subscribers hold (they ignore a lower one), even when the
+// other head is corrupt: deleting is what the corrupt-data error tells an
+// operator to do.
+func TestDeleteKeepsAReadableGeneration(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	for _, corrupt := range []string{leafPrevious, leafCurrent} {
+		t.Run(corrupt, func(t *testing.T) {
+			prefix := fmt.Sprintf("/floor-%d/", crashPrefixes.Add(1))
+			s := openTest(t, srv, prefix)
+			for range 5 {
+				commitNext(t, s, 0)
+			}
+			if _, err := s.cli.Put(ctx, s.keys.job("big")+corrupt, headMagic+"\x01"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Delete(ctx, "big"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Commit(ctx, "big", 0, bigAssignment(1)); err != nil {
+				t.Fatal(err)
+			}
+			rec, err := s.Load(ctx, "big")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Generation() <= 5 {
+				t.Errorf("deleted at generation 5 with its %s head corrupt, created again at generation %d: not above it", corrupt, rec.Generation())
+			}
+		})
+	}
+}
+
+// holdLease puts job's lease key as a holder would and returns its create
+// revision: the epoch that fences commits on it.
+func holdLease(t *testing.T, s *Store, job string) uint64 {
+	t.Helper()
+	resp, err := s.cli.Put(context.Background(), s.JobLeaseKey(job), "holder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(resp.Header.Revision)
+}

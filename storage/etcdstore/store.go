@@ -572,7 +572,7 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 			err = s.checkPieces(job, st, listed)
 		}
 		if err == nil && raw.cfg != nil {
-			_, err = storage.DecodeRecord(job, nil, nil, raw.cfg.Value)
+			_, err = storage.DecodeRecord(job, nil, nil, raw.value(raw.cfg))
 		}
 		if err != nil {
 			return s.corrupt("commit", job, err)
@@ -614,10 +614,21 @@ func (s *Store) commit(ctx context.Context, job string, epoch, prevGen uint64, n
 				written = nil
 			}
 			if written == nil {
-				h, fenced, err := s.writeSet(rctx, job, epoch, stored.Generation, value)
+				// A piece lands only while the job is as read: a Delete
+				// that overtakes this commit removes every piece put
+				// before it, and refuses every one after.
+				guards := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.keys.current(job)), "=", raw.rev(raw.cur))}
+				if raw.cur == nil {
+					guards = append(guards, clientv3.Compare(clientv3.ModRevision(s.keys.deleted(job)), "=", raw.rev(tomb)))
+				}
+				if epoch != 0 {
+					guards = append(guards, clientv3.Compare(clientv3.CreateRevision(leaseKey), "=", int64(epoch)))
+				}
+				h, refused, err := s.writeSet(rctx, job, guards, stored.Generation, value)
 				written = &h
-				if fenced {
-					// The lease passed on: read again, to report it.
+				if refused {
+					// The lease passed on, or the job changed: read
+					// again, and judge (and report) from what changed.
 					if resp, err = s.cli.Txn(rctx).Then(reads...).Commit(); err != nil {
 						return s.opError(ctx, "commit", job, err)
 					}
@@ -803,8 +814,18 @@ func (s *Store) Delete(ctx context.Context, job string) error {
 		}
 		raw := s.split(job, kvs)
 		floor, tomb, _ := s.deletedAt(read.Responses[1].GetResponseRange().Kvs) // an unreadable value is replaced
-		if st, err := s.decodeStored(job, raw); err == nil {
-			floor = max(floor, st.generation)
+		// A job created again continues above the generation it was
+		// deleted at, which its subscribers may hold: each of current and
+		// previous that can be read counts even when the other cannot,
+		// and an unreadable current is above a readable previous.
+		if g, err := StoredGeneration(job, raw.value(raw.prev)); raw.prev != nil && err == nil {
+			floor = max(floor, g)
+			if raw.cur != nil {
+				floor = max(floor, g+1)
+			}
+		}
+		if g, err := StoredGeneration(job, raw.value(raw.cur)); raw.cur != nil && err == nil {
+			floor = max(floor, g)
 		}
 		tresp, err := s.cli.Txn(rctx).
 			If(
@@ -930,6 +951,11 @@ type rawRecord struct{ cur, prev, cfg *mvccpb.KeyValue }
 func (rawRecord) value(kv *mvccpb.KeyValue) []byte {
 	if kv == nil {
 		return nil
+	}
+	if kv.Value == nil {
+		// etcd hands a present 0-byte value back as nil; it is a value
+		// (a corrupt one), not an absent key.
+		return []byte{}
 	}
 	return kv.Value
 }

@@ -188,6 +188,7 @@ func TestCorrupt(t *testing.T) {
 	good, _ := storage.EncodeAssignment(storagetest.Assignment("j", 1, 1, 1))
 	other, _ := storage.EncodeAssignment(storagetest.Assignment("other", 1, 1, 1))
 	newer, _ := storage.EncodeAssignment(storagetest.Assignment("j", 5, 1, 1))
+	config, _ := storage.EncodeConfig(assign.DefaultConfig())
 	for _, tc := range []struct {
 		name string
 		kv   map[string]string
@@ -200,6 +201,12 @@ func TestCorrupt(t *testing.T) {
 		{"orphan previous", map[string]string{"previous": string(good)}, "without a current one"},
 		{"config garbage", map[string]string{"current": string(good), "config": "{"}, "config does not decode"},
 		{"config invalid", map[string]string{"config": `{"MinRedundancy":0,"MaxRedundancy":0}`}, "config is invalid"},
+		// etcd gives a present 0-byte value back as nil: still a value, a
+		// corrupt one, never a job without an assignment or not found.
+		{"current empty", map[string]string{"current": ""}, "current assignment does not decode"},
+		{"current empty with a config", map[string]string{"current": "", "config": string(config)}, "current assignment does not decode"},
+		{"previous empty", map[string]string{"current": string(good), "previous": ""}, "previous assignment does not decode"},
+		{"config empty", map[string]string{"current": string(good), "config": ""}, "config does not decode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := openAt(t, srv, etcdstore.Options{})
@@ -212,7 +219,7 @@ func TestCorrupt(t *testing.T) {
 			}
 			for _, prev := range []uint64{0, 1, 5} {
 				err := s.Commit(ctx, "j", prev, storagetest.Assignment("j", 6, 2, 1))
-				if !errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrConflict) {
+				if !errors.Is(err, storage.ErrCorrupt) || errors.Is(err, storage.ErrConflict) || errors.Is(err, storage.ErrNotFound) {
 					t.Fatalf("Commit over corrupt data (prevGen %d): %v, want ErrCorrupt", prev, err)
 				}
 			}
