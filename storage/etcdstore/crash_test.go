@@ -482,3 +482,37 @@ func holdLease(t *testing.T, s *Store, job string) uint64 {
 	}
 	return uint64(resp.Header.Revision)
 }
+
+// TestHeadsNamingOneSetAreCorrupt: current and previous heads that name
+// the same pieces (only corrupt data can) are refused as corrupt by Load
+// and by a commit, which would otherwise delete those pieces with the
+// previous head while it made the current one previous.
+func TestHeadsNamingOneSetAreCorrupt(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("/sameset-%d/", crashPrefixes.Add(1))
+	s := openTest(t, srv, prefix)
+	commitNext(t, s, 0)
+	commitNext(t, s, 0)
+	resp, err := s.cli.Get(ctx, s.keys.current("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := decodeHead(resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.generation--
+	if _, err := s.cli.Put(ctx, s.keys.previous("big"), string(encodeHead(h))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(ctx, "big"); !errors.Is(err, storage.ErrCorrupt) {
+		t.Errorf("Load: %v, want corrupt", err)
+	}
+	if err := s.Commit(ctx, "big", 2, bigAssignment(3)); !errors.Is(err, storage.ErrCorrupt) {
+		t.Errorf("Commit: %v, want corrupt", err)
+	}
+	if got := storedSets(t, s); !slices.Contains(got, h.set) {
+		t.Errorf("the pieces both heads name are gone: stored sets %v", got)
+	}
+}

@@ -764,6 +764,10 @@ func (s *Store) decodeStored(job string, raw rawRecord) (stored, error) {
 		return stored{}, fmt.Errorf("%w: a previous assignment is stored without a current one", storage.ErrCorrupt)
 	case raw.prev != nil && gens[1] >= gens[0]:
 		return stored{}, fmt.Errorf("%w: the previous generation %d is not below the current generation %d", storage.ErrCorrupt, gens[1], gens[0])
+	case st.curHead != nil && st.prevHead != nil && st.curHead.set == st.prevHead.set:
+		// A commit would delete the set with the previous head while it
+		// makes the current one previous.
+		return stored{}, fmt.Errorf("%w: the current and previous heads name the same pieces (%s)", storage.ErrCorrupt, st.curHead.set)
 	}
 	st.generation = gens[0]
 	return st, nil
