@@ -205,11 +205,20 @@ func (l *Leader) Gained() []string {
 	return g
 }
 
-// Lost drops job's lease at once: a fenced write found it was no longer
-// the job's.
-func (l *Leader) Lost(job string, err error) {
+// Lost drops job's lease of epoch at once: a write fenced under that
+// epoch found it was no longer the job's. A lease held here at another
+// epoch (taken again since that write was sent) is kept: dropped without
+// a release, its key would stay on this holder's etcd session, kept alive
+// by the renewals of its other jobs, and nobody could take the job.
+func (l *Leader) Lost(job string, epoch uint64, err error) {
 	l.mu.Lock()
-	_, had := l.held[job]
+	h, had := l.held[job]
+	if had && h.l.Epoch != epoch {
+		l.mu.Unlock()
+		l.log.Debug("a write under an earlier epoch of a job lease held again was fenced; keeping the lease", "job", job,
+			"epoch", h.l.Epoch, "fenced_epoch", epoch)
+		return
+	}
 	delete(l.held, job)
 	l.mu.Unlock()
 	if had {
@@ -464,9 +473,12 @@ func (l *Leader) acquire(ctx context.Context, job string) {
 			l.holders[job] = he.Holder
 		}
 		// A holder gossip has failed leaves a lease that expires within a
-		// TTL, and so does this Assigner's own name as the holder (its
-		// previous run, or an Acquire whose answer was lost): it is tried
-		// often, so that failover waits for little more than the expiry.
+		// TTL, and so does this Assigner's previous run, named as the
+		// holder: it is tried often, so that failover waits for little
+		// more than the expiry. (A key this run put in an Acquire whose
+		// answer was lost does not expire while its other jobs renew the
+		// holder's etcd lease; the manager's next Acquire deletes it and
+		// takes the job afresh.)
 		wait := l.cfg.TTL / 10
 		if he != nil && he.Holder != l.cfg.Self && l.alive(he.Holder) {
 			// Another live Assigner holds the job: this one defers to it.

@@ -115,7 +115,7 @@ func TestLeaderHeldEndsAtDeadline(t *testing.T) {
 }
 
 // A renewing holder keeps its lease and epoch; a lease found lost is
-// dropped at once.
+// dropped at once, and only the epoch found lost.
 func TestLeaderRenewsAndLoses(t *testing.T) {
 	t.Parallel()
 	m, _ := embedded(t)
@@ -137,7 +137,15 @@ func TestLeaderRenewsAndLoses(t *testing.T) {
 			t.Fatalf("while renewing: held %v at epoch %d, want epoch %d", held, l.Epoch, first.Epoch)
 		}
 	}
-	a.Lost("j", storage.ErrFenced)
+	// A write sent under an earlier epoch, fenced after the lease was
+	// taken again, does not drop the lease held now: dropped unreleased,
+	// its key would stay on the holder's etcd lease, which the holder's
+	// other jobs' renewals keep alive, and nobody could take the job.
+	a.Lost("j", first.Epoch-1, storage.ErrFenced)
+	if l, held := a.Held("j"); !held || l.Epoch != first.Epoch {
+		t.Fatalf("after a write under an earlier epoch was fenced: held %v at epoch %d, want epoch %d", held, l.Epoch, first.Epoch)
+	}
+	a.Lost("j", first.Epoch, storage.ErrFenced)
 	if _, held := a.Held("j"); held {
 		t.Fatal("a holds j after Lost")
 	}

@@ -74,6 +74,12 @@ type Manager struct {
 	sessMu   sync.Mutex
 	sessions map[sessionKey]*session // each holder's live session
 	byID     map[clientv3.LeaseID]*session
+
+	// stop ends, and sends waits for, the goroutines sending keep-alives
+	// (keepAlive): Close cancels and waits.
+	stop    context.Context
+	stopped context.CancelFunc
+	sends   sync.WaitGroup
 }
 
 var _ lease.Manager = (*Manager)(nil)
@@ -90,8 +96,9 @@ func New(store *etcdstore.Store, opts Options) *Manager {
 	if opts.ScrubEvery <= 0 {
 		opts.ScrubEvery = DefaultScrubEvery
 	}
+	stop, stopped := context.WithCancel(context.Background())
 	return &Manager{cli: store.Client(), store: store, reqTimeout: opts.RequestTimeout, scrubEvery: opts.ScrubEvery, log: opts.Logger,
-		sessions: map[sessionKey]*session{}, byID: map[clientv3.LeaseID]*session{}}
+		sessions: map[sessionKey]*session{}, byID: map[clientv3.LeaseID]*session{}, stop: stop, stopped: stopped}
 }
 
 func (m *Manager) jobKey(job string) string { return m.store.JobLeaseKey(job) }
@@ -128,16 +135,43 @@ func (m *Manager) Acquire(ctx context.Context, job, holder string, ttl time.Dura
 	rctx, cancel := context.WithTimeout(ctx, m.reqTimeout)
 	defer cancel()
 	key := m.jobKey(job)
+	orphanDeleted := false
 	for attempt := 0; ; attempt++ {
 		s, err := m.session(rctx, holder, seconds(ttl))
 		if err != nil {
 			return lease.Job{}, m.opError(ctx, op, job, err)
 		}
+		end := s.begin(job)
 		t, err := m.cli.Txn(rctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, holder, clientv3.WithLease(s.id))).
 			Else(clientv3.OpGet(key)).
 			Commit()
+		if err == nil && !t.Succeeded && !orphanDeleted {
+			if kvs := t.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 && kvs[0].Lease == int64(s.id) &&
+				s.ownOrphan(job, uint64(kvs[0].CreateRevision)) {
+				// This holder's own key, on its live session, that no
+				// lease of this manager holds: deleted (only if still
+				// that key on that lease), and the job acquired afresh.
+				orphanDeleted = true
+				_, derr := m.cli.Txn(rctx).
+					If(clientv3.Compare(clientv3.CreateRevision(key), "=", kvs[0].CreateRevision),
+						clientv3.Compare(clientv3.LeaseValue(key), "=", int64(s.id))).
+					Then(clientv3.OpDelete(key)).
+					Commit()
+				end()
+				if derr != nil {
+					return lease.Job{}, m.opError(ctx, op, job, derr)
+				}
+				m.log.Warn("deleted this holder's own job key that no lease of it held (an Acquire whose answer was lost); acquiring the job afresh",
+					"job", job, "holder", holder, "epoch", kvs[0].CreateRevision)
+				attempt--
+				continue
+			}
+		}
+		if err != nil || !t.Succeeded {
+			end()
+		}
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
 			m.expired(s) // it expired unnoticed: the holder held no job for a TTL
 			continue
@@ -158,6 +192,7 @@ func (m *Manager) Acquire(ctx context.Context, job, holder string, ttl time.Dura
 		s.mu.Lock()
 		s.held[job] = heldKey{epoch: l.Epoch, put: time.Now()}
 		s.mu.Unlock()
+		end()
 		secs, err := m.keepAlive(rctx, s)
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -515,6 +550,8 @@ func (m *Manager) Unread(ctx context.Context, job string, kind lease.Kind, reade
 // Close implements lease.Manager. The client is the store's, closed with it.
 func (m *Manager) Close() error {
 	m.closed.Store(true)
+	m.stopped()
+	m.sends.Wait()
 	return nil
 }
 
@@ -548,9 +585,11 @@ func (m *Manager) checkShared(ctx context.Context, op, job string, kind lease.Ki
 	return lease.CheckArgs(op, job, kind)
 }
 
-// opError classifies an etcd error: nothing is known to have changed, so
-// the caller retries (ErrUnavailable), unless its context ended or the
-// manager was closed.
+// opError classifies an etcd error: the caller retries (ErrUnavailable),
+// unless its context ended or the manager was closed. Whether etcd applied
+// the request is not known (a request that timed out may have been), and
+// every operation is safe to retry: a job key an Acquire put without
+// hearing of it is found and taken afresh by the next Acquire.
 func (m *Manager) opError(ctx context.Context, op, job string, err error) error {
 	switch {
 	case m.closed.Load():
@@ -558,7 +597,7 @@ func (m *Manager) opError(ctx context.Context, op, job string, err error) error 
 	case ctx.Err() != nil:
 		return fmt.Errorf("lease: %s of job %q: %w", op, job, ctx.Err())
 	}
-	return fmt.Errorf("%w: %s of job %q: etcd did not do it: %w; check that etcd is running and reachable", lease.ErrUnavailable, op, job, err)
+	return fmt.Errorf("%w: %s of job %q: no answer from etcd, so whether it was done is not known: %w; check that etcd is running and reachable", lease.ErrUnavailable, op, job, err)
 }
 
 // lost reports ErrLost unless resp, a read of the job key, shows l's epoch.

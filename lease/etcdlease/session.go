@@ -39,7 +39,11 @@ type session struct {
 	held    map[string]heldKey // job → its key, put with this lease and not released
 	stray   map[string]uint64  // job → epoch: keys to delete (a Release or an Acquire that did not finish)
 	pending *keepAlive         // the batch that callers join; sent by its first caller
-	scrub   time.Time          // when the last scrub was sent
+	// acquiring counts the Acquires of each job under way on this
+	// session: a key of the session's that no Acquire is putting and
+	// that is not held is an orphan (see ownOrphan).
+	acquiring map[string]int
+	scrub     time.Time // when the last scrub was sent
 }
 
 // sessionKey names a session: the holder and the TTL in etcd's seconds.
@@ -87,7 +91,7 @@ func (m *Manager) session(ctx context.Context, holder string, ttl int64) (*sessi
 		m.revoke(g.ID) // a concurrent Acquire of the holder granted one first
 		return s, nil
 	}
-	s := &session{key: k, id: g.ID, held: map[string]heldKey{}, stray: map[string]uint64{}, scrub: time.Now()}
+	s := &session{key: k, id: g.ID, held: map[string]heldKey{}, stray: map[string]uint64{}, acquiring: map[string]int{}, scrub: time.Now()}
 	m.sessions[k] = s
 	m.byID[g.ID] = s
 	m.sessMu.Unlock()
@@ -141,8 +145,11 @@ func (s *session) isDead() bool {
 // keepAlive renews s's etcd lease with a keep-alive sent after this call
 // began, which it shares with every concurrent caller: the first caller of
 // a batch sends it once the previous batch has answered, and the others
-// wait for it. The request is bounded by the manager's request timeout,
-// not by any one caller's context; a caller whose ctx ends stops waiting.
+// wait for it. The request is sent by a goroutine of its own, bounded by
+// the manager's request timeout (and Close), not by any one caller's
+// context: every caller, the first too, stops waiting when its ctx ends.
+// A session has at most two such goroutines, one sending and one waiting
+// to send the next batch, which every caller until then joins.
 func (m *Manager) keepAlive(ctx context.Context, s *session) (int64, error) {
 	s.mu.Lock()
 	k := s.pending
@@ -153,19 +160,23 @@ func (m *Manager) keepAlive(ctx context.Context, s *session) (int64, error) {
 	}
 	s.mu.Unlock()
 	if first {
-		s.send.Lock()
-		s.mu.Lock()
-		s.pending = nil // callers from now on join the next batch
-		s.mu.Unlock()
-		rctx, cancel := context.WithTimeout(context.Background(), m.reqTimeout)
-		resp, err := m.cli.KeepAliveOnce(rctx, s.id)
-		cancel()
-		s.send.Unlock()
-		if err == nil {
-			k.ttl = resp.TTL
-		}
-		k.err = err
-		close(k.done)
+		// Sent on its own, so that this caller too stops waiting when its
+		// ctx ends; at most one batch waits for the one in flight.
+		m.sends.Go(func() {
+			s.send.Lock()
+			s.mu.Lock()
+			s.pending = nil // callers from now on join the next batch
+			s.mu.Unlock()
+			rctx, cancel := context.WithTimeout(m.stop, m.reqTimeout)
+			resp, err := m.cli.KeepAliveOnce(rctx, s.id)
+			cancel()
+			s.send.Unlock()
+			if err == nil {
+				k.ttl = resp.TTL
+			}
+			k.err = err
+			close(k.done)
+		})
 	}
 	select {
 	case <-k.done:
@@ -309,4 +320,34 @@ func (m *Manager) WatchReleases(ctx context.Context, watching func(), ended func
 		return fmt.Errorf("%w: watch of the job leases", lease.ErrClosed)
 	}
 	return fmt.Errorf("%w: etcd ended the watch of the job leases", lease.ErrUnavailable)
+}
+
+// begin notes an Acquire of job under way on s; the function it returns
+// ends it.
+func (s *session) begin(job string) func() {
+	s.mu.Lock()
+	s.acquiring[job]++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.acquiring[job]--; s.acquiring[job] <= 0 {
+			delete(s.acquiring, job)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// ownOrphan reports whether job's key of epoch, found carried by s's
+// lease by an Acquire of job (the only one under way), is held by no
+// lease of this manager: put by an Acquire whose answer was lost, or a
+// stray not deleted yet. Left there, the renewals of the holder's other
+// jobs would keep it alive for ever, and the job would have no holder.
+func (s *session) ownOrphan(job string, epoch uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead || s.acquiring[job] > 1 {
+		return false
+	}
+	h, ok := s.held[job]
+	return !ok || h.epoch != epoch
 }

@@ -756,7 +756,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		}
 		err = a.commit(ctx, name, held.Epoch, prevGen, next, entry)
 		if errors.Is(err, storage.ErrFenced) {
-			a.leader.Lost(name, err)
+			a.leader.Lost(name, held.Epoch, err)
 			return nil
 		}
 		if errors.Is(err, storage.ErrConflict) {

@@ -84,7 +84,7 @@ func (a *Assigner) driveGuard(ctx context.Context, name string, d *guardDriver) 
 		done, err := a.guardStep(ctx, held, cur)
 		switch {
 		case errors.Is(err, lease.ErrLost):
-			a.leader.Lost(name, err)
+			a.leader.Lost(name, held.Epoch, err)
 			return
 		case err != nil && ctx.Err() == nil:
 			a.log.Warn("moving the guard failed; retrying", "job", name, "err", err)
