@@ -106,7 +106,8 @@ export class Task {
   #agent = new http.Agent({ keepAlive: true, maxSockets: 16 }); // unary calls reuse connections
 
   /** onChange, if given, is called with (generation, gained, lost) after
-   * each change, ranges as [start, end] BigInt pairs. */
+   * each change, ranges as [start, end] BigInt pairs: what the task gained
+   * and lost since the call before, also across a restart of the sidecar. */
   constructor(socketPath, { onChange } = {}) {
     this.#path = socketPath;
     this.onChange = onChange;
@@ -217,7 +218,11 @@ export class Task {
     this.#agent.destroy();
   }
 
-  #watch(done) {
+  #watch(then) {
+    // A stream's end is told once: a stream ending with an error tells
+    // it in its end-of-stream message, and then the response ends too.
+    let told = false;
+    const done = (err) => { if (!told) { told = true; then(err); } };
     const body = Buffer.alloc(5 + 2);
     body.writeUInt8(0, 0);
     body.writeUInt32BE(2, 1);
@@ -254,12 +259,34 @@ export class Task {
   apply(msg) {
     const pairs = (rs) => (rs ?? []).map((r) => [BigInt(r.start ?? 0), BigInt(r.end ?? 0)]);
     const owned = pairs(msg.owned);
+    // gained and lost against the ranges the application last heard of,
+    // not the message's: those count from the previous message on the same
+    // stream, and the first message of a stream reopened after a break (the
+    // sidecar restarted) gains every range and loses none.
+    const prev = this.#starts.map((s, i) => [s, this.#ends[i]]);
     this.#starts = owned.map((r) => r[0]);
     this.#ends = owned.map((r) => r[1]);
     this.#generation = BigInt(msg.generation ?? 0);
     for (const w of [...this.#waiters]) w();
-    this.onChange?.(this.#generation, pairs(msg.gained), pairs(msg.lost));
+    this.onChange?.(this.#generation, subtract(owned, prev), subtract(prev, owned));
   }
+}
+
+/** The parts of the sorted, merged ranges x outside those of y. */
+function subtract(x, y) {
+  const out = [];
+  let j = 0;
+  for (const [s, end] of x) {
+    let start = s;
+    while (j < y.length && y[j][1] <= start) j++;
+    for (let k = j; k < y.length && y[k][0] < end; k++) {
+      if (y[k][0] > start) out.push([start, y[k][0]]);
+      if (y[k][1] > start) start = y[k][1];
+      if (y[k][1] >= end) break;
+    }
+    if (start < end) out.push([start, end]);
+  }
+  return out;
 }
 
 const STATE_SERVICE = '/slicer.v1.TaskStateService/';

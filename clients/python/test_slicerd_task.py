@@ -36,6 +36,30 @@ class SliceKeyTest(unittest.TestCase):
         t._apply({"generation": "4", "owned": [{"start": "0", "end": str(h)}]})
         self.assertFalse(t.owns("a"))
 
+    def test_on_change_across_a_reopened_stream(self):
+        # The first message of a stream reopened after the sidecar
+        # restarted gains every range held and loses none; on_change
+        # still tells what changed since the message before.
+        changes = []
+        t = slicerd_task.Task("/nonexistent", on_change=lambda g, gained, lost: changes.append((g, gained, lost)))
+        t._apply({"generation": "3", "owned": [{"start": "0", "end": "10"}, {"start": "20", "end": "30"}],
+                  "gained": [{"start": "0", "end": "10"}, {"start": "20", "end": "30"}]})
+        t._apply({"generation": "5", "owned": [{"start": "5", "end": "10"}, {"start": "40", "end": "50"}],
+                  "gained": [{"start": "5", "end": "10"}, {"start": "40", "end": "50"}]})
+        self.assertEqual(changes[-1], (5, [(40, 50)], [(0, 5), (20, 30)]))
+
+    def test_subtract(self):
+        # Every pair of sorted, non-overlapping lists of ranges over [0, 8)
+        # of up to two ranges each, against the keys counted one by one.
+        spans = [(a, b) for a in range(8) for b in range(a + 1, 9)]
+        lists = [[]] + [[r] for r in spans] + [[r, q] for r in spans for q in spans if r[1] <= q[0]]
+        keys = lambda rs: {k for s, e in rs for k in range(s, e)}
+        for x in lists:
+            for y in lists:
+                got = slicerd_task._subtract(x, y)
+                self.assertEqual(keys(got), keys(x) - keys(y), (x, y))
+                self.assertTrue(all(s < e for s, e in got), (x, y, got))
+
 
 class ConnTest(unittest.TestCase):
     """The unary calls' HTTP/1.1 reading, against canned answers of the

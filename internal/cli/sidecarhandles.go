@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"sync"
 	"time"
@@ -22,11 +24,25 @@ const (
 	localMaxHandleWait = 10 * time.Second
 )
 
-// handleTable holds the handles the application took, by number.
+// handleTable holds the handles the application took, by number. The
+// numbers start at a random point in each sidecar process, so that a
+// handle taken before the sidecar restarted is unknown to the new one
+// (its CheckHandle and ReleaseHandle answer false) rather than naming a
+// handle the new one gave another request.
 type handleTable struct {
 	mu   sync.Mutex
 	next uint64
 	held map[uint64]slicelet.Handle
+}
+
+// firstHandle is a random handle number below 2^62 (far from wrapping),
+// and above 2^32.
+func firstHandle() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return binary.LittleEndian.Uint64(b[:])>>2 | 1<<32
 }
 
 // add keeps h and returns its number. At the bound it first releases the
@@ -38,6 +54,7 @@ func (t *handleTable) add(h slicelet.Handle) (uint64, error) {
 	defer t.mu.Unlock()
 	if t.held == nil {
 		t.held = make(map[uint64]slicelet.Handle)
+		t.next = firstHandle()
 	}
 	if len(t.held) >= localMaxHandles {
 		for id, old := range t.held {

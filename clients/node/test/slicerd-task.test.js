@@ -26,6 +26,42 @@ test('owns follows the applied ranges', () => {
   assert.equal(t.owns('a'), false);
 });
 
+test('onChange tells what changed across a reopened stream', () => {
+  // The first message of a stream reopened after the sidecar restarted
+  // gains every range held and loses none; onChange still tells what
+  // changed since the message before.
+  const changes = [];
+  const t = new Task('/nonexistent', { onChange: (g, gained, lost) => changes.push([g, gained, lost]) });
+  const r = (start, end) => ({ start: String(start), end: String(end) });
+  t.apply({ generation: '3', owned: [r(0, 10), r(20, 30)], gained: [r(0, 10), r(20, 30)] });
+  t.apply({ generation: '5', owned: [r(5, 10), r(40, 50)], gained: [r(5, 10), r(40, 50)] });
+  assert.deepEqual(changes.at(-1), [5n, [[40n, 50n]], [[0n, 5n], [20n, 30n]]]);
+});
+
+test('onChange gains and losses match the keys counted one by one', () => {
+  // Every pair of sorted, non-overlapping lists of up to two ranges over
+  // [0, 8): what the second gains and loses against the first.
+  const spans = [];
+  for (let a = 0; a < 8; a++) for (let b = a + 1; b <= 8; b++) spans.push([a, b]);
+  const lists = [[], ...spans.map((s) => [s])];
+  for (const s of spans) for (const q of spans) if (s[1] <= q[0]) lists.push([s, q]);
+  const keys = (rs) => new Set(rs.flatMap(([s, e]) => Array.from({ length: Number(e) - Number(s) }, (_, i) => Number(s) + i)));
+  const minus = (a, b) => [...a].filter((k) => !b.has(k)).sort((p, q) => p - q);
+  for (const x of lists) {
+    for (const y of lists) {
+      let got;
+      const t = new Task('/nonexistent', { onChange: (g, gained, lost) => { got = [gained, lost]; } });
+      const msg = (rs) => ({ generation: '1', owned: rs.map(([s, e]) => ({ start: String(s), end: String(e) })) });
+      t.apply(msg(x));
+      t.apply(msg(y));
+      const [gained, lost] = got;
+      assert.deepEqual([...keys(gained)].sort((p, q) => p - q), minus(keys(y), keys(x)), JSON.stringify([x, y]));
+      assert.deepEqual([...keys(lost)].sort((p, q) => p - q), minus(keys(x), keys(y)), JSON.stringify([x, y]));
+      assert.ok([...gained, ...lost].every(([s, e]) => s < e));
+    }
+  }
+});
+
 test('StateServer serves export and import as the sidecar calls them', async () => {
   const os = await import('node:os');
   const path = await import('node:path');

@@ -240,7 +240,8 @@ class Task:
     ``start()`` follows the task's ranges on a daemon thread; ``owns(key)``
     then answers from memory. ``on_change``, if given, is called on that
     thread with ``(generation, gained, lost)`` (lists of ``(start, end)``
-    slice-key ranges) after every change is applied.
+    slice-key ranges) after every change is applied: what the task gained
+    and lost since the call before, also across a restart of the sidecar.
     """
 
     def __init__(self, socket_path, on_change=None, timeout=10.0):
@@ -435,12 +436,37 @@ class Task:
         owned = pairs(msg.get("owned"))
         gen = int(msg.get("generation", 0))
         with self._changed:
+            # gained and lost against the ranges the application last
+            # heard of, not the message's: those count from the previous
+            # message on the same stream, and the first message of a
+            # stream reopened after a break (the sidecar restarted) gains
+            # every range and loses none.
+            prev = list(zip(self._starts, self._ends))
             self._starts = [s for s, _ in owned]
             self._ends = [e for _, e in owned]
             self._generation = gen
             self._changed.notify_all()
         if self._on_change is not None:
-            self._on_change(gen, pairs(msg.get("gained")), pairs(msg.get("lost")))
+            self._on_change(gen, _subtract(owned, prev), _subtract(prev, owned))
+
+
+def _subtract(x, y):
+    """The parts of the sorted, merged ranges x outside those of y."""
+    out, j = [], 0
+    for start, end in x:
+        while j < len(y) and y[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(y) and y[k][0] < end:
+            if y[k][0] > start:
+                out.append((start, y[k][0]))
+            start = max(start, y[k][1])
+            if y[k][1] >= end:
+                break
+            k += 1
+        if start < end:
+            out.append((start, end))
+    return out
 
 
 # State handoff: the application's side of slicer.v1.TaskStateService.
