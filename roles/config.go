@@ -345,6 +345,9 @@ func (c Config) Validate() error {
 			if seen[u] {
 				return fmt.Errorf("%w: upstream distributor %s (--distributor-upstream) is listed twice", ErrConfig, u)
 			}
+			if u == c.RPCAddr || u == c.AdvertiseRPCAddr {
+				return fmt.Errorf("%w: upstream distributor %s (--distributor-upstream) is this node's own RPC address; list first-level distributors, which pull from Assigners", ErrConfig, u)
+			}
 			seen[u] = true
 		}
 	}

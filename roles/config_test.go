@@ -72,6 +72,14 @@ func TestConfigValidateDistributorUpstreams(t *testing.T) {
 		{"not host:port", func(c *Config) { c.DistributorUpstreams = []string{"10.0.0.1"} }, "upstream distributor address"},
 		{"twice", func(c *Config) { c.DistributorUpstreams = []string{"10.0.0.1:7000", "10.0.0.1:7000"} }, "listed twice"},
 		{"too many", func(c *Config) { c.DistributorUpstreams = many }, "at most 16"},
+		{"itself", func(c *Config) {
+			c.RPCAddr = "10.0.0.9:7000"
+			c.DistributorUpstreams = []string{"10.0.0.9:7000"}
+		}, "own RPC address"},
+		{"itself, advertised", func(c *Config) {
+			c.AdvertiseRPCAddr = "10.0.0.9:7000"
+			c.DistributorUpstreams = []string{"10.0.0.9:7000"}
+		}, "own RPC address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := TestConfig("n1")

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -413,14 +414,32 @@ func (d *Distributor) pull(ctx context.Context, job string, dj *distJob) {
 		}
 		d.log.Warn("assignment stream from assigner ended; reconnecting", "job", job, "assigner", src.name, "addr", addr, "err", err)
 		attempt = 0
+		if !received && l.Current() == nil {
+			// Nothing to serve and no Assigner answering: streams waiting
+			// here (a relay's among them) are told so, and can try
+			// another source, rather than wait on this one.
+			l.Fail(connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: the job's assigner %s did not answer: %w", rpc.ErrNoAssigner, src.name, err)))
+		}
 		if !wait() {
 			return
 		}
 	}
 }
 
+// errRelayOfRelay refuses a relay's stream at a relay.
+var errRelayOfRelay = errors.New("this distributor is a relay (--distributor-upstream) and serves no relay distributors; " +
+	"list first-level distributors, which pull from Assigners, as upstreams")
+
 // WatchAssignment implements slicerv1connect.DistributorServiceHandler.
 func (d *Distributor) WatchAssignment(ctx context.Context, req *connect.Request[slicerv1.WatchAssignmentRequest], stream *connect.ServerStream[slicerv1.WatchAssignmentResponse]) error {
+	if len(d.upstreams) > 0 && req.Msg.GetRelay() {
+		// A relay does not serve relays: the tree has two levels, and a
+		// relay that followed another could follow itself, or one that
+		// follows it, and never reach an Assigner. Refused, the relay
+		// takes its next source. (Whoever says relay is refused: the
+		// flag only ever costs its sender.)
+		return connect.NewError(connect.CodeFailedPrecondition, errRelayOfRelay)
+	}
 	l, err := d.lookup(req.Msg.GetJob())
 	if err != nil {
 		return err
