@@ -85,6 +85,9 @@ class ConnTest(unittest.TestCase):
                         head += f.read(1)
                     n = int([h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")][0].split(b":")[1])
                     self.requests.append(head.split(b" ")[1].decode() + " " + f.read(n).decode())
+                    if isinstance(a, tuple):  # (seconds held, answer)
+                        time.sleep(a[0])
+                        a = a[1]
                     c.sendall(a)
                 f.close()
                 c.close()
@@ -118,6 +121,17 @@ class ConnTest(unittest.TestCase):
                          ["/slicer.v1.SidecarService/AcquireHandle", "/slicer.v1.SidecarService/ReleaseHandle",
                           "/slicer.v1.SidecarService/AcquireHandle", "/slicer.v1.SidecarService/ReportLoad"])
         self.assertIn('"handle": 7', self.requests[1])
+
+    def test_a_wait_extends_the_timeout(self):
+        # The sidecar may hold an acquire for its wait: the call's timeout
+        # is the library's plus the wait, so an answer within both is read.
+        owned = b'{"handle":"7","owned":true,"token":"12","validForNs":"1500000000"}'
+        ok = lambda b: b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b)
+        path = self.serve([[(0.4, ok(owned)), (0.4, ok(b'{"done":true}'))]])
+        t = slicerd_task.Task(path, timeout=0.2)
+        self.addCleanup(t.close)
+        self.assertTrue(t.acquire("user:42", wait=0.5).owned)
+        self.assertTrue(t.await_state("user:42", wait=0.5))
 
     def test_held_release_is_not_waited_for(self):
         held = b'{"handle":"7","owned":true,"token":"12","validForNs":"1500000000","heldForNs":"1000000000"}'

@@ -301,7 +301,7 @@ class Task:
         owned has ``owned`` False and needs no release."""
         k = key.encode() if isinstance(key, str) else key
         sent, sent_now = time.monotonic(), now()
-        resp = self._unary("AcquireHandle", {"key": base64.b64encode(k).decode(), "waitMs": int(wait * 1000)})
+        resp = self._unary("AcquireHandle", {"key": base64.b64encode(k).decode(), "waitMs": int(wait * 1000)}, wait)
         ns, held = int(resp.get("validForNs", 0)), int(resp.get("heldForNs", 0))
         return Handle(self, int(resp.get("handle", 0)), bool(resp.get("owned", False)), int(resp.get("token", 0)),
                       sent + ns / 1e9 if ns > 0 else None, sent_now + held / 1e9 if held > 0 else None)
@@ -327,16 +327,20 @@ class Task:
         imported; call it on a miss before answering from local state.
         Returns False if the wait ended first."""
         k = key.encode() if isinstance(key, str) else key
-        resp = self._unary("AwaitState", {"key": base64.b64encode(k).decode(), "waitMs": int(wait * 1000)})
+        resp = self._unary("AwaitState", {"key": base64.b64encode(k).decode(), "waitMs": int(wait * 1000)}, wait)
         return bool(resp.get("done", False))
 
-    def _unary(self, method, body):
+    def _unary(self, method, body, wait=0.0):
         # Each thread keeps one connection alive (a call on it costs a
         # round trip; a new one costs a connect too). A kept connection the
         # sidecar closed (it restarted) fails before the request reaches
-        # it: such a call is sent once more, on a new connection.
+        # it: such a call is sent once more, on a new connection. A call
+        # the sidecar may hold for wait seconds gets them on top of the
+        # timeout: an acquire given up just as the sidecar granted it
+        # would leave a handle nobody releases, which every move of its
+        # key then waits out.
         payload = json.dumps(body).encode()
-        timeout = 70.0 if method == "SetDraining" else self._timeout
+        timeout = (70.0 if method == "SetDraining" else self._timeout) + max(0.0, min(wait, 10.0))
         for attempt in range(2):
             conn = getattr(self._local, "conn", None)
             fresh = conn is None
