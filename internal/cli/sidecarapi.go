@@ -181,6 +181,13 @@ func listenLocal(path string) (net.Listener, error) {
 		if fi.Mode().Type() != fs.ModeSocket {
 			return nil, fmt.Errorf("%s exists and is not a socket; choose another --local-api-socket", path)
 		}
+		// A socket some process still serves on is not taken over: its
+		// application would lose its sidecar, and the other sidecar, when
+		// it stops, would have removed this one's socket.
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s is served by another process (a sidecar of this task still running?); stop it, or choose another --local-api-socket", path)
+		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("remove the old socket %s: %w", path, err)
 		}
@@ -193,19 +200,38 @@ func listenLocal(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w; check that its directory exists and is writable", path, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	// Closing removes the socket only if it is still this one (below).
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	own, err := os.Lstat(path)
+	if err == nil {
+		err = os.Chmod(path, 0o600)
+	}
+	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	return &peerCheckListener{Listener: ln, uid: os.Getuid()}, nil
+	return &peerCheckListener{Listener: ln, uid: os.Getuid(), path: path, own: own}, nil
 }
 
 // peerCheckListener accepts only connections whose peer credentials name
 // the sidecar's user or root; the socket's mode already keeps others out,
-// this holds even if its mode or directory is loosened.
+// this holds even if its mode or directory is loosened. Closing it
+// removes the socket file at path if it is still the one it created, own.
 type peerCheckListener struct {
 	net.Listener
-	uid int
+	uid  int
+	path string
+	own  os.FileInfo
+}
+
+func (l *peerCheckListener) Close() error {
+	err := l.Listener.Close()
+	if fi, serr := os.Lstat(l.path); serr == nil && os.SameFile(fi, l.own) {
+		if rerr := os.Remove(l.path); rerr != nil && err == nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = rerr
+		}
+	}
+	return err
 }
 
 func (l *peerCheckListener) Accept() (net.Conn, error) {

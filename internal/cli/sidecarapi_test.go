@@ -11,8 +11,9 @@ import (
 )
 
 // The local API's socket is the sidecar's user's: created mode 0600, a
-// stale socket replaced, any other file refused, and a connection from
-// this user accepted with its credentials read.
+// stale socket replaced, one another process serves and any other file
+// refused, a connection from this user accepted with its credentials
+// read, and at close the socket removed only if it is still its own.
 func TestListenLocal(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "api.sock")
@@ -44,8 +45,40 @@ func TestListenLocal(t *testing.T) {
 			t.Fatalf("a connection of the sidecar's own user was refused: %v", err)
 		}
 		c.Close()
-		ln.(*peerCheckListener).Listener.(*net.UnixListener).SetUnlinkOnClose(false)
-		ln.Close()
+		// A second sidecar on the same socket is refused while this one
+		// serves: the socket is not taken over.
+		if _, err := listenLocal(path); err == nil || !strings.Contains(err.Error(), "served by another process") {
+			t.Fatalf("listenLocal over a socket another listener serves = %v; want it refused", err)
+		}
+		// Closing leaves the socket at its path when that is no longer
+		// this listener's (another listener's since).
+		if err := os.Rename(path, path+".old"); err != nil {
+			t.Fatal(err)
+		}
+		other, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ln.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(path); err != nil {
+			t.Fatalf("closing removed the socket another listener created at its path: %v", err)
+		}
+		other.Close() // removes its socket
+		if err := os.Rename(path+".old", path); err != nil { // a stale socket, for the next round
+			t.Fatal(err)
+		}
+	}
+	ln, err := listenLocal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("closing left its own socket: %v", err)
 	}
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
