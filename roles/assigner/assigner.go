@@ -754,7 +754,27 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			a.log.Warn("job lease ran out before the commit; not writing the job", "job", name, "generation", next.Generation)
 			return nil
 		}
+		// Ordered against DeleteJob (which holds setConfig while it
+		// deletes the job from the store and forgets it): a decision
+		// taken before a deletion commits before it, and the deletion
+		// removes what it committed, or finds the job forgotten and
+		// writes nothing. The bbolt fence compares the stored epoch
+		// only, which releasing the lease does not change, and a
+		// commit over generation 0 would create the deleted job again.
+		a.setConfig.Lock()
+		a.mu.Lock()
+		forgotten := a.jobs[name] != j
+		a.mu.Unlock()
+		if forgotten {
+			a.setConfig.Unlock()
+			a.log.Info("job deleted while its decision was taken; not writing it", "job", name)
+			return nil
+		}
 		err = a.commit(ctx, name, held.Epoch, prevGen, next, entry)
+		if err == nil {
+			j.pub.Publish(next, time.Now())
+		}
+		a.setConfig.Unlock()
 		if errors.Is(err, storage.ErrFenced) {
 			a.leader.Lost(name, held.Epoch, err)
 			return nil
@@ -779,14 +799,12 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		// The commit time travels with the generation to Distributors
 		// and clients (WatchAssignmentResponse.committed_unix_nano); the
 		// store does not keep it.
-		committed := time.Now()
 		a.mu.Lock()
 		j.committed = a.loads.now()
 		if why == triggerFlip {
 			setPending(j, nil)
 		}
 		a.mu.Unlock()
-		j.pub.Publish(next, committed)
 		a.metrics.committed(name, entry)
 		a.moveGuard(name)
 		a.log.Info("assignment committed", "job", name, "generation", next.Generation, "epoch", held.Epoch, "trigger", why.String(),
