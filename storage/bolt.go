@@ -516,16 +516,47 @@ func (b *Bolt) SetConfig(ctx context.Context, job string, cfg assign.Config) err
 	if err := b.checkWrite(ctx, "set config", job); err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%w: set config of job %q: %w", ErrInvalid, job, err)
-	}
-	enc, err := encodeConfig(cfg)
+	enc, err := ConfigValue(job, cfg)
 	if err != nil {
-		return fmt.Errorf("%w: set config of job %q: %w", ErrInvalid, job, err)
+		return err
 	}
 	err = b.update(func(tx *bbolt.Tx) error {
 		return writeConfig(tx, job, enc)
 	})
+	if err != nil {
+		return b.opError("set config", job, err)
+	}
+	return nil
+}
+
+// SetConfigIf implements Store.
+func (b *Bolt) SetConfigIf(ctx context.Context, job string, cfg assign.Config, version uint64) error {
+	if err := b.checkWrite(ctx, "set config", job); err != nil {
+		return err
+	}
+	enc, err := ConfigValue(job, cfg)
+	if err != nil {
+		return err
+	}
+	err = b.update(func(tx *bbolt.Tx) error {
+		var stored []byte
+		if jobs := tx.Bucket(bucketJobs); jobs != nil {
+			if jb := jobs.Bucket([]byte(job)); jb != nil {
+				stored = jb.Get(keyConfig)
+			}
+		}
+		have, err := configVersionOf(job, stored)
+		if err != nil {
+			return err
+		}
+		if have != version {
+			return ConfigChanged(job, have, version)
+		}
+		return writeConfig(tx, job, enc)
+	})
+	if errors.Is(err, ErrConflict) || errors.Is(err, ErrCorrupt) {
+		return err
+	}
 	if err != nil {
 		return b.opError("set config", job, err)
 	}

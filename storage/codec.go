@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/slicerd/slicerd/assign"
 )
 
@@ -16,6 +18,54 @@ func EncodeAssignment(a *assign.Assignment) ([]byte, error) { return encodeAssig
 
 // EncodeConfig encodes a config value.
 func EncodeConfig(cfg assign.Config) ([]byte, error) { return encodeConfig(cfg) }
+
+// ConfigValue validates cfg and encodes it as a store writes it for job;
+// errors match ErrInvalid.
+func ConfigValue(job string, cfg assign.Config) ([]byte, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: set config of job %q: %w", ErrInvalid, job, err)
+	}
+	enc, err := encodeConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: set config of job %q: %w", ErrInvalid, job, err)
+	}
+	return enc, nil
+}
+
+// ConfigVersion is the version of cfg as stored, for SetConfigIf: a hash
+// of its encoding, never 0 (which stands for no config stored). Two
+// configs have one version only if they are equal, bar a collision of 64
+// bits, so a write conditional on it is applied over the config read,
+// or one equal to it, and never over a change made since.
+func ConfigVersion(cfg assign.Config) uint64 {
+	enc, err := encodeConfig(cfg)
+	if err != nil {
+		return 1 // a config that does not encode is never stored
+	}
+	return xxhash.Sum64(enc) | 1
+}
+
+// configVersionOf is ConfigVersion of a stored config value: 0 when
+// absent (nil), and an error matching ErrCorrupt when it does not decode.
+func configVersionOf(job string, v []byte) (uint64, error) {
+	if v == nil {
+		return 0, nil
+	}
+	cfg, err := decodeConfig(v)
+	if err != nil {
+		return 0, fmt.Errorf("%w: job %q: %w", ErrCorrupt, job, err)
+	}
+	return ConfigVersion(cfg), nil
+}
+
+// ConfigVersionOf is configVersionOf for the etcd store.
+func ConfigVersionOf(job string, v []byte) (uint64, error) { return configVersionOf(job, v) }
+
+// ConfigChanged is the error of a conditional config write whose version
+// is no longer the stored one.
+func ConfigChanged(job string, stored, want uint64) error {
+	return fmt.Errorf("%w: set config of job %q: the stored configuration changed since it was read (version %d, not %d); read the job again and retry", ErrConflict, job, stored, want)
+}
 
 // EncodeFormatVersion and DecodeFormatVersion are the format version value
 // encoding.

@@ -49,6 +49,11 @@ type Store interface {
 	Commit(ctx context.Context, job string, prevGen uint64, next *assign.Assignment) error
 	// SetConfig validates and stores the job's config, creating the job.
 	SetConfig(ctx context.Context, job string, cfg assign.Config) error
+	// SetConfigIf is SetConfig applied only if the stored config is still
+	// at version (ConfigVersion of it; 0: only if none is stored), checked
+	// in the write itself: ErrConflict otherwise, changing nothing. An
+	// unreadable stored config is ErrCorrupt.
+	SetConfigIf(ctx context.Context, job string, cfg assign.Config, version uint64) error
 	// Jobs lists the names of the jobs in the store, sorted.
 	Jobs(ctx context.Context) ([]string, error)
 	// Delete removes the job's assignments and config at once, readable

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"strings"
@@ -338,26 +339,48 @@ func updateConfigOf(c *cli.Context, job string, create bool, change func(*slicer
 	if err != nil {
 		return err
 	}
-	cfg := api.ConfigToProto(assign.Config{MinRedundancy: 1, MaxRedundancy: 1})
-	resp, err := client.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
-	switch {
-	case err == nil && resp.Msg.GetJob().GetConfig() != nil:
-		cfg = resp.Msg.GetJob().GetConfig()
-	case err != nil && connect.CodeOf(err) == connect.CodeNotFound && !create:
-		return cli.Exit(fmt.Sprintf("%s: no job %q; 'slicerd job list' shows the jobs", commandPath(c), job), 1)
-	case err != nil && connect.CodeOf(err) != connect.CodeNotFound:
-		return rpcError(c, err)
+	// The change is written only over the configuration it was applied
+	// to (if_config_version): another change written meanwhile (a second
+	// operator, or a drain of another task) makes the write fail with
+	// ABORTED, and the change is applied again to what is stored then,
+	// so neither is lost.
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		cfg := api.ConfigToProto(assign.Config{MinRedundancy: 1, MaxRedundancy: 1})
+		var version uint64
+		resp, err := client.GetJob(ctx, connect.NewRequest(&slicerv1.GetJobRequest{Job: job}))
+		switch {
+		case err == nil && resp.Msg.GetJob().GetConfig() != nil:
+			cfg, version = resp.Msg.GetJob().GetConfig(), resp.Msg.GetJob().GetConfigVersion()
+		case err != nil && connect.CodeOf(err) == connect.CodeNotFound && !create:
+			return cli.Exit(fmt.Sprintf("%s: no job %q; 'slicerd job list' shows the jobs", commandPath(c), job), 1)
+		case err != nil && connect.CodeOf(err) != connect.CodeNotFound:
+			return rpcError(c, err)
+		}
+		if err := change(cfg); err != nil {
+			return err
+		}
+		set, err := client.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: job, Config: cfg, IfConfigVersion: &version}))
+		if connect.CodeOf(err) == connect.CodeAborted && attempt < maxConfigAttempts {
+			select {
+			case <-ctx.Done():
+				return rpcError(c, ctx.Err())
+			case <-time.After(backoff + rand.N(backoff)):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		if err != nil {
+			return rpcError(c, err)
+		}
+		printJob(c.App.Writer, set.Msg.GetJob())
+		return nil
 	}
-	if err := change(cfg); err != nil {
-		return err
-	}
-	set, err := client.SetJobConfig(ctx, connect.NewRequest(&slicerv1.SetJobConfigRequest{Job: job, Config: cfg}))
-	if err != nil {
-		return rpcError(c, err)
-	}
-	printJob(c.App.Writer, set.Msg.GetJob())
-	return nil
 }
+
+// maxConfigAttempts bounds how often updateConfigOf applies its change
+// again to a configuration changed meanwhile.
+const maxConfigAttempts = 8
 
 // jobWatch streams the job's assignments until the stream fails or the
 // user stops it: SIGINT or SIGTERM end it quietly, with exit status 0, as

@@ -65,8 +65,9 @@ func TestListenLocal(t *testing.T) {
 		if _, err := os.Lstat(path); err != nil {
 			t.Fatalf("closing removed the socket another listener created at its path: %v", err)
 		}
-		other.Close() // removes its socket
-		if err := os.Rename(path+".old", path); err != nil { // a stale socket, for the next round
+		other.Close() // which removes its socket
+		// The first socket back at the path, stale, for the next round.
+		if err := os.Rename(path+".old", path); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -88,7 +88,12 @@ func (a *Assigner) setJobConfig(ctx context.Context, req *connect.Request[slicer
 	if err := a.admitNew(ctx, name); err != nil {
 		return nil, rpc.ToConnect(err)
 	}
-	if err := a.store.SetConfig(ctx, name, cfg); err != nil {
+	if v := req.Msg.IfConfigVersion; v != nil {
+		err = a.store.SetConfigIf(ctx, name, cfg, *v)
+	} else {
+		err = a.store.SetConfig(ctx, name, cfg)
+	}
+	if err != nil {
 		return nil, rpc.ToConnect(err)
 	}
 	j, err := a.job(ctx, name)

@@ -171,6 +171,9 @@ func (a *Assigner) jobInfo(j *assignerJob) *slicerv1.JobInfo {
 	a.mu.Unlock()
 	info := &slicerv1.JobInfo{Name: j.name, Config: api.ConfigToProto(cfg), Configured: configured,
 		PreferredAssigner: a.leader.PreferredNow(j.name)}
+	if configured {
+		info.ConfigVersion = storage.ConfigVersion(cfg)
+	}
 	live := a.tasksOf(j.name, true)
 	for _, t := range cfg.Controls(live) {
 		info.LiveTasks = append(info.LiveTasks, &slicerv1.Task{Name: t.Name, Address: t.Addr, Capacity: t.Capacity,

@@ -773,17 +773,15 @@ func (s *Store) decodeStored(job string, raw rawRecord) (stored, error) {
 	return st, nil
 }
 
-// SetConfig implements storage.Store. Config writes are unconditional.
+// SetConfig implements storage.Store: an unconditional put (SetConfigIf is
+// the conditional one).
 func (s *Store) SetConfig(ctx context.Context, job string, cfg assign.Config) error {
 	if err := s.checkWrite(ctx, "set config", job); err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%w: set config of job %q: %w", storage.ErrInvalid, job, err)
-	}
-	enc, err := storage.EncodeConfig(cfg)
+	enc, err := storage.ConfigValue(job, cfg)
 	if err != nil {
-		return fmt.Errorf("%w: set config of job %q: %w", storage.ErrInvalid, job, err)
+		return err
 	}
 	rctx, cancel := s.withTimeout(ctx)
 	defer cancel()
@@ -791,6 +789,56 @@ func (s *Store) SetConfig(ctx context.Context, job string, cfg assign.Config) er
 		return s.opError(ctx, "set config", job, err)
 	}
 	return nil
+}
+
+// SetConfigIf implements storage.Store: the config is read, its version
+// compared, and the new one put only if the key is still at the revision
+// read (absent: revision 0), in one transaction.
+func (s *Store) SetConfigIf(ctx context.Context, job string, cfg assign.Config, version uint64) error {
+	if err := s.checkWrite(ctx, "set config", job); err != nil {
+		return err
+	}
+	enc, err := storage.ConfigValue(job, cfg)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	key := s.keys.config(job)
+	resp, err := s.cli.Get(rctx, key)
+	for attempt := 1; ; attempt++ {
+		if err != nil {
+			return s.opError(ctx, "set config", job, err)
+		}
+		var kv *mvccpb.KeyValue
+		if len(resp.Kvs) > 0 {
+			kv = resp.Kvs[0]
+		}
+		have, err := storage.ConfigVersionOf(job, rawRecord{}.value(kv))
+		if err != nil {
+			return s.corrupt("set config", job, err)
+		}
+		if have != version {
+			return storage.ConfigChanged(job, have, version)
+		}
+		t, err := s.cli.Txn(rctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", rawRecord{}.rev(kv))).
+			Then(clientv3.OpPut(key, string(enc))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			return s.opError(ctx, "set config", job, err)
+		}
+		if t.Succeeded {
+			return nil
+		}
+		if attempt == maxCommitAttempts {
+			return fmt.Errorf("%w: set config of job %q: it kept changing while being set; read the job again and retry", storage.ErrConflict, job)
+		}
+		// Written since the read: judge again against what is there
+		// (the same config written again still matches).
+		resp = (*clientv3.GetResponse)(t.Responses[0].GetResponseRange())
+	}
 }
 
 // Delete implements storage.Store with one transaction that deletes the

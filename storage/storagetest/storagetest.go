@@ -56,6 +56,7 @@ func Run(t *testing.T, o Opener) {
 		{"CommitInvalid", testCommitInvalid},
 		{"SetConfig", testSetConfig},
 		{"SetConfigInvalid", testSetConfigInvalid},
+		{"SetConfigIf", testSetConfigIf},
 		{"JobsSorted", testJobsSorted},
 		{"FreshCopies", testFreshCopies},
 		{"Closed", testClosed},
@@ -354,6 +355,51 @@ func testSetConfig(t *testing.T, o Opener) {
 	mustCommit(t, s, "j", 2, Assignment("j", 3, 1, 1))
 	if rec := mustLoad(t, s, "j"); !rec.Config.Equal(assign.Config{MinRedundancy: 2, MaxRedundancy: 2}) {
 		t.Fatalf("commit changed the config: %+v", rec.Config)
+	}
+}
+
+// SetConfigIf writes only over the version read: none stored (0) for a
+// job without a config, ConfigVersion of the stored one after; a write
+// over another version is ErrConflict and changes nothing, as two
+// read-modify-writes of one job at once would otherwise lose one change.
+// A peer's write is seen, and the same config written again keeps its
+// version.
+func testSetConfigIf(t *testing.T, o Opener) {
+	ctx := context.Background()
+	s := open(t, o)
+	p := peer(t, o, s)
+	c1 := assign.Config{MinRedundancy: 1, MaxRedundancy: 3}
+	c2 := assign.Config{MinRedundancy: 2, MaxRedundancy: 2}
+	c3 := assign.Config{MinRedundancy: 1, MaxRedundancy: 1, MoveChurn: 0.05}
+	if err := s.SetConfigIf(ctx, "j", c1, storage.ConfigVersion(c1)); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("SetConfigIf over a version of a job with no config: %v, want ErrConflict", err)
+	}
+	if err := s.SetConfigIf(ctx, "j", c1, 0); err != nil {
+		t.Fatalf("SetConfigIf of a job with no config, at version 0: %v", err)
+	}
+	if err := p.SetConfigIf(ctx, "j", c2, 0); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("a peer's SetConfigIf at version 0 after a config was stored: %v, want ErrConflict", err)
+	}
+	if err := p.SetConfigIf(ctx, "j", c2, storage.ConfigVersion(c1)); err != nil {
+		t.Fatalf("a peer's SetConfigIf over the version stored: %v", err)
+	}
+	before := snap(t, o, s)
+	if err := s.SetConfigIf(ctx, "j", c3, storage.ConfigVersion(c1)); !errors.Is(err, storage.ErrConflict) {
+		t.Fatalf("SetConfigIf over a version a peer replaced: %v, want ErrConflict", err)
+	}
+	assertUnchanged(t, o, s, before)
+	if rec := mustLoad(t, s, "j"); !rec.Config.Equal(c2) {
+		t.Fatalf("after a conflicting SetConfigIf the config is %+v, want %+v", rec.Config, c2)
+	}
+	mustSetConfig(t, s, "j", c2) // the same config again: the same version
+	if err := s.SetConfigIf(ctx, "j", c3, storage.ConfigVersion(c2)); err != nil {
+		t.Fatalf("SetConfigIf over the stored config's version: %v", err)
+	}
+	if rec := mustLoad(t, s, "j"); !rec.Config.Equal(c3) || !rec.Configured {
+		t.Fatalf("after SetConfigIf: %+v, want %+v", rec.Config, c3)
+	}
+	if err := s.SetConfigIf(ctx, "j", assign.Config{}, storage.ConfigVersion(c3)); !errors.Is(err, storage.ErrInvalid) {
+		t.Fatalf("SetConfigIf of an invalid config: %v, want ErrInvalid", err)
 	}
 }
 

@@ -1306,8 +1306,13 @@ type JobInfo struct {
 	// before it has chosen one. The load view above is the answering
 	// Assigner's own; the preferred Assigner's is the one decisions use.
 	PreferredAssigner string `protobuf:"bytes,10,opt,name=preferred_assigner,json=preferredAssigner,proto3" json:"preferred_assigner,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Version of the stored configuration: it changes whenever the stored
+	// configuration does; 0 when none is stored (configured false). Passed
+	// back as SetJobConfigRequest.if_config_version, it makes a
+	// read-modify-write of the configuration safe against a concurrent one.
+	ConfigVersion uint64 `protobuf:"varint,11,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobInfo) Reset() {
@@ -1408,6 +1413,13 @@ func (x *JobInfo) GetPreferredAssigner() string {
 		return x.PreferredAssigner
 	}
 	return ""
+}
+
+func (x *JobInfo) GetConfigVersion() uint64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
 }
 
 // TaskLoad is one task's share of its job's measured load.
@@ -1643,11 +1655,17 @@ func (x *GetJobResponse) GetJob() *JobInfo {
 }
 
 type SetJobConfigRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Config        *JobConfig             `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Job    string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Config *JobConfig             `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	// When set, the configuration is stored only if the stored one is still
+	// at this version (JobInfo.config_version; 0: only if none is stored);
+	// otherwise the call fails with ABORTED and changes nothing: read the job
+	// again, apply the change to what it says, and retry. Unset, the
+	// configuration replaces whatever is stored.
+	IfConfigVersion *uint64 `protobuf:"varint,3,opt,name=if_config_version,json=ifConfigVersion,proto3,oneof" json:"if_config_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SetJobConfigRequest) Reset() {
@@ -1692,6 +1710,13 @@ func (x *SetJobConfigRequest) GetConfig() *JobConfig {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *SetJobConfigRequest) GetIfConfigVersion() uint64 {
+	if x != nil && x.IfConfigVersion != nil {
+		return *x.IfConfigVersion
+	}
+	return 0
 }
 
 type SetJobConfigResponse struct {
@@ -3598,7 +3623,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\bdraining\x18\x03 \x01(\bR\bdraining\"7\n" +
 	"\x14RegisterTaskResponse\x12\x1f\n" +
 	"\vgossip_keys\x18\x01 \x03(\tR\n" +
-	"gossipKeys\"\x84\x03\n" +
+	"gossipKeys\"\xab\x03\n" +
 	"\aJobInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x06config\x18\x02 \x01(\v2\x14.slicer.v1.JobConfigR\x06config\x12\x1e\n" +
@@ -3617,7 +3642,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"task_loads\x18\b \x03(\v2\x13.slicer.v1.TaskLoadR\ttaskLoads\x12'\n" +
 	"\x0freporting_tasks\x18\t \x01(\rR\x0ereportingTasks\x12-\n" +
 	"\x12preferred_assigner\x18\n" +
-	" \x01(\tR\x11preferredAssigner\"H\n" +
+	" \x01(\tR\x11preferredAssigner\x12%\n" +
+	"\x0econfig_version\x18\v \x01(\x04R\rconfigVersion\"H\n" +
 	"\bTaskLoad\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12\x12\n" +
 	"\x04load\x18\x02 \x01(\x01R\x04load\x12\x14\n" +
@@ -3628,10 +3654,12 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\rGetJobRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"6\n" +
 	"\x0eGetJobResponse\x12$\n" +
-	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job\"U\n" +
+	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job\"\x9c\x01\n" +
 	"\x13SetJobConfigRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12,\n" +
-	"\x06config\x18\x02 \x01(\v2\x14.slicer.v1.JobConfigR\x06config\"<\n" +
+	"\x06config\x18\x02 \x01(\v2\x14.slicer.v1.JobConfigR\x06config\x12/\n" +
+	"\x11if_config_version\x18\x03 \x01(\x04H\x00R\x0fifConfigVersion\x88\x01\x01B\x14\n" +
+	"\x12_if_config_version\"<\n" +
 	"\x14SetJobConfigResponse\x12$\n" +
 	"\x03job\x18\x01 \x01(\v2\x12.slicer.v1.JobInfoR\x03job\"$\n" +
 	"\x10DeleteJobRequest\x12\x10\n" +
@@ -3950,6 +3978,7 @@ func file_slicer_v1_slicer_proto_init() {
 	if File_slicer_v1_slicer_proto != nil {
 		return
 	}
+	file_slicer_v1_slicer_proto_msgTypes[19].OneofWrappers = []any{}
 	file_slicer_v1_slicer_proto_msgTypes[31].OneofWrappers = []any{
 		(*ExplainKeyRequest_Key)(nil),
 		(*ExplainKeyRequest_SliceKey)(nil),
