@@ -210,6 +210,10 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 			Logger: cfg.Logger, Preference: cfg.Preference, TLS: cfg.TLS,
 			PullMinBackoff: cfg.PullMinBackoff, PullMaxBackoff: cfg.PullMaxBackoff,
 			Upstreams: cfg.DistributorUpstreams,
+			// Jobs beyond --max-jobs exist (the Assigners serve every
+			// stored job); twice it leaves them room, and bounds the
+			// names no Assigner knows that wait here while none answers.
+			MaxJobs: 2 * cfg.MaxJobs,
 		}, a, a.stopping)
 		a.handle(mux, slicerv1connect.DistributorServiceName)(slicerv1connect.NewDistributorServiceHandler(a.distributor, opts...))
 	}

@@ -47,6 +47,13 @@ type Config struct {
 	// first-ranked upstream again. With TLS each must present a
 	// Distributor's certificate.
 	Upstreams []string
+	// MaxJobs bounds the jobs the Distributor holds at once (0: no
+	// bound): a request for a job beyond it is refused with
+	// RESOURCE_EXHAUSTED. A name no Assigner knows is forgotten as soon
+	// as an Assigner says so, but while none answers it stays, with its
+	// pull; without a bound, names made up by any caller that may watch
+	// (every client on a cluster without TLS) would pile up then.
+	MaxJobs int
 }
 
 // Members is the gossip membership a Distributor follows: the live
@@ -79,6 +86,7 @@ type Distributor struct {
 	maxBackoff time.Duration
 	stopping   <-chan struct{}
 	upstreams  []string
+	maxJobs    int // Config.MaxJobs
 
 	mu     sync.Mutex
 	runCtx context.Context // set by Run; pulls live as long as it
@@ -124,6 +132,7 @@ func New(cfg Config, members Members, stopping <-chan struct{}) *Distributor {
 		stopping:   stopping,
 		upstreams:  slices.Clone(cfg.Upstreams),
 		jobs:       make(map[string]*distJob),
+		maxJobs:    cfg.MaxJobs,
 	}
 	if p, ok := members.(proximity); ok {
 		d.rtt = p.RTT
@@ -267,6 +276,11 @@ func (d *Distributor) Latest(name string) (*watch.Latest, error) {
 	}
 	if d.stopped || (d.runCtx != nil && d.runCtx.Err() != nil) {
 		return nil, connect.NewError(connect.CodeUnavailable, rpc.ErrShuttingDown)
+	}
+	if d.maxJobs > 0 && len(d.jobs) >= d.maxJobs {
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf(
+			"this distributor holds %d jobs, the most it serves (twice the node's --max-jobs); job %q is not among them: check its name, or subscribe through another distributor",
+			len(d.jobs), name))
 	}
 	j := &distJob{l: watch.New(), retry: make(chan struct{}, 1)}
 	d.jobs[name] = j

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
@@ -83,6 +85,34 @@ func TestDistributorServesJobsAskedBeforeRun(t *testing.T) {
 	cancel()
 	if err := <-runDone; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// A Distributor holds at most Config.MaxJobs jobs: while no Assigner
+// answers, names nobody knows stay, so a request for one more is refused
+// (RESOURCE_EXHAUSTED), and the jobs it holds are still served.
+func TestDistributorHoldsAtMostMaxJobs(t *testing.T) {
+	d := testDistributor(t)
+	d.maxJobs = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for _, job := range []string{"made-up-1", "made-up-2"} {
+		if _, err := d.Latest(job); err != nil {
+			t.Fatalf("job %s, within the bound: %v", job, err)
+		}
+	}
+	if _, err := d.Latest("made-up-3"); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("a job beyond the bound: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if _, err := d.Latest("made-up-1"); err != nil {
+		t.Fatalf("a job held, at the bound: %v", err)
 	}
 }
 
