@@ -192,6 +192,17 @@ func (s *Slicelet) Ranges() ([]assign.Slice, uint64) {
 	return slices.Clone(v.owned), v.table.Assignment().Generation
 }
 
+// NextRanges is Ranges with a channel closed once the next assignment is
+// installed, whether or not it changes this task's ranges: a follower of
+// the generation (the sidecar's WatchRanges) waits on it.
+func (s *Slicelet) NextRanges() ([]assign.Slice, uint64, <-chan struct{}) {
+	v, next := s.currentView()
+	if v == nil {
+		return nil, 0, next
+	}
+	return slices.Clone(v.owned), v.table.Assignment().Generation, next
+}
+
 // IsAffinitizedKey reports whether the current assignment gives key's
 // slice to this task; false before the first assignment. It does not
 // allocate or lock.

@@ -268,7 +268,9 @@ export class Task {
     this.#ends = owned.map((r) => r[1]);
     this.#generation = BigInt(msg.generation ?? 0);
     for (const w of [...this.#waiters]) w();
-    this.onChange?.(this.#generation, subtract(owned, prev), subtract(prev, owned));
+    const gained = subtract(owned, prev);
+    const lost = subtract(prev, owned);
+    if (gained.length > 0 || lost.length > 0) this.onChange?.(this.#generation, gained, lost);
   }
 }
 

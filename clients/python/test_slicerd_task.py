@@ -48,6 +48,16 @@ class SliceKeyTest(unittest.TestCase):
                   "gained": [{"start": "5", "end": "10"}, {"start": "40", "end": "50"}]})
         self.assertEqual(changes[-1], (5, [(40, 50)], [(0, 5), (20, 30)]))
 
+    def test_generation_without_a_change(self):
+        # A generation that changes none of the task's ranges moves the
+        # generation (wait_generation) without an on_change call.
+        calls = []
+        t = slicerd_task.Task("/nonexistent", on_change=lambda g, gained, lost: calls.append(g))
+        t._apply({"generation": "3", "owned": [{"start": "0", "end": "10"}]})
+        t._apply({"generation": "4", "owned": [{"start": "0", "end": "10"}]})
+        self.assertTrue(t.wait_generation(4, timeout=0))
+        self.assertEqual(calls, [3])
+
     def test_subtract(self):
         # Every pair of sorted, non-overlapping lists of ranges over [0, 8)
         # of up to two ranges each, against the keys counted one by one.

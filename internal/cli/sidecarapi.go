@@ -40,18 +40,16 @@ const (
 	localMaxLoads = 10_000
 )
 
-// localAPI serves SidecarService for one Slicelet. It is a Slicelet
-// listener: each change of the task's ranges wakes the open streams,
-// which read the current ranges and send what changed since their last
-// message, so a slow reader gets merged changes and never holds the
-// Slicelet up.
+// localAPI serves SidecarService for one Slicelet. Each open ranges stream
+// waits for the Slicelet's next assignment, then reads the current ranges
+// and sends what changed since its last message, so a slow reader gets
+// merged changes and never holds the Slicelet up.
 type localAPI struct {
 	sl    *slicelet.Slicelet
 	state *sidecarState
 	log   *slog.Logger
 
 	mu      sync.Mutex
-	waiters map[chan struct{}]struct{}
 	streams int
 
 	drainMu sync.Mutex // serialises SetDraining calls
@@ -60,21 +58,7 @@ type localAPI struct {
 }
 
 func newLocalAPI(sl *slicelet.Slicelet, state *sidecarState, log *slog.Logger) *localAPI {
-	api := &localAPI{sl: sl, state: state, log: log, waiters: map[chan struct{}]struct{}{}}
-	sl.AddListener(api)
-	return api
-}
-
-// OnChangedSlices implements slicelet.Listener.
-func (l *localAPI) OnChangedSlices(_, _ []assign.Slice) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for w := range l.waiters {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
-	}
+	return &localAPI{sl: sl, state: state, log: log}
 }
 
 func keyRanges(ss []assign.Slice) []*slicerv1.KeyRange {
@@ -87,39 +71,38 @@ func keyRanges(ss []assign.Slice) []*slicerv1.KeyRange {
 
 // WatchRanges implements SidecarService.
 func (l *localAPI) WatchRanges(ctx context.Context, _ *connect.Request[slicerv1.WatchRangesRequest], stream *connect.ServerStream[slicerv1.WatchRangesResponse]) error {
-	wake := make(chan struct{}, 1)
 	l.mu.Lock()
 	if l.streams >= localMaxStreams {
 		l.mu.Unlock()
 		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d WatchRanges streams are open, the most the sidecar serves; close one", localMaxStreams))
 	}
 	l.streams++
-	l.waiters[wake] = struct{}{}
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
 		l.streams--
-		delete(l.waiters, wake)
 		l.mu.Unlock()
 	}()
+	// A message for every generation installed, so that the application
+	// follows the generation too (wait_generation), also when it changes
+	// nothing of this task's ranges; a slow reader gets the changes
+	// merged into the latest.
 	var sent []assign.Slice
-	first := true
+	var sentGen uint64
 	for {
-		owned, gen := l.sl.Ranges()
-		if gen > 0 {
+		owned, gen, next := l.sl.NextRanges()
+		if gen > 0 && gen != sentGen {
 			gained, lost := slicelet.DiffRanges(sent, owned)
-			if first || len(gained) > 0 || len(lost) > 0 {
-				msg := &slicerv1.WatchRangesResponse{Generation: gen, Gained: keyRanges(gained), Lost: keyRanges(lost), Owned: keyRanges(owned)}
-				if err := stream.Send(msg); err != nil {
-					return err
-				}
-				sent, first = owned, false
+			msg := &slicerv1.WatchRangesResponse{Generation: gen, Gained: keyRanges(gained), Lost: keyRanges(lost), Owned: keyRanges(owned)}
+			if err := stream.Send(msg); err != nil {
+				return err
 			}
+			sent, sentGen = owned, gen
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-wake:
+		case <-next:
 		}
 	}
 }

@@ -26,6 +26,16 @@ test('owns follows the applied ranges', () => {
   assert.equal(t.owns('a'), false);
 });
 
+test('a generation that changes none of the ranges is followed without an onChange', () => {
+  const calls = [];
+  const t = new Task('/nonexistent', { onChange: (g) => calls.push(g) });
+  const r = (start, end) => ({ start: String(start), end: String(end) });
+  t.apply({ generation: '3', owned: [r(0, 10)] });
+  t.apply({ generation: '4', owned: [r(0, 10)] });
+  assert.equal(t.ranges().generation, 4n);
+  assert.deepEqual(calls, [3n]);
+});
+
 test('onChange tells what changed across a reopened stream', () => {
   // The first message of a stream reopened after the sidecar restarted
   // gains every range held and loses none; onChange still tells what
@@ -53,6 +63,7 @@ test('onChange gains and losses match the keys counted one by one', () => {
       const t = new Task('/nonexistent', { onChange: (g, gained, lost) => { got = [gained, lost]; } });
       const msg = (rs) => ({ generation: '1', owned: rs.map(([s, e]) => ({ start: String(s), end: String(e) })) });
       t.apply(msg(x));
+      got = [[], []]; // onChange is not called when nothing changed
       t.apply(msg(y));
       const [gained, lost] = got;
       assert.deepEqual([...keys(gained)].sort((p, q) => p - q), minus(keys(y), keys(x)), JSON.stringify([x, y]));

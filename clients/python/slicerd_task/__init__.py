@@ -450,8 +450,9 @@ class Task:
             self._ends = [e for _, e in owned]
             self._generation = gen
             self._changed.notify_all()
-        if self._on_change is not None:
-            self._on_change(gen, _subtract(owned, prev), _subtract(prev, owned))
+        gained, lost = _subtract(owned, prev), _subtract(prev, owned)
+        if self._on_change is not None and (gained or lost):
+            self._on_change(gen, gained, lost)
 
 
 def _subtract(x, y):

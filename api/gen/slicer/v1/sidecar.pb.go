@@ -112,13 +112,14 @@ func (*WatchRangesRequest) Descriptor() ([]byte, []int) {
 	return file_slicer_v1_sidecar_proto_rawDescGZIP(), []int{1}
 }
 
-// WatchRangesResponse is one change of the ranges the task holds.
+// WatchRangesResponse is the ranges the task holds in one generation.
 type WatchRangesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The assignment generation the ranges are from.
 	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
 	// Ranges the task gained, and lost, since the previous message on this
-	// stream (the first message gains every range held).
+	// stream (the first message gains every range held; both are empty when
+	// the generation changed none of the task's ranges).
 	Gained []*KeyRange `protobuf:"bytes,2,rep,name=gained,proto3" json:"gained,omitempty"`
 	Lost   []*KeyRange `protobuf:"bytes,3,rep,name=lost,proto3" json:"lost,omitempty"`
 	// Every range the task holds after the change, sorted and merged.

@@ -67,8 +67,9 @@ const (
 // SidecarServiceClient is a client for the slicer.v1.SidecarService service.
 type SidecarServiceClient interface {
 	// WatchRanges streams the task's key ranges: a first message with every
-	// range it holds once it has an assignment, then one per change (a
-	// slow reader gets the changes merged).
+	// range it holds once it has an assignment, then one per generation
+	// installed, whether or not it changes them (a slow reader gets the
+	// changes merged into the latest).
 	WatchRanges(context.Context, *connect.Request[v1.WatchRangesRequest]) (*connect.ServerStreamForClient[v1.WatchRangesResponse], error)
 	// ReportLoad counts load on keys; the sidecar sends it in the task's
 	// load reports, as a Go task's Slicelet does.
@@ -203,8 +204,9 @@ func (c *sidecarServiceClient) AwaitState(ctx context.Context, req *connect.Requ
 // SidecarServiceHandler is an implementation of the slicer.v1.SidecarService service.
 type SidecarServiceHandler interface {
 	// WatchRanges streams the task's key ranges: a first message with every
-	// range it holds once it has an assignment, then one per change (a
-	// slow reader gets the changes merged).
+	// range it holds once it has an assignment, then one per generation
+	// installed, whether or not it changes them (a slow reader gets the
+	// changes merged into the latest).
 	WatchRanges(context.Context, *connect.Request[v1.WatchRangesRequest], *connect.ServerStream[v1.WatchRangesResponse]) error
 	// ReportLoad counts load on keys; the sidecar sends it in the task's
 	// load reports, as a Go task's Slicelet does.

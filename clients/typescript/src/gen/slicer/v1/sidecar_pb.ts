@@ -54,7 +54,7 @@ export const WatchRangesRequestSchema: GenMessage<WatchRangesRequest> = /*@__PUR
   messageDesc(file_slicer_v1_sidecar, 1);
 
 /**
- * WatchRangesResponse is one change of the ranges the task holds.
+ * WatchRangesResponse is the ranges the task holds in one generation.
  *
  * @generated from message slicer.v1.WatchRangesResponse
  */
@@ -68,7 +68,8 @@ export type WatchRangesResponse = Message<"slicer.v1.WatchRangesResponse"> & {
 
   /**
    * Ranges the task gained, and lost, since the previous message on this
-   * stream (the first message gains every range held).
+   * stream (the first message gains every range held; both are empty when
+   * the generation changed none of the task's ranges).
    *
    * @generated from field: repeated slicer.v1.KeyRange gained = 2;
    */
@@ -486,8 +487,9 @@ export const ImportStateResponseSchema: GenMessage<ImportStateResponse> = /*@__P
 export const SidecarService: GenService<{
   /**
    * WatchRanges streams the task's key ranges: a first message with every
-   * range it holds once it has an assignment, then one per change (a
-   * slow reader gets the changes merged).
+   * range it holds once it has an assignment, then one per generation
+   * installed, whether or not it changes them (a slow reader gets the
+   * changes merged into the latest).
    *
    * @generated from rpc slicer.v1.SidecarService.WatchRanges
    */
