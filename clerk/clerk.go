@@ -72,6 +72,10 @@ type Clerk struct {
 	heard *assign.Assignment
 }
 
+// maxMessageBytes bounds one WatchAssignment message, after
+// decompression: the largest assignment a cache file holds.
+const maxMessageBytes = cachefile.MaxFileSize
+
 // New validates cfg and builds a Clerk without connecting; Run connects.
 func New(cfg Config) (*Clerk, error) {
 	cfg = cfg.withDefaults()
@@ -531,10 +535,13 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 	})
 	var stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse]
 	var err error
+	// A message larger than any assignment the cache file could hold is
+	// refused at its length prefix rather than buffered.
+	limit := connect.WithReadMaxBytes(maxMessageBytes)
 	if backup {
-		stream, err = slicerv1connect.NewBackupServiceClient(c.client, api.URL(addr, c.cfg.TLS != nil)).WatchAssignment(ctx, req)
+		stream, err = slicerv1connect.NewBackupServiceClient(c.client, api.URL(addr, c.cfg.TLS != nil), limit).WatchAssignment(ctx, req)
 	} else {
-		stream, err = slicerv1connect.NewDistributorServiceClient(c.client, api.URL(addr, c.cfg.TLS != nil)).WatchAssignment(ctx, req)
+		stream, err = slicerv1connect.NewDistributorServiceClient(c.client, api.URL(addr, c.cfg.TLS != nil), limit).WatchAssignment(ctx, req)
 	}
 	if err != nil {
 		return moved.Load(), err

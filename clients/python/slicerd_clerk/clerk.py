@@ -166,8 +166,10 @@ class Clerk:
             raise TypeError("slicerd_clerk: on_assignment must be callable")
         if tls is not None and not isinstance(tls, TLS):
             raise TypeError("slicerd_clerk: tls must be a slicerd_clerk.TLS")
-        if token is not None and (not isinstance(token, str) or not token or "\n" in token):
-            raise ValueError("slicerd_clerk: token must be a non-empty str on one line")
+        if token is not None and (not isinstance(token, str) or not token
+                                  or not all(" " <= c <= "~" for c in token)):
+            raise ValueError("slicerd_clerk: token must be a non-empty str of printable ASCII on one line "
+                             "(no carriage return or newline)")
 
         self.job = job
         self._log = logger or logging.getLogger("slicerd_clerk")
@@ -240,6 +242,8 @@ class Clerk:
         random among the key's replicas, skipping the task names in
         ``exclude`` (those that failed the request). NoAssignment before
         the first assignment, NoReplica when every replica is excluded."""
+        if isinstance(exclude, (str, bytes)):
+            raise TypeError("slicerd_clerk: exclude is a list of task names, not one string; write exclude=[name]")
         r = self.route(key)
         for name in exclude:
             r.fail(name)

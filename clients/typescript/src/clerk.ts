@@ -32,6 +32,10 @@ import { Table } from "./table.js";
 /** The delta format the Clerk applies (WatchAssignmentRequest.delta_version). */
 export const DELTA_VERSION = 1;
 
+/** The largest WatchAssignment message the Clerk reads, after
+ * decompression: 1 GiB, as the Python Clerk and the Go Clerk's cache file. */
+const MAX_MESSAGE_BYTES = 1 << 30;
+
 /** Where log lines go; every method is optional. */
 export interface Logger {
   debug?(msg: string, fields?: Record<string, unknown>): void;
@@ -450,7 +454,10 @@ export class Clerk extends EventEmitter {
           return next(req);
         });
       }
-      entry = { transport: createGrpcTransport({ baseUrl, sessionManager: sessions, interceptors }), sessions };
+      // readMaxBytes: a message (after decompression) larger than any real
+      // assignment is refused at its length prefix; by default connect-node
+      // allocates whatever the prefix declares, up to 4 GiB.
+      entry = { transport: createGrpcTransport({ baseUrl, sessionManager: sessions, interceptors, readMaxBytes: MAX_MESSAGE_BYTES }), sessions };
       this.transports.set(addr, entry);
     }
     return entry.transport;
