@@ -47,8 +47,15 @@ func (s *Slicelet) Drain(ctx context.Context) error {
 		if v == nil || len(v.owned) == 0 {
 			s.log.Info("slicelet: drained", "took", time.Since(start))
 			// The tasks that took the keys fetch their state from here.
-			if v != nil && len(owned) > 0 {
-				s.awaitFetches(ctx, start, gained(prev, v.table.Assignment(), owned, s.cfg.Task))
+			switch {
+			case v != nil && len(owned) > 0:
+				s.awaitFetches(ctx, start, time.Now(), gained(prev, v.table.Assignment(), owned, s.cfg.Task))
+			case v != nil:
+				// Emptied before the drain began (slicerd task drain, then
+				// a stop): the fetches of what it lost may still be on
+				// their way. Wait for those being served, and for a grace
+				// from when it was emptied.
+				s.awaitFetches(ctx, start, v.installed, nil)
 			}
 			return nil
 		}

@@ -61,6 +61,9 @@ type StateExporter func(ctx context.Context, start, end assign.SliceKey, emit fu
 // It is called from several handoff goroutines at once. It must not replace
 // an entry the task already holds for the key: that one was written here
 // since the key arrived, and is newer (see the package's handoff notes).
+// State of a key the task no longer owns (it moved on while its state was
+// on its way here) is to be kept as the state of keys moved away is, for
+// the key's new owner: its fetch from here waits for this one.
 type StateImporter func(key, value []byte)
 
 // StateEntry is one key's state, as ImportStates takes it.
@@ -129,6 +132,7 @@ type handoffClient struct {
 // importRange is a range whose state is on its way.
 type importRange struct {
 	start, end assign.SliceKey
+	gen        uint64 // the generation that gave the range here
 	done       chan struct{}
 	failed     atomic.Bool // set, if the fetch failed, before done closes
 }
@@ -228,7 +232,7 @@ func (s *Slicelet) startImports(old *view, next *assign.Assignment, assigned []a
 	}
 	imps := make([]*importRange, 0, len(pieces))
 	for _, p := range pieces {
-		imps = append(imps, &importRange{start: p.start, end: p.end, done: make(chan struct{})})
+		imps = append(imps, &importRange{start: p.start, end: p.end, gen: next.Generation, done: make(chan struct{})})
 	}
 	s.setImporting(func(cur []*importRange) []*importRange { return append(cur, imps...) })
 	for i, p := range pieces {
@@ -508,6 +512,32 @@ func (s *Slicelet) awaitState(ctx context.Context, h assign.SliceKey) error {
 	}
 }
 
+// awaitImportsBefore waits until no fetch started for a generation before
+// gen is bringing state of keys in [start, end) here, or ctx ends.
+func (s *Slicelet) awaitImportsBefore(ctx context.Context, gen uint64, start, end assign.SliceKey) error {
+	for {
+		p := s.handoff.importing.Load()
+		if p == nil {
+			return nil
+		}
+		var done chan struct{}
+		for _, imp := range *p {
+			if imp.gen < gen && imp.start < end && start < imp.end {
+				done = imp.done
+				break
+			}
+		}
+		if done == nil {
+			return nil
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // HandoffHandler returns the path and handler of the HandoffService, for
 // the task to serve on its own address (the one in Config.Addr) beside its
 // application handlers, over HTTP/2 (h2c without TLS). Tasks of the job
@@ -568,6 +598,15 @@ func (h handoffServer) FetchState(ctx context.Context, req *connect.Request[slic
 		if !slices.Contains(a.Slices[i].Tasks, m.GetTask()) {
 			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("generation %d does not give [%#x, %#x) to task %q", a.Generation, a.Slices[i].Start, a.Slices[i].End, m.GetTask()))
 		}
+	}
+	// State of the range still on its way here, from a generation before
+	// the one the caller fetches for (the keys moved on before it
+	// arrived), is waited for: what this task holds is not the range's
+	// state until it has. Fetches for the same generation are not waited
+	// for, so two tasks fetching from each other cannot wait on each
+	// other.
+	if err := s.awaitImportsBefore(ctx, m.GetGeneration(), start, end); err != nil {
+		return err
 	}
 	select {
 	case s.handoff.serveSem <- struct{}{}:
@@ -716,11 +755,10 @@ func (h *handoffState) fetchedSince(since time.Time, want map[string][]assign.Sl
 // from here): until every gained range was fetched whole since the drain
 // began (since) and no fetch is in progress, or no task has fetched for
 // handoffGrace, or ctx ends.
-func (s *Slicelet) awaitFetches(ctx context.Context, since time.Time, gained map[string][]assign.Slice) {
+func (s *Slicelet) awaitFetches(ctx context.Context, since, emptied time.Time, gained map[string][]assign.Slice) {
 	if s.cfg.ExportState == nil {
 		return
 	}
-	emptied := time.Now()
 	for {
 		s.handoff.mu.Lock()
 		served, serving := s.handoff.served, s.handoff.serving

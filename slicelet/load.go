@@ -117,6 +117,7 @@ type loadState struct {
 	mu          sync.Mutex
 	carry       assign.Load           // owned load of assignments replaced in this window
 	carryEvents uint64                // the ReportLoad calls carry sums
+	carryWindow float64               // the seconds of measurement carry sums, decayed as it is
 	start       time.Time             // when the current window began
 	clients     map[string]loadClient // Assigner name → its client
 	unowned     atomicFloat           // load on keys the current assignment does not give this task
@@ -231,7 +232,7 @@ func (s *Slicelet) retire(old *view) {
 	s.load.carryEvents += events
 	if len(s.load.carry) > maxPendingEntries {
 		s.log.Warn("slicelet: dropping unreported load; too many assignment changes since the last report")
-		s.load.carry, s.load.carryEvents = nil, 0
+		s.load.carry, s.load.carryEvents, s.load.carryWindow = nil, 0, 0
 	}
 }
 
@@ -294,7 +295,10 @@ func (s *Slicelet) collect(now time.Time) *windowReport {
 	s.load.carry = nil
 	r.unowned = s.load.unowned.take()
 	r.rejected = s.load.rejected.Swap(0)
-	r.window = now.Sub(s.load.start).Seconds()
+	// The load carried from failed reports was decayed; so is the time
+	// it was measured over, so that the rate stays honest.
+	r.window = now.Sub(s.load.start).Seconds() + s.load.carryWindow
+	s.load.carryWindow = 0
 	r.start = s.load.start
 	return r
 }
@@ -321,13 +325,15 @@ func (s *Slicelet) keep(r *windowReport) {
 	defer s.load.mu.Unlock()
 	s.load.carry = assign.MergeLoads(r.load, s.load.carry)
 	s.load.carryEvents += uint64(float64(r.events) * pendingDecay)
+	s.load.carryWindow += r.window * pendingDecay
 	if len(s.load.carry) > maxPendingEntries {
-		s.load.carry, s.load.carryEvents = nil, 0
+		s.load.carry, s.load.carryEvents, s.load.carryWindow = nil, 0, 0
 	}
 	s.load.unowned.add(r.unowned * pendingDecay)
 	s.load.rejected.Add(r.rejected)
-	// The window keeps its start, so the next report's rate stays honest.
-	s.load.start = r.start
+	// The next window starts now; the load kept counts with the decayed
+	// length of the window it was measured over (carryWindow), so the
+	// next report's rate stays honest.
 }
 
 func (r *windowReport) proto(job, task string) *slicerv1.ReportLoadRequest {

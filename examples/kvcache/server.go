@@ -239,16 +239,26 @@ func (s *Server) ExportState(ctx context.Context, start, end assign.SliceKey, em
 
 // ImportState stores an entry fetched from the task that held its key
 // (slicelet.StateImporter), unless the key has an entry already (a write
-// that came first is newer) or the task no longer owns it.
+// that came first is newer). An entry whose key the task no longer owns
+// (it moved on while its state was on its way here) is kept in leaving,
+// for the key's new owner to fetch from here: the Slicelet holds that
+// fetch until this one has arrived.
 func (s *Server) ImportState(key, value []byte) {
 	k := string(key)
-	if !s.sl.IsAffinitizedKeyString(k) {
-		return
-	}
+	owned := s.sl.IsAffinitizedKeyString(k)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.entries[k]; !ok {
-		s.entries[k] = entry{val: slices.Clone(value), sk: assign.HashString(k)}
+	if _, ok := s.entries[k]; ok {
+		return
+	}
+	e := entry{val: slices.Clone(value), sk: assign.HashString(k)}
+	switch {
+	case owned:
+		s.entries[k] = e
+	case s.leaving != nil:
+		if _, ok := s.leaving[k]; !ok {
+			s.leaving[k] = leavingEntry{entry: e, until: time.Now().Add(s.retain)}
+		}
 	}
 }
 
