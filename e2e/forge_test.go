@@ -306,8 +306,10 @@ func TestAttackFakeAssignerDoesNotSwallowLoad(t *testing.T) {
 	rogue, addr := startRogue(t, &slicerv1.Assignment{Job: "kv", Generation: 1 << 62}, cert)
 	joinFake(t, tg, name, addr, gossip.RoleAssigner, gossip.RoleDistributor)
 	for _, task := range tasks {
-		// The task tried the fake: it is in the task's view.
-		task.waitLine(20*time.Second, "load report", "failed", name)
+		// The task tried the fake: it is in the task's gossip, and its
+		// registration there failed, so the task neither prefers it nor
+		// sends it load reports.
+		task.waitLine(20*time.Second, "registering with an assigner failed", name)
 	}
 	// From now on the real Assigner must keep getting every task's reports.
 	from := node.lineCount()

@@ -245,7 +245,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		handler := a.ui
 		if cfg.UIMetrics != nil {
 			mux := http.NewServeMux()
-			mux.Handle("GET /metrics", cfg.UIMetrics)
+			// Behind the Host check as the UI is: a page that rebinds its
+			// name to this address must not read the scrape either.
+			mux.Handle("GET /metrics", a.hosts.Wrap(cfg.UIMetrics))
 			mux.Handle("/", a.ui)
 			handler = mux
 		}

@@ -132,11 +132,36 @@ type loadState struct {
 // asks for the job's preferred Assigner and for the others, and reading
 // the membership parses every member's tags and sorts them, milliseconds
 // in a cluster of thousands.
+//
+// With TLS (verify set), a member that claims the Assigner role is in the
+// view only once a call to it at its advertised address reached a server
+// whose certificate names it as that Assigner (verified): anyone holding
+// the gossip key can claim the role, under a name that wins the job's
+// preference, and the Slicelet takes its preferred Assigner's answer for
+// its gossip keys and its leases, and sends its load reports to at most
+// maxReportAssigners of them.
 type membersView struct {
-	mu      sync.Mutex
-	node    *gossip.Node
-	version uint64
-	view    *lease.View
+	mu       sync.Mutex
+	node     *gossip.Node
+	version  uint64
+	view     *lease.View
+	verify   bool
+	verified map[string]string // Assigner name → the RPC address its certificate was found at
+	vgen     uint64            // bumped when verified changes
+	viewVgen uint64            // vgen when view was read
+}
+
+// verifiedAt records that the certificate at addr names Assigner name.
+func (m *membersView) verifiedAt(name, addr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.verified == nil {
+		m.verified = map[string]string{}
+	}
+	if m.verified[name] != addr {
+		m.verified[name] = addr
+		m.vgen++
+	}
 }
 
 // of returns n's membership, read again only when n's version moved (or n
@@ -145,8 +170,14 @@ type membersView struct {
 func (m *membersView) of(n *gossip.Node) *lease.View {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if v := n.Version(); m.view == nil || m.node != n || m.version != v {
-		m.node, m.version, m.view = n, v, lease.NewView(n.Peers())
+	if v := n.Version(); m.view == nil || m.node != n || m.version != v || m.viewVgen != m.vgen {
+		peers := n.Peers()
+		if m.verify {
+			peers = slices.DeleteFunc(peers, func(p gossip.Peer) bool {
+				return p.Has(gossip.RoleAssigner) && m.verified[p.Name] != p.RPCAddr
+			})
+		}
+		m.node, m.version, m.view, m.viewVgen = n, v, lease.NewView(peers), m.vgen
 	}
 	return m.view
 }

@@ -167,6 +167,11 @@ func (s *Slicelet) register(ctx context.Context, node *gossip.Node, p gossip.Pee
 		Attributes:   &slicerv1.TaskAttributes{Capacity: self.Capacity, MemoryLimit: self.MemoryLimit, Draining: self.Draining},
 		GossipKeyIds: ids,
 	}))
+	if err == nil || connect.IsWireError(err) {
+		// The server answered, so its certificate names p as an
+		// Assigner (assignerClient): p may be preferred.
+		s.load.view.verifiedAt(p.Name, p.RPCAddr)
+	}
 	if err != nil {
 		return err
 	}

@@ -129,6 +129,7 @@ func New(cfg Config) (*Slicelet, error) {
 	s.strong.view.Store(&strongView{})
 	if cfg.TLS != nil {
 		s.assigners = map[string]*http.Client{}
+		s.load.view.verify = true
 	}
 	s.nodeName = cfg.gossipConfig(nil).NodeName
 	ccfg := clerk.DefaultConfig()
