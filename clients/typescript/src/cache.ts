@@ -78,7 +78,10 @@ export class CacheWriter {
       this.pending = undefined;
       const tmp = path.join(path.dirname(this.file), `.${path.basename(this.file)}.${process.pid}.${this.seq++}.tmp`);
       try {
-        const fh = await fs.promises.open(tmp, "w", 0o644);
+        // Readable by the Clerk's user only, as the Go Clerk's cache file
+        // is; the directory is synced after the rename, so that the new
+        // file, not only its bytes, survives a crash.
+        const fh = await fs.promises.open(tmp, "w", 0o600);
         try {
           await fh.writeFile(encodeCache(a));
           await fh.sync();
@@ -86,6 +89,12 @@ export class CacheWriter {
           await fh.close();
         }
         await fs.promises.rename(tmp, this.file);
+        const dh = await fs.promises.open(path.dirname(this.file), "r");
+        try {
+          await dh.sync();
+        } finally {
+          await dh.close();
+        }
       } catch (err) {
         await fs.promises.rm(tmp, { force: true }).catch(() => {});
         this.onError(err);

@@ -120,6 +120,8 @@ describe("Clerk", () => {
   it("routes a key to a random replica of its slice and skips failed ones", async () => {
     const file = path.join(dir, "route.json");
     await cacheWith(file, message(3n));
+    // The cache file is its user's alone, as the Go Clerk's is.
+    assert.equal(fs.statSync(file).mode & 0o777, 0o600);
     const clerk = new Clerk({ job: "kv", addrs: ["127.0.0.1:1"], cacheFile: file });
     // A key of the first slice, served by kv-0 and kv-1.
     let key = "";
