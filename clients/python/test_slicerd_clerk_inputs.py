@@ -57,5 +57,32 @@ class TokenTest(unittest.TestCase):
             self.assertTrue(alive, f"token {tok!r}: accepted by Clerk(), then the Clerk's thread died: {died!r}")
 
 
+class RunTest(unittest.TestCase):
+    def test_an_unexpected_failure_does_not_end_the_thread(self):
+        # The Clerk's one thread outlives a failure no server answer
+        # explains (here: the first round raises), and keeps retrying.
+        ck = slicerd_clerk.Clerk("kv", ["127.0.0.1:1"], min_backoff=0.01, max_backoff=0.02,
+                                 logger=logging.getLogger("slicerd_clerk.test.quiet"))
+        rounds = []
+        real = ck._round
+
+        def round_once_broken(*args):
+            rounds.append(1)
+            if len(rounds) == 1:
+                raise ValueError("broken")
+            return real(*args)
+
+        ck._round = round_once_broken
+        ck.start()
+        try:
+            deadline = time.monotonic() + 10
+            while len(rounds) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)  # polling the rounds, not a wait for one event
+            self.assertTrue(ck._thread.is_alive(), "the Clerk's thread ended at an unexpected failure")
+            self.assertGreaterEqual(len(rounds), 3, "the Clerk stopped retrying after an unexpected failure")
+        finally:
+            ck.close()
+
+
 if __name__ == "__main__":
     unittest.main()

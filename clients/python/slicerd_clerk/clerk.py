@@ -334,7 +334,11 @@ class Clerk:
             while not self._stop.is_set():
                 with self._lock:
                     dists, backups, down = self._servers
-                ok, err = self._round(dists, backups, down)
+                try:
+                    ok, err = self._round(dists, backups, down)
+                except Exception as e:  # a failure no server answer explains: logged, and retried as one
+                    self._log.exception("slicerd_clerk: job %s: watching failed unexpectedly; retrying", self.job)
+                    ok, err = False, e
                 if self._stop.is_set():
                     break
                 if ok:
