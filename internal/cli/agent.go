@@ -251,7 +251,8 @@ func agentFlagList() []cli.Flag {
 		&cli.IntFlag{
 			Name: "max-jobs", Value: d.MaxJobs, EnvVars: []string{"SLICERD_MAX_JOBS"},
 			Usage: "most jobs an assigner holds: setting the configuration of one more fails with RESOURCE_EXHAUSTED, " +
-				"and jobs announced only by tasks beyond it are ignored (logged); jobs already stored are always served",
+				"and jobs announced only by tasks beyond it are ignored (logged); jobs already stored are always served. " +
+				"A distributor holds at most twice this many jobs: a watch of one more fails with RESOURCE_EXHAUSTED",
 		},
 		&cli.IntFlag{
 			Name: "max-slices-per-job", Value: d.MaxSlicesPerJob, EnvVars: []string{"SLICERD_MAX_SLICES_PER_JOB"},
