@@ -293,6 +293,15 @@ func TestStopKeepsPromises(t *testing.T) {
 	// No promise outstanding: at once.
 	s.keepPromises()
 
+	// A stopped Slicelet promises nothing more: the rest on a new one.
+	s = newStrongOffline(t, "a")
+	s.install(nil, a1)
+	s.setView(grant(s, lease.GuardValue(1), ownedRanges(a1, "a"), time.Hour), nil, nil)
+	if h := s.HandleString(mine); h.HeldFor() <= 0 {
+		t.Fatal("no promise before the stop")
+	} else {
+		h.Release()
+	}
 	h := s.HandleString(mine)
 	if h.HeldFor() <= 0 {
 		t.Fatal("no promise")

@@ -57,6 +57,9 @@ type ownership struct {
 	// the Slicelet's lease clock (Slicelet.since); renewed is when the
 	// request that last granted or renewed it was sent.
 	deadline, renewed atomic.Int64
+	// ttl is the lifetime the manager last granted, which may be less
+	// than the one asked for (Config.LeaseTTL): renewals are paced by it.
+	ttl atomic.Int64
 	// handles counts the outstanding handles per handleBuckets-th of the
 	// key space: a drain waits for the buckets a loss touches, so a handle
 	// on a kept key holds it up only when the two share a bucket.
@@ -336,6 +339,7 @@ func (s *Slicelet) extend(o *ownership, sent int64, ttlMs uint32) {
 	}
 	o.deadline.Store(deadline)
 	o.renewed.Store(sent)
+	o.ttl.Store(int64(ttl))
 	if lapsed {
 		s.strong.changes.notify() // valid again
 	}
@@ -344,7 +348,17 @@ func (s *Slicelet) extend(o *ownership, sent int64, ttlMs uint32) {
 // due reports whether o's renewal is due: a third of the TTL has passed
 // since the last one was sent.
 func (s *Slicelet) due(o *ownership) bool {
-	return s.since()-o.renewed.Load() >= int64(s.cfg.LeaseTTL/3)
+	return s.since()-o.renewed.Load() >= int64(s.renewEvery(o))
+}
+
+// renewEvery is how often o is renewed: a third of the TTL granted, which
+// the Assigner may cap below the one asked for.
+func (s *Slicelet) renewEvery(o *ownership) time.Duration {
+	ttl := s.cfg.LeaseTTL
+	if g := time.Duration(o.ttl.Load()); g > 0 {
+		ttl = min(ttl, g)
+	}
+	return ttl / 3
 }
 
 // maxFollowSteps bounds the lease steps one strongStep takes: a
@@ -521,6 +535,11 @@ steps:
 
 	// Poll fast while a transition waits on this task.
 	v = st.view.Load()
+	for _, o := range [2]*ownership{v.guard, v.bridge} {
+		if o != nil {
+			renew = min(renew, s.renewEvery(o))
+		}
+	}
 	switch {
 	case v.guard == nil:
 		return transitionPoll
@@ -581,13 +600,32 @@ func (s *Slicelet) keepPromises() {
 	if v == nil {
 		return
 	}
+	// No promise from here on: the application still takes handles while
+	// Run stops, and a promise made after the latest one was read would
+	// outlast the leases.
 	for _, o := range [2]*ownership{v.guard, v.bridge} {
-		left := time.Duration(s.strong.promised.Load() - s.since())
-		if o == nil || left <= 0 {
+		if o != nil {
+			o.giving.Store(true)
+		}
+	}
+	for _, o := range [2]*ownership{v.guard, v.bridge} {
+		if o == nil {
 			continue
 		}
-		if busy := s.awaitHandles(o, o.owned, left); busy > 0 {
-			s.log.Warn("slicelet: stopping with handles outstanding; their HeldFor has passed", "handles", busy)
+		// Read again after each wait: a HeldFor that saw giving unset
+		// may record its promise after an earlier read.
+		for {
+			left := time.Duration(s.strong.promised.Load() - s.since())
+			if left <= 0 {
+				break
+			}
+			if s.awaitHandles(o, o.owned, left) == 0 {
+				break
+			}
+			if s.strong.promised.Load() <= s.since() {
+				s.log.Warn("slicelet: stopping with handles outstanding; their HeldFor has passed")
+				break
+			}
 		}
 	}
 }
