@@ -256,6 +256,28 @@ func (c Config) validate() (map[string]string, error) {
 	return tags, nil
 }
 
+// ValidateNodeName, ValidateBindAddr and ValidateJoinAddr check a node
+// name, Config.BindAddr and one of Config.Join as Start does, so that a
+// caller can refuse them before it starts anything else.
+func ValidateNodeName(name string) error {
+	if name == "" || len(name) > maxNodeNameLen || strings.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("%w: node name %.40q must be 1-%d bytes without spaces or control characters", ErrConfig, name, maxNodeNameLen)
+	}
+	return nil
+}
+
+func ValidateBindAddr(addr string) error {
+	_, _, err := splitIPPort("bind address", addr)
+	return err
+}
+
+func ValidateJoinAddr(addr string) error {
+	if err := validateJoinAddr(addr); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
 // splitIPPort parses IP:port. memberlist binds IP literals only; a host
 // name would silently bind every interface.
 func splitIPPort(what, addr string) (string, int, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,6 +174,13 @@ func Start(cfg Config) (*Node, error) {
 			_ = cfg.Transport.Shutdown()
 		}
 		return nil, fmt.Errorf("gossip: start %s: %w", cfg.NodeName, err)
+	}
+	if ringFromFile {
+		// The file holds the cluster's gossip keys, written 0600; a copy
+		// others may read gives any local user the key.
+		if fi, err := os.Stat(cfg.KeyringFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			n.log.Warn("other users may read the gossip keyring file; chmod 600 it", "file", cfg.KeyringFile, "mode", fi.Mode().Perm().String())
+		}
 	}
 	// Bind before creating serf: serf leaks a goroutine when its Create
 	// fails, and a taken port is the failure worth reporting cleanly.

@@ -325,6 +325,24 @@ func (c Config) Validate() error {
 	if err := ValidateHostPort("rpc address", c.RPCAddr, true); err != nil {
 		return err
 	}
+	// Gossip checks these only when it starts, after the store is open:
+	// refuse them first, naming the flag.
+	if err := gossip.ValidateNodeName(c.NodeName); err != nil {
+		return fmt.Errorf("%w: %w; fix --node-name", ErrConfig, err)
+	}
+	if err := gossip.ValidateBindAddr(c.Gossip.BindAddr); err != nil {
+		return fmt.Errorf("%w: %w; fix --gossip-addr", ErrConfig, err)
+	}
+	for _, j := range c.Gossip.Join {
+		if err := gossip.ValidateJoinAddr(j); err != nil {
+			return fmt.Errorf("%w: %w; fix --join", ErrConfig, err)
+		}
+	}
+	if c.UIAddr != "" {
+		if err := ValidateHostPort("web UI address (--ui-addr)", c.UIAddr, true); err != nil {
+			return err
+		}
+	}
 	if c.AdvertiseRPCAddr != "" {
 		if err := ValidateHostPort("advertised rpc address", c.AdvertiseRPCAddr, false); err != nil {
 			return err

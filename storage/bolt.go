@@ -150,6 +150,15 @@ func createBolt(path string, opts BoltOptions, log *slog.Logger) error {
 // exists.
 func checkPath(path string, readOnly bool) (exists bool, err error) {
 	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A link to a file that does not exist (a volume not mounted, a
+		// restore not done): creating a store through it would put a new
+		// one where the old one is missing.
+		if li, lerr := os.Lstat(path); lerr == nil && li.Mode()&fs.ModeSymlink != 0 {
+			target, _ := os.Readlink(path)
+			return false, fmt.Errorf("storage: data file %s is a symbolic link to %s, which does not exist; slicerd does not create its store through a link: mount or restore what the link points to, or remove the link to start with an empty store", path, target)
+		}
+	}
 	switch {
 	case err == nil && fi.Mode().IsRegular() && fi.Size() == 0 && !readOnly:
 		return true, corruptFile(path, errors.New("it is empty (0 bytes), and slicerd creates its data file whole, so this one lost its contents or was made by something else"))

@@ -540,3 +540,26 @@ func TestJobsCorrupt(t *testing.T) {
 		t.Fatalf("Jobs: %v, want ErrCorrupt naming the stray key", err)
 	}
 }
+
+// A data file that is a symbolic link to a missing file is refused as
+// such, and nothing is created at the link's target.
+func TestDanglingSymlinkDataFile(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "slicerd.db")
+	path := filepath.Join(dir, storage.DataFileName)
+	if err := os.Symlink(target, path); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{false, true} {
+		b, err := storage.OpenDataDir(dir, storage.BoltOptions{ReadOnly: ro, LockTimeout: shortLock})
+		if err == nil {
+			b.Close()
+		}
+		if err == nil || errors.Is(err, storage.ErrCorrupt) || !strings.Contains(err.Error(), "symbolic link") || !strings.Contains(err.Error(), target) {
+			t.Errorf("open (read-only %v) through a dangling link: %v; want an error naming the link and its target", ro, err)
+		}
+		if _, err := os.Lstat(target); err == nil {
+			t.Fatalf("open (read-only %v) created the link's target %s", ro, target)
+		}
+	}
+}

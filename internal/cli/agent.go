@@ -14,6 +14,7 @@ import (
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/roles"
 	"github.com/slicerd/slicerd/roles/auth"
+	"github.com/slicerd/slicerd/slicelet"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
 
@@ -262,7 +263,7 @@ func agentFlagList() []cli.Flag {
 		&cli.Float64Flag{
 			Name: "max-load-reports-per-second", Value: d.MaxLoadReportsPerSecond, EnvVars: []string{"SLICERD_MAX_LOAD_REPORTS_PER_SECOND"},
 			Usage: "load reports per second an assigner accepts from one task; one more fails with RESOURCE_EXHAUSTED " +
-				"and the task keeps its load for the next report (a Slicelet reports once per load window, 5s by default)",
+				"and the task keeps its load for the next report (a Slicelet reports once per load window, " + slicelet.DefaultLoadWindow.String() + " by default)",
 		},
 		&cli.IntFlag{
 			Name: "load-report-burst", Value: d.LoadReportBurst, EnvVars: []string{"SLICERD_LOAD_REPORT_BURST"},
