@@ -289,17 +289,17 @@ func TestConfigValidateCaps(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		"no streams":            {func(c *Config) { c.MaxStreams = 0 }, "max streams is 0"},
-		"no streams per conn":   {func(c *Config) { c.MaxStreamsPerConnection = 0 }, "max streams per connection is 0"},
+		"no streams":            {func(c *Config) { c.MaxStreams = 0 }, "max streams (--max-streams) is 0"},
+		"no streams per conn":   {func(c *Config) { c.MaxStreamsPerConnection = 0 }, "max streams per connection (--max-streams-per-connection) is 0"},
 		"huge streams per conn": {func(c *Config) { c.MaxStreamsPerConnection = 1 << 30 }, "max streams per connection"},
-		"no jobs":               {func(c *Config) { c.MaxJobs = -1 }, "max jobs is -1"},
-		"negative starting":     {func(c *Config) { c.MaxStartingRPCs = -1 }, "max starting RPCs is -1"},
+		"no jobs":               {func(c *Config) { c.MaxJobs = -1 }, "max jobs (--max-jobs) is -1"},
+		"negative starting":     {func(c *Config) { c.MaxStartingRPCs = -1 }, "max starting RPCs (--max-starting-rpcs) is -1"},
 		"huge starting":         {func(c *Config) { c.MaxStartingRPCs = 1 << 30 }, "max starting RPCs"},
-		"no slices":             {func(c *Config) { c.MaxSlicesPerJob = 0 }, "max slices per job is 0"},
+		"no slices":             {func(c *Config) { c.MaxSlicesPerJob = 0 }, "max slices per job (--max-slices-per-job) is 0"},
 		"huge slices":           {func(c *Config) { c.MaxSlicesPerJob = assign.MaxSlicesLimit + 1 }, "max slices per job"},
 		"no report rate":        {func(c *Config) { c.MaxLoadReportsPerSecond = 0 }, "max load reports per second"},
 		"infinite report rate":  {func(c *Config) { c.MaxLoadReportsPerSecond = math.Inf(1) }, "max load reports per second"},
-		"no report burst":       {func(c *Config) { c.LoadReportBurst = 0 }, "load report burst is 0"},
+		"no report burst":       {func(c *Config) { c.LoadReportBurst = 0 }, "load report burst (--load-report-burst) is 0"},
 	} {
 		c := testConfig(t, "node-1", t.TempDir())
 		tc.edit(&c)

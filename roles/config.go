@@ -374,13 +374,13 @@ func (c Config) Validate() error {
 		name string
 		d    time.Duration
 	}{
-		{"join retry interval", c.JoinRetryInterval}, {"rebalance delay", c.RebalanceDelay},
-		{"backup poll interval", c.BackupPollInterval}, {"standby poll interval", c.StandbyPollInterval},
+		{"join retry interval", c.JoinRetryInterval}, {"rebalance delay (--rebalance-delay)", c.RebalanceDelay},
+		{"backup poll interval", c.BackupPollInterval}, {"standby poll interval (--standby-poll-interval)", c.StandbyPollInterval},
 		{"pull min backoff", c.PullMinBackoff}, {"pull max backoff", c.PullMaxBackoff},
 		{"leave timeout", c.LeaveTimeout}, {"shutdown timeout", c.ShutdownTimeout},
-		{"read header timeout", c.ReadHeaderTimeout}, {"idle timeout", c.IdleTimeout},
-		{"ping interval", c.PingInterval}, {"ping timeout", c.PingTimeout},
-		{"stream write timeout", c.StreamWriteTimeout}, {"bridge wait (--bridge-wait)", c.BridgeWait},
+		{"read header timeout (--read-header-timeout)", c.ReadHeaderTimeout}, {"idle timeout (--idle-timeout)", c.IdleTimeout},
+		{"ping interval (--ping-interval)", c.PingInterval}, {"ping timeout (--ping-timeout)", c.PingTimeout},
+		{"stream write timeout (--stream-write-timeout)", c.StreamWriteTimeout}, {"bridge wait (--bridge-wait)", c.BridgeWait},
 	} {
 		if d.d <= 0 {
 			return fmt.Errorf("%w: %s is %v; it must be positive", ErrConfig, d.name, d.d)
@@ -393,10 +393,10 @@ func (c Config) Validate() error {
 		return err
 	}
 	if c.StartupGrace < 0 {
-		return fmt.Errorf("%w: startup grace is %v; it must not be negative", ErrConfig, c.StartupGrace)
+		return fmt.Errorf("%w: startup grace (--startup-grace) is %v; it must not be negative", ErrConfig, c.StartupGrace)
 	}
 	if c.RebalanceInterval < 0 {
-		return fmt.Errorf("%w: rebalance interval is %v; it must not be negative (0 turns load balancing off)", ErrConfig, c.RebalanceInterval)
+		return fmt.Errorf("%w: rebalance interval (--rebalance-interval) is %v; it must not be negative (0 turns load balancing off)", ErrConfig, c.RebalanceInterval)
 	}
 	if c.LoadHalfLife < 0 {
 		return fmt.Errorf("%w: load half-life is %v; it must not be negative", ErrConfig, c.LoadHalfLife)
@@ -411,34 +411,34 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max request bytes must be positive", ErrConfig)
 	}
 	if c.MaxConnections <= 0 {
-		return fmt.Errorf("%w: max connections is %d; it must be positive (size it below the file descriptor limit)", ErrConfig, c.MaxConnections)
+		return fmt.Errorf("%w: max connections (--max-connections) is %d; it must be positive (size it below the file descriptor limit)", ErrConfig, c.MaxConnections)
 	}
 	if c.MaxConnectionsPerIP <= 0 || c.MaxConnectionsPerIP > c.MaxConnections {
-		return fmt.Errorf("%w: max connections per IP is %d; it must be positive and at most max connections (%d)", ErrConfig, c.MaxConnectionsPerIP, c.MaxConnections)
+		return fmt.Errorf("%w: max connections per IP (--max-connections-per-ip) is %d; it must be positive and at most max connections (%d)", ErrConfig, c.MaxConnectionsPerIP, c.MaxConnections)
 	}
 	if err := c.validateSecurity(); err != nil {
 		return err
 	}
 	if c.MaxStreams <= 0 {
-		return fmt.Errorf("%w: max streams is %d; it must be positive (size it for every watcher of this node)", ErrConfig, c.MaxStreams)
+		return fmt.Errorf("%w: max streams (--max-streams) is %d; it must be positive (size it for every watcher of this node)", ErrConfig, c.MaxStreams)
 	}
 	if c.MaxStreamsPerConnection <= 0 || c.MaxStreamsPerConnection > maxStreamsPerConnectionLimit {
-		return fmt.Errorf("%w: max streams per connection is %d; it must be in [1, %d]", ErrConfig, c.MaxStreamsPerConnection, maxStreamsPerConnectionLimit)
+		return fmt.Errorf("%w: max streams per connection (--max-streams-per-connection) is %d; it must be in [1, %d]", ErrConfig, c.MaxStreamsPerConnection, maxStreamsPerConnectionLimit)
 	}
 	if c.MaxStartingRPCs < 0 || c.MaxStartingRPCs > maxStartingRPCsLimit {
-		return fmt.Errorf("%w: max starting RPCs is %d; it must be in [0, %d] (0: 32 per CPU)", ErrConfig, c.MaxStartingRPCs, maxStartingRPCsLimit)
+		return fmt.Errorf("%w: max starting RPCs (--max-starting-rpcs) is %d; it must be in [0, %d] (0: 32 per CPU)", ErrConfig, c.MaxStartingRPCs, maxStartingRPCsLimit)
 	}
 	if c.MaxJobs <= 0 {
-		return fmt.Errorf("%w: max jobs is %d; it must be positive", ErrConfig, c.MaxJobs)
+		return fmt.Errorf("%w: max jobs (--max-jobs) is %d; it must be positive", ErrConfig, c.MaxJobs)
 	}
 	if c.MaxSlicesPerJob < 1 || c.MaxSlicesPerJob > assign.MaxSlicesLimit {
-		return fmt.Errorf("%w: max slices per job is %d; it must be in [1, %d]", ErrConfig, c.MaxSlicesPerJob, assign.MaxSlicesLimit)
+		return fmt.Errorf("%w: max slices per job (--max-slices-per-job) is %d; it must be in [1, %d]", ErrConfig, c.MaxSlicesPerJob, assign.MaxSlicesLimit)
 	}
 	if !(c.MaxLoadReportsPerSecond > 0) || math.IsInf(c.MaxLoadReportsPerSecond, 0) {
-		return fmt.Errorf("%w: max load reports per second is %g; it must be a positive number", ErrConfig, c.MaxLoadReportsPerSecond)
+		return fmt.Errorf("%w: max load reports per second (--max-load-reports-per-second) is %g; it must be a positive number", ErrConfig, c.MaxLoadReportsPerSecond)
 	}
 	if c.LoadReportBurst < 1 {
-		return fmt.Errorf("%w: load report burst is %d; it must be at least 1", ErrConfig, c.LoadReportBurst)
+		return fmt.Errorf("%w: load report burst (--load-report-burst) is %d; it must be at least 1", ErrConfig, c.LoadReportBurst)
 	}
 	if c.StreamSendBudget < 0 {
 		return fmt.Errorf("%w: stream send budget is %d bytes; it must not be negative (0 makes every assignment send share one encoding)", ErrConfig, c.StreamSendBudget)

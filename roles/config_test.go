@@ -30,13 +30,13 @@ func TestConfigValidateConnectionLimits(t *testing.T) {
 		change func(*Config)
 		want   string
 	}{
-		{"zero max connections", func(c *Config) { c.MaxConnections = 0 }, "max connections is 0"},
-		{"negative per-IP cap", func(c *Config) { c.MaxConnectionsPerIP = -1 }, "max connections per IP is -1"},
+		{"zero max connections", func(c *Config) { c.MaxConnections = 0 }, "max connections (--max-connections) is 0"},
+		{"negative per-IP cap", func(c *Config) { c.MaxConnectionsPerIP = -1 }, "max connections per IP (--max-connections-per-ip) is -1"},
 		{"per-IP cap above the total", func(c *Config) { c.MaxConnections, c.MaxConnectionsPerIP = 10, 11 }, "at most max connections (10)"},
-		{"zero idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "idle timeout is 0s"},
-		{"negative read header timeout", func(c *Config) { c.ReadHeaderTimeout = -time.Second }, "read header timeout is -1s"},
-		{"zero ping interval", func(c *Config) { c.PingInterval = 0 }, "ping interval is 0s"},
-		{"zero ping timeout", func(c *Config) { c.PingTimeout = 0 }, "ping timeout is 0s"},
+		{"zero idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "idle timeout (--idle-timeout) is 0s"},
+		{"negative read header timeout", func(c *Config) { c.ReadHeaderTimeout = -time.Second }, "read header timeout (--read-header-timeout) is -1s"},
+		{"zero ping interval", func(c *Config) { c.PingInterval = 0 }, "ping interval (--ping-interval) is 0s"},
+		{"zero ping timeout", func(c *Config) { c.PingTimeout = 0 }, "ping timeout (--ping-timeout) is 0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := TestConfig("n1")

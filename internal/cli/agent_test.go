@@ -113,13 +113,13 @@ func TestConnectionLimitFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--max-connections", "0"}, "max connections is 0; it must be positive"},
-		{[]string{"--max-connections-per-ip", "-5"}, "max connections per IP is -5"},
+		{[]string{"--max-connections", "0"}, "max connections (--max-connections) is 0; it must be positive"},
+		{[]string{"--max-connections-per-ip", "-5"}, "max connections per IP (--max-connections-per-ip) is -5"},
 		{[]string{"--max-connections", "10", "--max-connections-per-ip", "20"}, "at most max connections (10)"},
-		{[]string{"--idle-timeout", "0"}, "idle timeout is 0s; it must be positive"},
-		{[]string{"--read-header-timeout", "-1s"}, "read header timeout is -1s"},
-		{[]string{"--ping-interval", "0"}, "ping interval is 0s"},
-		{[]string{"--ping-timeout", "0"}, "ping timeout is 0s"},
+		{[]string{"--idle-timeout", "0"}, "idle timeout (--idle-timeout) is 0s; it must be positive"},
+		{[]string{"--read-header-timeout", "-1s"}, "read header timeout (--read-header-timeout) is -1s"},
+		{[]string{"--ping-interval", "0"}, "ping interval (--ping-interval) is 0s"},
+		{[]string{"--ping-timeout", "0"}, "ping timeout (--ping-timeout) is 0s"},
 	} {
 		if _, code, out := agentConfigOf(t, nil, tc.args...); code != 2 || !strings.Contains(out, tc.want) {
 			t.Errorf("%v: exit %d: %s; want exit 2 saying %q", tc.args, code, out, tc.want)

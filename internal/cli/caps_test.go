@@ -32,14 +32,14 @@ func TestStreamJobAndLoadLimitFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--max-streams", "0"}, "max streams is 0; it must be positive"},
-		{[]string{"--max-streams-per-connection", "-1"}, "max streams per connection is -1"},
-		{[]string{"--max-starting-rpcs", "-1"}, "max starting RPCs is -1"},
-		{[]string{"--max-jobs", "0"}, "max jobs is 0; it must be positive"},
-		{[]string{"--max-slices-per-job", "0"}, "max slices per job is 0"},
-		{[]string{"--max-load-reports-per-second", "0"}, "max load reports per second is 0"},
+		{[]string{"--max-streams", "0"}, "max streams (--max-streams) is 0; it must be positive"},
+		{[]string{"--max-streams-per-connection", "-1"}, "max streams per connection (--max-streams-per-connection) is -1"},
+		{[]string{"--max-starting-rpcs", "-1"}, "max starting RPCs (--max-starting-rpcs) is -1"},
+		{[]string{"--max-jobs", "0"}, "max jobs (--max-jobs) is 0; it must be positive"},
+		{[]string{"--max-slices-per-job", "0"}, "max slices per job (--max-slices-per-job) is 0"},
+		{[]string{"--max-load-reports-per-second", "0"}, "max load reports per second (--max-load-reports-per-second) is 0"},
 		{[]string{"--max-load-reports-per-second", "NaN"}, "max load reports per second"},
-		{[]string{"--load-report-burst", "0"}, "load report burst is 0"},
+		{[]string{"--load-report-burst", "0"}, "load report burst (--load-report-burst) is 0"},
 	} {
 		if _, code, out := agentConfigOf(t, nil, tc.args...); code != 2 || !strings.Contains(out, tc.want) {
 			t.Errorf("%v: exit %d: %s; want exit 2 saying %q", tc.args, code, out, tc.want)

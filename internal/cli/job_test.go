@@ -223,7 +223,7 @@ func TestRebalanceIntervalFlag(t *testing.T) {
 		t.Errorf("SLICERD_REBALANCE_INTERVAL=3s: interval %v, exit %d: %s", cfg.RebalanceInterval, code, out)
 	}
 	_, code, out = agentConfigOf(t, nil, "--rebalance-interval", "-1s")
-	if code != 2 || !strings.Contains(out, "rebalance interval is -1s; it must not be negative") {
+	if code != 2 || !strings.Contains(out, "rebalance interval (--rebalance-interval) is -1s; it must not be negative") {
 		t.Errorf("--rebalance-interval -1s: exit %d: %s", code, out)
 	}
 	_, code, out = agentConfigOf(t, nil, "--rebalance-interval", "often")
