@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/clerk/clerktest"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -43,18 +43,6 @@ func newServer(t *testing.T) *clerktest.Server {
 	}
 	t.Cleanup(s.Close)
 	return s
-}
-
-// deadAddr returns a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 func testConfig(addrs ...string) clerk.Config {
@@ -266,7 +254,7 @@ func TestFailsOverToNextAddress(t *testing.T) {
 	for _, s := range []*clerktest.Server{a, b, unavailable} {
 		s.Publish(clerktest.Uniform(job, 1, tasks, 4))
 	}
-	c := start(t, testConfig(deadAddr(t), unavailable.Addr(), a.Addr(), b.Addr()))
+	c := start(t, testConfig(testnet.FreeAddr(t), unavailable.Addr(), a.Addr(), b.Addr()))
 	waitGen(t, c, 1)
 	testwait.For(t, "an open stream", func() bool { return a.OpenStreams()+b.OpenStreams() == 1 })
 
@@ -284,7 +272,7 @@ func TestFailsOverToNextAddress(t *testing.T) {
 func TestBackupWhenDistributorsDown(t *testing.T) {
 	backup := newServer(t)
 	backup.Publish(clerktest.Uniform(job, 3, tasks, 4))
-	distAddr := deadAddr(t)
+	distAddr := testnet.FreeAddr(t)
 	cfg := testConfig(distAddr)
 	cfg.BackupAddrs = []string{backup.Addr()}
 	cfg.BackupRecheck = 100 * time.Millisecond
@@ -392,7 +380,7 @@ func TestRunCancelAndRunTwice(t *testing.T) {
 }
 
 func TestWaitReadyTimesOut(t *testing.T) {
-	c, err := clerk.New(testConfig(deadAddr(t)))
+	c, err := clerk.New(testConfig(testnet.FreeAddr(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

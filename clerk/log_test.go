@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/slicerd/slicerd/clerk/clerktest"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
@@ -35,7 +36,7 @@ func TestUnknownJobIsNotAWarning(t *testing.T) {
 func TestUnreachableServerWarnsBesideUnknownJob(t *testing.T) {
 	srv := newServer(t)
 	var logs logBuffer
-	cfg := testConfig(srv.Addr(), deadAddr(t))
+	cfg := testConfig(srv.Addr(), testnet.FreeAddr(t))
 	cfg.Logger = logs.logger()
 	start(t, cfg)
 	testwait.For(t, "a warning that no server answered", func() bool {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/clerk/clerktest"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/subset"
 )
@@ -133,7 +134,7 @@ func TestSubsetClientsFollowTheirSubsets(t *testing.T) {
 func TestSubsetSizeZeroUsesAll(t *testing.T) {
 	srv := newServer(t)
 	srv.Publish(clerktest.Uniform(job, 1, tasks, 4))
-	cfg := testConfig(deadAddr(t), deadAddr(t), deadAddr(t), deadAddr(t), srv.Addr())
+	cfg := testConfig(testnet.FreeAddr(t), testnet.FreeAddr(t), testnet.FreeAddr(t), testnet.FreeAddr(t), srv.Addr())
 	cfg.SubsetSize = 0
 	c := start(t, cfg)
 	waitGen(t, c, 1)

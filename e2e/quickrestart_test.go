@@ -3,27 +3,15 @@ package e2e
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
-
-// freeAddr returns a loopback address nothing listens on now, for a node
-// that must come back on the address it had.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // A single-node slicerd killed and started again half a second later serves
 // its strong job again as soon as it is back: it rejoins the tasks it knew
@@ -32,8 +20,8 @@ func freeAddr(t *testing.T) string {
 // refused, rather than after one of them exchanges member lists with it.
 func TestStrongJobSurvivesQuickRestart(t *testing.T) {
 	dataDir := t.TempDir()
-	rpcAddr := freeAddr(t)
-	gossipAddr := freeAddr(t)
+	rpcAddr := testnet.FreeAddr(t)
+	gossipAddr := testnet.FreeAddr(t)
 	args := []string{"--data-dir", dataDir, "--rpc-addr", rpcAddr, "--gossip-addr", gossipAddr}
 	node := startSlicerd(t, "node-1", args...)
 	if code, out := runSlicerd(t, "job", "set", "--addr", node.rpcAddr, "--consistency", "strong", "kv"); code != 0 {

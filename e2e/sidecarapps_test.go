@@ -20,6 +20,7 @@ import (
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -195,7 +196,7 @@ func TestSidecarMixedJobPython(t *testing.T) {
 	node := startSlicerd(t, "node-1", "--data-dir", t.TempDir())
 	startKV(t, "kv-0", node.gossipAddr)
 	sock := filepath.Join(t.TempDir(), "sidecar.sock")
-	appAddr := freeAddr(t)
+	appAddr := testnet.FreeAddr(t)
 	// With TLS the application serves with the task's certificate, and the
 	// sidecar checks it by a TCP connect (its --health-url is http only).
 	args := []string{"sidecar", "--job", "kv", "--task", "py-0", "--app-addr", appAddr, "--join", node.gossipAddr,

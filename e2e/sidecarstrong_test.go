@@ -23,6 +23,7 @@ import (
 	"github.com/slicerd/slicerd/clerk"
 	"github.com/slicerd/slicerd/examples/kvcache"
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease/leasecheck"
 )
@@ -44,7 +45,7 @@ func (p *pyTask) signal(s syscall.Signal) {
 // command line.
 func startPyTask(t *testing.T, py, task, join string, sidecarArgs, appArgs []string) *pyTask {
 	t.Helper()
-	p := &pyTask{sock: filepath.Join(t.TempDir(), "sidecar.sock"), addr: freeAddr(t)}
+	p := &pyTask{sock: filepath.Join(t.TempDir(), "sidecar.sock"), addr: testnet.FreeAddr(t)}
 	args := append([]string{"sidecar", "--job", "kv", "--task", task, "--app-addr", p.addr, "--join", join,
 		"--health-interval", "200ms", "--health-failures", "2", "--local-api-socket", p.sock}, sidecarArgs...)
 	app := append([]string{"../examples/kvcache/python/kvserver.py", "--addr", p.addr, "--local-api-socket", p.sock}, appArgs...)

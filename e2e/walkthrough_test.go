@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/slicerd/slicerd/identity"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/storage/etcdstore/etcdtest"
 )
@@ -63,7 +64,7 @@ func TestSecurityWalkthrough(t *testing.T) {
 		_, port, _ := strings.Cut(hp, ":")
 		for n := 1; n <= 3; n++ { // the page shows n1; n2 and n3 have theirs
 			if hp := fmt.Sprintf("10.0.0.%d:%s", n, port); ports[hp] == "" {
-				ports[hp] = freeAddr(t)
+				ports[hp] = testnet.FreeAddr(t)
 			}
 		}
 	}

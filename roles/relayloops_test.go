@@ -2,7 +2,6 @@ package roles
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -13,21 +12,9 @@ import (
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/gossip"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 )
-
-// reserveAddr returns a loopback address whose port was free a moment
-// ago, for an agent whose address another must know before it starts.
-func reserveAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // firstWithin opens a watch of job at addr and returns the first
 // assignment it is sent within d, or nil and the stream's error. (The
@@ -62,7 +49,7 @@ func TestRelayCycleReachesTheAssigner(t *testing.T) {
 	seesTask(t, assigner, "kv", "t0")
 	watchJob(t, assigner.RPCAddr(), "kv", false).until(t, "the assignment at the assigner", hasTasks("t0"))
 
-	addrB := reserveAddr(t)
+	addrB := testnet.FreeAddr(t)
 	acfg := testConfig(t, "relay-a", "", gossip.RoleDistributor)
 	acfg.Gossip.Join = []string{assigner.GossipAddr()}
 	acfg.DistributorUpstreams = []string{addrB}
@@ -97,7 +84,7 @@ func TestRelayLeavesAnUpstreamThatReachesNoAssigner(t *testing.T) {
 
 	// The upstream's view: an Assigner whose RPC port it cannot reach.
 	gcfg := testConfig(t, "unreachable-assigner", t.TempDir(), gossip.RoleAssigner)
-	gcfg.AdvertiseRPCAddr = reserveAddr(t)
+	gcfg.AdvertiseRPCAddr = testnet.FreeAddr(t)
 	ghost := startAgent(t, gcfg)
 	dcfg := testConfig(t, "upstream-d1", "", gossip.RoleDistributor)
 	dcfg.Gossip.Join = []string{ghost.GossipAddr()}

@@ -13,6 +13,20 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
+// FreeAddr returns a loopback address whose port nothing listened on a
+// moment ago: for a server whose address must be known before it starts
+// (an etcd member, a node restarted on the address it had), or a dead one
+// to dial. Another process may take the port meanwhile; tests bear that.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testnet: find a free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // DialFrom connects to addr over TCP from the local address from (any when
 // empty), such as 127.0.0.2 for a second client host on loopback, and
 // closes the connection when the test ends.

@@ -6,7 +6,6 @@ package etcdtest
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"sync"
 	"testing"
@@ -15,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/slicerd/slicerd/internal/testnet"
 )
 
 // startTimeout bounds how long a server may take to become ready.
@@ -64,8 +65,8 @@ func Start(t testing.TB, opts ...Option) *Server {
 	s := &Server{
 		t:         t,
 		dir:       t.TempDir(),
-		clientURL: url.URL{Scheme: "http", Host: freeAddr(t)},
-		peerURL:   url.URL{Scheme: "http", Host: freeAddr(t)},
+		clientURL: url.URL{Scheme: "http", Host: testnet.FreeAddr(t)},
+		peerURL:   url.URL{Scheme: "http", Host: testnet.FreeAddr(t)},
 	}
 	for _, o := range opts {
 		o(s)
@@ -155,19 +156,6 @@ func (s *Server) start() error {
 	}
 	s.etcd = e
 	return nil
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago. etcd needs the ports up front (they name the member), so they cannot
-// be chosen by binding port 0.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("etcdtest: find a free port: %v", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // MessagesReceived counts the gRPC messages the test process's etcd
