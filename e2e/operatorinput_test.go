@@ -14,7 +14,7 @@ import (
 // docs/operations.md: "Invalid values are refused before anything starts,
 // with exit status 2 and a message naming the flag." Malformed gossip
 // settings and --ui-addr too: noticed only after the store was opened,
-// they left a data directory and slicerd.db behind and exited 1 (which
+// they left a slicerd.db behind and exited 1 (which
 // systemd's Restart=on-failure retries), mostly without naming the flag.
 func TestInvalidGossipFlagsRefusedBeforeStart(t *testing.T) {
 	for _, tc := range []struct {
@@ -32,9 +32,11 @@ func TestInvalidGossipFlagsRefusedBeforeStart(t *testing.T) {
 			args := append([]string{"--node-name", "n1", "--rpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0",
 				"--data-dir", dir}, tc.args...)
 			code, out := runSlicerd(t, args...)
-			_, statErr := os.Stat(dir)
+			// The store is what must not be created (the secure runs put
+			// their keys and certificates in the data dir beforehand).
+			_, statErr := os.Stat(filepath.Join(dir, "slicerd.db"))
 			if code != 2 || !strings.Contains(out, tc.flag) || statErr == nil {
-				t.Errorf("slicerd %v: exit %d, data dir created: %v, output:\n%s\nwant exit 2, a message naming %s, and no data dir",
+				t.Errorf("slicerd %v: exit %d, store created: %v, output:\n%s\nwant exit 2, a message naming %s, and no store",
 					tc.args, code, statErr == nil, lastLine(out), tc.flag)
 			}
 		})

@@ -10,6 +10,11 @@ import unittest
 
 import slicerd_clerk
 from slicerd_clerk import cachefile
+
+# The tests' Clerks log what they are made to go through; nobody reads it.
+QUIET = logging.getLogger("slicerd_clerk.test.quiet")
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
 from slicerd_clerk.assignment import Assignment, Slice, Task, KEY_SPACE_END
 
 
@@ -41,7 +46,7 @@ class TokenTest(unittest.TestCase):
         for tok in ("secret\r", "sécret"):
             try:
                 ck = slicerd_clerk.Clerk("kv", ["127.0.0.1:1"], token=tok, min_backoff=0.01, max_backoff=0.02,
-                                         logger=logging.getLogger("slicerd_clerk.test.quiet"))
+                                         logger=QUIET)
             except ValueError:
                 continue  # refused up front
             old = threading.excepthook
@@ -62,7 +67,7 @@ class RunTest(unittest.TestCase):
         # The Clerk's one thread outlives a failure no server answer
         # explains (here: the first round raises), and keeps retrying.
         ck = slicerd_clerk.Clerk("kv", ["127.0.0.1:1"], min_backoff=0.01, max_backoff=0.02,
-                                 logger=logging.getLogger("slicerd_clerk.test.quiet"))
+                                 logger=QUIET)
         rounds = []
         real = ck._round
 
