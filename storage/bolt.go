@@ -554,7 +554,7 @@ func (b *Bolt) SetConfigIf(ctx context.Context, job string, cfg assign.Config, v
 				stored = jb.Get(keyConfig)
 			}
 		}
-		have, err := configVersionOf(job, stored)
+		have, err := ConfigVersionOf(job, stored)
 		if err != nil {
 			return err
 		}

@@ -45,9 +45,9 @@ func ConfigVersion(cfg assign.Config) uint64 {
 	return xxhash.Sum64(enc) | 1
 }
 
-// configVersionOf is ConfigVersion of a stored config value: 0 when
+// ConfigVersionOf is ConfigVersion of a stored config value: 0 when
 // absent (nil), and an error matching ErrCorrupt when it does not decode.
-func configVersionOf(job string, v []byte) (uint64, error) {
+func ConfigVersionOf(job string, v []byte) (uint64, error) {
 	if v == nil {
 		return 0, nil
 	}
@@ -57,9 +57,6 @@ func configVersionOf(job string, v []byte) (uint64, error) {
 	}
 	return ConfigVersion(cfg), nil
 }
-
-// ConfigVersionOf is configVersionOf for the etcd store.
-func ConfigVersionOf(job string, v []byte) (uint64, error) { return configVersionOf(job, v) }
 
 // ConfigChanged is the error of a conditional config write whose version
 // is no longer the stored one.
