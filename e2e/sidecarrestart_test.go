@@ -24,16 +24,22 @@ import (
 	"github.com/slicerd/slicerd/internal/testwait"
 )
 
-// startStrongSidecar starts a strong-mode sidecar of task app-0 of job kv
-// on sock, beside an application that always passes its health check.
-func startStrongSidecar(t *testing.T, name, join, sock, appAddr string) *proc {
+// startAppSidecar starts a sidecar of task app-0 of job kv on sock,
+// beside an application at appAddr, with the extra flags given, and waits
+// until it serves its local API.
+func startAppSidecar(t *testing.T, name, join, sock, appAddr string, extra ...string) *proc {
 	t.Helper()
-	args := []string{"sidecar", "--job", "kv", "--task", "app-0", "--app-addr", appAddr, "--join", join,
-		"--health-interval", "200ms", "--drain-timeout", "5s", "--local-api-socket", sock,
-		"--consistency", "strong", "--lease-ttl", "2s"}
-	sc := startEnv(t, name, bin.slicerd, append(append(os.Environ(), "SLICERD_LOG_FORMAT=json"), secureEnv(bin.slicerd, args)...), args...)
+	args := append([]string{"sidecar", "--job", "kv", "--task", "app-0", "--app-addr", appAddr, "--join", join,
+		"--health-interval", "200ms", "--local-api-socket", sock}, extra...)
+	sc := start(t, name, bin.slicerd, args...)
 	sc.waitLine(30*time.Second, "sidecar local API serving")
 	return sc
+}
+
+// startStrongSidecar is startAppSidecar in strong mode.
+func startStrongSidecar(t *testing.T, name, join, sock, appAddr string) *proc {
+	t.Helper()
+	return startAppSidecar(t, name, join, sock, appAddr, "--drain-timeout", "5s", "--consistency", "strong", "--lease-ttl", "2s")
 }
 
 // A handle taken before the sidecar restarted answers continuous = false
@@ -198,12 +204,8 @@ func TestTaskLibrariesReportLossesAcrossARestart(t *testing.T) {
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") }))
 	defer app.Close()
 	sock := filepath.Join(t.TempDir(), "sidecar.sock")
-	args := []string{"sidecar", "--job", "kv", "--task", "app-0", "--app-addr", app.Listener.Addr().String(), "--join", node.gossipAddr,
-		"--health-interval", "200ms", "--local-api-socket", sock}
 	startSidecar := func(name string) *proc {
-		sc := startEnv(t, name, bin.slicerd, append(append(os.Environ(), "SLICERD_LOG_FORMAT=json"), secureEnv(bin.slicerd, args)...), args...)
-		sc.waitLine(30*time.Second, "sidecar local API serving")
-		return sc
+		return startAppSidecar(t, name, node.gossipAddr, sock, app.Listener.Addr().String())
 	}
 	sc := startSidecar("sidecar-1")
 	c := runClerk(t, clerk.Config{Job: "kv", Addrs: []string{node.rpcAddr}})
@@ -258,10 +260,7 @@ func TestNodeTaskReopensItsStreamOnce(t *testing.T) {
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") }))
 	defer app.Close()
 	sock := filepath.Join(t.TempDir(), "sidecar.sock")
-	args := []string{"sidecar", "--job", "kv", "--task", "app-0", "--app-addr", app.Listener.Addr().String(), "--join", node.gossipAddr,
-		"--health-interval", "200ms", "--local-api-socket", sock}
-	sc := startEnv(t, "sidecar", bin.slicerd, append(append(os.Environ(), "SLICERD_LOG_FORMAT=json"), secureEnv(bin.slicerd, args)...), args...)
-	sc.waitLine(30*time.Second, "sidecar local API serving")
+	startAppSidecar(t, "sidecar", node.gossipAddr, sock, app.Listener.Addr().String())
 	api := localClient(sock)
 	// Take the sidecar's 16 streams.
 	ctx, cancel := context.WithCancel(context.Background())
