@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/metrics"
+	"github.com/slicerd/slicerd/internal/testlog"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/slicelet"
@@ -64,9 +66,9 @@ func joinFakeAssigner(t *testing.T, name string, keys [][]byte, join string) *go
 }
 
 // tlsTaskCluster starts a TLS agent a1 with gossip key k1 and a TLS task kv/t0
-// holding the same key, and waits until the task is registered and
-// assigned.
-func tlsTaskCluster(t *testing.T, k1 []byte) (*running, *slicelet.Slicelet, string, *testPKI) {
+// holding the same key, logging to log (nil: the test's logger), and waits
+// until the task is registered and assigned.
+func tlsTaskCluster(t *testing.T, k1 []byte, log *slog.Logger) (*running, *slicelet.Slicelet, string, *testPKI) {
 	pki := newTestPKI(t)
 	dir := t.TempDir()
 	cfg := pki.agentConfig(t, "a1")
@@ -75,7 +77,7 @@ func tlsTaskCluster(t *testing.T, k1 []byte) (*running, *slicelet.Slicelet, stri
 	cfg.Gossip.KeyringFile = filepath.Join(dir, "gossip-keyring.json")
 	node := startAgent(t, cfg)
 	taskFile := filepath.Join(t.TempDir(), "task-keyring.json")
-	sl := runSlicelet(t, node, slicelet.Config{Job: "kv", Task: "t0", LoadWindow: 100 * time.Millisecond,
+	sl := runSlicelet(t, node, slicelet.Config{Job: "kv", Task: "t0", LoadWindow: 100 * time.Millisecond, Logger: log,
 		TLS:    pki.source("task-kv-t0", identity.ID{Role: identity.Task, Job: "kv", Task: "t0"}),
 		Gossip: gossip.Config{Keys: [][]byte{k1}, KeyringFile: taskFile}})
 	seesTask(t, node, "kv", "t0")
@@ -107,7 +109,7 @@ func TestFakeAssignerDoesNotBlockTaskKeyRotation(t *testing.T) {
 		t.Run(fmt.Sprintf("fake=%v", withFake), func(t *testing.T) {
 			k1, k2 := gossipKey(t), gossipKey(t)
 			e2 := gossip.EncodeKey(k2)
-			node, _, taskFile, pki := tlsTaskCluster(t, k1)
+			node, _, taskFile, pki := tlsTaskCluster(t, k1, nil)
 			if withFake {
 				name := winningAssignerName("kv", "a1")
 				joinFakeAssigner(t, name, [][]byte{k1}, node.GossipAddr())
@@ -156,7 +158,8 @@ func TestFakeAssignerDoesNotBlockTaskKeyRotation(t *testing.T) {
 // a fake, and load balancing of the job would stop.
 func TestFakeAssignersDoNotSwallowLoadReports(t *testing.T) {
 	k1 := gossipKey(t)
-	node, sl, _, _ := tlsTaskCluster(t, k1)
+	var logged testlog.Buffer // the task's log: it tells which Assigners it tried
+	node, sl, _, _ := tlsTaskCluster(t, k1, slog.New(slog.NewJSONHandler(&logged, nil)))
 	testwait.For(t, "load reports to flow", func() bool { return sl.LoadReportsSent() > 3 })
 	// Eight names that sort before "a1", one of which the preference hash
 	// puts ahead of a1 for job kv.
@@ -184,7 +187,17 @@ func TestFakeAssignersDoNotSwallowLoadReports(t *testing.T) {
 		}
 		return n == len(names)
 	})
-	time.Sleep(2 * time.Second) // gossip reaches the task
+	// The task's gossip has the fakes once it has tried to register
+	// with each (and failed: nothing answers at their address).
+	testwait.Until(t, 30*time.Second, "the task to try every fake", func() bool {
+		out := logged.String()
+		for _, name := range names {
+			if !strings.Contains(out, `"assigner":"`+name+`"`) {
+				return false
+			}
+		}
+		return true
+	})
 	before := sl.LoadReportsSent()
 	time.Sleep(3 * time.Second) // 30 windows of 100 ms
 	after := sl.LoadReportsSent()

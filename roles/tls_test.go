@@ -81,7 +81,10 @@ func runSlicelet(t testing.TB, node *running, cfg slicelet.Config) *slicelet.Sli
 	}
 	g := gossip.TestConfig("replaced")
 	g.Keys, g.KeyringFile = cfg.Gossip.Keys, cfg.Gossip.KeyringFile
-	cfg.Join, cfg.Gossip, cfg.Logger = []string{node.GossipAddr()}, g, testLogger(t)
+	cfg.Join, cfg.Gossip = []string{node.GossipAddr()}, g
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
 	sl, err := slicelet.New(cfg)
 	if err != nil {
 		t.Fatal(err)
