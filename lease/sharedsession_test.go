@@ -183,7 +183,8 @@ func (w tWriter) Write(p []byte) (int, error) {
 // bounds), so that a Leader whose renewal hangs goes on with its retries,
 // its checks and its shutdown after a renewal interval.
 func TestRenewAllHonoursItsContext(t *testing.T) {
-	r := newSharedSessionRig(t, "/renew-ctx/", 3*time.Second)
+	const reqTimeout = 3 * time.Second
+	r := newSharedSessionRig(t, "/renew-ctx/", reqTimeout)
 	ctx := t.Context()
 	r.a.Evaluate(ctx, []string{"k"})
 	l, held := r.a.Held("k")
@@ -198,7 +199,9 @@ func TestRenewAllHonoursItsContext(t *testing.T) {
 	out := r.ma.RenewAll(rctx, []lease.Job{l})
 	took := time.Since(start)
 	t.Logf("RenewAll with a 300ms context returned after %v: %v", took.Round(time.Millisecond), out[0].Err)
-	if took > time.Second {
+	// Not a speed bound: unbounded by its context, the call returns at
+	// the request timeout, ten times the context's.
+	if took >= reqTimeout {
 		t.Fatalf("RenewAll with a 300ms context returned after %v, at the manager's request timeout: its caller's context did not bound it", took.Round(time.Millisecond))
 	}
 }
