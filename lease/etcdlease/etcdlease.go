@@ -150,15 +150,8 @@ func (m *Manager) Acquire(ctx context.Context, job, holder string, ttl time.Dura
 		if err == nil && !t.Succeeded && !orphanDeleted {
 			if kvs := t.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 && kvs[0].Lease == int64(s.id) &&
 				s.ownOrphan(job, uint64(kvs[0].CreateRevision)) {
-				// This holder's own key, on its live session, that no
-				// lease of this manager holds: deleted (only if still
-				// that key on that lease), and the job acquired afresh.
 				orphanDeleted = true
-				_, derr := m.cli.Txn(rctx).
-					If(clientv3.Compare(clientv3.CreateRevision(key), "=", kvs[0].CreateRevision),
-						clientv3.Compare(clientv3.LeaseValue(key), "=", int64(s.id))).
-					Then(clientv3.OpDelete(key)).
-					Commit()
+				derr := m.dropOrphan(rctx, s, key, kvs[0])
 				end()
 				if derr != nil {
 					return lease.Job{}, m.opError(ctx, op, job, derr)
@@ -553,6 +546,18 @@ func (m *Manager) Close() error {
 	m.stopped()
 	m.sends.Wait()
 	return nil
+}
+
+// dropOrphan deletes kv, a job key on s's live etcd lease that no lease of
+// this manager holds (ownOrphan), only if it is still that key on that
+// lease, so that the job can be acquired afresh.
+func (m *Manager) dropOrphan(ctx context.Context, s *session, key string, kv *mvccpb.KeyValue) error {
+	_, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", int64(s.id))).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	return err
 }
 
 // revoke revokes an etcd lease the caller will not use, best effort: one
