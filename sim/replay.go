@@ -244,11 +244,11 @@ func (s *Simulator) Step(w *Window) (WindowResult, error) {
 		next = s.prev
 	}
 	if s.cfg.AsAssigner && s.prev != nil && next != s.prev && !membership {
-		var events float64
+		var e assign.Evidence
 		if i, _ := assign.Hottest(s.prev, load, live); i >= 0 {
-			events = assign.TaskLoads(s.prev, load)[i]
+			e = assign.Evidence{Events: assign.TaskLoads(s.prev, load)[i], Share: assign.CapacityShare(s.prev, live, i), Tasks: len(s.prev.Tasks)}
 		}
-		if !assign.SignificantGain(held, assign.ImbalanceWith(next, load, live), events) {
+		if !assign.SignificantGain(held, assign.ImbalanceWith(next, load, live), e) {
 			next = s.prev
 			s.gated++
 		}

@@ -688,17 +688,17 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			return nil // abandoned: another decision came first
 		}
 		// cur's imbalance under load, and its hottest task's reports.
-		before, events := a.imbalance(name, cur, load, live, why)
+		before, evidence := a.imbalance(name, cur, load, live, why)
 		switch {
 		case why == triggerFlip:
 			next, decision = flipDecision(pending, cur)
 		case len(live) == 0:
 			next = takeoverAssignment(cur) // only a takeover gets here
 		default:
-			if why == triggerLoad && futile(cur, load, live, before, events) {
+			if why == triggerLoad && futile(cur, load, live, before, evidence) {
 				a.metrics.skipped(name)
 				a.log.Debug("load decision not computed: even a perfect balance would not lower the imbalance by more than the measurement's noise",
-					"job", name, "generation", cur.Generation, "imbalance", before, "hottest_task_events", events)
+					"job", name, "generation", cur.Generation, "imbalance", before, "hottest_task_events", evidence.Events, "hottest_task_share", evidence.Share)
 				return nil
 			}
 			algorithm = a.algorithmFor(cur, live, cfg, why)
@@ -720,10 +720,10 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			before = after
 		}
 		if why == triggerLoad {
-			if !significant(cur, next, load, live, before, after, events) {
+			if !significant(cur, next, load, live, before, after, evidence) {
 				a.log.Debug("load-driven decision not committed: it would not lower the imbalance by more than the measurement's noise",
 					"job", name, "generation", prevGen, "imbalance_before", before, "imbalance_after", after,
-					"hottest_task_events", events, "churn", decision.Churn, "moves", len(decision.Moves))
+					"hottest_task_events", evidence.Events, "hottest_task_share", evidence.Share, "churn", decision.Churn, "moves", len(decision.Moves))
 				return nil
 			}
 		}

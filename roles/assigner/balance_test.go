@@ -794,11 +794,12 @@ func TestMakeBeforeBreakReady(t *testing.T) {
 
 // A load-driven decision whose gain is within the sampling noise of the
 // reports it was measured on is not committed: an imbalance of 1.26
-// measured on a hundred requests per task could be chance alone (3
-// standard errors, 3 × 1.26/√100, are 0.38), the same on a million
-// requests is real. Where even a perfect balance would gain no more than
-// the noise, the decision is not computed at all (futile): counted as
-// skipped, with no time observed for it.
+// measured on a hundred requests per task could be chance alone (4.15
+// standard errors for three tasks, 4.15 × √(1.26 × 2/3 / 100), are
+// 0.38), the same on a million requests is real. Where even a perfect
+// balance would gain no more than the noise, the decision is not
+// computed at all (futile): counted as skipped, with no time observed
+// for it.
 func TestBalanceIgnoresSamplingNoise(t *testing.T) {
 	hot := assign.KeySpaceEnd / 3
 	truth := assign.Load{{Start: 0, End: hot, Load: 420}, {Start: hot, End: assign.KeySpaceEnd, Load: 580}}

@@ -54,21 +54,25 @@ func TestFutileDecisionsAreNotSignificant(t *testing.T) {
 				live[i].MemoryLimit = state / float64(n) * (0.8 + rng.Float64())
 			}
 		}
-		events := []float64{0, 30, 300, 1e4, 1e7}[rng.IntN(5)]
+		var e assign.Evidence
+		e.Events = []float64{0, 30, 300, 1e4, 1e7}[rng.IntN(5)]
 		before := assign.ImbalanceWith(cur, load, live)
+		if hot, _ := assign.Hottest(cur, load, live); hot >= 0 && rng.IntN(4) > 0 {
+			e.Share, e.Tasks = assign.CapacityShare(cur, live, hot), len(cur.Tasks)
+		}
 		next, _, err := algorithmOf(cfg).Decide("j", cur, live, load, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		after := assign.ImbalanceWith(next, load, live)
-		if !futile(cur, load, live, before, events) {
+		if !futile(cur, load, live, before, e) {
 			computed++
 			continue
 		}
 		skipped++
-		if significant(cur, next, load, live, before, after, events) {
-			t.Errorf("round %d (%s, %d tasks, %v events): skipped as futile, but the decision was significant: imbalance %.4f → %.4f, memory overage %v → %v",
-				round, cfg.Algorithm, n, events, before, after,
+		if significant(cur, next, load, live, before, after, e) {
+			t.Errorf("round %d (%s, %d tasks, %+v): skipped as futile, but the decision was significant: imbalance %.4f → %.4f, memory overage %v → %v",
+				round, cfg.Algorithm, n, e, before, after,
 				assign.MemoryOverage(cur, load, live), assign.MemoryOverage(next, load, live))
 		}
 	}

@@ -103,50 +103,52 @@ func loadFromProto(m *slicerv1.ReportLoadRequest) (*loadReport, error) {
 }
 
 // imbalance is cur's imbalance under load (assign.Hottest) and, for a
-// load-driven decision, how many reports (requests) the load of cur's
-// most utilised task sums in its latest report: what the sampling noise
-// of the measured imbalance follows (0 when unknown, or for another
-// cause). Without cur it is 1 and 0.
-func (a *Assigner) imbalance(job string, cur *assign.Assignment, load assign.Load, live []assign.Task, why trigger) (imbalance, events float64) {
+// load-driven decision, what its measurement rests on: how many reports
+// (requests) the load of cur's most utilised task sums in its latest
+// report, and that task's share of the job's capacity, which the
+// sampling noise of the measured imbalance follows (zero when unknown,
+// or for another cause). Without cur it is 1 and no evidence.
+func (a *Assigner) imbalance(job string, cur *assign.Assignment, load assign.Load, live []assign.Task, why trigger) (imbalance float64, e assign.Evidence) {
 	if cur == nil {
-		return 1, 0
+		return 1, e
 	}
 	hot, imbalance := a.hottestOf(job, cur, load, live)
 	if why != triggerLoad || hot < 0 {
-		return imbalance, 0
+		return imbalance, e
 	}
 	a.loads.mu.Lock()
-	defer a.loads.mu.Unlock()
-	if r := a.loads.jobs[job][cur.Tasks[hot].Name]; r != nil {
-		return imbalance, r.events
+	r := a.loads.jobs[job][cur.Tasks[hot].Name]
+	a.loads.mu.Unlock()
+	if r != nil {
+		e = assign.Evidence{Events: r.events, Share: assign.CapacityShare(cur, live, hot), Tasks: len(cur.Tasks)}
 	}
-	return imbalance, 0
+	return imbalance, e
 }
 
 // significant reports whether a load-driven decision from cur to next
 // is committed: its gain on the imbalance (before to after, under load)
 // is more than the sampling noise of the load it was measured on
-// (assign.SignificantGain on its hottest task's events), or it relieves
-// a task past its memory limit, whatever it does to the imbalance, or
-// it is the job's first assignment.
-func significant(cur, next *assign.Assignment, load assign.Load, live []assign.Task, before, after, events float64) bool {
-	return cur == nil || assign.SignificantGain(before, after, events) ||
+// (assign.SignificantGain on e), or it relieves a task past its memory
+// limit, whatever it does to the imbalance, or it is the job's first
+// assignment.
+func significant(cur, next *assign.Assignment, load assign.Load, live []assign.Task, before, after float64, e assign.Evidence) bool {
+	return cur == nil || assign.SignificantGain(before, after, e) ||
 		assign.MemoryOverage(next, load, live) < assign.MemoryOverage(cur, load, live)
 }
 
 // futile reports whether no load-driven decision from cur could be
 // significant, so that computing one would be work thrown away: even a
 // perfectly balanced assignment (imbalance 1, the least there is) would
-// not lower cur's imbalance, before, by a significant gain on events,
-// and no task of cur is past its memory limit. A job at rest whose
-// imbalance is within its measurement's noise of even (one of few
-// requests a window, as the demo's) then costs its Assigner a merge of
-// its reports and one imbalance an interval rather than a decision.
-func futile(cur *assign.Assignment, load assign.Load, live []assign.Task, before, events float64) bool {
+// not lower cur's imbalance, before, by a significant gain on e, and no
+// task of cur is past its memory limit. A job at rest whose imbalance is
+// within its measurement's noise of even (one of few requests a window,
+// as the demo's) then costs its Assigner a merge of its reports and one
+// imbalance an interval rather than a decision.
+func futile(cur *assign.Assignment, load assign.Load, live []assign.Task, before float64, e assign.Evidence) bool {
 	// 1 less a rounding error: an "after" computed as 0.99999999 must not
 	// count as a gain the gate did not see.
 	const best = 1 - 1e-9
-	return cur != nil && !assign.SignificantGain(before, best, events) && assign.MemoryOverage(cur, load, live) == 0
+	return cur != nil && !assign.SignificantGain(before, best, e) && assign.MemoryOverage(cur, load, live) == 0
 }
 
 // ReportLoad implements slicerv1connect.LoadServiceHandler: it validates
