@@ -314,7 +314,7 @@ func (s *Slicelet) collect(now time.Time) *windowReport {
 	r := &windowReport{}
 	var cur assign.Load
 	if v := s.view.Load(); v != nil {
-		r.generation = v.table.Assignment().Generation
+		r.generation, r.incarnation = v.table.Assignment().Generation, v.table.Assignment().Incarnation
 		cur, r.events = drainOwned(v, nil)
 	}
 	r.events += s.load.carryEvents
@@ -336,13 +336,14 @@ func (s *Slicelet) collect(now time.Time) *windowReport {
 
 // windowReport is one window's measurements on their way out.
 type windowReport struct {
-	generation uint64
-	start      time.Time
-	window     float64
-	load       assign.Load
-	unowned    float64
-	rejected   uint64
-	events     uint64 // ReportLoad calls the owned load sums
+	generation  uint64
+	incarnation string // of the assignment at generation
+	start       time.Time
+	window      float64
+	load        assign.Load
+	unowned     float64
+	rejected    uint64
+	events      uint64 // ReportLoad calls the owned load sums
 }
 
 // keep puts back the measurements of a report that could not be sent,
@@ -369,7 +370,7 @@ func (s *Slicelet) keep(r *windowReport) {
 
 func (r *windowReport) proto(job, task string) *slicerv1.ReportLoadRequest {
 	req := &slicerv1.ReportLoadRequest{
-		Job: job, Task: task, Generation: r.generation, WindowSeconds: r.window,
+		Job: job, Task: task, Generation: r.generation, Incarnation: r.incarnation, WindowSeconds: r.window,
 		UnownedLoad: min(r.unowned, assign.MaxLoad), RejectedReports: r.rejected, Events: r.events,
 		Slices: make([]*slicerv1.SliceLoad, len(r.load)),
 	}

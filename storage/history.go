@@ -45,6 +45,7 @@ const (
 	CauseLoad       = "load"              // a periodic load-balancing decision
 	CauseTakeover   = "takeover"          // an Assigner took the job over
 	CauseHandoff    = "make-before-break" // the second step of a make-before-break decision
+	CauseRenumber   = "renumber"          // a task held a newer generation: the store went back
 )
 
 // HistoryEntry records one committed decision of a job.

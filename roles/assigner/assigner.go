@@ -50,6 +50,12 @@ const (
 	// apply in full without waiting for a load decision that must also
 	// lower the imbalance.
 	triggerConfig
+	// A task holds a newer generation of the job, in its store's
+	// incarnation, than the store: the store went back (see ahead.go).
+	// What membership requires is committed, even when nothing changes,
+	// at a generation above the task's. Any decision but a make-before-
+	// break step becomes this one while the store is behind.
+	triggerRenumber
 )
 
 func (t trigger) String() string {
@@ -62,6 +68,8 @@ func (t trigger) String() string {
 		return "make-before-break"
 	case triggerConfig:
 		return "configuration"
+	case triggerRenumber:
+		return "renumber"
 	}
 	return "change"
 }
@@ -107,6 +115,7 @@ type Assigner struct {
 	configs chan string   // jobs whose configuration an operator set; see setJobConfig
 	flips   chan string   // a make-before-break deadline passed; see handoff.go
 	rounds  chan string   // every task of a job reported since its last load decision
+	aheads  chan string   // a task of a job holds a newer generation than the store; see ahead.go
 
 	loads *loads                         // tasks' latest load reports; see load.go
 	live  lease.PerVersion[*memberIndex] // the membership by job; see load.go
@@ -248,6 +257,7 @@ func New(cfg Config, store storage.Store, leases lease.Manager, members Members,
 		kick:        make(chan struct{}, 1),
 		flips:       make(chan string, flipSignals),
 		rounds:      make(chan string, flipSignals),
+		aheads:      make(chan string, flipSignals),
 		configs:     make(chan string, flipSignals),
 		jobs:        make(map[string]*assignerJob),
 		loads:       newLoads(cfg.LoadHalfLife, cfg.RebalanceInterval/2),
@@ -534,6 +544,16 @@ func (a *Assigner) Run(ctx context.Context) error {
 				a.log.Error("deciding under the job's new configuration failed; retrying", "job", name, "err", err)
 				arm(retryDelay)
 			}
+		case name := <-a.aheads:
+			// A task holds a newer generation than the store: the next
+			// commit continues above it, now (after the grace, the first
+			// decision does).
+			if ready {
+				if err := a.reconcile(ctx, name, triggerRenumber); err != nil {
+					a.log.Error("committing above the generation a task holds failed; retrying", "job", name, "err", err)
+					arm(retryDelay)
+				}
+			}
 		case name := <-a.rounds:
 			// A round of load reports is in: decide on it now, as the
 			// tick would (a pending membership decision goes first).
@@ -663,7 +683,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 		return err
 	}
 	live := a.tasksOf(name, true)
-	if len(live) == 0 && (why != triggerTakeover || j.pub.Current() == nil) {
+	if len(live) == 0 && (why != triggerTakeover && a.aheadOf(j, j.pub.Current()) == 0 || j.pub.Current() == nil) {
 		// Keep routing on the last assignment: clients lose nothing by it,
 		// and the next task to join takes the whole key space.
 		return nil
@@ -677,6 +697,10 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 	}
 	for attempt := 1; attempt <= maxCommitAttempts; attempt++ {
 		cur := j.pub.Current()
+		ahead := a.aheadOf(j, cur)
+		if ahead > 0 && why != triggerFlip {
+			why = triggerRenumber
+		}
 		var next *assign.Assignment
 		var decision assign.Decision
 		algorithm := ""
@@ -708,9 +732,15 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			if err != nil {
 				return fmt.Errorf("compute assignment: %w", err)
 			}
-			if !decision.Changed && why != triggerTakeover {
+			if !decision.Changed && why != triggerTakeover && why != triggerRenumber {
 				return nil
 			}
+		}
+		if ahead > 0 && why == triggerRenumber {
+			// next is the decision's own (the algorithms and
+			// takeoverAssignment return a new assignment): renumbering it
+			// touches nothing another holds.
+			next.Generation = max(next.Generation, ahead+1)
 		}
 		after := assign.ImbalanceWith(next, load, live)
 		var prevGen uint64

@@ -43,6 +43,12 @@ func (a *Assigner) causeOf(job string, cur *assign.Assignment, live []assign.Tas
 		return storage.CauseTakeover, fmt.Sprintf("assigner %s took the job over", a.self)
 	case triggerFlip:
 		return storage.CauseHandoff, "the gaining tasks reported ready or the handoff deadline passed: the losing tasks are dropped"
+	case triggerRenumber:
+		var ahead uint64
+		if j, ok := a.known(job); ok {
+			ahead = a.aheadOf(j, cur)
+		}
+		return storage.CauseRenumber, fmt.Sprintf("a task holds generation %d of this store's incarnation, above the stored %d: the store went back (restored from an older copy), and the job continues above %d", ahead, cur.Generation, ahead)
 	}
 	status := map[string]gossip.Status{}
 	for _, p := range a.members.Peers() {

@@ -41,6 +41,10 @@ type assignerJob struct {
 	// owners indexes the assignments the job's load reports are cut to
 	// (keepOwned).
 	owners ownerIndexes
+	// ahead is the highest generation a live task reported holding in
+	// the incarnation of the job's current assignment, when that was
+	// above it (see ahead.go). Guarded by Assigner.mu.
+	ahead uint64
 }
 
 // job returns the state of a job: this Assigner's own, or one built from

@@ -80,6 +80,11 @@ func loadFromProto(m *slicerv1.ReportLoadRequest) (*loadReport, error) {
 		return nil, fmt.Errorf("%w: window_seconds %g is not in [%g, %d]; report the length of the measurement window in seconds",
 			assign.ErrInvalidLoad, w, minWindowSeconds, maxWindowSeconds)
 	}
+	if inc := m.GetIncarnation(); inc != "" {
+		if err := assign.ValidateIncarnation(inc); err != nil {
+			return nil, fmt.Errorf("incarnation: %w", err)
+		}
+	}
 	if err := assign.ValidateLoadValue(m.GetUnownedLoad()); err != nil {
 		return nil, fmt.Errorf("unowned_load: %w", err)
 	}
@@ -187,6 +192,7 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	if err != nil {
 		return nil, err
 	}
+	a.noteHeld(m.GetJob(), m.GetTask(), r.generation, m.GetIncarnation())
 	a.keepOwned(m.GetJob(), m.GetTask(), r)
 	if a.loads.put(m.GetJob(), m.GetTask(), r, live) && a.interval > 0 {
 		// Every task has reported since the job's last load decision: it

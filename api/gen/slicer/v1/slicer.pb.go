@@ -2714,7 +2714,16 @@ type ReportLoadRequest struct {
 	// window. The Assigner reads the sampling noise of the measured load
 	// from it, and commits no load-driven decision whose gain is within that
 	// noise (docs/balancing.md). 0: unknown, no such gate.
-	Events        uint64 `protobuf:"varint,9,opt,name=events,proto3" json:"events,omitempty"`
+	Events uint64 `protobuf:"varint,9,opt,name=events,proto3" json:"events,omitempty"`
+	// The store incarnation of the assignment at generation (see
+	// Assignment.incarnation); empty when the task holds none, or from a
+	// slicerd that predates it. A report of a generation above the job's
+	// current one in the same incarnation tells the Assigner that its store
+	// went back (restored from an older copy): its next commit continues
+	// above the generation the task holds, since tasks, Distributors and
+	// clients ignore older generations of the same incarnation
+	// (docs/operations.md#restoring-a-store).
+	Incarnation   string `protobuf:"bytes,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2810,6 +2819,13 @@ func (x *ReportLoadRequest) GetEvents() uint64 {
 		return x.Events
 	}
 	return 0
+}
+
+func (x *ReportLoadRequest) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
 }
 
 type ReportLoadResponse struct {
@@ -3730,7 +3746,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
 	"\x04load\x18\x03 \x01(\x01R\x04load\x12\x14\n" +
-	"\x05bytes\x18\x04 \x01(\x01R\x05bytes\"\xbb\x02\n" +
+	"\x05bytes\x18\x04 \x01(\x01R\x05bytes\"\xdd\x02\n" +
 	"\x11ReportLoadRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1e\n" +
@@ -3742,7 +3758,9 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\funowned_load\x18\x06 \x01(\x01R\vunownedLoad\x12)\n" +
 	"\x10rejected_reports\x18\a \x01(\x04R\x0frejectedReports\x12%\n" +
 	"\x0eevery_assigner\x18\b \x01(\bR\reveryAssigner\x12\x16\n" +
-	"\x06events\x18\t \x01(\x04R\x06events\"=\n" +
+	"\x06events\x18\t \x01(\x04R\x06events\x12 \n" +
+	"\vincarnation\x18\n" +
+	" \x01(\tR\vincarnation\"=\n" +
 	"\x12ReportLoadResponse\x12'\n" +
 	"\x0fkeyring_changed\x18\x01 \x01(\bR\x0ekeyringChanged\"Z\n" +
 	"\x12ReportReadyRequest\x12\x10\n" +

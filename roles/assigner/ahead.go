@@ -1,0 +1,72 @@
+package assigner
+
+import "github.com/slicerd/slicerd/assign"
+
+// A store restored from an older copy (a bbolt file from a backup, an
+// etcd snapshot) holds a job at a generation below the one its tasks,
+// Distributors and clients hold, in the same incarnation. They ignore
+// older generations of an incarnation, so they would keep the assignment
+// of before the restore, and the Assigner's decisions would reach nobody,
+// until the store's generations passed theirs. Tasks report the
+// generation and incarnation they hold with every load report; one above
+// the job's current generation in its incarnation makes the Assigner's
+// next commit, taken at once, continue above it (triggerRenumber).
+
+// maxGenerationJump bounds how far above the job's current generation a
+// task's report may move the next one. A month of commits a second is
+// 2.6 million generations; a task that reports more is not believed, so
+// that no task can spend the job's generations.
+const maxGenerationJump = 1 << 32
+
+// noteHeld records that task, a live task of job, reported holding
+// generation gen of incarnation inc, and asks Run for a decision on the
+// job when that is above what this Assigner holds of it: a decision that
+// reaches nobody otherwise. A report without an incarnation (from a
+// slicerd that predates it) or of another incarnation (the store was
+// recreated, and tasks take the new one as a reset) changes nothing.
+func (a *Assigner) noteHeld(job, task string, gen uint64, inc string) {
+	j, ok := a.known(job)
+	if !ok {
+		return
+	}
+	cur := j.pub.Current()
+	if cur == nil || inc == "" || inc != cur.Incarnation || gen <= cur.Generation {
+		return
+	}
+	if gen-cur.Generation > maxGenerationJump {
+		a.log.Warn("a task reports a generation of the job too far above the stored one to believe; ignored",
+			"job", job, "task", task, "task_generation", gen, "stored_generation", cur.Generation, "most", maxGenerationJump)
+		return
+	}
+	a.mu.Lock()
+	raised := gen > j.ahead
+	if raised {
+		j.ahead = gen
+	}
+	a.mu.Unlock()
+	if !raised {
+		return
+	}
+	a.log.Warn("a task holds a newer generation of the job than the store: the store went back (restored from an older copy?); the next commit continues above it",
+		"job", job, "task", task, "task_generation", gen, "stored_generation", cur.Generation, "incarnation", inc)
+	if _, held := a.leader.Held(job); held {
+		select {
+		case a.aheads <- job:
+		default: // the next decision renumbers anyway
+		}
+	}
+}
+
+// aheadOf returns the highest generation a task of j reported holding
+// above cur's (noteHeld), or 0 when cur is at or past it.
+func (a *Assigner) aheadOf(j *assignerJob, cur *assign.Assignment) uint64 {
+	if cur == nil {
+		return 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if j.ahead > cur.Generation {
+		return j.ahead
+	}
+	return 0
+}
