@@ -157,7 +157,12 @@ func TestSlowSubscriberIsResetAndOthersGoOn(t *testing.T) {
 
 func testSlowSubscriber(t *testing.T, budget int64) {
 	cfg := testConfig(t, "node-1", t.TempDir())
-	cfg.StreamWriteTimeout = 300 * time.Millisecond
+	// Every stream's sends are bounded by it, the reading subscriber's
+	// too: short enough that the test waits little for the stalled
+	// stream's reset, long enough that a busy machine does not keep the
+	// reading one from taking a generation that long (at 300 ms, two
+	// cores running four test processes once reset it).
+	cfg.StreamWriteTimeout = 2 * time.Second
 	cfg.StreamSendBudget = budget
 	node := startAgent(t, cfg)
 	taskMember(t, "kv", "t0", node.GossipAddr())
