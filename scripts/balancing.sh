@@ -28,6 +28,21 @@ for trace in power-law zipf diurnal failures; do
 	done
 done
 
+echo
+echo "| flash-crowd: min / max redundancy | replay | mean imbalance (mean bound) | held imbalance, mean / max | most churn in a decision | commits |"
+echo "|---|---|---|---|---|---|"
+for rr in "1 3" "2 5" "3 3" "3 5" "4 5"; do
+	read -r lo hi <<<"$rr"
+	for how in algorithm as-assigner; do
+		flags=()
+		[[ $how == as-assigner ]] && flags=(--as-assigner)
+		out=$("$bin/slicerd" simulate --trace sim/testdata/flash-crowd.jsonl --min-redundancy "$lo" --max-redundancy "$hi" "${flags[@]}")
+		s=$(tail -1 <<<"$out")
+		most=$(head -n -1 <<<"$out" | sed -E 's/.*"churn":([-0-9.e+]+).*/\1/' | LC_ALL=C sort -g | tail -1)
+		echo "| $lo / $hi | $how | $(fmt "$(field mean_imbalance "$s")" 3) ($(fmt "$(field mean_bound "$s")" 3)) | $(fmt "$(field mean_held_imbalance "$s")" 3) / $(fmt "$(field max_held_imbalance "$s")" 3) | $(fmt "$(LC_ALL=C awk "BEGIN{print 100*$most}")" 1)% | $(field changes "$s") |"
+	done
+done
+
 [[ ${1:-} == --quick ]] && exit 0
 
 echo
