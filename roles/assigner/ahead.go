@@ -10,7 +10,9 @@ import "github.com/slicerd/slicerd/assign"
 // until the store's generations passed theirs. Tasks report the
 // generation and incarnation they hold with every load report; one above
 // the job's current generation in its incarnation makes the Assigner's
-// next commit, taken at once, continue above it (triggerRenumber).
+// next commit, taken at once, continue above it (triggerRenumber). An
+// Assigner that ran while its store went back finds it when its next
+// commit conflicts, and continues above what it held (wentBack).
 
 // maxGenerationJump bounds how far above the job's current generation a
 // task's report may move the next one. A month of commits a second is
@@ -55,6 +57,29 @@ func (a *Assigner) noteHeld(job, task string, gen uint64, inc string) {
 		default: // the next decision renumbers anyway
 		}
 	}
+}
+
+// wentBack handles stored, the job's record read after a commit
+// conflicted, when it is of the incarnation of the assignment j serves and
+// of an earlier generation: the store went back under this Assigner (an
+// etcd cluster restored from a snapshot while the Assigner ran). The
+// Assigner then continues as one started on the restored store that heard
+// of the generation it served: j serves stored, and the next commit, the
+// one being retried, continues above the generation served before. It
+// reports whether stored was such a record; any other is published as
+// usual.
+func (a *Assigner) wentBack(job string, j *assignerJob, stored *assign.Assignment) bool {
+	held := j.pub.Current()
+	if held == nil || stored.Incarnation != held.Incarnation || stored.Generation >= held.Generation {
+		return false
+	}
+	a.log.Warn("the store holds an older generation of the job than this assigner committed or read: the store went back (restored from an older copy?); the next commit continues above it",
+		"job", job, "held_generation", held.Generation, "stored_generation", stored.Generation, "incarnation", held.Incarnation)
+	a.mu.Lock()
+	j.ahead = max(j.ahead, held.Generation)
+	a.mu.Unlock()
+	j.pub.Rewind(stored)
+	return true
 }
 
 // aheadOf returns the highest generation a task of j reported holding

@@ -818,7 +818,7 @@ func (a *Assigner) reconcile(ctx context.Context, name string, why trigger) erro
 			if lerr != nil {
 				return fmt.Errorf("re-read after conflict: %w", lerr)
 			}
-			if rec.Current != nil {
+			if rec.Current != nil && !a.wentBack(name, j, rec.Current) {
 				j.pub.Publish(rec.Current, time.Time{}) // another's commit: its time is not stored
 			}
 			continue

@@ -48,7 +48,7 @@ func (a *Assigner) causeOf(job string, cur *assign.Assignment, live []assign.Tas
 		if j, ok := a.known(job); ok {
 			ahead = a.aheadOf(j, cur)
 		}
-		return storage.CauseRenumber, fmt.Sprintf("a task holds generation %d of this store's incarnation, above the stored %d: the store went back (restored from an older copy), and the job continues above %d", ahead, cur.Generation, ahead)
+		return storage.CauseRenumber, fmt.Sprintf("a task or this assigner holds generation %d of this store's incarnation, above the stored %d: the store went back (restored from an older copy), and the job continues above %d", ahead, cur.Generation, ahead)
 	}
 	status := map[string]gossip.Status{}
 	for _, p := range a.members.Peers() {

@@ -421,6 +421,22 @@ func (l *Latest) Publish(a *assign.Assignment, committed time.Time) bool {
 	return true
 }
 
+// Rewind installs a, an earlier generation of the held assignment's job
+// and incarnation than the held one: the store it was read from went back
+// (restored from an older copy), and what the node publishes next follows
+// from a. It keeps no base for deltas: the held generations may differ
+// from the store's of the same numbers. Streams that hold a later
+// generation are sent nothing until one above theirs is published.
+func (l *Latest) Rewind(a *assign.Assignment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev := l.state.Load()
+	next := &state{a: a, msg: newMessage(a, 0, &l.encodes)}
+	next.msg.published = time.Now()
+	next.msg.update = prev.a != nil
+	l.replace(next)
+}
+
 // Fail records err for waiters that still have no assignment.
 func (l *Latest) Fail(err error) {
 	l.mu.Lock()

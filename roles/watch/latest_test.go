@@ -126,6 +126,41 @@ func TestLatestDeltaChoice(t *testing.T) {
 	}
 }
 
+// A latest rewound to an earlier generation (its store went back) serves
+// that one, and keeps no delta base from before: the generations it held
+// may differ from the store's of the same numbers.
+func TestLatestRewind(t *testing.T) {
+	l := New()
+	tasks := []assign.Task{{Name: "a", Addr: "a:1"}, {Name: "b", Addr: "b:1"}}
+	mk := func(gen uint64, owner string) *assign.Assignment {
+		return &assign.Assignment{Job: "kv", Generation: gen, Incarnation: "i", Tasks: tasks,
+			Slices: []assign.Slice{{Start: 0, End: assign.KeySpaceEnd, Tasks: []string{owner}}}}
+	}
+	for g := uint64(1); g <= 3; g++ {
+		l.Publish(mk(g, "a"), time.Time{})
+	}
+	stored := mk(1, "b")
+	l.Rewind(stored)
+	if l.Current() != stored || l.Previous() != nil {
+		t.Fatalf("after the rewind: current %v, previous %v; want the store's generation 1 and nothing before", l.Current(), l.Previous())
+	}
+	next := mk(4, "a")
+	if !l.Publish(next, time.Time{}) {
+		t.Fatal("the generation after the rewind was not published")
+	}
+	s := l.get()
+	if d := s.delta(assign.Version{Incarnation: "i", Generation: 3}); d != nil {
+		t.Error("a delta from a generation held before the rewind")
+	}
+	d := s.delta(stored.Version())
+	if d == nil {
+		t.Fatal("no delta from the rewound generation")
+	}
+	if got, err := api.ApplyDelta(stored, d.Delta()); err != nil || !reflect.DeepEqual(got, next) {
+		t.Errorf("from the rewound generation: %v", err)
+	}
+}
+
 // pacedStreams runs n streams of l, each calling send for every new
 // generation, until the test ends.
 func pacedStreams(t *testing.T, l *Latest, n int, send func(*Message) error) {
