@@ -309,13 +309,20 @@ func (s *Slicelet) stateOf(v *view) assign.Load {
 func (s *Slicelet) collect(now time.Time) *windowReport {
 	v := s.view.Load()
 	state := s.stateOf(v)
+	var sum uint64
+	if v != nil {
+		sum = v.checksum() // hashed outside the lock that ReportLoad takes
+	}
 	s.load.mu.Lock()
 	defer s.load.mu.Unlock()
 	r := &windowReport{}
 	var cur assign.Load
-	if v := s.view.Load(); v != nil {
-		r.generation, r.incarnation = v.table.Assignment().Generation, v.table.Assignment().Incarnation
-		cur, r.events = drainOwned(v, nil)
+	if held := s.view.Load(); held != nil {
+		r.generation, r.incarnation = held.table.Assignment().Generation, held.table.Assignment().Incarnation
+		if held == v {
+			r.checksum = sum
+		}
+		cur, r.events = drainOwned(held, nil)
 	}
 	r.events += s.load.carryEvents
 	s.load.carryEvents = 0
@@ -338,6 +345,7 @@ func (s *Slicelet) collect(now time.Time) *windowReport {
 type windowReport struct {
 	generation  uint64
 	incarnation string // of the assignment at generation
+	checksum    uint64 // api.Checksum of it; 0 unknown
 	start       time.Time
 	window      float64
 	load        assign.Load
@@ -370,7 +378,7 @@ func (s *Slicelet) keep(r *windowReport) {
 
 func (r *windowReport) proto(job, task string) *slicerv1.ReportLoadRequest {
 	req := &slicerv1.ReportLoadRequest{
-		Job: job, Task: task, Generation: r.generation, Incarnation: r.incarnation, WindowSeconds: r.window,
+		Job: job, Task: task, Generation: r.generation, Incarnation: r.incarnation, Checksum: r.checksum, WindowSeconds: r.window,
 		UnownedLoad: min(r.unowned, assign.MaxLoad), RejectedReports: r.rejected, Events: r.events,
 		Slices: make([]*slicerv1.SliceLoad, len(r.load)),
 	}

@@ -43,6 +43,21 @@ type view struct {
 	load  []loadCell     // load[i]: load measured on slice i in this window
 	// installed is when the view was installed, for the assignment age.
 	installed time.Time
+	// sum is api.Checksum of the view's assignment once a load report
+	// needed it (checksum); 0 before.
+	sum atomic.Uint64
+}
+
+// checksum returns api.Checksum of v's assignment, computed the first
+// time it is asked for: load reports carry it, and a job of a million
+// slices takes tens of milliseconds to hash.
+func (v *view) checksum() uint64 {
+	if sum := v.sum.Load(); sum != 0 {
+		return sum
+	}
+	sum := api.Checksum(v.table.Assignment())
+	v.sum.Store(sum)
+	return sum
 }
 
 // Slicelet is a server task's membership in slicerd: it advertises the

@@ -1,6 +1,9 @@
 package assigner
 
-import "github.com/slicerd/slicerd/assign"
+import (
+	"github.com/slicerd/slicerd/api"
+	"github.com/slicerd/slicerd/assign"
+)
 
 // A store restored from an older copy (a bbolt file from a backup, an
 // etcd snapshot) holds a job at a generation below the one its tasks,
@@ -10,7 +13,10 @@ import "github.com/slicerd/slicerd/assign"
 // until the store's generations passed theirs. Tasks report the
 // generation and incarnation they hold with every load report; one above
 // the job's current generation in its incarnation makes the Assigner's
-// next commit, taken at once, continue above it (triggerRenumber). An
+// next commit, taken at once, continue above it (triggerRenumber). So
+// does one of the current generation whose checksum differs from the
+// current assignment's: the restored store reached a generation its
+// tasks hold again, with other content. An
 // Assigner that ran while its store went back finds it when its next
 // commit conflicts, and continues above what it held (wentBack).
 
@@ -21,18 +27,23 @@ import "github.com/slicerd/slicerd/assign"
 const maxGenerationJump = 1 << 32
 
 // noteHeld records that task, a live task of job, reported holding
-// generation gen of incarnation inc, and asks Run for a decision on the
-// job when that is above what this Assigner holds of it: a decision that
-// reaches nobody otherwise. A report without an incarnation (from a
-// slicerd that predates it) or of another incarnation (the store was
-// recreated, and tasks take the new one as a reset) changes nothing.
-func (a *Assigner) noteHeld(job, task string, gen uint64, inc string) {
+// generation gen of incarnation inc, whose checksum (api.Checksum) is sum
+// (0: unknown), and asks Run for a decision on the job when that is
+// above what this Assigner holds of it, or is its generation with other
+// content: a decision that reaches nobody otherwise. A report without an
+// incarnation (from a slicerd that predates it) or of another
+// incarnation (the store was recreated, and tasks take the new one as a
+// reset) changes nothing.
+func (a *Assigner) noteHeld(job, task string, gen uint64, inc string, sum uint64) {
 	j, ok := a.known(job)
 	if !ok {
 		return
 	}
 	cur := j.pub.Current()
-	if cur == nil || inc == "" || inc != cur.Incarnation || gen <= cur.Generation {
+	if cur == nil || inc == "" || inc != cur.Incarnation || gen < cur.Generation {
+		return
+	}
+	if gen == cur.Generation && (sum == 0 || sum == a.checksumOf(j, cur)) {
 		return
 	}
 	if gen-cur.Generation > maxGenerationJump {
@@ -41,7 +52,7 @@ func (a *Assigner) noteHeld(job, task string, gen uint64, inc string) {
 		return
 	}
 	a.mu.Lock()
-	raised := gen > j.ahead
+	raised := gen > j.ahead || j.ahead == 0
 	if raised {
 		j.ahead = gen
 	}
@@ -49,7 +60,7 @@ func (a *Assigner) noteHeld(job, task string, gen uint64, inc string) {
 	if !raised {
 		return
 	}
-	a.log.Warn("a task holds a newer generation of the job than the store: the store went back (restored from an older copy?); the next commit continues above it",
+	a.log.Warn("a task holds a newer generation of the job than the store, or the same generation with other content: the store went back (restored from an older copy?); the next commit continues above it",
 		"job", job, "task", task, "task_generation", gen, "stored_generation", cur.Generation, "incarnation", inc)
 	if _, held := a.leader.Held(job); held {
 		select {
@@ -82,16 +93,35 @@ func (a *Assigner) wentBack(job string, j *assignerJob, stored *assign.Assignmen
 	return true
 }
 
-// aheadOf returns the highest generation a task of j reported holding
-// above cur's (noteHeld), or 0 when cur is at or past it.
+// aheadOf returns the generation j's next commit must be above, when cur
+// is not: the highest a task of j reported holding at or above cur's
+// (noteHeld), or that this Assigner held (wentBack). It returns 0 when
+// cur is past it.
 func (a *Assigner) aheadOf(j *assignerJob, cur *assign.Assignment) uint64 {
 	if cur == nil {
 		return 0
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if j.ahead > cur.Generation {
+	if j.ahead >= cur.Generation {
 		return j.ahead
 	}
 	return 0
+}
+
+// checksumOf returns api.Checksum of cur, j's current assignment,
+// computing it once per assignment: the first report of each generation
+// pays for it (tens of milliseconds at a million slices).
+func (a *Assigner) checksumOf(j *assignerJob, cur *assign.Assignment) uint64 {
+	a.mu.Lock()
+	if j.sum.of == cur {
+		defer a.mu.Unlock()
+		return j.sum.value
+	}
+	a.mu.Unlock()
+	sum := api.Checksum(cur)
+	a.mu.Lock()
+	j.sum.of, j.sum.value = cur, sum
+	a.mu.Unlock()
+	return sum
 }

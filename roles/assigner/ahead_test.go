@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/roles/assigner/assignertest"
 	"github.com/slicerd/slicerd/storage"
@@ -102,5 +103,66 @@ func TestStoreThatWentBackContinuesAboveItsTasks(t *testing.T) {
 	decide()
 	if got := f.j.pub.Current(); got.Generation != next.Generation {
 		t.Errorf("once past the task's generation: %d → %d", next.Generation, got.Generation)
+	}
+}
+
+// A store restored from an older copy can reach, with its own commits, a
+// generation its tasks already hold, with other content: the same
+// number, in the same incarnation, so nobody takes the store's. The
+// checksum a task reports with its generation tells the two apart: the
+// job's next decision continues above it. A report of the same content
+// moves nothing.
+func TestSameGenerationWithOtherContentContinuesAbove(t *testing.T) {
+	ctx := context.Background()
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1")
+	f := newBalanceFixture(t, members, nil)
+	cur := f.j.pub.Current()
+	truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: 10}}
+	report := func(sum uint64) bool {
+		t.Helper()
+		f.now = f.now.Add(1e9)
+		for _, task := range []string{"t0", "t1"} {
+			req := assignertest.ReportFor(cur, task, truth, 1)
+			req.Incarnation, req.Checksum = cur.Incarnation, sum
+			if _, err := f.as.ReportLoad(ctx, connect.NewRequest(req)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-f.as.aheads:
+			return true
+		default:
+			return false
+		}
+	}
+	decide := func() *assign.Assignment {
+		t.Helper()
+		if err := f.as.reconcile(ctx, "kv", triggerLoad); err != nil {
+			t.Fatal(err)
+		}
+		return f.j.pub.Current()
+	}
+
+	if report(api.Checksum(cur)) || report(0) {
+		t.Fatal("a report of the current content, or of no checksum, asked for a decision")
+	}
+	if got := decide(); got.Generation != cur.Generation {
+		t.Fatalf("generation %d → %d on reports of the current content", cur.Generation, got.Generation)
+	}
+	if !report(api.Checksum(cur) + 1) {
+		t.Fatal("a report of the current generation with other content asked for no decision")
+	}
+	next := decide()
+	if next.Generation != cur.Generation+1 || assign.Churn(cur, next) != 0 {
+		t.Fatalf("after a report of generation %d with other content: generation %d, churn %g; want %d, 0",
+			cur.Generation, next.Generation, assign.Churn(cur, next), cur.Generation+1)
+	}
+	h, err := f.as.history(ctx, "kv", 1)
+	if err != nil || len(h) != 1 || h[0].Cause != storage.CauseRenumber {
+		t.Fatalf("history: %+v, %v; want one %q entry", h, err, storage.CauseRenumber)
+	}
+	if got := decide(); got.Generation != next.Generation {
+		t.Errorf("once past it: generation %d → %d", next.Generation, got.Generation)
 	}
 }

@@ -41,10 +41,18 @@ type assignerJob struct {
 	// owners indexes the assignments the job's load reports are cut to
 	// (keepOwned).
 	owners ownerIndexes
-	// ahead is the highest generation a live task reported holding in
-	// the incarnation of the job's current assignment, when that was
-	// above it (see ahead.go). Guarded by Assigner.mu.
+	// ahead is the generation the job's next commit must be above when
+	// the current one is not: the highest a live task reported holding in
+	// the current assignment's incarnation, above it or at it with other
+	// content, or the one this Assigner held when its store went back
+	// (see ahead.go). Guarded by Assigner.mu.
 	ahead uint64
+	// sum is api.Checksum of the assignment of, computed for the first
+	// load report of its generation (checksumOf). Guarded by Assigner.mu.
+	sum struct {
+		of    *assign.Assignment
+		value uint64
+	}
 }
 
 // job returns the state of a job: this Assigner's own, or one built from

@@ -2723,7 +2723,14 @@ type ReportLoadRequest struct {
 	// above the generation the task holds, since tasks, Distributors and
 	// clients ignore older generations of the same incarnation
 	// (docs/operations.md#restoring-a-store).
-	Incarnation   string `protobuf:"bytes,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation string `protobuf:"bytes,10,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The checksum of the assignment at generation, as
+	// AssignmentDelta.checksum defines it; 0 when unknown. A report of the
+	// job's current generation and incarnation with another checksum tells
+	// the Assigner that its store reached that generation again with other
+	// content (restored from an older copy, then committed to): its next
+	// commit continues above it.
+	Checksum      uint64 `protobuf:"fixed64,11,opt,name=checksum,proto3" json:"checksum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2826,6 +2833,13 @@ func (x *ReportLoadRequest) GetIncarnation() string {
 		return x.Incarnation
 	}
 	return ""
+}
+
+func (x *ReportLoadRequest) GetChecksum() uint64 {
+	if x != nil {
+		return x.Checksum
+	}
+	return 0
 }
 
 type ReportLoadResponse struct {
@@ -3746,7 +3760,7 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
 	"\x04load\x18\x03 \x01(\x01R\x04load\x12\x14\n" +
-	"\x05bytes\x18\x04 \x01(\x01R\x05bytes\"\xdd\x02\n" +
+	"\x05bytes\x18\x04 \x01(\x01R\x05bytes\"\xf9\x02\n" +
 	"\x11ReportLoadRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1e\n" +
@@ -3760,7 +3774,8 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x0eevery_assigner\x18\b \x01(\bR\reveryAssigner\x12\x16\n" +
 	"\x06events\x18\t \x01(\x04R\x06events\x12 \n" +
 	"\vincarnation\x18\n" +
-	" \x01(\tR\vincarnation\"=\n" +
+	" \x01(\tR\vincarnation\x12\x1a\n" +
+	"\bchecksum\x18\v \x01(\x06R\bchecksum\"=\n" +
 	"\x12ReportLoadResponse\x12'\n" +
 	"\x0fkeyring_changed\x18\x01 \x01(\bR\x0ekeyringChanged\"Z\n" +
 	"\x12ReportReadyRequest\x12\x10\n" +
