@@ -201,3 +201,35 @@ func TestDrainRespectsMemoryAndCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainingTaskGetsNoReplicaBack: when every task that is not draining
+// already serves a slice a draining task also served (the redundancy is
+// as high as the tasks staying), the draining task's replica is dropped,
+// not given back to it: it ends serving nothing, and every slice keeps the
+// tasks that stay.
+func TestDrainingTaskGetsNoReplicaBack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 25))
+	for _, n := range []int{2, 3} {
+		tasks := testTasks(n)
+		cfg := Config{MinRedundancy: n, MaxRedundancy: n}
+		prev, err := Initial("j", tasks, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live := slices.Clone(tasks)
+		live[n-1].Draining = true
+		for _, load := range []Load{nil, withBytes(rng, powerLoad(rng, 100, 1.5), 0)} {
+			for _, alg := range []Algorithm{NewWeightedMove(), membershipAlg{}} {
+				next, _ := mustDecide(t, alg, prev, live, load, cfg)
+				if _, ok := next.TaskIndex(live[n-1].Name); ok {
+					t.Errorf("%d tasks, %s, load %v: the draining task still serves %v", n, alg.Name(), load != nil, keysOf(next, live[n-1].Name))
+				}
+				for _, s := range next.Slices {
+					if len(s.Tasks) != n-1 {
+						t.Fatalf("%d tasks, %s: slice [%#x, %#x) has tasks %v, want the %d staying", n, alg.Name(), s.Start, s.End, s.Tasks, n-1)
+					}
+				}
+			}
+		}
+	}
+}

@@ -13,10 +13,18 @@ import (
 // adds tasks, the second only drops them. It returns nil when no live
 // task loses a key from cur to next: next itself breaks nothing. gaining
 // lists, sorted, the tasks that serve keys in it they did not serve in cur.
+// A task live at another address than cur's has lost what it held there,
+// as a failed task has: its keys move at once.
 func MakeBeforeBreak(cur, next *Assignment, live []Task) (mid *Assignment, gaining []string) {
-	alive := make(map[string]bool, len(live))
+	addrs := make(map[string]string, len(live))
 	for _, t := range live {
-		alive[t.Name] = true
+		addrs[t.Name] = t.Addr
+	}
+	alive := make(map[string]bool, len(cur.Tasks))
+	for _, t := range cur.Tasks {
+		if a, ok := addrs[t.Name]; ok && a == t.Addr {
+			alive[t.Name] = true
+		}
 	}
 	out := &Assignment{Job: next.Job, Generation: next.Generation, Incarnation: next.Incarnation}
 	kept := false // a live task of cur serves a key next takes from it

@@ -121,3 +121,32 @@ func FuzzMakeBeforeBreak(f *testing.F) {
 		}
 	})
 }
+
+// TestMakeBeforeBreakMovedTask: a task that came back at another address
+// lost what its old instance held, as a failed task does: the first step
+// does not keep it beside the gaining tasks at the address it no longer
+// has, and where it loses every key (it was drained meanwhile) there is
+// nothing to make first.
+func TestMakeBeforeBreakMovedTask(t *testing.T) {
+	tasks := testTasks(3)
+	cur, err := Initial("j", tasks, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := slices.Clone(tasks)
+	live[1].Addr = "10.9.9.9:80"
+	live[1].Draining = true
+	next, _ := mustDecide(t, membershipAlg{}, cur, live, nil, DefaultConfig())
+	if _, ok := next.TaskIndex(live[1].Name); ok {
+		t.Fatal("test setup: the drained task kept keys")
+	}
+	mid, _ := MakeBeforeBreak(cur, next, live)
+	if mid == nil {
+		return
+	}
+	for _, task := range mid.Tasks {
+		if i := slices.IndexFunc(live, func(l Task) bool { return l.Name == task.Name }); i < 0 || live[i].Addr != task.Addr {
+			t.Errorf("the first step lists %s at %s, an address it no longer has", task.Name, task.Addr)
+		}
+	}
+}

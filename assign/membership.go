@@ -1,5 +1,7 @@
 package assign
 
+import "fmt"
+
 // Membership is the decision for a change of a job's live tasks or of its
 // configuration alone, which moves only what it must: the keys of departed
 // tasks go to the least-loaded live tasks, every slice gets between
@@ -14,22 +16,30 @@ package assign
 // generation. Moving load is left to a later WeightedMove decision.
 //
 // Without prev, or when no task of prev is live, the key space is split
-// evenly.
+// evenly over the open tasks, and the same phases then apply the pins and
+// the minimum redundancy to that split.
 func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config) (*Assignment, Decision, error) {
 	var refs taskRefs
 	tasks, gen, _, err := prepare("membership", job, prev, live, load, cfg, &refs)
 	if err != nil {
 		return nil, Decision{}, err
 	}
+	from := prev
+	var base []Move
 	if prev == nil {
-		next := evenSplit(job, gen, openTasks(tasks), cfg)
-		return next, decision(prev, next, evenSplitMoves(next, "the job has no assignment yet; splitting the key space evenly")), nil
+		from = evenSplit(job, gen, openTasks(tasks), cfg)
+		base = evenSplitMoves(from, "the job has no assignment yet; splitting the key space evenly")
+	} else if !prev.KeepsTask(staying(tasks)) {
+		from = evenSplit(job, gen, openTasks(tasks), cfg)
+		base = evenSplitMoves(from, "no task of the previous assignment is live; splitting the key space evenly")
 	}
-	if !prev.KeepsTask(staying(tasks)) {
-		next := evenSplit(job, gen, openTasks(tasks), cfg)
-		return next, decision(prev, next, evenSplitMoves(next, "no task of the previous assignment is live; splitting the key space evenly")), nil
+	if from != prev {
+		if refs, err = from.validate(true); err != nil {
+			return nil, Decision{}, fmt.Errorf("membership: even split: %w", err) // unreachable: evenSplit builds valid assignments
+		}
 	}
-	p := newPlanner(prev, refs, tasks, cfg.WithDefaults())
+	p := newPlanner(from, refs, tasks, cfg.WithDefaults())
+	p.moves = base
 	p.mem = newMemory(p, load)
 	p.membershipPhases()
 	next := p.assignment(job, gen)

@@ -110,8 +110,10 @@ func (p *planner) leastFit(excl []int32, b float64) int32 {
 // placeFor is where a slice of b bytes that must have another task goes:
 // the least-loaded open task with room for it, else the least-loaded open
 // one, else the least-loaded one not draining (a cordon gives way to the
-// slice's redundancy), else any. The relief phase moves a slice placed
-// without room on when room appears.
+// slice's redundancy), else none (-1): a draining task takes nothing
+// while another task stays (with every task draining, none is; see
+// sortedTasks). The relief phase moves a slice placed without room on when
+// room appears.
 func (p *planner) placeFor(excl []int32, b float64) int32 {
 	if t := p.leastFit(excl, b); t >= 0 || p.closed == nil && p.mem == nil {
 		return t
@@ -119,10 +121,7 @@ func (p *planner) placeFor(excl []int32, b float64) int32 {
 	if t := p.leastWhere(excl, p.isOpen); t >= 0 {
 		return t
 	}
-	if t := p.leastWhere(excl, func(t int32) bool { return !p.live[t].Draining }); t >= 0 {
-		return t
-	}
-	return p.least.bestExcept(excl)
+	return p.leastWhere(excl, func(t int32) bool { return !p.live[t].Draining })
 }
 
 // relieveMemory moves slices off every task that holds more bytes than its

@@ -233,12 +233,17 @@ func (a *Assignment) KeepsTask(live []Task) bool {
 // name, as Config.Controls returns them): every task of a is live at the
 // same address and not draining, and every live task a does not list is
 // one that takes no new slices (cordoned or draining). Capacities and
-// limits are not compared: assignments do not record them. A job whose
-// assignment is not settled needs a membership decision before load is
-// weighed.
+// limits are not compared: assignments do not record them. The marks are
+// read as decisions read them: with no task open, cordons give way, and
+// with every task draining, draining does. A job whose assignment is not
+// settled needs a membership decision before load is weighed.
 func (a *Assignment) Settled(live []Task) bool {
 	if a == nil {
 		return false
+	}
+	if !slices.ContainsFunc(live, Task.open) {
+		live = slices.Clone(live)
+		giveWay(live)
 	}
 	i := 0
 	for _, t := range live {

@@ -109,3 +109,28 @@ func TestVersionSupersedes(t *testing.T) {
 		}
 	}
 }
+
+// TestSettledWhenEveryTaskDrains: with every live task draining, draining
+// gives way (keys keep their tasks), so an assignment over those tasks is
+// settled and load may still be weighed; with one task staying, the
+// draining ones must lose their keys first.
+func TestSettledWhenEveryTaskDrains(t *testing.T) {
+	tasks := namedTasks("a", "b")
+	a, err := Initial("j", tasks, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Settled(tasks) {
+		t.Fatal("an initial assignment over the live tasks is not settled")
+	}
+	all := Config{Drained: []string{"a", "b"}}.Controls(tasks)
+	if !a.Settled(all) {
+		t.Error("every task draining: not settled, though no decision moves a key")
+	}
+	if next, _ := mustDecide(t, membershipAlg{}, a, all, nil, DefaultConfig()); !Equal(next, a) {
+		t.Errorf("every task draining: the membership decision moved keys: %v", next.Slices)
+	}
+	if one := (Config{Drained: []string{"b"}}).Controls(tasks); a.Settled(one) {
+		t.Error("b draining, a staying: settled, though b still holds keys")
+	}
+}

@@ -41,6 +41,12 @@ func (p *planner) pinnedTo(start, end SliceKey) int32 {
 	return -1
 }
 
+// pinBound reports whether k is the start or end of an active pin.
+func (p *planner) pinBound(k SliceKey) bool {
+	i, _ := slices.BinarySearchFunc(p.pins, k, func(a activePin, k SliceKey) int { return cmp.Compare(a.end, k) })
+	return i < len(p.pins) && (p.pins[i].end == k || p.pins[i].start == k) || i+1 < len(p.pins) && p.pins[i+1].start == k
+}
+
 // applyPins makes every active pin's keys served by its task: the slices
 // are split at the pin's bounds, and each slice of its range that the task
 // does not serve gets it in place of its most loaded task. A pin wins over

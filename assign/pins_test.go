@@ -90,3 +90,56 @@ func TestPinsValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestEvenSplitHonoursPinsAndRedundancy: a decision that splits the key
+// space afresh (the job's first, or one where no task of the previous
+// assignment is live) applies the pins of tasks that are live, and meets
+// the minimum redundancy with cordoned tasks when the open ones are too
+// few, as any other decision does.
+func TestEvenSplitHonoursPinsAndRedundancy(t *testing.T) {
+	gone, err := Initial("j", namedTasks("x", "y"), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := DefaultConfig()
+	pinned.Pins = []Pin{{Start: KeySpaceEnd / 2, End: KeySpaceEnd/2 + 1000, Task: "a", Reason: "debugging"}}
+	cordoned := Config{MinRedundancy: 2, MaxRedundancy: 2, Cordoned: []string{"b"}}
+	for _, prev := range []*Assignment{nil, gone} {
+		for _, alg := range []Algorithm{NewWeightedMove(), membershipAlg{}} {
+			next, _ := mustDecide(t, alg, prev, namedTasks("a", "b", "c"), nil, pinned)
+			if p := pinned.Pins[0]; !servedBy(next, p.Start, p.End, p.Task) {
+				t.Errorf("%s, previous assignment %v: the pin to a is not applied: %v", alg.Name(), prev != nil, next.Slices)
+			}
+			next, _ = mustDecide(t, alg, prev, namedTasks("a", "b"), nil, cordoned)
+			for _, s := range next.Slices {
+				if len(s.Tasks) != 2 {
+					t.Errorf("%s, previous assignment %v: slice [%#x, %#x) has tasks %v; min redundancy 2 needs the cordoned b too",
+						alg.Name(), prev != nil, s.Start, s.End, s.Tasks)
+				}
+			}
+		}
+	}
+}
+
+// TestPinBoundsKeptByMerges: a decision without load merges adjacent
+// slices served by the same tasks, but not across the bounds of an active
+// pin, which the membership phases cut: a membership decision after it,
+// with the same tasks and configuration, changes nothing.
+func TestPinBoundsKeptByMerges(t *testing.T) {
+	tasks := namedTasks("a", "b", "c")
+	prev, err := Initial("j", tasks, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	// Inside a's third of the key space: a serves it already.
+	cfg.Pins = []Pin{{Start: KeySpaceEnd / 8, End: KeySpaceEnd / 4, Task: "a"}}
+	next, _ := mustDecide(t, NewWeightedMove(), prev, tasks, nil, cfg)
+	again, d := mustDecide(t, membershipAlg{}, next, tasks, nil, cfg)
+	if d.Changed {
+		t.Errorf("a membership decision with nothing changed changed %v into %v: %v", next.Slices, again.Slices, d.Moves)
+	}
+	if !servedBy(next, KeySpaceEnd/8, KeySpaceEnd/4, "a") {
+		t.Errorf("the pin is not applied: %v", next.Slices)
+	}
+}

@@ -473,9 +473,10 @@ const (
 
 // replaceDeparted is phase 1: every slice that lost departed tasks gets as
 // many live tasks it lacks in their place, least-loaded first, unless every
-// live task already serves it. A slice larger than what the least-loaded
-// task needs to reach its fair share is split, so the orphaned keys spread
-// over the survivors instead of piling onto one. Only orphaned keys move.
+// live task that is not draining already serves it. A slice larger than
+// what the least-loaded task needs to reach its fair share is split, so the
+// orphaned keys spread over the survivors instead of piling onto one. Only
+// orphaned keys move.
 func (p *planner) replaceDeparted() {
 	if len(p.departures) == 0 {
 		return
@@ -516,9 +517,13 @@ func (p *planner) fillPieces(si int, departed []string, target, minPiece uint64)
 		s := &p.slices[si]
 		t := p.placeFor(p.tasks(s), p.mem.of(s))
 		if t < 0 {
+			every := "every live task"
+			if p.staying < len(p.live) {
+				every = "every live task that is not draining"
+			}
 			for _, rest := range departed[k:] {
 				p.moves = append(p.moves, Move{Kind: RemoveReplica, Start: s.start, End: s.end, From: rest,
-					Reason: fmt.Sprintf("task %q no longer serves the job (failed, left or draining) and every live task already serves the slice", rest)})
+					Reason: fmt.Sprintf("task %q no longer serves the job (failed, left or draining) and %s already serves the slice", rest, every)})
 			}
 			return
 		}
@@ -680,12 +685,14 @@ func (p *planner) split(si int, at SliceKey) {
 }
 
 // mergeAdjacent is phase 4: runs of adjacent slices served by the same
-// tasks become one slice.
+// tasks become one slice, except across the bounds of an active pin, which
+// applyPins cuts (so that a later decision finds them cut).
 func (p *planner) mergeAdjacent() {
 	out := p.slices[:1]
 	runStart := 0 // index in p.slices of the first slice merged into out's last
 	for i := 1; i <= len(p.slices); i++ {
-		if i < len(p.slices) && slices.Equal(p.tasks(&out[len(out)-1]), p.tasks(&p.slices[i])) {
+		if i < len(p.slices) && slices.Equal(p.tasks(&out[len(out)-1]), p.tasks(&p.slices[i])) &&
+			(p.pins == nil || !p.pinBound(p.slices[i].start)) {
 			out[len(out)-1].end = p.slices[i].end
 			continue
 		}

@@ -36,17 +36,22 @@ func sortedTasks(job string, tasks []Task) ([]Task, error) {
 			return nil, fmt.Errorf("%w: job %q: task %q is listed twice; task names must be unique within a job", ErrInvalidName, job, t.Name)
 		}
 	}
-	// Keys need an owner: with no task open for new slices, cordons give
-	// way, and with every task draining, draining does.
+	giveWay(out)
+	return out, nil
+}
+
+// giveWay clears the marks of ts where keys would have no owner: with no
+// task open for new slices, cordons give way, and with every task
+// draining, draining does.
+func giveWay(ts []Task) {
 	for _, clear := range []func(*Task){func(t *Task) { t.Cordoned = false }, func(t *Task) { t.Draining = false }} {
-		if slices.ContainsFunc(out, Task.open) {
+		if slices.ContainsFunc(ts, Task.open) {
 			break
 		}
-		for i := range out {
-			clear(&out[i])
+		for i := range ts {
+			clear(&ts[i])
 		}
 	}
-	return out, nil
 }
 
 // staying returns the tasks of ts (sorted) that are not draining: all of

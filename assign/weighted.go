@@ -87,11 +87,10 @@ func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Co
 			return nil, Decision{}, fmt.Errorf("weighted-move: even split: %w", err) // unreachable: evenSplit builds valid assignments
 		}
 	}
-	if from != prev && total == 0 && !load.HasBytes() {
-		return from, decision(prev, from, base), nil
-	}
-	// With load, a fresh even split is balanced at once rather than one
-	// decision later: the phases below run on it as on any assignment.
+	// A fresh even split goes through the phases below as any assignment
+	// does: the membership phases apply pins and meet the minimum
+	// redundancy with cordoned tasks where the open ones are too few, and
+	// with load it is balanced at once rather than one decision later.
 	cfg = cfg.WithDefaults()
 	// Room for what phase 5 usually adds, so that it grows the slices in
 	// place rather than copying a million of them.

@@ -792,6 +792,61 @@ func TestMakeBeforeBreakReady(t *testing.T) {
 	}
 }
 
+// A task failing after every gaining task reported ready, but before the
+// second step of a make-before-break decision went, abandons the step: it
+// would give the failed task keys that the first step still serves by the
+// tasks losing them. The decision for the failure starts from the first
+// step and leaves the failed task nothing.
+func TestMakeBeforeBreakAbandonedByFailureBeforeTheFlip(t *testing.T) {
+	ctx := context.Background()
+	jcfg := assign.DefaultConfig()
+	jcfg.HandoffDeadlineMS = assign.MaxHandoffDeadlineMS
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1", "t2")
+	f := newBalanceFixture(t, members, &jcfg)
+	as, j := f.as, f.j
+	f.report(t, assignertest.Skewed(), "t0", "t1", "t2")
+	as.balanceAll(ctx)
+	mid := j.pub.Current()
+	as.mu.Lock()
+	pending := j.pending
+	as.mu.Unlock()
+	if pending == nil {
+		t.Fatal("no make-before-break decision")
+	}
+	var gaining []string
+	for task := range pending.gaining {
+		gaining = append(gaining, task)
+	}
+	slices.Sort(gaining)
+	for _, task := range gaining {
+		if _, err := as.ReportReady(ctx, connect.NewRequest(&slicerv1.ReportReadyRequest{Job: "kv", Task: task, Generation: mid.Generation})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-as.flips:
+	default:
+		t.Fatalf("every gaining task %v reported ready, but no second step was signalled", gaining)
+	}
+	// A gaining task fails before the signalled step is taken.
+	dead := gaining[0]
+	members.set("kv", slices.DeleteFunc([]string{"t0", "t1", "t2"}, func(s string) bool { return s == dead })...)
+	if err := as.reconcile(ctx, "kv", triggerFlip); err != nil {
+		t.Fatal(err)
+	}
+	if got := j.pub.Current(); got.Generation != mid.Generation {
+		t.Fatalf("the second step went after %s failed: generation %d, tasks %v", dead, got.Generation, taskNames(got))
+	}
+	if err := as.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	got := j.pub.Current()
+	if _, ok := got.TaskIndex(dead); ok || got.Generation <= mid.Generation {
+		t.Errorf("after the decision for %s failing: generation %d (first step %d), tasks %v", dead, got.Generation, mid.Generation, taskNames(got))
+	}
+}
+
 // A load-driven decision whose gain is within the sampling noise of the
 // reports it was measured on is not committed: an imbalance of 1.26
 // measured on a hundred requests per task could be chance alone (4.15

@@ -112,11 +112,20 @@ func (a *Assigner) waitFlip(j *assignerJob, cur *assign.Assignment, live []assig
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	p := j.pending
-	switch {
-	case p == nil:
+	if p == nil {
 		return nil, false
+	}
+	sameLive := slices.EqualFunc(p.live, live, func(x, y assign.Task) bool { return x == y })
+	switch {
 	case cur == nil || cur.Generation != p.mid || !cfg.Equal(p.cfg):
 		setPending(j, nil) // another generation or configuration came first
+		return nil, false
+	case why == triggerFlip && !sameLive:
+		// A task failed, joined or left since the step was decided: it
+		// could give a failed task keys that the first step still serves
+		// by the tasks losing them. The decision for the change goes
+		// instead, from the first step.
+		setPending(j, nil)
 		return nil, false
 	case why == triggerFlip:
 		// A stray signal (a deadline of a step a store conflict replaced)
@@ -125,7 +134,7 @@ func (a *Assigner) waitFlip(j *assignerJob, cur *assign.Assignment, live []assig
 		return p, wait
 	case why == triggerLoad:
 		return p, true
-	case why == triggerChange && slices.EqualFunc(p.live, live, func(x, y assign.Task) bool { return x == y }):
+	case why == triggerChange && sameLive:
 		return p, true
 	}
 	setPending(j, nil)
