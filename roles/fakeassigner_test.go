@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -243,5 +244,100 @@ func TestUIPortMetricsHostCheck(t *testing.T) {
 			}
 		}
 		t.Errorf("GET /metrics on the UI port with Host attacker.example = %d (the UI itself refuses that Host); it serves e.g.\n%s", code, strings.Join(leak, "\n"))
+	}
+}
+
+// logLine reports whether a line of log holds each of parts.
+func logLine(log string, parts ...string) bool {
+	for l := range strings.SplitSeq(log, "\n") {
+		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(l, p) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// A holder of the gossip key without a certificate who rejoins gossip
+// under the name of an Assigner that has stopped, advertising the roles
+// and the RPC address that Assigner's certificate was verified at, is
+// not believed for that earlier verification: the member at its gossip
+// address is another one, and nothing at the address names it now.
+// Neither the agents list it (nobody defers to it or pulls from it) nor
+// does a task list it among its Assigners, from which it picks its
+// preferred one (whose answer gives it the gossip keys of a rotation) and
+// those its load reports go to.
+func TestFakeUnderAStoppedAssignersNameIsNotBelieved(t *testing.T) {
+	k1 := gossipKey(t)
+	pki := newTestPKI(t)
+	var logged testlog.Buffer // the task's log: it tells which Assigners it registered with and reported to
+	var a1Log testlog.Buffer  // a1's: it tells which members it could not verify
+	a2Name := winningAssignerName("kv", "a1")
+	var agents []*running
+	for _, name := range []string{"a1", a2Name} {
+		cfg := pki.agentConfig(t, name)
+		cfg.Gossip.Keys = [][]byte{k1}
+		if len(agents) > 0 {
+			cfg.Gossip.Join = []string{agents[0].GossipAddr()}
+		} else {
+			cfg.Logger = slog.New(slog.NewJSONHandler(&a1Log, nil))
+		}
+		agents = append(agents, startAgent(t, cfg))
+	}
+	a1, a2 := agents[0], agents[1]
+	testwait.For(t, "a1 to verify "+a2Name, seesAlive(a1, a2Name))
+	a2Roles, a2RPC := a2.cfg.Roles, a2.RPCAddr()
+	taskFile := filepath.Join(t.TempDir(), "task-keyring.json")
+	sl := runSlicelet(t, a1, slicelet.Config{Job: "kv", Task: "t0", LoadWindow: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		TLS:    pki.source("task-kv-t0", identity.ID{Role: identity.Task, Job: "kv", Task: "t0"}),
+		Gossip: gossip.Config{Keys: [][]byte{k1}, KeyringFile: taskFile}})
+	testwait.For(t, "the task to register with "+a2Name, func() bool {
+		return logLine(logged.String(), `"msg":"slicelet: registered with assigner"`, `"assigner":"`+a2Name+`"`)
+	})
+
+	a2.stop(t)
+	testwait.For(t, a2Name+" gone from a1's gossip", func() bool {
+		for _, p := range a1.rawPeers() {
+			if p.Name == a2Name && p.Status == gossip.StatusAlive {
+				return false
+			}
+		}
+		return true
+	})
+	// The fake joins the task's gossip directly, so that the task has it
+	// when the join returns; it tries to register with it next.
+	from, a1From := logged.Len(), a1Log.Len()
+	cfg := gossip.TestConfig(a2Name)
+	cfg.Keys = [][]byte{k1}
+	cfg.Self = gossip.Peer{Roles: a2Roles, RPCAddr: a2RPC}
+	fake, err := gossip.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fake.Shutdown() })
+	if _, err := fake.Join([]string{sl.GossipAddr(), a1.GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "the task to try the fake", func() bool {
+		return strings.Contains(logged.String()[from:], `"assigner":"`+a2Name+`"`)
+	})
+
+	testwait.For(t, "a1 to judge the fake", func() bool {
+		return logLine(a1Log.String()[a1From:], `"msg":"ignoring a gossip member whose certificate does not back its claims"`, `"member":"`+a2Name+`"`) ||
+			seesAlive(a1, a2Name)()
+	})
+	if seesAlive(a1, a2Name)() {
+		t.Errorf("a1 lists the fake %s (gossip %s, rpc %s) as a live agent: the verification of the stopped %s stood for it",
+			a2Name, fake.GossipAddr(), a2RPC, a2Name)
+	}
+
+	// The task's view of the Assigners is where its preferred one, whose
+	// answer gives it its gossip keys, and its load reports' Assigners
+	// are chosen from: its next load report goes to a1 alone.
+	reported := `"msg":"slicelet: load reported"`
+	from = logged.Len()
+	testwait.For(t, "the task's next load report", func() bool { return logLine(logged.String()[from:], reported) })
+	if !logLine(logged.String()[from:], reported, `"assigners":1,`) {
+		t.Errorf("the task lists the fake %s among its Assigners: its load report went to more than a1", a2Name)
 	}
 }

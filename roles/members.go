@@ -77,10 +77,15 @@ type verifier struct {
 const forgedWarnEvery = time.Minute
 
 // verdict is the outcome of dialling a member that claims agent roles.
+// It stands for the member at gossipAddr only: a member that takes the
+// name from another gossip address (gossip gives the name of a member
+// that left or failed to whoever joins with it) is dialled again, so
+// that the earlier verification of a stopped agent does not vouch for a
+// holder of the gossip key advertising the agent's old RPC address.
 type verdict struct {
-	addr, roles string // what was verified
-	ok          bool
-	at          time.Time
+	addr, roles, gossipAddr string // what was verified
+	ok                      bool
+	at                      time.Time
 }
 
 // taskReg is a task member's registration.
@@ -89,6 +94,12 @@ type taskReg struct {
 	rpcAddr               string                 // the serving address registered; "" from a Slicelet that predates it
 	attrs                 *gossip.TaskAttributes // nil from a Slicelet that predates them
 	by                    string                 // the registering identities, for logs
+}
+
+// judges reports whether vd is the verdict on p as it is now, claiming
+// roles: the same RPC address and roles, from the same gossip address.
+func (vd verdict) judges(p gossip.Peer, roles string) bool {
+	return vd.addr == p.RPCAddr && vd.roles == roles && vd.gossipAddr == p.GossipAddr
 }
 
 func newVerifier(src *tlsconfig.Source, self string, log *slog.Logger, notify func()) *verifier {
@@ -132,7 +143,7 @@ func (v *verifier) filter(peers []gossip.Peer) []gossip.Peer {
 			continue
 		}
 		vd, ok := v.agents[p.Name]
-		if ok && vd.addr == p.RPCAddr && vd.roles == roles {
+		if ok && vd.judges(p, roles) {
 			if vd.ok {
 				out = append(out, p)
 			} else if time.Since(vd.at) >= verifyRetry {
@@ -210,7 +221,7 @@ func (v *verifier) run(ctx context.Context, peers func() []gossip.Peer) {
 			v.mu.Lock()
 			vd, ok := v.agents[p.Name]
 			v.mu.Unlock()
-			if ok && vd.addr == p.RPCAddr && vd.roles == roles && (vd.ok || time.Since(vd.at) < verifyRetry) {
+			if ok && vd.judges(p, roles) && (vd.ok || time.Since(vd.at) < verifyRetry) {
 				continue
 			}
 			todo = append(todo, p)
@@ -253,7 +264,7 @@ func (v *verifier) verifyAll(ctx context.Context, peers []gossip.Peer) bool {
 				verified.Store(true)
 			}
 			v.mu.Lock()
-			v.agents[p.Name] = verdict{addr: p.RPCAddr, roles: roles, ok: err == nil, at: time.Now()}
+			v.agents[p.Name] = verdict{addr: p.RPCAddr, roles: roles, gossipAddr: p.GossipAddr, ok: err == nil, at: time.Now()}
 			v.mu.Unlock()
 		}()
 	}

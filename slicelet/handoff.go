@@ -18,6 +18,7 @@ import (
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/tlsconfig"
 )
@@ -413,6 +414,15 @@ func (s *Slicelet) doneImporting(imp *importRange) {
 	close(imp.done)
 }
 
+// ownMember reports whether p is the gossip member of the task of this
+// job it claims to be: the one named after it (gossip.TaskMemberName),
+// which the task holds while it is alive. Any holder of the gossip key
+// can claim a task's job and name in its tags under a name of its own;
+// only the task's own member speaks for the task's handoff.
+func (s *Slicelet) ownMember(p gossip.Peer) bool {
+	return p.Job == s.cfg.Job && p.Name == gossip.TaskMemberName(p.Job, p.Task)
+}
+
 // noHandoffTasks returns the tasks of the job whose gossip members say
 // they serve no state handoff (gossip.Peer.NoHandoff): they cannot export
 // state, so fetching from them would only delay their keys here.
@@ -423,7 +433,7 @@ func (s *Slicelet) noHandoffTasks() map[string]bool {
 	}
 	var none map[string]bool
 	for _, p := range n.Peers() {
-		if p.Job == s.cfg.Job && p.NoHandoff {
+		if s.ownMember(p) && p.NoHandoff {
 			if none == nil {
 				none = make(map[string]bool)
 			}
@@ -434,16 +444,16 @@ func (s *Slicelet) noHandoffTasks() map[string]bool {
 }
 
 // handoffTarget is t with the address it serves handoff at: the one its
-// gossip member advertises for handoff (a sidecar's), else its serving
-// address. With TLS the fetch checks that the server's certificate names
-// t, whichever address gossip gave.
+// own gossip member (ownMember) advertises for handoff (a sidecar's), else
+// its serving address. With TLS the fetch checks that the server's
+// certificate names t, whichever address gossip gave.
 func (s *Slicelet) handoffTarget(t assign.Task) assign.Task {
 	n := s.node.Load()
 	if n == nil {
 		return t
 	}
 	for _, p := range n.Peers() {
-		if p.Job == s.cfg.Job && p.Task == t.Name && p.HandoffAddr != "" {
+		if s.ownMember(p) && p.Task == t.Name && p.HandoffAddr != "" {
 			t.Addr = p.HandoffAddr
 			return t
 		}

@@ -15,20 +15,20 @@ import (
 // storeTask is an offline Slicelet with state handoff on whose state is
 // one map, as a cache's: it exports what the map holds (after gate, if
 // set, is closed: a large state that takes a while to send), and imports
-// into it, keeping an entry it already holds.
+// into it, keeping an entry it already holds. opts adjust its Config.
 type storeTask struct {
 	*Slicelet
 	mu    sync.Mutex
 	state map[string]string
 }
 
-func newStoreTask(t *testing.T, task string, state map[string]string, gate <-chan struct{}) *storeTask {
+func newStoreTask(t *testing.T, task string, state map[string]string, gate <-chan struct{}, opts ...func(*Config)) *storeTask {
 	t.Helper()
 	st := &storeTask{state: maps.Clone(state)}
 	if st.state == nil {
 		st.state = map[string]string{}
 	}
-	s, err := New(Config{Job: "j", Task: task, Addr: "127.0.0.1:9000", Join: []string{"127.0.0.1:7946"},
+	cfg := Config{Job: "j", Task: task, Addr: "127.0.0.1:9000", Join: []string{"127.0.0.1:7946"},
 		HandoffTimeout: 10 * time.Second,
 		ExportState: func(ctx context.Context, start, end assign.SliceKey, emit func(k, v []byte) error) error {
 			if gate != nil {
@@ -57,7 +57,11 @@ func newStoreTask(t *testing.T, task string, state map[string]string, gate <-cha
 				st.state[string(k)] = string(v)
 			}
 		},
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

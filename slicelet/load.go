@@ -139,27 +139,39 @@ type loadState struct {
 // the gossip key can claim the role, under a name that wins the job's
 // preference, and the Slicelet takes its preferred Assigner's answer for
 // its gossip keys and its leases, and sends its load reports to at most
-// maxReportAssigners of them.
+// maxReportAssigners of them. A verification stands for the member at the
+// gossip address the call was made for: gossip gives the name of an
+// Assigner that left or failed to whoever joins with it, and a holder of
+// the gossip key who does so advertising the Assigner's old RPC address
+// is another member, left out until a call to it reaches a server whose
+// certificate names it.
 type membersView struct {
 	mu       sync.Mutex
 	node     *gossip.Node
 	version  uint64
 	view     *lease.View
 	verify   bool
-	verified map[string]string // Assigner name → the RPC address its certificate was found at
-	vgen     uint64            // bumped when verified changes
-	viewVgen uint64            // vgen when view was read
+	verified map[string]memberAt // Assigner name → where its certificate was found
+	vgen     uint64              // bumped when verified changes
+	viewVgen uint64              // vgen when view was read
 }
 
-// verifiedAt records that the certificate at addr names Assigner name.
-func (m *membersView) verifiedAt(name, addr string) {
+// memberAt is where a gossip member is: its RPC and gossip addresses
+// (placeOf).
+type memberAt struct{ rpc, gossip string }
+
+func placeOf(p gossip.Peer) memberAt { return memberAt{rpc: p.RPCAddr, gossip: p.GossipAddr} }
+
+// verifiedAt records that the certificate at p's RPC address names p as
+// an Assigner.
+func (m *membersView) verifiedAt(p gossip.Peer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.verified == nil {
-		m.verified = map[string]string{}
+		m.verified = map[string]memberAt{}
 	}
-	if m.verified[name] != addr {
-		m.verified[name] = addr
+	if m.verified[p.Name] != placeOf(p) {
+		m.verified[p.Name] = placeOf(p)
 		m.vgen++
 	}
 }
@@ -174,7 +186,7 @@ func (m *membersView) of(n *gossip.Node) *lease.View {
 		peers := n.Peers()
 		if m.verify {
 			peers = slices.DeleteFunc(peers, func(p gossip.Peer) bool {
-				return p.Has(gossip.RoleAssigner) && m.verified[p.Name] != p.RPCAddr
+				return p.Has(gossip.RoleAssigner) && m.verified[p.Name] != placeOf(p)
 			})
 		}
 		m.node, m.version, m.view, m.viewVgen = n, v, lease.NewView(peers), m.vgen

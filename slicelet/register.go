@@ -82,7 +82,7 @@ func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node, joined <
 	}
 	changes, unsubscribe := node.Changes()
 	defer unsubscribe()
-	done := map[string]string{} // Assigner name → RPC address registered with
+	done := map[string]memberAt{} // Assigner name → where the member registered with was
 	refresh := time.NewTicker(registerRefresh)
 	defer refresh.Stop()
 	retry := time.NewTimer(0)
@@ -115,7 +115,7 @@ func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node, joined <
 				continue
 			}
 			alive[p.Name] = true
-			if done[p.Name] == p.RPCAddr {
+			if done[p.Name] == placeOf(p) {
 				continue
 			}
 			if err := s.register(ctx, node, p); err != nil {
@@ -135,7 +135,7 @@ func (s *Slicelet) registerLoop(ctx context.Context, node *gossip.Node, joined <
 				continue
 			}
 			notAlive = time.Time{}
-			done[p.Name] = p.RPCAddr
+			done[p.Name] = placeOf(p)
 			s.log.Debug("slicelet: registered with assigner", "assigner", p.Name)
 		}
 		for name := range done {
@@ -170,7 +170,7 @@ func (s *Slicelet) register(ctx context.Context, node *gossip.Node, p gossip.Pee
 	if err == nil || connect.IsWireError(err) {
 		// The server answered, so its certificate names p as an
 		// Assigner (assignerClient): p may be preferred.
-		s.load.view.verifiedAt(p.Name, p.RPCAddr)
+		s.load.view.verifiedAt(p)
 	}
 	if err != nil {
 		return err
