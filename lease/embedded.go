@@ -511,7 +511,7 @@ func (m *Embedded) Read(ctx context.Context, job string, kind Kind, reader strin
 }
 
 // Unread implements Manager.
-func (m *Embedded) Unread(ctx context.Context, job string, kind Kind, reader string) error {
+func (m *Embedded) Unread(ctx context.Context, job string, kind Kind, reader string, v Value) error {
 	op := "release " + kind.String()
 	if err := m.checkShared(ctx, op, job, kind); err != nil {
 		return err
@@ -524,7 +524,7 @@ func (m *Embedded) Unread(ctx context.Context, job string, kind Kind, reader str
 	}
 	defer m.mu.Unlock()
 	if js := m.jobs[job]; js != nil {
-		if _, ok := js.shared[kind-1].readers[reader]; ok {
+		if r, ok := js.shared[kind-1].readers[reader]; ok && (v == Value{} || r.value == v) {
 			delete(js.shared[kind-1].readers, reader)
 			m.signal()
 		}

@@ -157,9 +157,11 @@ type Manager interface {
 	// bridge at v for about ttl. It fails with ErrRecalled unless the
 	// lease is open at exactly v.
 	Read(ctx context.Context, job string, kind Kind, reader string, v Value, ttl time.Duration) (Read, error)
-	// Unread releases reader's read lease at once; releasing one not held
-	// is not an error.
-	Unread(ctx context.Context, job string, kind Kind, reader string) error
+	// Unread releases reader's read lease at v at once; a read at another
+	// value is left alone, so that a release that arrives late cannot end
+	// a read taken since. The zero Value releases the read whatever its
+	// value. Releasing one not held is not an error.
+	Unread(ctx context.Context, job string, kind Kind, reader string, v Value) error
 
 	// Close releases the manager. Leases it granted are not released: they
 	// expire, or are released through another manager.

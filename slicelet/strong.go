@@ -459,7 +459,7 @@ steps:
 			}
 			s.setView(v.guard, nil, subtract(v.bridge.owned, kept))
 			if b.Value == v.bridge.value {
-				s.unread(ctx, client, lease.Bridge)
+				s.unread(ctx, client, lease.Bridge, v.bridge.value)
 			}
 		case guard.RenewGuard, guard.RenewBridge:
 			kind, o := lease.Guard, v.guard
@@ -499,7 +499,7 @@ steps:
 			lost := subtract(v.guard.owned, v.bridge.owned)
 			s.drainHandles(v.guard, lost)
 			s.setView(nil, v.bridge, lost)
-			s.unread(ctx, client, lease.Guard)
+			s.unread(ctx, client, lease.Guard, v.guard.value)
 			s.log.Debug("slicelet: guard released for the bridge", "lost_ranges", len(lost))
 		case guard.ReadGuard:
 			a := st.assignment(step.Value.From)
@@ -527,7 +527,7 @@ steps:
 			}
 			s.setView(o, nil, dropped)
 			if v.bridge != nil {
-				s.unread(ctx, client, lease.Bridge)
+				s.unread(ctx, client, lease.Bridge, v.bridge.value)
 			}
 			s.log.Debug("slicelet: guard read", "generation", step.Value.From, "ranges", len(o.owned))
 		}
@@ -652,10 +652,15 @@ func (s *Slicelet) dropAll() {
 	s.strong.changes.notify()
 }
 
-func (s *Slicelet) unread(ctx context.Context, client slicerv1connect.LeaseServiceClient, kind lease.Kind) {
+// unread releases the task's read of kind at v. The release names v: one
+// that reaches the manager late (held up in the network, or by a paused
+// Assigner, after this call gave up on it) leaves alone a read the task
+// took since at another value.
+func (s *Slicelet) unread(ctx context.Context, client slicerv1connect.LeaseServiceClient, kind lease.Kind, v lease.Value) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL)
 	defer cancel()
-	_, err := client.ReleaseLease(rctx, connect.NewRequest(&slicerv1.ReleaseLeaseRequest{Job: s.cfg.Job, Task: s.cfg.Task, Kind: kindProto(kind)}))
+	_, err := client.ReleaseLease(rctx, connect.NewRequest(&slicerv1.ReleaseLeaseRequest{Job: s.cfg.Job, Task: s.cfg.Task, Kind: kindProto(kind),
+		Value: &slicerv1.LeaseValue{FromGeneration: v.From, ToGeneration: v.To}}))
 	if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 		s.log.Debug("slicelet: releasing a lease failed; it expires instead", "kind", kind.String(), "err", err)
 	}
@@ -673,9 +678,9 @@ func (s *Slicelet) releaseLeases() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.LeaseTTL)
 	defer cancel()
 	if v.guard != nil {
-		s.unread(ctx, client, lease.Guard)
+		s.unread(ctx, client, lease.Guard, v.guard.value)
 	}
 	if v.bridge != nil {
-		s.unread(ctx, client, lease.Bridge)
+		s.unread(ctx, client, lease.Bridge, v.bridge.value)
 	}
 }

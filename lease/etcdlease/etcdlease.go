@@ -25,8 +25,11 @@
 // fenced commit does. A read is an etcd lease granted for it and a
 // transaction that puts the reader's key only if the guard or bridge is
 // open at the value read; renewing it grants a new etcd lease and moves the
-// key to it, so a recalled lease cannot be kept alive by keep-alives. Set
-// compares that no reader key exists, in the same transaction.
+// key to it, so a recalled lease cannot be kept alive by keep-alives. A
+// read moves the key only if nothing wrote it since its etcd lease was
+// granted, so a read that comes late never puts the key on a lease that
+// ends before a later read's. Set compares that no reader key exists, in
+// the same transaction.
 package etcdlease
 
 import (
@@ -461,8 +464,10 @@ func (m *Manager) Readers(ctx context.Context, job string, kind lease.Kind) ([]l
 }
 
 // Read implements lease.Manager: a new etcd lease, and the reader's key
-// put with it only if the guard or bridge is open at v. The reader's
-// previous etcd lease, if any, is revoked once the key has moved.
+// put with it only if the guard or bridge is open at v and the key was not
+// written since the lease was granted (a later read of the reader holds
+// it: this one is refused). The reader's previous etcd lease, if any, is
+// revoked once the key has moved.
 func (m *Manager) Read(ctx context.Context, job string, kind lease.Kind, reader string, v lease.Value, ttl time.Duration) (lease.Read, error) {
 	op := "read " + kind.String()
 	if err := m.checkShared(ctx, op, job, kind); err != nil {
@@ -485,8 +490,13 @@ func (m *Manager) Read(ctx context.Context, job string, kind lease.Kind, reader 
 	}
 	key := m.readersPrefix(job, kind) + reader
 	state := m.stateKey(job, kind)
+	open := string(encodeState(lease.State{Set: true, Value: v}))
+	// The key moves to g only if nothing wrote it since g was granted: a
+	// read of the same reader that did (this one's request came late)
+	// holds an etcd lease granted after g, which outlasts it.
 	t, err := m.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.Value(state), "=", string(encodeState(lease.State{Set: true, Value: v})))).
+		If(clientv3.Compare(clientv3.Value(state), "=", open),
+			clientv3.Compare(clientv3.ModRevision(key), "<", g.GetRevision()+1)).
 		Then(clientv3.OpGet(key), clientv3.OpPut(key, string(encodeValue(v)), clientv3.WithLease(g.ID))).
 		Else(clientv3.OpGet(state)).
 		Commit()
@@ -500,6 +510,10 @@ func (m *Manager) Read(ctx context.Context, job string, kind lease.Kind, reader 
 		if err != nil {
 			return lease.Read{}, err
 		}
+		if st.Set && !st.Recalled && st.Value == v {
+			return lease.Read{}, fmt.Errorf("%w: %s of job %q by %s: a later read of the same reader was granted while this one was under way, and holds it",
+				lease.ErrRecalled, op, job, reader)
+		}
 		return lease.Read{}, lease.RecalledError(job, kind, v, st)
 	}
 	if old := t.Responses[0].GetResponseRange().Kvs; len(old) > 0 && old[0].Lease != 0 && old[0].Lease != int64(g.ID) {
@@ -509,8 +523,9 @@ func (m *Manager) Read(ctx context.Context, job string, kind lease.Kind, reader 
 }
 
 // Unread implements lease.Manager by revoking the reader's etcd lease,
-// which deletes its key.
-func (m *Manager) Unread(ctx context.Context, job string, kind lease.Kind, reader string) error {
+// which deletes its key, if the key holds v. A read at another value that
+// replaces it meanwhile is on another etcd lease, which stays.
+func (m *Manager) Unread(ctx context.Context, job string, kind lease.Kind, reader string, v lease.Value) error {
 	op := "release " + kind.String()
 	if err := m.checkShared(ctx, op, job, kind); err != nil {
 		return err
@@ -527,6 +542,15 @@ func (m *Manager) Unread(ctx context.Context, job string, kind lease.Kind, reade
 	}
 	if len(resp.Kvs) == 0 {
 		return nil
+	}
+	if v != (lease.Value{}) {
+		held, err := decodeValue(resp.Kvs[0].Value)
+		if err != nil {
+			return fmt.Errorf("%w: job %q: reader key %s: %w", lease.ErrCorrupt, job, key, err)
+		}
+		if held != v {
+			return nil
+		}
 	}
 	if _, err := m.cli.Revoke(rctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return m.opError(ctx, op, job, err)

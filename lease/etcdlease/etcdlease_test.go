@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/lease"
 	"github.com/slicerd/slicerd/lease/etcdlease"
@@ -252,5 +254,84 @@ func TestAcquireAfterAnIdleHolderLeaseExpired(t *testing.T) {
 	lb, err := b.Acquire(ctx, "j", "b", 2*time.Second)
 	if err != nil || lb.Epoch <= la.Epoch {
 		t.Fatalf("b's Acquire once a's lease expired = %+v, %v; want a lease above epoch %d", lb, err, la.Epoch)
+	}
+}
+
+// heldGrants is an etcd client's Lease whose next Grant, once armed, is
+// made and then held up before it returns, until release is closed: a
+// Read paused between its etcd lease and its transaction, as a paused
+// Assigner, or one whose transaction is held up in the network, makes it.
+type heldGrants struct {
+	clientv3.Lease
+	armed   atomic.Bool
+	granted chan struct{}
+	release chan struct{}
+}
+
+func (h *heldGrants) Grant(ctx context.Context, ttl int64) (*clientv3.LeaseGrantResponse, error) {
+	resp, err := h.Lease.Grant(ctx, ttl)
+	if h.armed.CompareAndSwap(true, false) {
+		close(h.granted)
+		<-h.release
+	}
+	return resp, err
+}
+
+// A read whose transaction comes after a later read of the same reader
+// at the same value (a renewal sent again after the first timed out)
+// leaves the reader's key on the later read's etcd lease. Moved to its
+// own, granted before the later read was even sent, the key would expire
+// before the deadline the reader counts from the later read, and a Wait
+// could end while the reader still uses the lease.
+func TestLateReadKeepsLaterRead(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := openStore(t, srv.Endpoint(), "/late-read/")
+	t.Cleanup(func() { s.Close() })
+	m := etcdlease.New(s, etcdlease.Options{})
+	t.Cleanup(func() { m.Close() })
+	ctx := context.Background()
+	l, err := m.Acquire(ctx, "j", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := lease.GuardValue(1)
+	if err := m.Set(ctx, l, lease.Guard, g); err != nil {
+		t.Fatal(err)
+	}
+	cli := s.Client()
+	held := &heldGrants{Lease: cli.Lease, granted: make(chan struct{}), release: make(chan struct{})}
+	cli.Lease = held
+	t.Cleanup(func() { cli.Lease = held.Lease })
+	key := s.LeaseKeys("j") + "guard-r/t1"
+
+	held.armed.Store(true)
+	late := make(chan error, 1)
+	go func() {
+		_, err := m.Read(ctx, "j", lease.Guard, "t1", g, 10*time.Second)
+		late <- err
+	}()
+	<-held.granted
+	if _, err := m.Read(ctx, "j", lease.Guard, "t1", g, 10*time.Second); err != nil {
+		t.Fatalf("the later read: %v", err)
+	}
+	resp, err := cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the reader's key after the later read: %v, %v", resp, err)
+	}
+	later := clientv3.LeaseID(resp.Kvs[0].Lease)
+	close(held.release)
+	err = <-late
+	if err != nil && !errors.Is(err, lease.ErrRecalled) {
+		t.Fatalf("the late read: %v", err)
+	}
+	resp, err = cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the reader's key after the late read: %v, %v", resp, err)
+	}
+	if got := clientv3.LeaseID(resp.Kvs[0].Lease); got != later {
+		t.Fatalf("the late read moved the reader's key to etcd lease %x, granted before the later read's %x", got, later)
+	}
+	if ttl, err := cli.TimeToLive(ctx, later); err != nil || ttl.TTL <= 0 {
+		t.Fatalf("the later read's etcd lease after the late read: %+v, %v; want it alive", ttl, err)
 	}
 }

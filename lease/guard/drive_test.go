@@ -63,7 +63,7 @@ func TestStepFinishesAnInterruptedMove(t *testing.T) {
 	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", b12, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Unread(ctx, "kv", lease.Guard, "t0"); err != nil {
+	if err := m.Unread(ctx, "kv", lease.Guard, "t0", lease.GuardValue(1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Recall(ctx, held, lease.Guard); err != nil {
@@ -95,7 +95,7 @@ func TestStepFinishesAnInterruptedMove(t *testing.T) {
 	if g := state(t, m, lease.Guard); g.Value != lease.GuardValue(2) {
 		t.Fatalf("guard %+v while t0 holds the bridge 1→2; want it still at 2", g)
 	}
-	if err := m.Unread(ctx, "kv", lease.Bridge, "t0"); err != nil {
+	if err := m.Unread(ctx, "kv", lease.Bridge, "t0", b12); err != nil {
 		t.Fatal(err)
 	}
 	// Now it goes through the bridge 2→3 (t0 no longer reads the guard).

@@ -66,6 +66,7 @@ func Run(t *testing.T, o Opener) {
 		{"SetReadRecall", testSetReadRecall},
 		{"ReaderExpiry", testReaderExpiry},
 		{"GuardAndBridge", testGuardAndBridge},
+		{"UnreadNamesItsValue", testUnreadNamesItsValue},
 		{"LostLeaseWritesNothing", testLostLeaseWritesNothing},
 		{"Invalid", testInvalid},
 		{"Restart", testRestart},
@@ -449,10 +450,10 @@ func testSetReadRecall(t *testing.T, o Opener) {
 	wctx, cancel := context.WithTimeout(ctx, waitTimeout)
 	defer cancel()
 	go func() { done <- p.M.Wait(wctx, l, lease.Guard) }()
-	if err := other.Unread(ctx, "j", lease.Guard, "t1"); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", g1); err != nil {
 		t.Fatalf("Unread: %v", err)
 	}
-	if err := other.Unread(ctx, "j", lease.Guard, "t1"); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", lease.Value{}); err != nil {
 		t.Fatalf("a second Unread: %v", err)
 	}
 	select {
@@ -460,7 +461,7 @@ func testSetReadRecall(t *testing.T, o Opener) {
 		t.Fatalf("Wait returned (%v) while t2 still holds the guard", err)
 	default:
 	}
-	if err := other.Unread(ctx, "j", lease.Guard, "t2"); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t2", g1); err != nil {
 		t.Fatalf("Unread: %v", err)
 	}
 	if err := <-done; err != nil {
@@ -534,7 +535,7 @@ func testGuardAndBridge(t *testing.T, o Opener) {
 	if _, err := other.Read(ctx, "j", lease.Bridge, "t2", b, long); err != nil {
 		t.Fatalf("Read of the bridge while the guard is recalled: %v", err)
 	}
-	if err := other.Unread(ctx, "j", lease.Guard, "t1"); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", g); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, waitTimeout)
@@ -551,6 +552,52 @@ func testGuardAndBridge(t *testing.T, o Opener) {
 	}
 	if st, err := other.State(ctx, "j", lease.Bridge); err != nil || st != (lease.State{Set: true, Value: b}) {
 		t.Fatalf("bridge State = %+v, %v; want open at %v", st, err, b)
+	}
+}
+
+// A release names the read it releases: one that arrives after the reader
+// read the lease again at another value leaves that read alone.
+func testUnreadNamesItsValue(t *testing.T, o Opener) {
+	p := open(t, o)
+	ctx := context.Background()
+	other := peer(t, o, p)
+	l := mustAcquire(t, p.M, "j", "a", long)
+	g1, g2 := lease.GuardValue(1), lease.GuardValue(2)
+	if err := p.M.Set(ctx, l, lease.Guard, g1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", g1, long); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", g1); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.M.Recall(ctx, l, lease.Guard); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	if err := p.M.Wait(wctx, l, lease.Guard); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.M.Set(ctx, l, lease.Guard, g2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", g2, long); err != nil {
+		t.Fatal(err)
+	}
+	// The release of the read at 1, again, as if it came late.
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", g1); err != nil {
+		t.Fatalf("Unread at a value not held: %v", err)
+	}
+	if readers, err := p.M.Readers(ctx, "j", lease.Guard); err != nil || len(readers) != 1 || readers[0] != (lease.Reader{Name: "t1", Value: g2}) {
+		t.Fatalf("Readers after a release of the read at %v = %+v, %v; want t1 still at %v", g1, readers, err, g2)
+	}
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", g2); err != nil {
+		t.Fatal(err)
+	}
+	if readers, err := p.M.Readers(ctx, "j", lease.Guard); err != nil || len(readers) != 0 {
+		t.Fatalf("Readers after the release of the read at %v = %+v, %v; want none", g2, readers, err)
 	}
 }
 

@@ -97,6 +97,80 @@ func TestGuardFollowsGenerations(t *testing.T) {
 	}
 }
 
+// A task's release that reaches the lease manager late — sent to an
+// Assigner that was paused, or held up in the network, after the task gave
+// up waiting for it — names the read it released, and leaves alone the
+// read of the next guard the task took since. Were that read ended, the
+// next move would find no reader of the guard and set the guard past it
+// while the task still used the keys it gave.
+func TestLateReleaseLeavesNewerRead(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	store := testStore(t)
+	cfg := assign.Config{MinRedundancy: 1, MaxRedundancy: 1, Consistency: assign.Strong}
+	if err := store.SetConfig(ctx, "kv", cfg); err != nil {
+		t.Fatal(err)
+	}
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1")
+	acfg := testConfig(t, "a1")
+	acfg.BridgeWait = time.Minute
+	a := testAssigner(t, acfg, store, members, nil)
+	lead(t, a, "kv")
+	a.mu.Lock()
+	a.runCtx = ctx
+	a.mu.Unlock()
+	t.Cleanup(func() { cancel(); a.drivers.Wait() })
+	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	guardAt := func(gen uint64) func() bool {
+		return func() bool {
+			st, err := a.leases.State(ctx, "kv", lease.Guard)
+			return err == nil && st.Set && !st.Recalled && st.Value == lease.GuardValue(gen)
+		}
+	}
+	testwait.For(t, "the guard to be set at generation 1", guardAt(1))
+
+	const short, long = 300 * time.Millisecond, time.Minute
+	for _, task := range []string{"t0", "t1"} {
+		if r := readLease(t, a, task, slicerv1.LeaseKind_LEASE_KIND_GUARD, 1, 1, short); !r.GetGranted() {
+			t.Fatalf("%s's guard read: %v", task, r)
+		}
+	}
+	members.set("kv", "t0")
+	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "t0 to take the bridge 1→2", func() bool {
+		readLease(t, a, "t0", slicerv1.LeaseKind_LEASE_KIND_GUARD, 1, 1, short)
+		return readLease(t, a, "t0", slicerv1.LeaseKind_LEASE_KIND_BRIDGE, 1, 2, long).GetGranted()
+	})
+	// t0 releases the guard at 1; the release is held up, and t0 goes on
+	// without it. The guard moves once t0's read of it expires.
+	late := connect.NewRequest(&slicerv1.ReleaseLeaseRequest{Job: "kv", Task: "t0", Kind: slicerv1.LeaseKind_LEASE_KIND_GUARD,
+		Value: &slicerv1.LeaseValue{FromGeneration: 1, ToGeneration: 1}})
+	testwait.For(t, "the guard to move to generation 2", guardAt(2))
+	if r := readLease(t, a, "t0", slicerv1.LeaseKind_LEASE_KIND_GUARD, 2, 2, long); !r.GetGranted() {
+		t.Fatalf("t0's read of the guard at 2: %v", r)
+	}
+	if _, err := a.ReleaseLease(ctx, connect.NewRequest(&slicerv1.ReleaseLeaseRequest{Job: "kv", Task: "t0", Kind: slicerv1.LeaseKind_LEASE_KIND_BRIDGE,
+		Value: &slicerv1.LeaseValue{FromGeneration: 1, ToGeneration: 2}})); err != nil {
+		t.Fatal(err)
+	}
+
+	// The release of the guard at 1 arrives now.
+	if _, err := a.ReleaseLease(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	readers, err := a.leases.Readers(ctx, "kv", lease.Guard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(readers) != 1 || readers[0] != (lease.Reader{Name: "t0", Value: lease.GuardValue(2)}) {
+		t.Fatalf("readers of the guard after a late release of t0's read at 1: %+v; want t0's read at 2, which t0 uses for a minute", readers)
+	}
+}
+
 // ReadLease refuses a job that is not strong, a bad kind, and a task
 // calling far too often.
 func TestReadLeaseRefuses(t *testing.T) {

@@ -87,7 +87,8 @@ func (a *Assigner) ReleaseLease(ctx context.Context, req *connect.Request[slicer
 	if err != nil {
 		return nil, err
 	}
-	if err := a.leases.Unread(ctx, m.GetJob(), kind, m.GetTask()); err != nil {
+	v := lease.Value{From: m.GetValue().GetFromGeneration(), To: m.GetValue().GetToGeneration()}
+	if err := a.leases.Unread(ctx, m.GetJob(), kind, m.GetTask(), v); err != nil {
 		return nil, rpc.ToConnect(err)
 	}
 	return connect.NewResponse(&slicerv1.ReleaseLeaseResponse{}), nil

@@ -3279,10 +3279,15 @@ func (x *ReadLeaseResponse) GetIncarnation() string {
 }
 
 type ReleaseLeaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Task          string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
-	Kind          LeaseKind              `protobuf:"varint,3,opt,name=kind,proto3,enum=slicer.v1.LeaseKind" json:"kind,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Task  string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	Kind  LeaseKind              `protobuf:"varint,3,opt,name=kind,proto3,enum=slicer.v1.LeaseKind" json:"kind,omitempty"`
+	// The value of the read released: a read the task holds at another
+	// value is left alone, so that a release delivered late (held up in
+	// the network, or by an Assigner that was paused) cannot end a read the
+	// task took since. Unset releases the read whatever its value.
+	Value         *LeaseValue `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3336,6 +3341,13 @@ func (x *ReleaseLeaseRequest) GetKind() LeaseKind {
 		return x.Kind
 	}
 	return LeaseKind_LEASE_KIND_UNSPECIFIED
+}
+
+func (x *ReleaseLeaseRequest) GetValue() *LeaseValue {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type ReleaseLeaseResponse struct {
@@ -3806,11 +3818,12 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"\x05guard\x18\x03 \x01(\v2\x15.slicer.v1.LeaseStateR\x05guard\x12-\n" +
 	"\x06bridge\x18\x04 \x01(\v2\x15.slicer.v1.LeaseStateR\x06bridge\x12\x16\n" +
 	"\x06strong\x18\x05 \x01(\bR\x06strong\x12 \n" +
-	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"e\n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\x92\x01\n" +
 	"\x13ReleaseLeaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12(\n" +
-	"\x04kind\x18\x03 \x01(\x0e2\x14.slicer.v1.LeaseKindR\x04kind\"\x16\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x14.slicer.v1.LeaseKindR\x04kind\x12+\n" +
+	"\x05value\x18\x04 \x01(\v2\x15.slicer.v1.LeaseValueR\x05value\"\x16\n" +
 	"\x14ReleaseLeaseResponse\"\x81\x01\n" +
 	"\x11FetchStateRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
@@ -3962,48 +3975,49 @@ var file_slicer_v1_slicer_proto_depIdxs = []int32{
 	41, // 29: slicer.v1.ReadLeaseResponse.guard:type_name -> slicer.v1.LeaseState
 	41, // 30: slicer.v1.ReadLeaseResponse.bridge:type_name -> slicer.v1.LeaseState
 	1,  // 31: slicer.v1.ReleaseLeaseRequest.kind:type_name -> slicer.v1.LeaseKind
-	47, // 32: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
-	7,  // 33: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	10, // 34: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	7,  // 35: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	10, // 36: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
-	7,  // 37: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
-	12, // 38: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
-	17, // 39: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
-	19, // 40: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
-	21, // 41: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
-	23, // 42: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
-	28, // 43: slicer.v1.JobService.GetJobHistory:input_type -> slicer.v1.GetJobHistoryRequest
-	33, // 44: slicer.v1.JobService.ExplainKey:input_type -> slicer.v1.ExplainKeyRequest
-	30, // 45: slicer.v1.JobService.GetLoadHistory:input_type -> slicer.v1.GetLoadHistoryRequest
-	36, // 46: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
-	38, // 47: slicer.v1.LoadService.ReportReady:input_type -> slicer.v1.ReportReadyRequest
-	42, // 48: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
-	44, // 49: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
-	46, // 50: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
-	8,  // 51: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 52: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	8,  // 53: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	11, // 54: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
-	8,  // 55: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
-	14, // 56: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
-	18, // 57: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
-	20, // 58: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
-	22, // 59: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
-	24, // 60: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
-	29, // 61: slicer.v1.JobService.GetJobHistory:output_type -> slicer.v1.GetJobHistoryResponse
-	34, // 62: slicer.v1.JobService.ExplainKey:output_type -> slicer.v1.ExplainKeyResponse
-	31, // 63: slicer.v1.JobService.GetLoadHistory:output_type -> slicer.v1.GetLoadHistoryResponse
-	37, // 64: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
-	39, // 65: slicer.v1.LoadService.ReportReady:output_type -> slicer.v1.ReportReadyResponse
-	43, // 66: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
-	45, // 67: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
-	48, // 68: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
-	51, // [51:69] is the sub-list for method output_type
-	33, // [33:51] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	40, // 32: slicer.v1.ReleaseLeaseRequest.value:type_name -> slicer.v1.LeaseValue
+	47, // 33: slicer.v1.FetchStateResponse.entries:type_name -> slicer.v1.StateEntry
+	7,  // 34: slicer.v1.DistributorService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 35: slicer.v1.DistributorService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	7,  // 36: slicer.v1.BackupService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	10, // 37: slicer.v1.BackupService.GetAssignment:input_type -> slicer.v1.GetAssignmentRequest
+	7,  // 38: slicer.v1.AssignerService.WatchAssignment:input_type -> slicer.v1.WatchAssignmentRequest
+	12, // 39: slicer.v1.AssignerService.RegisterTask:input_type -> slicer.v1.RegisterTaskRequest
+	17, // 40: slicer.v1.JobService.ListJobs:input_type -> slicer.v1.ListJobsRequest
+	19, // 41: slicer.v1.JobService.GetJob:input_type -> slicer.v1.GetJobRequest
+	21, // 42: slicer.v1.JobService.SetJobConfig:input_type -> slicer.v1.SetJobConfigRequest
+	23, // 43: slicer.v1.JobService.DeleteJob:input_type -> slicer.v1.DeleteJobRequest
+	28, // 44: slicer.v1.JobService.GetJobHistory:input_type -> slicer.v1.GetJobHistoryRequest
+	33, // 45: slicer.v1.JobService.ExplainKey:input_type -> slicer.v1.ExplainKeyRequest
+	30, // 46: slicer.v1.JobService.GetLoadHistory:input_type -> slicer.v1.GetLoadHistoryRequest
+	36, // 47: slicer.v1.LoadService.ReportLoad:input_type -> slicer.v1.ReportLoadRequest
+	38, // 48: slicer.v1.LoadService.ReportReady:input_type -> slicer.v1.ReportReadyRequest
+	42, // 49: slicer.v1.LeaseService.ReadLease:input_type -> slicer.v1.ReadLeaseRequest
+	44, // 50: slicer.v1.LeaseService.ReleaseLease:input_type -> slicer.v1.ReleaseLeaseRequest
+	46, // 51: slicer.v1.HandoffService.FetchState:input_type -> slicer.v1.FetchStateRequest
+	8,  // 52: slicer.v1.DistributorService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 53: slicer.v1.DistributorService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 54: slicer.v1.BackupService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	11, // 55: slicer.v1.BackupService.GetAssignment:output_type -> slicer.v1.GetAssignmentResponse
+	8,  // 56: slicer.v1.AssignerService.WatchAssignment:output_type -> slicer.v1.WatchAssignmentResponse
+	14, // 57: slicer.v1.AssignerService.RegisterTask:output_type -> slicer.v1.RegisterTaskResponse
+	18, // 58: slicer.v1.JobService.ListJobs:output_type -> slicer.v1.ListJobsResponse
+	20, // 59: slicer.v1.JobService.GetJob:output_type -> slicer.v1.GetJobResponse
+	22, // 60: slicer.v1.JobService.SetJobConfig:output_type -> slicer.v1.SetJobConfigResponse
+	24, // 61: slicer.v1.JobService.DeleteJob:output_type -> slicer.v1.DeleteJobResponse
+	29, // 62: slicer.v1.JobService.GetJobHistory:output_type -> slicer.v1.GetJobHistoryResponse
+	34, // 63: slicer.v1.JobService.ExplainKey:output_type -> slicer.v1.ExplainKeyResponse
+	31, // 64: slicer.v1.JobService.GetLoadHistory:output_type -> slicer.v1.GetLoadHistoryResponse
+	37, // 65: slicer.v1.LoadService.ReportLoad:output_type -> slicer.v1.ReportLoadResponse
+	39, // 66: slicer.v1.LoadService.ReportReady:output_type -> slicer.v1.ReportReadyResponse
+	43, // 67: slicer.v1.LeaseService.ReadLease:output_type -> slicer.v1.ReadLeaseResponse
+	45, // 68: slicer.v1.LeaseService.ReleaseLease:output_type -> slicer.v1.ReleaseLeaseResponse
+	48, // 69: slicer.v1.HandoffService.FetchState:output_type -> slicer.v1.FetchStateResponse
+	52, // [52:70] is the sub-list for method output_type
+	34, // [34:52] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_slicer_v1_slicer_proto_init() }
