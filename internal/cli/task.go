@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -132,7 +133,36 @@ func taskControl(c *cli.Context, set bool, list func(*slicerv1.JobConfig) *[]str
 	return waitDrained(c, client, job, task)
 }
 
-// waitDrained polls the job until its assignment gives task no key.
+// undrainedOthers lists the job's live tasks other than task that are not
+// drained: those a drain of task can move its keys to.
+func undrainedOthers(info *slicerv1.JobInfo, task string) []string {
+	var out []string
+	for _, t := range info.GetLiveTasks() {
+		if t.GetName() != task && !slices.Contains(info.GetConfig().GetDrainedTasks(), t.GetName()) {
+			out = append(out, t.GetName())
+		}
+	}
+	return out
+}
+
+// liveList names the job's live tasks, marking the drained ones.
+func liveList(info *slicerv1.JobInfo) string {
+	var names []string
+	for _, t := range info.GetLiveTasks() {
+		n := t.GetName()
+		if slices.Contains(info.GetConfig().GetDrainedTasks(), n) {
+			n += " (drained)"
+		}
+		names = append(names, n)
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// waitDrained polls the job until its assignment gives task no key, or
+// no other live task can take its keys.
 func waitDrained(c *cli.Context, client slicerv1connect.JobServiceClient, job, task string) error {
 	start := time.Now()
 	deadline := start.Add(c.Duration("timeout"))
@@ -149,6 +179,13 @@ func waitDrained(c *cli.Context, client slicerv1connect.JobServiceClient, job, t
 		if !slices.ContainsFunc(info.GetTaskLoads(), func(t *slicerv1.TaskLoad) bool { return t.GetTask() == task }) {
 			fmt.Fprintf(c.App.Writer, "%s drained in %v (generation %d)\n", task, time.Since(start).Round(time.Millisecond), info.GetGeneration())
 			return nil
+		}
+		if takers := undrainedOthers(info, task); len(takers) == 0 {
+			// A drain with no task to move the keys to gives way (the
+			// keys stay), so waiting cannot end it.
+			return cli.Exit(fmt.Sprintf("%s still serves keys of job %q: no other live task can take them, every other one being drained "+
+				"(live: %s); the drain stays stored and moves the keys once a task that is not drained is live "+
+				"(start one, or 'slicerd task undrain %s TASK')", task, job, liveList(info), job), 1)
 		}
 		if time.Now().After(deadline) {
 			return cli.Exit(fmt.Sprintf("%s still serves keys of job %q after %v (generation %d); the drain stays stored: "+
