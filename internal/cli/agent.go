@@ -377,7 +377,7 @@ func agentConfig(c *cli.Context, log *slog.Logger) (roles.Config, error) {
 	}
 	cfg.Gossip.Profile = p
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError("%v", err)
+		return cfg, usageError("%s", withEnvSource(c, err.Error()))
 	}
 	return cfg, nil
 }

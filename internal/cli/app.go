@@ -258,6 +258,33 @@ func usageError(format string, args ...any) error {
 	return cli.Exit(fmt.Sprintf(format, args...), 2)
 }
 
+// withEnvSource adds to each flag msg names as "(--NAME)" the variable of
+// the environment that holds its value, when one does: an operator who
+// set SLICERD_MAX_JOBS in a unit file finds the setting at fault there,
+// not on the command line. A flag given on the command line too (with
+// another value) is named alone.
+func withEnvSource(c *cli.Context, msg string) string {
+	for _, f := range c.Command.Flags {
+		env, ok := f.(interface{ GetEnvVars() []string })
+		if !ok {
+			continue
+		}
+		name := f.Names()[0]
+		cited := "(--" + name + ")"
+		if !strings.Contains(msg, cited) {
+			continue
+		}
+		for _, v := range env.GetEnvVars() {
+			val, set := os.LookupEnv(v)
+			if set && fmt.Sprint(c.Value(name)) == strings.TrimSpace(val) {
+				msg = strings.ReplaceAll(msg, cited, fmt.Sprintf("(--%s, set by %s=%s in the environment)", name, v, strings.TrimSpace(val)))
+				break
+			}
+		}
+	}
+	return msg
+}
+
 // subcommandUsageError gives flag errors of a subcommand exit status 2.
 func subcommandUsageError(c *cli.Context, err error, _ bool) error {
 	return usageError("%v (see 'slicerd %s --help')", err, commandPath(c))

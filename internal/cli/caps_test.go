@@ -45,4 +45,13 @@ func TestStreamJobAndLoadLimitFlags(t *testing.T) {
 			t.Errorf("%v: exit %d: %s; want exit 2 saying %q", tc.args, code, out, tc.want)
 		}
 	}
+	// A value the environment set is traced to its variable; one the
+	// command line overrides is not.
+	env := map[string]string{"SLICERD_MAX_JOBS": "0"}
+	if _, code, out := agentConfigOf(t, env); code != 2 || !strings.Contains(out, "max jobs (--max-jobs, set by SLICERD_MAX_JOBS=0 in the environment) is 0") {
+		t.Errorf("SLICERD_MAX_JOBS=0: exit %d: %s; want exit 2 naming the variable", code, out)
+	}
+	if _, code, out := agentConfigOf(t, env, "--max-jobs", "-3"); code != 2 || !strings.Contains(out, "max jobs (--max-jobs) is -3") {
+		t.Errorf("SLICERD_MAX_JOBS=0 and --max-jobs -3: exit %d: %s; want exit 2 naming the flag alone", code, out)
+	}
 }
