@@ -1,6 +1,8 @@
 package assigner
 
 import (
+	"sync"
+
 	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/assign"
 )
@@ -109,19 +111,26 @@ func (a *Assigner) aheadOf(j *assignerJob, cur *assign.Assignment) uint64 {
 	return 0
 }
 
+// assignmentSum is api.Checksum of one assignment, computed once.
+type assignmentSum struct {
+	of    *assign.Assignment
+	once  sync.Once
+	value uint64
+}
+
 // checksumOf returns api.Checksum of cur, j's current assignment,
-// computing it once per assignment: the first report of each generation
-// pays for it (tens of milliseconds at a million slices).
+// computed once per assignment: the first report of each generation pays
+// for it (tens of milliseconds at a million slices), and the job's other
+// reports, which arrive together after a commit, wait for it rather than
+// hash it again each.
 func (a *Assigner) checksumOf(j *assignerJob, cur *assign.Assignment) uint64 {
 	a.mu.Lock()
-	if j.sum.of == cur {
-		defer a.mu.Unlock()
-		return j.sum.value
+	s := j.sum
+	if s == nil || s.of != cur {
+		s = &assignmentSum{of: cur}
+		j.sum = s
 	}
 	a.mu.Unlock()
-	sum := api.Checksum(cur)
-	a.mu.Lock()
-	j.sum.of, j.sum.value = cur, sum
-	a.mu.Unlock()
-	return sum
+	s.once.Do(func() { s.value = api.Checksum(cur) })
+	return s.value
 }

@@ -47,12 +47,10 @@ type assignerJob struct {
 	// content, or the one this Assigner held when its store went back
 	// (see ahead.go). Guarded by Assigner.mu.
 	ahead uint64
-	// sum is api.Checksum of the assignment of, computed for the first
-	// load report of its generation (checksumOf). Guarded by Assigner.mu.
-	sum struct {
-		of    *assign.Assignment
-		value uint64
-	}
+	// sum is api.Checksum of the current assignment, computed for the
+	// first load report of its generation (checksumOf). Guarded by
+	// Assigner.mu.
+	sum *assignmentSum
 }
 
 // job returns the state of a job: this Assigner's own, or one built from
