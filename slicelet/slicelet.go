@@ -50,7 +50,8 @@ type view struct {
 
 // checksum returns api.Checksum of v's assignment, computed the first
 // time it is asked for: load reports carry it, and a job of a million
-// slices takes tens of milliseconds to hash.
+// slices takes about 0.15 s to hash (BenchmarkChecksum in package api:
+// 1.5 ms per 10,000 slices), once per generation.
 func (v *view) checksum() uint64 {
 	if sum := v.sum.Load(); sum != 0 {
 		return sum
