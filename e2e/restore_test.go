@@ -26,7 +26,8 @@ func TestRestoredStoreContinuesAboveItsTasks(t *testing.T) {
 	db := filepath.Join(dir, "slicerd.db")
 	args := []string{"--data-dir", dir, "--rpc-addr", testnet.FreeAddr(t), "--gossip-addr", testnet.FreeAddr(t)}
 	node := startSlicerd(t, "node-1", args...)
-	c := runClerk(t, clerk.Config{Job: "kv", Resolver: func() ([]string, []string) { return []string{node.rpcAddr}, nil }})
+	addr := node.rpcAddr // the same for every start: --rpc-addr is fixed
+	c := runClerk(t, clerk.Config{Job: "kv", Resolver: func() ([]string, []string) { return []string{addr}, nil }})
 
 	tasks := []*kvTask{startKV(t, "kv-0", node.gossipAddr)}
 	testwait.Until(t, 30*time.Second, "an assignment over kv-0", func() bool {
