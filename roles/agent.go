@@ -283,7 +283,7 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		httpLog = log.New(auth.HandshakeErrors{Refusals: a.refusals, Next: func(line string) { debugLog.Print(line) }}, "", 0)
 	}
 	a.server = &http.Server{
-		Handler:           a.gate.Wrap(a.hosts.Wrap(authn.Wrap(watch.WithLimits(mux, a.sendWatch, cfg.StreamSendBudget)))),
+		Handler:           bodyTimeout(a.gate.Wrap(a.hosts.Wrap(authn.Wrap(watch.WithLimits(mux, a.sendWatch, cfg.StreamSendBudget)))), cfg.ReadHeaderTimeout),
 		TLSConfig:         tlsConf,
 		Protocols:         protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,

@@ -135,7 +135,9 @@ type Config struct {
 	// connections cannot use up file descriptors (see internal/connlimit).
 	MaxConnections, MaxConnectionsPerIP int
 	// ReadHeaderTimeout bounds the reading of an HTTP/1 request's headers
-	// (and so a new connection's first bytes, the HTTP/2 preface included).
+	// (and so a new connection's first bytes, the HTTP/2 preface included),
+	// and the reading of a call's request body from the call's start
+	// (reflection streams excepted; see bodyTimeout).
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout closes an RPC connection with no request in flight for
 	// this long; a connection carrying a stream, such as WatchAssignment,

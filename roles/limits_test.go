@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -13,9 +14,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	healthv1 "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/slicerd/slicerd/api"
+	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
+	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
 	"github.com/slicerd/slicerd/internal/batchconn"
 	"github.com/slicerd/slicerd/internal/connlimit"
@@ -257,5 +262,130 @@ func TestMaxStartingHandlers(t *testing.T) {
 	}
 	if got, want := maxStartingHandlers(0), max(64, 32*runtime.GOMAXPROCS(0)); got != want {
 		t.Errorf("default: %d; want %d", got, want)
+	}
+}
+
+// A call whose request body never ends is ended after the read-header
+// timeout, over HTTP/2 and over HTTP/1.1: its caller gets an error while
+// it still holds the body open, so that calls stalled in their bodies
+// (2,000 on each HTTP/2 connection, a health check needing no identity)
+// cannot pile up handlers. Watches, whose requests were read in full, live
+// on past that timeout, over HTTP/2 and over HTTP/1.1.
+func TestStalledRequestBodyEnded(t *testing.T) {
+	node, w := startWatched(t, func(c *Config) { c.ReadHeaderTimeout = 100 * time.Millisecond })
+	hc1 := http1Client()
+	defer hc1.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := slicerv1connect.NewDistributorServiceClient(hc1, api.RPCURL(node.RPCAddr()), connect.WithProtoJSON()).
+		WatchAssignment(ctx, connect.NewRequest(&slicerv1.WatchAssignmentRequest{Job: "kv"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		t.Fatalf("WatchAssignment over HTTP/1.1 ended: %v", stream.Err())
+	}
+
+	for _, c := range []struct {
+		proto string
+		hc    *http.Client
+	}{{"HTTP/2", api.NewH2CClient()}, {"HTTP/1.1", http1Client()}} {
+		stalledCallEnds(t, c.proto, c.hc, node.RPCAddr())
+		c.hc.CloseIdleConnections()
+	}
+
+	// Each stalled call ended a read-header timeout after it started,
+	// after the watches had started.
+	stillWatching(t, node, w)
+	for {
+		if !stream.Receive() {
+			t.Fatalf("WatchAssignment over HTTP/1.1 ended once it had lived past the read-header timeout: %v", stream.Err())
+		}
+		a, err := api.FromProto(stream.Msg().GetAssignment())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(taskNames(a), []string{"t0", "t1"}) {
+			break
+		}
+	}
+}
+
+// stalledCallEnds starts a health check, sends the first byte of its body
+// and no more, and wants an error answer while the body is still open.
+func stalledCallEnds(t *testing.T, proto string, hc *http.Client, addr string) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write([]byte("{"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // bounds a hang; not a timing claim
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, api.RPCURL(addr)+"/grpc.health.v1.Health/Check", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("a call stalled in its body over %s got no answer: %v", proto, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		t.Fatalf("a call stalled in its body over %s: %d %s; want an error", proto, resp.StatusCode, body)
+	}
+}
+
+// A call stalled in its body whose caller does not take the answer either
+// (it gives the server no flow-control window for it) is reset once the
+// answer could not be sent within the read-header timeout, so that its
+// handler does not wait for the window forever.
+func TestStalledRequestBodyUnreadAnswerReset(t *testing.T) {
+	cfg := testConfig(t, "node-1", t.TempDir())
+	cfg.ReadHeaderTimeout = 100 * time.Millisecond
+	node := startAgent(t, cfg)
+	c := testnet.DialFrom(t, node.RPCAddr(), "")
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", node.RPCAddr()},
+		{":path", "/grpc.health.v1.Health/Check"}, {"content-type", "application/json"}} {
+		enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteData(1, false, []byte("{")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(30 * time.Second)) // bounds a hang; not a timing claim
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("the stalled call's stream was not reset: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				fr.WritePing(true, f.Data)
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == 1 {
+				return
+			}
+		case *http2.GoAwayFrame:
+			t.Fatalf("the server went away (%v) instead of resetting the stalled call's stream", f.ErrCode)
+		}
 	}
 }

@@ -208,7 +208,7 @@ func agentFlagList() []cli.Flag {
 		},
 		&cli.DurationFlag{
 			Name: "read-header-timeout", Value: d.ReadHeaderTimeout, EnvVars: []string{"SLICERD_READ_HEADER_TIMEOUT"},
-			Usage: "how long a new RPC connection may take to send its first request's headers (HTTP/1.1) or the HTTP/2 preface",
+			Usage: "how long a new RPC connection may take to send its first request's headers (HTTP/1.1) or the HTTP/2 preface, and a call the rest of its request body once it started (reflection streams excepted)",
 		},
 		&cli.DurationFlag{
 			Name: "ping-interval", Value: d.PingInterval, EnvVars: []string{"SLICERD_PING_INTERVAL"},
