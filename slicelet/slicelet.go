@@ -90,6 +90,9 @@ type Slicelet struct {
 	// accepts only a certificate naming that member.
 	assignersMu sync.Mutex
 	assigners   map[string]*http.Client
+	// dists records, with TLS, the Distributors and Backups whose
+	// certificates were found where gossip places them; see distState.
+	dists distState
 
 	metrics *sliceletMetrics // nil without Config.Registerer; see metrics.go
 
@@ -292,6 +295,7 @@ func (s *Slicelet) Run(ctx context.Context) error {
 	s.node.Store(node)
 
 	g, gctx := errgroup.WithContext(ctx)
+	s.dists.start(gctx)
 	s.startHandoff(gctx)
 	g.Go(func() error { return s.runGossip(gctx, node) })
 	g.Go(func() error {
@@ -302,6 +306,12 @@ func (s *Slicelet) Run(ctx context.Context) error {
 		case <-s.joined:
 		case <-gctx.Done():
 			return nil
+		}
+		if s.cfg.TLS != nil {
+			// Check the Distributors and Backups gossip has before the
+			// Clerk's first round, which lists only those that passed.
+			s.resolve()
+			s.dists.settle(gctx)
 		}
 		return s.clerk.Run(gctx)
 	})
@@ -316,6 +326,7 @@ func (s *Slicelet) Run(ctx context.Context) error {
 		})
 	}
 	err = g.Wait()
+	s.dists.stop()
 	s.stopHandoff()
 	s.httpClient.CloseIdleConnections()
 	s.closeAssignerClients()
@@ -334,7 +345,8 @@ func (s *Slicelet) Run(ctx context.Context) error {
 }
 
 // downDistributors lists the Distributors gossip has declared failed (not
-// those that left): they keep their place in subsetting's numbering.
+// those that left): they keep their place in subsetting's numbering. With
+// TLS it lists only those resolve would have listed alive (distState).
 func (s *Slicelet) downDistributors() []string {
 	n := s.node.Load()
 	if n == nil {
@@ -342,7 +354,8 @@ func (s *Slicelet) downDistributors() []string {
 	}
 	var down []string
 	for _, p := range n.Peers() {
-		if p.Status == gossip.StatusFailed && p.RPCAddr != "" && p.Has(gossip.RoleDistributor) {
+		if p.Status == gossip.StatusFailed && p.RPCAddr != "" && p.Has(gossip.RoleDistributor) &&
+			(s.cfg.TLS == nil || s.dists.isVerified(p)) {
 			down = append(down, p.RPCAddr)
 		}
 	}
@@ -350,7 +363,8 @@ func (s *Slicelet) downDistributors() []string {
 }
 
 // resolve lists the RPC addresses of the live Distributors and Backups
-// gossip knows.
+// gossip knows. With TLS it lists only those whose certificate was found
+// at their address, and starts a check of the others (distState).
 func (s *Slicelet) resolve() (dists, backups []string) {
 	n := s.node.Load()
 	if n == nil {
@@ -358,6 +372,13 @@ func (s *Slicelet) resolve() (dists, backups []string) {
 	}
 	for _, p := range n.Peers() {
 		if p.Status != gossip.StatusAlive || p.RPCAddr == "" {
+			continue
+		}
+		if !p.Has(gossip.RoleDistributor) && !p.Has(gossip.RoleBackup) {
+			continue
+		}
+		if s.cfg.TLS != nil && !s.dists.isVerified(p) {
+			s.verifyDistributor(p)
 			continue
 		}
 		if p.Has(gossip.RoleDistributor) {
