@@ -509,7 +509,9 @@ func defaultID() string {
 // watch runs one stream. The stream was healthy if it delivered a valid
 // assignment message or stayed open for at least MaxBackoff (a Clerk that
 // is already current receives nothing until the next generation). A
-// stream on a fallback server ends after BackupRecheck.
+// stream on a fallback server ends after BackupRecheck. A stream whose
+// server announced heartbeats fails, not healthy, once nothing arrived on
+// it for api.HeartbeatMisses intervals (see silenceWatch).
 func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 	addr, backup := t.addr, t.backup
 	var cancel context.CancelFunc
@@ -533,15 +535,24 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 		Job: c.cfg.Job, KnownGeneration: known.Generation, KnownIncarnation: known.Incarnation,
 		DeltaVersion: api.DeltaVersion,
 	})
+	req.Header().Set(api.HeartbeatHeader, "1")
+	// A server that announces heartbeats is dropped when its stream goes
+	// silent (see silenceWatch); one that does not is watched as before.
+	silence := &silenceWatch{announced: make(chan time.Duration, 1)}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // runs before wg.Wait: stops silence.run
+	wg.Go(func() { silence.run(ctx, cancel) })
+	client := silenceClient{HTTPClient: c.client, w: silence}
 	var stream *connect.ServerStreamForClient[slicerv1.WatchAssignmentResponse]
 	var err error
 	// A message larger than any assignment the cache file could hold is
 	// refused at its length prefix rather than buffered.
 	limit := connect.WithReadMaxBytes(maxMessageBytes)
 	if backup {
-		stream, err = slicerv1connect.NewBackupServiceClient(c.client, api.URL(addr, c.cfg.TLS != nil), limit).WatchAssignment(ctx, req)
+		stream, err = slicerv1connect.NewBackupServiceClient(client, api.URL(addr, c.cfg.TLS != nil), limit).WatchAssignment(ctx, req)
 	} else {
-		stream, err = slicerv1connect.NewDistributorServiceClient(c.client, api.URL(addr, c.cfg.TLS != nil), limit).WatchAssignment(ctx, req)
+		stream, err = slicerv1connect.NewDistributorServiceClient(client, api.URL(addr, c.cfg.TLS != nil), limit).WatchAssignment(ctx, req)
 	}
 	if err != nil {
 		return moved.Load(), err
@@ -550,6 +561,10 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 
 	delivered := false
 	for stream.Receive() {
+		if api.IsHeartbeat(stream.Msg()) {
+			continue // it counted as a sign of life when its bytes arrived
+		}
+		silence.handling()
 		a, err := api.Receive(c.heard, stream.Msg())
 		if errors.Is(err, api.ErrDelta) {
 			// Watch again from nothing: the server sends the full
@@ -573,8 +588,16 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 			c.log.Info("clerk: streaming assignments", "addr", addr, "backup", backup, "fallback", t.fallback, "generation", c.Generation())
 		}
 		delivered = true
+		silence.done()
 	}
 	err = stream.Err()
+	if silence.fired.Load() && !moved.Load() {
+		err = fmt.Errorf("%w: nothing arrived for %v (%d heartbeat intervals the server announced): %w",
+			errSilent, silence.limit(), api.HeartbeatMisses, err)
+		c.log.Warn("clerk: the server's assignment stream went silent although the server promised heartbeats; keeping the held assignment and trying another server",
+			"addr", addr, "backup", backup, "generation", c.Generation(), "err", err)
+		return false, err
+	}
 	healthy := delivered || time.Since(began) >= c.cfg.MaxBackoff || moved.Load()
 	if healthy && ctx.Err() == nil {
 		c.log.Info("clerk: assignment stream ended; reconnecting", "addr", addr, "backup", backup, "err", err)

@@ -16,6 +16,12 @@
 // exponential backoff between rounds; while nothing answers, the Clerk keeps
 // routing with the last assignment it had. A stream on a Backup is ended
 // every Config.BackupRecheck to move back to a Distributor when one is up.
+// A stream counts as broken, too, when its server announced heartbeats
+// (docs/api.md, "Heartbeats"; slicerd's servers do) and nothing arrived on
+// it for api.HeartbeatMisses of the announced intervals: a server that
+// stalled in the middle of a message, or that keeps its connection up but
+// stopped sending on the stream, is left for the next one, not waited on
+// for ever. A server that announces none keeps its stream while it is open.
 // Assignments for another job, malformed ones and older generations are
 // never installed.
 //

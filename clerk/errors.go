@@ -13,4 +13,7 @@ var (
 	// errRejected marks a message that failed validation; the stream that
 	// carried it is dropped so a misbehaving server is failed over.
 	errRejected = errors.New("clerk: rejected assignment")
+	// errSilent marks a stream dropped because its server, which had
+	// promised heartbeats, sent nothing for api.HeartbeatMisses intervals.
+	errSilent = errors.New("clerk: assignment stream went silent")
 )

@@ -8,6 +8,7 @@ import os
 import queue
 import tempfile
 import threading
+import time
 import unittest
 from concurrent import futures
 
@@ -179,6 +180,100 @@ class StreamConformanceTest(unittest.TestCase):
                 finally:
                     ck.close()
                     server.stop(0)
+
+
+def _wait_until(cond, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def _whole(generation):
+    return json_format.ParseDict({"assignment": {
+        "job": "kv", "generation": str(generation), "incarnation": "inc-a",
+        "tasks": [{"name": "kv-0", "address": "10.0.0.1:80"}],
+        "slices": [{"start": "0", "end": str(1 << 63), "tasks": ["kv-0"]}]}}, _messages.WatchAssignmentResponse())
+
+
+class Beating(grpc.GenericRpcHandler):
+    """A DistributorService whose streams announce heartbeats every
+    ``announce`` seconds to a client that asks (none when 0), send the
+    generation ``first``, then, to a client that asked, a heartbeat every
+    ``beat`` seconds (none when 0), and stay open until the client ends
+    them."""
+
+    def __init__(self, announce, first, beat):
+        self.announce, self.first, self.beat = announce, first, beat
+        self.opens = 0
+        self.beats = 0
+
+    def service(self, details):
+        if details.method != "/slicer.v1.DistributorService/WatchAssignment":
+            return None
+        return grpc.unary_stream_rpc_method_handler(
+            self.watch, request_deserializer=_messages.WatchAssignmentRequest.FromString,
+            response_serializer=_messages.WatchAssignmentResponse.SerializeToString)
+
+    def watch(self, req, context):
+        self.opens += 1
+        asked = ("slicerd-heartbeat", "1") in tuple(context.invocation_metadata())
+        if asked and self.announce:
+            context.send_initial_metadata((("slicerd-heartbeat-interval", str(int(self.announce * 1000))),))
+        yield _whole(self.first)
+        done = threading.Event()
+        context.add_callback(done.set)
+        while not done.is_set():
+            if asked and self.beat:
+                done.wait(self.beat)
+                yield _messages.WatchAssignmentResponse()
+                self.beats += 1
+            else:
+                done.wait(60)
+
+
+class HeartbeatTest(unittest.TestCase):
+    def test_silent_distributor_is_left_for_the_next(self):
+        """A Distributor that announced heartbeats and then sends nothing
+        while its connection stays up is left for the next server once
+        nothing arrived for HEARTBEAT_MISSES intervals."""
+        silent = Beating(0.05, 1, 0)
+        nxt = Beating(0, 2, 0)
+        silent_server, silent_addr = serve(silent)
+        next_server, next_addr = serve(nxt)
+        # The silent Distributor alone until its stream is open, so the
+        # Clerk is on it first.
+        ck = slicerd_clerk.Clerk("kv", [silent_addr], subset_size=0, min_backoff=0.005, max_backoff=0.05)
+        try:
+            ck.start()
+            _wait_until(lambda: silent.opens > 0, "a stream on the silent Distributor")
+            ck.set_servers([silent_addr, next_addr])
+            _wait_until(lambda: ck.generation == 2, "generation 2 from the next Distributor")
+        finally:
+            ck.close()
+            silent_server.stop(0)
+            next_server.stop(0)
+
+    def test_heartbeats_keep_an_idle_stream(self):
+        """A Distributor that sends heartbeats keeps the stream however
+        long no generation goes out."""
+        # Heartbeats far more often than announced: the stream is never
+        # silent for HEARTBEAT_MISSES intervals, however the test is run.
+        srv = Beating(0.2, 1, 0.005)
+        server, addr = serve(srv)
+        ck = slicerd_clerk.Clerk("kv", [addr], subset_size=0, min_backoff=0.005, max_backoff=0.05)
+        try:
+            ck.start()
+            # Twice HEARTBEAT_MISSES announced intervals at least: one
+            # heartbeat per 5 ms or more makes at most 40 in 200 ms.
+            want = 2 * slicerd_clerk.clerk.HEARTBEAT_MISSES * 40
+            _wait_until(lambda: srv.beats >= want, f"{want} heartbeats")
+            self.assertEqual(srv.opens, 1, "the Clerk dropped a stream that sent heartbeats")
+            self.assertEqual(ck.generation, 1)
+        finally:
+            ck.close()
+            server.stop(0)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@
 //   - Latest, the newest assignment of one job and its waiting streams:
 //     a slow stream skips to the newest generation instead of queueing,
 //     the publisher never waits, and a change is sent to every stream by
-//     a round of a few workers while the streams' handlers sleep
+//     a round of a few workers while the streams' handlers sleep, and
+//     heartbeats to the streams that ask for them (api.HeartbeatHeader),
+//     sent by each stream's handler every api.HeartbeatInterval
 //     (latest.go);
 //   - Message and Codec, the one protobuf encoding of a generation (and
 //     of each delta) that every stream sends, and the budget of send

@@ -24,6 +24,14 @@ DELTA_VERSION = 1
 _DISTRIBUTOR = "/slicer.v1.DistributorService/WatchAssignment"
 _BACKUP = "/slicer.v1.BackupService/WatchAssignment"
 _MAX_MESSAGE = 1 << 30  # an assignment of 100,000 slices is a few MB
+# Heartbeats (docs/api.md, "Heartbeats"): the Clerk asks for them; a server
+# that sends them announces their interval in milliseconds, and a stream of
+# such a server that brings no message for HEARTBEAT_MISSES intervals is
+# dropped for the next server. A server that announces nothing keeps its
+# stream as long as it stays open.
+_HEARTBEAT_HEADER = "slicerd-heartbeat"
+_HEARTBEAT_INTERVAL_HEADER = "slicerd-heartbeat-interval"
+HEARTBEAT_MISSES = 4
 
 
 class ClerkError(Exception):
@@ -425,7 +433,10 @@ class Clerk:
     def _watch(self, t):
         """Run one stream; (healthy, error). Healthy: it delivered a valid
         message, or stayed open at least max_backoff (a Clerk that is
-        current receives nothing until the next generation)."""
+        current receives nothing until the next generation). A stream whose
+        server announced heartbeats and then sent no message for
+        HEARTBEAT_MISSES intervals (stalled mid-message, or silent with its
+        connection up) fails, so the next server is tried."""
         heard = self._heard
         req = _messages.WatchAssignmentRequest(
             job=self.job, known_generation=heard.generation if heard else 0,
@@ -435,14 +446,24 @@ class Clerk:
             request_serializer=_messages.WatchAssignmentRequest.SerializeToString,
             response_deserializer=_messages.WatchAssignmentResponse.FromString)
         began = time.monotonic()
-        call = stub(req, timeout=self._recheck if t.fallback else None, metadata=self._metadata)
+        metadata = tuple(self._metadata or ()) + ((_HEARTBEAT_HEADER, "1"),)
+        call = stub(req, timeout=self._recheck if t.fallback else None, metadata=metadata)
         with self._lock:
             self._call, self._target, self._moved = call, t, False
             if self._stop.is_set():
                 call.cancel()
-        delivered, err = False, None
+        delivered, err, silence = False, None, None
         try:
+            interval = _announced_heartbeat(call.initial_metadata())
+            if interval:
+                silence = _Silence(call, HEARTBEAT_MISSES * interval)
             for m in call:
+                if silence is not None:
+                    silence.heard(busy=True)
+                if not m.HasField("assignment") and not m.HasField("delta"):
+                    if silence is not None:
+                        silence.heard()
+                    continue  # a heartbeat
                 try:
                     a = receive(self._heard, m)
                 except DeltaError as e:
@@ -467,15 +488,24 @@ class Clerk:
                     self._log.info("slicerd_clerk: job %s: streaming assignments from %s (backup %s, fallback %s), generation %d",
                                    self.job, t.addr, t.backup, t.fallback, self.generation)
                 delivered = True
+                if silence is not None:
+                    silence.heard()  # the time spent on the message was not silence
         except grpc.RpcError as e:
             err = e
         finally:
             call.cancel()
+            if silence is not None:
+                silence.stop()
             with self._lock:
                 self._call, self._target = None, None
                 moved = self._moved
         if self._stop.is_set():
             return False, None
+        if silence is not None and silence.fired and not moved:
+            self._log.warning("slicerd_clerk: job %s: the assignment stream from %s went silent (no message for %.1f s, %d heartbeat "
+                              "intervals the server announced); keeping generation %d and trying another server",
+                              self.job, t.addr, silence.limit, HEARTBEAT_MISSES, self.generation)
+            return False, err
         if t.fallback and _code(err) == grpc.StatusCode.DEADLINE_EXCEEDED:
             return True, None  # the recheck timer ended a working fallback stream
         healthy = delivered or time.monotonic() - began >= self._max_backoff or moved
@@ -539,6 +569,50 @@ def _addresses(addrs, what):
             raise ValueError(f"slicerd_clerk: {what}: {a!r} is not a host:port address")
         out.append(a)
     return out
+
+
+def _announced_heartbeat(metadata):
+    """The heartbeat interval, in seconds, that response headers announce;
+    0 for none (a server that predates heartbeats) or an unreadable one."""
+    for k, v in metadata or ():
+        if k == _HEARTBEAT_INTERVAL_HEADER:
+            if isinstance(v, str) and v.isdigit() and 0 < int(v) <= 3_600_000:
+                return int(v) / 1000
+            return 0
+    return 0
+
+
+class _Silence:
+    """Cancels a stream on which no message arrived for ``limit`` seconds,
+    not counting the time the Clerk spends on a message it received."""
+
+    def __init__(self, call, limit):
+        self.limit = limit
+        self.fired = False
+        self._call = call
+        self._last = time.monotonic()
+        self._busy = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="slicerd-clerk-silence", daemon=True)
+        self._thread.start()
+
+    def heard(self, busy=False):
+        self._last = time.monotonic()
+        self._busy = busy
+
+    def _run(self):
+        while True:
+            wait = self.limit if self._busy else self._last + self.limit - time.monotonic()
+            if wait <= 0:
+                self.fired = True
+                self._call.cancel()
+                return
+            if self._done.wait(wait):
+                return
+
+    def stop(self):
+        self._done.set()
+        self._thread.join()
 
 
 def _code(err):

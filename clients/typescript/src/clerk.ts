@@ -36,6 +36,24 @@ export const DELTA_VERSION = 1;
  * decompression: 1 GiB, as the Python Clerk and the Go Clerk's cache file. */
 const MAX_MESSAGE_BYTES = 1 << 30;
 
+/** Heartbeats (docs/api.md, "Heartbeats"): the Clerk asks for them with
+ * HEARTBEAT_HEADER; a server that sends them announces their interval in
+ * milliseconds in HEARTBEAT_INTERVAL_HEADER, and a stream of such a server
+ * that brings no message for HEARTBEAT_MISSES intervals is dropped for the
+ * next server. A server that announces nothing keeps its stream as long as
+ * it stays open. */
+const HEARTBEAT_HEADER = "Slicerd-Heartbeat";
+const HEARTBEAT_INTERVAL_HEADER = "Slicerd-Heartbeat-Interval";
+const HEARTBEAT_MISSES = 4;
+
+/** The heartbeat interval headers announce, in milliseconds; 0 for none or an unreadable one. */
+function announcedHeartbeat(h: Headers): number {
+  const v = h.get(HEARTBEAT_INTERVAL_HEADER);
+  if (v === null || !/^[0-9]{1,10}$/.test(v)) return 0;
+  const ms = Number(v);
+  return ms > 0 && ms <= 3_600_000 ? ms : 0;
+}
+
 /** Where log lines go; every method is optional. */
 export interface Logger {
   debug?(msg: string, fields?: Record<string, unknown>): void;
@@ -465,7 +483,10 @@ export class Clerk extends EventEmitter {
 
   /** Runs one stream. It was healthy if it delivered a valid message or
    * stayed open for at least maxBackoff; a stream on a fallback server
-   * ends after backupRecheck, and that counts as healthy. */
+   * ends after backupRecheck, and that counts as healthy. A stream whose
+   * server announced heartbeats and then sent no message for
+   * HEARTBEAT_MISSES intervals (stalled mid-message, or silent with its
+   * connection up) fails, so the next server is tried. */
   private async watch(t: Target): Promise<Outcome> {
     const ctrl = new AbortController();
     const stopAll = () => ctrl.abort();
@@ -494,6 +515,17 @@ export class Clerk extends EventEmitter {
         ctrl.abort();
       };
     }
+    let silenceLimit = 0;
+    let silenceTimer: NodeJS.Timeout | undefined;
+    let silent = false;
+    const heard = () => {
+      if (silenceLimit <= 0) return;
+      clearTimeout(silenceTimer);
+      silenceTimer = setTimeout(() => {
+        silent = true;
+        ctrl.abort();
+      }, silenceLimit);
+    };
     const began = Date.now();
     const known = versionOf(this.heard);
     let delivered = false;
@@ -502,23 +534,39 @@ export class Clerk extends EventEmitter {
       const client = createClient(t.backup ? BackupService : DistributorService, this.transport(t.addr));
       const stream = client.watchAssignment(
         { job: this.job, knownGeneration: known.generation, knownIncarnation: known.incarnation, deltaVersion: DELTA_VERSION },
-        { signal: ctrl.signal },
+        {
+          signal: ctrl.signal,
+          headers: { [HEARTBEAT_HEADER]: "1" },
+          onHeader: (h) => {
+            silenceLimit = HEARTBEAT_MISSES * announcedHeartbeat(h);
+            heard();
+          },
+        },
       );
       for await (const msg of stream) {
+        heard();
+        if (msg.assignment === undefined && msg.delta === undefined) continue; // a heartbeat
         const refused = this.handle(msg, t);
         if (refused) return { ok: false, err: refused };
         if (!delivered) this.log.info?.("clerk: streaming assignments", { job: this.job, addr: t.addr, backup: t.backup, fallback: t.fallback, generation: this.generation });
         delivered = true;
+        heard(); // the time spent on the message was not silence
       }
     } catch (e) {
       err = e;
     } finally {
       clearTimeout(recheck);
+      clearTimeout(silenceTimer);
       this.streamWake = undefined;
       this.stop.signal.removeEventListener("abort", stopAll);
       ctrl.abort();
     }
     if (rechecked) return { ok: true };
+    if (silent && !moved && !this.stop.signal.aborted) {
+      const e = new Error(`assignment stream went silent: no message for ${silenceLimit} ms (${HEARTBEAT_MISSES} heartbeat intervals the server announced)`);
+      this.log.warn?.("clerk: the server's assignment stream went silent although the server promised heartbeats; keeping the held assignment and trying another server", { job: this.job, addr: t.addr, backup: t.backup, generation: this.generation });
+      return { ok: false, err: e };
+    }
     const healthy = delivered || Date.now() - began >= this.maxBackoff || moved;
     if (healthy && !this.stop.signal.aborted) this.log.info?.("clerk: assignment stream ended; reconnecting", { job: this.job, addr: t.addr, backup: t.backup, err: String(err) });
     return { ok: healthy, err };

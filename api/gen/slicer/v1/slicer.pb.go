@@ -777,7 +777,9 @@ func (x *WatchAssignmentRequest) GetRelay() bool {
 
 // WatchAssignmentResponse carries either a full assignment or, to a caller
 // that asked for deltas, a delta from the generation it holds. Exactly one
-// of the two is set.
+// of the two is set, but in a heartbeat: a message with neither, sent only
+// to a caller that asked for heartbeats (the request header
+// Slicerd-Heartbeat: 1; see docs/api.md, "Heartbeats"), which skips it.
 type WatchAssignmentResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Assignment *Assignment            `protobuf:"bytes,1,opt,name=assignment,proto3" json:"assignment,omitempty"`

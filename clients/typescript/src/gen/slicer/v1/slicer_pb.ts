@@ -431,7 +431,9 @@ export const WatchAssignmentRequestSchema: GenMessage<WatchAssignmentRequest> = 
 /**
  * WatchAssignmentResponse carries either a full assignment or, to a caller
  * that asked for deltas, a delta from the generation it holds. Exactly one
- * of the two is set.
+ * of the two is set, but in a heartbeat: a message with neither, sent only
+ * to a caller that asked for heartbeats (the request header
+ * Slicerd-Heartbeat: 1; see docs/api.md, "Heartbeats"), which skips it.
  *
  * @generated from message slicer.v1.WatchAssignmentResponse
  */
