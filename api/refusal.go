@@ -25,6 +25,13 @@ const RefusalNotMember = "not-member"
 // gossip accepts for a dead member whatever its incarnation.
 const RefusalNotAlive = "not-alive"
 
+// RefusalOtherProcess: the Assigner refused a task's read lease because
+// another process of the same task (another Slicelet instance: the task
+// restarted while its previous process was paused or cut off) holds a
+// live read. The task owns no key under that lease, and reads again once
+// the other process's read was released or has expired.
+const RefusalOtherProcess = "other-process"
+
 // Refusal returns err's RefusalHeader value, "" if it has none.
 func Refusal(err error) string {
 	var ce *connect.Error

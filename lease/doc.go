@@ -30,6 +30,15 @@
 // after every reader of the old one has stopped using it: a guard never
 // has readers of two values.
 //
+// A reader is a task, by name; a read also records the instance of the
+// reader that took it (the Slicelet process), since a restarted task's new
+// process takes its name over while the old one, paused or cut off, may
+// still hold a read. While a read of the guard or the bridge by one
+// instance is live, a Read of either by another instance of the reader
+// fails with ErrOtherProcess and changes nothing, and an Unread by another
+// leaves it alone: two processes of one task never hold reads at once. An
+// empty instance (a reader that predates them) is told apart from none.
+//
 // # Time
 //
 // A read lease lasts at least its TTL from when the manager received the

@@ -90,8 +90,9 @@ type sharedState struct {
 }
 
 type heldRead struct {
-	value   Value
-	expires time.Time
+	value    Value
+	instance string // the reader's process; see Manager.Read
+	expires  time.Time
 }
 
 // NewEmbedded reads the persisted state and returns a manager serving it.
@@ -471,12 +472,15 @@ func (m *Embedded) Readers(ctx context.Context, job string, kind Kind) ([]Reader
 }
 
 // Read implements Manager.
-func (m *Embedded) Read(ctx context.Context, job string, kind Kind, reader string, v Value, ttl time.Duration) (Read, error) {
+func (m *Embedded) Read(ctx context.Context, job string, kind Kind, reader, instance string, v Value, ttl time.Duration) (Read, error) {
 	op := "read " + kind.String()
 	if err := m.checkShared(ctx, op, job, kind); err != nil {
 		return Read{}, err
 	}
 	if err := CheckName(op, "reader", reader); err != nil {
+		return Read{}, err
+	}
+	if err := CheckInstance(op, instance); err != nil {
 		return Read{}, err
 	}
 	if err := CheckValue(op, kind, v); err != nil {
@@ -501,17 +505,26 @@ func (m *Embedded) Read(ctx context.Context, job string, kind Kind, reader strin
 	if !st.Set || st.Recalled || st.Value != v {
 		return Read{}, RecalledError(job, kind, v, st)
 	}
+	// A live read of either kind by another process of the reader
+	// refuses this one: the guard and the bridge both give the reader
+	// keys.
+	now := time.Now()
+	for k := range js.shared {
+		if r, ok := js.shared[k].readers[reader]; ok && now.Before(r.expires) && OtherInstance(r.instance, instance) {
+			return Read{}, &OtherProcessError{Job: job, Kind: Kind(k + 1), Reader: reader, Remaining: r.expires.Sub(now)}
+		}
+	}
 	sh := &js.shared[kind-1]
 	if sh.readers == nil {
 		sh.readers = make(map[string]heldRead)
 	}
-	sh.readers[reader] = heldRead{value: v, expires: time.Now().Add(ttl)}
+	sh.readers[reader] = heldRead{value: v, instance: instance, expires: now.Add(ttl)}
 	m.jobs[job] = js
 	return Read{Job: job, Kind: kind, Reader: reader, Value: v, TTL: ttl}, nil
 }
 
 // Unread implements Manager.
-func (m *Embedded) Unread(ctx context.Context, job string, kind Kind, reader string, v Value) error {
+func (m *Embedded) Unread(ctx context.Context, job string, kind Kind, reader, instance string, v Value) error {
 	op := "release " + kind.String()
 	if err := m.checkShared(ctx, op, job, kind); err != nil {
 		return err
@@ -519,12 +532,15 @@ func (m *Embedded) Unread(ctx context.Context, job string, kind Kind, reader str
 	if err := CheckName(op, "reader", reader); err != nil {
 		return err
 	}
+	if err := CheckInstance(op, instance); err != nil {
+		return err
+	}
 	if err := m.lockOpen(op, job); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
 	if js := m.jobs[job]; js != nil {
-		if r, ok := js.shared[kind-1].readers[reader]; ok && (v == Value{} || r.value == v) {
+		if r, ok := js.shared[kind-1].readers[reader]; ok && (v == Value{} || r.value == v) && !OtherInstance(r.instance, instance) {
 			delete(js.shared[kind-1].readers, reader)
 			m.signal()
 		}

@@ -100,7 +100,7 @@ func TestEmbeddedDropsIdleJobs(t *testing.T) {
 	if err := m.Set(ctx, strong, lease.Guard, lease.GuardValue(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Read(ctx, "strong", lease.Guard, "t0", lease.GuardValue(1), shortTTL); err != nil {
+	if _, err := m.Read(ctx, "strong", lease.Guard, "t0", "", lease.GuardValue(1), shortTTL); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Release(ctx, strong); err != nil {
@@ -185,7 +185,7 @@ func TestEmbeddedStoresOutsideItsLock(t *testing.T) {
 	if err := m.Set(ctx, web, lease.Guard, lease.GuardValue(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Read(ctx, "kv", lease.Guard, "t0", lease.GuardValue(1), 5*time.Second); err != nil {
+	if _, err := m.Read(ctx, "kv", lease.Guard, "t0", "", lease.GuardValue(1), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 
@@ -195,23 +195,23 @@ func TestEmbeddedStoresOutsideItsLock(t *testing.T) {
 	go func() { setDone <- m.Set(ctx, kv, lease.Bridge, lease.Value{From: 1, To: 2}) }()
 	<-g.waiting
 
-	if _, err := m.Read(ctx, "kv", lease.Guard, "t0", lease.GuardValue(1), 5*time.Second); err != nil {
+	if _, err := m.Read(ctx, "kv", lease.Guard, "t0", "", lease.GuardValue(1), 5*time.Second); err != nil {
 		t.Errorf("renewing kv's guard while its bridge is stored: %v", err)
 	}
-	if _, err := m.Read(ctx, "web", lease.Guard, "w0", lease.GuardValue(1), 5*time.Second); err != nil {
+	if _, err := m.Read(ctx, "web", lease.Guard, "w0", "", lease.GuardValue(1), 5*time.Second); err != nil {
 		t.Errorf("reading web's guard while kv's bridge is stored: %v", err)
 	}
 	if _, err := m.Renew(ctx, web); err != nil {
 		t.Errorf("renewing web's job lease while kv's bridge is stored: %v", err)
 	}
-	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", lease.Value{From: 1, To: 2}, 5*time.Second); !errors.Is(err, lease.ErrRecalled) {
+	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", "", lease.Value{From: 1, To: 2}, 5*time.Second); !errors.Is(err, lease.ErrRecalled) {
 		t.Errorf("reading kv's bridge before it is stored = %v, want ErrRecalled", err)
 	}
 	close(g.gate)
 	if err := <-setDone; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", lease.Value{From: 1, To: 2}, 5*time.Second); err != nil {
+	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", "", lease.Value{From: 1, To: 2}, 5*time.Second); err != nil {
 		t.Errorf("reading kv's bridge once stored: %v", err)
 	}
 }

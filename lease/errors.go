@@ -25,6 +25,12 @@ var (
 	// value than asked. The reader stops using the old value and reads
 	// the new one once it is set.
 	ErrRecalled = errors.New("lease: recalled")
+	// ErrOtherProcess: Read found the reader's read held by another
+	// process of the reader (another instance: a task restarted while its
+	// previous process, paused or cut off, may still use the read). The
+	// message says until when it lasts unless renewed; the new process
+	// reads again once it has expired or been released.
+	ErrOtherProcess = errors.New("lease: read held by another process of the reader")
 	// ErrInvalid: a bad job, name, kind, value or TTL.
 	ErrInvalid = errors.New("lease: invalid argument")
 	// ErrUnavailable: the lease manager did not answer in time. Nothing
@@ -56,3 +62,26 @@ func (e *HeldError) Error() string {
 
 // Is makes a HeldError match ErrHeld.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// OtherProcessError is the error of a Read refused because another
+// instance of the reader holds a live read; it matches ErrOtherProcess.
+type OtherProcessError struct {
+	Job    string
+	Kind   Kind
+	Reader string
+	// Remaining is how long the other instance's read lasts unless it
+	// renews or releases it, as the manager counts it; 0 if unknown.
+	Remaining time.Duration
+}
+
+func (e *OtherProcessError) Error() string {
+	msg := fmt.Sprintf("lease: read held by another process of the reader: job %q: another process of task %q holds a read of the %s",
+		e.Job, e.Reader, e.Kind)
+	if e.Remaining > 0 {
+		msg += fmt.Sprintf(" for another %v", e.Remaining.Round(time.Millisecond))
+	}
+	return msg + "; this process reads it once that read has been released or has expired"
+}
+
+// Is makes an OtherProcessError match ErrOtherProcess.
+func (e *OtherProcessError) Is(target error) bool { return target == ErrOtherProcess }

@@ -156,12 +156,27 @@ type Manager interface {
 	// Read acquires or renews reader's read lease on job's guard or
 	// bridge at v for about ttl. It fails with ErrRecalled unless the
 	// lease is open at exactly v.
-	Read(ctx context.Context, job string, kind Kind, reader string, v Value, ttl time.Duration) (Read, error)
+	//
+	// instance names the process of the reader (a Slicelet's random ID,
+	// new each time the task starts). A reader name is a task's, which a
+	// new process takes over when the task restarts; while a read by one
+	// instance is live (not released and not expired), a Read by another
+	// fails with ErrOtherProcess and changes nothing, so that no two
+	// processes of a task hold the lease at once, and the older one's read
+	// ends no later than it was granted. A read that is renewed keeps its
+	// instance. An empty instance (a reader that predates it) is not told
+	// apart from any other: such a Read takes or renews the read whoever
+	// holds it, and a read it took is taken by the next Read of any
+	// instance.
+	Read(ctx context.Context, job string, kind Kind, reader, instance string, v Value, ttl time.Duration) (Read, error)
 	// Unread releases reader's read lease at v at once; a read at another
 	// value is left alone, so that a release that arrives late cannot end
 	// a read taken since. The zero Value releases the read whatever its
-	// value. Releasing one not held is not an error.
-	Unread(ctx context.Context, job string, kind Kind, reader string, v Value) error
+	// value. A non-empty instance releases only a read of that instance
+	// (or of none): a late release by a task's previous process leaves
+	// alone the read its new process took. Releasing one not held is not
+	// an error.
+	Unread(ctx context.Context, job string, kind Kind, reader, instance string, v Value) error
 
 	// Close releases the manager. Leases it granted are not released: they
 	// expire, or are released through another manager.
@@ -209,6 +224,31 @@ func CheckName(op, what, name string) error {
 		}
 	}
 	return nil
+}
+
+// MaxInstanceLen bounds a reader's instance ID.
+const MaxInstanceLen = 64
+
+// CheckInstance validates a reader's instance ID: empty, or up to
+// MaxInstanceLen bytes of printable ASCII.
+func CheckInstance(op, instance string) error {
+	if len(instance) > MaxInstanceLen {
+		return fmt.Errorf("%w: %s: the instance ID is %d bytes long, over the %d-byte limit", ErrInvalid, op, len(instance), MaxInstanceLen)
+	}
+	for i := 0; i < len(instance); i++ {
+		if c := instance[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("%w: %s: the instance ID %q has byte %q at %d; use printable ASCII without spaces", ErrInvalid, op, instance, c, i)
+		}
+	}
+	return nil
+}
+
+// OtherInstance reports whether a call by instance comes from another
+// process of the reader than held, the instance that holds its read: both
+// are named, and differ. A reader that names no instance is told apart
+// from none (Manager.Read).
+func OtherInstance(held, instance string) bool {
+	return held != "" && instance != "" && held != instance
 }
 
 // CheckTTL validates a requested lease lifetime.

@@ -2,6 +2,7 @@ package slicelet
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -143,6 +144,7 @@ func New(cfg Config) (*Slicelet, error) {
 	s.handoff.fetched = make(map[string][]fetchedRange)
 	s.handoff.served = make(chan struct{})
 	s.strong.clock = leaseclock.New()
+	s.strong.instance = rand.Text()
 	s.strong.kick = make(chan struct{}, 1)
 	s.strong.recent = make(map[uint64]*assign.Assignment)
 	s.strong.view.Store(&strongView{})

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slicerd/slicerd/api"
 	slicerv1 "github.com/slicerd/slicerd/api/gen/slicer/v1"
 	"github.com/slicerd/slicerd/api/gen/slicer/v1/slicerv1connect"
 	"github.com/slicerd/slicerd/assign"
@@ -144,6 +145,13 @@ type strongState struct {
 
 	client     slicerv1connect.LeaseServiceClient
 	clientAddr string
+
+	// instance names this process of the task to the lease manager, drawn
+	// at random when the Slicelet is built: a read is refused while
+	// another process of the task (a restart while this one was paused or
+	// cut off) holds a live one, and a release by this one leaves the
+	// other's read alone.
+	instance string
 }
 
 func (s *Slicelet) strongMode() bool { return s.cfg.Consistency == assign.Strong }
@@ -300,7 +308,8 @@ func (s *Slicelet) leaseClient() (slicerv1connect.LeaseServiceClient, string, bo
 // read sends one ReadLease; v nil only asks for the state. It returns the
 // response and when the request was sent.
 func (s *Slicelet) read(ctx context.Context, client slicerv1connect.LeaseServiceClient, kind lease.Kind, v *lease.Value) (*slicerv1.ReadLeaseResponse, int64, error) {
-	req := &slicerv1.ReadLeaseRequest{Job: s.cfg.Job, Task: s.cfg.Task, Kind: kindProto(kind), TtlMs: uint32(s.cfg.LeaseTTL.Milliseconds())}
+	req := &slicerv1.ReadLeaseRequest{Job: s.cfg.Job, Task: s.cfg.Task, Kind: kindProto(kind), TtlMs: uint32(s.cfg.LeaseTTL.Milliseconds()),
+		Instance: s.strong.instance}
 	if v != nil {
 		req.Value = &slicerv1.LeaseValue{FromGeneration: v.From, ToGeneration: v.To}
 	}
@@ -395,6 +404,21 @@ func (s *Slicelet) strongStep(ctx context.Context) time.Duration {
 	st := &s.strong
 	v := st.view.Load()
 	fail := func(what string, err error) time.Duration {
+		if api.Refusal(err) == api.RefusalOtherProcess {
+			// Another process of this task holds a live read: the
+			// task was restarted while this one was paused or cut off
+			// (then this one's reads have ended at the manager, and it
+			// stops using every lease now), or this is the restart and
+			// waits for the other's read to be released or to expire.
+			if cur := st.view.Load(); cur.guard != nil || cur.bridge != nil {
+				s.dropAll()
+			}
+			if ctx.Err() == nil {
+				s.log.Warn("slicelet: "+what+" refused: another process of this task holds the lease; this one owns no key until that read ends",
+					"assigner", addr, "err", err)
+			}
+			return renew
+		}
 		s.notMember(err)
 		if ctx.Err() == nil {
 			s.log.Warn("slicelet: "+what+" failed; the task stops using its leases at their deadlines", "assigner", addr, "err", err)
@@ -660,7 +684,7 @@ func (s *Slicelet) unread(ctx context.Context, client slicerv1connect.LeaseServi
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL)
 	defer cancel()
 	_, err := client.ReleaseLease(rctx, connect.NewRequest(&slicerv1.ReleaseLeaseRequest{Job: s.cfg.Job, Task: s.cfg.Task, Kind: kindProto(kind),
-		Value: &slicerv1.LeaseValue{FromGeneration: v.From, ToGeneration: v.To}}))
+		Value: &slicerv1.LeaseValue{FromGeneration: v.From, ToGeneration: v.To}, Instance: s.strong.instance}))
 	if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 		s.log.Debug("slicelet: releasing a lease failed; it expires instead", "kind", kind.String(), "err", err)
 	}

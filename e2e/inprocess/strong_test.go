@@ -129,8 +129,8 @@ type readOrder struct {
 	bad     []string
 }
 
-func (r *readOrder) Read(ctx context.Context, job string, kind lease.Kind, reader string, v lease.Value, ttl time.Duration) (lease.Read, error) {
-	rd, err := r.Manager.Read(ctx, job, kind, reader, v, ttl)
+func (r *readOrder) Read(ctx context.Context, job string, kind lease.Kind, reader, instance string, v lease.Value, ttl time.Duration) (lease.Read, error) {
+	rd, err := r.Manager.Read(ctx, job, kind, reader, instance, v, ttl)
 	if err != nil {
 		return rd, err
 	}

@@ -28,8 +28,11 @@
 // key to it, so a recalled lease cannot be kept alive by keep-alives. A
 // read moves the key only if nothing wrote it since its etcd lease was
 // granted, so a read that comes late never puts the key on a lease that
-// ends before a later read's. Set compares that no reader key exists, in
-// the same transaction.
+// ends before a later read's. A reader key's value is the value read and
+// the reader's instance; a read first looks at the reader's keys of both
+// kinds, is refused if either holds another instance's read, and moves the
+// key only if neither changed since. Set compares that no reader key
+// exists, in the same transaction.
 package etcdlease
 
 import (
@@ -454,7 +457,7 @@ func (m *Manager) Readers(ctx context.Context, job string, kind lease.Kind) ([]l
 	}
 	out := make([]lease.Reader, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		v, err := decodeValue(kv.Value)
+		v, _, err := decodeReader(kv.Value)
 		if err != nil {
 			return nil, fmt.Errorf("%w: job %q: reader key %s: %w", lease.ErrCorrupt, job, kv.Key, err)
 		}
@@ -468,12 +471,15 @@ func (m *Manager) Readers(ctx context.Context, job string, kind lease.Kind) ([]l
 // written since the lease was granted (a later read of the reader holds
 // it: this one is refused). The reader's previous etcd lease, if any, is
 // revoked once the key has moved.
-func (m *Manager) Read(ctx context.Context, job string, kind lease.Kind, reader string, v lease.Value, ttl time.Duration) (lease.Read, error) {
+func (m *Manager) Read(ctx context.Context, job string, kind lease.Kind, reader, instance string, v lease.Value, ttl time.Duration) (lease.Read, error) {
 	op := "read " + kind.String()
 	if err := m.checkShared(ctx, op, job, kind); err != nil {
 		return lease.Read{}, err
 	}
 	if err := lease.CheckName(op, "reader", reader); err != nil {
+		return lease.Read{}, err
+	}
+	if err := lease.CheckInstance(op, instance); err != nil {
 		return lease.Read{}, err
 	}
 	if err := lease.CheckValue(op, kind, v); err != nil {
@@ -484,20 +490,48 @@ func (m *Manager) Read(ctx context.Context, job string, kind lease.Kind, reader 
 	}
 	rctx, cancel := context.WithTimeout(ctx, m.reqTimeout)
 	defer cancel()
+	key := m.readersPrefix(job, kind) + reader
+	state := m.stateKey(job, kind)
+	open := string(encodeState(lease.State{Set: true, Value: v}))
+	// The reader's keys of both kinds as they are now: the guard and the
+	// bridge both give the reader keys. A key exists while its read is
+	// live (etcd deletes it with its etcd lease); one that holds another
+	// instance's read refuses this one.
+	keys := [2]string{m.readersPrefix(job, lease.Guard) + reader, m.readersPrefix(job, lease.Bridge) + reader}
+	cur, err := m.cli.Txn(rctx).Then(clientv3.OpGet(keys[0]), clientv3.OpGet(keys[1])).Commit()
+	if err != nil {
+		return lease.Read{}, m.opError(ctx, op, job, err)
+	}
+	var revs [2]int64 // each key's ModRevision; 0: no key
+	for i, r := range cur.Responses {
+		kvs := r.GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		_, held, err := decodeReader(kvs[0].Value)
+		if err != nil {
+			return lease.Read{}, fmt.Errorf("%w: job %q: reader key %s: %w", lease.ErrCorrupt, job, keys[i], err)
+		}
+		if lease.OtherInstance(held, instance) {
+			return lease.Read{}, &lease.OtherProcessError{Job: job, Kind: lease.Kind(i + 1), Reader: reader, Remaining: m.remaining(rctx, kvs[0].Lease)}
+		}
+		revs[i] = kvs[0].ModRevision
+	}
 	g, err := m.cli.Grant(rctx, seconds(ttl))
 	if err != nil {
 		return lease.Read{}, m.opError(ctx, op, job, err)
 	}
-	key := m.readersPrefix(job, kind) + reader
-	state := m.stateKey(job, kind)
-	open := string(encodeState(lease.State{Set: true, Value: v}))
-	// The key moves to g only if nothing wrote it since g was granted: a
-	// read of the same reader that did (this one's request came late)
-	// holds an etcd lease granted after g, which outlasts it.
+	// The key moves to g only if neither of the reader's keys was written
+	// since they were read above (so no other instance took either
+	// meanwhile), nor the key since g was granted: a read of the same
+	// reader that did (this one's request came late) holds an etcd lease
+	// granted after g, which outlasts it.
 	t, err := m.cli.Txn(rctx).
 		If(clientv3.Compare(clientv3.Value(state), "=", open),
-			clientv3.Compare(clientv3.ModRevision(key), "<", g.GetRevision()+1)).
-		Then(clientv3.OpGet(key), clientv3.OpPut(key, string(encodeValue(v)), clientv3.WithLease(g.ID))).
+			clientv3.Compare(clientv3.ModRevision(key), "<", g.GetRevision()+1),
+			clientv3.Compare(clientv3.ModRevision(keys[0]), "=", revs[0]),
+			clientv3.Compare(clientv3.ModRevision(keys[1]), "=", revs[1])).
+		Then(clientv3.OpGet(key), clientv3.OpPut(key, string(encodeReader(v, instance)), clientv3.WithLease(g.ID))).
 		Else(clientv3.OpGet(state)).
 		Commit()
 	if err != nil {
@@ -511,7 +545,7 @@ func (m *Manager) Read(ctx context.Context, job string, kind lease.Kind, reader 
 			return lease.Read{}, err
 		}
 		if st.Set && !st.Recalled && st.Value == v {
-			return lease.Read{}, fmt.Errorf("%w: %s of job %q by %s: a later read of the same reader was granted while this one was under way, and holds it",
+			return lease.Read{}, fmt.Errorf("%w: %s of job %q by %s: another read of the same reader was granted or released while this one was under way; read again",
 				lease.ErrRecalled, op, job, reader)
 		}
 		return lease.Read{}, lease.RecalledError(job, kind, v, st)
@@ -525,12 +559,15 @@ func (m *Manager) Read(ctx context.Context, job string, kind lease.Kind, reader 
 // Unread implements lease.Manager by revoking the reader's etcd lease,
 // which deletes its key, if the key holds v. A read at another value that
 // replaces it meanwhile is on another etcd lease, which stays.
-func (m *Manager) Unread(ctx context.Context, job string, kind lease.Kind, reader string, v lease.Value) error {
+func (m *Manager) Unread(ctx context.Context, job string, kind lease.Kind, reader, instance string, v lease.Value) error {
 	op := "release " + kind.String()
 	if err := m.checkShared(ctx, op, job, kind); err != nil {
 		return err
 	}
 	if err := lease.CheckName(op, "reader", reader); err != nil {
+		return err
+	}
+	if err := lease.CheckInstance(op, instance); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, m.reqTimeout)
@@ -543,14 +580,12 @@ func (m *Manager) Unread(ctx context.Context, job string, kind lease.Kind, reade
 	if len(resp.Kvs) == 0 {
 		return nil
 	}
-	if v != (lease.Value{}) {
-		held, err := decodeValue(resp.Kvs[0].Value)
-		if err != nil {
-			return fmt.Errorf("%w: job %q: reader key %s: %w", lease.ErrCorrupt, job, key, err)
-		}
-		if held != v {
-			return nil
-		}
+	held, heldBy, err := decodeReader(resp.Kvs[0].Value)
+	if err != nil {
+		return fmt.Errorf("%w: job %q: reader key %s: %w", lease.ErrCorrupt, job, key, err)
+	}
+	if (v != lease.Value{} && held != v) || lease.OtherInstance(heldBy, instance) {
+		return nil
 	}
 	if _, err := m.cli.Revoke(rctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return m.opError(ctx, op, job, err)
@@ -586,6 +621,18 @@ func (m *Manager) dropOrphan(ctx context.Context, s *session, key string, kv *mv
 
 // revoke revokes an etcd lease the caller will not use, best effort: one
 // left behind only expires.
+// remaining is how long etcd lease id has to live, 0 if that is unknown.
+func (m *Manager) remaining(ctx context.Context, id int64) time.Duration {
+	if id == 0 {
+		return 0
+	}
+	ttl, err := m.cli.TimeToLive(ctx, clientv3.LeaseID(id))
+	if err != nil || ttl.TTL <= 0 {
+		return 0
+	}
+	return time.Duration(ttl.TTL) * time.Second
+}
+
 func (m *Manager) revoke(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.reqTimeout)
 	defer cancel()
@@ -690,15 +737,17 @@ func DecodeState(b []byte) (lease.State, error) {
 	}, nil
 }
 
-// encodeValue and decodeValue are the reader keys' encoding.
-func encodeValue(v lease.Value) []byte {
+// encodeReader and decodeReader are the reader keys' encoding: the value
+// read, 16 bytes, then the reader's instance ID, if any.
+func encodeReader(v lease.Value, instance string) []byte {
 	b := binary.BigEndian.AppendUint64(nil, v.From)
-	return binary.BigEndian.AppendUint64(b, v.To)
+	b = binary.BigEndian.AppendUint64(b, v.To)
+	return append(b, instance...)
 }
 
-func decodeValue(b []byte) (lease.Value, error) {
-	if len(b) != 16 {
-		return lease.Value{}, fmt.Errorf("it is %d bytes long, want 16", len(b))
+func decodeReader(b []byte) (lease.Value, string, error) {
+	if len(b) < 16 || len(b) > 16+lease.MaxInstanceLen {
+		return lease.Value{}, "", fmt.Errorf("it is %d bytes long, want 16 to %d", len(b), 16+lease.MaxInstanceLen)
 	}
-	return lease.Value{From: binary.BigEndian.Uint64(b), To: binary.BigEndian.Uint64(b[8:])}, nil
+	return lease.Value{From: binary.BigEndian.Uint64(b), To: binary.BigEndian.Uint64(b[8:])}, string(b[16:]), nil
 }

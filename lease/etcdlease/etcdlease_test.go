@@ -307,11 +307,11 @@ func TestLateReadKeepsLaterRead(t *testing.T) {
 	held.armed.Store(true)
 	late := make(chan error, 1)
 	go func() {
-		_, err := m.Read(ctx, "j", lease.Guard, "t1", g, 10*time.Second)
+		_, err := m.Read(ctx, "j", lease.Guard, "t1", "", g, 10*time.Second)
 		late <- err
 	}()
 	<-held.granted
-	if _, err := m.Read(ctx, "j", lease.Guard, "t1", g, 10*time.Second); err != nil {
+	if _, err := m.Read(ctx, "j", lease.Guard, "t1", "", g, 10*time.Second); err != nil {
 		t.Fatalf("the later read: %v", err)
 	}
 	resp, err := cli.Get(ctx, key)

@@ -52,7 +52,7 @@ func state(t *testing.T, m lease.Manager, kind lease.Kind) lease.State {
 func TestStepFinishesAnInterruptedMove(t *testing.T) {
 	ctx := t.Context()
 	m, d, held := guardAt1(t)
-	if _, err := m.Read(ctx, "kv", lease.Guard, "t0", lease.GuardValue(1), 5*time.Second); err != nil {
+	if _, err := m.Read(ctx, "kv", lease.Guard, "t0", "", lease.GuardValue(1), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// The move 1→2 up to its recall, then its driver is gone.
@@ -60,10 +60,10 @@ func TestStepFinishesAnInterruptedMove(t *testing.T) {
 	if err := m.Set(ctx, held, lease.Bridge, b12); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", b12, 5*time.Second); err != nil {
+	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", "", b12, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Unread(ctx, "kv", lease.Guard, "t0", lease.GuardValue(1)); err != nil {
+	if err := m.Unread(ctx, "kv", lease.Guard, "t0", "", lease.GuardValue(1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Recall(ctx, held, lease.Guard); err != nil {
@@ -81,7 +81,7 @@ func TestStepFinishesAnInterruptedMove(t *testing.T) {
 	if g := state(t, m, lease.Guard); g.Recalled || g.Value != lease.GuardValue(2) {
 		t.Fatalf("guard %+v; want open at 2", g)
 	}
-	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", b12, 5*time.Second); err != nil {
+	if _, err := m.Read(ctx, "kv", lease.Bridge, "t0", "", b12, 5*time.Second); err != nil {
 		t.Fatalf("t0 renewing its bridge 1→2 beside guard 2: %v", err)
 	}
 
@@ -95,7 +95,7 @@ func TestStepFinishesAnInterruptedMove(t *testing.T) {
 	if g := state(t, m, lease.Guard); g.Value != lease.GuardValue(2) {
 		t.Fatalf("guard %+v while t0 holds the bridge 1→2; want it still at 2", g)
 	}
-	if err := m.Unread(ctx, "kv", lease.Bridge, "t0", b12); err != nil {
+	if err := m.Unread(ctx, "kv", lease.Bridge, "t0", "", b12); err != nil {
 		t.Fatal(err)
 	}
 	// Now it goes through the bridge 2→3 (t0 no longer reads the guard).

@@ -67,6 +67,7 @@ func Run(t *testing.T, o Opener) {
 		{"ReaderExpiry", testReaderExpiry},
 		{"GuardAndBridge", testGuardAndBridge},
 		{"UnreadNamesItsValue", testUnreadNamesItsValue},
+		{"OtherProcessWaits", testOtherProcessWaits},
 		{"LostLeaseWritesNothing", testLostLeaseWritesNothing},
 		{"Invalid", testInvalid},
 		{"Restart", testRestart},
@@ -406,7 +407,7 @@ func testSetReadRecall(t *testing.T, o Opener) {
 	if st, err := other.State(ctx, "j", lease.Guard); err != nil || st.Set {
 		t.Fatalf("State of a guard never set = %+v, %v; want unset", st, err)
 	}
-	_, err := other.Read(ctx, "j", lease.Guard, "t1", lease.GuardValue(1), long)
+	_, err := other.Read(ctx, "j", lease.Guard, "t1", "", lease.GuardValue(1), long)
 	wantErr(t, "Read of a guard never set", err, lease.ErrRecalled)
 
 	g1, g2 := lease.GuardValue(1), lease.GuardValue(2)
@@ -416,14 +417,14 @@ func testSetReadRecall(t *testing.T, o Opener) {
 	if st, err := other.State(ctx, "j", lease.Guard); err != nil || st != (lease.State{Set: true, Value: g1}) {
 		t.Fatalf("State after Set = %+v, %v", st, err)
 	}
-	r, err := other.Read(ctx, "j", lease.Guard, "t1", g1, long)
+	r, err := other.Read(ctx, "j", lease.Guard, "t1", "", g1, long)
 	if err != nil || r.Value != g1 || r.TTL <= 0 {
 		t.Fatalf("Read guard at its value = %+v, %v", r, err)
 	}
-	if _, err := other.Read(ctx, "j", lease.Guard, "t2", g1, long); err != nil {
+	if _, err := other.Read(ctx, "j", lease.Guard, "t2", "", g1, long); err != nil {
 		t.Fatalf("a second reader: %v", err)
 	}
-	_, err = other.Read(ctx, "j", lease.Guard, "t3", g2, long)
+	_, err = other.Read(ctx, "j", lease.Guard, "t3", "", g2, long)
 	wantErr(t, "Read at another value", err, lease.ErrRecalled)
 	readers, err := p.M.Readers(ctx, "j", lease.Guard)
 	if err != nil || len(readers) != 2 || readers[0] != (lease.Reader{Name: "t1", Value: g1}) || readers[1].Name != "t2" {
@@ -441,19 +442,19 @@ func testSetReadRecall(t *testing.T, o Opener) {
 	if st, _ := other.State(ctx, "j", lease.Guard); !st.Recalled || st.Value != g1 {
 		t.Fatalf("State after Recall = %+v, want recalled at %v", st, g1)
 	}
-	_, err = other.Read(ctx, "j", lease.Guard, "t1", g1, long)
+	_, err = other.Read(ctx, "j", lease.Guard, "t1", "", g1, long)
 	wantErr(t, "renewing a recalled guard", err, lease.ErrRecalled)
-	_, err = other.Read(ctx, "j", lease.Guard, "t4", g1, long)
+	_, err = other.Read(ctx, "j", lease.Guard, "t4", "", g1, long)
 	wantErr(t, "a new reader of a recalled guard", err, lease.ErrRecalled)
 
 	done := make(chan error, 1)
 	wctx, cancel := context.WithTimeout(ctx, waitTimeout)
 	defer cancel()
 	go func() { done <- p.M.Wait(wctx, l, lease.Guard) }()
-	if err := other.Unread(ctx, "j", lease.Guard, "t1", g1); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", "", g1); err != nil {
 		t.Fatalf("Unread: %v", err)
 	}
-	if err := other.Unread(ctx, "j", lease.Guard, "t1", lease.Value{}); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", "", lease.Value{}); err != nil {
 		t.Fatalf("a second Unread: %v", err)
 	}
 	select {
@@ -461,7 +462,7 @@ func testSetReadRecall(t *testing.T, o Opener) {
 		t.Fatalf("Wait returned (%v) while t2 still holds the guard", err)
 	default:
 	}
-	if err := other.Unread(ctx, "j", lease.Guard, "t2", g1); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t2", "", g1); err != nil {
 		t.Fatalf("Unread: %v", err)
 	}
 	if err := <-done; err != nil {
@@ -470,7 +471,7 @@ func testSetReadRecall(t *testing.T, o Opener) {
 	if err := p.M.Set(ctx, l, lease.Guard, g2); err != nil {
 		t.Fatalf("Set after the readers left: %v", err)
 	}
-	if _, err := other.Read(ctx, "j", lease.Guard, "t1", g2, long); err != nil {
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", "", g2, long); err != nil {
 		t.Fatalf("Read of the new value: %v", err)
 	}
 }
@@ -485,7 +486,7 @@ func testReaderExpiry(t *testing.T, o Opener) {
 	}
 	// A reader that dies holding the guard: it is never released.
 	sent := time.Now()
-	r, err := other.Read(ctx, "j", lease.Guard, "dead", lease.GuardValue(5), o.TTL)
+	r, err := other.Read(ctx, "j", lease.Guard, "dead", "", lease.GuardValue(5), o.TTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -522,20 +523,20 @@ func testGuardAndBridge(t *testing.T, o Opener) {
 	if err := p.M.Set(ctx, l, lease.Bridge, b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Read(ctx, "j", lease.Guard, "t1", g, long); err != nil {
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", "", g, long); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Read(ctx, "j", lease.Bridge, "t1", b, long); err != nil {
+	if _, err := other.Read(ctx, "j", lease.Bridge, "t1", "", b, long); err != nil {
 		t.Fatal(err)
 	}
 	// Recalling the guard leaves the bridge open, and the other way round.
 	if err := p.M.Recall(ctx, l, lease.Guard); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Read(ctx, "j", lease.Bridge, "t2", b, long); err != nil {
+	if _, err := other.Read(ctx, "j", lease.Bridge, "t2", "", b, long); err != nil {
 		t.Fatalf("Read of the bridge while the guard is recalled: %v", err)
 	}
-	if err := other.Unread(ctx, "j", lease.Guard, "t1", g); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", "", g); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, waitTimeout)
@@ -566,10 +567,10 @@ func testUnreadNamesItsValue(t *testing.T, o Opener) {
 	if err := p.M.Set(ctx, l, lease.Guard, g1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Read(ctx, "j", lease.Guard, "t1", g1, long); err != nil {
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", "", g1, long); err != nil {
 		t.Fatal(err)
 	}
-	if err := other.Unread(ctx, "j", lease.Guard, "t1", g1); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", "", g1); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.M.Recall(ctx, l, lease.Guard); err != nil {
@@ -583,21 +584,106 @@ func testUnreadNamesItsValue(t *testing.T, o Opener) {
 	if err := p.M.Set(ctx, l, lease.Guard, g2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Read(ctx, "j", lease.Guard, "t1", g2, long); err != nil {
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", "", g2, long); err != nil {
 		t.Fatal(err)
 	}
 	// The release of the read at 1, again, as if it came late.
-	if err := other.Unread(ctx, "j", lease.Guard, "t1", g1); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", "", g1); err != nil {
 		t.Fatalf("Unread at a value not held: %v", err)
 	}
 	if readers, err := p.M.Readers(ctx, "j", lease.Guard); err != nil || len(readers) != 1 || readers[0] != (lease.Reader{Name: "t1", Value: g2}) {
 		t.Fatalf("Readers after a release of the read at %v = %+v, %v; want t1 still at %v", g1, readers, err, g2)
 	}
-	if err := other.Unread(ctx, "j", lease.Guard, "t1", g2); err != nil {
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", "", g2); err != nil {
 		t.Fatal(err)
 	}
 	if readers, err := p.M.Readers(ctx, "j", lease.Guard); err != nil || len(readers) != 0 {
 		t.Fatalf("Readers after the release of the read at %v = %+v, %v; want none", g2, readers, err)
+	}
+}
+
+// A reader's read belongs to the process (instance) that took it: while it
+// is live, a read by another process of the same reader is refused and
+// changes nothing, and a release by another leaves it alone; the process
+// that holds it renews it as before. Once it has expired the other process
+// reads, and the first can no longer take it back.
+func testOtherProcessWaits(t *testing.T, o Opener) {
+	p := open(t, o)
+	ctx := context.Background()
+	other := peer(t, o, p)
+	l := mustAcquire(t, p.M, "j", "a", long)
+	g := lease.GuardValue(1)
+	if err := p.M.Set(ctx, l, lease.Guard, g); err != nil {
+		t.Fatal(err)
+	}
+	held := func(what string) {
+		t.Helper()
+		if readers, err := p.M.Readers(ctx, "j", lease.Guard); err != nil || len(readers) != 1 || readers[0] != (lease.Reader{Name: "t1", Value: g}) {
+			t.Fatalf("Readers %s = %+v, %v; want t1 at %v", what, readers, err, g)
+		}
+	}
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", "p1", g, o.TTL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", "p2", g, long); !errors.Is(err, lease.ErrOtherProcess) {
+		t.Fatalf("Read by process p2 while p1 holds t1's read = %v; want ErrOtherProcess", err)
+	}
+	// The bridge gives the reader keys as the guard does: p2 reads neither
+	// while p1 holds one.
+	b := lease.Value{From: 1, To: 2}
+	if err := p.M.Set(ctx, l, lease.Bridge, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Read(ctx, "j", lease.Bridge, "t1", "p2", b, long); !errors.Is(err, lease.ErrOtherProcess) {
+		t.Fatalf("Read of the bridge by process p2 while p1 holds t1's guard = %v; want ErrOtherProcess", err)
+	}
+	if readers, err := p.M.Readers(ctx, "j", lease.Bridge); err != nil || len(readers) != 0 {
+		t.Fatalf("bridge Readers after p2's refused read = %+v, %v; want none", readers, err)
+	}
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", "p1", g, o.TTL); err != nil {
+		t.Fatalf("p1 renewing its read after p2 was refused: %v", err)
+	}
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", "p2", g); err != nil {
+		t.Fatalf("Unread by p2, which holds nothing: %v", err)
+	}
+	held("after p2 released what p1 holds")
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", strings.Repeat("x", lease.MaxInstanceLen+1), g, long); !errors.Is(err, lease.ErrInvalid) {
+		t.Fatalf("Read with a %d-byte instance = %v; want ErrInvalid", lease.MaxInstanceLen+1, err)
+	}
+
+	// p1 stops renewing (paused, cut off or dead): once its read has
+	// expired, p2 reads, and p1 is refused from then on.
+	testwait.For(t, "p1's read to expire", func() bool {
+		readers, err := p.M.Readers(ctx, "j", lease.Guard)
+		return err == nil && len(readers) == 0
+	})
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", "p2", g, long); err != nil {
+		t.Fatalf("Read by p2 once p1's read expired: %v", err)
+	}
+	if _, err := other.Read(ctx, "j", lease.Guard, "t1", "p1", g, o.TTL); !errors.Is(err, lease.ErrOtherProcess) {
+		t.Fatalf("p1 renewing after p2 took t1's read = %v; want ErrOtherProcess", err)
+	}
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", "p1", g); err != nil {
+		t.Fatalf("a late Unread by p1: %v", err)
+	}
+	held("after p1's late release")
+	if err := other.Unread(ctx, "j", lease.Guard, "t1", "p2", g); err != nil {
+		t.Fatal(err)
+	}
+	if readers, err := p.M.Readers(ctx, "j", lease.Guard); err != nil || len(readers) != 0 {
+		t.Fatalf("Readers after p2's release = %+v, %v; want none", readers, err)
+	}
+
+	// A reader that names no instance (it predates them) is told apart
+	// from none, as before instances.
+	if _, err := other.Read(ctx, "j", lease.Guard, "t2", "", g, long); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Read(ctx, "j", lease.Guard, "t2", "p3", g, long); err != nil {
+		t.Fatalf("Read by p3 over a read that names no instance: %v", err)
+	}
+	if _, err := other.Read(ctx, "j", lease.Guard, "t2", "", g, long); err != nil {
+		t.Fatalf("Read naming no instance over p3's: %v", err)
 	}
 }
 
@@ -647,11 +733,11 @@ func testInvalid(t *testing.T, o Opener) {
 		{"a bridge going back", p.M.Set(ctx, l, lease.Bridge, lease.Value{From: 2, To: 1})},
 		{"a bridge to the same generation", p.M.Set(ctx, l, lease.Bridge, lease.Value{From: 2, To: 2})},
 		{"an empty reader", func() error {
-			_, err := p.M.Read(ctx, "j", lease.Guard, "", lease.GuardValue(1), long)
+			_, err := p.M.Read(ctx, "j", lease.Guard, "", "", lease.GuardValue(1), long)
 			return err
 		}()},
 		{"a reader TTL of zero", func() error {
-			_, err := p.M.Read(ctx, "j", lease.Guard, "r", lease.GuardValue(1), 0)
+			_, err := p.M.Read(ctx, "j", lease.Guard, "r", "", lease.GuardValue(1), 0)
 			return err
 		}()},
 	}
@@ -682,7 +768,7 @@ func testRestart(t *testing.T, o Opener) {
 	if err := p.M.Set(ctx, a, lease.Guard, lease.GuardValue(7)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.M.Read(ctx, "j", lease.Guard, "t1", lease.GuardValue(7), o.TTL); err != nil {
+	if _, err := p.M.Read(ctx, "j", lease.Guard, "t1", "", lease.GuardValue(7), o.TTL); err != nil {
 		t.Fatal(err)
 	}
 	p = o.Reopen(t, p)
@@ -694,7 +780,7 @@ func testRestart(t *testing.T, o Opener) {
 	if st, err := p.M.State(ctx, "j", lease.Guard); err != nil || st != (lease.State{Set: true, Value: lease.GuardValue(7)}) {
 		t.Fatalf("guard after restart = %+v, %v; want open at generation 7", st, err)
 	}
-	if _, err := p.M.Read(ctx, "j", lease.Guard, "t1", lease.GuardValue(7), o.TTL); err != nil {
+	if _, err := p.M.Read(ctx, "j", lease.Guard, "t1", "", lease.GuardValue(7), o.TTL); err != nil {
 		t.Fatalf("renewing the guard after restart: %v", err)
 	}
 	var b lease.Job

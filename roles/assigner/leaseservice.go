@@ -54,7 +54,10 @@ func (a *Assigner) ReadLease(ctx context.Context, req *connect.Request[slicerv1.
 		}
 		ttl := min(time.Duration(m.GetTtlMs())*time.Millisecond, maxReadTTL)
 		val := lease.Value{From: v.GetFromGeneration(), To: v.GetToGeneration()}
-		r, err := a.leases.Read(ctx, m.GetJob(), kind, m.GetTask(), val, ttl)
+		// A read by another process of the task than the one holding a
+		// live read is refused (lease.ErrOtherProcess, FAILED_PRECONDITION
+		// with api.RefusalOtherProcess), whatever the leases' state.
+		r, err := a.leases.Read(ctx, m.GetJob(), kind, m.GetTask(), m.GetInstance(), val, ttl)
 		switch {
 		case err == nil:
 			resp.Granted = true
@@ -88,7 +91,7 @@ func (a *Assigner) ReleaseLease(ctx context.Context, req *connect.Request[slicer
 		return nil, err
 	}
 	v := lease.Value{From: m.GetValue().GetFromGeneration(), To: m.GetValue().GetToGeneration()}
-	if err := a.leases.Unread(ctx, m.GetJob(), kind, m.GetTask(), v); err != nil {
+	if err := a.leases.Unread(ctx, m.GetJob(), kind, m.GetTask(), m.GetInstance(), v); err != nil {
 		return nil, rpc.ToConnect(err)
 	}
 	return connect.NewResponse(&slicerv1.ReleaseLeaseResponse{}), nil

@@ -66,6 +66,7 @@ var codes = []struct {
 	{lease.ErrInvalid, connect.CodeInvalidArgument},
 	{lease.ErrRecalled, connect.CodeFailedPrecondition},
 	{lease.ErrBusy, connect.CodeFailedPrecondition},
+	{lease.ErrOtherProcess, connect.CodeFailedPrecondition},
 	{lease.ErrLost, connect.CodeFailedPrecondition},
 	{lease.ErrUnavailable, connect.CodeUnavailable},
 	{lease.ErrClosed, connect.CodeUnavailable},
@@ -86,8 +87,11 @@ func ToConnect(err error) error {
 	for _, c := range codes {
 		if errors.Is(err, c.err) {
 			ce := connect.NewError(c.code, err)
-			if c.err == ErrNotMember {
+			switch c.err {
+			case ErrNotMember:
 				ce.Meta().Set(api.RefusalHeader, api.RefusalNotMember)
+			case lease.ErrOtherProcess:
+				ce.Meta().Set(api.RefusalHeader, api.RefusalOtherProcess)
 			}
 			return ce
 		}

@@ -3119,7 +3119,16 @@ type ReadLeaseRequest struct {
 	// The lifetime asked for, in milliseconds; the Assigner grants at most
 	// 10 s (the embedded lease manager also at most 10 s; etcd rounds up to
 	// whole seconds).
-	TtlMs         uint32 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	TtlMs uint32 `protobuf:"varint,5,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// The calling process of the task: an ID the Slicelet draws at random
+	// when it starts (up to 64 bytes of printable ASCII). While one process
+	// of the task holds a live read of the kind, a read by another is
+	// refused with FAILED_PRECONDITION (header Slicerd-Refusal:
+	// other-process), so that a task restarted while its previous process
+	// was paused or cut off does not own its keys alongside it; the new
+	// process reads once that read was released or has expired. Unset (a
+	// Slicelet that predates the field): not told apart from any process.
+	Instance      string `protobuf:"bytes,6,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3187,6 +3196,13 @@ func (x *ReadLeaseRequest) GetTtlMs() uint32 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *ReadLeaseRequest) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
 }
 
 type ReadLeaseResponse struct {
@@ -3289,7 +3305,11 @@ type ReleaseLeaseRequest struct {
 	// value is left alone, so that a release delivered late (held up in
 	// the network, or by an Assigner that was paused) cannot end a read the
 	// task took since. Unset releases the read whatever its value.
-	Value         *LeaseValue `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Value *LeaseValue `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	// The releasing process of the task (ReadLeaseRequest.instance): a read
+	// another process of the task holds is left alone. Unset releases the
+	// read whichever process holds it.
+	Instance      string `protobuf:"bytes,5,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3350,6 +3370,13 @@ func (x *ReleaseLeaseRequest) GetValue() *LeaseValue {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *ReleaseLeaseRequest) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
 }
 
 type ReleaseLeaseResponse struct {
@@ -3807,25 +3834,27 @@ const file_slicer_v1_slicer_proto_rawDesc = "" +
 	"LeaseState\x12\x10\n" +
 	"\x03set\x18\x01 \x01(\bR\x03set\x12+\n" +
 	"\x05value\x18\x02 \x01(\v2\x15.slicer.v1.LeaseValueR\x05value\x12\x1a\n" +
-	"\brecalled\x18\x03 \x01(\bR\brecalled\"\xa6\x01\n" +
+	"\brecalled\x18\x03 \x01(\bR\brecalled\"\xc2\x01\n" +
 	"\x10ReadLeaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12(\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x14.slicer.v1.LeaseKindR\x04kind\x12+\n" +
 	"\x05value\x18\x04 \x01(\v2\x15.slicer.v1.LeaseValueR\x05value\x12\x15\n" +
-	"\x06ttl_ms\x18\x05 \x01(\rR\x05ttlMs\"\xda\x01\n" +
+	"\x06ttl_ms\x18\x05 \x01(\rR\x05ttlMs\x12\x1a\n" +
+	"\binstance\x18\x06 \x01(\tR\binstance\"\xda\x01\n" +
 	"\x11ReadLeaseResponse\x12\x18\n" +
 	"\agranted\x18\x01 \x01(\bR\agranted\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\rR\x05ttlMs\x12+\n" +
 	"\x05guard\x18\x03 \x01(\v2\x15.slicer.v1.LeaseStateR\x05guard\x12-\n" +
 	"\x06bridge\x18\x04 \x01(\v2\x15.slicer.v1.LeaseStateR\x06bridge\x12\x16\n" +
 	"\x06strong\x18\x05 \x01(\bR\x06strong\x12 \n" +
-	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\x92\x01\n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\"\xae\x01\n" +
 	"\x13ReleaseLeaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12(\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x14.slicer.v1.LeaseKindR\x04kind\x12+\n" +
-	"\x05value\x18\x04 \x01(\v2\x15.slicer.v1.LeaseValueR\x05value\"\x16\n" +
+	"\x05value\x18\x04 \x01(\v2\x15.slicer.v1.LeaseValueR\x05value\x12\x1a\n" +
+	"\binstance\x18\x05 \x01(\tR\binstance\"\x16\n" +
 	"\x14ReleaseLeaseResponse\"\x81\x01\n" +
 	"\x11FetchStateRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
