@@ -507,8 +507,13 @@ func defaultID() string {
 }
 
 // watch runs one stream. The stream was healthy if it delivered a valid
-// assignment message or stayed open for at least MaxBackoff (a Clerk that
-// is already current receives nothing until the next generation). A
+// assignment message or stayed open for at least MaxBackoff after the
+// server answered (a Clerk that is already current receives nothing until
+// the next generation). An attempt that failed before any answer is not
+// healthy however long it took: a server that accepts connections but
+// hangs the TLS handshake (5 s) or never speaks HTTP/2 (until the pings
+// give up) would otherwise count as one, and a Clerk whose subset starts
+// with it would go back to it in every round. A
 // stream on a fallback server ends after BackupRecheck. A stream whose
 // server announced heartbeats fails, not healthy, once nothing arrived on
 // it for api.HeartbeatMisses intervals (see silenceWatch).
@@ -529,7 +534,6 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 		defer cancel() // runs before wg.Wait: stops watchSubset
 	}
 
-	began := time.Now()
 	known := c.heard.Version()
 	req := connect.NewRequest(&slicerv1.WatchAssignmentRequest{
 		Job: c.cfg.Job, KnownGeneration: known.Generation, KnownIncarnation: known.Incarnation,
@@ -598,7 +602,7 @@ func (c *Clerk) watch(ctx context.Context, t target) (bool, error) {
 			"addr", addr, "backup", backup, "generation", c.Generation(), "err", err)
 		return false, err
 	}
-	healthy := delivered || time.Since(began) >= c.cfg.MaxBackoff || moved.Load()
+	healthy := delivered || silence.openFor() >= c.cfg.MaxBackoff || moved.Load()
 	if healthy && ctx.Err() == nil {
 		c.log.Info("clerk: assignment stream ended; reconnecting", "addr", addr, "backup", backup, "err", err)
 	}

@@ -27,6 +27,20 @@ type silenceWatch struct {
 	last      atomic.Int64       // when a byte last arrived, in Unix nanoseconds
 	busy      atomic.Bool        // the Clerk is handling a message, not reading
 	fired     atomic.Bool        // the stream was ended for its silence
+	// answered is when the server's response headers arrived, in Unix
+	// nanoseconds; 0 before (the connection or the call is still being
+	// set up, or failed).
+	answered atomic.Int64
+}
+
+// openFor reports how long the stream has been open since the server
+// answered, 0 if it never did.
+func (w *silenceWatch) openFor() time.Duration {
+	at := w.answered.Load()
+	if at == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, at))
 }
 
 // handling tells w that the Clerk handles a message and does not read;
@@ -88,6 +102,7 @@ func (c silenceClient) Do(r *http.Request) (*http.Response, error) {
 	if err != nil || resp == nil {
 		return resp, err
 	}
+	c.w.answered.Store(time.Now().UnixNano())
 	c.w.heard()
 	if d := api.AnnouncedHeartbeat(resp.Header); d > 0 {
 		c.w.interval.Store(int64(d))
