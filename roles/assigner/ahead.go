@@ -1,10 +1,13 @@
 package assigner
 
 import (
+	"context"
 	"sync"
+	"time"
 
 	"github.com/slicerd/slicerd/api"
 	"github.com/slicerd/slicerd/assign"
+	"github.com/slicerd/slicerd/storage"
 )
 
 // A store restored from an older copy (a bbolt file from a backup, an
@@ -31,12 +34,17 @@ const maxGenerationJump = 1 << 32
 // noteHeld records that task, a live task of job, reported holding
 // generation gen of incarnation inc, whose checksum (api.Checksum) is sum
 // (0: unknown), and asks Run for a decision on the job when that is
-// above what this Assigner holds of it, or is its generation with other
-// content: a decision that reaches nobody otherwise. A report without an
-// incarnation (from a slicerd that predates it) or of another
-// incarnation (the store was recreated, and tasks take the new one as a
-// reset) changes nothing.
-func (a *Assigner) noteHeld(job, task string, gen uint64, inc string, sum uint64) {
+// above what the store holds, or is its generation with other content: a
+// decision that reaches nobody otherwise. Only the Assigner holding the
+// job's lease acts on it, having checked the store: another one's view
+// may lag the store, and so may the holder's for a moment after it took
+// the job over. A report without an incarnation (from a slicerd that
+// predates it) or of another incarnation (the store was recreated, and
+// tasks take the new one as a reset) changes nothing.
+func (a *Assigner) noteHeld(ctx context.Context, job, task string, gen uint64, inc string, sum uint64) {
+	if _, held := a.leader.Held(job); !held {
+		return
+	}
 	j, ok := a.known(job)
 	if !ok {
 		return
@@ -45,30 +53,46 @@ func (a *Assigner) noteHeld(job, task string, gen uint64, inc string, sum uint64
 	if cur == nil || inc == "" || inc != cur.Incarnation || gen < cur.Generation {
 		return
 	}
-	if gen == cur.Generation && (sum == 0 || sum == a.checksumOf(j, cur)) {
-		return
-	}
-	if gen-cur.Generation > maxGenerationJump {
+	if gen == cur.Generation {
+		if sum == 0 || sum == a.checksumOf(j, cur) {
+			return
+		}
+	} else if gen-cur.Generation > maxGenerationJump {
 		a.log.Warn("a task reports a generation of the job too far above the stored one to believe; ignored",
 			"job", job, "task", task, "task_generation", gen, "stored_generation", cur.Generation, "most", maxGenerationJump)
 		return
 	}
 	a.mu.Lock()
-	raised := gen > j.ahead || j.ahead == 0
-	if raised {
-		j.ahead = gen
-	}
+	known := gen > cur.Generation && gen <= j.ahead || gen == cur.Generation && j.otherContent == cur
 	a.mu.Unlock()
-	if !raised {
+	if known {
 		return
 	}
+	// The store is the judge: a view behind it explains a newer
+	// generation, and is brought up to it.
+	rec, err := storage.LoadCurrent(ctx, a.store, job)
+	if err != nil || rec.Current == nil {
+		return
+	}
+	if stored := rec.Current; stored.Incarnation != inc || stored.Generation > gen ||
+		stored.Generation == gen && (gen > cur.Generation || sum == api.Checksum(stored)) {
+		if stored.Generation > cur.Generation {
+			j.pub.Publish(stored, time.Time{})
+		}
+		return
+	}
+	a.mu.Lock()
+	if gen > cur.Generation {
+		j.ahead = max(j.ahead, gen)
+	} else {
+		j.otherContent = cur
+	}
+	a.mu.Unlock()
 	a.log.Warn("a task holds a newer generation of the job than the store, or the same generation with other content: the store went back (restored from an older copy?); the next commit continues above it",
 		"job", job, "task", task, "task_generation", gen, "stored_generation", cur.Generation, "incarnation", inc)
-	if _, held := a.leader.Held(job); held {
-		select {
-		case a.aheads <- job:
-		default: // the next decision renumbers anyway
-		}
+	select {
+	case a.aheads <- job:
+	default: // the next decision renumbers anyway
 	}
 }
 
@@ -96,17 +120,21 @@ func (a *Assigner) wentBack(job string, j *assignerJob, stored *assign.Assignmen
 }
 
 // aheadOf returns the generation j's next commit must be above, when cur
-// is not: the highest a task of j reported holding at or above cur's
-// (noteHeld), or that this Assigner held (wentBack). It returns 0 when
-// cur is past it.
+// is not: the highest a task of j reported holding above cur's
+// (noteHeld), or that this Assigner held (wentBack), or cur's own when a
+// task holds that generation with other content. It returns 0 when cur
+// is past them.
 func (a *Assigner) aheadOf(j *assignerJob, cur *assign.Assignment) uint64 {
 	if cur == nil {
 		return 0
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if j.ahead >= cur.Generation {
+	switch {
+	case j.ahead > cur.Generation:
 		return j.ahead
+	case j.otherContent == cur:
+		return cur.Generation
 	}
 	return 0
 }

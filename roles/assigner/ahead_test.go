@@ -166,3 +166,51 @@ func TestSameGenerationWithOtherContentContinuesAbove(t *testing.T) {
 		t.Errorf("once past it: generation %d → %d", next.Generation, got.Generation)
 	}
 }
+
+// A report of a generation the store holds, but this Assigner's view has
+// not caught up with yet (another Assigner's commit, seen late), is no
+// restore: the Assigner catches up with the store and renumbers nothing.
+func TestLaggingViewIsNotAStoreThatWentBack(t *testing.T) {
+	ctx := context.Background()
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1")
+	f := newBalanceFixture(t, members, nil)
+	cur := f.j.pub.Current()
+	if err := f.as.store.Commit(ctx, "kv", cur.Generation, takeoverAssignment(cur)); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := storage.LoadCurrent(ctx, f.as.store, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := rec.Current
+	truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: 10}}
+	f.now = f.now.Add(1e9)
+	for _, task := range []string{"t0", "t1"} {
+		req := assignertest.ReportFor(stored, task, truth, 1)
+		req.Incarnation, req.Checksum = stored.Incarnation, api.Checksum(stored)
+		if _, err := f.as.ReportLoad(ctx, connect.NewRequest(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-f.as.aheads:
+		t.Fatal("a report of the store's own generation, ahead of the Assigner's view, asked for a renumbering")
+	default:
+	}
+	if got := f.j.pub.Current(); got.Generation != stored.Generation {
+		t.Errorf("the view stayed at generation %d; the store holds %d", got.Generation, stored.Generation)
+	}
+	if err := f.as.reconcile(ctx, "kv", triggerLoad); err != nil {
+		t.Fatal(err)
+	}
+	h, err := f.as.history(ctx, "kv", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range h {
+		if e.Cause == storage.CauseRenumber {
+			t.Errorf("generation %d recorded as a renumbering: %s", e.Generation, e.Detail)
+		}
+	}
+}

@@ -43,10 +43,12 @@ type assignerJob struct {
 	owners ownerIndexes
 	// ahead is the generation the job's next commit must be above when
 	// the current one is not: the highest a live task reported holding in
-	// the current assignment's incarnation, above it or at it with other
-	// content, or the one this Assigner held when its store went back
-	// (see ahead.go). Guarded by Assigner.mu.
-	ahead uint64
+	// the current assignment's incarnation above the store's, or the one
+	// this Assigner held when its store went back; otherContent is the
+	// current assignment when a task reported holding its generation with
+	// other content (see ahead.go). Guarded by Assigner.mu.
+	ahead        uint64
+	otherContent *assign.Assignment
 	// sum is api.Checksum of the current assignment, computed for the
 	// first load report of its generation (checksumOf). Guarded by
 	// Assigner.mu.

@@ -192,7 +192,7 @@ func (a *Assigner) ReportLoad(ctx context.Context, req *connect.Request[slicerv1
 	if err != nil {
 		return nil, err
 	}
-	a.noteHeld(m.GetJob(), m.GetTask(), r.generation, m.GetIncarnation(), m.GetChecksum())
+	a.noteHeld(ctx, m.GetJob(), m.GetTask(), r.generation, m.GetIncarnation(), m.GetChecksum())
 	a.keepOwned(m.GetJob(), m.GetTask(), r)
 	if a.loads.put(m.GetJob(), m.GetTask(), r, live) && a.interval > 0 {
 		// Every task has reported since the job's last load decision: it
