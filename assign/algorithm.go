@@ -86,6 +86,30 @@ func decision(prev, next *Assignment, moves []Move) Decision {
 	return d
 }
 
+// startFrom returns the assignment a decision of op starts from, and the
+// moves that made it: prev, or, without prev or when no task of prev is
+// live, an even split of the key space over the open tasks (which the
+// decision's phases then go through as any assignment: pins, minimum
+// redundancy). *refs becomes the split's task references when it is one.
+func startFrom(op, job string, gen uint64, prev *Assignment, tasks []Task, cfg Config, refs *taskRefs) (*Assignment, []Move, error) {
+	var why string
+	switch {
+	case prev == nil:
+		why = "the job has no assignment yet; splitting the key space evenly"
+	case !prev.KeepsTask(staying(tasks)):
+		why = "no task of the previous assignment is live; splitting the key space evenly"
+	default:
+		return prev, nil, nil
+	}
+	from := evenSplit(job, gen, openTasks(tasks), cfg)
+	r, err := from.validate(true)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: even split: %w", op, err) // unreachable: evenSplit builds valid assignments
+	}
+	*refs = r
+	return from, evenSplitMoves(from, why), nil
+}
+
 // evenSplitMoves records an even split built from scratch.
 func evenSplitMoves(a *Assignment, reason string) []Move {
 	var moves []Move

@@ -1,7 +1,5 @@
 package assign
 
-import "fmt"
-
 // Membership is the decision for a change of a job's live tasks or of its
 // configuration alone, which moves only what it must: the keys of departed
 // tasks go to the least-loaded live tasks, every slice gets between
@@ -24,19 +22,9 @@ func Membership(job string, prev *Assignment, live []Task, load Load, cfg Config
 	if err != nil {
 		return nil, Decision{}, err
 	}
-	from := prev
-	var base []Move
-	if prev == nil {
-		from = evenSplit(job, gen, openTasks(tasks), cfg)
-		base = evenSplitMoves(from, "the job has no assignment yet; splitting the key space evenly")
-	} else if !prev.KeepsTask(staying(tasks)) {
-		from = evenSplit(job, gen, openTasks(tasks), cfg)
-		base = evenSplitMoves(from, "no task of the previous assignment is live; splitting the key space evenly")
-	}
-	if from != prev {
-		if refs, err = from.validate(true); err != nil {
-			return nil, Decision{}, fmt.Errorf("membership: even split: %w", err) // unreachable: evenSplit builds valid assignments
-		}
+	from, base, err := startFrom("membership", job, gen, prev, tasks, cfg, &refs)
+	if err != nil {
+		return nil, Decision{}, err
 	}
 	p := newPlanner(from, refs, tasks, cfg.WithDefaults())
 	p.moves = base

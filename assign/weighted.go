@@ -1,7 +1,6 @@
 package assign
 
 import (
-	"fmt"
 	"slices"
 )
 
@@ -73,19 +72,9 @@ func decideWeighted(job string, prev *Assignment, live []Task, load Load, cfg Co
 		return nil, Decision{}, err
 	}
 	stage("validate")
-	var base []Move
-	from := prev
-	if prev == nil {
-		from = evenSplit(job, gen, openTasks(tasks), cfg)
-		base = evenSplitMoves(from, "the job has no assignment yet; splitting the key space evenly")
-	} else if !prev.KeepsTask(staying(tasks)) {
-		from = evenSplit(job, gen, openTasks(tasks), cfg)
-		base = evenSplitMoves(from, "no task of the previous assignment is live; splitting the key space evenly")
-	}
-	if from != prev {
-		if refs, err = from.validate(true); err != nil {
-			return nil, Decision{}, fmt.Errorf("weighted-move: even split: %w", err) // unreachable: evenSplit builds valid assignments
-		}
+	from, base, err := startFrom("weighted-move", job, gen, prev, tasks, cfg, &refs)
+	if err != nil {
+		return nil, Decision{}, err
 	}
 	// A fresh even split goes through the phases below as any assignment
 	// does: the membership phases apply pins and meet the minimum
