@@ -63,7 +63,7 @@ func (a *Assigner) noteHeld(ctx context.Context, job, task string, gen uint64, i
 		return
 	}
 	a.mu.Lock()
-	known := gen > cur.Generation && gen <= j.ahead || gen == cur.Generation && j.otherContent == cur
+	known := gen > cur.Generation && gen <= j.ahead || gen == cur.Generation && (j.otherContent == cur || j.checked == cur)
 	a.mu.Unlock()
 	if known {
 		return
@@ -76,8 +76,15 @@ func (a *Assigner) noteHeld(ctx context.Context, job, task string, gen uint64, i
 	}
 	if stored := rec.Current; stored.Incarnation != inc || stored.Generation > gen ||
 		stored.Generation == gen && (gen > cur.Generation || sum == api.Checksum(stored)) {
-		if stored.Generation > cur.Generation {
+		if stored.Version().Supersedes(cur.Version()) {
 			j.pub.Publish(stored, time.Time{})
+		} else {
+			// cur stays as it is (the store has its generation): the
+			// reports of this generation are not checked again, so that
+			// each does not cost a read of the store.
+			a.mu.Lock()
+			j.checked = cur
+			a.mu.Unlock()
 		}
 		return
 	}

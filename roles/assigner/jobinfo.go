@@ -49,6 +49,11 @@ type assignerJob struct {
 	// other content (see ahead.go). Guarded by Assigner.mu.
 	ahead        uint64
 	otherContent *assign.Assignment
+	// checked is the current assignment when the store, read for a
+	// task's report of its generation with other content, had the
+	// task's: such reports of it are not checked again (noteHeld).
+	// Guarded by Assigner.mu.
+	checked *assign.Assignment
 	// sum is api.Checksum of the current assignment, computed for the
 	// first load report of its generation (checksumOf). Guarded by
 	// Assigner.mu.
