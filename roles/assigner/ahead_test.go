@@ -3,6 +3,7 @@ package assigner
 import (
 	"context"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -25,33 +26,8 @@ func TestStoreThatWentBackContinuesAboveItsTasks(t *testing.T) {
 	members.set("kv", "t0", "t1")
 	f := newBalanceFixture(t, members, nil)
 	cur := f.j.pub.Current()
-	truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: 10}}
-
-	report := func(gen uint64, inc string) {
-		t.Helper()
-		f.now = f.now.Add(1e9)
-		for _, task := range []string{"t0", "t1"} {
-			req := assignertest.ReportFor(cur, task, truth, 1)
-			req.Generation, req.Incarnation = gen, inc
-			if _, err := f.as.ReportLoad(ctx, connect.NewRequest(req)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	signalled := func() bool {
-		select {
-		case <-f.as.aheads:
-			return true
-		default:
-			return false
-		}
-	}
-	decide := func() {
-		t.Helper()
-		if err := f.as.reconcile(ctx, "kv", triggerLoad); err != nil {
-			t.Fatal(err)
-		}
-	}
+	report := func(gen uint64, inc string) bool { return f.reportHeld(t, cur, gen, inc, 0) }
+	decide := func() { f.decideLoad(t) }
 
 	for _, tc := range []struct {
 		name string
@@ -63,8 +39,7 @@ func TestStoreThatWentBackContinuesAboveItsTasks(t *testing.T) {
 		{"no incarnation", cur.Generation + 40, ""},
 		{"implausibly far ahead", cur.Generation + maxGenerationJump + 1, cur.Incarnation},
 	} {
-		report(tc.gen, tc.inc)
-		if signalled() {
+		if report(tc.gen, tc.inc) {
 			t.Errorf("%s: a decision was asked for", tc.name)
 		}
 		decide()
@@ -73,8 +48,7 @@ func TestStoreThatWentBackContinuesAboveItsTasks(t *testing.T) {
 		}
 	}
 
-	report(cur.Generation+40, cur.Incarnation)
-	if !signalled() {
+	if !report(cur.Generation+40, cur.Incarnation) {
 		t.Fatal("a task holding a newer generation asked for no decision")
 	}
 	decide()
@@ -96,8 +70,7 @@ func TestStoreThatWentBackContinuesAboveItsTasks(t *testing.T) {
 	t.Logf("recorded: %s", h[0].Detail)
 
 	// Caught up: the same report again renumbers nothing.
-	report(cur.Generation+40, cur.Incarnation)
-	if signalled() {
+	if report(cur.Generation+40, cur.Incarnation) {
 		t.Error("a report below the current generation asked for a decision")
 	}
 	decide()
@@ -118,31 +91,8 @@ func TestSameGenerationWithOtherContentContinuesAbove(t *testing.T) {
 	members.set("kv", "t0", "t1")
 	f := newBalanceFixture(t, members, nil)
 	cur := f.j.pub.Current()
-	truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: 10}}
-	report := func(sum uint64) bool {
-		t.Helper()
-		f.now = f.now.Add(1e9)
-		for _, task := range []string{"t0", "t1"} {
-			req := assignertest.ReportFor(cur, task, truth, 1)
-			req.Incarnation, req.Checksum = cur.Incarnation, sum
-			if _, err := f.as.ReportLoad(ctx, connect.NewRequest(req)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		select {
-		case <-f.as.aheads:
-			return true
-		default:
-			return false
-		}
-	}
-	decide := func() *assign.Assignment {
-		t.Helper()
-		if err := f.as.reconcile(ctx, "kv", triggerLoad); err != nil {
-			t.Fatal(err)
-		}
-		return f.j.pub.Current()
-	}
+	report := func(sum uint64) bool { return f.reportHeld(t, cur, cur.Generation, cur.Incarnation, sum) }
+	decide := func() *assign.Assignment { return f.decideLoad(t) }
 
 	if report(api.Checksum(cur)) || report(0) {
 		t.Fatal("a report of the current content, or of no checksum, asked for a decision")
@@ -184,26 +134,13 @@ func TestLaggingViewIsNotAStoreThatWentBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := rec.Current
-	truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: 10}}
-	f.now = f.now.Add(1e9)
-	for _, task := range []string{"t0", "t1"} {
-		req := assignertest.ReportFor(stored, task, truth, 1)
-		req.Incarnation, req.Checksum = stored.Incarnation, api.Checksum(stored)
-		if _, err := f.as.ReportLoad(ctx, connect.NewRequest(req)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-f.as.aheads:
+	if f.reportHeld(t, stored, stored.Generation, stored.Incarnation, api.Checksum(stored)) {
 		t.Fatal("a report of the store's own generation, ahead of the Assigner's view, asked for a renumbering")
-	default:
 	}
 	if got := f.j.pub.Current(); got.Generation != stored.Generation {
 		t.Errorf("the view stayed at generation %d; the store holds %d", got.Generation, stored.Generation)
 	}
-	if err := f.as.reconcile(ctx, "kv", triggerLoad); err != nil {
-		t.Fatal(err)
-	}
+	f.decideLoad(t)
 	h, err := f.as.history(ctx, "kv", 5)
 	if err != nil {
 		t.Fatal(err)
@@ -213,4 +150,35 @@ func TestLaggingViewIsNotAStoreThatWentBack(t *testing.T) {
 			t.Errorf("generation %d recorded as a renumbering: %s", e.Generation, e.Detail)
 		}
 	}
+}
+
+// reportHeld has t0 and t1 report an even load as measured under a, each
+// saying it holds generation gen of incarnation inc with checksum sum,
+// and returns whether the reports asked Run for a renumbering decision.
+func (f *balanceFixture) reportHeld(t *testing.T, a *assign.Assignment, gen uint64, inc string, sum uint64) bool {
+	t.Helper()
+	truth := assign.Load{{Start: 0, End: assign.KeySpaceEnd, Load: 10}}
+	f.now = f.now.Add(time.Second)
+	for _, task := range []string{"t0", "t1"} {
+		req := assignertest.ReportFor(a, task, truth, 1)
+		req.Generation, req.Incarnation, req.Checksum = gen, inc, sum
+		if _, err := f.as.ReportLoad(context.Background(), connect.NewRequest(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-f.as.aheads:
+		return true
+	default:
+		return false
+	}
+}
+
+// decideLoad takes a load decision on kv and returns the assignment after it.
+func (f *balanceFixture) decideLoad(t *testing.T) *assign.Assignment {
+	t.Helper()
+	if err := f.as.reconcile(context.Background(), "kv", triggerLoad); err != nil {
+		t.Fatal(err)
+	}
+	return f.j.pub.Current()
 }
