@@ -30,32 +30,7 @@ func readLease(t *testing.T, a *Assigner, task string, kind slicerv1.LeaseKind, 
 // without one, moved through a bridge that the surviving reader takes, and
 // moved only once the reader that died let its read lease expire.
 func TestGuardFollowsGenerations(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	store := testStore(t)
-	cfg := assign.Config{MinRedundancy: 1, MaxRedundancy: 1, Consistency: assign.Strong}
-	if err := store.SetConfig(ctx, "kv", cfg); err != nil {
-		t.Fatal(err)
-	}
-	members := &fakeMembers{}
-	members.set("kv", "t0", "t1")
-	acfg := testConfig(t, "a1")
-	acfg.BridgeWait = time.Minute // the dead reader never takes it: the wait must end on covering, not on time
-	a := testAssigner(t, acfg, store, members, nil)
-	lead(t, a, "kv")
-	a.mu.Lock()
-	a.runCtx = ctx
-	a.mu.Unlock()
-	t.Cleanup(func() { cancel(); a.drivers.Wait() })
-	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
-		t.Fatal(err)
-	}
-	guardAt := func(gen uint64) func() bool {
-		return func() bool {
-			st, err := a.leases.State(ctx, "kv", lease.Guard)
-			return err == nil && st.Set && !st.Recalled && st.Value == lease.GuardValue(gen)
-		}
-	}
-	testwait.For(t, "the guard to be set at generation 1", guardAt(1))
+	ctx, a, members, guardAt := startStrongGuard(t)
 
 	const ttl = 300 * time.Millisecond
 	if r := readLease(t, a, "t0", slicerv1.LeaseKind_LEASE_KIND_GUARD, 1, 1, ttl); !r.GetGranted() || !r.GetStrong() {
@@ -104,32 +79,7 @@ func TestGuardFollowsGenerations(t *testing.T) {
 // next move would find no reader of the guard and set the guard past it
 // while the task still used the keys it gave.
 func TestLateReleaseLeavesNewerRead(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	store := testStore(t)
-	cfg := assign.Config{MinRedundancy: 1, MaxRedundancy: 1, Consistency: assign.Strong}
-	if err := store.SetConfig(ctx, "kv", cfg); err != nil {
-		t.Fatal(err)
-	}
-	members := &fakeMembers{}
-	members.set("kv", "t0", "t1")
-	acfg := testConfig(t, "a1")
-	acfg.BridgeWait = time.Minute
-	a := testAssigner(t, acfg, store, members, nil)
-	lead(t, a, "kv")
-	a.mu.Lock()
-	a.runCtx = ctx
-	a.mu.Unlock()
-	t.Cleanup(func() { cancel(); a.drivers.Wait() })
-	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
-		t.Fatal(err)
-	}
-	guardAt := func(gen uint64) func() bool {
-		return func() bool {
-			st, err := a.leases.State(ctx, "kv", lease.Guard)
-			return err == nil && st.Set && !st.Recalled && st.Value == lease.GuardValue(gen)
-		}
-	}
-	testwait.For(t, "the guard to be set at generation 1", guardAt(1))
+	ctx, a, members, guardAt := startStrongGuard(t)
 
 	const short, long = 300 * time.Millisecond, time.Minute
 	for _, task := range []string{"t0", "t1"} {
@@ -201,4 +151,42 @@ func TestReadLeaseRefuses(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeResourceExhausted {
 		t.Errorf("%d calls in a row: %v, want RESOURCE_EXHAUSTED", 2*leaseCallBurst, err)
 	}
+}
+
+// startStrongGuard starts a leading Assigner of a strong job kv of tasks
+// t0 and t1 (its guard driver running until the test ends), commits the
+// job's first assignment and waits for its guard at generation 1. It
+// returns the context the driver runs under, the Assigner, its members
+// and a condition that holds once the guard is open at a generation. The
+// bridge wait is a minute: a reader that never takes the bridge must end
+// the wait by covering, not by time.
+func startStrongGuard(t *testing.T) (context.Context, *Assigner, *fakeMembers, func(gen uint64) func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	store := testStore(t)
+	cfg := assign.Config{MinRedundancy: 1, MaxRedundancy: 1, Consistency: assign.Strong}
+	if err := store.SetConfig(ctx, "kv", cfg); err != nil {
+		t.Fatal(err)
+	}
+	members := &fakeMembers{}
+	members.set("kv", "t0", "t1")
+	acfg := testConfig(t, "a1")
+	acfg.BridgeWait = time.Minute
+	a := testAssigner(t, acfg, store, members, nil)
+	lead(t, a, "kv")
+	a.mu.Lock()
+	a.runCtx = ctx
+	a.mu.Unlock()
+	t.Cleanup(func() { cancel(); a.drivers.Wait() })
+	if err := a.reconcile(ctx, "kv", triggerChange); err != nil {
+		t.Fatal(err)
+	}
+	guardAt := func(gen uint64) func() bool {
+		return func() bool {
+			st, err := a.leases.State(ctx, "kv", lease.Guard)
+			return err == nil && st.Set && !st.Recalled && st.Value == lease.GuardValue(gen)
+		}
+	}
+	testwait.For(t, "the guard to be set at generation 1", guardAt(1))
+	return ctx, a, members, guardAt
 }
