@@ -731,26 +731,9 @@ func slots(a *assign.Assignment) int {
 // not count.
 func TestMakeBeforeBreakReady(t *testing.T) {
 	ctx := context.Background()
-	jcfg := assign.DefaultConfig()
-	jcfg.HandoffDeadlineMS = assign.MaxHandoffDeadlineMS
 	members := &fakeMembers{}
-	members.set("kv", "t0", "t1", "t2")
-	f := newBalanceFixture(t, members, &jcfg)
+	f, first, mid, gaining := startMakeBeforeBreak(t, members)
 	as, j := f.as, f.j
-	first := j.pub.Current()
-	f.report(t, assignertest.Skewed(), "t0", "t1", "t2")
-	as.balanceAll(ctx)
-	mid := j.pub.Current()
-	as.mu.Lock()
-	pending := j.pending
-	as.mu.Unlock()
-	if pending == nil || mid.Generation == first.Generation {
-		t.Fatal("no make-before-break decision")
-	}
-	var gaining []string
-	for task := range pending.gaining {
-		gaining = append(gaining, task)
-	}
 	ready := func(task string, gen uint64) {
 		t.Helper()
 		if _, err := as.ReportReady(ctx, connect.NewRequest(&slicerv1.ReportReadyRequest{Job: "kv", Task: task, Generation: gen})); err != nil {
@@ -799,25 +782,9 @@ func TestMakeBeforeBreakReady(t *testing.T) {
 // step and leaves the failed task nothing.
 func TestMakeBeforeBreakAbandonedByFailureBeforeTheFlip(t *testing.T) {
 	ctx := context.Background()
-	jcfg := assign.DefaultConfig()
-	jcfg.HandoffDeadlineMS = assign.MaxHandoffDeadlineMS
 	members := &fakeMembers{}
-	members.set("kv", "t0", "t1", "t2")
-	f := newBalanceFixture(t, members, &jcfg)
+	f, _, mid, gaining := startMakeBeforeBreak(t, members)
 	as, j := f.as, f.j
-	f.report(t, assignertest.Skewed(), "t0", "t1", "t2")
-	as.balanceAll(ctx)
-	mid := j.pub.Current()
-	as.mu.Lock()
-	pending := j.pending
-	as.mu.Unlock()
-	if pending == nil {
-		t.Fatal("no make-before-break decision")
-	}
-	var gaining []string
-	for task := range pending.gaining {
-		gaining = append(gaining, task)
-	}
 	slices.Sort(gaining)
 	for _, task := range gaining {
 		if _, err := as.ReportReady(ctx, connect.NewRequest(&slicerv1.ReportReadyRequest{Job: "kv", Task: task, Generation: mid.Generation})); err != nil {
@@ -967,4 +934,31 @@ func TestTuningChanged(t *testing.T) {
 			t.Errorf("%s: tuningChanged = %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// startMakeBeforeBreak starts a leading Assigner of job kv over members'
+// tasks t0, t1 and t2, with make-before-break at its longest deadline, and
+// takes a load decision on a skewed load: a make-before-break decision,
+// whose first step it returns with the assignment before it and the tasks
+// that step has gaining.
+func startMakeBeforeBreak(t *testing.T, members *fakeMembers) (f *balanceFixture, first, mid *assign.Assignment, gaining []string) {
+	t.Helper()
+	jcfg := assign.DefaultConfig()
+	jcfg.HandoffDeadlineMS = assign.MaxHandoffDeadlineMS
+	members.set("kv", "t0", "t1", "t2")
+	f = newBalanceFixture(t, members, &jcfg)
+	first = f.j.pub.Current()
+	f.report(t, assignertest.Skewed(), "t0", "t1", "t2")
+	f.as.balanceAll(context.Background())
+	mid = f.j.pub.Current()
+	f.as.mu.Lock()
+	pending := f.j.pending
+	f.as.mu.Unlock()
+	if pending == nil || mid.Generation == first.Generation {
+		t.Fatal("no make-before-break decision")
+	}
+	for task := range pending.gaining {
+		gaining = append(gaining, task)
+	}
+	return f, first, mid, gaining
 }
