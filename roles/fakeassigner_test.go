@@ -44,26 +44,7 @@ func winningAssignerName(job, real string) string {
 // answers.
 func joinFakeAssigner(t *testing.T, name string, keys [][]byte, join string) *gossip.Node {
 	t.Helper()
-	cfg := gossip.TestConfig(name)
-	cfg.Keys = keys
-	cfg.Self = gossip.Peer{Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1"}
-	n, err := gossip.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Shutdown() })
-	// A join can time out on a machine busy with other tests; it is not
-	// what is tested, so it is tried again.
-	for attempt := 1; ; attempt++ {
-		_, err := n.Join([]string{join})
-		if err == nil {
-			return n
-		}
-		if attempt == 3 {
-			t.Fatal(err)
-		}
-		t.Logf("join of fake %s: %v; trying again", name, err)
-	}
+	return joinFakeMember(t, name, keys, join, gossip.Peer{Roles: []gossip.Role{gossip.RoleAssigner}, RPCAddr: "127.0.0.1:1"})
 }
 
 // tlsTaskCluster starts a TLS agent a1 with gossip key k1 and a TLS task kv/t0

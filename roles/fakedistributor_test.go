@@ -67,6 +67,8 @@ func joinFakeMember(t *testing.T, name string, keys [][]byte, join string, self 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Shutdown() })
+	// A join can time out on a machine busy with other tests; it is not
+	// what is tested, so it is tried again.
 	for attempt := 1; ; attempt++ {
 		_, err := n.Join([]string{join})
 		if err == nil {
