@@ -108,7 +108,18 @@ class ArgsTest(unittest.TestCase):
             slicerd_clerk.Clerk("kv", ["a:1"]).lookup("k")
 
 
-class Scripted(grpc.GenericRpcHandler):
+class _Watching(grpc.GenericRpcHandler):
+    """Serves DistributorService.WatchAssignment with self.watch."""
+
+    def service(self, details):
+        if details.method != "/slicer.v1.DistributorService/WatchAssignment":
+            return None
+        return grpc.unary_stream_rpc_method_handler(
+            self.watch, request_deserializer=_messages.WatchAssignmentRequest.FromString,
+            response_serializer=_messages.WatchAssignmentResponse.SerializeToString)
+
+
+class Scripted(_Watching):
     """A DistributorService that sends each WatchAssignment call the next
     stream of a script, ending it with UNAVAILABLE, and records the
     requests. Stream i starts only once go[i] is set, so that the test
@@ -119,13 +130,6 @@ class Scripted(grpc.GenericRpcHandler):
         self.requests = queue.Queue()
         self.go = [threading.Event() for _ in streams]
         self.next = 0
-
-    def service(self, details):
-        if details.method != "/slicer.v1.DistributorService/WatchAssignment":
-            return None
-        return grpc.unary_stream_rpc_method_handler(
-            self.watch, request_deserializer=_messages.WatchAssignmentRequest.FromString,
-            response_serializer=_messages.WatchAssignmentResponse.SerializeToString)
 
     def watch(self, req, context):
         self.requests.put(req)
@@ -197,7 +201,7 @@ def _whole(generation):
         "slices": [{"start": "0", "end": str(1 << 63), "tasks": ["kv-0"]}]}}, _messages.WatchAssignmentResponse())
 
 
-class Beating(grpc.GenericRpcHandler):
+class Beating(_Watching):
     """A DistributorService whose streams announce heartbeats every
     ``announce`` seconds to a client that asks (none when 0), send the
     generation ``first``, then, to a client that asked, a heartbeat every
@@ -208,13 +212,6 @@ class Beating(grpc.GenericRpcHandler):
         self.announce, self.first, self.beat = announce, first, beat
         self.opens = 0
         self.beats = 0
-
-    def service(self, details):
-        if details.method != "/slicer.v1.DistributorService/WatchAssignment":
-            return None
-        return grpc.unary_stream_rpc_method_handler(
-            self.watch, request_deserializer=_messages.WatchAssignmentRequest.FromString,
-            response_serializer=_messages.WatchAssignmentResponse.SerializeToString)
 
     def watch(self, req, context):
         self.opens += 1
