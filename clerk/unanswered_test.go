@@ -1,14 +1,13 @@
 package clerk_test
 
 import (
-	"net"
 	"net/http"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/slicerd/slicerd/clerk/clerktest"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/subset"
 )
 
@@ -19,39 +18,15 @@ import (
 // round, where it used to count the attempt as healthy and start every
 // round again at the same server, the first of its subset, for ever.
 func TestServerThatNeverAnswersIsNotHealthy(t *testing.T) {
-	mute, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	go func() {
-		for {
-			conn, err := mute.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, conn) // read nothing, write nothing
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		mute.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			c.Close()
-		}
-	})
+	mute := testnet.Hanging(t, "127.0.0.1")
 	real := newServer(t)
 	real.Publish(clerktest.Uniform(job, 2, tasks, 5))
 
-	addrs := []string{mute.Addr().String(), real.Addr()}
+	addrs := []string{mute, real.Addr()}
 	sorted := slices.Sorted(slices.Values(addrs))
 	// A client whose subset of one is the mute server.
 	var frontend uint64
-	for sorted[subset.Rocksteadier(frontend, 2, 2)[0]] != mute.Addr().String() {
+	for sorted[subset.Rocksteadier(frontend, 2, 2)[0]] != mute {
 		frontend++
 	}
 	cfg := testConfig(addrs...)

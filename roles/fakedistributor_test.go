@@ -3,10 +3,8 @@ package roles
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,45 +13,11 @@ import (
 	"github.com/slicerd/slicerd/gossip"
 	"github.com/slicerd/slicerd/identity"
 	"github.com/slicerd/slicerd/internal/testlog"
+	"github.com/slicerd/slicerd/internal/testnet"
 	"github.com/slicerd/slicerd/internal/testwait"
 	"github.com/slicerd/slicerd/slicelet"
 	"github.com/slicerd/slicerd/subset"
 )
-
-// hangingServer listens on host and holds every connection without a
-// word, as a server that hangs the TLS handshake. It returns its address.
-func hangingServer(t *testing.T, host string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Skipf("cannot listen on %s: %v", host, err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
 
 // joinFakeMember joins gossip at join as name, holding the gossip keys
 // keys but no certificate, advertising self's roles and RPC address.
@@ -106,7 +70,7 @@ func fakeDistributorAddrs(t *testing.T, real, task string, n int) []string {
 		if i < before {
 			host = fmt.Sprintf("127.0.0.1%d", i)
 		}
-		addrs = append(addrs, hangingServer(t, host))
+		addrs = append(addrs, testnet.Hanging(t, host))
 	}
 	return addrs
 }
@@ -206,7 +170,7 @@ func TestTaskFailsOverPastFakeDistributors(t *testing.T) {
 	testwait.For(t, "a1 to verify a2", seesAlive(agents[0], "a2"))
 	var fakes []string
 	for i := range 6 {
-		addr := hangingServer(t, fmt.Sprintf("127.0.0.1%d", i))
+		addr := testnet.Hanging(t, fmt.Sprintf("127.0.0.1%d", i))
 		fakes = append(fakes, addr)
 		joinFakeMember(t, fmt.Sprintf("fake-distributor-%d", i), [][]byte{k1}, agents[0].GossipAddr(),
 			gossip.Peer{Roles: []gossip.Role{gossip.RoleDistributor}, RPCAddr: addr})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"testing"
 
 	"golang.org/x/net/http2"
@@ -105,4 +106,40 @@ func ResetCode(c net.Conn) (http2.ErrCode, error) {
 			return 0, fmt.Errorf("connection closed by the server: GOAWAY %v", f.ErrCode)
 		}
 	}
+}
+
+// Hanging listens on host and holds every connection without a
+// word, as a server that hangs the TLS handshake or never speaks HTTP/2. It
+// returns its address; a host it cannot listen on skips the test.
+func Hanging(t testing.TB, host string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Skipf("cannot listen on %s: %v", host, err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
 }
